@@ -1,0 +1,141 @@
+//! The target's memory map (/proc/PID/maps) and the files behind it.
+//!
+//! Owns: reading the map, finding a file's mappings, the load bias, and resolving a path as
+//! the target sees it (through /proc/PID/root, so a process in another mount namespace,
+//! e.g. a container, gets its own files, not the host's).
+
+use super::ElfFile;
+use crate::error::{Error, Result};
+use std::path::{Path, PathBuf};
+
+/// One line of /proc/PID/maps.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MapEntry {
+    pub start: u64,
+    pub end: u64,
+    pub offset: u64,
+    pub readable: bool,
+    pub executable: bool,
+    /// The file path as the target sees it, without a " (deleted)" suffix.
+    pub path: Option<String>,
+}
+
+/// Reads /proc/PID/maps.
+pub fn read_maps(pid: i32) -> Result<Vec<MapEntry>> {
+    let proc = procfs::process::Process::new(pid).map_err(|e| proc_error(pid, e))?;
+    let maps = proc.maps().map_err(|e| proc_error(pid, e))?;
+    Ok(maps
+        .into_iter()
+        .map(|m| {
+            let path = match m.pathname {
+                procfs::process::MMapPath::Path(p) => {
+                    let s = p.to_string_lossy().to_string();
+                    Some(s.strip_suffix(" (deleted)").unwrap_or(&s).to_string())
+                }
+                _ => None,
+            };
+            MapEntry {
+                start: m.address.0,
+                end: m.address.1,
+                offset: m.offset,
+                readable: m.perms.contains(procfs::process::MMPermissions::READ),
+                executable: m.perms.contains(procfs::process::MMPermissions::EXECUTE),
+                path,
+            }
+        })
+        .collect())
+}
+
+fn proc_error(pid: i32, e: procfs::ProcError) -> Error {
+    match e {
+        procfs::ProcError::NotFound(_) => {
+            if crate::error::process_exists(pid) {
+                Error::BadState {
+                    pid,
+                    why: "its /proc entry vanished".into(),
+                }
+            } else {
+                Error::NoSuchProcess(pid)
+            }
+        }
+        procfs::ProcError::PermissionDenied(_) => {
+            crate::error::permission_denied(pid, "reading /proc/PID/maps")
+        }
+        procfs::ProcError::Io(io, _) => Error::from_os(pid, "reading /proc/PID/maps", io),
+        other => Error::BadState {
+            pid,
+            why: format!("reading /proc/PID/maps: {other}"),
+        },
+    }
+}
+
+/// The load bias (AVMA − SVMA) of `elf`, mapped in the target from `path`.
+///
+/// The first PT_LOAD segment is mapped at the file offset `first_load_offset`; the mapping
+/// with that offset gives its AVMA.
+pub fn load_bias(maps: &[MapEntry], path: &str, elf: &ElfFile) -> Option<u64> {
+    maps.iter()
+        .filter(|m| m.path.as_deref() == Some(path))
+        .find(|m| m.offset == elf.first_load_offset)
+        .map(|m| m.start.wrapping_sub(elf.first_load_svma))
+}
+
+/// A path inside the target's mount namespace, opened from the host: /proc/PID/root/PATH.
+/// Falls back to the map_files link (which works when the file was deleted or replaced),
+/// then to the plain path.
+pub fn target_path(pid: i32, path: &str, maps: &[MapEntry]) -> PathBuf {
+    let via_root = PathBuf::from(format!("/proc/{pid}/root{path}"));
+    if via_root.is_file() {
+        return via_root;
+    }
+    if let Some(m) = maps.iter().find(|m| m.path.as_deref() == Some(path)) {
+        let via_map = PathBuf::from(format!("/proc/{pid}/map_files/{:x}-{:x}", m.start, m.end));
+        if std::fs::metadata(&via_map).is_ok() {
+            return via_map;
+        }
+    }
+    PathBuf::from(path)
+}
+
+/// The executable's path as the target sees it (the /proc/PID/exe link).
+pub fn exe_path(pid: i32) -> Result<String> {
+    let link = std::fs::read_link(format!("/proc/{pid}/exe")).map_err(|e| {
+        if !crate::error::process_exists(pid) {
+            Error::NoSuchProcess(pid)
+        } else {
+            Error::from_os(pid, "reading /proc/PID/exe", e)
+        }
+    })?;
+    let s = link.to_string_lossy().to_string();
+    Ok(s.strip_suffix(" (deleted)").unwrap_or(&s).to_string())
+}
+
+/// The basename of a path.
+pub fn basename(path: &str) -> &str {
+    Path::new(path)
+        .file_name()
+        .and_then(|s| s.to_str())
+        .unwrap_or(path)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn own_maps_and_bias() {
+        let pid = std::process::id() as i32;
+        let maps = read_maps(pid).unwrap();
+        let exe = exe_path(pid).unwrap();
+        let elf = ElfFile::open(&target_path(pid, &exe, &maps)).unwrap();
+        let bias = load_bias(&maps, &exe, &elf).expect("the test binary is mapped");
+        // Our own function's AVMA must fall inside an executable mapping of our file.
+        let f = own_maps_and_bias as *const () as u64;
+        let text = maps
+            .iter()
+            .find(|m| m.path.as_deref() == Some(&exe) && m.start <= f && f < m.end)
+            .expect("function inside our executable");
+        assert!(text.executable);
+        assert!(bias <= f);
+    }
+}

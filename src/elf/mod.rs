@@ -1,0 +1,177 @@
+//! ELF files of the target and where they are loaded.
+//!
+//! Owns: symbol lookup (`.dynsym` and `.symtab`), section lookup, and the load bias of a
+//! file in a running process computed from /proc/PID/maps.
+//! Must not: read process memory.
+//!
+//! Glossary (used across the crate):
+//! - *file offset*: a position in the ELF file.
+//! - *SVMA* (stated virtual memory address): an address as written in the ELF file
+//!   (`st_value`, `p_vaddr`, `sh_addr`).
+//! - *AVMA* (actual virtual memory address): the address in the running process.
+//! - *bias*: AVMA − SVMA for one loaded file (0 for a non-PIE executable).
+
+pub mod maps;
+
+use crate::error::{Error, Result};
+use goblin::elf::program_header::PT_LOAD;
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+/// The parts of one ELF file we use.
+#[derive(Debug, Clone)]
+pub struct ElfFile {
+    /// Where we read it from (possibly through /proc/PID/root).
+    pub path: PathBuf,
+    /// Symbol name → SVMA, from `.dynsym` and `.symtab` (local symbols included).
+    symbols: HashMap<String, (u64, u64)>,
+    /// Section name → (SVMA, size).
+    sections: HashMap<String, (u64, u64)>,
+    /// SVMA of the first PT_LOAD segment, rounded down to its page.
+    pub first_load_svma: u64,
+    /// File offset of the first PT_LOAD segment, rounded down to its page.
+    pub first_load_offset: u64,
+    /// The contents of read-only data, for version strings (only `.rodata`).
+    rodata: Option<(u64, Vec<u8>)>,
+}
+
+const PAGE_MASK: u64 = !0xfff;
+
+/// Symbols we look for: keeping only these saves memory on large libraries.
+fn wanted(name: &str) -> bool {
+    matches!(
+        name,
+        "_PyRuntime"
+            | "Py_Version"
+            | "interp_head"
+            | "_PyThreadState_Current"
+            | "PyCode_Type"
+            | "PyFrame_Type"
+            | "PyUnicode_Type"
+            | "PyString_Type"
+            | "PyBytes_Type"
+            | "Py_GetVersion"
+            | "Py_Initialize"
+            | "Py_Main"
+            | "PyEval_EvalFrameEx"
+            | "_PyEval_EvalFrameDefault"
+    )
+}
+
+impl ElfFile {
+    /// Reads and parses an ELF file.
+    pub fn open(path: &Path) -> Result<ElfFile> {
+        let data = std::fs::read(path).map_err(|e| Error::Io {
+            context: format!("reading {}", path.display()),
+            source: e,
+        })?;
+        Self::parse(path, &data)
+    }
+
+    /// Parses ELF bytes that were read from `path`.
+    pub fn parse(path: &Path, data: &[u8]) -> Result<ElfFile> {
+        let elf = goblin::elf::Elf::parse(data).map_err(|e| Error::Io {
+            context: format!("parsing ELF file {}", path.display()),
+            source: std::io::Error::new(std::io::ErrorKind::InvalidData, e.to_string()),
+        })?;
+        let mut symbols = HashMap::new();
+        for (syms, strtab) in [(&elf.dynsyms, &elf.dynstrtab), (&elf.syms, &elf.strtab)] {
+            for sym in syms.iter() {
+                if sym.st_value == 0 {
+                    continue;
+                }
+                if let Some(name) = strtab.get_at(sym.st_name) {
+                    if wanted(name) {
+                        symbols
+                            .entry(name.to_string())
+                            .or_insert((sym.st_value, sym.st_size));
+                    }
+                }
+            }
+        }
+        let mut sections = HashMap::new();
+        let mut rodata = None;
+        for sh in &elf.section_headers {
+            if let Some(name) = elf.shdr_strtab.get_at(sh.sh_name) {
+                sections.insert(name.to_string(), (sh.sh_addr, sh.sh_size));
+                if name == ".rodata" {
+                    let start = sh.sh_offset as usize;
+                    let end = start.saturating_add(sh.sh_size as usize);
+                    if let Some(bytes) = data.get(start..end) {
+                        rodata = Some((sh.sh_addr, bytes.to_vec()));
+                    }
+                }
+            }
+        }
+        let first = elf
+            .program_headers
+            .iter()
+            .filter(|p| p.p_type == PT_LOAD)
+            .min_by_key(|p| p.p_vaddr)
+            .ok_or_else(|| Error::Io {
+                context: format!("{} has no PT_LOAD segment", path.display()),
+                source: std::io::Error::new(std::io::ErrorKind::InvalidData, "not loadable"),
+            })?;
+        Ok(ElfFile {
+            path: path.to_path_buf(),
+            symbols,
+            sections,
+            first_load_svma: first.p_vaddr & PAGE_MASK,
+            first_load_offset: first.p_offset & PAGE_MASK,
+            rodata,
+        })
+    }
+
+    /// SVMA of a symbol.
+    pub fn symbol(&self, name: &str) -> Option<u64> {
+        self.symbols.get(name).map(|s| s.0)
+    }
+
+    /// (SVMA, size) of a section.
+    pub fn section(&self, name: &str) -> Option<(u64, u64)> {
+        self.sections.get(name).copied()
+    }
+
+    /// NUL-terminated strings in `.rodata` that look like a CPython version ("3.9.18",
+    /// "2.7.18+", "3.13.0rc1"), optionally restricted to one `major.minor`.
+    pub fn version_strings(&self, major_minor: Option<(u32, u32)>) -> Vec<String> {
+        let Some((_, bytes)) = &self.rodata else {
+            return Vec::new();
+        };
+        let mut out = Vec::new();
+        for s in bytes.split(|&b| b == 0) {
+            if s.len() < 5 || s.len() > 16 {
+                continue;
+            }
+            let Ok(s) = std::str::from_utf8(s) else {
+                continue;
+            };
+            if let Some(v) = crate::python::version::Version::parse(s) {
+                if major_minor.is_none_or(|mm| mm == (v.major, v.minor))
+                    && !out.contains(&s.to_string())
+                {
+                    out.push(s.to_string());
+                }
+            }
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_own_executable() {
+        let exe = std::env::current_exe().unwrap();
+        let elf = ElfFile::open(&exe).unwrap();
+        assert!(elf.section(".text").is_some());
+        assert_eq!(elf.first_load_svma & 0xfff, 0);
+    }
+
+    #[test]
+    fn rejects_non_elf() {
+        assert!(ElfFile::parse(Path::new("x"), b"not an elf file at all").is_err());
+    }
+}

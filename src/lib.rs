@@ -1,0 +1,13 @@
+//! scalene-rs: an out-of-process, line-level Python profiler.
+//!
+//! Data flows one way: `ptrace`/`elf` (reading another process) → `python` (finding the
+//! interpreter, walking stacks) → `report` (rendering). See DESIGN notes in README.md.
+
+pub mod elf;
+pub mod error;
+pub mod ptrace;
+pub mod python;
+pub mod python_bindings;
+pub mod report;
+
+pub use error::{Error, Result};

@@ -1,0 +1,258 @@
+//! Access to another process: memory reads, its thread list, and pausing its threads.
+//!
+//! Owns: the [`ProcessMemory`] trait (the one way the rest of the crate reads a target, so
+//! stack walking can run over byte buffers in tests), [`RemoteMemory`] (process_vm_readv,
+//! with a /proc/PID/mem fallback), [`threads`], and [`pause::PausedThreads`].
+//! Must not: know anything about Python.
+
+pub mod pause;
+
+use crate::error::{Error, Result};
+use std::fs::File;
+use std::io::IoSliceMut;
+use std::os::unix::fs::FileExt;
+
+/// Reads bytes from an address space. Implementations never return a short read as success.
+pub trait ProcessMemory {
+    /// Fills `buf` from address `addr` (an AVMA: an address in the target's address space).
+    fn read(&self, addr: u64, buf: &mut [u8]) -> Result<()>;
+
+    /// A little-endian u64 at `addr`.
+    fn read_u64(&self, addr: u64) -> Result<u64> {
+        let mut b = [0u8; 8];
+        self.read(addr, &mut b)?;
+        Ok(u64::from_le_bytes(b))
+    }
+
+    /// A little-endian u32 at `addr`.
+    fn read_u32(&self, addr: u64) -> Result<u32> {
+        let mut b = [0u8; 4];
+        self.read(addr, &mut b)?;
+        Ok(u32::from_le_bytes(b))
+    }
+
+    /// `len` bytes at `addr` in a fresh vector.
+    fn read_vec(&self, addr: u64, len: usize) -> Result<Vec<u8>> {
+        let mut v = vec![0u8; len];
+        self.read(addr, &mut v)?;
+        Ok(v)
+    }
+}
+
+/// Little-endian field accessors over a buffer read in one go (e.g. a whole struct).
+/// Out-of-range offsets read as zero: callers size buffers from the layout, and a zero
+/// pointer is treated as "end of chain" by every walker.
+pub fn field_u64(buf: &[u8], off: usize) -> u64 {
+    buf.get(off..off + 8)
+        .map(|s| u64::from_le_bytes(s.try_into().unwrap_or([0; 8])))
+        .unwrap_or(0)
+}
+
+/// See [`field_u64`].
+pub fn field_u32(buf: &[u8], off: usize) -> u32 {
+    buf.get(off..off + 4)
+        .map(|s| u32::from_le_bytes(s.try_into().unwrap_or([0; 4])))
+        .unwrap_or(0)
+}
+
+/// See [`field_u64`].
+pub fn field_u8(buf: &[u8], off: usize) -> u8 {
+    buf.get(off).copied().unwrap_or(0)
+}
+
+/// Memory of a live process.
+pub struct RemoteMemory {
+    pid: i32,
+    /// Set when process_vm_readv is unavailable (ENOSYS, e.g. some seccomp profiles).
+    mem_file: Option<File>,
+}
+
+impl RemoteMemory {
+    /// Opens the process's memory. Checks that the process exists; permission is checked by
+    /// the first read (process_vm_readv asks the kernel's ptrace access check itself).
+    pub fn new(pid: i32) -> Result<RemoteMemory> {
+        if !crate::error::process_exists(pid) {
+            return Err(Error::NoSuchProcess(pid));
+        }
+        Ok(RemoteMemory {
+            pid,
+            mem_file: None,
+        })
+    }
+
+    pub fn pid(&self) -> i32 {
+        self.pid
+    }
+
+    fn read_vm(&self, addr: u64, buf: &mut [u8]) -> std::io::Result<usize> {
+        let len = buf.len();
+        let mut local = [IoSliceMut::new(buf)];
+        let remote = [nix::sys::uio::RemoteIoVec {
+            base: addr as usize,
+            len,
+        }];
+        nix::sys::uio::process_vm_readv(nix::unistd::Pid::from_raw(self.pid), &mut local, &remote)
+            .map_err(|e| std::io::Error::from_raw_os_error(e as i32))
+    }
+
+    /// Switches to /proc/PID/mem (used when process_vm_readv is not allowed by seccomp).
+    fn open_mem_file(&mut self) -> Result<()> {
+        let f = File::open(format!("/proc/{}/mem", self.pid))
+            .map_err(|e| Error::from_os(self.pid, "opening /proc/PID/mem", e))?;
+        self.mem_file = Some(f);
+        Ok(())
+    }
+
+    /// Probes the read path once: on ENOSYS falls back to /proc/PID/mem.
+    pub fn probe(&mut self, addr: u64) -> Result<()> {
+        let mut b = [0u8; 1];
+        match self.read_vm(addr, &mut b) {
+            Err(e) if e.raw_os_error() == Some(libc::ENOSYS) => self.open_mem_file(),
+            _ => Ok(()),
+        }
+    }
+
+    fn classify(&self, addr: u64, len: usize, err: std::io::Error) -> Error {
+        match err.raw_os_error() {
+            Some(libc::ESRCH) => {
+                if crate::error::process_exists(self.pid) {
+                    Error::Read {
+                        pid: self.pid,
+                        addr,
+                        len,
+                        why: err.to_string(),
+                    }
+                } else {
+                    Error::ProcessExited(self.pid)
+                }
+            }
+            Some(libc::EPERM) | Some(libc::EACCES) => {
+                crate::error::permission_denied(self.pid, "reading its memory")
+            }
+            _ => {
+                if !crate::error::process_exists(self.pid) {
+                    return Error::ProcessExited(self.pid);
+                }
+                Error::Read {
+                    pid: self.pid,
+                    addr,
+                    len,
+                    why: err.to_string(),
+                }
+            }
+        }
+    }
+}
+
+impl ProcessMemory for RemoteMemory {
+    fn read(&self, addr: u64, buf: &mut [u8]) -> Result<()> {
+        if buf.is_empty() {
+            return Ok(());
+        }
+        let len = buf.len();
+        let got = match &self.mem_file {
+            Some(f) => f.read_at(buf, addr),
+            None => self.read_vm(addr, buf),
+        };
+        match got {
+            Ok(n) if n == len => Ok(()),
+            Ok(n) => Err(Error::Read {
+                pid: self.pid,
+                addr,
+                len,
+                why: format!("short read ({n} of {len} bytes): the mapping ends or changed"),
+            }),
+            Err(e) => Err(self.classify(addr, len, e)),
+        }
+    }
+}
+
+/// A byte buffer that pretends to be an address space starting at `base` (for tests and
+/// for replaying captured memory).
+pub struct BufferMemory {
+    pub base: u64,
+    pub bytes: Vec<u8>,
+}
+
+impl ProcessMemory for BufferMemory {
+    fn read(&self, addr: u64, buf: &mut [u8]) -> Result<()> {
+        let start = addr.checked_sub(self.base).map(|s| s as usize);
+        match start.and_then(|s| self.bytes.get(s..s.checked_add(buf.len())?)) {
+            Some(src) => {
+                buf.copy_from_slice(src);
+                Ok(())
+            }
+            None => Err(Error::Read {
+                pid: 0,
+                addr,
+                len: buf.len(),
+                why: "outside the buffer".into(),
+            }),
+        }
+    }
+}
+
+/// The thread ids (host TIDs) of a process, from /proc/PID/task.
+pub fn threads(pid: i32) -> Result<Vec<i32>> {
+    let dir = std::fs::read_dir(format!("/proc/{pid}/task")).map_err(|e| {
+        if crate::error::process_exists(pid) {
+            Error::from_os(pid, "listing its threads", e)
+        } else {
+            Error::NoSuchProcess(pid)
+        }
+    })?;
+    let mut tids: Vec<i32> = dir
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse().ok())
+        .collect();
+    tids.sort_unstable();
+    Ok(tids)
+}
+
+/// Scheduler state of one thread from /proc/PID/task/TID/stat: ('R', 'S', 'D', 't', ...).
+pub fn thread_state(pid: i32, tid: i32) -> Option<char> {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/stat")).ok()?;
+    let i = s.rfind(')')?;
+    s[i + 1..].trim_start().chars().next()
+}
+
+/// The OS name of a thread (/proc/PID/task/TID/comm).
+pub fn thread_name(pid: i32, tid: i32) -> Option<String> {
+    std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/comm"))
+        .ok()
+        .map(|s| s.trim_end_matches('\n').to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn buffer_memory_bounds() {
+        let m = BufferMemory {
+            base: 0x1000,
+            bytes: (0u8..16).collect(),
+        };
+        assert_eq!(m.read_u32(0x1004).unwrap(), u32::from_le_bytes([4, 5, 6, 7]));
+        assert!(m.read_u64(0x100c).is_err());
+        assert!(m.read_u64(0xfff).is_err());
+    }
+
+    #[test]
+    fn reads_own_memory() {
+        let value: u64 = 0x1122_3344_5566_7788;
+        let m = RemoteMemory::new(std::process::id() as i32).unwrap();
+        let addr = &value as *const u64 as u64;
+        assert_eq!(m.read_u64(addr).unwrap(), value);
+        // An unmapped page reads as an error, never as success.
+        assert!(m.read_u64(8).is_err());
+    }
+
+    #[test]
+    fn fields_out_of_range_read_zero() {
+        let b = [1u8, 0, 0, 0];
+        assert_eq!(field_u32(&b, 0), 1);
+        assert_eq!(field_u64(&b, 0), 0);
+        assert_eq!(field_u8(&b, 9), 0);
+    }
+}

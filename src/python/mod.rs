@@ -1,0 +1,297 @@
+//! The CPython interpreter of a live process: find it, and read every thread's stack.
+//!
+//! Owns: [`Snapshot`] (what `dump` prints and what the sampler will build on) and
+//! [`take_snapshot`], which combines the pure walker (`stack.rs`) with the live-process
+//! parts: pausing threads, thread ids from /proc, idle detection, and, without pausing,
+//! detecting and retrying torn stacks.
+//! Must not: format output.
+
+pub mod linetable;
+pub mod process;
+pub mod stack;
+pub mod strings;
+pub mod version;
+
+use crate::error::{Error, Result};
+use crate::ptrace::{self, pause::PausedThreads, ProcessMemory};
+pub use process::{LocateOptions, PythonProcess};
+pub use stack::{Frame, StackWalker};
+use std::collections::HashMap;
+
+/// How to read.
+#[derive(Debug, Clone)]
+pub struct SnapshotOptions {
+    /// Read without pausing the target (validate and retry instead).
+    pub nonblocking: bool,
+    /// Tries per thread when a stack changes while being read (nonblocking only).
+    pub retries: usize,
+}
+
+impl Default for SnapshotOptions {
+    fn default() -> Self {
+        SnapshotOptions {
+            nonblocking: false,
+            retries: 5,
+        }
+    }
+}
+
+/// One thread's state and stack.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct ThreadSnapshot {
+    /// The thread's `pthread_t` as CPython records it (`threading.get_ident()`).
+    pub thread_id: u64,
+    /// Kernel TID (as seen from our PID namespace).
+    pub native_id: Option<i32>,
+    /// OS thread name (/proc/PID/task/TID/comm).
+    pub name: Option<String>,
+    pub holds_gil: bool,
+    /// Not running on a CPU and not holding the GIL.
+    pub idle: bool,
+    /// Innermost first.
+    pub frames: Vec<Frame>,
+    /// The stack was deeper than the limit and was cut.
+    pub truncated: bool,
+    /// Set when the stack could not be read consistently; `frames` is then empty.
+    pub error: Option<String>,
+    /// Index of the interpreter the thread belongs to (0 = main).
+    pub interpreter: usize,
+}
+
+/// Every thread of a Python process at one moment.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Snapshot {
+    pub pid: i32,
+    pub python_version: String,
+    pub version_source: version::VersionSource,
+    /// No generated layout for this version: read through `_Py_DebugOffsets`, untested.
+    pub untested_version: bool,
+    pub executable: String,
+    pub threads: Vec<ThreadSnapshot>,
+}
+
+/// Reads the stacks of every thread of `proc`.
+pub fn take_snapshot(
+    proc: &PythonProcess,
+    walker: &mut StackWalker,
+    opts: &SnapshotOptions,
+) -> Result<Snapshot> {
+    let pid = proc.pid;
+    // Scheduler states first: pausing turns every thread into 't'.
+    let tids = ptrace::threads(pid)?;
+    let states: HashMap<i32, char> = tids
+        .iter()
+        .filter_map(|&t| Some((t, ptrace::thread_state(pid, t)?)))
+        .collect();
+
+    let threads = if opts.nonblocking {
+        read_nonblocking(proc, walker, opts)?
+    } else {
+        let _paused = PausedThreads::pause(pid)?;
+        read_all(proc, walker)?
+        // `_paused` drops here: every thread runs again before we do anything else.
+    };
+
+    let pthread_map = if proc.layout.thread.native_thread_id.is_none() {
+        pthread_to_tid(&proc.mem, &tids, &threads)
+    } else {
+        HashMap::new()
+    };
+    let threads = threads
+        .into_iter()
+        .map(|(raw, frames)| {
+            let native_id = raw
+                .native_id
+                .or_else(|| pthread_map.get(&raw.thread_id).copied());
+            let running = native_id
+                .and_then(|t| states.get(&t))
+                .map(|&s| s == 'R')
+                .unwrap_or(false);
+            let (frames, truncated, error) = match frames {
+                Ok((f, t)) => (f, t, None),
+                Err(e) => (Vec::new(), false, Some(e)),
+            };
+            ThreadSnapshot {
+                thread_id: raw.thread_id,
+                native_id,
+                name: native_id.and_then(|t| ptrace::thread_name(pid, t)),
+                holds_gil: raw.holds_gil,
+                idle: !running && !raw.holds_gil,
+                frames,
+                truncated,
+                error,
+                interpreter: raw.interp_index,
+            }
+        })
+        .collect();
+    Ok(Snapshot {
+        pid,
+        python_version: proc.version.to_string(),
+        version_source: proc.version_source,
+        untested_version: proc.untested,
+        executable: proc.executable.clone(),
+        threads,
+    })
+}
+
+type ThreadResult = (stack::RawThread, std::result::Result<(Vec<Frame>, bool), String>);
+
+fn gil_current(proc: &PythonProcess) -> Result<Option<u64>> {
+    let l = &proc.layout;
+    if let (Some(off), Some(rt)) = (l.runtime.gilstate_tstate_current, proc.addrs.runtime) {
+        return proc.mem.read_u64(rt + off as u64).map(Some);
+    }
+    if l.runtime.interpreters_head.is_none() {
+        if let Some(sym) = proc.addrs.tstate_current {
+            return proc.mem.read_u64(sym).map(Some);
+        }
+    }
+    Ok(None)
+}
+
+fn interp_head_checked(proc: &PythonProcess) -> Result<u64> {
+    let head = proc.interp_head()?;
+    if head == 0 {
+        return Err(Error::BadState {
+            pid: proc.pid,
+            why: "the interpreter is not initialized (starting up or shutting down)".into(),
+        });
+    }
+    Ok(head)
+}
+
+/// Reads everything while the threads are paused: a failure is a real failure.
+fn read_all(proc: &PythonProcess, walker: &mut StackWalker) -> Result<Vec<ThreadResult>> {
+    let head = interp_head_checked(proc)?;
+    let raw = walker.threads(&proc.mem, head, gil_current(proc)?)?;
+    let mut out = Vec::with_capacity(raw.len());
+    for t in raw {
+        let frames = match walker.frames(&proc.mem, t.top_frame) {
+            Ok(f) => Ok(f),
+            Err(e) if e.is_process_gone() => return Err(e),
+            Err(e) => Err(e.to_string()),
+        };
+        out.push((t, frames));
+    }
+    Ok(out)
+}
+
+/// Reads without pausing: each thread's stack is accepted only when its innermost frame is
+/// the same before and after the walk and every object validated; otherwise it is read
+/// again, and after `retries` tries reported as unreadable (never guessed).
+fn read_nonblocking(
+    proc: &PythonProcess,
+    walker: &mut StackWalker,
+    opts: &SnapshotOptions,
+) -> Result<Vec<ThreadResult>> {
+    let mut last_err = None;
+    let mut raw = None;
+    for _ in 0..opts.retries.max(1) {
+        let attempt = interp_head_checked(proc)
+            .and_then(|head| walker.threads(&proc.mem, head, gil_current(proc)?));
+        match attempt {
+            Ok(r) => {
+                raw = Some(r);
+                break;
+            }
+            Err(e) if e.is_process_gone() => return Err(e),
+            Err(e) => last_err = Some(e),
+        }
+    }
+    let Some(raw) = raw else {
+        return Err(last_err.expect("at least one try"));
+    };
+    let mut out = Vec::with_capacity(raw.len());
+    for mut t in raw {
+        let mut result = Err(String::from("not read"));
+        for attempt in 0..opts.retries.max(1) {
+            if attempt > 0 {
+                match walker.current_top_frame(&proc.mem, t.tstate) {
+                    Ok(top) => t.top_frame = top,
+                    Err(e) if e.is_process_gone() => return Err(e),
+                    Err(e) => {
+                        result = Err(format!("thread state unreadable: {e}"));
+                        break;
+                    }
+                }
+            }
+            match walker.frames(&proc.mem, t.top_frame) {
+                Ok(f) => match walker.current_top_frame(&proc.mem, t.tstate) {
+                    Ok(now) if now == t.top_frame => {
+                        result = Ok(f);
+                        break;
+                    }
+                    Ok(_) => {
+                        result = Err(format!(
+                            "the stack changed while being read ({} tries)",
+                            attempt + 1
+                        ))
+                    }
+                    Err(e) if e.is_process_gone() => return Err(e),
+                    Err(e) => result = Err(e.to_string()),
+                },
+                Err(e) if e.is_process_gone() => return Err(e),
+                Err(e) => {
+                    result = Err(format!(
+                        "the stack changed while being read ({} tries): {e}",
+                        attempt + 1
+                    ))
+                }
+            }
+        }
+        out.push((t, result));
+    }
+    Ok(out)
+}
+
+/// glibc on x86-64 keeps the kernel TID at this offset of `struct pthread`; used only to
+/// break ties when the scan below finds more than one candidate.
+const GLIBC_X86_64_TID_OFFSET: usize = 0x2d0;
+/// How much of `struct pthread` to scan for the TID.
+const PTHREAD_SCAN: usize = 0x800;
+
+/// ≤3.7 records only the `pthread_t`, which glibc makes the address of `struct pthread`;
+/// that struct holds the kernel TID. Find the offset where, for every thread, a TID of
+/// this process is stored, and read each thread's TID from it.
+fn pthread_to_tid(
+    mem: &dyn ProcessMemory,
+    tids: &[i32],
+    threads: &[ThreadResult],
+) -> HashMap<u64, i32> {
+    let mut blocks = Vec::new();
+    for (t, _) in threads {
+        if t.thread_id == 0 {
+            continue;
+        }
+        if let Ok(b) = mem.read_vec(t.thread_id, PTHREAD_SCAN) {
+            blocks.push((t.thread_id, b));
+        }
+    }
+    if blocks.is_empty() {
+        return HashMap::new();
+    }
+    let is_tid = |v: u32| tids.contains(&(v as i32));
+    let mut candidates: Vec<usize> = (0..PTHREAD_SCAN - 4)
+        .step_by(4)
+        .filter(|&off| {
+            let values: Vec<u32> = blocks
+                .iter()
+                .map(|(_, b)| ptrace::field_u32(b, off))
+                .collect();
+            let mut distinct = values.clone();
+            distinct.sort_unstable();
+            distinct.dedup();
+            values.iter().all(|&v| is_tid(v)) && distinct.len() == values.len()
+        })
+        .collect();
+    if candidates.len() > 1 && candidates.contains(&GLIBC_X86_64_TID_OFFSET) {
+        candidates = vec![GLIBC_X86_64_TID_OFFSET];
+    }
+    let Some(&off) = candidates.first() else {
+        return HashMap::new();
+    };
+    blocks
+        .iter()
+        .map(|(id, b)| (*id, ptrace::field_u32(b, off) as i32))
+        .collect()
+}

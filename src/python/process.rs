@@ -1,0 +1,300 @@
+//! Finding the CPython interpreter inside a process.
+//!
+//! Owns: choosing the binary that holds the interpreter (libpython for shared builds, the
+//! executable for static ones), computing its load bias, detecting the version (and saying
+//! how), choosing the layout (generated table, or `_Py_DebugOffsets` for 3.13+), and the
+//! addresses the stack walker starts from.
+//! Must not: walk threads or frames (that is `stack.rs`).
+
+use super::strings::TypeAddrs;
+use super::version::{Version, VersionSource};
+use crate::elf::maps::{self, MapEntry};
+use crate::elf::ElfFile;
+use crate::error::{Error, Result};
+use crate::ptrace::{ProcessMemory, RemoteMemory};
+use crate::python_bindings::{self, debug_offsets, Layout};
+
+/// What the caller may force.
+#[derive(Debug, Clone, Default)]
+pub struct LocateOptions {
+    /// Use this `major.minor` instead of detecting it.
+    pub version_override: Option<(u32, u32)>,
+}
+
+/// Addresses (AVMAs) the walker needs.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Addresses {
+    /// `_PyRuntime` (3.7+).
+    pub runtime: Option<u64>,
+    /// `interp_head` (2.7, 3.6).
+    pub interp_head: Option<u64>,
+    /// `_PyThreadState_Current` (2.7, 3.6): the thread holding the GIL.
+    pub tstate_current: Option<u64>,
+    /// Type objects, to validate what we read.
+    pub types: TypeAddrs,
+}
+
+/// A process with a CPython interpreter we know how to read.
+pub struct PythonProcess {
+    pub pid: i32,
+    pub mem: RemoteMemory,
+    pub version: Version,
+    pub version_source: VersionSource,
+    /// True when no layout of ours was generated for this version (3.14+ read through
+    /// `_Py_DebugOffsets`): it should work, but we have not tested it.
+    pub untested: bool,
+    pub layout: Layout,
+    /// The executable, as the target sees it.
+    pub executable: String,
+    /// The file that holds the interpreter (libpython or the executable).
+    pub binary: String,
+    pub addrs: Addresses,
+}
+
+fn libpython_candidate(maps: &[MapEntry]) -> Option<String> {
+    maps.iter()
+        .filter_map(|m| m.path.as_deref())
+        .find(|p| {
+            let base = maps::basename(p);
+            base.starts_with("libpython") && Version::from_file_name(base).is_some()
+        })
+        .map(str::to_string)
+}
+
+fn has_python_symbols(elf: &ElfFile) -> bool {
+    ["_PyRuntime", "interp_head", "Py_Version", "PyCode_Type"]
+        .iter()
+        .any(|s| elf.symbol(s).is_some())
+}
+
+impl PythonProcess {
+    /// Finds the interpreter in process `pid`.
+    pub fn locate(pid: i32, opts: &LocateOptions) -> Result<PythonProcess> {
+        let mut mem = RemoteMemory::new(pid)?;
+        let maps = maps::read_maps(pid)?;
+        let executable = maps::exe_path(pid)?;
+
+        // Prefer a mapped libpython (shared build); else the executable (static build).
+        let mut chosen: Option<(String, ElfFile)> = None;
+        let mut candidates = Vec::new();
+        if let Some(lib) = libpython_candidate(&maps) {
+            candidates.push(lib);
+        }
+        candidates.push(executable.clone());
+        for path in &candidates {
+            let file = maps::target_path(pid, path, &maps);
+            let Ok(elf) = ElfFile::open(&file) else {
+                continue;
+            };
+            if has_python_symbols(&elf) {
+                chosen = Some((path.clone(), elf));
+                break;
+            }
+        }
+        let Some((binary, elf)) = chosen else {
+            return Err(Error::NotPython {
+                pid,
+                exe: executable,
+                why: "neither its executable nor a mapped libpython has CPython's symbols".into(),
+            });
+        };
+        let bias = maps::load_bias(&maps, &binary, &elf).ok_or_else(|| Error::BadState {
+            pid,
+            why: format!("cannot find where {binary} is loaded in /proc/{pid}/maps"),
+        })?;
+        let avma = |name: &str| elf.symbol(name).map(|s| s.wrapping_add(bias));
+        if let Some(addr) = avma("PyCode_Type").or(avma("_PyRuntime")) {
+            mem.probe(addr)?;
+        }
+        // A read that proves we may read the process at all, with a good error if not.
+        if let Some(addr) = avma("PyCode_Type") {
+            mem.read_u64(addr)?;
+        }
+
+        let base = maps::basename(&binary).to_string();
+        if Version::file_name_is_free_threaded(&base) {
+            return Err(Error::UnsupportedVersion {
+                pid,
+                version: format!("{base} (a free-threaded build)"),
+                supported: python_bindings::supported_versions(),
+            });
+        }
+        let (version, version_source) = detect_version(pid, &mem, &elf, &base, &avma, opts)?;
+        let (layout, untested) = choose_layout(pid, &mem, &version, avma("_PyRuntime"))?;
+
+        let addrs = Addresses {
+            runtime: avma("_PyRuntime"),
+            interp_head: avma("interp_head"),
+            tstate_current: avma("_PyThreadState_Current"),
+            types: TypeAddrs {
+                code: avma("PyCode_Type").unwrap_or(0),
+                frame: avma("PyFrame_Type").unwrap_or(0),
+                unicode: if version.major == 2 {
+                    0
+                } else {
+                    avma("PyUnicode_Type").unwrap_or(0)
+                },
+                bytes: if version.major == 2 {
+                    avma("PyString_Type").unwrap_or(0)
+                } else {
+                    avma("PyBytes_Type").unwrap_or(0)
+                },
+            },
+        };
+        if layout.runtime.interpreters_head.is_some() && addrs.runtime.is_none() {
+            return Err(Error::BadState {
+                pid,
+                why: format!("{binary} has no _PyRuntime symbol"),
+            });
+        }
+        if layout.runtime.interpreters_head.is_none() && addrs.interp_head.is_none() {
+            return Err(Error::BadState {
+                pid,
+                why: format!(
+                    "{binary} has no interp_head symbol (a stripped Python {version} build?)"
+                ),
+            });
+        }
+        Ok(PythonProcess {
+            pid,
+            mem,
+            version,
+            version_source,
+            untested,
+            layout,
+            executable,
+            binary,
+            addrs,
+        })
+    }
+
+    /// Address of the first `PyInterpreterState`, or 0 when the interpreter is not running
+    /// (not yet initialized, or finalized).
+    pub fn interp_head(&self) -> Result<u64> {
+        match (self.layout.runtime.interpreters_head, self.addrs.runtime) {
+            (Some(off), Some(rt)) => self.mem.read_u64(rt + off as u64),
+            _ => match self.addrs.interp_head {
+                Some(a) => self.mem.read_u64(a),
+                None => Ok(0),
+            },
+        }
+    }
+}
+
+fn detect_version(
+    pid: i32,
+    mem: &RemoteMemory,
+    elf: &ElfFile,
+    base: &str,
+    avma: &dyn Fn(&str) -> Option<u64>,
+    opts: &LocateOptions,
+) -> Result<(Version, VersionSource)> {
+    if let Some((major, minor)) = opts.version_override {
+        let micro = elf
+            .version_strings(Some((major, minor)))
+            .first()
+            .and_then(|s| Version::parse(s))
+            .and_then(|v| v.micro);
+        return Ok((
+            Version {
+                major,
+                minor,
+                micro,
+                suffix: String::new(),
+            },
+            VersionSource::Override,
+        ));
+    }
+    if let Some(addr) = avma("Py_Version") {
+        let hex = mem.read_u32(addr)? as u64;
+        return Version::from_hex(hex)
+            .map(|v| (v, VersionSource::PyVersionSymbol))
+            .ok_or_else(|| Error::BadState {
+                pid,
+                why: format!("Py_Version holds {hex:#x}, which is not a CPython version"),
+            });
+    }
+    if let Some(v) = Version::from_file_name(base) {
+        // Complete the micro version from the string the binary carries, when unambiguous.
+        let strings = elf.version_strings(Some((v.major, v.minor)));
+        let v = match strings.as_slice() {
+            [one] => Version::parse(one).unwrap_or(v),
+            _ => v,
+        };
+        return Ok((v, VersionSource::FileName));
+    }
+    let strings = elf.version_strings(None);
+    let mut minors: Vec<(u32, u32)> = strings
+        .iter()
+        .filter_map(|s| Version::parse(s))
+        .map(|v| (v.major, v.minor))
+        .collect();
+    minors.dedup();
+    match (minors.as_slice(), strings.first()) {
+        ([_], Some(s)) => Ok((
+            Version::parse(s).expect("parsed above"),
+            VersionSource::VersionString,
+        )),
+        _ => Err(Error::BadState {
+            pid,
+            why: format!(
+                "cannot tell which CPython version {base} is (no Py_Version symbol, no version in its name, {} version strings); pass --python-version X.Y",
+                strings.len()
+            ),
+        }),
+    }
+}
+
+/// Bytes of `_PyRuntime` read for `_Py_DebugOffsets` (the struct is well under this).
+const DEBUG_OFFSETS_READ: usize = 4096;
+
+fn choose_layout(
+    pid: i32,
+    mem: &RemoteMemory,
+    version: &Version,
+    runtime: Option<u64>,
+) -> Result<(Layout, bool)> {
+    let generated = python_bindings::generated(version.major, version.minor);
+    if (version.major, version.minor) >= (3, 13) {
+        let newest = python_bindings::GENERATED
+            .last()
+            .copied()
+            .expect("at least one generated layout");
+        let parsed = match runtime {
+            Some(rt) => {
+                let bytes = mem.read_vec(rt, DEBUG_OFFSETS_READ)?;
+                debug_offsets::parse(&bytes, newest).map_err(|e| e.to_string())
+            }
+            None => Err("no _PyRuntime symbol".to_string()),
+        };
+        return match (parsed, generated) {
+            (Ok(layout), _) if layout.version == (version.major, version.minor) => {
+                Ok((layout, generated.is_none()))
+            }
+            (Ok(layout), _) => Err(Error::BadState {
+                pid,
+                why: format!(
+                    "_Py_DebugOffsets describes {}.{} but the interpreter is {version}",
+                    layout.version.0, layout.version.1
+                ),
+            }),
+            (Err(why), None) => Err(Error::UnsupportedVersion {
+                pid,
+                version: format!("{version} ({why})"),
+                supported: python_bindings::supported_versions(),
+            }),
+            (Err(why), Some(_)) => Err(Error::BadState {
+                pid,
+                why: format!("_Py_DebugOffsets of Python {version} is unreadable: {why}"),
+            }),
+        };
+    }
+    match generated {
+        Some(l) => Ok((*l, false)),
+        None => Err(Error::UnsupportedVersion {
+            pid,
+            version: version.to_string(),
+            supported: python_bindings::supported_versions() + ", and 3.14+ untested",
+        }),
+    }
+}

@@ -1,0 +1,363 @@
+//! Walking interpreters, thread states and frames.
+//!
+//! Owns: [`StackWalker`], which turns a runtime address into every thread's stack
+//! (function, file, line, innermost first), and the code-object cache. It reads only
+//! through [`ProcessMemory`], so it can walk captured memory in tests.
+//! Must not: touch /proc or ptrace (the caller pauses threads and maps thread ids), or
+//! format output.
+//!
+//! Everything read is validated (type pointers, chain cycles, sizes); a failed check is an
+//! error, never a made-up frame. Code objects are immutable while alive, so their decoded
+//! names and line tables are cached by address and revalidated by a fingerprint of the
+//! fields they came from.
+
+use super::linetable::LineTable;
+use super::strings::{self, TypeAddrs};
+use crate::error::{Error, Result};
+use crate::ptrace::{field_u32, field_u64, field_u8, ProcessMemory};
+use crate::python_bindings::{FrameModel, Layout};
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+
+/// One Python frame.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+pub struct Frame {
+    /// Qualified name on 3.11+ (`Class.method`, `outer.<locals>.inner`), `co_name` before.
+    pub function: String,
+    /// `co_filename`, as the interpreter has it.
+    pub filename: String,
+    /// Current line; None when the instruction has no line (3.10+ artificial code).
+    pub line: Option<u32>,
+}
+
+/// One thread state as found in the interpreter.
+#[derive(Debug, Clone)]
+pub struct RawThread {
+    /// Address of the `PyThreadState`.
+    pub tstate: u64,
+    /// `thread_id`: the thread's `pthread_t`.
+    pub thread_id: u64,
+    /// Kernel TID when the version records it (3.8+).
+    pub native_id: Option<i32>,
+    /// Address of the innermost frame when we read the thread state.
+    pub top_frame: u64,
+    /// Index of the interpreter (0 = main).
+    pub interp_index: usize,
+    /// Whether this thread holds its interpreter's GIL.
+    pub holds_gil: bool,
+}
+
+/// Decoded facts about one code object.
+#[derive(Debug)]
+pub struct CodeInfo {
+    pub function: String,
+    pub filename: String,
+    pub firstlineno: u32,
+    pub table: LineTable,
+    /// AVMA of the bytecode (3.11+), for instruction-pointer arithmetic.
+    pub bytecode: u64,
+    /// 3.11/3.12: `_co_firsttraceable` in code units.
+    pub firsttraceable: Option<u32>,
+    /// Pointer fields this was decoded from: a changed fingerprint means a new object.
+    fingerprint: [u64; 4],
+}
+
+/// Walks stacks of one interpreter layout.
+pub struct StackWalker {
+    pub layout: Layout,
+    pub types: TypeAddrs,
+    /// Deepest stack returned; deeper ones are truncated (and say so).
+    pub max_depth: usize,
+    code_cache: HashMap<u64, Arc<CodeInfo>>,
+}
+
+/// Limits that stop a walk of corrupt or torn memory from running forever.
+const MAX_INTERPRETERS: usize = 4096;
+const MAX_THREADS: usize = 1 << 16;
+const CODE_CACHE_LIMIT: usize = 100_000;
+
+fn torn(addr: u64, why: impl Into<String>) -> Error {
+    Error::Read {
+        pid: 0,
+        addr,
+        len: 0,
+        why: why.into(),
+    }
+}
+
+impl StackWalker {
+    pub fn new(layout: Layout, types: TypeAddrs) -> StackWalker {
+        StackWalker {
+            layout,
+            types,
+            max_depth: 4096,
+            code_cache: HashMap::new(),
+        }
+    }
+
+    /// Every thread state of every interpreter, starting from the first interpreter.
+    /// `gil_tstate_current`: the value of `_PyThreadState_Current` (2.7/3.6) or
+    /// `_PyRuntime.gilstate.tstate_current` (3.7–3.11), when the caller has it.
+    pub fn threads(
+        &self,
+        mem: &dyn ProcessMemory,
+        interp_head: u64,
+        gil_tstate_current: Option<u64>,
+    ) -> Result<Vec<RawThread>> {
+        let l = &self.layout;
+        let mut out = Vec::new();
+        let mut seen_interps = HashSet::new();
+        let mut interp = interp_head;
+        let mut index = 0;
+        while interp != 0 {
+            if !seen_interps.insert(interp) || seen_interps.len() > MAX_INTERPRETERS {
+                return Err(torn(interp, "the interpreter list loops"));
+            }
+            let holder = match gil_tstate_current {
+                Some(h) => h,
+                None => self.gil_holder_312(mem, interp)?,
+            };
+            let mut tstate = mem.read_u64(interp + l.interp.tstate_head as u64)?;
+            let mut seen = HashSet::new();
+            while tstate != 0 {
+                if !seen.insert(tstate) || seen.len() > MAX_THREADS {
+                    return Err(torn(tstate, "the thread list loops"));
+                }
+                let t = self.read_thread(mem, tstate, interp)?;
+                out.push(RawThread {
+                    interp_index: index,
+                    holds_gil: holder != 0 && holder == tstate,
+                    ..t
+                });
+                tstate = mem.read_u64(tstate + l.thread.next as u64)?;
+            }
+            interp = mem.read_u64(interp + l.interp.next as u64)?;
+            index += 1;
+        }
+        Ok(out)
+    }
+
+    /// 3.12+: the GIL lives in the interpreter (`ceval.gil`); the holder is `last_holder`
+    /// while `locked` is set. Returns 0 when nobody holds it or the layout lacks it.
+    fn gil_holder_312(&self, mem: &dyn ProcessMemory, interp: u64) -> Result<u64> {
+        let i = &self.layout.interp;
+        let (Some(gil_ptr), Some(locked), Some(holder)) =
+            (i.ceval_gil, i.gil_locked, i.gil_last_holder)
+        else {
+            return Ok(0);
+        };
+        let gil = mem.read_u64(interp + gil_ptr as u64)?;
+        if gil == 0 {
+            return Ok(0);
+        }
+        if mem.read_u32(gil + locked as u64)? == 0 {
+            return Ok(0);
+        }
+        mem.read_u64(gil + holder as u64)
+    }
+
+    fn read_thread(&self, mem: &dyn ProcessMemory, tstate: u64, interp: u64) -> Result<RawThread> {
+        let t = &self.layout.thread;
+        let size = [
+            t.next,
+            t.interp,
+            t.frame,
+            t.thread_id,
+            t.native_thread_id.unwrap_or(0),
+        ]
+        .into_iter()
+        .max()
+        .unwrap_or(0)
+            + 8;
+        let buf = mem.read_vec(tstate, size)?;
+        if field_u64(&buf, t.interp) != interp {
+            return Err(torn(
+                tstate,
+                "a thread state does not point back to its interpreter",
+            ));
+        }
+        let top_frame = self.top_frame_from(mem, field_u64(&buf, t.frame))?;
+        Ok(RawThread {
+            tstate,
+            thread_id: field_u64(&buf, t.thread_id),
+            native_id: t
+                .native_thread_id
+                .map(|o| field_u64(&buf, o) as i32)
+                .filter(|&n| n > 0),
+            top_frame,
+            interp_index: 0,
+            holds_gil: false,
+        })
+    }
+
+    /// The innermost frame address from the thread state's `frame` field value
+    /// (following `cframe` on 3.11/3.12).
+    fn top_frame_from(&self, mem: &dyn ProcessMemory, field: u64) -> Result<u64> {
+        match self.layout.thread.cframe_current_frame {
+            Some(off) if field != 0 => mem.read_u64(field + off as u64),
+            _ => Ok(field),
+        }
+    }
+
+    /// Re-reads a thread's innermost frame address (to detect a stack that changed while
+    /// it was walked without pausing).
+    pub fn current_top_frame(&self, mem: &dyn ProcessMemory, tstate: u64) -> Result<u64> {
+        let field = mem.read_u64(tstate + self.layout.thread.frame as u64)?;
+        self.top_frame_from(mem, field)
+    }
+
+    /// The frames of one thread, innermost first, and whether the stack was truncated.
+    pub fn frames(&mut self, mem: &dyn ProcessMemory, top: u64) -> Result<(Vec<Frame>, bool)> {
+        let f = self.layout.frame;
+        let mut frames = Vec::new();
+        let mut seen = HashSet::new();
+        let mut addr = top;
+        while addr != 0 {
+            if frames.len() >= self.max_depth {
+                return Ok((frames, true));
+            }
+            if !seen.insert(addr) {
+                return Err(torn(addr, "the frame chain loops"));
+            }
+            let buf = mem.read_vec(addr, f.size)?;
+            let back = field_u64(&buf, f.back);
+            let code_addr = field_u64(&buf, f.code);
+            match f.model {
+                FrameModel::Object {
+                    lasti_in_code_units,
+                } => {
+                    if self.types.frame != 0 && field_u64(&buf, 8) != self.types.frame {
+                        return Err(torn(addr, "not a frame object"));
+                    }
+                    let code = self.code(mem, code_addr)?;
+                    let lasti = field_u32(&buf, f.lasti) as i32;
+                    let line = if lasti < 0 {
+                        Some(code.firstlineno)
+                    } else {
+                        let off = if lasti_in_code_units {
+                            lasti as u32 * 2
+                        } else {
+                            lasti as u32
+                        };
+                        code.table.line_at(off)
+                    };
+                    frames.push(Frame {
+                        function: code.function.clone(),
+                        filename: code.filename.clone(),
+                        line,
+                    });
+                }
+                FrameModel::Interpreter => {
+                    let owner = f.owner.map(|o| field_u8(&buf, o));
+                    // 3.12+: frames owned by the C stack (shim / entry frames) are not Python.
+                    let not_python = self.layout.version >= (3, 12) && owner.unwrap_or(0) >= 3;
+                    if !not_python && code_addr != 0 {
+                        if let Some(frame) = self.interpreter_frame(mem, &buf, code_addr, owner)? {
+                            frames.push(frame);
+                        }
+                    }
+                }
+            }
+            addr = back;
+        }
+        Ok((frames, false))
+    }
+
+    /// One `_PyInterpreterFrame` (3.11+); None for frames CPython itself hides
+    /// (not a code object, or an incomplete frame still setting up).
+    fn interpreter_frame(
+        &mut self,
+        mem: &dyn ProcessMemory,
+        buf: &[u8],
+        code_addr: u64,
+        owner: Option<u8>,
+    ) -> Result<Option<Frame>> {
+        // 3.13+ `f_executable` may hold a non-code object for some internal frames.
+        if self.types.code != 0 {
+            let ty = mem.read_u64(code_addr + self.layout.string.ob_type as u64)?;
+            if ty != self.types.code {
+                return if self.layout.version >= (3, 13) {
+                    Ok(None)
+                } else {
+                    Err(torn(code_addr, "a frame's code is not a code object"))
+                };
+            }
+        }
+        let code = self.code(mem, code_addr)?;
+        let instr = field_u64(buf, self.layout.frame.lasti);
+        // Incomplete frames (3.11/3.12): still before the first traceable instruction.
+        const FRAME_OWNED_BY_GENERATOR: u8 = 1;
+        if let Some(first) = code.firsttraceable {
+            if owner != Some(FRAME_OWNED_BY_GENERATOR)
+                && instr < code.bytecode + first as u64 * 2
+            {
+                return Ok(None);
+            }
+        }
+        let line = if instr < code.bytecode {
+            Some(code.firstlineno)
+        } else {
+            let off = instr - code.bytecode;
+            if off > u32::MAX as u64 {
+                return Err(torn(instr, "instruction pointer far outside its code"));
+            }
+            code.table.line_at(off as u32)
+        };
+        Ok(Some(Frame {
+            function: code.function.clone(),
+            filename: code.filename.clone(),
+            line,
+        }))
+    }
+
+    /// Decoded code object at `addr`, from the cache when its fingerprint still matches.
+    pub fn code(&mut self, mem: &dyn ProcessMemory, addr: u64) -> Result<Arc<CodeInfo>> {
+        if addr == 0 {
+            return Err(torn(addr, "NULL code object"));
+        }
+        let c = self.layout.code;
+        let buf = mem.read_vec(addr, c.size)?;
+        if self.types.code != 0 && field_u64(&buf, self.layout.string.ob_type) != self.types.code
+        {
+            return Err(torn(addr, "not a code object"));
+        }
+        let name_ptr = c
+            .qualname
+            .map(|o| field_u64(&buf, o))
+            .filter(|&p| p != 0)
+            .unwrap_or_else(|| field_u64(&buf, c.name));
+        let fingerprint = [
+            name_ptr,
+            field_u64(&buf, c.filename),
+            field_u64(&buf, c.linetable),
+            field_u32(&buf, c.firstlineno) as u64,
+        ];
+        if let Some(hit) = self.code_cache.get(&addr) {
+            if hit.fingerprint == fingerprint {
+                return Ok(hit.clone());
+            }
+        }
+        let s = &self.layout.string;
+        let function = strings::read_text(mem, s, &self.types, fingerprint[0])?;
+        let filename = strings::read_text(mem, s, &self.types, fingerprint[1])?;
+        let table_bytes = strings::read_bytes(mem, s, &self.types, fingerprint[2])?;
+        let firstlineno = fingerprint[3] as u32;
+        if firstlineno as i32 <= 0 {
+            return Err(torn(addr, "code object with a non-positive first line"));
+        }
+        let info = Arc::new(CodeInfo {
+            table: LineTable::decode(c.linetable_format, &table_bytes, firstlineno),
+            function,
+            filename,
+            firstlineno,
+            bytecode: c.code_adaptive.map(|o| addr + o as u64).unwrap_or(0),
+            firsttraceable: c.firsttraceable.map(|o| field_u32(&buf, o)),
+            fingerprint,
+        });
+        if self.code_cache.len() >= CODE_CACHE_LIMIT {
+            self.code_cache.clear();
+        }
+        self.code_cache.insert(addr, info.clone());
+        Ok(info)
+    }
+}

@@ -1,0 +1,202 @@
+//! Struct layouts of CPython's runtime objects, one table per minor version.
+//!
+//! Owns: the [`Layout`] description (byte offsets and sizes of the fields the stack walker
+//! reads) and the generated per-version tables `v2_7.rs` ... `v3_13.rs`. Those files are
+//! written by `tools/gen_bindings.py`, which compiles a small C probe against each
+//! interpreter's own headers; never edit them by hand (see `docs/NEW_PYTHON_VERSION.md`).
+//! For 3.13 and later the layout is also read at run time from `_Py_DebugOffsets`
+//! (`debug_offsets.rs`), which is what makes an untested 3.14+ target work.
+//!
+//! Must not: read process memory (that is `crate::python`'s job) or know about output.
+
+pub mod debug_offsets;
+
+mod v2_7;
+mod v3_10;
+mod v3_11;
+mod v3_12;
+mod v3_13;
+mod v3_6;
+mod v3_7;
+mod v3_8;
+mod v3_9;
+
+/// How a frame records its current instruction and how frames are chained.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FrameModel {
+    /// 2.7 – 3.10: heap `PyFrameObject`s chained by `f_back`; `f_lasti` is an int.
+    /// `lasti_in_code_units`: 3.10 counts 2-byte code units, older versions count bytes.
+    Object { lasti_in_code_units: bool },
+    /// 3.11+: `_PyInterpreterFrame`s chained by `previous`; the instruction pointer points
+    /// into the code object's `co_code_adaptive`. `instr_is_next`: 3.13+ `instr_ptr`
+    /// (the instruction being / about to be executed) vs 3.11–3.12 `prev_instr`
+    /// (the last instruction started). Both give the current instruction directly.
+    Interpreter,
+}
+
+/// Which line-table encoding `code.linetable` holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LineTableFormat {
+    /// 2.7 – 3.5: `co_lnotab`, (byte increment, unsigned line increment) pairs.
+    LnotabUnsigned,
+    /// 3.6 – 3.9: `co_lnotab` with signed line increments.
+    LnotabSigned,
+    /// 3.10: `co_linetable`, (byte delta, signed line delta, -128 = no line) pairs.
+    Linetable310,
+    /// 3.11+: the location table (varint entries, PEP 626 / 657).
+    Locations311,
+}
+
+/// How string objects store text.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StringModel {
+    /// Python 2: `co_name` / `co_filename` are `PyStringObject` (bytes).
+    Bytes2,
+    /// Python 3.3+: PEP 393 compact unicode.
+    Pep393,
+}
+
+/// Offsets of `_PyRuntimeState` fields (3.7+). For 2.7 / 3.6 the interpreter list head is
+/// the `interp_head` symbol and the GIL holder is `_PyThreadState_Current`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RuntimeLayout {
+    /// `_PyRuntime.interpreters.head`.
+    pub interpreters_head: Option<usize>,
+    /// `_PyRuntime.gilstate.tstate_current` (3.7 – 3.11): the thread holding the GIL.
+    pub gilstate_tstate_current: Option<usize>,
+}
+
+/// Offsets inside `PyInterpreterState`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct InterpLayout {
+    pub next: usize,
+    /// `tstate_head` (≤3.11) or `threads.head` (3.12+).
+    pub tstate_head: usize,
+    /// 3.12+: offset of `ceval.gil`, a pointer to the interpreter's `_gil_runtime_state`.
+    pub ceval_gil: Option<usize>,
+    /// 3.12+: offset of `locked` inside `_gil_runtime_state`.
+    pub gil_locked: Option<usize>,
+    /// 3.12+: offset of `last_holder` inside `_gil_runtime_state`.
+    pub gil_last_holder: Option<usize>,
+}
+
+/// Offsets inside `PyThreadState`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ThreadLayout {
+    pub next: usize,
+    pub interp: usize,
+    /// ≤3.10: `frame` (a `PyFrameObject*`). 3.11/3.12: `cframe` (a `_PyCFrame*`, whose
+    /// `current_frame` is at [`ThreadLayout::cframe_current_frame`]). 3.13+: `current_frame`.
+    pub frame: usize,
+    /// 3.11/3.12 only: offset of `current_frame` inside `_PyCFrame`.
+    pub cframe_current_frame: Option<usize>,
+    /// `thread_id` (the `pthread_t` of the thread, as an unsigned long).
+    pub thread_id: usize,
+    /// 3.8+: `native_thread_id` (the kernel tid).
+    pub native_thread_id: Option<usize>,
+}
+
+/// Offsets inside a frame: `PyFrameObject` (≤3.10) or `_PyInterpreterFrame` (3.11+).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FrameLayout {
+    pub model: FrameModel,
+    /// `f_back` or `previous`.
+    pub back: usize,
+    /// `f_code` (≤3.12) or `f_executable` (3.13+).
+    pub code: usize,
+    /// `f_lasti` (an int) for [`FrameModel::Object`]; `prev_instr` / `instr_ptr`
+    /// (a pointer) for [`FrameModel::Interpreter`].
+    pub lasti: usize,
+    /// 3.11+: `owner` (a char). 3.12+ uses owner == 3 (`FRAME_OWNED_BY_CSTACK`) for shim frames.
+    pub owner: Option<usize>,
+    /// Bytes to read to cover every field above.
+    pub size: usize,
+}
+
+/// Offsets inside `PyCodeObject`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CodeLayout {
+    pub filename: usize,
+    pub name: usize,
+    /// 3.11+: `co_qualname`.
+    pub qualname: Option<usize>,
+    pub firstlineno: usize,
+    /// `co_lnotab` (≤3.9) or `co_linetable` (3.10+): a bytes object.
+    pub linetable: usize,
+    pub linetable_format: LineTableFormat,
+    /// 3.11+: offset of the inline bytecode `co_code_adaptive`.
+    pub code_adaptive: Option<usize>,
+    /// 3.11/3.12: `_co_firsttraceable` (an int); frames before it are "incomplete".
+    pub firsttraceable: Option<usize>,
+    /// Bytes to read to cover every field above (not including the bytecode).
+    pub size: usize,
+}
+
+/// Layout of string and bytes objects.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StringLayout {
+    pub model: StringModel,
+    /// `ob_type` inside `PyObject`.
+    pub ob_type: usize,
+    /// `ob_size` of `PyBytesObject` / `PyStringObject`.
+    pub bytes_size: usize,
+    /// `ob_sval` of `PyBytesObject` / `PyStringObject`.
+    pub bytes_sval: usize,
+    /// PEP 393: `PyASCIIObject.length`.
+    pub unicode_length: usize,
+    /// PEP 393: `PyASCIIObject.state` (the bitfield word, read as a u32).
+    pub unicode_state: usize,
+    /// PEP 393: `sizeof(PyASCIIObject)`: compact ASCII data starts here.
+    pub ascii_size: usize,
+    /// PEP 393: `sizeof(PyCompactUnicodeObject)`: compact non-ASCII data starts here.
+    pub compact_size: usize,
+    /// PEP 393: offset of `data.any` in `PyUnicodeObject` (legacy, non-compact strings).
+    pub unicode_data_any: usize,
+    /// Bit shifts inside the state word, measured by the probe.
+    pub state_kind_shift: u32,
+    pub state_compact_shift: u32,
+    pub state_ascii_shift: u32,
+}
+
+/// Everything the stack walker needs to know about one CPython minor version.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Layout {
+    /// (major, minor) this table was generated for.
+    pub version: (u32, u32),
+    pub runtime: RuntimeLayout,
+    pub interp: InterpLayout,
+    pub thread: ThreadLayout,
+    pub frame: FrameLayout,
+    pub code: CodeLayout,
+    pub string: StringLayout,
+}
+
+/// Every generated table, oldest first.
+pub const GENERATED: &[&Layout] = &[
+    &v2_7::LAYOUT,
+    &v3_6::LAYOUT,
+    &v3_7::LAYOUT,
+    &v3_8::LAYOUT,
+    &v3_9::LAYOUT,
+    &v3_10::LAYOUT,
+    &v3_11::LAYOUT,
+    &v3_12::LAYOUT,
+    &v3_13::LAYOUT,
+];
+
+/// The generated table for `major.minor`, if we have one.
+pub fn generated(major: u32, minor: u32) -> Option<&'static Layout> {
+    GENERATED
+        .iter()
+        .copied()
+        .find(|l| l.version == (major, minor))
+}
+
+/// Minor versions with a generated table, as "2.7, 3.6, ..." for messages.
+pub fn supported_versions() -> String {
+    GENERATED
+        .iter()
+        .map(|l| format!("{}.{}", l.version.0, l.version.1))
+        .collect::<Vec<_>>()
+        .join(", ")
+}

@@ -1,0 +1,153 @@
+//! Rendering a [`Snapshot`] for `scalene-rs dump`: a debugger-style backtrace, or JSON.
+//!
+//! Must not: read process memory.
+
+use crate::python::Snapshot;
+use std::fmt::Write;
+
+/// JSON schema version of `dump --json` output (documented in docs/dump-json.md).
+pub const DUMP_SCHEMA_VERSION: u32 = 1;
+
+/// `dump --json`: the snapshot plus a schema version.
+pub fn to_json(s: &Snapshot) -> serde_json::Value {
+    let mut v = serde_json::to_value(s).expect("a snapshot always serializes");
+    if let Some(obj) = v.as_object_mut() {
+        obj.insert("schema_version".into(), DUMP_SCHEMA_VERSION.into());
+    }
+    v
+}
+
+/// The human backtrace.
+pub fn to_text(s: &Snapshot) -> String {
+    let mut out = String::new();
+    let _ = writeln!(out, "Process {}: {}", s.pid, s.executable);
+    let _ = write!(
+        out,
+        "Python {} (version from {})",
+        s.python_version,
+        s.version_source.describe()
+    );
+    if s.untested_version {
+        let _ = write!(
+            out,
+            " — untested version: read through _Py_DebugOffsets, results may be incomplete"
+        );
+    }
+    out.push('\n');
+    for t in &s.threads {
+        out.push('\n');
+        let mut state = Vec::new();
+        state.push(if t.idle { "idle" } else { "active" });
+        if t.holds_gil {
+            state.push("holds the GIL");
+        }
+        if t.interpreter != 0 {
+            state.push("subinterpreter");
+        }
+        let _ = write!(
+            out,
+            "Thread {} ",
+            t.native_id
+                .map(|n| n.to_string())
+                .unwrap_or_else(|| format!("{:#x}", t.thread_id))
+        );
+        if let Some(name) = &t.name {
+            let _ = write!(out, "\"{name}\" ");
+        }
+        let _ = writeln!(out, "({})", state.join(", "));
+        if let Some(err) = &t.error {
+            let _ = writeln!(out, "    <stack not read: {err}>");
+            continue;
+        }
+        if t.frames.is_empty() {
+            let _ = writeln!(out, "    <no Python frames>");
+        }
+        for (i, f) in t.frames.iter().enumerate() {
+            let line = f
+                .line
+                .map(|l| l.to_string())
+                .unwrap_or_else(|| "?".into());
+            let _ = writeln!(out, "    #{i:<3} {} ({}:{line})", f.function, f.filename);
+        }
+        if t.truncated {
+            let _ = writeln!(
+                out,
+                "    ... stack truncated after {} frames",
+                t.frames.len()
+            );
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::python::version::VersionSource;
+    use crate::python::{Frame, ThreadSnapshot};
+
+    fn sample() -> Snapshot {
+        Snapshot {
+            pid: 42,
+            python_version: "3.12.1".into(),
+            version_source: VersionSource::PyVersionSymbol,
+            untested_version: false,
+            executable: "/usr/bin/python3.12".into(),
+            threads: vec![ThreadSnapshot {
+                thread_id: 0x7f00,
+                native_id: Some(42),
+                name: Some("python3.12".into()),
+                holds_gil: true,
+                idle: false,
+                frames: vec![
+                    Frame {
+                        function: "inner".into(),
+                        filename: "/tmp/a.py".into(),
+                        line: Some(3),
+                    },
+                    Frame {
+                        function: "<module>".into(),
+                        filename: "/tmp/a.py".into(),
+                        line: Some(10),
+                    },
+                ],
+                truncated: false,
+                error: None,
+                interpreter: 0,
+            }],
+        }
+    }
+
+    #[test]
+    fn text_is_a_backtrace() {
+        let text = to_text(&sample());
+        assert_eq!(
+            text,
+            "Process 42: /usr/bin/python3.12\n\
+             Python 3.12.1 (version from the Py_Version symbol)\n\
+             \n\
+             Thread 42 \"python3.12\" (active, holds the GIL)\n    \
+             #0   inner (/tmp/a.py:3)\n    \
+             #1   <module> (/tmp/a.py:10)\n"
+        );
+    }
+
+    #[test]
+    fn json_has_the_documented_fields() {
+        let v = to_json(&sample());
+        for key in [
+            "pid",
+            "python_version",
+            "executable",
+            "threads",
+            "schema_version",
+        ] {
+            assert!(v.get(key).is_some(), "{key}");
+        }
+        let t = &v["threads"][0];
+        for key in ["thread_id", "native_id", "name", "holds_gil", "idle", "frames"] {
+            assert!(t.get(key).is_some(), "{key}");
+        }
+        assert_eq!(t["frames"][0]["line"], 3);
+    }
+}

@@ -1,0 +1,129 @@
+//! Shared test support: finding every CPython interpreter on the machine.
+//!
+//! The matrix is discovered at run time: every `$(pyenv root)/versions/*/bin/pythonX.Y` and
+//! every `/usr/bin/pythonX.Y`. It must never silently shrink: an empty matrix fails, and
+//! `SCALENE_RS_MIN_PYTHONS=N` (set by `.ci/run`) fails the run when fewer than N are found.
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// One interpreter of the test matrix.
+#[derive(Debug, Clone)]
+pub struct Interpreter {
+    /// Short label for messages, e.g. "pyenv-3.12.1" or "system-3.11".
+    pub label: String,
+    pub path: PathBuf,
+    pub major: u32,
+    pub minor: u32,
+}
+
+impl Interpreter {
+    pub fn version(&self) -> (u32, u32) {
+        (self.major, self.minor)
+    }
+    pub fn is_py2(&self) -> bool {
+        self.major == 2
+    }
+}
+
+fn pyenv_root() -> Option<PathBuf> {
+    if let Ok(root) = std::env::var("PYENV_ROOT") {
+        return Some(PathBuf::from(root));
+    }
+    if let Ok(out) = Command::new("pyenv").arg("root").output() {
+        if out.status.success() {
+            let s = String::from_utf8_lossy(&out.stdout).trim().to_string();
+            if !s.is_empty() {
+                return Some(PathBuf::from(s));
+            }
+        }
+    }
+    let home = std::env::var("HOME").ok()?;
+    let p = Path::new(&home).join(".pyenv");
+    p.is_dir().then_some(p)
+}
+
+/// Parses "pythonX.Y" (optionally with an ABI suffix like "m") into (X, Y).
+fn parse_python_name(name: &str) -> Option<(u32, u32)> {
+    let rest = name.strip_prefix("python")?;
+    let rest = rest.trim_end_matches(['m', 'd', 'u']);
+    let (maj, min) = rest.split_once('.')?;
+    Some((maj.parse().ok()?, min.parse().ok()?))
+}
+
+/// Every interpreter on this machine, sorted by version then label.
+pub fn interpreters() -> Vec<Interpreter> {
+    let mut found = Vec::new();
+    if let Some(root) = pyenv_root() {
+        if let Ok(entries) = std::fs::read_dir(root.join("versions")) {
+            for e in entries.flatten() {
+                let dir = e.path();
+                let vname = e.file_name().to_string_lossy().to_string();
+                let mut parts = vname.split('.');
+                let (Some(Ok(maj)), Some(Ok(min))) = (
+                    parts.next().map(str::parse::<u32>),
+                    parts.next().map(str::parse::<u32>),
+                ) else {
+                    continue;
+                };
+                let exe = dir.join("bin").join(format!("python{maj}.{min}"));
+                if exe.is_file() {
+                    found.push(Interpreter {
+                        label: format!("pyenv-{vname}"),
+                        path: exe,
+                        major: maj,
+                        minor: min,
+                    });
+                }
+            }
+        }
+    }
+    if let Ok(entries) = std::fs::read_dir("/usr/bin") {
+        for e in entries.flatten() {
+            let name = e.file_name().to_string_lossy().to_string();
+            let Some((maj, min)) = parse_python_name(&name) else {
+                continue;
+            };
+            // Skip "python3.11-config" and friends: only the interpreter itself.
+            if name != format!("python{maj}.{min}") {
+                continue;
+            }
+            let path = e.path();
+            if std::fs::symlink_metadata(&path)
+                .map(|m| m.file_type().is_symlink())
+                .unwrap_or(false)
+            {
+                continue;
+            }
+            found.push(Interpreter {
+                label: format!("system-{maj}.{min}"),
+                path,
+                major: maj,
+                minor: min,
+            });
+        }
+    }
+    found.sort_by(|a, b| (a.major, a.minor, &a.label).cmp(&(b.major, b.minor, &b.label)));
+    let min: usize = std::env::var("SCALENE_RS_MIN_PYTHONS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(1);
+    assert!(
+        found.len() >= min,
+        "found {} Python interpreters ({:?}), expected at least {min}: the test matrix must not shrink",
+        found.len(),
+        found.iter().map(|i| &i.label).collect::<Vec<_>>()
+    );
+    found
+}
+
+/// The repository root (where Cargo.toml is).
+pub fn repo_root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// Path of a file under `fixtures/`.
+pub fn fixture(name: &str) -> PathBuf {
+    repo_root().join("fixtures").join(name)
+}
