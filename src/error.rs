@@ -30,11 +30,7 @@ pub enum Error {
 
     /// We may not read the process. `fix` says which permission is missing and how to get it.
     #[error("permission denied reading process {pid} ({what}): {fix}")]
-    PermissionDenied {
-        pid: i32,
-        what: String,
-        fix: String,
-    },
+    PermissionDenied { pid: i32, what: String, fix: String },
 
     /// The process runs no CPython interpreter we can find.
     #[error("process {pid} ({exe}) is not a Python process: {why}")]
@@ -118,7 +114,9 @@ pub fn process_exists(pid: i32) -> bool {
     match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
         Ok(s) => {
             // The state is the first field after the parenthesised command name.
-            let state = s.rfind(')').and_then(|i| s[i + 1..].trim_start().chars().next());
+            let state = s
+                .rfind(')')
+                .and_then(|i| s[i + 1..].trim_start().chars().next());
             !matches!(state, Some('Z') | Some('X') | None)
         }
         Err(_) => false,

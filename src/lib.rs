@@ -5,9 +5,12 @@
 
 pub mod elf;
 pub mod error;
+pub mod profile;
 pub mod ptrace;
 pub mod python;
 pub mod python_bindings;
 pub mod report;
+pub mod sampler;
+pub mod session;
 
 pub use error::{Error, Result};

@@ -3,9 +3,12 @@
 
 use clap::{Parser, Subcommand};
 use scalene_rs::error::exit;
+use scalene_rs::profile::Profile;
 use scalene_rs::python::{self, LocateOptions, PythonProcess, SnapshotOptions, StackWalker};
-use scalene_rs::report;
-use std::io::Write;
+use scalene_rs::report::{self, Format, RenderOptions};
+use scalene_rs::sampler::{SamplerConfig, Stats};
+use scalene_rs::session;
+use std::io::{IsTerminal, Write};
 
 #[derive(Parser)]
 #[command(
@@ -22,8 +25,101 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
+    /// Start COMMAND (e.g. `python app.py`) and profile it until it exits.
+    Run(RunArgs),
+    /// Profile a running Python process until Ctrl-C, --duration, or its exit.
+    Attach(AttachArgs),
     /// Print every thread's Python stack in a running process, innermost frame first.
     Dump(DumpArgs),
+    /// Render a saved profile (.json) again, in any format.
+    View(ViewArgs),
+}
+
+/// Options shared by `run` and `attach`.
+#[derive(clap::Args, Clone)]
+struct RecordArgs {
+    /// Samples per second.
+    #[arg(long, default_value_t = 100.0, value_parser = parse_rate)]
+    rate: f64,
+    /// Count time threads spend off the CPU (sleeping, waiting) too; default: CPU time only.
+    #[arg(long)]
+    wall: bool,
+    /// Per-thread breakdown in the report.
+    #[arg(long)]
+    threads: bool,
+    /// Count only samples of the thread holding the GIL.
+    #[arg(long)]
+    gil: bool,
+    /// Never pause the target: read, validate and retry instead.
+    #[arg(long)]
+    nonblocking: bool,
+    /// Report stdlib and site-packages lines too (by default their time goes to the line of
+    /// your code that called them).
+    #[arg(long)]
+    profile_all: bool,
+    #[command(flatten)]
+    output: OutputArgs,
+}
+
+/// Where and how to write the report.
+#[derive(clap::Args, Clone)]
+struct OutputArgs {
+    /// Write the report to FILE; the format follows the extension (.json, .svg,
+    /// .speedscope.json, .collapsed/.txt, anything else: terminal text).
+    #[arg(short = 'o', long, value_name = "FILE")]
+    output: Option<std::path::PathBuf>,
+    /// Output format (overrides the extension).
+    #[arg(long, value_enum)]
+    format: Option<report::Format>,
+}
+
+#[derive(clap::Args)]
+struct RunArgs {
+    #[command(flatten)]
+    record: RecordArgs,
+    /// The command to run, after `--`.
+    #[arg(required = true, last = true, value_name = "COMMAND")]
+    command: Vec<String>,
+}
+
+#[derive(clap::Args)]
+struct AttachArgs {
+    /// The process to profile.
+    pid: i32,
+    /// Stop after this many seconds.
+    #[arg(long, value_name = "SECONDS", value_parser = parse_duration)]
+    duration: Option<std::time::Duration>,
+    #[command(flatten)]
+    record: RecordArgs,
+}
+
+#[derive(clap::Args)]
+struct ViewArgs {
+    /// A profile saved with `-o FILE.json`.
+    profile: std::path::PathBuf,
+    /// Per-thread breakdown in the report.
+    #[arg(long)]
+    threads: bool,
+    #[command(flatten)]
+    output: OutputArgs,
+}
+
+fn parse_rate(s: &str) -> Result<f64, String> {
+    let r: f64 = s.parse().map_err(|_| format!("not a number: {s:?}"))?;
+    if !(0.1..=100_000.0).contains(&r) {
+        return Err("the rate must be between 0.1 and 100000 Hz".into());
+    }
+    Ok(r)
+}
+
+fn parse_duration(s: &str) -> Result<std::time::Duration, String> {
+    let secs: f64 = s
+        .parse()
+        .map_err(|_| format!("not a number of seconds: {s:?}"))?;
+    if !(secs > 0.0 && secs.is_finite()) {
+        return Err("the duration must be a positive number of seconds".into());
+    }
+    Ok(std::time::Duration::from_secs_f64(secs))
 }
 
 #[derive(clap::Args)]
@@ -50,8 +146,10 @@ fn parse_major_minor(s: &str) -> Result<(u32, u32), String> {
         .split_once('.')
         .ok_or_else(|| format!("expected X.Y, got {s:?}"))?;
     Ok((
-        a.parse().map_err(|_| format!("bad major version in {s:?}"))?,
-        b.parse().map_err(|_| format!("bad minor version in {s:?}"))?,
+        a.parse()
+            .map_err(|_| format!("bad major version in {s:?}"))?,
+        b.parse()
+            .map_err(|_| format!("bad minor version in {s:?}"))?,
     ))
 }
 
@@ -90,10 +188,7 @@ fn dump(cfg: DumpConfig) -> Result<(), scalene_rs::Error> {
     walker.max_depth = cfg.max_depth;
     let snap = python::take_snapshot(&proc, &mut walker, &cfg.snapshot)?;
     let text = if cfg.json {
-        let mut s = serde_json::to_string_pretty(&report::dump::to_json(&snap))
-            .expect("JSON of a snapshot");
-        s.push('\n');
-        s
+        report::dump::to_json_string(&snap)
     } else {
         report::dump::to_text(&snap)
     };
@@ -102,17 +197,178 @@ fn dump(cfg: DumpConfig) -> Result<(), scalene_rs::Error> {
     Ok(())
 }
 
+impl RecordArgs {
+    fn sampler(&self) -> SamplerConfig {
+        SamplerConfig {
+            rate_hz: self.rate,
+            wall: self.wall,
+            gil_only: self.gil,
+            nonblocking: self.nonblocking,
+            profile_all: self.profile_all,
+        }
+    }
+}
+
+/// The live one-line status on stderr while recording (only on a terminal).
+fn status_line(enabled: bool) -> impl FnMut(&Stats) {
+    move |s: &Stats| {
+        if enabled {
+            let mut err = std::io::stderr().lock();
+            let _ = write!(
+                err,
+                "\r\x1b[K[scalene-rs] {:.1}s  {} samples  {} missed  {} errors",
+                s.elapsed.as_secs_f64(),
+                s.samples,
+                s.missed,
+                s.errors
+            );
+            let _ = err.flush();
+        }
+    }
+}
+
+fn clear_status(enabled: bool) {
+    if enabled {
+        eprint!("\r\x1b[K");
+    }
+}
+
+/// Writes the report: to `-o FILE` in the format its extension (or --format) names, else
+/// as terminal text to stderr (stdout belongs to the profiled program).
+fn emit(profile: &Profile, out: &OutputArgs, threads: bool) -> anyhow::Result<()> {
+    let format = out
+        .format
+        .or_else(|| out.output.as_deref().map(Format::from_path))
+        .unwrap_or(Format::Terminal);
+    let to_tty = out.output.is_none() && std::io::stderr().is_terminal();
+    let opts = RenderOptions {
+        color: to_tty && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty()),
+        width: terminal_width(),
+        threads,
+    };
+    let bytes = report::render(profile, format, &opts)?;
+    match &out.output {
+        Some(path) => {
+            std::fs::write(path, &bytes)
+                .map_err(|e| anyhow::anyhow!("writing {}: {e}", path.display()))?;
+            eprintln!("scalene-rs: wrote {} ({format})", path.display());
+        }
+        None => {
+            let _ = std::io::stderr().lock().write_all(&bytes);
+        }
+    }
+    Ok(())
+}
+
+fn terminal_width() -> usize {
+    std::env::var("COLUMNS")
+        .ok()
+        .and_then(|c| c.parse().ok())
+        .filter(|&w: &usize| w >= 40)
+        .unwrap_or(100)
+}
+
+fn loss_summary(s: &Stats) {
+    if s.missed > 0 {
+        eprintln!(
+            "scalene-rs: {} samples missed (the profiler fell behind the requested rate)",
+            s.missed
+        );
+    }
+    if s.errors > 0 {
+        eprintln!("scalene-rs: {} thread samples lost:", s.errors);
+        for (why, n) in &s.error_kinds {
+            eprintln!("  {n:>6} × {why}");
+        }
+    }
+}
+
+fn run(args: RunArgs) -> anyhow::Result<i32> {
+    let cfg = session::RunConfig {
+        command: args.command.clone(),
+        sampler: args.record.sampler(),
+    };
+    let live = std::io::stderr().is_terminal();
+    let outcome = session::run(&cfg, &mut status_line(live))?;
+    clear_status(live);
+    match &outcome.profile {
+        Some(p) => {
+            loss_summary(&outcome.stats);
+            emit(p, &args.record.output, args.record.threads)?;
+        }
+        None => eprintln!(
+            "scalene-rs: {}",
+            outcome.note.as_deref().unwrap_or("no profile was recorded")
+        ),
+    }
+    Ok(session::exit_code(&outcome.status))
+}
+
+fn attach(args: AttachArgs) -> Result<(), scalene_rs::Error> {
+    let cfg = session::AttachConfig {
+        pid: args.pid,
+        duration: args.duration,
+        sampler: args.record.sampler(),
+        locate: LocateOptions::default(),
+    };
+    let live = std::io::stderr().is_terminal();
+    if live {
+        eprintln!("scalene-rs: profiling process {}; Ctrl-C to stop", args.pid);
+    }
+    let (profile, stats) = session::attach(&cfg, &mut status_line(live))?;
+    clear_status(live);
+    loss_summary(&stats);
+    if let Err(e) = emit(&profile, &args.record.output, args.record.threads) {
+        eprintln!("error: {e}");
+        std::process::exit(exit::OTHER);
+    }
+    Ok(())
+}
+
+fn view(args: ViewArgs) -> anyhow::Result<()> {
+    let text = std::fs::read_to_string(&args.profile)
+        .map_err(|e| anyhow::anyhow!("reading {}: {e}", args.profile.display()))?;
+    let profile = report::profile_json::from_json(&text)
+        .map_err(|e| anyhow::anyhow!("{}: {e}", args.profile.display()))?;
+    emit(&profile, &args.output, args.threads)
+}
+
+/// Prints an error from the anyhow layer and exits with the library error's code if any.
+fn fail(e: anyhow::Error) -> ! {
+    let code = e
+        .downcast_ref::<scalene_rs::Error>()
+        .map(|e| e.exit_code())
+        .unwrap_or(exit::OTHER);
+    eprintln!("error: {}", e.to_string().replace('\n', " "));
+    std::process::exit(code)
+}
+
 fn main() {
     let cli = match Cli::try_parse() {
         Ok(c) => c,
         Err(e) => {
-            let code = if e.use_stderr() { exit::USAGE } else { exit::OK };
+            let code = if e.use_stderr() {
+                exit::USAGE
+            } else {
+                exit::OK
+            };
             let _ = e.print();
             std::process::exit(code);
         }
     };
     let result = match cli.command {
         Command::Dump(args) => dump(args.into()),
+        Command::Attach(args) => attach(args),
+        Command::Run(args) => match run(args) {
+            Ok(code) => std::process::exit(code),
+            Err(e) => fail(e),
+        },
+        Command::View(args) => {
+            if let Err(e) = view(args) {
+                fail(e);
+            }
+            Ok(())
+        }
     };
     if let Err(e) = result {
         // One line: newlines inside a message would break scripts that read stderr.

@@ -39,6 +39,10 @@ const PAGE_MASK: u64 = !0xfff;
 
 /// Symbols we look for: keeping only these saves memory on large libraries.
 fn wanted(name: &str) -> bool {
+    // `version.0` (or `version.1234` from older compilers): Py_GetVersion's static buffer.
+    if let Some(suffix) = name.strip_prefix("version.") {
+        return suffix.bytes().all(|b| b.is_ascii_digit());
+    }
     matches!(
         name,
         "_PyRuntime"
@@ -120,6 +124,17 @@ impl ElfFile {
             first_load_offset: first.p_offset & PAGE_MASK,
             rodata,
         })
+    }
+
+    /// SVMA of the first symbol whose name starts with `prefix`.
+    pub fn symbol_with_prefix(&self, prefix: &str) -> Option<u64> {
+        let mut names: Vec<&String> = self
+            .symbols
+            .keys()
+            .filter(|n| n.starts_with(prefix))
+            .collect();
+        names.sort();
+        names.first().map(|n| self.symbols[*n].0)
     }
 
     /// SVMA of a symbol.

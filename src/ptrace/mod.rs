@@ -233,7 +233,10 @@ mod tests {
             base: 0x1000,
             bytes: (0u8..16).collect(),
         };
-        assert_eq!(m.read_u32(0x1004).unwrap(), u32::from_le_bytes([4, 5, 6, 7]));
+        assert_eq!(
+            m.read_u32(0x1004).unwrap(),
+            u32::from_le_bytes([4, 5, 6, 7])
+        );
         assert!(m.read_u64(0x100c).is_err());
         assert!(m.read_u64(0xfff).is_err());
     }

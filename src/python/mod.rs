@@ -15,7 +15,7 @@ pub mod version;
 use crate::error::{Error, Result};
 use crate::ptrace::{self, pause::PausedThreads, ProcessMemory};
 pub use process::{LocateOptions, PythonProcess};
-pub use stack::{Frame, StackWalker};
+pub use stack::{Frame, StackWalker, Walk};
 use std::collections::HashMap;
 
 /// How to read.
@@ -25,6 +25,8 @@ pub struct SnapshotOptions {
     pub nonblocking: bool,
     /// Tries per thread when a stack changes while being read (nonblocking only).
     pub retries: usize,
+    /// Read each thread's OS name from /proc (costs a file read per thread).
+    pub thread_names: bool,
 }
 
 impl Default for SnapshotOptions {
@@ -32,6 +34,7 @@ impl Default for SnapshotOptions {
         SnapshotOptions {
             nonblocking: false,
             retries: 5,
+            thread_names: true,
         }
     }
 }
@@ -48,6 +51,10 @@ pub struct ThreadSnapshot {
     pub holds_gil: bool,
     /// Not running on a CPU and not holding the GIL.
     pub idle: bool,
+    /// The innermost Python frame is inside a call (its current instruction is a CALL of
+    /// some form): the thread runs native code or blocks in a C function on behalf of that
+    /// line. None when unknown (no opcode table for this version, or no frame).
+    pub in_native: Option<bool>,
     /// Innermost first.
     pub frames: Vec<Frame>,
     /// The stack was deeper than the limit and was cut.
@@ -76,19 +83,38 @@ pub fn take_snapshot(
     walker: &mut StackWalker,
     opts: &SnapshotOptions,
 ) -> Result<Snapshot> {
+    take_snapshot_with_states(proc, walker, opts, None)
+}
+
+/// Like [`take_snapshot`], with the threads' scheduler states already read by the caller
+/// (the sampler reads them together with CPU times).
+pub fn take_snapshot_with_states(
+    proc: &PythonProcess,
+    walker: &mut StackWalker,
+    opts: &SnapshotOptions,
+    known_states: Option<&HashMap<i32, char>>,
+) -> Result<Snapshot> {
     let pid = proc.pid;
     // Scheduler states first: pausing turns every thread into 't'.
     let tids = ptrace::threads(pid)?;
-    let states: HashMap<i32, char> = tids
-        .iter()
-        .filter_map(|&t| Some((t, ptrace::thread_state(pid, t)?)))
-        .collect();
+    let states: HashMap<i32, char> = match known_states {
+        Some(s) => s.clone(),
+        None => tids
+            .iter()
+            .filter_map(|&t| Some((t, ptrace::thread_state(pid, t)?)))
+            .collect(),
+    };
 
+    let opcodes = crate::python_bindings::opcodes(proc.version.major, proc.version.minor);
     let threads = if opts.nonblocking {
-        read_nonblocking(proc, walker, opts)?
+        let mut t = read_nonblocking(proc, walker, opts)?;
+        tag_native(&proc.mem, opcodes, &mut t);
+        t
     } else {
         let _paused = PausedThreads::pause(pid)?;
-        read_all(proc, walker)?
+        let mut t = read_all(proc, walker)?;
+        tag_native(&proc.mem, opcodes, &mut t);
+        t
         // `_paused` drops here: every thread runs again before we do anything else.
     };
 
@@ -99,7 +125,7 @@ pub fn take_snapshot(
     };
     let threads = threads
         .into_iter()
-        .map(|(raw, frames)| {
+        .map(|(raw, frames, in_native)| {
             let native_id = raw
                 .native_id
                 .or_else(|| pthread_map.get(&raw.thread_id).copied());
@@ -108,15 +134,18 @@ pub fn take_snapshot(
                 .map(|&s| s == 'R')
                 .unwrap_or(false);
             let (frames, truncated, error) = match frames {
-                Ok((f, t)) => (f, t, None),
+                Ok(w) => (w.frames, w.truncated, None),
                 Err(e) => (Vec::new(), false, Some(e)),
             };
             ThreadSnapshot {
                 thread_id: raw.thread_id,
                 native_id,
-                name: native_id.and_then(|t| ptrace::thread_name(pid, t)),
+                name: native_id
+                    .filter(|_| opts.thread_names)
+                    .and_then(|t| ptrace::thread_name(pid, t)),
                 holds_gil: raw.holds_gil,
                 idle: !running && !raw.holds_gil,
+                in_native,
                 frames,
                 truncated,
                 error,
@@ -134,7 +163,28 @@ pub fn take_snapshot(
     })
 }
 
-type ThreadResult = (stack::RawThread, std::result::Result<(Vec<Frame>, bool), String>);
+type ThreadResult = (
+    stack::RawThread,
+    std::result::Result<stack::Walk, String>,
+    Option<bool>,
+);
+
+/// Reads the opcode at each thread's innermost instruction and tags CALLs as native.
+fn tag_native(
+    mem: &dyn ProcessMemory,
+    opcodes: Option<&crate::python_bindings::opcodes::Opcodes>,
+    threads: &mut [ThreadResult],
+) {
+    let Some(ops) = opcodes else { return };
+    for (_, walk, tag) in threads.iter_mut() {
+        let Ok(w) = walk else { continue };
+        let Some(addr) = w.top_instr else { continue };
+        let mut op = [0u8; 1];
+        if mem.read(addr, &mut op).is_ok() {
+            *tag = Some(ops.calls.contains(&op[0]));
+        }
+    }
+}
 
 fn gil_current(proc: &PythonProcess) -> Result<Option<u64>> {
     let l = &proc.layout;
@@ -166,12 +216,12 @@ fn read_all(proc: &PythonProcess, walker: &mut StackWalker) -> Result<Vec<Thread
     let raw = walker.threads(&proc.mem, head, gil_current(proc)?)?;
     let mut out = Vec::with_capacity(raw.len());
     for t in raw {
-        let frames = match walker.frames(&proc.mem, t.top_frame) {
-            Ok(f) => Ok(f),
+        let walk = match walker.walk(&proc.mem, t.top_frame) {
+            Ok(w) => Ok(w),
             Err(e) if e.is_process_gone() => return Err(e),
             Err(e) => Err(e.to_string()),
         };
-        out.push((t, frames));
+        out.push((t, walk, None));
     }
     Ok(out)
 }
@@ -215,10 +265,10 @@ fn read_nonblocking(
                     }
                 }
             }
-            match walker.frames(&proc.mem, t.top_frame) {
-                Ok(f) => match walker.current_top_frame(&proc.mem, t.tstate) {
+            match walker.walk(&proc.mem, t.top_frame) {
+                Ok(w) => match walker.current_top_frame(&proc.mem, t.tstate) {
                     Ok(now) if now == t.top_frame => {
-                        result = Ok(f);
+                        result = Ok(w);
                         break;
                     }
                     Ok(_) => {
@@ -239,7 +289,7 @@ fn read_nonblocking(
                 }
             }
         }
-        out.push((t, result));
+        out.push((t, result, None));
     }
     Ok(out)
 }
@@ -259,7 +309,7 @@ fn pthread_to_tid(
     threads: &[ThreadResult],
 ) -> HashMap<u64, i32> {
     let mut blocks = Vec::new();
-    for (t, _) in threads {
+    for (t, _, _) in threads {
         if t.thread_id == 0 {
             continue;
         }

@@ -215,10 +215,14 @@ fn detect_version(
             });
     }
     if let Some(v) = Version::from_file_name(base) {
-        // Complete the micro version from the string the binary carries, when unambiguous.
+        // Complete the micro version from Py_GetVersion's buffer (filled at start-up with
+        // sys.version), else from a string the binary carries, when unambiguous.
+        let from_buffer =
+            version_buffer(mem, elf, avma).filter(|b| (b.major, b.minor) == (v.major, v.minor));
         let strings = elf.version_strings(Some((v.major, v.minor)));
-        let v = match strings.as_slice() {
-            [one] => Version::parse(one).unwrap_or(v),
+        let v = match (from_buffer, strings.as_slice()) {
+            (Some(b), _) => b,
+            (None, [one]) => Version::parse(one).unwrap_or(v),
             _ => v,
         };
         return Ok((v, VersionSource::FileName));
@@ -243,6 +247,23 @@ fn detect_version(
             ),
         }),
     }
+}
+
+/// The version at the start of `Py_GetVersion`'s static buffer ("3.8.18 (default, ...").
+fn version_buffer(
+    mem: &RemoteMemory,
+    elf: &ElfFile,
+    avma: &dyn Fn(&str) -> Option<u64>,
+) -> Option<Version> {
+    let svma = elf.symbol_with_prefix("version.")?;
+    let bias = avma("PyCode_Type")?.wrapping_sub(elf.symbol("PyCode_Type")?);
+    let bytes = mem.read_vec(svma.wrapping_add(bias), 32).ok()?;
+    let text: String = bytes
+        .iter()
+        .take_while(|b| b.is_ascii_graphic())
+        .map(|&b| b as char)
+        .collect();
+    Version::parse(&text)
 }
 
 /// Bytes of `_PyRuntime` read for `_Py_DebugOffsets` (the struct is well under this).

@@ -20,7 +20,9 @@ use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 /// One Python frame.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[derive(
+    Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
+)]
 pub struct Frame {
     /// Qualified name on 3.11+ (`Class.method`, `outer.<locals>.inner`), `co_name` before.
     pub function: String,
@@ -47,6 +49,18 @@ pub struct RawThread {
     pub holds_gil: bool,
 }
 
+/// The result of walking one thread's frames.
+#[derive(Debug, Clone, Default)]
+pub struct Walk {
+    /// Innermost first.
+    pub frames: Vec<Frame>,
+    /// The stack was deeper than `max_depth` and was cut.
+    pub truncated: bool,
+    /// AVMA of the first byte (the opcode) of the innermost Python frame's current
+    /// instruction, when known.
+    pub top_instr: Option<u64>,
+}
+
 /// Decoded facts about one code object.
 #[derive(Debug)]
 pub struct CodeInfo {
@@ -54,8 +68,11 @@ pub struct CodeInfo {
     pub filename: String,
     pub firstlineno: u32,
     pub table: LineTable,
-    /// AVMA of the bytecode (3.11+), for instruction-pointer arithmetic.
+    /// AVMA of the first bytecode byte (3.11+: `co_code_adaptive`; ≤3.10: the payload of
+    /// `co_code`); 0 when unknown.
     pub bytecode: u64,
+    /// Length of the bytecode in bytes (≤3.10; `u32::MAX` when not known up front).
+    pub bytecode_len: u32,
     /// 3.11/3.12: `_co_firsttraceable` in code units.
     pub firsttraceable: Option<u32>,
     /// Pointer fields this was decoded from: a changed fingerprint means a new object.
@@ -208,13 +225,23 @@ impl StackWalker {
 
     /// The frames of one thread, innermost first, and whether the stack was truncated.
     pub fn frames(&mut self, mem: &dyn ProcessMemory, top: u64) -> Result<(Vec<Frame>, bool)> {
+        self.walk(mem, top).map(|w| (w.frames, w.truncated))
+    }
+
+    /// Walks one thread's frames from its innermost frame `top`.
+    pub fn walk(&mut self, mem: &dyn ProcessMemory, top: u64) -> Result<Walk> {
         let f = self.layout.frame;
         let mut frames = Vec::new();
+        let mut top_instr = None;
         let mut seen = HashSet::new();
         let mut addr = top;
         while addr != 0 {
             if frames.len() >= self.max_depth {
-                return Ok((frames, true));
+                return Ok(Walk {
+                    frames,
+                    truncated: true,
+                    top_instr,
+                });
             }
             if !seen.insert(addr) {
                 return Err(torn(addr, "the frame chain loops"));
@@ -239,6 +266,9 @@ impl StackWalker {
                         } else {
                             lasti as u32
                         };
+                        if frames.is_empty() && code.bytecode != 0 && off < code.bytecode_len {
+                            top_instr = Some(code.bytecode + off as u64);
+                        }
                         code.table.line_at(off)
                     };
                     frames.push(Frame {
@@ -252,7 +282,12 @@ impl StackWalker {
                     // 3.12+: frames owned by the C stack (shim / entry frames) are not Python.
                     let not_python = self.layout.version >= (3, 12) && owner.unwrap_or(0) >= 3;
                     if !not_python && code_addr != 0 {
-                        if let Some(frame) = self.interpreter_frame(mem, &buf, code_addr, owner)? {
+                        if let Some((frame, instr)) =
+                            self.interpreter_frame(mem, &buf, code_addr, owner)?
+                        {
+                            if frames.is_empty() {
+                                top_instr = instr;
+                            }
                             frames.push(frame);
                         }
                     }
@@ -260,7 +295,11 @@ impl StackWalker {
             }
             addr = back;
         }
-        Ok((frames, false))
+        Ok(Walk {
+            frames,
+            truncated: false,
+            top_instr,
+        })
     }
 
     /// One `_PyInterpreterFrame` (3.11+); None for frames CPython itself hides
@@ -271,55 +310,61 @@ impl StackWalker {
         buf: &[u8],
         code_addr: u64,
         owner: Option<u8>,
-    ) -> Result<Option<Frame>> {
+    ) -> Result<Option<(Frame, Option<u64>)>> {
         // 3.13+ `f_executable` may hold a non-code object for some internal frames.
-        if self.types.code != 0 {
-            let ty = mem.read_u64(code_addr + self.layout.string.ob_type as u64)?;
-            if ty != self.types.code {
-                return if self.layout.version >= (3, 13) {
-                    Ok(None)
-                } else {
-                    Err(torn(code_addr, "a frame's code is not a code object"))
-                };
-            }
-        }
-        let code = self.code(mem, code_addr)?;
+        let Some(code) = self.code_or_none(mem, code_addr)? else {
+            return if self.layout.version >= (3, 13) {
+                Ok(None)
+            } else {
+                Err(torn(code_addr, "a frame's code is not a code object"))
+            };
+        };
         let instr = field_u64(buf, self.layout.frame.lasti);
         // Incomplete frames (3.11/3.12): still before the first traceable instruction.
         const FRAME_OWNED_BY_GENERATOR: u8 = 1;
         if let Some(first) = code.firsttraceable {
-            if owner != Some(FRAME_OWNED_BY_GENERATOR)
-                && instr < code.bytecode + first as u64 * 2
-            {
+            if owner != Some(FRAME_OWNED_BY_GENERATOR) && instr < code.bytecode + first as u64 * 2 {
                 return Ok(None);
             }
         }
-        let line = if instr < code.bytecode {
-            Some(code.firstlineno)
+        let (line, at) = if instr < code.bytecode {
+            (Some(code.firstlineno), None)
         } else {
             let off = instr - code.bytecode;
             if off > u32::MAX as u64 {
                 return Err(torn(instr, "instruction pointer far outside its code"));
             }
-            code.table.line_at(off as u32)
+            (code.table.line_at(off as u32), Some(instr))
         };
-        Ok(Some(Frame {
-            function: code.function.clone(),
-            filename: code.filename.clone(),
-            line,
-        }))
+        Ok(Some((
+            Frame {
+                function: code.function.clone(),
+                filename: code.filename.clone(),
+                line,
+            },
+            at,
+        )))
     }
 
     /// Decoded code object at `addr`, from the cache when its fingerprint still matches.
     pub fn code(&mut self, mem: &dyn ProcessMemory, addr: u64) -> Result<Arc<CodeInfo>> {
+        self.code_or_none(mem, addr)?
+            .ok_or_else(|| torn(addr, "not a code object"))
+    }
+
+    /// Like [`StackWalker::code`], but `None` when the object's type is not `code`.
+    fn code_or_none(
+        &mut self,
+        mem: &dyn ProcessMemory,
+        addr: u64,
+    ) -> Result<Option<Arc<CodeInfo>>> {
         if addr == 0 {
             return Err(torn(addr, "NULL code object"));
         }
         let c = self.layout.code;
         let buf = mem.read_vec(addr, c.size)?;
-        if self.types.code != 0 && field_u64(&buf, self.layout.string.ob_type) != self.types.code
-        {
-            return Err(torn(addr, "not a code object"));
+        if self.types.code != 0 && field_u64(&buf, self.layout.string.ob_type) != self.types.code {
+            return Ok(None);
         }
         let name_ptr = c
             .qualname
@@ -334,13 +379,27 @@ impl StackWalker {
         ];
         if let Some(hit) = self.code_cache.get(&addr) {
             if hit.fingerprint == fingerprint {
-                return Ok(hit.clone());
+                return Ok(Some(hit.clone()));
             }
         }
         let s = &self.layout.string;
         let function = strings::read_text(mem, s, &self.types, fingerprint[0])?;
         let filename = strings::read_text(mem, s, &self.types, fingerprint[1])?;
         let table_bytes = strings::read_bytes(mem, s, &self.types, fingerprint[2])?;
+        // ≤3.10: the bytecode is a separate bytes object; note where its payload starts.
+        let (bytecode, bytecode_len) = match (c.code_adaptive, c.co_code) {
+            (Some(o), _) => (addr + o as u64, u32::MAX),
+            (None, Some(o)) => {
+                let obj = field_u64(&buf, o);
+                match (obj != 0).then(|| mem.read_u64(obj + s.bytes_size as u64)) {
+                    Some(Ok(len)) if len <= strings::MAX_BYTES => {
+                        (obj + s.bytes_sval as u64, len as u32)
+                    }
+                    _ => (0, 0),
+                }
+            }
+            (None, None) => (0, 0),
+        };
         let firstlineno = fingerprint[3] as u32;
         if firstlineno as i32 <= 0 {
             return Err(torn(addr, "code object with a non-positive first line"));
@@ -350,7 +409,8 @@ impl StackWalker {
             function,
             filename,
             firstlineno,
-            bytecode: c.code_adaptive.map(|o| addr + o as u64).unwrap_or(0),
+            bytecode,
+            bytecode_len,
             firsttraceable: c.firsttraceable.map(|o| field_u32(&buf, o)),
             fingerprint,
         });
@@ -358,6 +418,6 @@ impl StackWalker {
             self.code_cache.clear();
         }
         self.code_cache.insert(addr, info.clone());
-        Ok(info)
+        Ok(Some(info))
     }
 }

@@ -73,13 +73,17 @@ fn read_unicode(
     types: &TypeAddrs,
     addr: u64,
 ) -> Result<String> {
-    let header = mem.read_vec(addr, layout.compact_size.max(layout.unicode_data_any + 8))?;
+    // Only the PyASCIIObject header: a short compact string may end right after it.
+    let header = mem.read_vec(addr, layout.ascii_size)?;
     if types.unicode != 0 && field_u64(&header, layout.ob_type) != types.unicode {
         return Err(bad(addr, format!("object at {addr:#x} is not a str")));
     }
     let length = field_u64(&header, layout.unicode_length);
     if length > MAX_STRING_CHARS {
-        return Err(bad(addr, format!("string of {length} characters is too long")));
+        return Err(bad(
+            addr,
+            format!("string of {length} characters is too long"),
+        ));
     }
     let state = field_u32(&header, layout.unicode_state);
     let kind = (state >> layout.state_kind_shift) & 7;
@@ -100,7 +104,7 @@ fn read_unicode(
             layout.compact_size as u64
         }
     } else {
-        field_u64(&header, layout.unicode_data_any)
+        mem.read_u64(addr + layout.unicode_data_any as u64)?
     };
     let raw = mem.read_vec(data, (length * width) as usize)?;
     Ok(match width {
@@ -135,7 +139,10 @@ pub fn read_bytes(
     check_type(mem, layout, addr, types.bytes, "bytes object")?;
     let size = mem.read_u64(addr + layout.bytes_size as u64)?;
     if size > MAX_BYTES {
-        return Err(bad(addr, format!("bytes object of {size} bytes is too large")));
+        return Err(bad(
+            addr,
+            format!("bytes object of {size} bytes is too large"),
+        ));
     }
     mem.read_vec(addr + layout.bytes_sval as u64, size as usize)
 }
@@ -210,7 +217,10 @@ mod tests {
         };
         assert!(read_text(&mem, &layout(), &types, 0x1000).is_err());
         bytes[16..24].copy_from_slice(&u64::MAX.to_le_bytes());
-        let mem = BufferMemory { base: 0x1000, bytes };
+        let mem = BufferMemory {
+            base: 0x1000,
+            bytes,
+        };
         assert!(read_text(&mem, &layout(), &TypeAddrs::default(), 0x1000).is_err());
     }
 }

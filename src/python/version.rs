@@ -173,10 +173,7 @@ mod tests {
 
     #[test]
     fn decodes_hex() {
-        assert_eq!(
-            Version::from_hex(0x030c01f0).unwrap().to_string(),
-            "3.12.1"
-        );
+        assert_eq!(Version::from_hex(0x030c01f0).unwrap().to_string(), "3.12.1");
         assert_eq!(
             Version::from_hex(0x030d00c1).unwrap().to_string(),
             "3.13.0rc1"

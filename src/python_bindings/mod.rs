@@ -10,6 +10,7 @@
 //! Must not: read process memory (that is `crate::python`'s job) or know about output.
 
 pub mod debug_offsets;
+pub mod opcodes;
 
 mod v2_7;
 mod v3_10;
@@ -70,7 +71,7 @@ pub struct RuntimeLayout {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct InterpLayout {
     pub next: usize,
-    /// `tstate_head` (≤3.11) or `threads.head` (3.12+).
+    /// `tstate_head` (≤3.10) or `threads.head` (3.11+).
     pub tstate_head: usize,
     /// 3.12+: offset of `ceval.gil`, a pointer to the interpreter's `_gil_runtime_state`.
     pub ceval_gil: Option<usize>,
@@ -92,7 +93,7 @@ pub struct ThreadLayout {
     pub cframe_current_frame: Option<usize>,
     /// `thread_id` (the `pthread_t` of the thread, as an unsigned long).
     pub thread_id: usize,
-    /// 3.8+: `native_thread_id` (the kernel tid).
+    /// 3.11+: `native_thread_id` (the kernel tid).
     pub native_thread_id: Option<usize>,
 }
 
@@ -124,6 +125,8 @@ pub struct CodeLayout {
     /// `co_lnotab` (≤3.9) or `co_linetable` (3.10+): a bytes object.
     pub linetable: usize,
     pub linetable_format: LineTableFormat,
+    /// ≤3.10: offset of `co_code` (a bytes object holding the bytecode).
+    pub co_code: Option<usize>,
     /// 3.11+: offset of the inline bytecode `co_code_adaptive`.
     pub code_adaptive: Option<usize>,
     /// 3.11/3.12: `_co_firsttraceable` (an int); frames before it are "incomplete".
@@ -190,6 +193,13 @@ pub fn generated(major: u32, minor: u32) -> Option<&'static Layout> {
         .iter()
         .copied()
         .find(|l| l.version == (major, minor))
+}
+
+/// The opcode table of `major.minor`, if we have one.
+pub fn opcodes(major: u32, minor: u32) -> Option<&'static opcodes::Opcodes> {
+    opcodes::OPCODES
+        .iter()
+        .find(|o| o.version == (major, minor))
 }
 
 /// Minor versions with a generated table, as "2.7, 3.6, ..." for messages.

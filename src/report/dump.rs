@@ -8,13 +8,32 @@ use std::fmt::Write;
 /// JSON schema version of `dump --json` output (documented in docs/dump-json.md).
 pub const DUMP_SCHEMA_VERSION: u32 = 1;
 
-/// `dump --json`: the snapshot plus a schema version.
+/// `dump --json`: the schema version, then the snapshot's fields in their declared order.
+#[derive(serde::Serialize)]
+struct DumpJson<'a> {
+    schema_version: u32,
+    #[serde(flatten)]
+    snapshot: &'a Snapshot,
+}
+
+/// `dump --json` as a JSON value.
 pub fn to_json(s: &Snapshot) -> serde_json::Value {
-    let mut v = serde_json::to_value(s).expect("a snapshot always serializes");
-    if let Some(obj) = v.as_object_mut() {
-        obj.insert("schema_version".into(), DUMP_SCHEMA_VERSION.into());
+    serde_json::to_value(json_view(s)).expect("a snapshot always serializes")
+}
+
+/// `dump --json` as pretty text, fields in a stable, documented order.
+pub fn to_json_string(s: &Snapshot) -> String {
+    let mut text =
+        serde_json::to_string_pretty(&json_view(s)).expect("a snapshot always serializes");
+    text.push('\n');
+    text
+}
+
+fn json_view(s: &Snapshot) -> DumpJson<'_> {
+    DumpJson {
+        schema_version: DUMP_SCHEMA_VERSION,
+        snapshot: s,
     }
-    v
 }
 
 /// The human backtrace.
@@ -38,6 +57,9 @@ pub fn to_text(s: &Snapshot) -> String {
         out.push('\n');
         let mut state = Vec::new();
         state.push(if t.idle { "idle" } else { "active" });
+        if t.in_native == Some(true) {
+            state.push("in native code");
+        }
         if t.holds_gil {
             state.push("holds the GIL");
         }
@@ -63,10 +85,7 @@ pub fn to_text(s: &Snapshot) -> String {
             let _ = writeln!(out, "    <no Python frames>");
         }
         for (i, f) in t.frames.iter().enumerate() {
-            let line = f
-                .line
-                .map(|l| l.to_string())
-                .unwrap_or_else(|| "?".into());
+            let line = f.line.map(|l| l.to_string()).unwrap_or_else(|| "?".into());
             let _ = writeln!(out, "    #{i:<3} {} ({}:{line})", f.function, f.filename);
         }
         if t.truncated {
@@ -99,6 +118,7 @@ mod tests {
                 name: Some("python3.12".into()),
                 holds_gil: true,
                 idle: false,
+                in_native: Some(false),
                 frames: vec![
                     Frame {
                         function: "inner".into(),
@@ -145,7 +165,14 @@ mod tests {
             assert!(v.get(key).is_some(), "{key}");
         }
         let t = &v["threads"][0];
-        for key in ["thread_id", "native_id", "name", "holds_gil", "idle", "frames"] {
+        for key in [
+            "thread_id",
+            "native_id",
+            "name",
+            "holds_gil",
+            "idle",
+            "frames",
+        ] {
             assert!(t.get(key).is_some(), "{key}");
         }
         assert_eq!(t["frames"][0]["line"], 3);

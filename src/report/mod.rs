@@ -2,4 +2,114 @@
 //!
 //! Must not: read process memory or sample; data flows in only.
 
+pub mod collapsed;
 pub mod dump;
+pub mod flamegraph;
+pub mod profile_json;
+pub mod speedscope;
+pub mod terminal;
+
+use crate::profile::Profile;
+use std::fmt;
+use std::path::Path;
+
+/// An output format of a profile.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Format {
+    /// Scalene-style line table for a terminal.
+    Terminal,
+    /// The profile itself (docs/profile-json.md); `scalene-rs view` reads it back.
+    Json,
+    /// Flame-graph SVG.
+    Flamegraph,
+    /// speedscope's JSON file format.
+    Speedscope,
+    /// Brendan Gregg's collapsed stacks.
+    Collapsed,
+}
+
+impl Format {
+    /// The format a file name asks for.
+    pub fn from_path(p: &Path) -> Format {
+        let name = p
+            .file_name()
+            .map(|n| n.to_string_lossy().to_lowercase())
+            .unwrap_or_default();
+        if name.ends_with(".speedscope.json") {
+            Format::Speedscope
+        } else if name.ends_with(".json") {
+            Format::Json
+        } else if name.ends_with(".svg") {
+            Format::Flamegraph
+        } else if name.ends_with(".collapsed") || name.ends_with(".txt") {
+            Format::Collapsed
+        } else {
+            Format::Terminal
+        }
+    }
+}
+
+impl fmt::Display for Format {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Format::Terminal => "terminal report",
+            Format::Json => "profile JSON",
+            Format::Flamegraph => "flame graph SVG",
+            Format::Speedscope => "speedscope JSON",
+            Format::Collapsed => "collapsed stacks",
+        })
+    }
+}
+
+/// How to render.
+#[derive(Debug, Clone)]
+pub struct RenderOptions {
+    /// ANSI colours (terminal format only).
+    pub color: bool,
+    /// Terminal width in columns.
+    pub width: usize,
+    /// Per-thread breakdown (terminal format).
+    pub threads: bool,
+}
+
+/// Renders `profile` in `format`.
+pub fn render(profile: &Profile, format: Format, opts: &RenderOptions) -> anyhow::Result<Vec<u8>> {
+    Ok(match format {
+        Format::Terminal => {
+            let t = terminal::TerminalOptions {
+                color: opts.color,
+                width: opts.width,
+                context: 2,
+                threads: opts.threads,
+            };
+            let pid = profile.meta.pid;
+            terminal::render(profile, &t, &mut |file| {
+                crate::sampler::read_source(pid, file)
+            })
+            .into_bytes()
+        }
+        Format::Json => profile_json::to_json(profile).into_bytes(),
+        Format::Flamegraph => flamegraph::render(profile)?,
+        Format::Speedscope => speedscope::render(profile).into_bytes(),
+        Format::Collapsed => collapsed::render(profile).into_bytes(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn formats_from_extensions() {
+        for (name, f) in [
+            ("p.json", Format::Json),
+            ("p.speedscope.json", Format::Speedscope),
+            ("P.SVG", Format::Flamegraph),
+            ("p.collapsed", Format::Collapsed),
+            ("p.txt", Format::Collapsed),
+            ("report", Format::Terminal),
+        ] {
+            assert_eq!(Format::from_path(Path::new(name)), f, "{name}");
+        }
+    }
+}

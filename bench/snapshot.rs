@@ -1,0 +1,141 @@
+//! Cost of reading one process's stacks, measured on a known target.
+//!
+//! `cargo bench --bench snapshot` starts a Python process whose only thread is 30 Python
+//! frames deep (blocked in `time.sleep`, then busy in a loop), and times:
+//! - locating the interpreter (once per `dump`: ELF parsing, version, layout),
+//! - one snapshot with the threads paused (what `dump` does),
+//! - one snapshot without pausing (`--nonblocking`, what sampling will use).
+//!
+//! `SCALENE_RS_BENCH_PYTHON=/path/to/python` picks the interpreter (default: the newest
+//! pyenv one, else `python3`); `SCALENE_RS_BENCH_ITERS` the number of snapshots (2000).
+//! Report the medians, never a single run: the machine is shared and noisy.
+
+use scalene_rs::python::{self, LocateOptions, PythonProcess, SnapshotOptions, StackWalker};
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+const DEPTH: usize = 30;
+
+fn python() -> String {
+    if let Ok(p) = std::env::var("SCALENE_RS_BENCH_PYTHON") {
+        return p;
+    }
+    let root = std::env::var("HOME").unwrap_or_default() + "/.pyenv/versions";
+    let mut best: Option<(u32, u32, String)> = None;
+    for e in std::fs::read_dir(&root).into_iter().flatten().flatten() {
+        let name = e.file_name().to_string_lossy().to_string();
+        let mut it = name.split('.');
+        if let (Some(Ok(a)), Some(Ok(b))) = (it.next().map(str::parse), it.next().map(str::parse)) {
+            let exe = format!("{root}/{name}/bin/python{a}.{b}");
+            if std::path::Path::new(&exe).exists()
+                && best.as_ref().is_none_or(|x| (a, b) > (x.0, x.1))
+            {
+                best = Some((a, b, exe));
+            }
+        }
+    }
+    best.map(|b| b.2).unwrap_or_else(|| "python3".into())
+}
+
+struct Target(Child);
+impl Drop for Target {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn start(py: &str, busy: bool) -> Target {
+    // The module frame plus DEPTH-1 calls of `deep` = DEPTH frames.
+    let leaf = if busy {
+        "    x = 0\n    while True:\n        x += 1\n"
+    } else {
+        "    time.sleep(3600)\n"
+    };
+    let code = format!(
+        "import sys, time\n\
+         def leaf():\n\
+         {}\
+         def deep(n):\n    \
+             if n <= 1:\n        leaf()\n    else:\n        deep(n - 1)\n\
+         sys.stdout.write('ready\\n'); sys.stdout.flush()\n\
+         deep({})\n",
+        leaf,
+        DEPTH - 2
+    );
+    let mut child = Command::new(py)
+        .arg("-c")
+        .arg(code)
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("start python");
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    assert_eq!(line.trim(), "ready");
+    std::thread::sleep(Duration::from_millis(200));
+    Target(child)
+}
+
+fn stats(mut v: Vec<Duration>) -> String {
+    v.sort();
+    let us = |d: Duration| d.as_secs_f64() * 1e6;
+    let mean = v.iter().map(|d| us(*d)).sum::<f64>() / v.len() as f64;
+    format!(
+        "median {:8.1} µs   p99 {:8.1} µs   mean {:8.1} µs   (n={})",
+        us(v[v.len() / 2]),
+        us(v[v.len() * 99 / 100]),
+        mean,
+        v.len()
+    )
+}
+
+fn main() {
+    let py = python();
+    let iters: usize = std::env::var("SCALENE_RS_BENCH_ITERS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(2000);
+    println!("interpreter: {py}; stack depth {DEPTH}; {iters} snapshots per case");
+    for busy in [false, true] {
+        let target = start(&py, busy);
+        let pid = target.0.id() as i32;
+        let mut locate = Vec::new();
+        for _ in 0..20 {
+            let t = Instant::now();
+            let p = PythonProcess::locate(pid, &LocateOptions::default()).unwrap();
+            locate.push(t.elapsed());
+            drop(p);
+        }
+        let proc = PythonProcess::locate(pid, &LocateOptions::default()).unwrap();
+        let mut walker = StackWalker::new(proc.layout, proc.addrs.types);
+        for nonblocking in [false, true] {
+            let opts = SnapshotOptions {
+                nonblocking,
+                ..Default::default()
+            };
+            let mut times = Vec::with_capacity(iters);
+            let mut depth = 0;
+            for _ in 0..iters {
+                let t = Instant::now();
+                let snap = python::take_snapshot(&proc, &mut walker, &opts).unwrap();
+                times.push(t.elapsed());
+                depth = snap.threads[0].frames.len();
+            }
+            assert_eq!(depth, DEPTH, "the target's stack is {DEPTH} frames deep");
+            println!(
+                "{:<6} {:<12} snapshot: {}",
+                if busy { "busy" } else { "idle" },
+                if nonblocking { "nonblocking" } else { "paused" },
+                stats(times)
+            );
+        }
+        println!(
+            "{:<6} locate (once per dump):   {}",
+            if busy { "busy" } else { "idle" },
+            stats(locate)
+        );
+    }
+}

@@ -1,0 +1,389 @@
+//! The aggregated profile: what a recording produces and every renderer consumes.
+//!
+//! Owns: [`Aggregator`] (folds samples into per-line / per-function / per-stack totals as
+//! they arrive, so memory stays bounded however long the run) and [`Profile`] (the finished,
+//! serializable result, whose JSON form is documented in docs/profile-json.md).
+//! Must not: read process memory or format output.
+
+use crate::python::Frame;
+use serde::{Deserialize, Serialize};
+use std::collections::HashMap;
+
+/// Version of the profile JSON schema (docs/profile-json.md).
+pub const PROFILE_SCHEMA_VERSION: u32 = 1;
+
+/// How a thread was spending its time when sampled.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Activity {
+    /// The interpreter was executing bytecode of the top frame.
+    Python,
+    /// The top frame was inside a call (a C function, an extension, a blocking call).
+    Native,
+}
+
+/// One observation of one thread, with the time it stands for.
+#[derive(Debug, Clone)]
+pub struct ThreadSample<'a> {
+    /// Innermost first.
+    pub frames: &'a [Frame],
+    pub activity: Activity,
+    /// Seconds of user CPU time since the thread's previous sample.
+    pub user_s: f64,
+    /// Seconds of kernel CPU time since the thread's previous sample.
+    pub system_s: f64,
+    /// Seconds of wall time not spent on a CPU (counted only in wall mode).
+    pub idle_s: f64,
+    /// Kernel TID, for the per-thread breakdown.
+    pub native_id: Option<i32>,
+    pub thread_name: Option<String>,
+}
+
+/// Time split of a line, a function or a thread.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct Split {
+    pub python_s: f64,
+    pub native_s: f64,
+    pub system_s: f64,
+}
+
+impl Split {
+    pub fn total(&self) -> f64 {
+        self.python_s + self.native_s + self.system_s
+    }
+    fn add(&mut self, o: &Split) {
+        self.python_s += o.python_s;
+        self.native_s += o.native_s;
+        self.system_s += o.system_s;
+    }
+}
+
+/// Folds samples as they come.
+#[derive(Debug, Default)]
+pub struct Aggregator {
+    lines: HashMap<(String, u32), Split>,
+    functions: HashMap<(String, String), (Split, u32)>,
+    stacks: HashMap<Vec<Frame>, (u64, f64)>,
+    threads: HashMap<i32, (Option<String>, Split, u64)>,
+    /// Samples (thread observations) folded in.
+    pub thread_samples: u64,
+}
+
+impl Aggregator {
+    pub fn new() -> Aggregator {
+        Aggregator::default()
+    }
+
+    /// Adds one thread observation. `attribution` is the frame the time is charged to (the
+    /// innermost frame, or the innermost frame of the user's code when library frames are
+    /// folded); `frames` is the full stack for flame graphs.
+    pub fn add(&mut self, s: &ThreadSample, attribution: Option<&Frame>) {
+        let split = Split {
+            python_s: if s.activity == Activity::Python {
+                s.user_s
+            } else {
+                0.0
+            },
+            native_s: if s.activity == Activity::Native {
+                s.user_s
+            } else {
+                0.0
+            },
+            system_s: s.system_s + s.idle_s,
+        };
+        if split.total() <= 0.0 {
+            return;
+        }
+        self.thread_samples += 1;
+        if let Some(f) = attribution {
+            if let Some(line) = f.line {
+                self.lines
+                    .entry((f.filename.clone(), line))
+                    .or_default()
+                    .add(&split);
+            }
+            let e = self
+                .functions
+                .entry((f.filename.clone(), f.function.clone()))
+                .or_insert((Split::default(), u32::MAX));
+            e.0.add(&split);
+            if let Some(line) = f.line {
+                e.1 = e.1.min(line);
+            }
+        }
+        let st = self.stacks.entry(s.frames.to_vec()).or_insert((0, 0.0));
+        st.0 += 1;
+        st.1 += split.total();
+        if let Some(tid) = s.native_id {
+            let t = self
+                .threads
+                .entry(tid)
+                .or_insert((s.thread_name.clone(), Split::default(), 0));
+            t.1.add(&split);
+            t.2 += 1;
+        }
+    }
+
+    /// Total seconds attributed.
+    pub fn total_s(&self) -> f64 {
+        self.stacks.values().map(|v| v.1).sum()
+    }
+
+    /// Finishes the profile. `source` returns a file's lines (or None when unreadable).
+    pub fn finish(
+        &self,
+        meta: ProfileMeta,
+        source: &mut dyn FnMut(&str) -> Option<Vec<String>>,
+    ) -> Profile {
+        let total = self.total_s();
+        let pct = |s: f64| if total > 0.0 { 100.0 * s / total } else { 0.0 };
+        let mut by_file: HashMap<&str, FileProfile> = HashMap::new();
+        for ((file, line), split) in &self.lines {
+            let fp = by_file
+                .entry(file)
+                .or_insert_with(|| FileProfile::new(file));
+            fp.lines.push(LineProfile {
+                line: *line,
+                source: String::new(),
+                cpu_python_pct: pct(split.python_s),
+                cpu_native_pct: pct(split.native_s),
+                cpu_system_pct: pct(split.system_s),
+            });
+        }
+        for ((file, name), (split, first)) in &self.functions {
+            let fp = by_file
+                .entry(file)
+                .or_insert_with(|| FileProfile::new(file));
+            fp.functions.push(FunctionProfile {
+                function: name.clone(),
+                first_line: (*first != u32::MAX).then_some(*first),
+                cpu_python_pct: pct(split.python_s),
+                cpu_native_pct: pct(split.native_s),
+                cpu_system_pct: pct(split.system_s),
+            });
+        }
+        let mut files: Vec<FileProfile> = by_file.into_values().collect();
+        for f in &mut files {
+            f.lines.sort_by_key(|l| l.line);
+            f.functions.sort_by(|a, b| {
+                b.total_pct()
+                    .total_cmp(&a.total_pct())
+                    .then_with(|| a.function.cmp(&b.function))
+            });
+            if let Some(src) = source(&f.filename) {
+                for l in &mut f.lines {
+                    if let Some(text) = src.get(l.line as usize - 1) {
+                        l.source = text.clone();
+                    }
+                }
+            }
+            f.cpu_pct = f.lines.iter().map(LineProfile::total_pct).sum();
+        }
+        files.sort_by(|a, b| {
+            b.cpu_pct
+                .total_cmp(&a.cpu_pct)
+                .then_with(|| a.filename.cmp(&b.filename))
+        });
+        let mut stacks: Vec<StackProfile> = self
+            .stacks
+            .iter()
+            .map(|(frames, (n, secs))| StackProfile {
+                frames: frames.clone(),
+                samples: *n,
+                seconds: *secs,
+            })
+            .collect();
+        stacks.sort_by(|a, b| {
+            b.samples
+                .cmp(&a.samples)
+                .then_with(|| a.frames.cmp(&b.frames))
+        });
+        let mut threads: Vec<ThreadProfile> = self
+            .threads
+            .iter()
+            .map(|(tid, (name, split, n))| ThreadProfile {
+                native_id: *tid,
+                name: name.clone(),
+                samples: *n,
+                cpu_python_pct: pct(split.python_s),
+                cpu_native_pct: pct(split.native_s),
+                cpu_system_pct: pct(split.system_s),
+            })
+            .collect();
+        threads.sort_by_key(|t| t.native_id);
+        Profile {
+            schema_version: PROFILE_SCHEMA_VERSION,
+            meta,
+            total_s: total,
+            files,
+            stacks,
+            threads,
+        }
+    }
+}
+
+/// Facts about the recording, filled by the sampler.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct ProfileMeta {
+    /// The command line that was profiled (or the process's, for attach).
+    pub program: String,
+    pub pid: i32,
+    pub python_version: String,
+    pub duration_s: f64,
+    /// Sampling ticks taken.
+    pub samples: u64,
+    /// Ticks that were due but not taken (the profiler fell behind).
+    pub missed_samples: u64,
+    /// Thread stacks that could not be read consistently, by reason.
+    pub errors: u64,
+    pub rate_hz: f64,
+    pub requested_rate_hz: f64,
+    /// "cpu" or "wall".
+    pub mode: String,
+    /// Whether stdlib and site-packages frames were kept (`--profile-all`).
+    pub profile_all: bool,
+}
+
+/// One line's share of the program's time, in percent of the total.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LineProfile {
+    pub line: u32,
+    pub source: String,
+    pub cpu_python_pct: f64,
+    pub cpu_native_pct: f64,
+    pub cpu_system_pct: f64,
+}
+
+impl LineProfile {
+    pub fn total_pct(&self) -> f64 {
+        self.cpu_python_pct + self.cpu_native_pct + self.cpu_system_pct
+    }
+}
+
+/// One function's share.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct FunctionProfile {
+    pub function: String,
+    /// The lowest line of it that was sampled.
+    pub first_line: Option<u32>,
+    pub cpu_python_pct: f64,
+    pub cpu_native_pct: f64,
+    pub cpu_system_pct: f64,
+}
+
+impl FunctionProfile {
+    pub fn total_pct(&self) -> f64 {
+        self.cpu_python_pct + self.cpu_native_pct + self.cpu_system_pct
+    }
+}
+
+/// One file's lines and functions.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct FileProfile {
+    pub filename: String,
+    /// Sum of its lines' shares.
+    pub cpu_pct: f64,
+    pub lines: Vec<LineProfile>,
+    pub functions: Vec<FunctionProfile>,
+}
+
+impl FileProfile {
+    fn new(filename: &str) -> FileProfile {
+        FileProfile {
+            filename: filename.to_string(),
+            cpu_pct: 0.0,
+            lines: Vec::new(),
+            functions: Vec::new(),
+        }
+    }
+}
+
+/// A full stack (innermost first) and how often it was seen.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StackProfile {
+    pub frames: Vec<Frame>,
+    pub samples: u64,
+    /// Seconds of time this stack stands for.
+    pub seconds: f64,
+}
+
+/// One thread's share (`--threads`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ThreadProfile {
+    pub native_id: i32,
+    pub name: Option<String>,
+    pub samples: u64,
+    pub cpu_python_pct: f64,
+    pub cpu_native_pct: f64,
+    pub cpu_system_pct: f64,
+}
+
+/// A finished profile.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Profile {
+    pub schema_version: u32,
+    #[serde(flatten)]
+    pub meta: ProfileMeta,
+    /// Seconds attributed in all (the 100% of every percentage).
+    pub total_s: f64,
+    pub files: Vec<FileProfile>,
+    pub stacks: Vec<StackProfile>,
+    pub threads: Vec<ThreadProfile>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn frame(f: &str, line: u32) -> Frame {
+        Frame {
+            function: f.into(),
+            filename: "/app/main.py".into(),
+            line: Some(line),
+        }
+    }
+
+    #[test]
+    fn percentages_are_of_the_total() {
+        let mut agg = Aggregator::new();
+        let a = [frame("a", 3), frame("<module>", 10)];
+        let b = [frame("b", 7), frame("<module>", 11)];
+        for (frames, act, user, sys) in [
+            (&a[..], Activity::Python, 0.03, 0.0),
+            (&b[..], Activity::Native, 0.01, 0.0),
+        ] {
+            let s = ThreadSample {
+                frames,
+                activity: act,
+                user_s: user,
+                system_s: sys,
+                idle_s: 0.0,
+                native_id: Some(1),
+                thread_name: None,
+            };
+            agg.add(&s, frames.first());
+        }
+        // A sample that stands for no time is not counted.
+        agg.add(
+            &ThreadSample {
+                frames: &a,
+                activity: Activity::Python,
+                user_s: 0.0,
+                system_s: 0.0,
+                idle_s: 0.0,
+                native_id: Some(1),
+                thread_name: None,
+            },
+            a.first(),
+        );
+        let p = agg.finish(ProfileMeta::default(), &mut |_| None);
+        let f = &p.files[0];
+        let l3 = f.lines.iter().find(|l| l.line == 3).unwrap();
+        let l7 = f.lines.iter().find(|l| l.line == 7).unwrap();
+        assert!((l3.cpu_python_pct - 75.0).abs() < 1e-9);
+        assert!((l7.cpu_native_pct - 25.0).abs() < 1e-9);
+        assert_eq!(p.stacks.len(), 2);
+        assert_eq!(p.stacks.iter().map(|s| s.samples).sum::<u64>(), 2);
+        assert!((f.cpu_pct - 100.0).abs() < 1e-9);
+    }
+}

@@ -1,0 +1,68 @@
+//! The profile as JSON: what `--json` writes and `scalene-rs view PROFILE.json` reads back.
+//!
+//! The schema is documented in docs/profile-json.md; its version is
+//! [`PROFILE_SCHEMA_VERSION`]. Reading checks the version before anything else, so a file
+//! from a newer (or older, incompatible) scalene-rs is refused with a clear message rather
+//! than misread.
+//!
+//! Must not: read process memory or files (the caller reads the file).
+
+use crate::profile::{Profile, PROFILE_SCHEMA_VERSION};
+
+/// Why a profile JSON could not be read.
+#[derive(Debug, thiserror::Error)]
+pub enum ProfileJsonError {
+    /// Not JSON at all.
+    #[error("not a scalene-rs profile: invalid JSON: {0}")]
+    Syntax(#[source] serde_json::Error),
+    /// JSON, but not an object with a `schema_version`.
+    #[error("not a scalene-rs profile: {0}")]
+    NotAProfile(&'static str),
+    /// A `schema_version` this build does not read.
+    #[error(
+        "unsupported profile schema_version {found}: this scalene-rs reads schema_version \
+         {supported} (see docs/profile-json.md); use the scalene-rs that wrote the file"
+    )]
+    UnsupportedVersion { found: String, supported: u32 },
+    /// The right version, but a field is missing or has the wrong type.
+    #[error("malformed scalene-rs profile (schema_version {version}): {source}")]
+    Invalid {
+        version: u32,
+        #[source]
+        source: serde_json::Error,
+    },
+}
+
+/// The profile as pretty JSON, fields in their declared order, ending in a newline.
+///
+/// Non-finite numbers (which a well-formed profile never holds) would be written as `null`,
+/// which [`from_json`] then refuses.
+pub fn to_json(p: &Profile) -> String {
+    let mut s = serde_json::to_string_pretty(p).expect("a profile always serializes");
+    s.push('\n');
+    s
+}
+
+/// Reads a profile written by [`to_json`], refusing any `schema_version` but
+/// [`PROFILE_SCHEMA_VERSION`].
+pub fn from_json(text: &str) -> Result<Profile, ProfileJsonError> {
+    let value: serde_json::Value = serde_json::from_str(text).map_err(ProfileJsonError::Syntax)?;
+    let obj = value.as_object().ok_or(ProfileJsonError::NotAProfile(
+        "the top level is not a JSON object",
+    ))?;
+    let version = obj
+        .get("schema_version")
+        .ok_or(ProfileJsonError::NotAProfile(
+            "it has no schema_version field",
+        ))?;
+    if version.as_u64() != Some(u64::from(PROFILE_SCHEMA_VERSION)) {
+        return Err(ProfileJsonError::UnsupportedVersion {
+            found: version.to_string(),
+            supported: PROFILE_SCHEMA_VERSION,
+        });
+    }
+    serde_json::from_value(value).map_err(|source| ProfileJsonError::Invalid {
+        version: PROFILE_SCHEMA_VERSION,
+        source,
+    })
+}

@@ -1,0 +1,563 @@
+//! The Scalene-style terminal report: a header about the recording, then, for each file that
+//! matters, its lines with their share of the time split into Python, native and system
+//! time, then the top functions and (on request) the threads.
+//!
+//! Conventions (docs/profile-json.md sums them up too):
+//! - Every percentage is a share of the program's total attributed time (`total_s`).
+//! - Percentages are rounded to whole numbers; a cell is blank when its share is below
+//!   0.005% (nothing), and reads `<1%` when it is something but under 1%.
+//! - A line "matters" when its total share is at least [`MATTER_PCT`]; it is shown with
+//!   `context` neighbouring lines, and runs of lines not shown are marked `...`. A file where
+//!   no line reaches that share shows every sampled line.
+//! - A file is shown when its share is at least [`MATTER_PCT`], or, when no file reaches
+//!   that, every file is shown.
+//! - A line is hot when its share is at least [`HOT_PCT`], or it is the profile's single
+//!   busiest line; hot lines are highlighted only when `color` is set. Without `color` the
+//!   output holds no escape sequence at all.
+//! - Context lines that were not sampled are dimmed when `color` is set.
+//! - Source text is cut to the width with `…`; tabs become four spaces. Widths count
+//!   characters, so very wide (East Asian) characters may overflow a little. A `width`
+//!   under [`MIN_WIDTH`] is raised to it.
+//!
+//! Must not: read process memory; files are read only through the caller's source provider.
+
+use crate::profile::{FileProfile, LineProfile, Profile};
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+
+/// A line or file matters (is shown, anchors context) at this share of the total, in %.
+pub const MATTER_PCT: f64 = 1.0;
+/// A line at this share of the total, in %, is hot (highlighted).
+pub const HOT_PCT: f64 = 10.0;
+/// Functions listed in the summary.
+pub const TOP_FUNCTIONS: usize = 10;
+/// Narrowest width honoured; a smaller `width` is raised to it.
+pub const MIN_WIDTH: usize = 72;
+
+/// How to render.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TerminalOptions {
+    /// Highlight with ANSI escapes (bold, colour). Off: plain text only.
+    pub color: bool,
+    /// Columns available; long source lines are cut to fit.
+    pub width: usize,
+    /// Lines of context shown around each line that matters.
+    pub context: usize,
+    /// Add the per-thread table.
+    pub threads: bool,
+}
+
+impl Default for TerminalOptions {
+    fn default() -> Self {
+        TerminalOptions {
+            color: false,
+            width: 100,
+            context: 2,
+            threads: false,
+        }
+    }
+}
+
+/// Reads a file's lines for context (`None` when it cannot be read).
+pub type SourceProvider<'a> = &'a mut dyn FnMut(&str) -> Option<Vec<String>>;
+
+/// The report, reading context lines through `source` (called once per file shown, with the
+/// file name as the profile has it). The profile's own `source` text of a sampled line wins
+/// over the provider's.
+pub fn render(p: &Profile, o: &TerminalOptions, source: SourceProvider) -> String {
+    let r = Renderer {
+        p,
+        o,
+        width: o.width.max(MIN_WIDTH),
+        hottest: hottest_line(p),
+    };
+    let mut out = String::new();
+    r.header(&mut out);
+    if p.total_s > 0.0 && p.files.iter().any(|f| !f.lines.is_empty()) {
+        r.files(&mut out, source);
+    } else {
+        out.push('\n');
+        out.push_str("No time was attributed to any Python line.\n");
+    }
+    if p.total_s > 0.0 {
+        r.functions(&mut out);
+    }
+    if o.threads {
+        r.threads(&mut out);
+    }
+    out
+}
+
+/// The report from the profile alone: only sampled lines carry source text, so context
+/// lines that were not sampled are left out and the gap marked `...`.
+pub fn render_without_source(p: &Profile, o: &TerminalOptions) -> String {
+    render(p, o, &mut |_| None)
+}
+
+const BOLD: &str = "\x1b[1m";
+const DIM: &str = "\x1b[2m";
+const HOT: &str = "\x1b[1;31m";
+const RESET: &str = "\x1b[0m";
+
+/// Width of the `Line │ Time Python │ native │ system │ ` prefix, in columns.
+const PREFIX: usize = 41;
+/// Narrowest space left for source text or a function's name.
+const MIN_TEXT: usize = 16;
+
+struct Renderer<'a> {
+    p: &'a Profile,
+    o: &'a TerminalOptions,
+    width: usize,
+    /// (file, line) of the busiest line of the whole profile.
+    hottest: Option<(&'a str, u32)>,
+}
+
+fn hottest_line(p: &Profile) -> Option<(&str, u32)> {
+    let mut best: Option<(&str, u32, f64)> = None;
+    for f in &p.files {
+        for l in &f.lines {
+            let t = l.total_pct();
+            if t >= MATTER_PCT && best.is_none_or(|(_, _, b)| t > b) {
+                best = Some((&f.filename, l.line, t));
+            }
+        }
+    }
+    best.map(|(f, l, _)| (f, l))
+}
+
+/// A percentage cell: blank for nothing, `<1%` for a sliver, else rounded.
+fn pct_cell(v: f64) -> String {
+    if v.is_nan() || v < 0.005 {
+        String::new()
+    } else if v < 1.0 {
+        "<1%".to_string()
+    } else {
+        format!("{v:.0}%")
+    }
+}
+
+/// Cuts `s` to `max` characters, ending it with `…` when cut.
+fn truncate_end(s: &str, max: usize) -> String {
+    if s.chars().count() <= max {
+        return s.to_string();
+    }
+    let mut out: String = s.chars().take(max.saturating_sub(1)).collect();
+    out.push('…');
+    out
+}
+
+/// Cuts `s` to `max` characters, keeping its end (for paths), starting it with `…` when cut.
+fn truncate_start(s: &str, max: usize) -> String {
+    let n = s.chars().count();
+    if n <= max {
+        return s.to_string();
+    }
+    let keep = max.saturating_sub(1);
+    let mut out = String::from("…");
+    out.extend(s.chars().skip(n - keep));
+    out
+}
+
+/// Source text made safe for one terminal row: tabs expanded, control characters blanked,
+/// trailing whitespace dropped.
+fn clean_source(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        match c {
+            '\t' => out.push_str("    "),
+            c if c.is_control() => out.push(' '),
+            c => out.push(c),
+        }
+    }
+    out.truncate(out.trim_end().len());
+    out
+}
+
+fn seconds(s: f64) -> String {
+    format!("{s:.2} s")
+}
+
+impl Renderer<'_> {
+    fn paint(&self, code: &str, s: &str) -> String {
+        if self.o.color && !s.is_empty() {
+            format!("{code}{s}{RESET}")
+        } else {
+            s.to_string()
+        }
+    }
+
+    /// The rule under a table's head: `cells` columns, then the free-text last column to the
+    /// full width.
+    fn rule(&self, cells: &[usize]) -> String {
+        let mut s = String::new();
+        for &w in cells {
+            s.push_str(&"─".repeat(w));
+            s.push('┼');
+        }
+        let used: usize = cells.iter().sum::<usize>() + cells.len();
+        s.push_str(&"─".repeat(self.width.saturating_sub(used)));
+        s
+    }
+
+    /// One `Label:    text` field of the header, wrapped at the width under a hanging indent.
+    fn field(&self, out: &mut String, label: &str, text: &str, code: Option<&str>) {
+        const INDENT: usize = 11;
+        let room = self.width - INDENT;
+        let mut lines: Vec<String> = Vec::new();
+        let mut cur = String::new();
+        for word in text.split(' ').filter(|w| !w.is_empty()) {
+            let word = truncate_end(word, room);
+            let len = cur.chars().count();
+            if len > 0 && len + 1 + word.chars().count() > room {
+                lines.push(std::mem::take(&mut cur));
+            }
+            if !cur.is_empty() {
+                cur.push(' ');
+            }
+            cur.push_str(&word);
+        }
+        lines.push(cur);
+        for (i, l) in lines.iter().enumerate() {
+            let head = if i == 0 { label } else { "" };
+            let body = match code {
+                Some(c) => self.paint(c, l),
+                None => l.clone(),
+            };
+            let _ = writeln!(out, "{head:<INDENT$}{body}");
+        }
+    }
+
+    fn header(&self, out: &mut String) {
+        let m = &self.p.meta;
+        let program = if m.program.is_empty() {
+            "(unknown program)"
+        } else {
+            &m.program
+        };
+        let _ = writeln!(
+            out,
+            "{}",
+            self.paint(
+                BOLD,
+                &truncate_end(&format!("scalene-rs: {program}"), self.width)
+            )
+        );
+        let python = if m.python_version.is_empty() {
+            "unknown"
+        } else {
+            &m.python_version
+        };
+        self.field(out, "Python:", &format!("{python}, pid {}", m.pid), None);
+        let mut rate = format!(
+            "{}, {} samples, {:.1} Hz achieved ({:.1} Hz requested)",
+            seconds(m.duration_s),
+            m.samples,
+            m.rate_hz,
+            m.requested_rate_hz
+        );
+        if m.rate_hz < 0.9 * m.requested_rate_hz {
+            rate.push_str(" - below the requested rate");
+        }
+        self.field(out, "Recorded:", &rate, None);
+        let mode = match m.mode.as_str() {
+            "cpu" => "cpu: only time on a CPU counts; system = time in the kernel",
+            "wall" => "wall: all elapsed time counts; system = kernel time + time off the CPU (waiting, sleeping, I/O)",
+            "" => "unknown",
+            other => other,
+        };
+        self.field(out, "Mode:", mode, None);
+        let frames = if m.profile_all {
+            "all (--profile-all): library lines are charged their own time"
+        } else {
+            "your code: time in the standard library and site-packages is charged to the line that called it"
+        };
+        self.field(out, "Frames:", frames, None);
+        let mut lost = Vec::new();
+        if m.missed_samples > 0 {
+            let due = m.samples + m.missed_samples;
+            lost.push(format!(
+                "{} of {due} samples missed ({:.1}%): the profiler fell behind its schedule \
+                 (a busy machine, or too high a rate for the program's stacks).",
+                m.missed_samples,
+                100.0 * m.missed_samples as f64 / due as f64
+            ));
+        }
+        if m.errors > 0 {
+            lost.push(format!(
+                "{} thread stacks unreadable: they changed while being read or failed \
+                 validation, and were dropped rather than guessed.",
+                m.errors
+            ));
+        }
+        if lost.is_empty() {
+            self.field(
+                out,
+                "Lost:",
+                "nothing (no missed samples, no unreadable stacks)",
+                None,
+            );
+        }
+        for (i, l) in lost.iter().enumerate() {
+            self.field(out, if i == 0 { "Lost:" } else { "" }, l, Some(BOLD));
+        }
+        self.field(
+            out,
+            "Time:",
+            &format!(
+                "{} attributed; every percentage below is a share of it",
+                seconds(self.p.total_s)
+            ),
+            None,
+        );
+    }
+
+    fn files(&self, out: &mut String, source: SourceProvider) {
+        let mut files: Vec<&FileProfile> = self
+            .p
+            .files
+            .iter()
+            .filter(|f| !f.lines.is_empty())
+            .collect();
+        files.sort_by(|a, b| {
+            b.cpu_pct
+                .total_cmp(&a.cpu_pct)
+                .then_with(|| a.filename.cmp(&b.filename))
+        });
+        let shown = files.iter().filter(|f| f.cpu_pct >= MATTER_PCT).count();
+        let (shown, hidden) = if shown == 0 {
+            (&files[..], &files[..0])
+        } else {
+            files.split_at(shown)
+        };
+        for f in shown {
+            let text = source(&f.filename);
+            self.file(out, f, text.as_deref());
+        }
+        if !hidden.is_empty() {
+            let share: f64 = hidden.iter().map(|f| f.cpu_pct).sum();
+            let _ = writeln!(
+                out,
+                "\n{} more file{} under {MATTER_PCT}% each ({:.1}% in all) not shown.",
+                hidden.len(),
+                if hidden.len() == 1 { "" } else { "s" },
+                share
+            );
+        }
+    }
+
+    fn file(&self, out: &mut String, f: &FileProfile, text: Option<&[String]>) {
+        let secs = f.cpu_pct / 100.0 * self.p.total_s;
+        let title = format!("{:.1}% of the time ({})", f.cpu_pct, seconds(secs));
+        let name = truncate_start(
+            &f.filename,
+            self.width
+                .saturating_sub(title.chars().count() + 2)
+                .max(MIN_TEXT),
+        );
+        let _ = writeln!(out, "\n{}: {title}", self.paint(BOLD, &name));
+        let _ = writeln!(
+            out,
+            "{:>6} │ {:>11} │ {:>6} │ {:>6} │ source",
+            "Line", "Time Python", "native", "system"
+        );
+        let _ = writeln!(out, "{}", self.rule(&[7, 13, 8, 8]));
+
+        // Lines that anchor context: those that matter, or every sampled one if none does.
+        let mut anchors: Vec<u32> = f
+            .lines
+            .iter()
+            .filter(|l| l.total_pct() >= MATTER_PCT)
+            .map(|l| l.line)
+            .collect();
+        if anchors.is_empty() {
+            anchors = f.lines.iter().map(|l| l.line).collect();
+        }
+        let by_line: BTreeMap<u32, &LineProfile> = f.lines.iter().map(|l| (l.line, l)).collect();
+        let find = |n: u32| by_line.get(&n).copied();
+
+        // Every line number to show, ascending, deduplicated.
+        let ctx = self.o.context as u64;
+        // No line past the last one known (sampled, or in the source) can be shown.
+        let last_known = by_line
+            .keys()
+            .next_back()
+            .map_or(0, |&l| u64::from(l))
+            .max(text.map_or(0, |t| t.len() as u64));
+        let mut wanted: Vec<u32> = Vec::new();
+        for &a in &anchors {
+            let lo = (u64::from(a).saturating_sub(ctx)).max(1);
+            let hi = u64::from(a).saturating_add(ctx).min(last_known);
+            for n in lo..=hi {
+                let Ok(n) = u32::try_from(n) else { break };
+                let known =
+                    n == a || find(n).is_some() || text.is_some_and(|t| (n as usize) <= t.len());
+                if known {
+                    wanted.push(n);
+                }
+            }
+        }
+        wanted.sort_unstable();
+        wanted.dedup();
+
+        let text_width = self.width.saturating_sub(PREFIX).max(MIN_TEXT);
+        let mut prev: Option<u32> = None;
+        for n in wanted {
+            if prev.is_some_and(|p| n > p + 1) {
+                let _ = writeln!(out, "{:>6} │ {:>11} │ {:>6} │ {:>6} │", "...", "", "", "");
+            }
+            prev = Some(n);
+            let line = find(n);
+            let src = match line {
+                Some(l) if !l.source.is_empty() => l.source.as_str(),
+                _ => text
+                    .and_then(|t| t.get(n as usize - 1))
+                    .map(String::as_str)
+                    .unwrap_or(""),
+            };
+            let src = truncate_end(&clean_source(src), text_width);
+            let (py, nat, sys, total) = match line {
+                Some(l) => (
+                    pct_cell(l.cpu_python_pct),
+                    pct_cell(l.cpu_native_pct),
+                    pct_cell(l.cpu_system_pct),
+                    l.total_pct(),
+                ),
+                None => (String::new(), String::new(), String::new(), 0.0),
+            };
+            let hot = line.is_some()
+                && (total >= HOT_PCT || self.hottest == Some((f.filename.as_str(), n)));
+            let context_only = total < 0.005;
+            let cell = |s: &str, w: usize| {
+                let pad = " ".repeat(w.saturating_sub(s.chars().count()));
+                if hot {
+                    format!("{pad}{}", self.paint(HOT, s))
+                } else {
+                    format!("{pad}{s}")
+                }
+            };
+            let num = format!("{n:>6}");
+            let (num, src) = if hot {
+                (self.paint(BOLD, &num), self.paint(BOLD, &src))
+            } else if context_only {
+                (self.paint(DIM, &num), self.paint(DIM, &src))
+            } else {
+                (num, src)
+            };
+            let row = format!(
+                "{num} │ {} │ {} │ {} │ {src}",
+                cell(&py, 11),
+                cell(&nat, 6),
+                cell(&sys, 6)
+            );
+            let _ = writeln!(out, "{}", row.trim_end());
+        }
+    }
+
+    fn functions(&self, out: &mut String) {
+        let mut all: Vec<(&str, &crate::profile::FunctionProfile)> = self
+            .p
+            .files
+            .iter()
+            .flat_map(|f| f.functions.iter().map(move |g| (f.filename.as_str(), g)))
+            .filter(|(_, g)| g.total_pct() >= 0.005)
+            .collect();
+        if all.is_empty() {
+            return;
+        }
+        all.sort_by(|a, b| {
+            b.1.total_pct()
+                .total_cmp(&a.1.total_pct())
+                .then_with(|| a.0.cmp(b.0))
+                .then_with(|| a.1.function.cmp(&b.1.function))
+        });
+        let mattering = all
+            .iter()
+            .filter(|(_, g)| g.total_pct() >= MATTER_PCT)
+            .count();
+        let n = if mattering == 0 { all.len() } else { mattering }.min(TOP_FUNCTIONS);
+        let _ = writeln!(out, "\n{}", self.paint(BOLD, "Top functions"));
+        let text_width = self.width.saturating_sub(PREFIX).max(MIN_TEXT);
+        let head = "function (file:line)";
+        let head = if head.len() <= text_width {
+            head
+        } else {
+            "function"
+        };
+        let _ = writeln!(
+            out,
+            "{:>11} │ {:>6} │ {:>6} │ {:>6} │ {head}",
+            "Time Python", "native", "system", "total"
+        );
+        let _ = writeln!(out, "{}", self.rule(&[12, 8, 8, 8]));
+        for (file, g) in &all[..n] {
+            let name = clean_source(&g.function);
+            let loc = match g.first_line {
+                Some(l) => format!("{}:{l}", clean_source(file)),
+                None => clean_source(file),
+            };
+            let label = format_function(&name, &loc, text_width);
+            let _ = writeln!(
+                out,
+                "{:>11} │ {:>6} │ {:>6} │ {:>6} │ {label}",
+                pct_cell(g.cpu_python_pct),
+                pct_cell(g.cpu_native_pct),
+                pct_cell(g.cpu_system_pct),
+                pct_cell(g.total_pct())
+            );
+        }
+        if all.len() > n {
+            let more = all.len() - n;
+            let s = if more == 1 { "" } else { "s" };
+            let _ = writeln!(out, "({more} more function{s} not shown)");
+        }
+    }
+
+    fn threads(&self, out: &mut String) {
+        let _ = writeln!(out, "\n{}", self.paint(BOLD, "Threads"));
+        if self.p.threads.is_empty() {
+            let _ = writeln!(out, "No per-thread data was recorded.");
+            return;
+        }
+        let _ = writeln!(
+            out,
+            "{:>8} │ {:>8} │ {:>11} │ {:>6} │ {:>6} │ {:>6} │ name",
+            "TID", "samples", "Time Python", "native", "system", "total"
+        );
+        let _ = writeln!(out, "{}", self.rule(&[9, 10, 13, 8, 8, 8]));
+        // TID, samples and the four shares come first, the name takes what is left.
+        let name_w = self.width.saturating_sub(63);
+        for t in &self.p.threads {
+            let name = t.name.as_deref().map(clean_source).unwrap_or_default();
+            let name = if name.is_empty() {
+                "-".to_string()
+            } else {
+                truncate_end(&name, name_w)
+            };
+            let row = format!(
+                "{:>8} │ {:>8} │ {:>11} │ {:>6} │ {:>6} │ {:>6} │ {name}",
+                t.native_id,
+                t.samples,
+                pct_cell(t.cpu_python_pct),
+                pct_cell(t.cpu_native_pct),
+                pct_cell(t.cpu_system_pct),
+                pct_cell(t.cpu_python_pct + t.cpu_native_pct + t.cpu_system_pct)
+            );
+            let _ = writeln!(out, "{}", row.trim_end());
+        }
+    }
+}
+
+/// `name (location)` in at most `max` characters: the location loses its start first (it is
+/// a path); when too little of it would be left, only the name is shown, cut if need be.
+fn format_function(name: &str, loc: &str, max: usize) -> String {
+    let full = format!("{name} ({loc})");
+    if full.chars().count() <= max {
+        return full;
+    }
+    // Room left for the location inside " (…)".
+    let room = max.saturating_sub(name.chars().count() + 3);
+    if room >= 8 {
+        return format!("{name} ({})", truncate_start(loc, room));
+    }
+    truncate_end(name, max)
+}

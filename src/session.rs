@@ -1,0 +1,235 @@
+//! Recording sessions: `run` (start a program and profile it to its end) and `attach`
+//! (profile a running process for a while).
+//!
+//! Owns: starting the command with its stdio untouched, waiting for its Python interpreter to
+//! come up, forwarding termination signals to it, passing its exit status back, and stopping
+//! an attach on Ctrl-C, a duration, or the target's exit.
+//! Must not: render reports (the caller does) or change anything in the target.
+
+use crate::error::{Error, Result};
+use crate::profile::Profile;
+use crate::python::{LocateOptions, PythonProcess};
+use crate::sampler::{Sampler, SamplerConfig, Stats};
+use nix::sys::signal::{self, SaFlags, SigAction, SigHandler, SigSet, Signal};
+use std::process::{Command, ExitStatus};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+/// Signals received and not yet handled, one bit per signal number.
+static PENDING: AtomicU64 = AtomicU64::new(0);
+
+extern "C" fn note_signal(sig: libc::c_int) {
+    if (0..64).contains(&sig) {
+        PENDING.fetch_or(1 << sig, Ordering::SeqCst);
+    }
+}
+
+fn take_pending() -> Vec<Signal> {
+    let bits = PENDING.swap(0, Ordering::SeqCst);
+    (1..64)
+        .filter(|s| bits & (1u64 << s) != 0)
+        .filter_map(|s| Signal::try_from(s).ok())
+        .collect()
+}
+
+fn catch(signals: &[Signal]) {
+    let action = SigAction::new(
+        SigHandler::Handler(note_signal),
+        SaFlags::SA_RESTART,
+        SigSet::empty(),
+    );
+    for &s in signals {
+        // SAFETY: `note_signal` only does an atomic fetch_or, which is async-signal-safe.
+        unsafe {
+            let _ = signal::sigaction(s, &action);
+        }
+    }
+}
+
+/// What `run` records.
+#[derive(Debug, Clone)]
+pub struct RunConfig {
+    /// The command and its arguments.
+    pub command: Vec<String>,
+    pub sampler: SamplerConfig,
+}
+
+/// The outcome of `run`.
+pub struct RunOutcome {
+    /// None when no Python interpreter was ever found in the process.
+    pub profile: Option<Profile>,
+    pub status: ExitStatus,
+    pub stats: Stats,
+    /// Why there is no profile, when there is none.
+    pub note: Option<String>,
+}
+
+/// The shell-style exit code of a finished child: its code, or 128 + the signal.
+pub fn exit_code(status: &ExitStatus) -> i32 {
+    use std::os::unix::process::ExitStatusExt;
+    status
+        .code()
+        .or_else(|| status.signal().map(|s| 128 + s))
+        .unwrap_or(1)
+}
+
+/// Starts `cfg.command` and profiles it until it exits. Its stdin, stdout and stderr are
+/// ours, untouched. SIGTERM, SIGHUP, SIGUSR1 and SIGUSR2 sent to us are forwarded to it;
+/// SIGINT and SIGQUIT (which a terminal sends to the whole foreground group, so the program
+/// gets them anyway) do not stop us: we report when the program has exited.
+pub fn run(cfg: &RunConfig, progress: &mut dyn FnMut(&Stats)) -> Result<RunOutcome> {
+    let (prog, args) = cfg.command.split_first().ok_or_else(|| Error::Io {
+        context: "run".into(),
+        source: std::io::Error::new(std::io::ErrorKind::InvalidInput, "no command given"),
+    })?;
+    catch(&[
+        Signal::SIGINT,
+        Signal::SIGQUIT,
+        Signal::SIGTERM,
+        Signal::SIGHUP,
+        Signal::SIGUSR1,
+        Signal::SIGUSR2,
+    ]);
+    let mut child = Command::new(prog)
+        .args(args)
+        .spawn()
+        .map_err(|e| Error::Io {
+            context: format!("starting {prog}"),
+            source: e,
+        })?;
+    let pid = child.id() as i32;
+    let forward = |child_pid: i32| {
+        for s in take_pending() {
+            if matches!(s, Signal::SIGINT | Signal::SIGQUIT) {
+                continue;
+            }
+            let _ = signal::kill(nix::unistd::Pid::from_raw(child_pid), s);
+        }
+    };
+
+    // Wait for the interpreter: the command may be a shell or a launcher that execs Python.
+    let mut status = None;
+    let mut proc = None;
+    while status.is_none() && proc.is_none() {
+        forward(pid);
+        if let Some(s) = child.try_wait().map_err(|e| Error::Io {
+            context: "waiting for the program".into(),
+            source: e,
+        })? {
+            status = Some(s);
+            break;
+        }
+        match PythonProcess::locate(pid, &LocateOptions::default()) {
+            Ok(p) => match p.interp_head() {
+                Ok(head) if head != 0 => proc = Some(p),
+                _ => std::thread::sleep(Duration::from_millis(2)),
+            },
+            Err(e @ (Error::UnsupportedVersion { .. } | Error::PermissionDenied { .. })) => {
+                // Cannot profile it: let it run to its end unprofiled, and say why.
+                let status = wait_forwarding(&mut child, &forward)?;
+                return Ok(RunOutcome {
+                    profile: None,
+                    status,
+                    stats: Stats::default(),
+                    note: Some(format!("not profiled: {e}")),
+                });
+            }
+            Err(_) => std::thread::sleep(Duration::from_millis(10)),
+        }
+    }
+    let Some(proc) = proc else {
+        return Ok(RunOutcome {
+            profile: None,
+            status: status.expect("loop ends with a status or a process"),
+            stats: Stats::default(),
+            note: Some("no Python interpreter was found in the program's process".into()),
+        });
+    };
+
+    let mut sampler = Sampler::new(proc, cfg.sampler.clone());
+    let mut exited = None;
+    let result = sampler.run(
+        &mut || {
+            forward(pid);
+            match child.try_wait() {
+                Ok(Some(s)) => {
+                    exited = Some(s);
+                    true
+                }
+                _ => false,
+            }
+        },
+        progress,
+    );
+    let status = match exited {
+        Some(s) => s,
+        None => wait_forwarding(&mut child, &forward)?,
+    };
+    result?;
+    let profile = sampler.finish(cfg.command.join(" "));
+    Ok(RunOutcome {
+        profile: Some(profile),
+        status,
+        stats: sampler.stats.clone(),
+        note: None,
+    })
+}
+
+fn wait_forwarding(child: &mut std::process::Child, forward: &dyn Fn(i32)) -> Result<ExitStatus> {
+    let pid = child.id() as i32;
+    loop {
+        forward(pid);
+        match child.try_wait() {
+            Ok(Some(s)) => return Ok(s),
+            Ok(None) => std::thread::sleep(Duration::from_millis(10)),
+            Err(e) => {
+                return Err(Error::Io {
+                    context: "waiting for the program".into(),
+                    source: e,
+                })
+            }
+        }
+    }
+}
+
+/// What `attach` records.
+#[derive(Debug, Clone)]
+pub struct AttachConfig {
+    pub pid: i32,
+    pub duration: Option<Duration>,
+    pub sampler: SamplerConfig,
+    pub locate: LocateOptions,
+}
+
+/// Profiles a running process until Ctrl-C (SIGINT), SIGTERM, the duration, or its exit.
+/// The target is never stopped longer than one sample's read and is left as it was.
+pub fn attach(cfg: &AttachConfig, progress: &mut dyn FnMut(&Stats)) -> Result<(Profile, Stats)> {
+    if cfg.pid <= 0 {
+        return Err(Error::NoSuchProcess(cfg.pid));
+    }
+    let proc = PythonProcess::locate(cfg.pid, &cfg.locate)?;
+    if proc.interp_head()? == 0 {
+        return Err(Error::BadState {
+            pid: cfg.pid,
+            why: "the interpreter is not initialized (starting up or shutting down)".into(),
+        });
+    }
+    let program = std::fs::read(format!("/proc/{}/cmdline", cfg.pid))
+        .map(|b| {
+            b.split(|&c| c == 0)
+                .filter(|s| !s.is_empty())
+                .map(|s| String::from_utf8_lossy(s).into_owned())
+                .collect::<Vec<_>>()
+                .join(" ")
+        })
+        .unwrap_or_default();
+    catch(&[Signal::SIGINT, Signal::SIGTERM, Signal::SIGHUP]);
+    let start = Instant::now();
+    let mut sampler = Sampler::new(proc, cfg.sampler.clone());
+    let duration = cfg.duration;
+    sampler.run(
+        &mut || !take_pending().is_empty() || duration.is_some_and(|d| start.elapsed() >= d),
+        progress,
+    )?;
+    Ok((sampler.finish(program), sampler.stats.clone()))
+}

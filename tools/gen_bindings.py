@@ -1,0 +1,343 @@
+#!/usr/bin/env python3
+"""Generates src/python_bindings/vX_Y.rs, one struct-layout table per CPython minor version.
+
+For each interpreter it writes a small C probe that includes that interpreter's own headers
+(internal ones with Py_BUILD_CORE), prints offsetof()/sizeof() of every field the stack
+walker reads and measures the bit positions of the unicode `state` bitfield, compiles it with
+cc, runs it, and renders the Rust table. Nothing in the output is typed by hand.
+
+Usage:
+    python3 tools/gen_bindings.py                  # every $(pyenv root)/versions/* interpreter
+    python3 tools/gen_bindings.py --python /path/to/python3.12
+    python3 tools/gen_bindings.py --check          # exit 1 when a checked-in table differs
+
+See docs/NEW_PYTHON_VERSION.md for adding a version.
+"""
+from __future__ import print_function
+
+import argparse
+import difflib
+import glob
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+OUT_DIR = os.path.normpath(os.path.join(HERE, "..", "src", "python_bindings"))
+
+# (name, first version, last version, C expression). A field applies to versions in
+# [first, last]; None = no bound. Names are looked up by render() below.
+FIELDS = [
+    # _PyRuntimeState
+    ("runtime.interpreters_head", (3, 7), None, "offsetof(_PyRuntimeState, interpreters.head)"),
+    ("runtime.gilstate_tstate_current", (3, 7), (3, 11),
+     "offsetof(_PyRuntimeState, gilstate.tstate_current)"),
+    # PyInterpreterState
+    ("interp.next", None, None, "offsetof(PyInterpreterState, next)"),
+    ("interp.tstate_head", None, (3, 10), "offsetof(PyInterpreterState, tstate_head)"),
+    ("interp.tstate_head", (3, 11), None, "offsetof(PyInterpreterState, threads.head)"),
+    ("interp.ceval_gil", (3, 12), None, "offsetof(PyInterpreterState, ceval.gil)"),
+    ("interp.gil_locked", (3, 12), None, "offsetof(struct _gil_runtime_state, locked)"),
+    ("interp.gil_last_holder", (3, 12), None, "offsetof(struct _gil_runtime_state, last_holder)"),
+    # PyThreadState
+    ("thread.next", None, None, "offsetof(PyThreadState, next)"),
+    ("thread.interp", None, None, "offsetof(PyThreadState, interp)"),
+    ("thread.frame", None, (3, 10), "offsetof(PyThreadState, frame)"),
+    ("thread.frame", (3, 11), (3, 12), "offsetof(PyThreadState, cframe)"),
+    ("thread.frame", (3, 13), None, "offsetof(PyThreadState, current_frame)"),
+    ("thread.cframe_current_frame", (3, 11), (3, 12), "offsetof(_PyCFrame, current_frame)"),
+    ("thread.thread_id", None, None, "offsetof(PyThreadState, thread_id)"),
+    ("thread.native_thread_id", (3, 11), None, "offsetof(PyThreadState, native_thread_id)"),
+    # PyFrameObject (<= 3.10) / _PyInterpreterFrame (3.11+)
+    ("frame.back", None, (3, 10), "offsetof(PyFrameObject, f_back)"),
+    ("frame.code", None, (3, 10), "offsetof(PyFrameObject, f_code)"),
+    ("frame.lasti", None, (3, 10), "offsetof(PyFrameObject, f_lasti)"),
+    ("frame.size", None, (3, 10), "sizeof(PyFrameObject)"),
+    ("frame.back", (3, 11), None, "offsetof(_PyInterpreterFrame, previous)"),
+    ("frame.code", (3, 11), (3, 12), "offsetof(_PyInterpreterFrame, f_code)"),
+    ("frame.code", (3, 13), None, "offsetof(_PyInterpreterFrame, f_executable)"),
+    ("frame.lasti", (3, 11), (3, 12), "offsetof(_PyInterpreterFrame, prev_instr)"),
+    ("frame.lasti", (3, 13), None, "offsetof(_PyInterpreterFrame, instr_ptr)"),
+    ("frame.owner", (3, 11), None, "offsetof(_PyInterpreterFrame, owner)"),
+    ("frame.size", (3, 11), None, "sizeof(_PyInterpreterFrame)"),
+    # PyCodeObject
+    ("code.filename", None, None, "offsetof(PyCodeObject, co_filename)"),
+    ("code.name", None, None, "offsetof(PyCodeObject, co_name)"),
+    ("code.qualname", (3, 11), None, "offsetof(PyCodeObject, co_qualname)"),
+    ("code.firstlineno", None, None, "offsetof(PyCodeObject, co_firstlineno)"),
+    ("code.linetable", None, (3, 9), "offsetof(PyCodeObject, co_lnotab)"),
+    ("code.linetable", (3, 10), None, "offsetof(PyCodeObject, co_linetable)"),
+    ("code.co_code", None, (3, 10), "offsetof(PyCodeObject, co_code)"),
+    ("code.code_adaptive", (3, 11), None, "offsetof(PyCodeObject, co_code_adaptive)"),
+    ("code.firsttraceable", (3, 11), (3, 12), "offsetof(PyCodeObject, _co_firsttraceable)"),
+    ("code.size", None, None, "sizeof(PyCodeObject)"),
+    # Objects, bytes and strings
+    ("string.ob_type", None, None, "offsetof(PyObject, ob_type)"),
+    ("string.bytes_size", None, (2, 7), "offsetof(PyStringObject, ob_size)"),
+    ("string.bytes_sval", None, (2, 7), "offsetof(PyStringObject, ob_sval)"),
+    ("string.bytes_size", (3, 0), None, "offsetof(PyBytesObject, ob_base.ob_size)"),
+    ("string.bytes_sval", (3, 0), None, "offsetof(PyBytesObject, ob_sval)"),
+    ("string.unicode_length", (3, 0), None, "offsetof(PyASCIIObject, length)"),
+    ("string.unicode_state", (3, 0), None, "offsetof(PyASCIIObject, state)"),
+    ("string.ascii_size", (3, 0), None, "sizeof(PyASCIIObject)"),
+    ("string.compact_size", (3, 0), None, "sizeof(PyCompactUnicodeObject)"),
+    ("string.unicode_data_any", (3, 0), None, "offsetof(PyUnicodeObject, data)"),
+]
+
+# Headers to include per version range, after <Python.h>.
+INCLUDES = [
+    (None, (3, 6), ["frameobject.h", "code.h"]),
+    ((3, 7), (3, 7), ["internal/pystate.h", "frameobject.h", "code.h"]),
+    ((3, 8), (3, 8), ["internal/pycore_pystate.h", "frameobject.h", "code.h"]),
+    ((3, 9), (3, 10), ["internal/pycore_interp.h", "internal/pycore_runtime.h",
+                       "frameobject.h", "code.h"]),
+    ((3, 11), None, ["internal/pycore_interp.h", "internal/pycore_runtime.h",
+                     "internal/pycore_frame.h", "internal/pycore_code.h"]),
+]
+
+BITFIELD_PROBE = r"""
+static int low_bit(uint32_t w) { int i; for (i = 0; i < 32; i++) if (w & (1u << i)) return i; return -1; }
+static int state_bit(int which) {
+    PyASCIIObject o;
+    uint32_t w;
+    memset(&o, 0, sizeof o);
+    if (which == 0) o.state.kind = 1;
+    if (which == 1) o.state.compact = 1;
+    if (which == 2) o.state.ascii = 1;
+    memcpy(&w, (char *)&o + offsetof(PyASCIIObject, state), sizeof w);
+    return low_bit(w);
+}
+"""
+
+
+def in_range(v, first, last):
+    return (first is None or v >= first) and (last is None or v <= last)
+
+
+def probe_source(version):
+    includes = next(inc for first, last, inc in INCLUDES if in_range(version, first, last))
+    lines = ["#define Py_BUILD_CORE 1", "#include <Python.h>"]
+    lines += ["#include <%s>" % h for h in includes]
+    lines += ["#include <stddef.h>", "#include <stdio.h>", "#include <string.h>",
+              "#include <stdint.h>"]
+    if version >= (3, 0):
+        lines.append(BITFIELD_PROBE)
+    lines.append("int main(void) {")
+    lines.append('    printf("{\\n");')
+    for name, first, last, expr in FIELDS:
+        if in_range(version, first, last):
+            lines.append('    printf("\\"%s\\": %%zu,\\n", (size_t)(%s));' % (name, expr))
+    if version >= (3, 0):
+        for i, name in enumerate(["kind", "compact", "ascii"]):
+            lines.append('    printf("\\"string.state_%s_shift\\": %%d,\\n", state_bit(%d));'
+                         % (name, i))
+    lines.append('    printf("\\"end\\": 0\\n}\\n");')
+    lines.append("    return 0;")
+    lines.append("}")
+    return "\n".join(lines) + "\n"
+
+
+def interpreter_info(python):
+    code = ("import sys, sysconfig, json; print(json.dumps({'version': list(sys.version_info[:3]),"
+            " 'include': sysconfig.get_paths()['include']}))")
+    return json.loads(subprocess.check_output([python, "-c", code]).decode())
+
+
+def probe(python):
+    info = interpreter_info(python)
+    full = tuple(info["version"])
+    version = full[:2]
+    inc = info["include"]
+    tmp = tempfile.mkdtemp(prefix="scalene-rs-probe-")
+    try:
+        src = os.path.join(tmp, "probe.c")
+        exe = os.path.join(tmp, "probe")
+        with open(src, "w") as f:
+            f.write(probe_source(version))
+        cmd = [os.environ.get("CC", "cc"), "-w", "-I", inc, "-I", os.path.join(inc, "internal"),
+               src, "-o", exe]
+        p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        out, _ = p.communicate()
+        if p.returncode != 0:
+            sys.exit("probe for %s did not compile:\n%s" % (python, out.decode(errors="replace")))
+        values = json.loads(subprocess.check_output([exe]).decode())
+    finally:
+        shutil.rmtree(tmp)
+    values.pop("end")
+    return full, inc, values
+
+
+def opt(values, key):
+    return "Some(%d)" % values[key] if key in values else "None"
+
+
+def render(full, inc, v):
+    major, minor = full[0], full[1]
+    version = (major, minor)
+    if version <= (3, 10):
+        model = "FrameModel::Object { lasti_in_code_units: %s }" % (
+            "true" if version == (3, 10) else "false")
+    else:
+        model = "FrameModel::Interpreter"
+    if version < (3, 0):
+        table = "LineTableFormat::LnotabUnsigned"
+    elif version <= (3, 9):
+        table = "LineTableFormat::LnotabSigned"
+    elif version == (3, 10):
+        table = "LineTableFormat::Linetable310"
+    else:
+        table = "LineTableFormat::Locations311"
+    py3 = major >= 3
+
+    def s(key):
+        return v.get(key, 0)
+
+    return """// Generated by tools/gen_bindings.py from the headers of CPython {full}
+// (include/{inc}). Do not edit by hand.
+
+use super::*;
+
+pub(crate) const LAYOUT: Layout = Layout {{
+    version: ({major}, {minor}),
+    runtime: RuntimeLayout {{
+        interpreters_head: {rt_head},
+        gilstate_tstate_current: {rt_gil},
+    }},
+    interp: InterpLayout {{
+        next: {i_next},
+        tstate_head: {i_head},
+        ceval_gil: {i_gil},
+        gil_locked: {i_locked},
+        gil_last_holder: {i_holder},
+    }},
+    thread: ThreadLayout {{
+        next: {t_next},
+        interp: {t_interp},
+        frame: {t_frame},
+        cframe_current_frame: {t_cframe},
+        thread_id: {t_id},
+        native_thread_id: {t_native},
+    }},
+    frame: FrameLayout {{
+        model: {model},
+        back: {f_back},
+        code: {f_code},
+        lasti: {f_lasti},
+        owner: {f_owner},
+        size: {f_size},
+    }},
+    code: CodeLayout {{
+        filename: {c_filename},
+        name: {c_name},
+        qualname: {c_qualname},
+        firstlineno: {c_first},
+        linetable: {c_table},
+        linetable_format: {table},
+        co_code: {c_code},
+        code_adaptive: {c_adaptive},
+        firsttraceable: {c_traceable},
+        size: {c_size},
+    }},
+    string: StringLayout {{
+        model: {smodel},
+        ob_type: {s_type},
+        bytes_size: {s_bsize},
+        bytes_sval: {s_bsval},
+        unicode_length: {s_len},
+        unicode_state: {s_state},
+        ascii_size: {s_ascii},
+        compact_size: {s_compact},
+        unicode_data_any: {s_data},
+        state_kind_shift: {s_kind},
+        state_compact_shift: {s_cshift},
+        state_ascii_shift: {s_ashift},
+    }},
+}};
+""".format(
+        full="%d.%d.%d" % full, inc=os.path.basename(inc), major=major, minor=minor,
+        rt_head=opt(v, "runtime.interpreters_head"),
+        rt_gil=opt(v, "runtime.gilstate_tstate_current"),
+        i_next=v["interp.next"], i_head=v["interp.tstate_head"],
+        i_gil=opt(v, "interp.ceval_gil"), i_locked=opt(v, "interp.gil_locked"),
+        i_holder=opt(v, "interp.gil_last_holder"),
+        t_next=v["thread.next"], t_interp=v["thread.interp"], t_frame=v["thread.frame"],
+        t_cframe=opt(v, "thread.cframe_current_frame"), t_id=v["thread.thread_id"],
+        t_native=opt(v, "thread.native_thread_id"),
+        model=model, f_back=v["frame.back"], f_code=v["frame.code"], f_lasti=v["frame.lasti"],
+        f_owner=opt(v, "frame.owner"), f_size=v["frame.size"],
+        c_filename=v["code.filename"], c_name=v["code.name"], c_qualname=opt(v, "code.qualname"),
+        c_first=v["code.firstlineno"], c_table=v["code.linetable"], table=table,
+        c_code=opt(v, "code.co_code"), c_adaptive=opt(v, "code.code_adaptive"),
+        c_traceable=opt(v, "code.firsttraceable"), c_size=v["code.size"],
+        smodel="StringModel::Pep393" if py3 else "StringModel::Bytes2",
+        s_type=v["string.ob_type"], s_bsize=v["string.bytes_size"],
+        s_bsval=v["string.bytes_sval"], s_len=s("string.unicode_length"),
+        s_state=s("string.unicode_state"), s_ascii=s("string.ascii_size"),
+        s_compact=s("string.compact_size"), s_data=s("string.unicode_data_any"),
+        s_kind=s("string.state_kind_shift"), s_cshift=s("string.state_compact_shift"),
+        s_ashift=s("string.state_ascii_shift"),
+    )
+
+
+def rustfmt(text):
+    p = subprocess.Popen(["rustfmt", "--edition", "2021", "--emit", "stdout"],
+                         stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    out, _ = p.communicate(text.encode())
+    if p.returncode != 0:
+        sys.exit("rustfmt failed on the generated code")
+    return out.decode()
+
+
+def pyenv_interpreters():
+    root = os.environ.get("PYENV_ROOT")
+    if not root:
+        try:
+            root = subprocess.check_output(["pyenv", "root"]).decode().strip()
+        except (OSError, subprocess.CalledProcessError):
+            root = os.path.expanduser("~/.pyenv")
+    found = []
+    for d in sorted(glob.glob(os.path.join(root, "versions", "*"))):
+        parts = os.path.basename(d).split(".")
+        if len(parts) >= 2 and parts[0].isdigit() and parts[1].isdigit():
+            exe = os.path.join(d, "bin", "python%s.%s" % (parts[0], parts[1]))
+            if os.path.exists(exe):
+                found.append(exe)
+    return found
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--python", action="append", help="interpreter(s) to probe")
+    ap.add_argument("--check", action="store_true", help="compare with the checked-in tables")
+    ap.add_argument("--out", default=OUT_DIR, help="output directory")
+    args = ap.parse_args()
+    pythons = args.python or pyenv_interpreters()
+    if not pythons:
+        sys.exit("no interpreters found (pass --python)")
+    stale = []
+    for python in pythons:
+        full, inc, values = probe(python)
+        text = rustfmt(render(full, inc, values))
+        path = os.path.join(args.out, "v%d_%d.rs" % full[:2])
+        if args.check:
+            old = open(path).read() if os.path.exists(path) else ""
+            if old != text:
+                stale.append(path)
+                sys.stdout.writelines(difflib.unified_diff(
+                    old.splitlines(True), text.splitlines(True), path, "generated"))
+            print("%d.%d.%d: %s" % (full + ("differs" if old != text else "up to date",)),
+                  file=sys.stderr)
+        else:
+            with open(path, "w") as f:
+                f.write(text)
+            print("%d.%d.%d: wrote %s (%d fields)" % (full + (path, len(values))),
+                  file=sys.stderr)
+    if stale:
+        sys.exit("%d table(s) differ from what the headers give" % len(stale))
+
+
+if __name__ == "__main__":
+    main()
