@@ -254,7 +254,11 @@ fn emit(profile: &Profile, out: &OutputArgs, threads: bool) -> anyhow::Result<()
             eprintln!("scalene-rs: wrote {} ({format})", path.display());
         }
         None => {
-            let _ = std::io::stderr().lock().write_all(&bytes);
+            let mut err = std::io::stderr().lock();
+            let _ = err.write_all(&bytes);
+            if !bytes.ends_with(b"\n") {
+                let _ = err.write_all(b"\n");
+            }
         }
     }
     Ok(())

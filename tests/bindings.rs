@@ -1,18 +1,27 @@
 //! The layout tables: generated ones match the headers, and for 3.13 the run-time
 //! `_Py_DebugOffsets` agrees with the generated table.
+//!
+//! The 3.13 checks need a CPython 3.13 shared build under pyenv (`$PYENV_ROOT`, `pyenv root`
+//! or `~/.pyenv`); without one they fail, unless `SCALENE_RS_ALLOW_MISSING_313=1` is set.
 
 mod common;
 
 use scalene_rs::python::{LocateOptions, PythonProcess};
-use scalene_rs::python_bindings::{debug_offsets, generated, Layout};
+use scalene_rs::python_bindings::{
+    debug_offsets, generated, FrameModel, Layout, LineTableFormat, StringModel, GENERATED,
+};
 use std::io::{BufRead, BufReader};
+use std::path::Path;
 use std::process::{Command, Stdio};
 
 /// The fields `_Py_DebugOffsets` carries must equal the generated table's.
 fn assert_agrees(from_debug: &Layout, generated: &Layout, what: &str) {
     let (d, g) = (from_debug, generated);
     assert_eq!(d.version, g.version, "{what}: version");
-    assert_eq!(d.runtime.interpreters_head, g.runtime.interpreters_head, "{what}");
+    assert_eq!(
+        d.runtime.interpreters_head, g.runtime.interpreters_head,
+        "{what}"
+    );
     assert_eq!(d.interp, g.interp, "{what}: interpreter state");
     assert_eq!(d.thread, g.thread, "{what}: thread state");
     assert_eq!(d.frame, g.frame, "{what}: interpreter frame");
@@ -38,7 +47,28 @@ fn assert_agrees(from_debug: &Layout, generated: &Layout, what: &str) {
         ),
         "{what}: code object"
     );
-    assert_eq!(d.string, g.string, "{what}: strings");
+    let (ds, gs) = (&d.string, &g.string);
+    assert_eq!(
+        (
+            ds.ob_type,
+            ds.bytes_size,
+            ds.bytes_sval,
+            ds.unicode_length,
+            ds.unicode_state,
+            ds.ascii_size
+        ),
+        (
+            gs.ob_type,
+            gs.bytes_size,
+            gs.bytes_sval,
+            gs.unicode_length,
+            gs.unicode_state,
+            gs.ascii_size
+        ),
+        "{what}: objects and strings"
+    );
+    // The rest comes from the fallback table, so the whole Layout must be equal too.
+    assert_eq!(d, g, "{what}: whole layout");
 }
 
 fn python313() -> Option<common::Interpreter> {
@@ -52,11 +82,56 @@ fn require_313() -> Option<common::Interpreter> {
     if found.is_none() {
         assert!(
             std::env::var_os("SCALENE_RS_ALLOW_MISSING_313").is_some(),
-            "no CPython 3.13 found: the _Py_DebugOffsets check cannot run (set SCALENE_RS_ALLOW_MISSING_313=1 to skip)"
+            "no pyenv CPython 3.13 found: the _Py_DebugOffsets checks cannot run \
+             (install one with `PYTHON_CONFIGURE_OPTS=--enable-shared pyenv install 3.13`, \
+             or set SCALENE_RS_ALLOW_MISSING_313=1 to skip)"
         );
         eprintln!("skipped: no CPython 3.13 on this machine");
     }
     found
+}
+
+/// The bytes of `_PyRuntime` in an ELF file: from the `_PyRuntime` symbol, which must be the
+/// start of the `.PyRuntime` section when the library has one.
+fn runtime_bytes_from_file(lib: &Path) -> Vec<u8> {
+    let data = std::fs::read(lib).unwrap_or_else(|e| {
+        panic!(
+            "{}: {e} (the 3.13 checks need a shared build: --enable-shared)",
+            lib.display()
+        )
+    });
+    let elf = goblin::elf::Elf::parse(&data).unwrap();
+    let sym = elf
+        .dynsyms
+        .iter()
+        .map(|s| (s, elf.dynstrtab.get_at(s.st_name)))
+        .chain(elf.syms.iter().map(|s| (s, elf.strtab.get_at(s.st_name))))
+        .find(|(_, name)| *name == Some("_PyRuntime"))
+        .map(|(s, _)| s)
+        .expect("libpython3.13 exports _PyRuntime");
+    let section = elf
+        .section_headers
+        .iter()
+        .find(|sh| elf.shdr_strtab.get_at(sh.sh_name) == Some(".PyRuntime"));
+    if let Some(sh) = section {
+        assert_eq!(
+            sym.st_value, sh.sh_addr,
+            "_PyRuntime is not at the start of the .PyRuntime section"
+        );
+    }
+    let holder = elf
+        .section_headers
+        .iter()
+        .find(|sh| sh.sh_addr <= sym.st_value && sym.st_value < sh.sh_addr + sh.sh_size)
+        .expect("a section holds _PyRuntime");
+    assert_ne!(
+        holder.sh_type,
+        goblin::elf::section_header::SHT_NOBITS,
+        "_PyRuntime is in a NOBITS section: its initial bytes are not in the file"
+    );
+    let start = (sym.st_value - holder.sh_addr + holder.sh_offset) as usize;
+    let len = (sym.st_size as usize).max(4096).min(data.len() - start);
+    data[start..start + len].to_vec()
 }
 
 #[test]
@@ -69,16 +144,11 @@ fn debug_offsets_in_the_313_library_file_agree_with_the_generated_table() {
         .parent()
         .unwrap()
         .join("lib/libpython3.13.so.1.0");
-    let data = std::fs::read(&lib).unwrap();
-    let elf = goblin::elf::Elf::parse(&data).unwrap();
-    let sh = elf
-        .section_headers
-        .iter()
-        .find(|s| elf.shdr_strtab.get_at(s.sh_name) == Some(".PyRuntime"))
-        .expect("libpython3.13 has a .PyRuntime section");
-    let bytes = &data[sh.sh_offset as usize..(sh.sh_offset + sh.sh_size) as usize];
+    let bytes = runtime_bytes_from_file(&lib);
+    let hex = debug_offsets::version_hex(&bytes).expect("_PyRuntime starts with the cookie");
+    assert_eq!(hex >> 16, 0x030d, "version in _Py_DebugOffsets: {hex:#x}");
     let gen = generated(3, 13).expect("a generated 3.13 table");
-    let parsed = debug_offsets::parse(bytes, gen).unwrap();
+    let parsed = debug_offsets::parse(&bytes, gen).unwrap();
     assert_agrees(&parsed, gen, "libpython3.13 file");
 }
 
@@ -86,7 +156,10 @@ fn debug_offsets_in_the_313_library_file_agree_with_the_generated_table() {
 fn debug_offsets_read_from_a_live_313_process_agree_with_the_generated_table() {
     let Some(py) = require_313() else { return };
     let mut child = Command::new(&py.path)
-        .args(["-c", "import sys, time; print('ready'); sys.stdout.flush(); time.sleep(60)"])
+        .args([
+            "-c",
+            "import sys, time; print('ready'); sys.stdout.flush(); time.sleep(60)",
+        ])
         .stdout(Stdio::piped())
         .spawn()
         .unwrap();
@@ -98,8 +171,106 @@ fn debug_offsets_read_from_a_live_313_process_agree_with_the_generated_table() {
     let _ = child.kill();
     let _ = child.wait();
     let proc = located.unwrap();
-    assert!(!proc.untested, "3.13 has a generated table: it is a tested version");
+    assert!(
+        !proc.untested,
+        "3.13 has a generated table: it is a tested version"
+    );
     assert_agrees(&proc.layout, generated(3, 13).unwrap(), "live 3.13 process");
+}
+
+/// Structural checks on every generated table: the models match the version, and each
+/// `size` covers the fields the walker reads with it.
+#[test]
+fn generated_tables_are_self_consistent() {
+    let mut previous = (0, 0);
+    for l in GENERATED {
+        let v = l.version;
+        assert!(v > previous, "GENERATED is oldest first: {v:?}");
+        previous = v;
+        let what = format!("{}.{}", v.0, v.1);
+        match l.frame.model {
+            FrameModel::Object {
+                lasti_in_code_units,
+            } => {
+                assert!(v <= (3, 10), "{what}: frame objects end at 3.10");
+                assert_eq!(lasti_in_code_units, v == (3, 10), "{what}");
+                assert!(
+                    l.frame.owner.is_none() && l.code.co_code.is_some(),
+                    "{what}"
+                );
+            }
+            FrameModel::Interpreter => {
+                assert!(v >= (3, 11), "{what}: interpreter frames start at 3.11");
+                assert!(
+                    l.frame.owner.is_some() && l.code.code_adaptive.is_some(),
+                    "{what}"
+                );
+                assert!(l.code.qualname.is_some(), "{what}");
+            }
+        }
+        let format = match v {
+            (2, _) => LineTableFormat::LnotabUnsigned,
+            (3, 0..=9) => LineTableFormat::LnotabSigned,
+            (3, 10) => LineTableFormat::Linetable310,
+            _ => LineTableFormat::Locations311,
+        };
+        assert_eq!(l.code.linetable_format, format, "{what}");
+        assert_eq!(l.string.model == StringModel::Bytes2, v.0 == 2, "{what}");
+        assert_eq!(
+            l.thread.cframe_current_frame.is_some(),
+            ((3, 11)..=(3, 12)).contains(&v),
+            "{what}: cframe"
+        );
+        assert_eq!(
+            l.runtime.gilstate_tstate_current.is_some(),
+            ((3, 7)..=(3, 11)).contains(&v),
+            "{what}: gilstate"
+        );
+        assert_eq!(l.runtime.interpreters_head.is_some(), v >= (3, 7), "{what}");
+        assert_eq!(l.interp.ceval_gil.is_some(), v >= (3, 12), "{what}");
+        assert_eq!(
+            l.code.firsttraceable.is_some(),
+            ((3, 11)..=(3, 12)).contains(&v),
+            "{what}: firsttraceable"
+        );
+        let ptr = 8;
+        for (field, width) in [
+            (l.frame.back, ptr),
+            (l.frame.code, ptr),
+            (l.frame.lasti, if v <= (3, 10) { 4 } else { ptr }),
+            (l.frame.owner.unwrap_or(0), 1),
+        ] {
+            assert!(field + width <= l.frame.size, "{what}: frame.size");
+        }
+        for field in [
+            Some(l.code.filename),
+            Some(l.code.name),
+            l.code.qualname,
+            Some(l.code.linetable),
+            l.code.co_code,
+        ]
+        .into_iter()
+        .flatten()
+        {
+            assert!(field + ptr <= l.code.size, "{what}: code.size");
+        }
+        assert!(l.code.firstlineno + 4 <= l.code.size, "{what}: code.size");
+        if let Some(adaptive) = l.code.code_adaptive {
+            assert!(adaptive < l.code.size, "{what}: co_code_adaptive");
+        }
+        assert_eq!(l.string.ob_type, 8, "{what}: ob_type");
+        if l.string.model == StringModel::Pep393 {
+            let s = &l.string;
+            assert!(s.unicode_state + 4 <= s.ascii_size, "{what}: state");
+            assert!(s.ascii_size < s.compact_size, "{what}: compact size");
+            let shifts = [
+                s.state_kind_shift,
+                s.state_compact_shift,
+                s.state_ascii_shift,
+            ];
+            assert!(shifts.iter().all(|&b| b < 32), "{what}: shifts {shifts:?}");
+        }
+    }
 }
 
 fn run_generator_check(script: &str) {

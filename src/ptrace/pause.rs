@@ -127,6 +127,29 @@ impl PausedThreads {
         // Wait until it is stopped. A signal-delivery-stop may come first: that thread is
         // stopped as well; remember the signal so it is delivered when we detach.
         loop {
+            // Peek first (WNOWAIT): if the thread exited, its exit belongs to whoever waits
+            // for the process (for `run`, our own child's status), so it must not be reaped
+            // here when it is the thread-group leader.
+            match peek_exit(t) {
+                Ok(true) => {
+                    if tid != pid {
+                        // A non-leader thread: reap it so no zombie thread lingers.
+                        let _ = waitpid(t, Some(WaitPidFlag::__WALL));
+                    }
+                    return Ok(());
+                }
+                Ok(false) => {}
+                Err(nix::errno::Errno::EINTR) => continue,
+                Err(nix::errno::Errno::ECHILD) => return Ok(()),
+                Err(e) => {
+                    self.seized.push(entry);
+                    return Err(Error::from_os(
+                        pid,
+                        "waiting for a paused thread",
+                        std::io::Error::from_raw_os_error(e as i32),
+                    ));
+                }
+            }
             match waitpid(t, Some(WaitPidFlag::__WALL)) {
                 Ok(WaitStatus::PtraceEvent(..)) | Ok(WaitStatus::PtraceSyscall(_)) => break,
                 Ok(WaitStatus::Stopped(_, sig)) => {
@@ -159,6 +182,28 @@ impl PausedThreads {
     pub fn is_empty(&self) -> bool {
         self.seized.is_empty()
     }
+}
+
+/// Waits until `tid` has an event and says whether it is an exit, without consuming it.
+fn peek_exit(tid: Pid) -> std::result::Result<bool, nix::errno::Errno> {
+    // SAFETY: an all-zero siginfo_t is a valid value for waitid to fill in.
+    let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
+    // SAFETY: `info` is a valid, writable siginfo_t; the flags ask waitid not to reap.
+    let r = unsafe {
+        libc::waitid(
+            libc::P_PID,
+            tid.as_raw() as libc::id_t,
+            &mut info,
+            libc::WEXITED | libc::WSTOPPED | libc::WNOWAIT | libc::__WALL,
+        )
+    };
+    if r < 0 {
+        return Err(nix::errno::Errno::last());
+    }
+    Ok(matches!(
+        info.si_code,
+        libc::CLD_EXITED | libc::CLD_KILLED | libc::CLD_DUMPED
+    ))
 }
 
 impl Drop for PausedThreads {

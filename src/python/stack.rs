@@ -248,7 +248,12 @@ impl StackWalker {
             }
             let buf = mem.read_vec(addr, f.size)?;
             let back = field_u64(&buf, f.back);
-            let code_addr = field_u64(&buf, f.code);
+            let code_addr = match f.model {
+                // 3.14+ holds `f_executable` as a tagged `_PyStackRef`: objects are at least
+                // 8-byte aligned, so the low bits are tags (and always 0 before 3.14).
+                FrameModel::Interpreter => field_u64(&buf, f.code) & !7,
+                FrameModel::Object { .. } => field_u64(&buf, f.code),
+            };
             match f.model {
                 FrameModel::Object {
                     lasti_in_code_units,

@@ -3,12 +3,18 @@
 //! Since 3.13, `_PyRuntime` begins with a struct of offsets meant for out-of-process tools:
 //! a cookie ("xdebugpy"), the version (`PY_VERSION_HEX`), a free-threading flag, then
 //! sections of `uint64_t` offsets (runtime, interpreter, thread, frame, code, objects...).
-//! Reading it, rather than trusting a table built into this binary, is what lets a newer
-//! interpreter work untested.
+//! Reading it, rather than trusting a table built into this binary, is what keeps us right
+//! across patch releases and lets a minor version we have no generated table for work.
 //!
-//! Owns: [`parse`], which turns the first bytes of `_PyRuntime` into a [`Layout`]. The field
-//! order of the struct is data ([`FIELDS_3_13`]), checked against structural invariants so
-//! that a layout we do not know is refused with a clear error instead of producing garbage.
+//! The struct is only stable within a minor version: 3.14 inserts fields in the middle of
+//! several sections. So its field order is data, one [`OffsetsTable`] per minor version
+//! ([`TABLES`]), chosen by the version in the header; a minor version with no table is
+//! refused by name ([`DebugOffsetsError::UnsupportedVersion`]). As a second line of defence
+//! the values are checked against structural invariants (every offset inside its struct,
+//! sizes plausible), so a table that does not fit the bytes is refused instead of producing
+//! garbage.
+//!
+//! Owns: [`parse`], which turns the first bytes of `_PyRuntime` into a [`Layout`].
 //! Must not: read process memory (the caller passes the bytes).
 
 use super::{
@@ -19,23 +25,59 @@ use super::{
 /// The cookie at the start of `_Py_DebugOffsets`.
 pub const COOKIE: &[u8; 8] = b"xdebugpy";
 
+/// Bytes before the first offset: `char cookie[8]`, `uint64_t version`,
+/// `uint64_t free_threaded` (the same in every version so far).
+pub const HEADER: usize = 24;
+
 /// Why the debug offsets could not be used.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum DebugOffsetsError {
-    #[error("_PyRuntime does not start with the _Py_DebugOffsets cookie")]
+    #[error("_PyRuntime does not start with the _Py_DebugOffsets cookie \"xdebugpy\"")]
     NoCookie,
-    #[error("_Py_DebugOffsets is truncated ({0} bytes)")]
-    Truncated(usize),
+    #[error("_Py_DebugOffsets is truncated: {got} bytes, {need} needed")]
+    Truncated { got: usize, need: usize },
     #[error("_Py_DebugOffsets carries version {0:#x}, which is not a CPython 3.13+ version")]
     BadVersion(u64),
-    #[error("free-threaded (no-GIL) builds are not supported yet")]
-    FreeThreaded,
-    #[error("the _Py_DebugOffsets layout of Python {0} is not one we know ({1})")]
+    #[error(
+        "free-threaded builds are not supported yet (Python {0} was built with --disable-gil)"
+    )]
+    FreeThreaded(String),
+    #[error(
+        "Python {0} is not supported: its _Py_DebugOffsets layout is unknown to this build \
+         (known: {1})"
+    )]
+    UnsupportedVersion(String, String),
+    #[error("the _Py_DebugOffsets of Python {0} does not have the expected layout ({1})")]
     UnknownLayout(String, String),
 }
 
-/// The fields of `_Py_DebugOffsets` after the header, in declaration order, as
-/// "section.field" names. CPython 3.13 (`Include/internal/pycore_runtime.h`).
+/// The field order of one minor version's `_Py_DebugOffsets`.
+#[derive(Debug, Clone, Copy)]
+pub struct OffsetsTable {
+    /// The CPython 3.x minor version this order belongs to.
+    pub minor: u32,
+    /// Where the order was taken from.
+    pub source: &'static str,
+    /// Every `uint64_t` after the header, in declaration order, as "section.field".
+    pub fields: &'static [&'static str],
+}
+
+/// Every layout we know, oldest first.
+pub const TABLES: &[OffsetsTable] = &[
+    OffsetsTable {
+        minor: 13,
+        source: "CPython 3.13.0 Include/internal/pycore_runtime.h; tested against libpython3.13",
+        fields: FIELDS_3_13,
+    },
+    OffsetsTable {
+        minor: 14,
+        source: "from the 3.14 headers (Include/internal/pycore_debug_offsets.h of the 3.14 \
+                 branch, 3.14.0b4+), untested here",
+        fields: FIELDS_3_14,
+    },
+];
+
+/// CPython 3.13 (`Include/internal/pycore_runtime.h`).
 pub const FIELDS_3_13: &[&str] = &[
     "runtime_state.size",
     "runtime_state.finalizing",
@@ -109,67 +151,220 @@ pub const FIELDS_3_13: &[&str] = &[
     "gc.collecting",
 ];
 
-/// Bytes before the first offset: cookie, version, free_threaded.
-const HEADER: usize = 24;
+/// CPython 3.14, from the 3.14 headers (`Include/internal/pycore_debug_offsets.h`), untested
+/// here: 3.14 adds `interpreter_state.threads_main`, `code_object_generation`,
+/// `tlbc_generation`, `interpreter_frame.stackpointer` / `tlbc_index`, `code_object.co_tlbc`,
+/// the `set_object` section (between list and dict) and, after `gc`, the `gen_object`,
+/// `llist_node` and `debugger_support` sections.
+pub const FIELDS_3_14: &[&str] = &[
+    "runtime_state.size",
+    "runtime_state.finalizing",
+    "runtime_state.interpreters_head",
+    "interpreter_state.size",
+    "interpreter_state.id",
+    "interpreter_state.next",
+    "interpreter_state.threads_head",
+    "interpreter_state.threads_main",
+    "interpreter_state.gc",
+    "interpreter_state.imports_modules",
+    "interpreter_state.sysdict",
+    "interpreter_state.builtins",
+    "interpreter_state.ceval_gil",
+    "interpreter_state.gil_runtime_state",
+    "interpreter_state.gil_runtime_state_enabled",
+    "interpreter_state.gil_runtime_state_locked",
+    "interpreter_state.gil_runtime_state_holder",
+    "interpreter_state.code_object_generation",
+    "interpreter_state.tlbc_generation",
+    "thread_state.size",
+    "thread_state.prev",
+    "thread_state.next",
+    "thread_state.interp",
+    "thread_state.current_frame",
+    "thread_state.thread_id",
+    "thread_state.native_thread_id",
+    "thread_state.datastack_chunk",
+    "thread_state.status",
+    "interpreter_frame.size",
+    "interpreter_frame.previous",
+    "interpreter_frame.executable",
+    "interpreter_frame.instr_ptr",
+    "interpreter_frame.localsplus",
+    "interpreter_frame.owner",
+    "interpreter_frame.stackpointer",
+    "interpreter_frame.tlbc_index",
+    "code_object.size",
+    "code_object.filename",
+    "code_object.name",
+    "code_object.qualname",
+    "code_object.linetable",
+    "code_object.firstlineno",
+    "code_object.argcount",
+    "code_object.localsplusnames",
+    "code_object.localspluskinds",
+    "code_object.co_code_adaptive",
+    "code_object.co_tlbc",
+    "pyobject.size",
+    "pyobject.ob_type",
+    "type_object.size",
+    "type_object.tp_name",
+    "type_object.tp_repr",
+    "type_object.tp_flags",
+    "tuple_object.size",
+    "tuple_object.ob_item",
+    "tuple_object.ob_size",
+    "list_object.size",
+    "list_object.ob_item",
+    "list_object.ob_size",
+    "set_object.size",
+    "set_object.used",
+    "set_object.table",
+    "set_object.mask",
+    "dict_object.size",
+    "dict_object.ma_keys",
+    "dict_object.ma_values",
+    "float_object.size",
+    "float_object.ob_fval",
+    "long_object.size",
+    "long_object.lv_tag",
+    "long_object.ob_digit",
+    "bytes_object.size",
+    "bytes_object.ob_size",
+    "bytes_object.ob_sval",
+    "unicode_object.size",
+    "unicode_object.state",
+    "unicode_object.length",
+    "unicode_object.asciiobject_size",
+    "gc.size",
+    "gc.collecting",
+    "gen_object.size",
+    "gen_object.gi_name",
+    "gen_object.gi_iframe",
+    "gen_object.gi_frame_state",
+    "llist_node.next",
+    "llist_node.prev",
+    "debugger_support.eval_breaker",
+    "debugger_support.remote_debugger_support",
+    "debugger_support.remote_debugging_enabled",
+    "debugger_support.debugger_pending_call",
+    "debugger_support.debugger_script_path",
+    "debugger_support.debugger_script_path_size",
+];
+
+/// Offsets that may legitimately be 0 or lie outside their section's `size` (values that are
+/// not offsets into the section's struct, or are only meaningful in free-threaded builds).
+const NOT_CHECKED: &[&str] = &[
+    "interpreter_state.gil_runtime_state_enabled",
+    "interpreter_state.tlbc_generation",
+    "interpreter_frame.tlbc_index",
+    "code_object.co_tlbc",
+];
 
 /// The `PY_VERSION_HEX` in the header, when the cookie is there.
 pub fn version_hex(bytes: &[u8]) -> Option<u64> {
     if bytes.len() < 16 || &bytes[..8] != COOKIE {
         return None;
     }
-    Some(u64::from_le_bytes(bytes[8..16].try_into().ok()?))
+    Some(read_u64(bytes, 8))
+}
+
+/// The table for CPython 3.`minor`, if we know its layout.
+pub fn table(minor: u32) -> Option<&'static OffsetsTable> {
+    TABLES.iter().find(|t| t.minor == minor)
+}
+
+fn read_u64(bytes: &[u8], at: usize) -> u64 {
+    u64::from_le_bytes(bytes[at..at + 8].try_into().expect("8 bytes"))
+}
+
+/// "3.13.0", "3.14.0b4", ... for messages.
+fn version_string(hex: u64) -> String {
+    let (major, minor, micro) = ((hex >> 24) & 0xff, (hex >> 16) & 0xff, (hex >> 8) & 0xff);
+    let (level, serial) = ((hex >> 4) & 0xf, hex & 0xf);
+    let suffix = match level {
+        0xa => format!("a{serial}"),
+        0xb => format!("b{serial}"),
+        0xc => format!("rc{serial}"),
+        _ => String::new(),
+    };
+    format!("{major}.{minor}.{micro}{suffix}")
+}
+
+/// Checks the `PY_VERSION_HEX`: major 3, minor ≥ 13, a valid release level, nothing above
+/// the low 32 bits. Returns the minor version.
+fn check_version(hex: u64) -> Result<u32, DebugOffsetsError> {
+    let (major, minor, level) = ((hex >> 24) & 0xff, (hex >> 16) & 0xff, (hex >> 4) & 0xf);
+    let level_ok = matches!(level, 0xa | 0xb | 0xc | 0xf);
+    if hex >> 32 != 0 || major != 3 || minor < 13 || !level_ok {
+        return Err(DebugOffsetsError::BadVersion(hex));
+    }
+    Ok(minor as u32)
 }
 
 struct Fields<'a> {
-    names: &'a [&'a str],
+    table: &'a OffsetsTable,
     bytes: &'a [u8],
 }
 
 impl Fields<'_> {
     fn get(&self, name: &str) -> u64 {
         let i = self
-            .names
+            .table
+            .fields
             .iter()
             .position(|n| *n == name)
-            .expect("field names come from our own table");
-        let off = HEADER + i * 8;
-        u64::from_le_bytes(self.bytes[off..off + 8].try_into().expect("8 bytes"))
+            .unwrap_or_else(|| panic!("{name} is missing from the 3.{} table", self.table.minor));
+        read_u64(self.bytes, HEADER + i * 8)
     }
     fn us(&self, name: &str) -> usize {
         self.get(name) as usize
     }
 }
 
-/// Builds a [`Layout`] from the first bytes of `_PyRuntime`. Fields the debug offsets do not
-/// carry (compact unicode size, bitfield positions, `co_code`) come from `fallback`, the
-/// newest generated table.
+/// Builds a [`Layout`] from the first bytes of `_PyRuntime` (at least the whole
+/// `_Py_DebugOffsets`). Fields the debug offsets do not carry (the compact unicode size, the
+/// legacy unicode data offset, the `state` bit positions) come from `fallback`, the newest
+/// generated table; `co_code` and `_co_firsttraceable` do not exist in 3.13+ and are `None`.
 pub fn parse(bytes: &[u8], fallback: &Layout) -> Result<Layout, DebugOffsetsError> {
-    let hex = version_hex(bytes).ok_or(if bytes.len() < 16 {
-        DebugOffsetsError::Truncated(bytes.len())
-    } else {
-        DebugOffsetsError::NoCookie
+    if bytes.len() < HEADER {
+        if bytes.len() >= 8 && &bytes[..8] != COOKIE {
+            return Err(DebugOffsetsError::NoCookie);
+        }
+        return Err(DebugOffsetsError::Truncated {
+            got: bytes.len(),
+            need: HEADER,
+        });
+    }
+    let hex = version_hex(bytes).ok_or(DebugOffsetsError::NoCookie)?;
+    let minor = check_version(hex)?;
+    let version = version_string(hex);
+    if read_u64(bytes, 16) != 0 {
+        return Err(DebugOffsetsError::FreeThreaded(version));
+    }
+    let table = table(minor).ok_or_else(|| {
+        let known = TABLES
+            .iter()
+            .map(|t| format!("3.{}", t.minor))
+            .collect::<Vec<_>>()
+            .join(", ");
+        DebugOffsetsError::UnsupportedVersion(version.clone(), known)
     })?;
-    let (major, minor) = ((hex >> 24) & 0xff, (hex >> 16) & 0xff);
-    if major != 3 || minor < 13 || hex >> 32 != 0 {
-        return Err(DebugOffsetsError::BadVersion(hex));
-    }
-    let need = HEADER + FIELDS_3_13.len() * 8;
+    let need = HEADER + table.fields.len() * 8;
     if bytes.len() < need {
-        return Err(DebugOffsetsError::Truncated(bytes.len()));
+        return Err(DebugOffsetsError::Truncated {
+            got: bytes.len(),
+            need,
+        });
     }
-    if u64::from_le_bytes(bytes[16..24].try_into().expect("8 bytes")) != 0 {
-        return Err(DebugOffsetsError::FreeThreaded);
-    }
-    let f = Fields {
-        names: FIELDS_3_13,
-        bytes,
-    };
-    let version = format!("{major}.{minor}");
+    let f = Fields { table, bytes };
     check_invariants(&f).map_err(|why| DebugOffsetsError::UnknownLayout(version, why))?;
 
+    // `gil_runtime_state_locked` / `_holder` are offsets inside PyInterpreterState of the
+    // interpreter's own `_gil` struct's fields; we need them relative to the struct that
+    // `ceval.gil` points to (which is the start of a `_gil_runtime_state`).
     let gil_base = f.get("interpreter_state.gil_runtime_state");
-    let layout = Layout {
-        version: (major as u32, minor as u32),
+    Ok(Layout {
+        version: (3, minor),
         runtime: RuntimeLayout {
             interpreters_head: Some(f.us("runtime_state.interpreters_head")),
             gilstate_tstate_current: None,
@@ -178,8 +373,6 @@ pub fn parse(bytes: &[u8], fallback: &Layout) -> Result<Layout, DebugOffsetsErro
             next: f.us("interpreter_state.next"),
             tstate_head: f.us("interpreter_state.threads_head"),
             ceval_gil: Some(f.us("interpreter_state.ceval_gil")),
-            // Given relative to the interpreter's own `_gil`; we need them inside the struct
-            // that `ceval.gil` points to.
             gil_locked: Some(
                 (f.get("interpreter_state.gil_runtime_state_locked") - gil_base) as usize,
             ),
@@ -225,13 +418,12 @@ pub fn parse(bytes: &[u8], fallback: &Layout) -> Result<Layout, DebugOffsetsErro
             ascii_size: f.us("unicode_object.asciiobject_size"),
             ..fallback.string
         },
-    };
-    Ok(layout)
+    })
 }
 
-/// Checks that the bytes read as a 3.13-shaped struct make sense: every offset lies inside
-/// its section's size and the sizes are in sane ranges. A newer CPython that inserted
-/// fields fails here instead of being misread.
+/// Checks that the bytes read with this table make sense: every offset of a sized section
+/// lies inside that section's struct, and the sizes are in sane ranges. Bytes of another
+/// layout (a table chosen wrongly, a misread address) fail here.
 fn check_invariants(f: &Fields) -> Result<(), String> {
     let sections = [
         ("runtime_state", 1024..16 << 20),
@@ -248,12 +440,12 @@ fn check_invariants(f: &Fields) -> Result<(), String> {
         if !range.contains(&size) {
             return Err(format!("{section}.size = {size} is implausible"));
         }
-        for name in f.names.iter().filter(|n| {
-            n.starts_with(section)
-                && n.as_bytes().get(section.len()) == Some(&b'.')
-                && !n.ends_with(".size")
-                && !n.ends_with("gil_runtime_state_enabled")
-        }) {
+        let prefix = format!("{section}.");
+        for name in
+            f.table.fields.iter().filter(|n| {
+                n.starts_with(&prefix) && !n.ends_with(".size") && !NOT_CHECKED.contains(n)
+            })
+        {
             let off = f.get(name);
             if off >= size {
                 return Err(format!(
@@ -267,12 +459,18 @@ fn check_invariants(f: &Fields) -> Result<(), String> {
         "interpreter_state.gil_runtime_state_locked",
         "interpreter_state.gil_runtime_state_holder",
     ] {
-        if f.get(name) < base {
-            return Err(format!("{name} lies before the GIL state"));
+        let off = f.get(name);
+        if off < base || off - base >= 4096 {
+            return Err(format!(
+                "{name} = {off} is not inside the GIL state at {base}"
+            ));
         }
     }
     if f.get("pyobject.ob_type") != 8 {
         return Err("PyObject.ob_type is not at offset 8".into());
+    }
+    if f.get("unicode_object.asciiobject_size") <= f.get("unicode_object.state") {
+        return Err("sizeof(PyASCIIObject) does not cover its state field".into());
     }
     Ok(())
 }
@@ -281,12 +479,13 @@ fn check_invariants(f: &Fields) -> Result<(), String> {
 mod tests {
     use super::*;
 
-    fn sample() -> Vec<u8> {
+    /// A plausible `_Py_DebugOffsets` for `table`, every field set, then `overrides`.
+    fn build(table: &OffsetsTable, hex: u64, overrides: &[(&str, u64)]) -> Vec<u8> {
         let mut b = Vec::new();
         b.extend_from_slice(COOKIE);
-        b.extend_from_slice(&0x030d00f0u64.to_le_bytes());
+        b.extend_from_slice(&hex.to_le_bytes());
         b.extend_from_slice(&0u64.to_le_bytes());
-        for name in FIELDS_3_13 {
+        for (i, name) in table.fields.iter().enumerate() {
             let v: u64 = match *name {
                 "runtime_state.size" | "interpreter_state.size" => 100_000,
                 "thread_state.size" => 400,
@@ -294,59 +493,220 @@ mod tests {
                 "code_object.size" => 200,
                 "pyobject.size" => 16,
                 "pyobject.ob_type" => 8,
-                "bytes_object.size" => 40,
-                "unicode_object.size" => 80,
+                "bytes_object.size" => 120,
+                "unicode_object.size" => 200,
+                "unicode_object.state" => 32,
+                "unicode_object.asciiobject_size" => 40,
                 "interpreter_state.gil_runtime_state" => 5000,
                 "interpreter_state.gil_runtime_state_locked" => 5016,
                 "interpreter_state.gil_runtime_state_holder" => 5008,
                 n if n.ends_with(".size") => 1000,
-                _ => 8,
+                // Distinct small values, so a field read from the wrong slot shows.
+                _ => 1 + i as u64,
             };
             b.extend_from_slice(&v.to_le_bytes());
         }
+        for (name, v) in overrides {
+            let i = table.fields.iter().position(|n| n == name).unwrap();
+            b[HEADER + i * 8..HEADER + i * 8 + 8].copy_from_slice(&v.to_le_bytes());
+        }
         b
+    }
+
+    fn sample() -> Vec<u8> {
+        build(table(13).unwrap(), 0x030d00f0, &[])
     }
 
     fn fallback() -> Layout {
         **super::super::GENERATED.last().unwrap()
     }
 
+    fn slot(table: &OffsetsTable, name: &str) -> usize {
+        1 + table.fields.iter().position(|n| *n == name).unwrap()
+    }
+
+    #[test]
+    fn the_tables_are_consistent() {
+        assert_eq!(FIELDS_3_13.len(), 70);
+        assert_eq!(FIELDS_3_14.len(), 92);
+        for t in TABLES {
+            for (i, a) in t.fields.iter().enumerate() {
+                assert!(a.contains('.'), "{a}");
+                assert!(!t.fields[i + 1..].contains(a), "3.{}: {a} twice", t.minor);
+            }
+        }
+        let minors: Vec<u32> = TABLES.iter().map(|t| t.minor).collect();
+        assert!(minors.windows(2).all(|w| w[0] < w[1]), "oldest first");
+    }
+
     #[test]
     fn parses_a_3_13_struct() {
+        let t = table(13).unwrap();
         let l = parse(&sample(), &fallback()).unwrap();
         assert_eq!(l.version, (3, 13));
         assert_eq!(l.interp.gil_locked, Some(16));
         assert_eq!(l.interp.gil_last_holder, Some(8));
+        assert_eq!(
+            l.interp.tstate_head,
+            slot(t, "interpreter_state.threads_head")
+        );
+        assert_eq!(l.thread.frame, slot(t, "thread_state.current_frame"));
+        assert_eq!(l.frame.code, slot(t, "interpreter_frame.executable"));
+        assert_eq!(l.frame.owner, Some(slot(t, "interpreter_frame.owner")));
+        assert_eq!(
+            l.code.code_adaptive,
+            Some(slot(t, "code_object.co_code_adaptive"))
+        );
+        assert_eq!(l.string.bytes_sval, slot(t, "bytes_object.ob_sval"));
+        assert_eq!(l.string.unicode_length, slot(t, "unicode_object.length"));
+        assert_eq!(l.string.compact_size, fallback().string.compact_size);
+        assert_eq!(l.code.firsttraceable, None);
     }
 
     #[test]
-    fn rejects_bad_input() {
+    fn parses_a_3_14_struct_with_its_own_field_order() {
+        let t = table(14).unwrap();
+        let b = build(t, 0x030e00f0, &[]);
+        let l = parse(&b, &fallback()).unwrap();
+        assert_eq!(l.version, (3, 14));
+        // Fields after the 3.14 insertions come from their 3.14 slots.
+        assert_eq!(
+            l.interp.tstate_head,
+            slot(t, "interpreter_state.threads_head")
+        );
+        assert_eq!(
+            l.interp.ceval_gil,
+            Some(slot(t, "interpreter_state.ceval_gil"))
+        );
+        assert_eq!(l.thread.frame, slot(t, "thread_state.current_frame"));
+        assert_eq!(l.code.size, 200);
+        assert_eq!(l.string.bytes_sval, slot(t, "bytes_object.ob_sval"));
+        assert_ne!(
+            slot(t, "bytes_object.ob_sval"),
+            slot(table(13).unwrap(), "bytes_object.ob_sval")
+        );
+        // The whole 3.14 struct is required.
+        assert_eq!(
+            parse(&b[..HEADER + FIELDS_3_13.len() * 8], &fallback()),
+            Err(DebugOffsetsError::Truncated {
+                got: HEADER + 70 * 8,
+                need: HEADER + 92 * 8
+            })
+        );
+    }
+
+    #[test]
+    fn rejects_a_bad_cookie() {
         let mut b = sample();
         b[0] = b'y';
         assert_eq!(parse(&b, &fallback()), Err(DebugOffsetsError::NoCookie));
-        assert!(matches!(
-            parse(&sample()[..100], &fallback()),
-            Err(DebugOffsetsError::Truncated(100))
-        ));
+        assert_eq!(
+            parse(&[0u8; 4096], &fallback()),
+            Err(DebugOffsetsError::NoCookie)
+        );
+        assert_eq!(
+            parse(b"ydebugpy", &fallback()),
+            Err(DebugOffsetsError::NoCookie)
+        );
+    }
+
+    #[test]
+    fn rejects_truncated_buffers() {
+        let b = sample();
+        for len in [0, 7, 8, 16, 23] {
+            assert!(
+                matches!(
+                    parse(&b[..len], &fallback()),
+                    Err(DebugOffsetsError::Truncated { need: HEADER, .. })
+                ),
+                "{len} bytes"
+            );
+        }
+        assert_eq!(
+            parse(&b[..100], &fallback()),
+            Err(DebugOffsetsError::Truncated {
+                got: 100,
+                need: HEADER + 70 * 8
+            })
+        );
+        assert!(parse(&b[..b.len() - 1], &fallback()).is_err());
+    }
+
+    #[test]
+    fn rejects_free_threaded_builds() {
         let mut b = sample();
         b[16] = 1;
-        assert_eq!(parse(&b, &fallback()), Err(DebugOffsetsError::FreeThreaded));
+        let err = parse(&b, &fallback()).unwrap_err();
+        assert_eq!(err, DebugOffsetsError::FreeThreaded("3.13.0".into()));
+        assert!(err
+            .to_string()
+            .contains("free-threaded builds are not supported yet"));
+        // Even when only the header could be read.
+        assert_eq!(
+            parse(&b[..HEADER], &fallback()),
+            Err(DebugOffsetsError::FreeThreaded("3.13.0".into()))
+        );
+    }
+
+    #[test]
+    fn rejects_bad_versions() {
+        for hex in [
+            0x030c01f0u64,         // 3.12.1: has no debug offsets
+            0x020700f0,            // 2.7
+            0x040000f0,            // 4.0
+            0x030d0000,            // release level 0: garbage
+            0xdead_beef_030d_00f0,  // bits above PY_VERSION_HEX
+            0xffff_ffff_ffff_ffff, // garbage
+        ] {
+            let mut b = sample();
+            b[8..16].copy_from_slice(&hex.to_le_bytes());
+            assert_eq!(
+                parse(&b, &fallback()),
+                Err(DebugOffsetsError::BadVersion(hex)),
+                "{hex:#x}"
+            );
+        }
+    }
+
+    #[test]
+    fn names_an_unsupported_newer_version() {
         let mut b = sample();
-        b[8..16].copy_from_slice(&0x030c01f0u64.to_le_bytes());
-        assert!(matches!(
-            parse(&b, &fallback()),
-            Err(DebugOffsetsError::BadVersion(_))
-        ));
-        // A field pushed outside its struct (as inserted fields in a newer version would).
-        let mut b = sample();
-        let i = FIELDS_3_13
-            .iter()
-            .position(|n| *n == "thread_state.next")
-            .unwrap();
-        b[HEADER + i * 8..HEADER + i * 8 + 8].copy_from_slice(&9999u64.to_le_bytes());
+        b[8..16].copy_from_slice(&0x030f00a2u64.to_le_bytes());
+        let err = parse(&b, &fallback()).unwrap_err();
+        assert_eq!(
+            err,
+            DebugOffsetsError::UnsupportedVersion("3.15.0a2".into(), "3.13, 3.14".into())
+        );
+        assert!(err.to_string().contains("Python 3.15.0a2 is not supported"));
+    }
+
+    #[test]
+    fn rejects_bytes_that_do_not_fit_the_table() {
+        // A field pushed outside its struct (as a wrongly chosen table would read).
+        let b = build(
+            table(13).unwrap(),
+            0x030d00f0,
+            &[("thread_state.next", 9999)],
+        );
         assert!(matches!(
             parse(&b, &fallback()),
             Err(DebugOffsetsError::UnknownLayout(..))
         ));
+        // 3.13 bytes labelled 3.14: the 3.14 order reads them at the wrong slots.
+        let mut b = sample();
+        b[8..16].copy_from_slice(&0x030e00f0u64.to_le_bytes());
+        b.resize(HEADER + FIELDS_3_14.len() * 8, 0);
+        assert!(matches!(
+            parse(&b, &fallback()),
+            Err(DebugOffsetsError::UnknownLayout(..))
+        ));
+    }
+
+    #[test]
+    fn version_hex_reads_the_header() {
+        assert_eq!(version_hex(&sample()), Some(0x030d00f0));
+        assert_eq!(version_hex(b"xdebugpy"), None);
+        assert_eq!(version_hex(&[0u8; 32]), None);
+        assert_eq!(version_string(0x030e00c1), "3.14.0rc1");
     }
 }

@@ -69,7 +69,8 @@ pub fn read_thread(pid: i32, tid: i32) -> Option<CpuReading> {
 /// Keeps each thread's previous reading and yields deltas.
 #[derive(Debug, Default)]
 pub struct CpuTracker {
-    last: HashMap<i32, CpuReading>,
+    /// Previous reading and the kernel time counted in ticks but not yet attributed.
+    last: HashMap<i32, (CpuReading, f64)>,
     tick_s: f64,
 }
 
@@ -85,11 +86,13 @@ impl CpuTracker {
     /// zero (we do not know when its interval began).
     ///
     /// Total CPU time comes from `schedstat` (nanoseconds); the kernel part from `stime`
-    /// ticks, capped by the total; the rest is user time. Tick granularity makes single
-    /// intervals coarse, but the sums over a run are unbiased.
+    /// ticks, at most the interval's total, with any excess carried to the thread's next
+    /// interval (ticks arrive in 10 ms steps, so one interval may see two ticks and the next
+    /// none: dropping the excess would bias system time down); the rest is user time.
     pub fn delta(&mut self, tid: i32, now: CpuReading) -> CpuDelta {
+        let mut pending = 0.0;
         let d = match self.last.get(&tid) {
-            Some(prev) => {
+            Some(&(prev, carried)) => {
                 let total = now.run_ns.saturating_sub(prev.run_ns) as f64 * 1e-9;
                 let total = if now.run_ns == 0 {
                     // No schedstat (kernel without it): fall back to ticks.
@@ -98,7 +101,9 @@ impl CpuTracker {
                 } else {
                     total
                 };
-                let sys = (now.stime.saturating_sub(prev.stime) as f64 * self.tick_s).min(total);
+                let owed = carried + now.stime.saturating_sub(prev.stime) as f64 * self.tick_s;
+                let sys = owed.min(total);
+                pending = owed - sys;
                 CpuDelta {
                     user_s: total - sys,
                     system_s: sys,
@@ -106,7 +111,7 @@ impl CpuTracker {
             }
             None => CpuDelta::default(),
         };
-        self.last.insert(tid, now);
+        self.last.insert(tid, (now, pending));
         d
     }
 
@@ -144,9 +149,12 @@ mod tests {
         let d = t.delta(1, r(50_000_000, 3, 2));
         assert!((d.system_s - 0.02).abs() < 1e-12);
         assert!((d.user_s - 0.03).abs() < 1e-12);
-        // System ticks beyond the precise total are capped.
+        // System ticks beyond the precise total are capped, and the excess carried over.
         let d = t.delta(1, r(51_000_000, 3, 4));
         assert!((d.system_s - 0.001).abs() < 1e-12 && d.user_s.abs() < 1e-12);
+        let d = t.delta(1, r(81_000_000, 3, 4));
+        assert!((d.system_s - 0.019).abs() < 1e-12, "{d:?}");
+        assert!((d.user_s - 0.011).abs() < 1e-12, "{d:?}");
     }
 
     #[test]

@@ -81,11 +81,19 @@ pub struct Sampler {
     agg: Aggregator,
     pub stats: Stats,
     last_wall: Option<Instant>,
+    /// The target's working directory when we started, for relative file names.
+    cwd: Option<String>,
+    /// Where each thread was the last time it was seen running: CPU time a thread used
+    /// before it went to sleep belongs there, not to the line it sleeps on.
+    last_running: HashMap<i32, (Vec<Frame>, Activity)>,
 }
 
 impl Sampler {
     pub fn new(proc: PythonProcess, cfg: SamplerConfig) -> Sampler {
         let walker = StackWalker::new(proc.layout, proc.addrs.types);
+        let cwd = std::fs::read_link(format!("/proc/{}/cwd", proc.pid))
+            .ok()
+            .map(|p| p.to_string_lossy().into_owned());
         Sampler {
             proc,
             walker,
@@ -94,6 +102,8 @@ impl Sampler {
             agg: Aggregator::new(),
             stats: Stats::default(),
             last_wall: None,
+            cwd,
+            last_running: HashMap::new(),
         }
     }
 
@@ -160,23 +170,59 @@ impl Sampler {
             } else {
                 0.0
             };
-            let sample = ThreadSample {
-                frames: &t.frames,
-                activity: if t.in_native == Some(true) {
-                    Activity::Native
-                } else {
-                    Activity::Python
-                },
-                user_s: delta.user_s,
-                system_s: delta.system_s,
-                idle_s,
-                native_id: Some(tid),
-                thread_name: None,
+            let activity = if t.in_native == Some(true) {
+                Activity::Native
+            } else {
+                Activity::Python
             };
-            let attribution = self.attribution(&t.frames);
-            self.agg.add(&sample, attribution);
+            let running = reading.state == 'R';
+            // CPU time since the last sample: where the thread is now if it is running,
+            // else where it was last seen running (it used that CPU before it slept).
+            let (cpu_frames, cpu_activity) = match (running, self.last_running.get(&tid)) {
+                (false, Some((f, a))) => (f.clone(), *a),
+                _ => (t.frames.clone(), activity),
+            };
+            self.charge(
+                tid,
+                &cpu_frames,
+                cpu_activity,
+                delta.user_s,
+                delta.system_s,
+                0.0,
+            );
+            // Time off the CPU (wall mode): where the thread waits now.
+            self.charge(tid, &t.frames, activity, 0.0, 0.0, idle_s);
+            if running {
+                self.last_running.insert(tid, (t.frames.clone(), activity));
+            }
         }
+        self.last_running.retain(|t, _| tids.contains(t));
         Ok(())
+    }
+
+    fn charge(
+        &mut self,
+        tid: i32,
+        frames: &[Frame],
+        activity: Activity,
+        user_s: f64,
+        system_s: f64,
+        idle_s: f64,
+    ) {
+        if user_s + system_s + idle_s <= 0.0 {
+            return;
+        }
+        let sample = ThreadSample {
+            frames,
+            activity,
+            user_s,
+            system_s,
+            idle_s,
+            native_id: Some(tid),
+            thread_name: None,
+        };
+        let attribution = self.attribution(frames);
+        self.agg.add(&sample, attribution);
     }
 
     /// The frame time is charged to: the innermost frame, or with library folding, the
@@ -259,12 +305,23 @@ impl Sampler {
         };
         let mut cache: HashMap<String, Option<Vec<String>>> = HashMap::new();
         let pid = self.proc.pid;
+        let cwd = self.cwd.clone();
         self.agg.finish(meta, &mut |file| {
             cache
                 .entry(file.to_string())
-                .or_insert_with(|| read_source(pid, file))
+                .or_insert_with(|| read_source(pid, &absolute(file, cwd.as_deref())))
                 .clone()
         })
+    }
+}
+
+/// `file` made absolute against `cwd` when it is relative (`python app.py` records "app.py").
+pub fn absolute(file: &str, cwd: Option<&str>) -> String {
+    match cwd {
+        Some(dir) if !file.starts_with('/') && !file.starts_with('<') => {
+            format!("{}/{file}", dir.trim_end_matches('/'))
+        }
+        _ => file.to_string(),
     }
 }
 

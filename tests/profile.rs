@@ -1,0 +1,302 @@
+//! The sampling profiler's numbers on fixtures whose truth is known by construction
+//! (fixtures/cpu/*.py), on every interpreter of the matrix.
+//!
+//! Tolerances are the issue's: a line's share within ±5 points, a split ≥90% one way, a
+//! syscall line ≥50% system, four equal threads within ±5 points of 25%.
+
+mod common;
+
+use serde_json::Value;
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+fn bin() -> &'static str {
+    env!("CARGO_BIN_EXE_scalene-rs")
+}
+
+/// Line number of the `# MARK: label` comment in a fixture.
+fn mark(fixture: &Path, label: &str) -> u64 {
+    let text = std::fs::read_to_string(fixture).unwrap();
+    let needle = format!("# MARK: {label}");
+    text.lines()
+        .position(|l| l.trim_end().ends_with(&needle))
+        .unwrap_or_else(|| panic!("{} has no MARK {label}", fixture.display())) as u64
+        + 1
+}
+
+/// The `truth name=value ...` line a fixture prints last, as (name, value) pairs.
+fn truth(stdout: &str) -> Vec<(String, f64)> {
+    let line = stdout
+        .lines()
+        .find(|l| l.starts_with("truth "))
+        .unwrap_or_else(|| panic!("the fixture printed no truth line: {stdout}"));
+    line["truth ".len()..]
+        .split_whitespace()
+        .map(|kv| {
+            let (k, v) = kv.split_once('=').unwrap();
+            (k.to_string(), v.parse().unwrap())
+        })
+        .collect()
+}
+
+/// Runs `scalene-rs run [extra] -o out.json -- python fixture args` and returns the profile.
+fn profile(py: &common::Interpreter, fixture: &Path, args: &[&str], extra: &[&str]) -> Value {
+    profile_and_output(py, fixture, args, extra).0
+}
+
+/// Like [`profile`], also returning the program's stdout.
+fn profile_and_output(
+    py: &common::Interpreter,
+    fixture: &Path,
+    args: &[&str],
+    extra: &[&str],
+) -> (Value, String) {
+    let dir = tempdir();
+    let out = dir.join("p.json");
+    let result = Command::new(bin())
+        .arg("run")
+        .args(extra)
+        .arg("-o")
+        .arg(&out)
+        .arg("--")
+        .arg(&py.path)
+        .arg(fixture)
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&result.stdout);
+    assert!(
+        result.status.success() && stdout.contains("done"),
+        "{}: run failed ({:?}): stdout {stdout} stderr {}",
+        py.label,
+        result.status,
+        String::from_utf8_lossy(&result.stderr)
+    );
+    let v: Value = serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+    (v, stdout.into_owned())
+}
+
+fn tempdir() -> std::path::PathBuf {
+    let d = std::env::temp_dir().join(format!(
+        "scalene-rs-test-{}-{}",
+        std::process::id(),
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_nanos()
+    ));
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+/// (python, native, system) percentages of one line of one file, zeros when absent.
+fn line(p: &Value, fixture: &Path, line: u64) -> (f64, f64, f64) {
+    let name = fixture.file_name().unwrap().to_string_lossy().to_string();
+    for f in p["files"].as_array().unwrap() {
+        if !f["filename"].as_str().unwrap().ends_with(&name) {
+            continue;
+        }
+        for l in f["lines"].as_array().unwrap() {
+            if l["line"].as_u64() == Some(line) {
+                return (
+                    l["cpu_python_pct"].as_f64().unwrap(),
+                    l["cpu_native_pct"].as_f64().unwrap(),
+                    l["cpu_system_pct"].as_f64().unwrap(),
+                );
+            }
+        }
+    }
+    (0.0, 0.0, 0.0)
+}
+
+fn function_total(p: &Value, name: &str) -> f64 {
+    p["files"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|f| f["functions"].as_array().unwrap())
+        .filter(|f| f["function"].as_str() == Some(name))
+        .map(|f| {
+            f["cpu_python_pct"].as_f64().unwrap()
+                + f["cpu_native_pct"].as_f64().unwrap()
+                + f["cpu_system_pct"].as_f64().unwrap()
+        })
+        .sum()
+}
+
+/// Runs `check` for every interpreter and fails at the end with every failure.
+fn for_each_interpreter(check: impl Fn(&common::Interpreter) -> Result<String, String>) {
+    let mut failures = Vec::new();
+    for py in common::interpreters() {
+        match check(&py) {
+            Ok(summary) => eprintln!("{}: {summary}", py.label),
+            Err(e) => failures.push(format!("{}: {e}", py.label)),
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+#[test]
+fn python_and_native_lines_get_their_share_and_their_split() {
+    let fx = common::fixture("cpu/split.py");
+    let (lp, ln) = (mark(&fx, "python"), mark(&fx, "native"));
+    for_each_interpreter(|py| {
+        let (p, out) = profile_and_output(py, &fx, &["3"], &[]);
+        let t = truth(&out);
+        let truth_py = 100.0 * t[0].1 / (t[0].1 + t[1].1);
+        let a = line(&p, &fx, lp);
+        let b = line(&p, &fx, ln);
+        let (ta, tb) = (a.0 + a.1 + a.2, b.0 + b.1 + b.2);
+        let ours_py = 100.0 * ta / (ta + tb).max(1e-9);
+        let summary = format!(
+            "python line {ta:.1}% ({:.0}% Python), native line {tb:.1}% ({:.0}% native); \
+             python line's share of the two: ours {ours_py:.1}%, truth {truth_py:.1}%",
+            100.0 * a.0 / ta.max(1e-9),
+            100.0 * b.1 / tb.max(1e-9)
+        );
+        // Each line gets its share within ±5 points of what the fixture measured it took.
+        if (ours_py - truth_py).abs() > 5.0 {
+            return Err(format!(
+                "shares off the truth by more than 5 points: {summary}"
+            ));
+        }
+        // Together the two lines are the program (start-up and calibration are small).
+        if ta + tb < 80.0 {
+            return Err(format!(
+                "the two lines hold too little of the time: {summary}"
+            ));
+        }
+        if a.0 < 0.9 * ta || b.1 < 0.9 * tb {
+            return Err(format!("split below 90%: {summary}"));
+        }
+        Ok(summary)
+    });
+}
+
+#[test]
+fn a_syscall_heavy_line_is_mostly_system_time() {
+    let fx = common::fixture("cpu/system.py");
+    let l = mark(&fx, "system");
+    for_each_interpreter(|py| {
+        let p = profile(py, &fx, &["1.5"], &[]);
+        let (pyt, nat, sys) = line(&p, &fx, l);
+        let total = pyt + nat + sys;
+        let summary = format!(
+            "line {total:.1}% of the time, {:.0}% system",
+            100.0 * sys / total.max(1e-9)
+        );
+        if total < 50.0 || sys < 0.5 * total {
+            return Err(summary);
+        }
+        Ok(summary)
+    });
+}
+
+#[test]
+fn four_equal_threads_get_a_quarter_each() {
+    let fx = common::fixture("cpu/threads.py");
+    for_each_interpreter(|py| {
+        let (p, out) = profile_and_output(py, &fx, &["4000000"], &[]);
+        let t = truth(&out);
+        let truth_sum: f64 = t.iter().map(|x| x.1).sum();
+        let ours: Vec<f64> = t.iter().map(|(f, _)| function_total(&p, f)).collect();
+        let ours_sum: f64 = ours.iter().sum();
+        let mut summary = String::new();
+        let mut bad = false;
+        for ((name, secs), share) in t.iter().zip(&ours) {
+            let truth_pct = 100.0 * secs / truth_sum;
+            let ours_pct = 100.0 * share / ours_sum.max(1e-9);
+            summary += &format!("{name} ours {ours_pct:.1}% truth {truth_pct:.1}%; ");
+            // Within ±5 points of the thread's real share, which is about 25% by construction.
+            bad |= (ours_pct - truth_pct).abs() > 5.0 || (ours_pct - 25.0).abs() > 10.0;
+        }
+        if bad || ours_sum < 85.0 {
+            return Err(format!("{summary}(the four functions hold {ours_sum:.1}%)"));
+        }
+        Ok(summary)
+    });
+}
+
+#[test]
+fn a_sleeping_line_counts_only_in_wall_mode() {
+    let fx = common::fixture("cpu/sleepy.py");
+    let (busy, sleep) = (mark(&fx, "busy"), mark(&fx, "sleep"));
+    for_each_interpreter(|py| {
+        let cpu = profile(py, &fx, &["2"], &[]);
+        let wall = profile(py, &fx, &["2"], &["--wall"]);
+        let s_cpu = {
+            let (a, b, c) = line(&cpu, &fx, sleep);
+            a + b + c
+        };
+        let s_wall = {
+            let (a, b, c) = line(&wall, &fx, sleep);
+            a + b + c
+        };
+        let b_cpu = {
+            let (a, b, c) = line(&cpu, &fx, busy);
+            a + b + c
+        };
+        let summary =
+            format!("sleep line: cpu {s_cpu:.1}%, wall {s_wall:.1}%; busy line cpu {b_cpu:.1}%");
+        // The truth: the sleep is half the wall time and no CPU time. A sample that catches
+        // the thread at the instant it enters sleep() may charge it one interval (10 ms of
+        // 2 s = 0.5%): allow 2%.
+        if s_cpu > 2.0 || !(35.0..=65.0).contains(&s_wall) || b_cpu < 90.0 {
+            return Err(summary);
+        }
+        Ok(summary)
+    });
+}
+
+#[test]
+fn attach_finds_the_same_hot_lines_as_run() {
+    let fx = common::fixture("cpu/split.py");
+    let (lp, ln) = (mark(&fx, "python"), mark(&fx, "native"));
+    for_each_interpreter(|py| {
+        let mut child = Command::new(&py.path)
+            .arg(&fx)
+            .arg("30")
+            .stdout(Stdio::null())
+            .spawn()
+            .unwrap();
+        // Let it get past start-up and calibration.
+        std::thread::sleep(Duration::from_millis(1500));
+        let dir = tempdir();
+        let out = dir.join("a.json");
+        let r = Command::new(bin())
+            .args(["attach", &child.id().to_string(), "--duration", "2", "-o"])
+            .arg(&out)
+            .output()
+            .unwrap();
+        let alive = child.try_wait().unwrap().is_none();
+        let _ = child.kill();
+        let _ = child.wait();
+        if !r.status.success() {
+            return Err(format!(
+                "attach failed: {}",
+                String::from_utf8_lossy(&r.stderr)
+            ));
+        }
+        if !alive {
+            return Err("the target died while attached".into());
+        }
+        let p: Value = serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
+        let _ = std::fs::remove_dir_all(&dir);
+        let a = line(&p, &fx, lp);
+        let b = line(&p, &fx, ln);
+        let summary = format!(
+            "python line {:.1}%, native line {:.1}%",
+            a.0 + a.1 + a.2,
+            b.0 + b.1 + b.2
+        );
+        // The same two hot lines as `run` (each about half).
+        if a.0 + a.1 + a.2 < 35.0 || b.0 + b.1 + b.2 < 35.0 {
+            return Err(summary);
+        }
+        Ok(summary)
+    });
+}
