@@ -108,7 +108,10 @@ pub fn run(cfg: &RunConfig, progress: &mut dyn FnMut(&Stats)) -> Result<RunOutco
     };
 
     // Wait for the interpreter: the command may be a shell or a launcher that execs Python.
+    // Locating (parsing ELF files) happens once per executable; until the interpreter is
+    // initialized we only poll one pointer, so sampling starts as soon as Python runs.
     let mut status = None;
+    let mut found: Option<(PythonProcess, String)> = None;
     let mut proc = None;
     while status.is_none() && proc.is_none() {
         forward(pid);
@@ -119,22 +122,39 @@ pub fn run(cfg: &RunConfig, progress: &mut dyn FnMut(&Stats)) -> Result<RunOutco
             status = Some(s);
             break;
         }
-        match PythonProcess::locate(pid, &LocateOptions::default()) {
-            Ok(p) => match p.interp_head() {
-                Ok(head) if head != 0 => proc = Some(p),
-                _ => std::thread::sleep(Duration::from_millis(2)),
-            },
-            Err(e @ (Error::UnsupportedVersion { .. } | Error::PermissionDenied { .. })) => {
-                // Cannot profile it: let it run to its end unprofiled, and say why.
-                let status = wait_forwarding(&mut child, &forward)?;
-                return Ok(RunOutcome {
-                    profile: None,
-                    status,
-                    stats: Stats::default(),
-                    note: Some(format!("not profiled: {e}")),
-                });
+        let exe = std::fs::read_link(format!("/proc/{pid}/exe"))
+            .map(|p| p.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        // A new executable (the launcher exec'd Python, or Python exec'd something else).
+        if found.as_ref().is_some_and(|(_, e)| *e != exe) {
+            found = None;
+        }
+        if found.is_none() {
+            match PythonProcess::locate(pid, &LocateOptions::default()) {
+                Ok(p) => found = Some((p, exe)),
+                Err(e @ (Error::UnsupportedVersion { .. } | Error::PermissionDenied { .. })) => {
+                    // Cannot profile it: let it run to its end unprofiled, and say why.
+                    let status = wait_forwarding(&mut child, &forward)?;
+                    return Ok(RunOutcome {
+                        profile: None,
+                        status,
+                        stats: Stats::default(),
+                        note: Some(format!("not profiled: {e}")),
+                    });
+                }
+                Err(_) => {
+                    std::thread::sleep(Duration::from_millis(5));
+                    continue;
+                }
             }
-            Err(_) => std::thread::sleep(Duration::from_millis(10)),
+        }
+        let ready = found
+            .as_ref()
+            .is_some_and(|(p, _)| matches!(p.interp_head(), Ok(h) if h != 0));
+        if ready {
+            proc = found.take().map(|(p, _)| p);
+        } else {
+            std::thread::sleep(Duration::from_millis(1));
         }
     }
     let Some(proc) = proc else {

@@ -63,13 +63,20 @@ fn wanted(name: &str) -> bool {
 }
 
 impl ElfFile {
-    /// Reads and parses an ELF file.
+    /// Maps and parses an ELF file (mapped, not read: libpython with debug info is tens of
+    /// MB and we touch only its headers, symbol tables and .rodata).
     pub fn open(path: &Path) -> Result<ElfFile> {
-        let data = std::fs::read(path).map_err(|e| Error::Io {
+        let io = |e| Error::Io {
             context: format!("reading {}", path.display()),
             source: e,
-        })?;
-        Self::parse(path, &data)
+        };
+        let file = std::fs::File::open(path).map_err(io)?;
+        // SAFETY: the mapping is read-only and private; if another process truncates the
+        // file while we parse it, reads of the lost pages fault (SIGBUS). Interpreter
+        // binaries are not rewritten in place while they run (installers replace them by
+        // rename), which is the case we accept.
+        let map = unsafe { memmap2::Mmap::map(&file) }.map_err(io)?;
+        Self::parse(path, &map)
     }
 
     /// Parses ELF bytes that were read from `path`.

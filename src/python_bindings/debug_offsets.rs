@@ -655,7 +655,7 @@ mod tests {
             0x020700f0,            // 2.7
             0x040000f0,            // 4.0
             0x030d0000,            // release level 0: garbage
-            0xdead_beef_030d_00f0,  // bits above PY_VERSION_HEX
+            0xdead_beef_030d_00f0, // bits above PY_VERSION_HEX
             0xffff_ffff_ffff_ffff, // garbage
         ] {
             let mut b = sample();

@@ -175,7 +175,13 @@ impl Sampler {
             } else {
                 Activity::Python
             };
-            let running = reading.state == 'R';
+            // Running before the stack was read and not asleep right after: a thread that went
+            // to sleep in between must not have its CPU charged to the line it sleeps on.
+            let asleep_after = matches!(
+                ptrace::thread_state(pid, tid),
+                Some('S') | Some('D') | Some('I') | None
+            );
+            let running = reading.state == 'R' && !asleep_after;
             // CPU time since the last sample: where the thread is now if it is running,
             // else where it was last seen running (it used that CPU before it slept).
             let (cpu_frames, cpu_activity) = match (running, self.last_running.get(&tid)) {
