@@ -109,15 +109,24 @@ impl Error {
     }
 }
 
-/// Whether `/proc/PID` exists and the process is not a zombie.
+/// Whether `/proc/PID` exists and the process is neither a zombie nor on its way out.
+///
+/// A process that is exiting releases its memory and `/proc/PID/exe` before it becomes a
+/// zombie; in that window its state still reads 'R' or 'D' but its flags carry PF_EXITING,
+/// and every read fails. We call such a process gone.
 pub fn process_exists(pid: i32) -> bool {
+    const PF_EXITING: u64 = 0x4;
     match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
         Ok(s) => {
-            // The state is the first field after the parenthesised command name.
-            let state = s
-                .rfind(')')
-                .and_then(|i| s[i + 1..].trim_start().chars().next());
-            !matches!(state, Some('Z') | Some('X') | None)
+            // Fields after the parenthesised command name: state (3), ppid, pgrp, session,
+            // tty_nr, tpgid, flags (9).
+            let Some(rest) = s.rfind(')').map(|i| &s[i + 1..]) else {
+                return false;
+            };
+            let mut fields = rest.split_ascii_whitespace();
+            let state = fields.next().and_then(|f| f.chars().next());
+            let flags: u64 = fields.nth(5).and_then(|f| f.parse().ok()).unwrap_or(0);
+            !matches!(state, Some('Z') | Some('X') | None) && flags & PF_EXITING == 0
         }
         Err(_) => false,
     }

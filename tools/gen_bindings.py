@@ -64,6 +64,15 @@ FIELDS = [
     ("frame.lasti", (3, 13), None, "offsetof(_PyInterpreterFrame, instr_ptr)"),
     ("frame.owner", (3, 11), None, "offsetof(_PyInterpreterFrame, owner)"),
     ("frame.size", (3, 11), None, "sizeof(_PyInterpreterFrame)"),
+    # Is a frame executing? (A chain read without pausing may pass through a suspended
+    # generator frame: then it is torn.) 2.7-3.9: f_stacktop is NULL while executing;
+    # 3.10: f_state; 3.11-3.12: the owning generator's gi_frame_state.
+    ("frame.stacktop", None, (2, 7), "offsetof(PyFrameObject, f_stacktop)"),
+    ("frame.executing", (3, 0), (3, 9), "offsetof(PyFrameObject, f_executing)"),
+    ("frame.state", (3, 10), (3, 10), "offsetof(PyFrameObject, f_state)"),
+    ("frame.executing_state", (3, 10), None, "FRAME_EXECUTING"),
+    ("frame.gen_iframe", (3, 11), (3, 12), "offsetof(PyGenObject, gi_iframe)"),
+    ("frame.gen_frame_state", (3, 11), (3, 12), "offsetof(PyGenObject, gi_frame_state)"),
     # PyCodeObject
     ("code.filename", None, None, "offsetof(PyCodeObject, co_filename)"),
     ("code.name", None, None, "offsetof(PyCodeObject, co_name)"),
@@ -74,6 +83,7 @@ FIELDS = [
     ("code.co_code", None, (3, 10), "offsetof(PyCodeObject, co_code)"),
     ("code.code_adaptive", (3, 11), None, "offsetof(PyCodeObject, co_code_adaptive)"),
     ("code.firsttraceable", (3, 11), (3, 12), "offsetof(PyCodeObject, _co_firsttraceable)"),
+    ("code.flags", None, None, "offsetof(PyCodeObject, co_flags)"),
     ("code.size", None, None, "sizeof(PyCodeObject)"),
     # Objects, bytes and strings
     ("string.ob_type", None, None, "offsetof(PyObject, ob_type)"),
@@ -228,6 +238,12 @@ pub(crate) const LAYOUT: Layout = Layout {{
         lasti: {f_lasti},
         owner: {f_owner},
         size: {f_size},
+        stacktop: {f_stacktop},
+        executing: {f_executing},
+        state: {f_state},
+        executing_state: {f_exec},
+        gen_iframe: {f_gen_iframe},
+        gen_frame_state: {f_gen_state},
     }},
     code: CodeLayout {{
         filename: {c_filename},
@@ -239,6 +255,7 @@ pub(crate) const LAYOUT: Layout = Layout {{
         co_code: {c_code},
         code_adaptive: {c_adaptive},
         firsttraceable: {c_traceable},
+        flags: {c_flags},
         size: {c_size},
     }},
     string: StringLayout {{
@@ -268,6 +285,10 @@ pub(crate) const LAYOUT: Layout = Layout {{
         t_native=opt(v, "thread.native_thread_id"),
         model=model, f_back=v["frame.back"], f_code=v["frame.code"], f_lasti=v["frame.lasti"],
         f_owner=opt(v, "frame.owner"), f_size=v["frame.size"],
+        f_stacktop=opt(v, "frame.stacktop"), f_state=opt(v, "frame.state"),
+        f_executing=opt(v, "frame.executing"), c_flags=v["code.flags"],
+        f_exec=opt(v, "frame.executing_state"), f_gen_iframe=opt(v, "frame.gen_iframe"),
+        f_gen_state=opt(v, "frame.gen_frame_state"),
         c_filename=v["code.filename"], c_name=v["code.name"], c_qualname=opt(v, "code.qualname"),
         c_first=v["code.firstlineno"], c_table=v["code.linetable"], table=table,
         c_code=opt(v, "code.co_code"), c_adaptive=opt(v, "code.code_adaptive"),

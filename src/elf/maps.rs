@@ -47,6 +47,10 @@ pub fn read_maps(pid: i32) -> Result<Vec<MapEntry>> {
 }
 
 fn proc_error(pid: i32, e: procfs::ProcError) -> Error {
+    // Whatever /proc said, a process that is gone (or exiting) by now simply exited.
+    if !crate::error::process_exists(pid) {
+        return Error::ProcessExited(pid);
+    }
     match e {
         procfs::ProcError::NotFound(_) => {
             if crate::error::process_exists(pid) {

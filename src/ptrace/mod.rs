@@ -114,18 +114,9 @@ impl RemoteMemory {
 
     fn classify(&self, addr: u64, len: usize, err: std::io::Error) -> Error {
         match err.raw_os_error() {
-            Some(libc::ESRCH) => {
-                if crate::error::process_exists(self.pid) {
-                    Error::Read {
-                        pid: self.pid,
-                        addr,
-                        len,
-                        why: err.to_string(),
-                    }
-                } else {
-                    Error::ProcessExited(self.pid)
-                }
-            }
+            // process_vm_readv says ESRCH when the process, or its address space, is gone
+            // (an exiting process loses its memory before it becomes a zombie).
+            Some(libc::ESRCH) => Error::ProcessExited(self.pid),
             Some(libc::EPERM) | Some(libc::EACCES) => {
                 crate::error::permission_denied(self.pid, "reading its memory")
             }

@@ -106,6 +106,7 @@ pub fn take_snapshot_with_states(
     };
 
     let opcodes = crate::python_bindings::opcodes(proc.version.major, proc.version.minor);
+    walker.strict = opts.nonblocking;
     let threads = if opts.nonblocking {
         let mut t = read_nonblocking(proc, walker, opts)?;
         tag_native(&proc.mem, opcodes, &mut t);
@@ -226,9 +227,12 @@ fn read_all(proc: &PythonProcess, walker: &mut StackWalker) -> Result<Vec<Thread
     Ok(out)
 }
 
-/// Reads without pausing: each thread's stack is accepted only when its innermost frame is
-/// the same before and after the walk and every object validated; otherwise it is read
-/// again, and after `retries` tries reported as unreadable (never guessed).
+/// Reads without pausing: a thread's stack is accepted only when two walks in a row give
+/// the same frames from the same innermost frame, and that frame is still the thread's
+/// innermost frame afterwards. (One walk is not enough: ≤3.10 reuses a function's frame
+/// object at the same address for its next call, and 3.11+ reuses the same slots of the
+/// frame stack, so an unchanged top pointer does not prove an unchanged stack.) Otherwise
+/// it is read again, and after `retries` tries reported as unreadable; never guessed.
 fn read_nonblocking(
     proc: &PythonProcess,
     walker: &mut StackWalker,
@@ -265,26 +269,33 @@ fn read_nonblocking(
                     }
                 }
             }
-            match walker.walk(&proc.mem, t.top_frame) {
-                Ok(w) => match walker.current_top_frame(&proc.mem, t.tstate) {
-                    Ok(now) if now == t.top_frame => {
-                        result = Ok(w);
-                        break;
+            let tries = attempt + 1;
+            let first = walker.walk(&proc.mem, t.top_frame);
+            let second = walker.walk(&proc.mem, t.top_frame);
+            let now = walker.current_top_frame(&proc.mem, t.tstate);
+            for r in [&first, &second] {
+                if let Err(e) = r {
+                    if e.is_process_gone() {
+                        return Err(crate::Error::ProcessExited(proc.pid));
                     }
-                    Ok(_) => {
-                        result = Err(format!(
-                            "the stack changed while being read ({} tries)",
-                            attempt + 1
-                        ))
-                    }
-                    Err(e) if e.is_process_gone() => return Err(e),
-                    Err(e) => result = Err(e.to_string()),
-                },
-                Err(e) if e.is_process_gone() => return Err(e),
-                Err(e) => {
+                }
+            }
+            match (first, second, now) {
+                (Ok(a), Ok(b), Ok(now))
+                    if now == t.top_frame && a.frames == b.frames && a.top_instr == b.top_instr =>
+                {
+                    result = Ok(a);
+                    break;
+                }
+                (_, _, Err(e)) if e.is_process_gone() => return Err(e),
+                (Err(e), _, _) | (_, Err(e), _) => {
                     result = Err(format!(
-                        "the stack changed while being read ({} tries): {e}",
-                        attempt + 1
+                        "the stack changed while being read ({tries} tries): {e}"
+                    ))
+                }
+                _ => {
+                    result = Err(format!(
+                        "the stack changed while being read ({tries} tries)"
                     ))
                 }
             }

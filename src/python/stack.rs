@@ -75,6 +75,8 @@ pub struct CodeInfo {
     pub bytecode_len: u32,
     /// 3.11/3.12: `_co_firsttraceable` in code units.
     pub firsttraceable: Option<u32>,
+    /// `co_flags` (0 when the layout does not know where they are).
+    pub flags: u32,
     /// Pointer fields this was decoded from: a changed fingerprint means a new object.
     fingerprint: [u64; 4],
 }
@@ -85,6 +87,9 @@ pub struct StackWalker {
     pub types: TypeAddrs,
     /// Deepest stack returned; deeper ones are truncated (and say so).
     pub max_depth: usize,
+    /// Check that every frame on the chain is executing (a chain read without pausing may
+    /// run through a generator frame that was suspended meanwhile: that read is torn).
+    pub strict: bool,
     code_cache: HashMap<u64, Arc<CodeInfo>>,
 }
 
@@ -108,6 +113,7 @@ impl StackWalker {
             layout,
             types,
             max_depth: 4096,
+            strict: false,
             code_cache: HashMap::new(),
         }
     }
@@ -261,6 +267,18 @@ impl StackWalker {
                     if self.types.frame != 0 && field_u64(&buf, 8) != self.types.frame {
                         return Err(torn(addr, "not a frame object"));
                     }
+                    if self.strict {
+                        let suspended = match (f.stacktop, f.executing, f.state, f.executing_state)
+                        {
+                            (Some(o), _, _, _) => field_u64(&buf, o) != 0,
+                            (_, Some(o), _, _) => field_u8(&buf, o) == 0,
+                            (_, _, Some(o), Some(exec)) => field_u8(&buf, o) as usize != exec,
+                            _ => false,
+                        };
+                        if suspended {
+                            return Err(torn(addr, "a frame on the chain is not executing"));
+                        }
+                    }
                     let code = self.code(mem, code_addr)?;
                     let lasti = field_u32(&buf, f.lasti) as i32;
                     let line = if lasti < 0 {
@@ -286,6 +304,30 @@ impl StackWalker {
                     let owner = f.owner.map(|o| field_u8(&buf, o));
                     // 3.12+: frames owned by the C stack (shim / entry frames) are not Python.
                     let not_python = self.layout.version >= (3, 12) && owner.unwrap_or(0) >= 3;
+                    const FRAME_OWNED_BY_GENERATOR: u8 = 1;
+                    if let (
+                        true,
+                        Some(FRAME_OWNED_BY_GENERATOR),
+                        Some(iframe),
+                        Some(state),
+                        Some(exec),
+                    ) = (
+                        self.strict,
+                        owner,
+                        f.gen_iframe,
+                        f.gen_frame_state,
+                        f.executing_state,
+                    ) {
+                        let gen = addr.wrapping_sub(iframe as u64);
+                        let mut st = [0u8; 1];
+                        mem.read(gen + state as u64, &mut st)?;
+                        if st[0] as i8 as i64 != exec as i64 {
+                            return Err(torn(
+                                addr,
+                                "a generator frame on the chain is not executing",
+                            ));
+                        }
+                    }
                     if !not_python && code_addr != 0 {
                         if let Some((frame, instr)) =
                             self.interpreter_frame(mem, &buf, code_addr, owner)?
@@ -298,6 +340,12 @@ impl StackWalker {
                     }
                 }
             }
+            if back == 0 && self.strict && self.outermost_is_generator(code_addr) {
+                return Err(torn(
+                    addr,
+                    "the chain ends at a generator frame (it was suspended or finished meanwhile)",
+                ));
+            }
             addr = back;
         }
         Ok(Walk {
@@ -305,6 +353,18 @@ impl StackWalker {
             truncated: false,
             top_instr,
         })
+    }
+
+    /// Whether the code object at `code_addr` (already cached by the walk) is a generator,
+    /// coroutine or async generator: such a frame is always entered from a Python frame, so
+    /// a chain that ends there was cut by a concurrent change.
+    fn outermost_is_generator(&self, code_addr: u64) -> bool {
+        const CO_GENERATOR: u32 = 0x20;
+        const CO_COROUTINE: u32 = 0x80;
+        const CO_ASYNC_GENERATOR: u32 = 0x200;
+        self.code_cache
+            .get(&(code_addr & !7))
+            .is_some_and(|c| c.flags & (CO_GENERATOR | CO_COROUTINE | CO_ASYNC_GENERATOR) != 0)
     }
 
     /// One `_PyInterpreterFrame` (3.11+); None for frames CPython itself hides
@@ -331,6 +391,11 @@ impl StackWalker {
             if owner != Some(FRAME_OWNED_BY_GENERATOR) && instr < code.bytecode + first as u64 * 2 {
                 return Ok(None);
             }
+        }
+        // CPython's generated shims (3.13's `__init__` cleanup trampoline) have first line 0
+        // and no line for any instruction: not Python code of the program, so not shown.
+        if code.firstlineno == 0 && code.table.line_at(0).is_none() {
+            return Ok(None);
         }
         let (line, at) = if instr < code.bytecode {
             (Some(code.firstlineno), None)
@@ -406,8 +471,9 @@ impl StackWalker {
             (None, None) => (0, 0),
         };
         let firstlineno = fingerprint[3] as u32;
-        if firstlineno as i32 <= 0 {
-            return Err(torn(addr, "code object with a non-positive first line"));
+        // 0 is real (3.13's generated __init__ cleanup shim has no source line).
+        if (firstlineno as i32) < 0 {
+            return Err(torn(addr, "code object with a negative first line"));
         }
         let info = Arc::new(CodeInfo {
             table: LineTable::decode(c.linetable_format, &table_bytes, firstlineno),
@@ -417,6 +483,11 @@ impl StackWalker {
             bytecode,
             bytecode_len,
             firsttraceable: c.firsttraceable.map(|o| field_u32(&buf, o)),
+            flags: if c.flags == usize::MAX {
+                0
+            } else {
+                field_u32(&buf, c.flags)
+            },
             fingerprint,
         });
         if self.code_cache.len() >= CODE_CACHE_LIMIT {

@@ -395,6 +395,13 @@ pub fn parse(bytes: &[u8], fallback: &Layout) -> Result<Layout, DebugOffsetsErro
             lasti: f.us("interpreter_frame.instr_ptr"),
             owner: Some(f.us("interpreter_frame.owner")),
             size: f.us("interpreter_frame.size"),
+            // Not carried by _Py_DebugOffsets (nor in 3.13's installed headers).
+            stacktop: None,
+            executing: None,
+            state: None,
+            executing_state: fallback.frame.executing_state,
+            gen_iframe: None,
+            gen_frame_state: None,
         },
         code: CodeLayout {
             filename: f.us("code_object.filename"),
@@ -406,6 +413,12 @@ pub fn parse(bytes: &[u8], fallback: &Layout) -> Result<Layout, DebugOffsetsErro
             co_code: None,
             code_adaptive: Some(f.us("code_object.co_code_adaptive")),
             firsttraceable: None,
+            // Not in _Py_DebugOffsets: the generated table's, for the same version only.
+            flags: if fallback.version == (3, minor) {
+                fallback.code.flags
+            } else {
+                usize::MAX
+            },
             size: f.us("code_object.size"),
         },
         string: StringLayout {

@@ -112,6 +112,19 @@ pub struct FrameLayout {
     pub owner: Option<usize>,
     /// Bytes to read to cover every field above.
     pub size: usize,
+    /// 2.7: `f_stacktop`, NULL while the frame executes (set when a generator yields).
+    pub stacktop: Option<usize>,
+    /// 3.x ≤ 3.9: `f_executing` (a char, 1 while the frame executes).
+    pub executing: Option<usize>,
+    /// 3.10: `f_state` (a char).
+    pub state: Option<usize>,
+    /// 3.10+: the value of `FRAME_EXECUTING`.
+    pub executing_state: Option<usize>,
+    /// 3.11–3.12: `offsetof(PyGenObject, gi_iframe)`: a generator-owned frame lives inside
+    /// its generator at this offset.
+    pub gen_iframe: Option<usize>,
+    /// 3.11–3.12: `offsetof(PyGenObject, gi_frame_state)` (an int8).
+    pub gen_frame_state: Option<usize>,
 }
 
 /// Offsets inside `PyCodeObject`.
@@ -131,6 +144,8 @@ pub struct CodeLayout {
     pub code_adaptive: Option<usize>,
     /// 3.11/3.12: `_co_firsttraceable` (an int); frames before it are "incomplete".
     pub firsttraceable: Option<usize>,
+    /// `co_flags` (an int): CO_GENERATOR, CO_COROUTINE, ...
+    pub flags: usize,
     /// Bytes to read to cover every field above (not including the bytecode).
     pub size: usize,
 }

@@ -32,6 +32,12 @@ pub(crate) const LAYOUT: Layout = Layout {
         lasti: 120,
         owner: None,
         size: 384,
+        stacktop: Some(72),
+        executing: None,
+        state: None,
+        executing_state: None,
+        gen_iframe: None,
+        gen_frame_state: None,
     },
     code: CodeLayout {
         filename: 80,
@@ -43,6 +49,7 @@ pub(crate) const LAYOUT: Layout = Layout {
         co_code: Some(32),
         code_adaptive: None,
         firsttraceable: None,
+        flags: 28,
         size: 128,
     },
     string: StringLayout {

@@ -30,6 +30,12 @@ pub(crate) const LAYOUT: Layout = Layout {
         lasti: 56,
         owner: Some(69),
         size: 80,
+        stacktop: None,
+        executing: None,
+        state: None,
+        executing_state: Some(0),
+        gen_iframe: Some(80),
+        gen_frame_state: Some(75),
     },
     code: CodeLayout {
         filename: 112,
@@ -41,6 +47,7 @@ pub(crate) const LAYOUT: Layout = Layout {
         co_code: None,
         code_adaptive: Some(184),
         firsttraceable: Some(168),
+        flags: 48,
         size: 192,
     },
     string: StringLayout {

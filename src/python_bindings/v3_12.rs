@@ -30,6 +30,12 @@ pub(crate) const LAYOUT: Layout = Layout {
         lasti: 56,
         owner: Some(70),
         size: 80,
+        stacktop: None,
+        executing: None,
+        state: None,
+        executing_state: Some(0),
+        gen_iframe: Some(72),
+        gen_frame_state: Some(67),
     },
     code: CodeLayout {
         filename: 112,
@@ -41,6 +47,7 @@ pub(crate) const LAYOUT: Layout = Layout {
         co_code: None,
         code_adaptive: Some(192),
         firsttraceable: Some(176),
+        flags: 48,
         size: 200,
     },
     string: StringLayout {

@@ -30,6 +30,12 @@ pub(crate) const LAYOUT: Layout = Layout {
         lasti: 56,
         owner: Some(70),
         size: 80,
+        stacktop: None,
+        executing: None,
+        state: None,
+        executing_state: Some(0),
+        gen_iframe: None,
+        gen_frame_state: None,
     },
     code: CodeLayout {
         filename: 112,
@@ -41,6 +47,7 @@ pub(crate) const LAYOUT: Layout = Layout {
         co_code: None,
         code_adaptive: Some(200),
         firsttraceable: None,
+        flags: 48,
         size: 208,
     },
     string: StringLayout {

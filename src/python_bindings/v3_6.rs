@@ -32,6 +32,12 @@ pub(crate) const LAYOUT: Layout = Layout {
         lasti: 120,
         owner: None,
         size: 384,
+        stacktop: None,
+        executing: Some(132),
+        state: None,
+        executing_state: None,
+        gen_iframe: None,
+        gen_frame_state: None,
     },
     code: CodeLayout {
         filename: 96,
@@ -43,6 +49,7 @@ pub(crate) const LAYOUT: Layout = Layout {
         co_code: Some(40),
         code_adaptive: None,
         firsttraceable: None,
+        flags: 32,
         size: 144,
     },
     string: StringLayout {

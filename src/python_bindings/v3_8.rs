@@ -32,6 +32,12 @@ pub(crate) const LAYOUT: Layout = Layout {
         lasti: 104,
         owner: None,
         size: 368,
+        stacktop: None,
+        executing: Some(116),
+        state: None,
+        executing_state: None,
+        gen_iframe: None,
+        gen_frame_state: None,
     },
     code: CodeLayout {
         filename: 104,
@@ -43,6 +49,7 @@ pub(crate) const LAYOUT: Layout = Layout {
         co_code: Some(48),
         code_adaptive: None,
         firsttraceable: None,
+        flags: 36,
         size: 176,
     },
     string: StringLayout {
