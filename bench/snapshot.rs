@@ -11,6 +11,7 @@
 //! Report the medians, never a single run: the machine is shared and noisy.
 
 use scalene_rs::python::{self, LocateOptions, PythonProcess, SnapshotOptions, StackWalker};
+use scalene_rs::sampler::{Sampler, SamplerConfig};
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -127,6 +128,31 @@ fn main() {
             assert_eq!(depth, DEPTH, "the target's stack is {DEPTH} frames deep");
             println!(
                 "{:<6} {:<12} snapshot: {}",
+                if busy { "busy" } else { "idle" },
+                if nonblocking { "nonblocking" } else { "paused" },
+                stats(times)
+            );
+        }
+        // One whole sample as `run`/`attach` take it: thread list, CPU times from /proc,
+        // stacks, native tag, aggregation.
+        for nonblocking in [false, true] {
+            let p = PythonProcess::locate(pid, &LocateOptions::default()).unwrap();
+            let mut sampler = Sampler::new(
+                p,
+                SamplerConfig {
+                    nonblocking,
+                    ..Default::default()
+                },
+            );
+            let mut times = Vec::with_capacity(iters);
+            for _ in 0..iters {
+                let t = Instant::now();
+                sampler.sample_once().unwrap();
+                times.push(t.elapsed());
+            }
+            assert_eq!(sampler.stats.errors, 0, "{:?}", sampler.stats.error_kinds);
+            println!(
+                "{:<6} {:<12} sample:   {}",
                 if busy { "busy" } else { "idle" },
                 if nonblocking { "nonblocking" } else { "paused" },
                 stats(times)

@@ -201,7 +201,10 @@ fn wait_forwarding(child: &mut std::process::Child, forward: &dyn Fn(i32)) -> Re
         forward(pid);
         match child.try_wait() {
             Ok(Some(s)) => return Ok(s),
-            Ok(None) => std::thread::sleep(Duration::from_millis(10)),
+            Ok(None) => {
+                crate::ptrace::pause::reap_traced_zombies(pid);
+                std::thread::sleep(Duration::from_millis(10));
+            }
             Err(e) => {
                 return Err(Error::Io {
                     context: "waiting for the program".into(),

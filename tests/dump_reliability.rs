@@ -168,6 +168,7 @@ impl Target {
                     let ready = line == "ready";
                     t.stdout.push(line);
                     if ready {
+                        wait_in_read(t.pid);
                         return Ok(t);
                     }
                 }
@@ -659,4 +660,24 @@ fn nonblocking_dumps_are_real() {
         NONBLOCKING_DUMPS,
         &["--nonblocking"],
     );
+}
+
+/// After `ready` the main thread still has to return from `print` and reach its
+/// `readline` (MARK wait_stop); with workers spinning it may wait a while for the GIL. The
+/// checks below expect it there, so wait until the kernel shows it blocked in `read`
+/// (x86-64 syscall 0), at most a few seconds.
+fn wait_in_read(pid: i32) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while Instant::now() < deadline {
+        let s =
+            std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/syscall")).unwrap_or_default();
+        if cfg!(not(target_arch = "x86_64")) || s.is_empty() || s.starts_with("0 ") {
+            // Not x86-64, or no access to the syscall file: a fixed grace period instead.
+            if !s.starts_with("0 ") {
+                std::thread::sleep(Duration::from_millis(500));
+            }
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
 }

@@ -183,6 +183,72 @@ impl ProcessMemory for BufferMemory {
     }
 }
 
+/// Page size of the read cache.
+const CACHE_PAGE: u64 = 4096;
+/// Most pages one cache keeps (a walk touches a handful; this bounds a runaway walk).
+const CACHE_MAX_PAGES: usize = 256;
+
+/// A read-through cache of whole pages over another [`ProcessMemory`], for the reads of
+/// one snapshot: reading a whole page costs one system call like a small read does, and
+/// the structures one walk touches (frames in 3.11+'s frame stack, a frame and its
+/// neighbours, a code object and its name) often share pages. Only valid while what it
+/// read cannot change (threads paused) or for one walk whose result is checked by other
+/// means (nonblocking double walks use a fresh cache each); never keep one across samples.
+pub struct PageCache<'a> {
+    inner: &'a dyn ProcessMemory,
+    pages: std::cell::RefCell<Vec<(u64, Box<[u8; CACHE_PAGE as usize]>)>>,
+}
+
+impl<'a> PageCache<'a> {
+    pub fn new(inner: &'a dyn ProcessMemory) -> PageCache<'a> {
+        PageCache {
+            inner,
+            pages: std::cell::RefCell::new(Vec::new()),
+        }
+    }
+
+    /// Copies what `page` holds at `[from, from + out.len())` into `out`, reading the
+    /// page first if needed. False when the whole page cannot be read (its end is not
+    /// mapped, say): the caller then reads the exact range.
+    fn copy_from_page(&self, page: u64, from: usize, out: &mut [u8]) -> bool {
+        let mut pages = self.pages.borrow_mut();
+        if let Some((_, p)) = pages.iter().find(|(a, _)| *a == page) {
+            out.copy_from_slice(&p[from..from + out.len()]);
+            return true;
+        }
+        if pages.len() >= CACHE_MAX_PAGES {
+            return false;
+        }
+        let mut p = Box::new([0u8; CACHE_PAGE as usize]);
+        if self.inner.read(page, &mut p[..]).is_err() {
+            return false;
+        }
+        out.copy_from_slice(&p[from..from + out.len()]);
+        pages.push((page, p));
+        true
+    }
+}
+
+impl ProcessMemory for PageCache<'_> {
+    fn read(&self, addr: u64, buf: &mut [u8]) -> Result<()> {
+        let len = buf.len() as u64;
+        // Large reads (strings, line tables) go straight through.
+        if len == 0 || len > CACHE_PAGE || addr.checked_add(len).is_none() {
+            return self.inner.read(addr, buf);
+        }
+        let first = addr & !(CACHE_PAGE - 1);
+        let split = ((first + CACHE_PAGE).min(addr + len) - addr) as usize;
+        let (a, b) = buf.split_at_mut(split);
+        let ok = self.copy_from_page(first, (addr - first) as usize, a)
+            && (b.is_empty() || self.copy_from_page(first + CACHE_PAGE, 0, b));
+        if ok {
+            Ok(())
+        } else {
+            self.inner.read(addr, buf)
+        }
+    }
+}
+
 /// The thread ids (host TIDs) of a process, from /proc/PID/task.
 pub fn threads(pid: i32) -> Result<Vec<i32>> {
     let dir = std::fs::read_dir(format!("/proc/{pid}/task")).map_err(|e| {
@@ -230,6 +296,31 @@ mod tests {
         );
         assert!(m.read_u64(0x100c).is_err());
         assert!(m.read_u64(0xfff).is_err());
+    }
+
+    #[test]
+    fn page_cache_reads_what_the_memory_holds() {
+        let bytes: Vec<u8> = (0..3 * CACHE_PAGE).map(|i| (i * 7 % 251) as u8).collect();
+        let m = BufferMemory {
+            base: 0x10000,
+            bytes: bytes.clone(),
+        };
+        let c = PageCache::new(&m);
+        // Inside a page, across a page boundary, and twice (the second from the cache).
+        for (off, len) in [
+            (10u64, 100usize),
+            (4090, 20),
+            (4090, 20),
+            (0, 4096),
+            (8000, 6000),
+        ] {
+            let got = c.read_vec(0x10000 + off, len).unwrap();
+            assert_eq!(got, bytes[off as usize..off as usize + len], "{off}+{len}");
+        }
+        // Past the end: an error, as from the memory itself; a range that ends exactly at
+        // the end of the memory reads even though the next page does not exist.
+        assert!(c.read_vec(0x10000 + 3 * CACHE_PAGE - 4, 8).is_err());
+        assert!(c.read_vec(0x10000 + 3 * CACHE_PAGE - 8, 8).is_ok());
     }
 
     #[test]

@@ -46,6 +46,12 @@ impl PausedThreads {
     /// too (the thread list is read again until it is stable); threads that exit meanwhile
     /// are skipped.
     pub fn pause(pid: i32) -> Result<PausedThreads> {
+        Self::pause_from(pid, &[])
+    }
+
+    /// Like [`PausedThreads::pause`], starting with threads the caller has just listed (it
+    /// saves listing them again); the list is still read afterwards until it is stable.
+    pub fn pause_from(pid: i32, known: &[i32]) -> Result<PausedThreads> {
         let mut old = SigSet::empty();
         // Blocking signals cannot fail with a valid set; if it does, go on unblocked.
         let old_mask = nix::sys::signal::pthread_sigmask(
@@ -60,8 +66,12 @@ impl PausedThreads {
             old_mask,
         };
         // Drop (detach + unmask) runs if anything below returns early.
-        for _round in 0..8 {
-            let tids = super::threads(pid)?;
+        for round in 0..8 {
+            let tids = if round == 0 && !known.is_empty() {
+                known.to_vec()
+            } else {
+                super::threads(pid)?
+            };
             let mut new = 0;
             for tid in tids {
                 if paused.seized.iter().any(|s| s.tid.as_raw() == tid) {
@@ -70,7 +80,7 @@ impl PausedThreads {
                 new += 1;
                 paused.seize_one(pid, tid)?;
             }
-            if new == 0 {
+            if new == 0 && (round > 0 || known.is_empty()) {
                 break;
             }
         }
@@ -208,12 +218,73 @@ fn peek_exit(tid: Pid) -> std::result::Result<bool, nix::errno::Errno> {
 
 impl Drop for PausedThreads {
     fn drop(&mut self) {
+        let mut died = Vec::new();
         for s in self.seized.drain(..) {
-            // ESRCH here means the thread died; nothing to resume.
-            let _ = ptrace::detach(s.tid, s.pending);
+            // ESRCH here means the thread died (the process was killed while we held it);
+            // nothing to resume, but it must be reaped, see below.
+            if ptrace::detach(s.tid, s.pending) == Err(nix::errno::Errno::ESRCH) {
+                died.push(s.tid);
+            }
+        }
+        if !died.is_empty() {
+            reap_died(&died);
         }
         if let Some(old) = self.old_mask.take() {
             let _ = nix::sys::signal::pthread_sigmask(SigmaskHow::SIG_SETMASK, Some(&old), None);
+        }
+    }
+}
+
+/// Reaps threads that exited while we traced them. A traced thread that dies stays a zombie
+/// until its tracer waits for it, and while it does its process's exit cannot be reaped by
+/// the parent (`run` would wait forever for its program, a shell for a process we attached
+/// to). A thread-group leader that is our own child is left to our caller's wait, which
+/// reaps it with its exit status once the other threads are gone. Waits at most ~200 ms
+/// for a dying thread to become a zombie.
+fn reap_died(tids: &[Pid]) {
+    let me = std::process::id() as i32;
+    let deadline = std::time::Instant::now() + std::time::Duration::from_millis(200);
+    for &tid in tids {
+        let is_our_child_leader = std::fs::read_to_string(format!("/proc/{tid}/stat"))
+            .ok()
+            .and_then(|s| {
+                let rest = s.get(s.rfind(')')? + 1..)?.to_string();
+                let ppid: i32 = rest.split_ascii_whitespace().nth(1)?.parse().ok()?;
+                Some(ppid == me)
+            })
+            .unwrap_or(false);
+        if is_our_child_leader {
+            continue;
+        }
+        loop {
+            match waitpid(tid, Some(WaitPidFlag::__WALL | WaitPidFlag::WNOHANG)) {
+                Ok(WaitStatus::StillAlive) if std::time::Instant::now() < deadline => {
+                    std::thread::sleep(std::time::Duration::from_millis(1));
+                }
+                Err(nix::errno::Errno::EINTR) => {}
+                _ => break,
+            }
+        }
+    }
+}
+
+/// Reaps every thread of `pid` (except its leader) that died while traced by us and is
+/// still waiting for us; harmless for threads we do not trace. Callers waiting for a
+/// process to end call it so a thread that died in one of our pauses cannot hold the
+/// process's exit back.
+pub fn reap_traced_zombies(pid: i32) {
+    let Ok(dir) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return;
+    };
+    for e in dir.flatten() {
+        let Some(tid) = e.file_name().to_str().and_then(|s| s.parse::<i32>().ok()) else {
+            continue;
+        };
+        if tid != pid {
+            let _ = waitpid(
+                Pid::from_raw(tid),
+                Some(WaitPidFlag::__WALL | WaitPidFlag::WNOHANG),
+            );
         }
     }
 }

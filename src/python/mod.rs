@@ -95,8 +95,16 @@ pub fn take_snapshot_with_states(
     known_states: Option<&HashMap<i32, char>>,
 ) -> Result<Snapshot> {
     let pid = proc.pid;
-    // Scheduler states first: pausing turns every thread into 't'.
-    let tids = ptrace::threads(pid)?;
+    // Scheduler states first: pausing turns every thread into 't'. A caller that read the
+    // states has just listed the threads too.
+    let tids: Vec<i32> = match known_states {
+        Some(s) => {
+            let mut t: Vec<i32> = s.keys().copied().collect();
+            t.sort_unstable();
+            t
+        }
+        None => ptrace::threads(pid)?,
+    };
     let states: HashMap<i32, char> = match known_states {
         Some(s) => s.clone(),
         None => tids
@@ -112,9 +120,11 @@ pub fn take_snapshot_with_states(
         tag_native(&proc.mem, opcodes, &mut t);
         t
     } else {
-        let _paused = PausedThreads::pause(pid)?;
-        let mut t = read_all(proc, walker)?;
-        tag_native(&proc.mem, opcodes, &mut t);
+        let _paused = PausedThreads::pause_from(pid, &tids)?;
+        // Nothing changes while paused: one page cache serves the whole snapshot.
+        let cache = ptrace::PageCache::new(&proc.mem);
+        let mut t = read_all(proc, &cache, walker)?;
+        tag_native(&cache, opcodes, &mut t);
         t
         // `_paused` drops here: every thread runs again before we do anything else.
     };
@@ -212,12 +222,16 @@ fn interp_head_checked(proc: &PythonProcess) -> Result<u64> {
 }
 
 /// Reads everything while the threads are paused: a failure is a real failure.
-fn read_all(proc: &PythonProcess, walker: &mut StackWalker) -> Result<Vec<ThreadResult>> {
+fn read_all(
+    proc: &PythonProcess,
+    mem: &dyn ProcessMemory,
+    walker: &mut StackWalker,
+) -> Result<Vec<ThreadResult>> {
     let head = interp_head_checked(proc)?;
-    let raw = walker.threads(&proc.mem, head, gil_current(proc)?)?;
+    let raw = walker.threads(mem, head, gil_current(proc)?)?;
     let mut out = Vec::with_capacity(raw.len());
     for t in raw {
-        let walk = match walker.walk(&proc.mem, t.top_frame) {
+        let walk = match walker.walk(mem, t.top_frame) {
             Ok(w) => Ok(w),
             Err(e) if e.is_process_gone() => return Err(e),
             Err(e) => Err(e.to_string()),
@@ -270,8 +284,9 @@ fn read_nonblocking(
                 }
             }
             let tries = attempt + 1;
-            let first = walker.walk(&proc.mem, t.top_frame);
-            let second = walker.walk(&proc.mem, t.top_frame);
+            // Each walk has its own page cache: the second must read afresh.
+            let first = walker.walk(&ptrace::PageCache::new(&proc.mem), t.top_frame);
+            let second = walker.walk(&ptrace::PageCache::new(&proc.mem), t.top_frame);
             let now = walker.current_top_frame(&proc.mem, t.tstate);
             for r in [&first, &second] {
                 if let Err(e) = r {
@@ -281,9 +296,7 @@ fn read_nonblocking(
                 }
             }
             match (first, second, now) {
-                (Ok(a), Ok(b), Ok(now))
-                    if now == t.top_frame && a.frames == b.frames && a.top_instr == b.top_instr =>
-                {
+                (Ok(a), Ok(b), Ok(now)) if now == t.top_frame && a.frames == b.frames => {
                     result = Ok(a);
                     break;
                 }

@@ -267,6 +267,12 @@ impl StackWalker {
                     if self.types.frame != 0 && field_u64(&buf, 8) != self.types.frame {
                         return Err(torn(addr, "not a frame object"));
                     }
+                    // A freed frame object (a code's zombie frame or one on the free list)
+                    // keeps its type and a stale `f_back`, but its reference count is 0:
+                    // a chain read without pausing that runs through one is torn.
+                    if self.strict && field_u64(&buf, 0) == 0 {
+                        return Err(torn(addr, "a frame on the chain was freed"));
+                    }
                     if self.strict {
                         let suspended = match (f.stacktop, f.executing, f.state, f.executing_state)
                         {

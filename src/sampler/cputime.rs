@@ -66,6 +66,81 @@ pub fn read_thread(pid: i32, tid: i32) -> Option<CpuReading> {
     })
 }
 
+/// Reads threads' `stat` and `schedstat` through files kept open between samples: a read
+/// at offset 0 of an open /proc file gives fresh values, and saves the open and close (the
+/// costly part) on every sample.
+#[derive(Debug, Default)]
+pub struct ThreadFiles {
+    open: HashMap<i32, (std::fs::File, Option<std::fs::File>)>,
+}
+
+impl ThreadFiles {
+    pub fn new() -> ThreadFiles {
+        ThreadFiles::default()
+    }
+
+    fn files(&mut self, pid: i32, tid: i32) -> Option<&(std::fs::File, Option<std::fs::File>)> {
+        use std::collections::hash_map::Entry;
+        match self.open.entry(tid) {
+            Entry::Occupied(e) => Some(e.into_mut()),
+            Entry::Vacant(e) => {
+                let stat = std::fs::File::open(format!("/proc/{pid}/task/{tid}/stat")).ok()?;
+                let sched = std::fs::File::open(format!("/proc/{pid}/task/{tid}/schedstat")).ok();
+                Some(e.insert((stat, sched)))
+            }
+        }
+    }
+
+    fn read_at0(f: &std::fs::File, buf: &mut [u8]) -> Option<usize> {
+        use std::os::unix::fs::FileExt;
+        f.read_at(buf, 0).ok().filter(|&n| n > 0)
+    }
+
+    /// One thread's reading; None when it is gone (its files are then closed).
+    pub fn read(&mut self, pid: i32, tid: i32) -> Option<CpuReading> {
+        let mut buf = [0u8; 1024];
+        let (stat, sched) = self.files(pid, tid)?;
+        let Some(n) = Self::read_at0(stat, &mut buf) else {
+            self.open.remove(&tid);
+            return None;
+        };
+        let (state, utime, stime) = parse_stat(std::str::from_utf8(&buf[..n]).ok()?)?;
+        let run_ns = sched
+            .as_ref()
+            .and_then(|f| {
+                let n = Self::read_at0(f, &mut buf)?;
+                std::str::from_utf8(&buf[..n])
+                    .ok()?
+                    .split_ascii_whitespace()
+                    .next()?
+                    .parse()
+                    .ok()
+            })
+            .unwrap_or(0);
+        Some(CpuReading {
+            run_ns,
+            utime,
+            stime,
+            state,
+        })
+    }
+
+    /// Just the scheduler state ('R', 'S', ...); None when the thread is gone.
+    pub fn state(&mut self, pid: i32, tid: i32) -> Option<char> {
+        let mut buf = [0u8; 1024];
+        let (stat, _) = self.files(pid, tid)?;
+        let n = Self::read_at0(stat, &mut buf)?;
+        let s = std::str::from_utf8(&buf[..n]).ok()?;
+        let i = s.rfind(')')?;
+        s[i + 1..].trim_start().chars().next()
+    }
+
+    /// Closes the files of threads not in `alive`.
+    pub fn retain(&mut self, alive: &[i32]) {
+        self.open.retain(|t, _| alive.contains(t));
+    }
+}
+
 /// Keeps each thread's previous reading and yields deltas.
 #[derive(Debug, Default)]
 pub struct CpuTracker {
@@ -155,6 +230,24 @@ mod tests {
         let d = t.delta(1, r(81_000_000, 3, 4));
         assert!((d.system_s - 0.019).abs() < 1e-12, "{d:?}");
         assert!((d.user_s - 0.011).abs() < 1e-12, "{d:?}");
+    }
+
+    #[test]
+    fn open_files_give_fresh_readings() {
+        let pid = std::process::id() as i32;
+        let tid = unsafe { libc::syscall(libc::SYS_gettid) } as i32;
+        let mut files = ThreadFiles::new();
+        let a = files.read(pid, tid).expect("this thread");
+        // Burn some CPU: the same open files must show it.
+        let start = std::time::Instant::now();
+        let mut x = 0u64;
+        while start.elapsed() < std::time::Duration::from_millis(30) {
+            x = std::hint::black_box(x.wrapping_mul(31).wrapping_add(7));
+        }
+        let b = files.read(pid, tid).expect("this thread");
+        assert!(b.run_ns > a.run_ns + 10_000_000, "{a:?} then {b:?}");
+        assert_eq!(files.state(pid, tid), Some('R'));
+        assert!(files.read(pid, i32::MAX).is_none());
     }
 
     #[test]

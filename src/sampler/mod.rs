@@ -77,6 +77,8 @@ pub struct Sampler {
     pub proc: PythonProcess,
     walker: StackWalker,
     cpu: CpuTracker,
+    /// /proc files of the threads, open between samples.
+    files: cputime::ThreadFiles,
     cfg: SamplerConfig,
     agg: Aggregator,
     pub stats: Stats,
@@ -86,7 +88,14 @@ pub struct Sampler {
     /// Where each thread was the last time it was seen running: CPU time a thread used
     /// before it went to sleep belongs there, not to the line it sleeps on.
     last_running: HashMap<i32, (Vec<Frame>, Activity)>,
+    /// The last listing of the target's threads and when it was taken.
+    tids_listed: Option<(Instant, Vec<i32>)>,
 }
+
+/// How long a listing of the target's threads is reused. Threads that Python knows are
+/// matched by their kernel id at once (3.8+); this bounds how late another new thread's
+/// CPU time starts being read.
+const RELIST_INTERVAL: Duration = Duration::from_millis(50);
 
 impl Sampler {
     pub fn new(proc: PythonProcess, cfg: SamplerConfig) -> Sampler {
@@ -98,12 +107,14 @@ impl Sampler {
             proc,
             walker,
             cpu: CpuTracker::new(),
+            files: cputime::ThreadFiles::new(),
             cfg,
             agg: Aggregator::new(),
             stats: Stats::default(),
             last_wall: None,
             cwd,
             last_running: HashMap::new(),
+            tids_listed: None,
         }
     }
 
@@ -117,7 +128,7 @@ impl Sampler {
             .map(|t| now.duration_since(t).as_secs_f64())
             .unwrap_or(0.0);
         self.last_wall = Some(now);
-        let tids = match ptrace::threads(pid) {
+        let tids = match self.thread_list(pid) {
             Ok(t) => t,
             Err(e) if e.is_process_gone() || !crate::error::process_exists(pid) => {
                 return Err(crate::Error::ProcessExited(pid))
@@ -129,9 +140,14 @@ impl Sampler {
         };
         let readings: HashMap<i32, CpuReading> = tids
             .iter()
-            .filter_map(|&t| Some((t, cputime::read_thread(pid, t)?)))
+            .filter_map(|&t| Some((t, self.files.read(pid, t)?)))
             .collect();
+        if readings.len() < tids.len() {
+            // A thread exited: list again next time.
+            self.tids_listed = None;
+        }
         self.cpu.retain(&tids);
+        self.files.retain(&tids);
         let states: HashMap<i32, char> = readings.iter().map(|(t, r)| (*t, r.state)).collect();
         let opts = SnapshotOptions {
             nonblocking: self.cfg.nonblocking,
@@ -152,6 +168,14 @@ impl Sampler {
             }
         };
         self.stats.samples += 1;
+        // A Python thread whose kernel thread we have not listed yet: list again next time.
+        if snap
+            .threads
+            .iter()
+            .any(|t| t.native_id.is_some_and(|n| !tids.contains(&n)))
+        {
+            self.tids_listed = None;
+        }
         for t in &snap.threads {
             let Some(tid) = t.native_id else { continue };
             let Some(reading) = readings.get(&tid) else {
@@ -178,7 +202,7 @@ impl Sampler {
             // Running before the stack was read and not asleep right after: a thread that went
             // to sleep in between must not have its CPU charged to the line it sleeps on.
             let asleep_after = matches!(
-                ptrace::thread_state(pid, tid),
+                self.files.state(pid, tid),
                 Some('S') | Some('D') | Some('I') | None
             );
             let running = reading.state == 'R' && !asleep_after;
@@ -204,6 +228,19 @@ impl Sampler {
         }
         self.last_running.retain(|t, _| tids.contains(t));
         Ok(())
+    }
+
+    /// The target's threads: listed again from /proc when the last listing is older than
+    /// [`RELIST_INTERVAL`] or a thread was found missing or new; else the last listing.
+    fn thread_list(&mut self, pid: i32) -> Result<Vec<i32>> {
+        if let Some((at, tids)) = &self.tids_listed {
+            if at.elapsed() < RELIST_INTERVAL {
+                return Ok(tids.clone());
+            }
+        }
+        let tids = ptrace::threads(pid)?;
+        self.tids_listed = Some((Instant::now(), tids.clone()));
+        Ok(tids)
     }
 
     fn charge(

@@ -1,0 +1,212 @@
+//! Killing the profiler (SIGKILL) mid-recording leaves the target running normally: it
+//! finishes with the same result and exit code as unprofiled, and no thread stays stopped.
+
+mod common;
+
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+fn bin() -> &'static str {
+    env!("CARGO_BIN_EXE_scalene-rs")
+}
+
+fn tmp(name: &str) -> std::path::PathBuf {
+    std::env::temp_dir().join(format!("scalene-rs-{}-{name}", std::process::id()))
+}
+
+/// No thread of `pid` is in a ptrace/job-control stop, and nobody traces it.
+fn assert_not_stopped(pid: u32, what: &str) {
+    for e in std::fs::read_dir(format!("/proc/{pid}/task"))
+        .into_iter()
+        .flatten()
+        .flatten()
+    {
+        let stat = std::fs::read_to_string(e.path().join("stat")).unwrap_or_default();
+        let state = stat
+            .rfind(')')
+            .and_then(|i| stat[i + 1..].trim_start().chars().next());
+        assert!(
+            !matches!(state, Some('t') | Some('T')),
+            "{what}: thread {:?} of {pid} is stopped ({state:?})",
+            e.file_name()
+        );
+        let status = std::fs::read_to_string(e.path().join("status")).unwrap_or_default();
+        let tracer = status
+            .lines()
+            .find(|l| l.starts_with("TracerPid:"))
+            .map(|l| l["TracerPid:".len()..].trim().to_string());
+        assert!(
+            matches!(tracer.as_deref(), Some("0") | None),
+            "{what}: thread {:?} of {pid} is still traced by {tracer:?}",
+            e.file_name()
+        );
+    }
+}
+
+fn wait_for_file(path: &Path, timeout: Duration) -> Option<String> {
+    let start = Instant::now();
+    while start.elapsed() < timeout {
+        if let Ok(s) = std::fs::read_to_string(path) {
+            if !s.is_empty() {
+                return Some(s);
+            }
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    None
+}
+
+/// The result an unprofiled run writes, and how long that run took.
+fn reference(py: &common::Interpreter, fx: &Path) -> (String, Duration) {
+    let out = tmp(&format!("ref-{}", py.label));
+    let start = Instant::now();
+    let st = Command::new(&py.path).arg(fx).arg(&out).status().unwrap();
+    let took = start.elapsed();
+    assert_eq!(st.code(), Some(5), "{}: the fixture exits with 5", py.label);
+    let s = std::fs::read_to_string(&out).unwrap();
+    let _ = std::fs::remove_file(&out);
+    (s, took)
+}
+
+/// When to kill the profiler: a third into the program's unprofiled run time (profiled it
+/// runs longer), so the kill lands while it works, on fast and slow interpreters alike.
+fn kill_after(unprofiled: Duration) -> Duration {
+    (unprofiled / 3).max(Duration::from_millis(200))
+}
+
+#[test]
+fn killing_run_leaves_the_program_running() {
+    let fx = common::fixture("cpu/survivor.py");
+    for py in common::interpreters() {
+        let (expected, took) = reference(&py, &fx);
+        let out = tmp(&format!("run-{}", py.label));
+        let _ = std::fs::remove_file(&out);
+        let mut prof = Command::new(bin())
+            .args(["run", "--rate", "1000", "--"])
+            .arg(&py.path)
+            .arg(&fx)
+            .arg(&out)
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        std::thread::sleep(kill_after(took));
+        // The program is the profiler's only child.
+        let children = std::fs::read_to_string(format!("/proc/{0}/task/{0}/children", prof.id()))
+            .unwrap_or_default();
+        let target: u32 = children
+            .split_whitespace()
+            .next()
+            .unwrap_or_else(|| panic!("{}: the program finished too early", py.label))
+            .parse()
+            .unwrap();
+        prof.kill().unwrap();
+        let _ = prof.wait();
+        std::thread::sleep(Duration::from_millis(100));
+        if Path::new(&format!("/proc/{target}")).exists() {
+            assert_not_stopped(target, &py.label);
+        }
+        let got = wait_for_file(&out, Duration::from_secs(60))
+            .unwrap_or_else(|| panic!("{}: the program never finished its work", py.label));
+        assert_eq!(got, expected, "{}: same result as unprofiled", py.label);
+        let _ = std::fs::remove_file(&out);
+        eprintln!(
+            "{}: run killed mid-recording; the program finished: {got}",
+            py.label
+        );
+    }
+}
+
+#[test]
+fn killing_attach_leaves_the_program_running() {
+    let fx = common::fixture("cpu/survivor.py");
+    for py in common::interpreters() {
+        let (expected, took) = reference(&py, &fx);
+        let out = tmp(&format!("attach-{}", py.label));
+        let _ = std::fs::remove_file(&out);
+        let mut target = Command::new(&py.path).arg(&fx).arg(&out).spawn().unwrap();
+        std::thread::sleep(kill_after(took) / 2);
+        let mut prof = Command::new(bin())
+            .args(["attach", "--rate", "1000", &target.id().to_string()])
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        std::thread::sleep(kill_after(took) / 2);
+        prof.kill().unwrap();
+        let _ = prof.wait();
+        std::thread::sleep(Duration::from_millis(100));
+        if target.try_wait().unwrap().is_none() {
+            assert_not_stopped(target.id(), &py.label);
+        }
+        let status = target.wait().unwrap();
+        assert_eq!(status.code(), Some(5), "{}: exit code unchanged", py.label);
+        let got = std::fs::read_to_string(&out).unwrap();
+        assert_eq!(got, expected, "{}: same result as unprofiled", py.label);
+        let _ = std::fs::remove_file(&out);
+        eprintln!(
+            "{}: attach killed mid-recording; exit 5 and the same result",
+            py.label
+        );
+    }
+}
+
+/// The program killed while the profiler pauses its threads at 1 kHz: `run` ends at once
+/// with the program's status. (A thread that dies while we trace it stays a zombie until we
+/// reap it, and until then the program's exit cannot be collected: `run` used to wait
+/// forever.)
+#[test]
+fn run_ends_when_the_program_is_killed() {
+    let fx = common::fixture("cpu/survivor.py");
+    for py in common::interpreters() {
+        let out = tmp(&format!("killed-{}", py.label));
+        let mut prof = Command::new(bin())
+            .args(["run", "--rate", "1000", "-o"])
+            .arg(tmp(&format!("killed-{}.json", py.label)))
+            .arg("--")
+            .arg(&py.path)
+            .arg(&fx)
+            .arg(&out)
+            .arg("1000000000")
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        std::thread::sleep(Duration::from_millis(1500));
+        let children = std::fs::read_to_string(format!("/proc/{0}/task/{0}/children", prof.id()))
+            .unwrap_or_default();
+        let target: i32 = children
+            .split_whitespace()
+            .next()
+            .unwrap_or_else(|| panic!("{}: the program is not running", py.label))
+            .parse()
+            .unwrap();
+        // SAFETY: kill(2) on a pid we just read; no memory is involved.
+        unsafe { libc::kill(target, libc::SIGTERM) };
+        let start = Instant::now();
+        let status = loop {
+            if let Some(s) = prof.try_wait().unwrap() {
+                break s;
+            }
+            if start.elapsed() > Duration::from_secs(15) {
+                let _ = prof.kill();
+                let _ = prof.wait();
+                panic!(
+                    "{}: `run` did not end within 15 s of its program's death",
+                    py.label
+                );
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        assert_eq!(
+            status.code(),
+            Some(128 + libc::SIGTERM),
+            "{}: `run` exits as its program did (killed by SIGTERM)",
+            py.label
+        );
+        let _ = std::fs::remove_file(tmp(&format!("killed-{}.json", py.label)));
+        eprintln!(
+            "{}: program killed mid-recording; run ended in {:?}",
+            py.label,
+            start.elapsed()
+        );
+    }
+}
