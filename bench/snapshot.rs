@@ -4,7 +4,9 @@
 //! frames deep (blocked in `time.sleep`, then busy in a loop), and times:
 //! - locating the interpreter (once per `dump`: ELF parsing, version, layout),
 //! - one snapshot with the threads paused (what `dump` does),
-//! - one snapshot without pausing (`--nonblocking`, what sampling will use).
+//! - one snapshot without pausing (`--nonblocking`),
+//! - one whole sample as `run` takes it (thread list, CPU times, stacks, aggregation),
+//! - the highest sampling rate sustained with ≥95% of the scheduled samples taken.
 //!
 //! `SCALENE_RS_BENCH_PYTHON=/path/to/python` picks the interpreter (default: the newest
 //! pyenv one, else `python3`); `SCALENE_RS_BENCH_ITERS` the number of snapshots (2000).
@@ -163,5 +165,41 @@ fn main() {
             if busy { "busy" } else { "idle" },
             stats(locate)
         );
+    }
+    sustained(&py);
+}
+
+/// The highest rate the sampler keeps up with: sample the busy 30-deep target for two
+/// seconds at rising rates and report the share of scheduled samples actually taken
+/// (the goal is ≥95%).
+fn sustained(py: &str) {
+    let target = start(py, true);
+    let pid = target.0.id() as i32;
+    for nonblocking in [false, true] {
+        for rate in [1000.0, 2000.0, 5000.0, 10000.0, 20000.0] {
+            let p = PythonProcess::locate(pid, &LocateOptions::default()).unwrap();
+            let mut sampler = Sampler::new(
+                p,
+                SamplerConfig {
+                    rate_hz: rate,
+                    nonblocking,
+                    ..Default::default()
+                },
+            );
+            let t = Instant::now();
+            sampler
+                .run(&mut || t.elapsed() >= Duration::from_secs(2), &mut |_| {})
+                .unwrap();
+            let st = &sampler.stats;
+            let taken = st.samples as f64 / (st.samples + st.missed).max(1) as f64;
+            println!(
+                "sustained {:<12} {:>6.0} Hz requested: {:>6.0} Hz taken ({:5.1}% of scheduled), {} errors",
+                if nonblocking { "nonblocking" } else { "paused" },
+                rate,
+                st.samples as f64 / st.elapsed.as_secs_f64(),
+                taken * 100.0,
+                st.errors
+            );
+        }
     }
 }

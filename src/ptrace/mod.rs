@@ -312,7 +312,7 @@ mod tests {
             (4090, 20),
             (4090, 20),
             (0, 4096),
-            (8000, 6000),
+            (6000, 6000),
         ] {
             let got = c.read_vec(0x10000 + off, len).unwrap();
             assert_eq!(got, bytes[off as usize..off as usize + len], "{off}+{len}");
