@@ -9,7 +9,8 @@
 //! - the highest sampling rate sustained with ≥95% of the scheduled samples taken.
 //!
 //! `SCALENE_RS_BENCH_PYTHON=/path/to/python` picks the interpreter (default: the newest
-//! pyenv one, else `python3`); `SCALENE_RS_BENCH_ITERS` the number of snapshots (2000).
+//! pyenv one, else `python3`); `SCALENE_RS_BENCH_ITERS` the number of snapshots (2000);
+//! `SCALENE_RS_BENCH_SUSTAINED=0` skips the sustained-rate part.
 //! Report the medians, never a single run: the machine is shared and noisy.
 
 use scalene_rs::python::{self, LocateOptions, PythonProcess, SnapshotOptions, StackWalker};
@@ -166,7 +167,9 @@ fn main() {
             stats(locate)
         );
     }
-    sustained(&py);
+    if std::env::var("SCALENE_RS_BENCH_SUSTAINED").as_deref() != Ok("0") {
+        sustained(&py);
+    }
 }
 
 /// The highest rate the sampler keeps up with: sample the busy 30-deep target for two

@@ -37,6 +37,35 @@ pub trait ProcessMemory {
         self.read(addr, &mut v)?;
         Ok(v)
     }
+
+    /// Fills several buffers, each from its own address, in as few system calls as the
+    /// implementation can; returns how many of them, counted from the first, were filled
+    /// completely (the rest are left unspecified).
+    fn read_many(&self, reqs: &mut [(u64, &mut [u8])]) -> usize {
+        read_each(self, reqs)
+    }
+
+    /// A hint that the ranges `(addr, len)` will be read soon: a caching implementation
+    /// fetches them together. Never fails; a range it cannot fetch is read when asked for.
+    fn prefetch(&self, _ranges: &[(u64, usize)]) {}
+
+    /// Whether [`ProcessMemory::prefetch`] does anything (callers skip the work of finding
+    /// what to prefetch otherwise).
+    fn prefetches(&self) -> bool {
+        false
+    }
+}
+
+/// [`ProcessMemory::read_many`] one read at a time.
+fn read_each<M: ProcessMemory + ?Sized>(mem: &M, reqs: &mut [(u64, &mut [u8])]) -> usize {
+    let mut n = 0;
+    for (addr, buf) in reqs.iter_mut() {
+        if mem.read(*addr, buf).is_err() {
+            break;
+        }
+        n += 1;
+    }
+    n
 }
 
 /// Little-endian field accessors over a buffer read in one go (e.g. a whole struct).
@@ -136,6 +165,48 @@ impl RemoteMemory {
 }
 
 impl ProcessMemory for RemoteMemory {
+    fn read_many(&self, reqs: &mut [(u64, &mut [u8])]) -> usize {
+        if self.mem_file.is_some() || reqs.len() < 2 {
+            return read_each(self, reqs);
+        }
+        // One process_vm_readv for all of them (the kernel takes up to 1024 ranges); it
+        // stops at the first range it cannot read, so what it returns counts whole
+        // leading buffers plus maybe part of the next.
+        let mut done = 0;
+        for chunk in reqs.chunks_mut(1024) {
+            let remote: Vec<nix::sys::uio::RemoteIoVec> = chunk
+                .iter()
+                .map(|(addr, buf)| nix::sys::uio::RemoteIoVec {
+                    base: *addr as usize,
+                    len: buf.len(),
+                })
+                .collect();
+            let lens: Vec<usize> = chunk.iter().map(|(_, b)| b.len()).collect();
+            let mut local: Vec<IoSliceMut> =
+                chunk.iter_mut().map(|(_, b)| IoSliceMut::new(b)).collect();
+            let n = nix::sys::uio::process_vm_readv(
+                nix::unistd::Pid::from_raw(self.pid),
+                &mut local,
+                &remote,
+            )
+            .unwrap_or(0);
+            let mut left = n;
+            let mut whole = 0;
+            for len in lens {
+                if left < len {
+                    break;
+                }
+                left -= len;
+                whole += 1;
+            }
+            done += whole;
+            if whole < chunk.len() {
+                break;
+            }
+        }
+        done
+    }
+
     fn read(&self, addr: u64, buf: &mut [u8]) -> Result<()> {
         if buf.is_empty() {
             return Ok(());
@@ -230,10 +301,55 @@ impl<'a> PageCache<'a> {
 }
 
 impl ProcessMemory for PageCache<'_> {
+    fn prefetch(&self, ranges: &[(u64, usize)]) {
+        let mut want: Vec<u64> = Vec::new();
+        {
+            let pages = self.pages.borrow();
+            for &(addr, len) in ranges {
+                if len == 0 || len as u64 > CACHE_PAGE || addr > u64::MAX - 3 * CACHE_PAGE {
+                    continue;
+                }
+                let mut page = addr & !(CACHE_PAGE - 1);
+                while page < addr + len as u64 {
+                    if !pages.iter().any(|(a, _)| *a == page) && !want.contains(&page) {
+                        want.push(page);
+                    }
+                    page += CACHE_PAGE;
+                }
+            }
+            let room = CACHE_MAX_PAGES.saturating_sub(pages.len());
+            want.truncate(room);
+        }
+        if want.is_empty() {
+            return;
+        }
+        let mut bufs: Vec<Box<[u8; CACHE_PAGE as usize]>> = want
+            .iter()
+            .map(|_| Box::new([0u8; CACHE_PAGE as usize]))
+            .collect();
+        let mut reqs: Vec<(u64, &mut [u8])> = want
+            .iter()
+            .zip(bufs.iter_mut())
+            .map(|(&a, b)| (a, &mut b[..]))
+            .collect();
+        let done = self.inner.read_many(&mut reqs);
+        drop(reqs);
+        let mut pages = self.pages.borrow_mut();
+        for (addr, buf) in want.into_iter().zip(bufs).take(done) {
+            pages.push((addr, buf));
+        }
+    }
+
+    fn prefetches(&self) -> bool {
+        true
+    }
+
     fn read(&self, addr: u64, buf: &mut [u8]) -> Result<()> {
         let len = buf.len() as u64;
         // Large reads (strings, line tables) go straight through.
-        if len == 0 || len > CACHE_PAGE || addr.checked_add(len).is_none() {
+        // (A torn pointer may be anywhere: near the top of the address space the page
+        // arithmetic below would overflow, so such reads go straight through too.)
+        if len == 0 || len > CACHE_PAGE || addr > u64::MAX - 3 * CACHE_PAGE {
             return self.inner.read(addr, buf);
         }
         let first = addr & !(CACHE_PAGE - 1);
@@ -321,6 +437,44 @@ mod tests {
         // the end of the memory reads even though the next page does not exist.
         assert!(c.read_vec(0x10000 + 3 * CACHE_PAGE - 4, 8).is_err());
         assert!(c.read_vec(0x10000 + 3 * CACHE_PAGE - 8, 8).is_ok());
+        // Addresses at the very top (torn pointers) are errors, never overflows.
+        for addr in [
+            u64::MAX - 7,
+            u64::MAX - CACHE_PAGE,
+            u64::MAX - 3 * CACHE_PAGE,
+        ] {
+            assert!(c.read_vec(addr, 8).is_err());
+            c.prefetch(&[(addr, 8)]);
+        }
+    }
+
+    #[test]
+    fn prefetch_fills_the_cache_in_one_go() {
+        // Three values on different pages of our own memory, read through one
+        // process_vm_readv, then served from the cache.
+        let a = vec![0x11u8; 3 * CACHE_PAGE as usize];
+        let m = RemoteMemory::new(std::process::id() as i32).unwrap();
+        let c = PageCache::new(&m);
+        let base = a.as_ptr() as u64;
+        let addrs = [base + 8, base + CACHE_PAGE + 8, base + 2 * CACHE_PAGE + 8];
+        c.prefetch(&addrs.iter().map(|&x| (x, 16)).collect::<Vec<_>>());
+        let cached = c.pages.borrow().len();
+        assert!(cached >= 3, "{cached} pages cached");
+        for x in addrs {
+            assert_eq!(c.read_vec(x, 16).unwrap(), vec![0x11u8; 16]);
+        }
+        assert_eq!(
+            c.pages.borrow().len(),
+            cached,
+            "the reads came from the cache"
+        );
+        // An unreadable range stops the batch there; what came before is kept.
+        let mut one = [0u8; 8];
+        let mut two = [0u8; 8];
+        let mut three = [0u8; 8];
+        let mut reqs: Vec<(u64, &mut [u8])> =
+            vec![(base, &mut one), (8, &mut two), (base + 16, &mut three)];
+        assert_eq!(m.read_many(&mut reqs), 1);
     }
 
     #[test]

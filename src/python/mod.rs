@@ -200,7 +200,7 @@ fn tag_native(
 fn gil_current(proc: &PythonProcess) -> Result<Option<u64>> {
     let l = &proc.layout;
     if let (Some(off), Some(rt)) = (l.runtime.gilstate_tstate_current, proc.addrs.runtime) {
-        return proc.mem.read_u64(rt + off as u64).map(Some);
+        return proc.mem.read_u64(rt.wrapping_add(off as u64)).map(Some);
     }
     if l.runtime.interpreters_head.is_none() {
         if let Some(sym) = proc.addrs.tstate_current {

@@ -172,7 +172,7 @@ impl PythonProcess {
     /// (not yet initialized, or finalized).
     pub fn interp_head(&self) -> Result<u64> {
         match (self.layout.runtime.interpreters_head, self.addrs.runtime) {
-            (Some(off), Some(rt)) => self.mem.read_u64(rt + off as u64),
+            (Some(off), Some(rt)) => self.mem.read_u64(rt.wrapping_add(off as u64)),
             _ => match self.addrs.interp_head {
                 Some(a) => self.mem.read_u64(a),
                 None => Ok(0),

@@ -140,7 +140,7 @@ impl StackWalker {
                 Some(h) => h,
                 None => self.gil_holder_312(mem, interp)?,
             };
-            let mut tstate = mem.read_u64(interp + l.interp.tstate_head as u64)?;
+            let mut tstate = mem.read_u64(interp.wrapping_add(l.interp.tstate_head as u64))?;
             let mut seen = HashSet::new();
             while tstate != 0 {
                 if !seen.insert(tstate) || seen.len() > MAX_THREADS {
@@ -152,9 +152,9 @@ impl StackWalker {
                     holds_gil: holder != 0 && holder == tstate,
                     ..t
                 });
-                tstate = mem.read_u64(tstate + l.thread.next as u64)?;
+                tstate = mem.read_u64(tstate.wrapping_add(l.thread.next as u64))?;
             }
-            interp = mem.read_u64(interp + l.interp.next as u64)?;
+            interp = mem.read_u64(interp.wrapping_add(l.interp.next as u64))?;
             index += 1;
         }
         Ok(out)
@@ -169,14 +169,14 @@ impl StackWalker {
         else {
             return Ok(0);
         };
-        let gil = mem.read_u64(interp + gil_ptr as u64)?;
+        let gil = mem.read_u64(interp.wrapping_add(gil_ptr as u64))?;
         if gil == 0 {
             return Ok(0);
         }
-        if mem.read_u32(gil + locked as u64)? == 0 {
+        if mem.read_u32(gil.wrapping_add(locked as u64))? == 0 {
             return Ok(0);
         }
-        mem.read_u64(gil + holder as u64)
+        mem.read_u64(gil.wrapping_add(holder as u64))
     }
 
     fn read_thread(&self, mem: &dyn ProcessMemory, tstate: u64, interp: u64) -> Result<RawThread> {
@@ -217,7 +217,7 @@ impl StackWalker {
     /// (following `cframe` on 3.11/3.12).
     fn top_frame_from(&self, mem: &dyn ProcessMemory, field: u64) -> Result<u64> {
         match self.layout.thread.cframe_current_frame {
-            Some(off) if field != 0 => mem.read_u64(field + off as u64),
+            Some(off) if field != 0 => mem.read_u64(field.wrapping_add(off as u64)),
             _ => Ok(field),
         }
     }
@@ -225,7 +225,7 @@ impl StackWalker {
     /// Re-reads a thread's innermost frame address (to detect a stack that changed while
     /// it was walked without pausing).
     pub fn current_top_frame(&self, mem: &dyn ProcessMemory, tstate: u64) -> Result<u64> {
-        let field = mem.read_u64(tstate + self.layout.thread.frame as u64)?;
+        let field = mem.read_u64(tstate.wrapping_add(self.layout.thread.frame as u64))?;
         self.top_frame_from(mem, field)
     }
 
@@ -237,6 +237,9 @@ impl StackWalker {
     /// Walks one thread's frames from its innermost frame `top`.
     pub fn walk(&mut self, mem: &dyn ProcessMemory, top: u64) -> Result<Walk> {
         let f = self.layout.frame;
+        if mem.prefetches() {
+            self.prefetch_code(mem, top);
+        }
         let mut frames = Vec::new();
         let mut top_instr = None;
         let mut seen = HashSet::new();
@@ -291,12 +294,12 @@ impl StackWalker {
                         Some(code.firstlineno)
                     } else {
                         let off = if lasti_in_code_units {
-                            lasti as u32 * 2
+                            (lasti as u32).wrapping_mul(2)
                         } else {
                             lasti as u32
                         };
                         if frames.is_empty() && code.bytecode != 0 && off < code.bytecode_len {
-                            top_instr = Some(code.bytecode + off as u64);
+                            top_instr = Some(code.bytecode.wrapping_add(off as u64));
                         }
                         code.table.line_at(off)
                     };
@@ -326,7 +329,7 @@ impl StackWalker {
                     ) {
                         let gen = addr.wrapping_sub(iframe as u64);
                         let mut st = [0u8; 1];
-                        mem.read(gen + state as u64, &mut st)?;
+                        mem.read(gen.wrapping_add(state as u64), &mut st)?;
                         if st[0] as i8 as i64 != exec as i64 {
                             return Err(torn(
                                 addr,
@@ -359,6 +362,29 @@ impl StackWalker {
             truncated: false,
             top_instr,
         })
+    }
+
+    /// Follows the chain from `top` once, only to learn which code objects it uses, and asks
+    /// `mem` (a page cache) to fetch them all at once: the walk proper then finds frames and
+    /// code objects in the cache instead of reading each with its own system call. Errors
+    /// here only end the prefetch; the walk proper reports them.
+    fn prefetch_code(&self, mem: &dyn ProcessMemory, top: u64) {
+        let f = self.layout.frame;
+        let mut codes: Vec<(u64, usize)> = Vec::new();
+        let mut addr = top;
+        let mut n = 0;
+        while addr != 0 && n < self.max_depth + 64 {
+            let Ok(buf) = mem.read_vec(addr, f.size) else {
+                break;
+            };
+            let code = field_u64(&buf, f.code) & !7;
+            if code != 0 && !codes.iter().any(|&(c, _)| c == code) {
+                codes.push((code, self.layout.code.size));
+            }
+            addr = field_u64(&buf, f.back);
+            n += 1;
+        }
+        mem.prefetch(&codes);
     }
 
     /// Whether the code object at `code_addr` (already cached by the walk) is a generator,
@@ -394,7 +420,9 @@ impl StackWalker {
         // Incomplete frames (3.11/3.12): still before the first traceable instruction.
         const FRAME_OWNED_BY_GENERATOR: u8 = 1;
         if let Some(first) = code.firsttraceable {
-            if owner != Some(FRAME_OWNED_BY_GENERATOR) && instr < code.bytecode + first as u64 * 2 {
+            if owner != Some(FRAME_OWNED_BY_GENERATOR)
+                && instr < code.bytecode.wrapping_add(first as u64 * 2)
+            {
                 return Ok(None);
             }
         }
@@ -464,12 +492,12 @@ impl StackWalker {
         let table_bytes = strings::read_bytes(mem, s, &self.types, fingerprint[2])?;
         // ≤3.10: the bytecode is a separate bytes object; note where its payload starts.
         let (bytecode, bytecode_len) = match (c.code_adaptive, c.co_code) {
-            (Some(o), _) => (addr + o as u64, u32::MAX),
+            (Some(o), _) => (addr.wrapping_add(o as u64), u32::MAX),
             (None, Some(o)) => {
                 let obj = field_u64(&buf, o);
-                match (obj != 0).then(|| mem.read_u64(obj + s.bytes_size as u64)) {
+                match (obj != 0).then(|| mem.read_u64(obj.wrapping_add(s.bytes_size as u64))) {
                     Some(Ok(len)) if len <= strings::MAX_BYTES => {
-                        (obj + s.bytes_sval as u64, len as u32)
+                        (obj.wrapping_add(s.bytes_sval as u64), len as u32)
                     }
                     _ => (0, 0),
                 }

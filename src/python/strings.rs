@@ -41,7 +41,7 @@ fn check_type(
     if want == 0 {
         return Ok(());
     }
-    let ty = mem.read_u64(addr + layout.ob_type as u64)?;
+    let ty = mem.read_u64(addr.wrapping_add(layout.ob_type as u64))?;
     if ty != want {
         return Err(bad(addr, format!("object at {addr:#x} is not a {what}")));
     }
@@ -98,13 +98,13 @@ fn read_unicode(
         return Err(bad(addr, "ASCII string with a wide kind"));
     }
     let data = if compact {
-        addr + if ascii {
+        addr.wrapping_add(if ascii {
             layout.ascii_size as u64
         } else {
             layout.compact_size as u64
-        }
+        })
     } else {
-        mem.read_u64(addr + layout.unicode_data_any as u64)?
+        mem.read_u64(addr.wrapping_add(layout.unicode_data_any as u64))?
     };
     let raw = mem.read_vec(data, (length * width) as usize)?;
     Ok(match width {
@@ -137,14 +137,14 @@ pub fn read_bytes(
         return Err(bad(addr, "NULL bytes pointer"));
     }
     check_type(mem, layout, addr, types.bytes, "bytes object")?;
-    let size = mem.read_u64(addr + layout.bytes_size as u64)?;
+    let size = mem.read_u64(addr.wrapping_add(layout.bytes_size as u64))?;
     if size > MAX_BYTES {
         return Err(bad(
             addr,
             format!("bytes object of {size} bytes is too large"),
         ));
     }
-    mem.read_vec(addr + layout.bytes_sval as u64, size as usize)
+    mem.read_vec(addr.wrapping_add(layout.bytes_sval as u64), size as usize)
 }
 
 #[cfg(test)]

@@ -201,11 +201,11 @@ impl Sampler {
             };
             // Running before the stack was read and not asleep right after: a thread that went
             // to sleep in between must not have its CPU charged to the line it sleeps on.
-            let asleep_after = matches!(
-                self.files.state(pid, tid),
-                Some('S') | Some('D') | Some('I') | None
-            );
-            let running = reading.state == 'R' && !asleep_after;
+            let running = reading.state == 'R'
+                && !matches!(
+                    self.files.state(pid, tid),
+                    Some('S') | Some('D') | Some('I') | None
+                );
             // CPU time since the last sample: where the thread is now if it is running,
             // else where it was last seen running (it used that CPU before it slept).
             let (cpu_frames, cpu_activity) = match (running, self.last_running.get(&tid)) {
