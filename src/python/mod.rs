@@ -115,19 +115,38 @@ pub fn take_snapshot_with_states(
 
     let opcodes = crate::python_bindings::opcodes(proc.version.major, proc.version.minor);
     walker.strict = opts.nonblocking;
-    let threads = if opts.nonblocking {
-        let mut t = read_nonblocking(proc, walker, opts)?;
-        tag_native(&proc.mem, opcodes, &mut t);
-        t
-    } else {
-        let _paused = PausedThreads::pause_from(pid, &tids)?;
-        // Nothing changes while paused: one page cache serves the whole snapshot.
-        let cache = ptrace::PageCache::new(&proc.mem);
-        let mut t = read_all(proc, &cache, walker)?;
-        tag_native(&cache, opcodes, &mut t);
-        t
-        // `_paused` drops here: every thread runs again before we do anything else.
-    };
+    if matches!(proc.interp_head(), Ok(0)) {
+        settle_uninitialized(proc)?;
+    }
+    let mut threads = None;
+    for attempt in 0..2 {
+        let read = if opts.nonblocking {
+            read_nonblocking(proc, walker, opts).map(|mut t| {
+                tag_native(&proc.mem, opcodes, &mut t);
+                t
+            })
+        } else {
+            let _paused = PausedThreads::pause_from(pid, &tids)?;
+            // Nothing changes while paused: one page cache serves the whole snapshot.
+            let cache = ptrace::PageCache::new(&proc.mem);
+            read_all(proc, &cache, walker).map(|mut t| {
+                tag_native(&cache, opcodes, &mut t);
+                t
+            })
+            // `_paused` drops here: every thread runs again before we do anything else.
+        };
+        match read {
+            // Python began shutting down between the check above and the read.
+            Err(Error::BadState { .. }) if attempt == 0 && matches!(proc.interp_head(), Ok(0)) => {
+                settle_uninitialized(proc)?;
+            }
+            r => {
+                threads = Some(r?);
+                break;
+            }
+        }
+    }
+    let threads = threads.expect("the second attempt always ends the loop");
 
     let pthread_map = if proc.layout.thread.native_thread_id.is_none() {
         pthread_to_tid(&proc.mem, &tids, &threads)
@@ -208,6 +227,25 @@ fn gil_current(proc: &PythonProcess) -> Result<Option<u64>> {
         }
     }
     Ok(None)
+}
+
+/// The interpreter pointer is NULL: Python is starting up or shutting down. Waits (with the
+/// target running, never while paused) up to 200 ms: Ok when it comes up, "exited" when the
+/// process goes away meanwhile (a finishing program), else the not-initialized error.
+fn settle_uninitialized(proc: &PythonProcess) -> Result<()> {
+    let until = std::time::Instant::now() + std::time::Duration::from_millis(200);
+    loop {
+        if !crate::error::process_exists(proc.pid) {
+            return Err(Error::ProcessExited(proc.pid));
+        }
+        if matches!(proc.interp_head(), Ok(h) if h != 0) {
+            return Ok(());
+        }
+        if std::time::Instant::now() >= until {
+            return interp_head_checked(proc).map(|_| ());
+        }
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
 }
 
 fn interp_head_checked(proc: &PythonProcess) -> Result<u64> {

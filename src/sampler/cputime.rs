@@ -50,22 +50,6 @@ pub fn parse_stat(stat: &str) -> Option<(char, u64, u64)> {
     Some((state, utime, stime))
 }
 
-/// Reads one thread. None when the thread is gone.
-pub fn read_thread(pid: i32, tid: i32) -> Option<CpuReading> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/stat")).ok()?;
-    let (state, utime, stime) = parse_stat(&stat)?;
-    let run_ns = std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/schedstat"))
-        .ok()
-        .and_then(|s| s.split_ascii_whitespace().next()?.parse().ok())
-        .unwrap_or(0);
-    Some(CpuReading {
-        run_ns,
-        utime,
-        stime,
-        state,
-    })
-}
-
 /// Reads threads' `stat` and `schedstat` through files kept open between samples: a read
 /// at offset 0 of an open /proc file gives fresh values, and saves the open and close (the
 /// costly part) on every sample.
@@ -253,7 +237,7 @@ mod tests {
     #[test]
     fn reads_own_thread() {
         let pid = std::process::id() as i32;
-        let r = read_thread(pid, pid).expect("own main thread");
+        let r = ThreadFiles::new().read(pid, pid).expect("own main thread");
         assert!(r.run_ns > 0 || r.utime + r.stime > 0);
     }
 }
