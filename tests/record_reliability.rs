@@ -11,8 +11,12 @@ fn bin() -> &'static str {
     env!("CARGO_BIN_EXE_scalene-rs")
 }
 
+/// A file name of our own: the tests of this file run in parallel in one process, so every
+/// name also carries a sequence number (two tests must never share a file).
 fn tmp(name: &str) -> std::path::PathBuf {
-    std::env::temp_dir().join(format!("scalene-rs-{}-{name}", std::process::id()))
+    static SEQ: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let n = SEQ.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    std::env::temp_dir().join(format!("scalene-rs-{}-{n}-{name}", std::process::id()))
 }
 
 /// No thread of `pid` is in a ptrace/job-control stop, and nobody traces it.
@@ -159,9 +163,10 @@ fn run_ends_when_the_program_is_killed() {
     let fx = common::fixture("cpu/survivor.py");
     for py in common::interpreters() {
         let out = tmp(&format!("killed-{}", py.label));
+        let profile = tmp(&format!("killed-{}.json", py.label));
         let mut prof = Command::new(bin())
             .args(["run", "--rate", "1000", "-o"])
-            .arg(tmp(&format!("killed-{}.json", py.label)))
+            .arg(&profile)
             .arg("--")
             .arg(&py.path)
             .arg(&fx)
@@ -202,7 +207,8 @@ fn run_ends_when_the_program_is_killed() {
             "{}: `run` exits as its program did (killed by SIGTERM)",
             py.label
         );
-        let _ = std::fs::remove_file(tmp(&format!("killed-{}.json", py.label)));
+        let _ = std::fs::remove_file(&profile);
+        let _ = std::fs::remove_file(&out);
         eprintln!(
             "{}: program killed mid-recording; run ended in {:?}",
             py.label,
