@@ -115,7 +115,7 @@ pub fn run(cfg: &RunConfig, progress: &mut dyn FnMut(&Stats)) -> Result<RunOutco
     let mut proc = None;
     while status.is_none() && proc.is_none() {
         forward(pid);
-        if let Some(s) = child.try_wait().map_err(|e| Error::Io {
+        if let Some(s) = try_wait_exit(&child).map_err(|e| Error::Io {
             context: "waiting for the program".into(),
             source: e,
         })? {
@@ -171,7 +171,7 @@ pub fn run(cfg: &RunConfig, progress: &mut dyn FnMut(&Stats)) -> Result<RunOutco
     let result = sampler.run(
         &mut || {
             forward(pid);
-            match child.try_wait() {
+            match try_wait_exit(&child) {
                 Ok(Some(s)) => {
                     exited = Some(s);
                     true
@@ -195,11 +195,39 @@ pub fn run(cfg: &RunConfig, progress: &mut dyn FnMut(&Stats)) -> Result<RunOutco
     })
 }
 
+/// The program's exit status if it has ended, without blocking. Not `Child::try_wait`: we
+/// also trace the program's threads while sampling, and a tracer's wait reports their
+/// ptrace stops too (a signal arriving during a pause, say); std would take such a stop for
+/// the end of the program. Only an exit or a death by signal counts here.
+fn try_wait_exit(child: &std::process::Child) -> std::io::Result<Option<ExitStatus>> {
+    use std::os::unix::process::ExitStatusExt;
+    let pid = child.id() as libc::pid_t;
+    loop {
+        let mut status: libc::c_int = 0;
+        // SAFETY: waitpid writes one int through a valid pointer.
+        let r = unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) };
+        if r == 0 {
+            return Ok(None);
+        }
+        if r < 0 {
+            let e = std::io::Error::last_os_error();
+            if e.raw_os_error() == Some(libc::EINTR) {
+                continue;
+            }
+            return Err(e);
+        }
+        if libc::WIFEXITED(status) || libc::WIFSIGNALED(status) {
+            return Ok(Some(ExitStatus::from_raw(status)));
+        }
+        // A stop or continue report: not the end; look again for a pending exit.
+    }
+}
+
 fn wait_forwarding(child: &mut std::process::Child, forward: &dyn Fn(i32)) -> Result<ExitStatus> {
     let pid = child.id() as i32;
     loop {
         forward(pid);
-        match child.try_wait() {
+        match try_wait_exit(child) {
             Ok(Some(s)) => return Ok(s),
             Ok(None) => {
                 crate::ptrace::pause::reap_traced_zombies(pid);
