@@ -309,10 +309,15 @@ impl Sampler {
             next += period;
             let now = Instant::now();
             if now > next {
-                // Fell behind: count the ticks we could not take and start again from now.
+                // Fell behind. Ticks stay on their schedule (start + k·period): every tick
+                // whose successor is also already due is missed and counted; the latest due
+                // one is taken at once. (Restarting the schedule from `now` would drop the
+                // fraction of a period lost on every late sample: a sampler needing 130 µs at
+                // 10 kHz would take 7.7 kHz while counting almost nothing as missed.)
                 let behind = now.duration_since(next).as_secs_f64() / period.as_secs_f64();
-                self.stats.missed += behind.floor() as u64;
-                next = now;
+                let skipped = behind.floor() as u64;
+                self.stats.missed += skipped;
+                next += period.mul_f64(skipped as f64);
             } else {
                 std::thread::sleep(next - now);
             }
