@@ -70,6 +70,17 @@ fn has_python_symbols(elf: &ElfFile) -> bool {
 impl PythonProcess {
     /// Finds the interpreter in process `pid`.
     pub fn locate(pid: i32, opts: &LocateOptions) -> Result<PythonProcess> {
+        match Self::locate_once(pid, opts) {
+            // An exiting process loses its mappings and memory before it is gone: what looks
+            // like "not Python" or a failed read is then the process ending, and says so.
+            Err(e) if !e.is_process_gone() && !crate::error::process_exists(pid) => {
+                Err(Error::ProcessExited(pid))
+            }
+            r => r,
+        }
+    }
+
+    fn locate_once(pid: i32, opts: &LocateOptions) -> Result<PythonProcess> {
         let mut mem = RemoteMemory::new(pid)?;
         let maps = maps::read_maps(pid)?;
         let executable = maps::exe_path(pid)?;
