@@ -114,9 +114,7 @@ impl ThreadFiles {
         let mut buf = [0u8; 1024];
         let (stat, _) = self.files(pid, tid)?;
         let n = Self::read_at0(stat, &mut buf)?;
-        let s = std::str::from_utf8(&buf[..n]).ok()?;
-        let i = s.rfind(')')?;
-        s[i + 1..].trim_start().chars().next()
+        parse_stat(std::str::from_utf8(&buf[..n]).ok()?).map(|(state, _, _)| state)
     }
 
     /// Closes the files of threads not in `alive`.
