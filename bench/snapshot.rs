@@ -10,8 +10,12 @@
 //!
 //! `SCALENE_RS_BENCH_PYTHON=/path/to/python` picks the interpreter (default: the newest
 //! pyenv one, else `python3`); `SCALENE_RS_BENCH_ITERS` the number of snapshots (2000);
-//! `SCALENE_RS_BENCH_SUSTAINED=0` skips the sustained-rate part.
-//! Report the medians, never a single run: the machine is shared and noisy.
+//! `SCALENE_RS_BENCH_SUSTAINED=0` skips the sustained-rate part; `SCALENE_RS_BENCH_ONLY=WORD`
+//! runs only the cases whose label contains WORD (e.g. `sample`, `nonblocking`, `busy`).
+//! Each case reports wall time and the CPU time our own thread used (user + system, from
+//! `CLOCK_THREAD_CPUTIME_ID`): on a busy machine the wall time also counts waiting for a
+//! CPU, the CPU time does not. Report medians, never a single run: the machine is shared
+//! and noisy.
 
 use scalene_rs::python::{self, LocateOptions, PythonProcess, SnapshotOptions, StackWalker};
 use scalene_rs::sampler::{Sampler, SamplerConfig};
@@ -83,6 +87,47 @@ fn start(py: &str, busy: bool) -> Target {
     Target(child)
 }
 
+/// CPU time used by the calling thread so far.
+fn thread_cpu() -> Duration {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes into the timespec we own; the clock id is a constant.
+    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
+}
+
+/// Whether the case labelled `label` runs (`SCALENE_RS_BENCH_ONLY`).
+fn wanted(label: &str) -> bool {
+    std::env::var("SCALENE_RS_BENCH_ONLY").map_or(true, |w| label.contains(&w))
+}
+
+/// Times `f` `iters` times: (wall times, CPU times).
+fn time_it(iters: usize, mut f: impl FnMut()) -> (Vec<Duration>, Vec<Duration>) {
+    let mut wall = Vec::with_capacity(iters);
+    let mut cpu = Vec::with_capacity(iters);
+    for _ in 0..iters {
+        let (t, c) = (Instant::now(), thread_cpu());
+        f();
+        cpu.push(thread_cpu().saturating_sub(c));
+        wall.push(t.elapsed());
+    }
+    (wall, cpu)
+}
+
+fn report(label: &str, (wall, cpu): (Vec<Duration>, Vec<Duration>)) {
+    let median = |mut v: Vec<Duration>| {
+        v.sort();
+        v[v.len() / 2].as_secs_f64() * 1e6
+    };
+    println!(
+        "{label:<34} cpu median {:7.1} µs   wall {}",
+        median(cpu),
+        stats(wall)
+    );
+}
+
 fn stats(mut v: Vec<Duration>) -> String {
     v.sort();
     let us = |d: Duration| d.as_secs_f64() * 1e6;
@@ -106,39 +151,44 @@ fn main() {
     for busy in [false, true] {
         let target = start(&py, busy);
         let pid = target.0.id() as i32;
-        let mut locate = Vec::new();
-        for _ in 0..20 {
-            let t = Instant::now();
-            let p = PythonProcess::locate(pid, &LocateOptions::default()).unwrap();
-            locate.push(t.elapsed());
-            drop(p);
+        let state = if busy { "busy" } else { "idle" };
+        let locate_label = format!("{state} locate (once per dump)");
+        if wanted(&locate_label) {
+            report(
+                &locate_label,
+                time_it(20, || {
+                    PythonProcess::locate(pid, &LocateOptions::default()).unwrap();
+                }),
+            );
         }
         let proc = PythonProcess::locate(pid, &LocateOptions::default()).unwrap();
         let mut walker = StackWalker::new(proc.layout, proc.addrs.types);
         for nonblocking in [false, true] {
+            let mode = if nonblocking { "nonblocking" } else { "paused" };
+            let label = format!("{state} {mode} snapshot (dump)");
+            if !wanted(&label) {
+                continue;
+            }
             let opts = SnapshotOptions {
                 nonblocking,
                 ..Default::default()
             };
-            let mut times = Vec::with_capacity(iters);
             let mut depth = 0;
-            for _ in 0..iters {
-                let t = Instant::now();
+            let times = time_it(iters, || {
                 let snap = python::take_snapshot(&proc, &mut walker, &opts).unwrap();
-                times.push(t.elapsed());
                 depth = snap.threads[0].frames.len();
-            }
+            });
             assert_eq!(depth, DEPTH, "the target's stack is {DEPTH} frames deep");
-            println!(
-                "{:<6} {:<12} snapshot: {}",
-                if busy { "busy" } else { "idle" },
-                if nonblocking { "nonblocking" } else { "paused" },
-                stats(times)
-            );
+            report(&label, times);
         }
         // One whole sample as `run`/`attach` take it: thread list, CPU times from /proc,
         // stacks, native tag, aggregation.
         for nonblocking in [false, true] {
+            let mode = if nonblocking { "nonblocking" } else { "paused" };
+            let label = format!("{state} {mode} sample");
+            if !wanted(&label) {
+                continue;
+            }
             let p = PythonProcess::locate(pid, &LocateOptions::default()).unwrap();
             let mut sampler = Sampler::new(
                 p,
@@ -147,25 +197,10 @@ fn main() {
                     ..Default::default()
                 },
             );
-            let mut times = Vec::with_capacity(iters);
-            for _ in 0..iters {
-                let t = Instant::now();
-                sampler.sample_once().unwrap();
-                times.push(t.elapsed());
-            }
+            let times = time_it(iters, || sampler.sample_once().unwrap());
             assert_eq!(sampler.stats.errors, 0, "{:?}", sampler.stats.error_kinds);
-            println!(
-                "{:<6} {:<12} sample:   {}",
-                if busy { "busy" } else { "idle" },
-                if nonblocking { "nonblocking" } else { "paused" },
-                stats(times)
-            );
+            report(&label, times);
         }
-        println!(
-            "{:<6} locate (once per dump):   {}",
-            if busy { "busy" } else { "idle" },
-            stats(locate)
-        );
     }
     if std::env::var("SCALENE_RS_BENCH_SUSTAINED").as_deref() != Ok("0") {
         sustained(&py);

@@ -8,6 +8,11 @@
 use crate::python::Frame;
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
+use std::sync::Arc;
+
+/// The aggregator's maps are hit on every sample with keys of text: a fast hash
+/// (aHash) instead of std's SipHash, which is built to resist hash flooding we do not face.
+type FastMap<K, V> = HashMap<K, V, ahash::RandomState>;
 
 /// Version of the profile JSON schema (docs/profile-json.md).
 pub const PROFILE_SCHEMA_VERSION: u32 = 1;
@@ -61,10 +66,10 @@ impl Split {
 /// Folds samples as they come.
 #[derive(Debug, Default)]
 pub struct Aggregator {
-    lines: HashMap<(String, u32), Split>,
-    functions: HashMap<(String, String), (Split, u32)>,
-    stacks: HashMap<Vec<Frame>, (u64, f64)>,
-    threads: HashMap<i32, (Option<String>, Split, u64)>,
+    lines: FastMap<(Arc<str>, u32), Split>,
+    functions: FastMap<(Arc<str>, Arc<str>), (Split, u32)>,
+    stacks: FastMap<Vec<Frame>, (u64, f64)>,
+    threads: FastMap<i32, (Option<String>, Split, u64)>,
     /// Samples (thread observations) folded in.
     pub thread_samples: u64,
 }
@@ -111,7 +116,11 @@ impl Aggregator {
                 e.1 = e.1.min(line);
             }
         }
-        let st = self.stacks.entry(s.frames.to_vec()).or_insert((0, 0.0));
+        // Look up by slice first: the stack is copied only the first time it is seen.
+        let st = match self.stacks.get_mut(s.frames) {
+            Some(st) => st,
+            None => self.stacks.entry(s.frames.to_vec()).or_insert((0, 0.0)),
+        };
         st.0 += 1;
         st.1 += split.total();
         if let Some(tid) = s.native_id {
@@ -155,7 +164,7 @@ impl Aggregator {
                 .entry(file)
                 .or_insert_with(|| FileProfile::new(file));
             fp.functions.push(FunctionProfile {
-                function: name.clone(),
+                function: name.to_string(),
                 first_line: (*first != u32::MAX).then_some(*first),
                 cpu_python_pct: pct(split.python_s),
                 cpu_native_pct: pct(split.native_s),

@@ -267,7 +267,37 @@ const CACHE_MAX_PAGES: usize = 256;
 /// means (nonblocking double walks use a fresh cache each); never keep one across samples.
 pub struct PageCache<'a> {
     inner: &'a dyn ProcessMemory,
-    pages: std::cell::RefCell<Vec<(u64, Box<[u8; CACHE_PAGE as usize]>)>>,
+    pages: std::cell::RefCell<Vec<(u64, Page)>>,
+}
+
+type Page = Box<[u8; CACHE_PAGE as usize]>;
+
+thread_local! {
+    /// Page buffers of dropped caches, reused by the next ones: a sampler makes a few caches
+    /// per sample, thousands of times a second.
+    static SPARE_PAGES: std::cell::RefCell<Vec<Page>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// A page buffer: a spare one, else a new one. Its old contents are overwritten by the read
+/// that fills it (a buffer whose read fails is never used for data).
+fn take_page() -> Page {
+    SPARE_PAGES
+        .with(|s| s.borrow_mut().pop())
+        .unwrap_or_else(|| Box::new([0u8; CACHE_PAGE as usize]))
+}
+
+impl Drop for PageCache<'_> {
+    fn drop(&mut self) {
+        let pages = std::mem::take(&mut *self.pages.borrow_mut());
+        SPARE_PAGES.with(|s| {
+            let mut spare = s.borrow_mut();
+            for (_, p) in pages {
+                if spare.len() < CACHE_MAX_PAGES {
+                    spare.push(p);
+                }
+            }
+        });
+    }
 }
 
 impl<'a> PageCache<'a> {
@@ -276,6 +306,24 @@ impl<'a> PageCache<'a> {
             inner,
             pages: std::cell::RefCell::new(Vec::new()),
         }
+    }
+
+    /// Fetches the pages at `pages` (page-aligned addresses) in one request: a sampler
+    /// passes the pages the previous sample needed, which are nearly always the ones this
+    /// sample needs (a dozen separate reads become one). Pages that cannot be read are left
+    /// to be read when asked for.
+    pub fn prefetch_pages(&self, pages: &[u64]) {
+        let ranges: Vec<(u64, usize)> = pages
+            .iter()
+            .filter(|&&p| p % CACHE_PAGE == 0)
+            .map(|&p| (p, CACHE_PAGE as usize))
+            .collect();
+        self.prefetch(&ranges);
+    }
+
+    /// The pages this cache holds, in the order they were fetched.
+    pub fn pages(&self) -> Vec<u64> {
+        self.pages.borrow().iter().map(|(a, _)| *a).collect()
     }
 
     /// Copies what `page` holds at `[from, from + out.len())` into `out`, reading the
@@ -290,8 +338,9 @@ impl<'a> PageCache<'a> {
         if pages.len() >= CACHE_MAX_PAGES {
             return false;
         }
-        let mut p = Box::new([0u8; CACHE_PAGE as usize]);
+        let mut p = take_page();
         if self.inner.read(page, &mut p[..]).is_err() {
+            SPARE_PAGES.with(|s| s.borrow_mut().push(p));
             return false;
         }
         out.copy_from_slice(&p[from..from + out.len()]);
@@ -323,10 +372,7 @@ impl ProcessMemory for PageCache<'_> {
         if want.is_empty() {
             return;
         }
-        let mut bufs: Vec<Box<[u8; CACHE_PAGE as usize]>> = want
-            .iter()
-            .map(|_| Box::new([0u8; CACHE_PAGE as usize]))
-            .collect();
+        let mut bufs: Vec<Page> = want.iter().map(|_| take_page()).collect();
         let mut reqs: Vec<(u64, &mut [u8])> = want
             .iter()
             .zip(bufs.iter_mut())
@@ -335,9 +381,11 @@ impl ProcessMemory for PageCache<'_> {
         let done = self.inner.read_many(&mut reqs);
         drop(reqs);
         let mut pages = self.pages.borrow_mut();
-        for (addr, buf) in want.into_iter().zip(bufs).take(done) {
+        let mut bufs = bufs.into_iter();
+        for (addr, buf) in want.into_iter().zip(bufs.by_ref()).take(done) {
             pages.push((addr, buf));
         }
+        SPARE_PAGES.with(|s| s.borrow_mut().extend(bufs));
     }
 
     fn prefetches(&self) -> bool {

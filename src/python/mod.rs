@@ -115,9 +115,6 @@ pub fn take_snapshot_with_states(
 
     let opcodes = crate::python_bindings::opcodes(proc.version.major, proc.version.minor);
     walker.strict = opts.nonblocking;
-    if matches!(proc.interp_head(), Ok(0)) {
-        settle_uninitialized(proc)?;
-    }
     let mut threads = None;
     for attempt in 0..2 {
         let read = if opts.nonblocking {
@@ -127,16 +124,20 @@ pub fn take_snapshot_with_states(
             })
         } else {
             let _paused = PausedThreads::pause_from(pid, &tids)?;
-            // Nothing changes while paused: one page cache serves the whole snapshot.
+            // Nothing changes while paused: one page cache serves the whole snapshot,
+            // starting with the pages the last snapshot needed, fetched in one request.
             let cache = ptrace::PageCache::new(&proc.mem);
-            read_all(proc, &cache, walker).map(|mut t| {
+            cache.prefetch_pages(&walker.page_hint);
+            let read = read_all(proc, &cache, walker).map(|mut t| {
                 tag_native(&cache, opcodes, &mut t);
                 t
-            })
+            });
+            walker.page_hint = hint_from(&cache);
+            read
             // `_paused` drops here: every thread runs again before we do anything else.
         };
         match read {
-            // Python began shutting down between the check above and the read.
+            // Python is starting up or shutting down (no interpreter yet, or no more).
             Err(Error::BadState { .. }) if attempt == 0 && matches!(proc.interp_head(), Ok(0)) => {
                 settle_uninitialized(proc)?;
             }
@@ -208,6 +209,10 @@ fn tag_native(
     let Some(ops) = opcodes else { return };
     for (_, walk, tag) in threads.iter_mut() {
         let Ok(w) = walk else { continue };
+        if let Some(op) = w.top_op {
+            *tag = Some(ops.calls.contains(&op));
+            continue;
+        }
         let Some(addr) = w.top_instr else { continue };
         let mut op = [0u8; 1];
         if mem.read(addr, &mut op).is_ok() {
@@ -216,14 +221,14 @@ fn tag_native(
     }
 }
 
-fn gil_current(proc: &PythonProcess) -> Result<Option<u64>> {
+fn gil_current(proc: &PythonProcess, mem: &dyn ProcessMemory) -> Result<Option<u64>> {
     let l = &proc.layout;
     if let (Some(off), Some(rt)) = (l.runtime.gilstate_tstate_current, proc.addrs.runtime) {
-        return proc.mem.read_u64(rt.wrapping_add(off as u64)).map(Some);
+        return mem.read_u64(rt.wrapping_add(off as u64)).map(Some);
     }
     if l.runtime.interpreters_head.is_none() {
         if let Some(sym) = proc.addrs.tstate_current {
-            return proc.mem.read_u64(sym).map(Some);
+            return mem.read_u64(sym).map(Some);
         }
     }
     Ok(None)
@@ -242,14 +247,14 @@ fn settle_uninitialized(proc: &PythonProcess) -> Result<()> {
             return Ok(());
         }
         if std::time::Instant::now() >= until {
-            return interp_head_checked(proc).map(|_| ());
+            return interp_head_checked(proc, &proc.mem).map(|_| ());
         }
         std::thread::sleep(std::time::Duration::from_millis(5));
     }
 }
 
-fn interp_head_checked(proc: &PythonProcess) -> Result<u64> {
-    let head = proc.interp_head()?;
+fn interp_head_checked(proc: &PythonProcess, mem: &dyn ProcessMemory) -> Result<u64> {
+    let head = proc.interp_head_via(mem)?;
     if head == 0 {
         return Err(Error::BadState {
             pid: proc.pid,
@@ -265,8 +270,8 @@ fn read_all(
     mem: &dyn ProcessMemory,
     walker: &mut StackWalker,
 ) -> Result<Vec<ThreadResult>> {
-    let head = interp_head_checked(proc)?;
-    let raw = walker.threads(mem, head, gil_current(proc)?)?;
+    let head = interp_head_checked(proc, mem)?;
+    let raw = walker.threads(mem, head, gil_current(proc, mem)?)?;
     let mut out = Vec::with_capacity(raw.len());
     for t in raw {
         let walk = match walker.walk(mem, t.top_frame) {
@@ -279,12 +284,13 @@ fn read_all(
     Ok(out)
 }
 
-/// Reads without pausing: a thread's stack is accepted only when two walks in a row give
-/// the same frames from the same innermost frame, and that frame is still the thread's
-/// innermost frame afterwards. (One walk is not enough: ≤3.10 reuses a function's frame
-/// object at the same address for its next call, and 3.11+ reuses the same slots of the
-/// frame stack, so an unchanged top pointer does not prove an unchanged stack.) Otherwise
-/// it is read again, and after `retries` tries reported as unreadable; never guessed.
+/// Reads without pausing: a thread's stack is accepted only when, after the walk, every
+/// frame of its chain read again (in one request) gives the same frame, line and link, and
+/// then the thread's innermost frame is still the one the walk started from — what a second
+/// walk would show, at the cost of one system call. (An unchanged top pointer alone proves
+/// nothing: ≤3.10 reuses a function's frame object at the same address for its next call,
+/// and 3.11+ reuses the same slots of the frame stack.) Otherwise it is read again, and
+/// after `retries` tries reported as unreadable; never guessed.
 fn read_nonblocking(
     proc: &PythonProcess,
     walker: &mut StackWalker,
@@ -292,10 +298,21 @@ fn read_nonblocking(
 ) -> Result<Vec<ThreadResult>> {
     let mut last_err = None;
     let mut raw = None;
-    for _ in 0..opts.retries.max(1) {
-        let attempt = interp_head_checked(proc)
-            .and_then(|head| walker.threads(&proc.mem, head, gil_current(proc)?));
-        match attempt {
+    // One page cache for the thread list and every thread's first walk, filled at once
+    // with the pages the last snapshot needed: what it holds is checked by `verify`.
+    let cache = ptrace::PageCache::new(&proc.mem);
+    cache.prefetch_pages(&walker.page_hint);
+    for attempt in 0..opts.retries.max(1) {
+        let fresh;
+        let mem: &dyn ProcessMemory = if attempt == 0 {
+            &cache
+        } else {
+            fresh = ptrace::PageCache::new(&proc.mem);
+            &fresh
+        };
+        let read = interp_head_checked(proc, mem)
+            .and_then(|head| walker.threads(mem, head, gil_current(proc, mem)?));
+        match read {
             Ok(r) => {
                 raw = Some(r);
                 break;
@@ -322,38 +339,50 @@ fn read_nonblocking(
                 }
             }
             let tries = attempt + 1;
-            // Each walk has its own page cache: the second must read afresh.
-            let first = walker.walk(&ptrace::PageCache::new(&proc.mem), t.top_frame);
-            let second = walker.walk(&ptrace::PageCache::new(&proc.mem), t.top_frame);
-            let now = walker.current_top_frame(&proc.mem, t.tstate);
-            for r in [&first, &second] {
-                if let Err(e) = r {
-                    if e.is_process_gone() {
-                        return Err(crate::Error::ProcessExited(proc.pid));
-                    }
-                }
-            }
-            match (first, second, now) {
-                (Ok(a), Ok(b), Ok(now)) if now == t.top_frame && a.frames == b.frames => {
-                    result = Ok(a);
+            // A retry reads afresh: the shared cache may hold what changed.
+            let fresh;
+            let mem: &dyn ProcessMemory = if attempt == 0 {
+                &cache
+            } else {
+                fresh = ptrace::PageCache::new(&proc.mem);
+                &fresh
+            };
+            let walk = walker.walk(mem, t.top_frame).and_then(|mut w| {
+                let same = walker.verify(&proc.mem, t.tstate, t.top_frame, &mut w)?;
+                Ok((w, same))
+            });
+            match walk {
+                Ok((w, true)) => {
+                    result = Ok(w);
                     break;
                 }
-                (_, _, Err(e)) if e.is_process_gone() => return Err(e),
-                (Err(e), _, _) | (_, Err(e), _) => {
-                    result = Err(format!(
-                        "the stack changed while being read ({tries} tries): {e}"
-                    ))
-                }
-                _ => {
+                Ok((_, false)) => {
                     result = Err(format!(
                         "the stack changed while being read ({tries} tries)"
+                    ))
+                }
+                Err(e) if e.is_process_gone() || !crate::error::process_exists(proc.pid) => {
+                    return Err(Error::ProcessExited(proc.pid))
+                }
+                Err(e) => {
+                    result = Err(format!(
+                        "the stack changed while being read ({tries} tries): {e}"
                     ))
                 }
             }
         }
         out.push((t, result, None));
     }
+    walker.page_hint = hint_from(&cache);
     Ok(out)
+}
+
+/// The pages worth fetching up front next time: those `cache` read this time (bounded).
+fn hint_from(cache: &ptrace::PageCache) -> Vec<u64> {
+    const MAX_HINT_PAGES: usize = 64;
+    let mut pages = cache.pages();
+    pages.truncate(MAX_HINT_PAGES);
+    pages
 }
 
 /// glibc on x86-64 keeps the kernel TID at this offset of `struct pthread`; used only to

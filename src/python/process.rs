@@ -182,10 +182,15 @@ impl PythonProcess {
     /// Address of the first `PyInterpreterState`, or 0 when the interpreter is not running
     /// (not yet initialized, or finalized).
     pub fn interp_head(&self) -> Result<u64> {
+        self.interp_head_via(&self.mem)
+    }
+
+    /// [`PythonProcess::interp_head`] read through `mem` (a page cache of this process).
+    pub fn interp_head_via(&self, mem: &dyn crate::ptrace::ProcessMemory) -> Result<u64> {
         match (self.layout.runtime.interpreters_head, self.addrs.runtime) {
-            (Some(off), Some(rt)) => self.mem.read_u64(rt.wrapping_add(off as u64)),
+            (Some(off), Some(rt)) => mem.read_u64(rt.wrapping_add(off as u64)),
             _ => match self.addrs.interp_head {
-                Some(a) => self.mem.read_u64(a),
+                Some(a) => mem.read_u64(a),
                 None => Ok(0),
             },
         }

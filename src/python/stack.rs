@@ -25,9 +25,10 @@ use std::sync::Arc;
 )]
 pub struct Frame {
     /// Qualified name on 3.11+ (`Class.method`, `outer.<locals>.inner`), `co_name` before.
-    pub function: String,
+    /// Shared with the code-object cache: cloning a frame copies no text.
+    pub function: Arc<str>,
     /// `co_filename`, as the interpreter has it.
-    pub filename: String,
+    pub filename: Arc<str>,
     /// Current line; None when the instruction has no line (3.10+ artificial code).
     pub line: Option<u32>,
 }
@@ -59,13 +60,48 @@ pub struct Walk {
     /// AVMA of the first byte (the opcode) of the innermost Python frame's current
     /// instruction, when known.
     pub top_instr: Option<u64>,
+    /// The opcode at `top_instr`, when [`StackWalker::verify`] read it.
+    pub top_op: Option<u8>,
+    /// Addresses of every frame the walk went through (hidden ones too), innermost first.
+    pub chain: Vec<u64>,
+}
+
+/// The address ranges `[start, end)` that cover objects of `size` bytes at `addrs`, joining
+/// objects less than a page apart.
+fn spans(addrs: &[u64], size: u64) -> Vec<(u64, u64)> {
+    const JOIN: u64 = 4096;
+    let mut sorted: Vec<u64> = addrs.to_vec();
+    sorted.sort_unstable();
+    let mut out: Vec<(u64, u64)> = Vec::new();
+    for a in sorted {
+        let end = a.saturating_add(size);
+        match out.last_mut() {
+            Some(last) if a <= last.1.saturating_add(JOIN) && end - last.0 <= 16 * JOIN => {
+                last.1 = last.1.max(end)
+            }
+            _ => out.push((a, end)),
+        }
+    }
+    out
+}
+
+/// One frame decoded by [`StackWalker::step`].
+struct FrameStep {
+    /// The next (outer) frame's address.
+    back: u64,
+    /// The code object's address (0 for none).
+    code: u64,
+    /// The frame's code object and line, when it is a Python frame of the program.
+    frame: Option<(Arc<CodeInfo>, Option<u32>)>,
+    /// AVMA of its current instruction, when known.
+    instr: Option<u64>,
 }
 
 /// Decoded facts about one code object.
 #[derive(Debug)]
 pub struct CodeInfo {
-    pub function: String,
-    pub filename: String,
+    pub function: Arc<str>,
+    pub filename: Arc<str>,
     pub firstlineno: u32,
     pub table: LineTable,
     /// AVMA of the first bytecode byte (3.11+: `co_code_adaptive`; ≤3.10: the payload of
@@ -90,7 +126,12 @@ pub struct StackWalker {
     /// Check that every frame on the chain is executing (a chain read without pausing may
     /// run through a generator frame that was suspended meanwhile: that read is torn).
     pub strict: bool,
-    code_cache: HashMap<u64, Arc<CodeInfo>>,
+    code_cache: HashMap<u64, Arc<CodeInfo>, ahash::RandomState>,
+    /// Pages the last snapshot read (see [`crate::ptrace::PageCache::prefetch_pages`]).
+    pub page_hint: Vec<u64>,
+    /// Code objects already validated during the current walk (a recursive function's
+    /// code is checked once, not once per frame). Empty outside a walk.
+    validated: Vec<u64>,
 }
 
 /// Limits that stop a walk of corrupt or torn memory from running forever.
@@ -114,7 +155,9 @@ impl StackWalker {
             types,
             max_depth: 4096,
             strict: false,
-            code_cache: HashMap::new(),
+            code_cache: HashMap::default(),
+            page_hint: Vec::new(),
+            validated: Vec::new(),
         }
     }
 
@@ -236,132 +279,248 @@ impl StackWalker {
 
     /// Walks one thread's frames from its innermost frame `top`.
     pub fn walk(&mut self, mem: &dyn ProcessMemory, top: u64) -> Result<Walk> {
-        let f = self.layout.frame;
+        self.validated.clear();
+        let w = self.walk_inner(mem, top);
+        self.validated.clear();
+        w
+    }
+
+    fn walk_inner(&mut self, mem: &dyn ProcessMemory, top: u64) -> Result<Walk> {
+        let size = self.layout.frame.size;
         if mem.prefetches() {
             self.prefetch_code(mem, top);
         }
-        let mut frames = Vec::new();
-        let mut top_instr = None;
-        let mut seen = HashSet::new();
+        let mut w = Walk::default();
+        // Loop check: a linear search of the chain while it is short, a set beyond.
+        let mut seen: Option<HashSet<u64, ahash::RandomState>> = None;
+        let mut buf = vec![0u8; size];
         let mut addr = top;
         while addr != 0 {
-            if frames.len() >= self.max_depth {
-                return Ok(Walk {
-                    frames,
-                    truncated: true,
-                    top_instr,
-                });
+            if w.frames.len() >= self.max_depth {
+                w.truncated = true;
+                return Ok(w);
             }
-            if !seen.insert(addr) {
+            let looped = match &mut seen {
+                Some(set) => !set.insert(addr),
+                None if w.chain.len() < 64 => w.chain.contains(&addr),
+                None => {
+                    let set = seen.insert(w.chain.iter().copied().collect());
+                    !set.insert(addr)
+                }
+            };
+            if looped {
                 return Err(torn(addr, "the frame chain loops"));
             }
-            let buf = mem.read_vec(addr, f.size)?;
-            let back = field_u64(&buf, f.back);
-            let code_addr = match f.model {
-                // 3.14+ holds `f_executable` as a tagged `_PyStackRef`: objects are at least
-                // 8-byte aligned, so the low bits are tags (and always 0 before 3.14).
-                FrameModel::Interpreter => field_u64(&buf, f.code) & !7,
-                FrameModel::Object { .. } => field_u64(&buf, f.code),
-            };
-            match f.model {
-                FrameModel::Object {
-                    lasti_in_code_units,
-                } => {
-                    if self.types.frame != 0 && field_u64(&buf, 8) != self.types.frame {
-                        return Err(torn(addr, "not a frame object"));
-                    }
-                    // A freed frame object (a code's zombie frame or one on the free list)
-                    // keeps its type and a stale `f_back`, but its reference count is 0:
-                    // a chain read without pausing that runs through one is torn.
-                    if self.strict && field_u64(&buf, 0) == 0 {
-                        return Err(torn(addr, "a frame on the chain was freed"));
-                    }
-                    if self.strict {
-                        let suspended = match (f.stacktop, f.executing, f.state, f.executing_state)
-                        {
-                            (Some(o), _, _, _) => field_u64(&buf, o) != 0,
-                            (_, Some(o), _, _) => field_u8(&buf, o) == 0,
-                            (_, _, Some(o), Some(exec)) => field_u8(&buf, o) as usize != exec,
-                            _ => false,
-                        };
-                        if suspended {
-                            return Err(torn(addr, "a frame on the chain is not executing"));
-                        }
-                    }
-                    let code = self.code(mem, code_addr)?;
-                    let lasti = field_u32(&buf, f.lasti) as i32;
-                    let line = if lasti < 0 {
-                        Some(code.firstlineno)
-                    } else {
-                        let off = if lasti_in_code_units {
-                            (lasti as u32).wrapping_mul(2)
-                        } else {
-                            lasti as u32
-                        };
-                        if frames.is_empty() && code.bytecode != 0 && off < code.bytecode_len {
-                            top_instr = Some(code.bytecode.wrapping_add(off as u64));
-                        }
-                        code.table.line_at(off)
-                    };
-                    frames.push(Frame {
-                        function: code.function.clone(),
-                        filename: code.filename.clone(),
-                        line,
-                    });
+            mem.read(addr, &mut buf)?;
+            let step = self.step(mem, addr, &buf, false)?;
+            w.chain.push(addr);
+            if let Some((code, line)) = step.frame {
+                if w.frames.is_empty() {
+                    w.top_instr = step.instr;
                 }
-                FrameModel::Interpreter => {
-                    let owner = f.owner.map(|o| field_u8(&buf, o));
-                    // 3.12+: frames owned by the C stack (shim / entry frames) are not Python.
-                    let not_python = self.layout.version >= (3, 12) && owner.unwrap_or(0) >= 3;
-                    const FRAME_OWNED_BY_GENERATOR: u8 = 1;
-                    if let (
-                        true,
-                        Some(FRAME_OWNED_BY_GENERATOR),
-                        Some(iframe),
-                        Some(state),
-                        Some(exec),
-                    ) = (
-                        self.strict,
-                        owner,
-                        f.gen_iframe,
-                        f.gen_frame_state,
-                        f.executing_state,
-                    ) {
-                        let gen = addr.wrapping_sub(iframe as u64);
-                        let mut st = [0u8; 1];
-                        mem.read(gen.wrapping_add(state as u64), &mut st)?;
-                        if st[0] as i8 as i64 != exec as i64 {
-                            return Err(torn(
-                                addr,
-                                "a generator frame on the chain is not executing",
-                            ));
-                        }
-                    }
-                    if !not_python && code_addr != 0 {
-                        if let Some((frame, instr)) =
-                            self.interpreter_frame(mem, &buf, code_addr, owner)?
-                        {
-                            if frames.is_empty() {
-                                top_instr = instr;
-                            }
-                            frames.push(frame);
-                        }
-                    }
-                }
+                w.frames.push(Frame {
+                    function: code.function.clone(),
+                    filename: code.filename.clone(),
+                    line,
+                });
             }
-            if back == 0 && self.strict && self.outermost_is_generator(code_addr) {
+            if step.back == 0 && self.strict && self.outermost_is_generator(step.code) {
                 return Err(torn(
                     addr,
                     "the chain ends at a generator frame (it was suspended or finished meanwhile)",
                 ));
             }
-            addr = back;
+            addr = step.back;
         }
-        Ok(Walk {
-            frames,
-            truncated: false,
-            top_instr,
-        })
+        Ok(w)
+    }
+
+    /// Checks, after a walk without pausing, that the thread's stack still is what `w`
+    /// says: every frame of the chain read again (all in one request, after the walk) must
+    /// give the same frame, line and link, and then the thread's innermost frame must still
+    /// be `top`. This is what a second walk would establish, without following the chain
+    /// again: the addresses are known, so one `read_many` fetches them all. Also reads the
+    /// opcode at the innermost instruction (into `w.top_op`) in the same request.
+    /// Ok(false): the stack changed; Err: a read failed.
+    pub fn verify(
+        &mut self,
+        mem: &dyn ProcessMemory,
+        tstate: u64,
+        top: u64,
+        w: &mut Walk,
+    ) -> Result<bool> {
+        let size = self.layout.frame.size;
+        let n = w.chain.len();
+        // Frames that lie close together (3.11+'s frame stack keeps them side by side) are
+        // read as one range: the kernel pins and copies each range separately.
+        let spans = spans(&w.chain, size as u64);
+        let span_len: Vec<usize> = spans.iter().map(|&(a, b)| (b - a) as usize).collect();
+        let mut bufs = vec![0u8; span_len.iter().sum()];
+        let mut op = [0u8; 1];
+        let mut field = [0u8; 8];
+        let field_addr = tstate.wrapping_add(self.layout.thread.frame as u64);
+        {
+            let mut reqs: Vec<(u64, &mut [u8])> = Vec::with_capacity(spans.len() + 2);
+            let mut rest = &mut bufs[..];
+            for (&(start, _), &len) in spans.iter().zip(&span_len) {
+                let (head, tail) = rest.split_at_mut(len);
+                reqs.push((start, head));
+                rest = tail;
+            }
+            if let Some(at) = w.top_instr {
+                reqs.push((at, &mut op[..]));
+            }
+            // Last: the thread state is read after every frame.
+            reqs.push((field_addr, &mut field[..]));
+            let want = reqs.len();
+            if mem.read_many(&mut reqs) < want {
+                return Err(torn(field_addr, "the frame stack could not be read again"));
+            }
+        }
+        // Where frame `addr`'s bytes are in `bufs`.
+        let locate = |addr: u64| -> &[u8] {
+            let mut off = 0usize;
+            for (&(start, end), &len) in spans.iter().zip(&span_len) {
+                if addr >= start && addr.saturating_add(size as u64) <= end {
+                    let at = off + (addr - start) as usize;
+                    return &bufs[at..at + size];
+                }
+                off += len;
+            }
+            &[]
+        };
+        let mut frames = 0;
+        for (i, &addr) in w.chain.iter().enumerate() {
+            let step = self.step(mem, addr, locate(addr), true)?;
+            let expected_back = w.chain.get(i + 1).copied().unwrap_or(0);
+            if step.back != expected_back && !(w.truncated && i + 1 == n) {
+                return Ok(false);
+            }
+            if let Some((code, line)) = step.frame {
+                let same = w.frames.get(frames).is_some_and(|f| {
+                    f.line == line && f.function == code.function && f.filename == code.filename
+                });
+                if !same {
+                    return Ok(false);
+                }
+                frames += 1;
+            }
+        }
+        if frames != w.frames.len() {
+            return Ok(false);
+        }
+        if w.top_instr.is_some() {
+            w.top_op = Some(op[0]);
+        }
+        let now = self.top_frame_from(mem, u64::from_le_bytes(field))?;
+        Ok(now == top)
+    }
+
+    /// Decodes one frame from its bytes `buf` (read at `addr`): its link, its code object
+    /// and, when it is a Python frame of the program, the frame itself. `trust_cache`: use a
+    /// cached code object without reading its header again (only right after a walk that
+    /// validated it).
+    fn step(
+        &mut self,
+        mem: &dyn ProcessMemory,
+        addr: u64,
+        buf: &[u8],
+        trust_cache: bool,
+    ) -> Result<FrameStep> {
+        let f = self.layout.frame;
+        let back = field_u64(buf, f.back);
+        let code_addr = match f.model {
+            // 3.14+ holds `f_executable` as a tagged `_PyStackRef`: objects are at least
+            // 8-byte aligned, so the low bits are tags (and always 0 before 3.14).
+            FrameModel::Interpreter => field_u64(buf, f.code) & !7,
+            FrameModel::Object { .. } => field_u64(buf, f.code),
+        };
+        let mut out = FrameStep {
+            back,
+            code: code_addr,
+            frame: None,
+            instr: None,
+        };
+        match f.model {
+            FrameModel::Object {
+                lasti_in_code_units,
+            } => {
+                if self.types.frame != 0 && field_u64(buf, 8) != self.types.frame {
+                    return Err(torn(addr, "not a frame object"));
+                }
+                // A freed frame object (a code's zombie frame or one on the free list)
+                // keeps its type and a stale `f_back`, but its reference count is 0:
+                // a chain read without pausing that runs through one is torn.
+                if self.strict && field_u64(buf, 0) == 0 {
+                    return Err(torn(addr, "a frame on the chain was freed"));
+                }
+                if self.strict {
+                    let suspended = match (f.stacktop, f.executing, f.state, f.executing_state) {
+                        (Some(o), _, _, _) => field_u64(buf, o) != 0,
+                        (_, Some(o), _, _) => field_u8(buf, o) == 0,
+                        (_, _, Some(o), Some(exec)) => field_u8(buf, o) as usize != exec,
+                        _ => false,
+                    };
+                    if suspended {
+                        return Err(torn(addr, "a frame on the chain is not executing"));
+                    }
+                }
+                let code = self.code_maybe_cached(mem, code_addr, trust_cache)?;
+                let lasti = field_u32(buf, f.lasti) as i32;
+                let line = if lasti < 0 {
+                    Some(code.firstlineno)
+                } else {
+                    let off = if lasti_in_code_units {
+                        (lasti as u32).wrapping_mul(2)
+                    } else {
+                        lasti as u32
+                    };
+                    if code.bytecode != 0 && off < code.bytecode_len {
+                        out.instr = Some(code.bytecode.wrapping_add(off as u64));
+                    }
+                    code.table.line_at(off)
+                };
+                out.frame = Some((code, line));
+            }
+            FrameModel::Interpreter => {
+                let owner = f.owner.map(|o| field_u8(buf, o));
+                // 3.12+: frames owned by the C stack (shim / entry frames) are not Python.
+                let not_python = self.layout.version >= (3, 12) && owner.unwrap_or(0) >= 3;
+                const FRAME_OWNED_BY_GENERATOR: u8 = 1;
+                if let (
+                    true,
+                    Some(FRAME_OWNED_BY_GENERATOR),
+                    Some(iframe),
+                    Some(state),
+                    Some(exec),
+                ) = (
+                    self.strict,
+                    owner,
+                    f.gen_iframe,
+                    f.gen_frame_state,
+                    f.executing_state,
+                ) {
+                    let gen = addr.wrapping_sub(iframe as u64);
+                    let mut st = [0u8; 1];
+                    mem.read(gen.wrapping_add(state as u64), &mut st)?;
+                    if st[0] as i8 as i64 != exec as i64 {
+                        return Err(torn(
+                            addr,
+                            "a generator frame on the chain is not executing",
+                        ));
+                    }
+                }
+                if !not_python && code_addr != 0 {
+                    if let Some((code, line, instr)) =
+                        self.interpreter_frame(mem, buf, code_addr, owner, trust_cache)?
+                    {
+                        out.frame = Some((code, line));
+                        out.instr = instr;
+                    }
+                }
+            }
+        }
+        Ok(out)
     }
 
     /// Follows the chain from `top` once, only to learn which code objects it uses, and asks
@@ -407,9 +566,19 @@ impl StackWalker {
         buf: &[u8],
         code_addr: u64,
         owner: Option<u8>,
-    ) -> Result<Option<(Frame, Option<u64>)>> {
+        trust_cache: bool,
+    ) -> Result<Option<(Arc<CodeInfo>, Option<u32>, Option<u64>)>> {
         // 3.13+ `f_executable` may hold a non-code object for some internal frames.
-        let Some(code) = self.code_or_none(mem, code_addr)? else {
+        let cached = if trust_cache {
+            self.code_cache.get(&code_addr).cloned()
+        } else {
+            None
+        };
+        let code = match cached {
+            Some(c) => Some(c),
+            None => self.code_or_none(mem, code_addr)?,
+        };
+        let Some(code) = code else {
             return if self.layout.version >= (3, 13) {
                 Ok(None)
             } else {
@@ -440,20 +609,28 @@ impl StackWalker {
             }
             (code.table.line_at(off as u32), Some(instr))
         };
-        Ok(Some((
-            Frame {
-                function: code.function.clone(),
-                filename: code.filename.clone(),
-                line,
-            },
-            at,
-        )))
+        Ok(Some((code, line, at)))
     }
 
     /// Decoded code object at `addr`, from the cache when its fingerprint still matches.
     pub fn code(&mut self, mem: &dyn ProcessMemory, addr: u64) -> Result<Arc<CodeInfo>> {
         self.code_or_none(mem, addr)?
             .ok_or_else(|| torn(addr, "not a code object"))
+    }
+
+    /// [`StackWalker::code`], or the cached object without reading it when `trust_cache`.
+    fn code_maybe_cached(
+        &mut self,
+        mem: &dyn ProcessMemory,
+        addr: u64,
+        trust_cache: bool,
+    ) -> Result<Arc<CodeInfo>> {
+        if trust_cache {
+            if let Some(c) = self.code_cache.get(&addr) {
+                return Ok(c.clone());
+            }
+        }
+        self.code(mem, addr)
     }
 
     /// Like [`StackWalker::code`], but `None` when the object's type is not `code`.
@@ -465,8 +642,23 @@ impl StackWalker {
         if addr == 0 {
             return Err(torn(addr, "NULL code object"));
         }
+        if self.validated.contains(&addr) {
+            if let Some(hit) = self.code_cache.get(&addr) {
+                return Ok(Some(hit.clone()));
+            }
+        }
         let c = self.layout.code;
-        let buf = mem.read_vec(addr, c.size)?;
+        // The header of a code object is small: read it into the stack when it fits.
+        let mut small = [0u8; 512];
+        let mut large = Vec::new();
+        let buf: &mut [u8] = if c.size <= small.len() {
+            &mut small[..c.size]
+        } else {
+            large.resize(c.size, 0);
+            &mut large
+        };
+        mem.read(addr, buf)?;
+        let buf: &[u8] = buf;
         if self.types.code != 0 && field_u64(&buf, self.layout.string.ob_type) != self.types.code {
             return Ok(None);
         }
@@ -483,6 +675,9 @@ impl StackWalker {
         ];
         if let Some(hit) = self.code_cache.get(&addr) {
             if hit.fingerprint == fingerprint {
+                if self.validated.len() < 64 {
+                    self.validated.push(addr);
+                }
                 return Ok(Some(hit.clone()));
             }
         }
@@ -511,8 +706,8 @@ impl StackWalker {
         }
         let info = Arc::new(CodeInfo {
             table: LineTable::decode(c.linetable_format, &table_bytes, firstlineno),
-            function,
-            filename,
+            function: function.into(),
+            filename: filename.into(),
             firstlineno,
             bytecode,
             bytecode_len,

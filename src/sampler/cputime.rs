@@ -82,25 +82,8 @@ impl ThreadFiles {
 
     /// One thread's reading; None when it is gone (its files are then closed).
     pub fn read(&mut self, pid: i32, tid: i32) -> Option<CpuReading> {
-        let mut buf = [0u8; 1024];
-        let (stat, sched) = self.files(pid, tid)?;
-        let Some(n) = Self::read_at0(stat, &mut buf) else {
-            self.open.remove(&tid);
-            return None;
-        };
-        let (state, utime, stime) = parse_stat(std::str::from_utf8(&buf[..n]).ok()?)?;
-        let run_ns = sched
-            .as_ref()
-            .and_then(|f| {
-                let n = Self::read_at0(f, &mut buf)?;
-                std::str::from_utf8(&buf[..n])
-                    .ok()?
-                    .split_ascii_whitespace()
-                    .next()?
-                    .parse()
-                    .ok()
-            })
-            .unwrap_or(0);
+        let run_ns = self.read_sched(pid, tid)?;
+        let (state, utime, stime) = self.read_stat(pid, tid)?;
         Some(CpuReading {
             run_ns,
             utime,
@@ -109,12 +92,46 @@ impl ThreadFiles {
         })
     }
 
-    /// Just the scheduler state ('R', 'S', ...); None when the thread is gone.
-    pub fn state(&mut self, pid: i32, tid: i32) -> Option<char> {
+    /// A thread's total CPU time in nanoseconds from `schedstat` (the cheap file: about a
+    /// quarter of the cost of `stat` here); 0 when the kernel has no schedstat. None when
+    /// the thread is gone (its files are then closed).
+    pub fn read_sched(&mut self, pid: i32, tid: i32) -> Option<u64> {
+        let mut buf = [0u8; 128];
+        let (stat, sched) = self.files(pid, tid)?;
+        let Some(sched) = sched else {
+            // No schedstat: the stat file tells whether the thread is still there.
+            let alive = Self::read_at0(stat, &mut [0u8; 1024]).is_some();
+            if !alive {
+                self.open.remove(&tid);
+            }
+            return alive.then_some(0);
+        };
+        let Some(n) = Self::read_at0(sched, &mut buf) else {
+            self.open.remove(&tid);
+            return None;
+        };
+        std::str::from_utf8(&buf[..n])
+            .ok()?
+            .split_ascii_whitespace()
+            .next()?
+            .parse()
+            .ok()
+    }
+
+    /// A thread's scheduler state and user/system ticks from `stat`; None when it is gone.
+    pub fn read_stat(&mut self, pid: i32, tid: i32) -> Option<(char, u64, u64)> {
         let mut buf = [0u8; 1024];
         let (stat, _) = self.files(pid, tid)?;
-        let n = Self::read_at0(stat, &mut buf)?;
-        parse_stat(std::str::from_utf8(&buf[..n]).ok()?).map(|(state, _, _)| state)
+        let Some(n) = Self::read_at0(stat, &mut buf) else {
+            self.open.remove(&tid);
+            return None;
+        };
+        parse_stat(std::str::from_utf8(&buf[..n]).ok()?)
+    }
+
+    /// Just the scheduler state ('R', 'S', ...); None when the thread is gone.
+    pub fn state(&mut self, pid: i32, tid: i32) -> Option<char> {
+        self.read_stat(pid, tid).map(|(state, _, _)| state)
     }
 
     /// Closes the files of threads not in `alive`.

@@ -90,7 +90,13 @@ pub struct Sampler {
     last_running: HashMap<i32, (Vec<Frame>, Activity)>,
     /// The last listing of the target's threads and when it was taken.
     tids_listed: Option<(Instant, Vec<i32>)>,
+    /// Each thread's last `stat` reading: when, state, user and system ticks.
+    stat_cache: HashMap<i32, (Instant, char, u64, u64)>,
 }
+
+/// How long a thread's user/system tick counts are reused: they advance in whole clock
+/// ticks (10 ms with the usual USER_HZ of 100), so reading them more often shows nothing new.
+const STAT_REFRESH: Duration = Duration::from_millis(10);
 
 /// How long a listing of the target's threads is reused. Threads that Python knows are
 /// matched by their kernel id at once (3.8+); this bounds how late another new thread's
@@ -115,6 +121,7 @@ impl Sampler {
             cwd,
             last_running: HashMap::new(),
             tids_listed: None,
+            stat_cache: HashMap::new(),
         }
     }
 
@@ -138,17 +145,26 @@ impl Sampler {
                 return Ok(());
             }
         };
-        let readings: HashMap<i32, CpuReading> = tids
-            .iter()
-            .filter_map(|&t| Some((t, self.files.read(pid, t)?)))
-            .collect();
-        if readings.len() < tids.len() {
-            // A thread exited: list again next time.
-            self.tids_listed = None;
+        // Total CPU time of every thread (schedstat: precise and cheap).
+        let mut run_ns: HashMap<i32, u64> = HashMap::with_capacity(tids.len());
+        for &t in &tids {
+            match self.files.read_sched(pid, t) {
+                Some(ns) => {
+                    run_ns.insert(t, ns);
+                }
+                // A thread exited: list again next time.
+                None => self.tids_listed = None,
+            }
         }
         self.cpu.retain(&tids);
         self.files.retain(&tids);
-        let states: HashMap<i32, char> = readings.iter().map(|(t, r)| (*t, r.state)).collect();
+        self.stat_cache.retain(|t, _| tids.contains(t));
+        // Scheduler states as last read: the snapshot needs the thread list, and uses the
+        // states only for its idle flag, which the sampler does not use.
+        let states: HashMap<i32, char> = run_ns
+            .keys()
+            .map(|&t| (t, self.stat_cache.get(&t).map_or('R', |s| s.1)))
+            .collect();
         let opts = SnapshotOptions {
             nonblocking: self.cfg.nonblocking,
             thread_names: false,
@@ -178,10 +194,35 @@ impl Sampler {
         }
         for t in &snap.threads {
             let Some(tid) = t.native_id else { continue };
-            let Some(reading) = readings.get(&tid) else {
+            let Some(&ns) = run_ns.get(&tid) else {
                 continue;
             };
-            let delta = self.cpu.delta(tid, *reading);
+            // `stat` (state, user/system ticks) costs four times `schedstat`: read it when
+            // the state is needed (a thread without the GIL may be asleep or may compute in
+            // native code) or when its ticks are older than one tick's worth of time (they
+            // change no faster). A thread holding the GIL is on a CPU or about to be.
+            let fresh = self
+                .stat_cache
+                .get(&tid)
+                .is_some_and(|s| now.duration_since(s.0) < STAT_REFRESH);
+            if !t.holds_gil || !fresh {
+                match self.files.read_stat(pid, tid) {
+                    Some((state, u, st)) => {
+                        self.stat_cache.insert(tid, (now, state, u, st));
+                    }
+                    None => continue,
+                }
+            }
+            let Some(&(_, state, utime, stime)) = self.stat_cache.get(&tid) else {
+                continue;
+            };
+            let reading = CpuReading {
+                run_ns: ns,
+                utime,
+                stime,
+                state,
+            };
+            let delta = self.cpu.delta(tid, reading);
             if let Some(err) = &t.error {
                 self.count_error(err);
                 continue;
@@ -199,13 +240,9 @@ impl Sampler {
             } else {
                 Activity::Python
             };
-            // Running before the stack was read and not asleep right after: a thread that went
-            // to sleep in between must not have its CPU charged to the line it sleeps on.
-            let running = reading.state == 'R'
-                && !matches!(
-                    self.files.state(pid, tid),
-                    Some('S') | Some('D') | Some('I') | None
-                );
+            // Holding the GIL, or on a CPU right after its stack was read: a thread that went
+            // to sleep must not have its CPU charged to the line it sleeps on.
+            let running = t.holds_gil || state == 'R';
             // CPU time since the last sample: where the thread is now if it is running,
             // else where it was last seen running (it used that CPU before it slept).
             let (cpu_frames, cpu_activity) = match (running, self.last_running.get(&tid)) {
