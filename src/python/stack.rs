@@ -85,6 +85,9 @@ fn spans(addrs: &[u64], size: u64) -> Vec<(u64, u64)> {
     out
 }
 
+/// A Python frame's code object, line, and current instruction's address.
+type CodeAt = (Arc<CodeInfo>, Option<u32>, Option<u64>);
+
 /// One frame decoded by [`StackWalker::step`].
 struct FrameStep {
     /// The next (outer) frame's address.
@@ -567,7 +570,7 @@ impl StackWalker {
         code_addr: u64,
         owner: Option<u8>,
         trust_cache: bool,
-    ) -> Result<Option<(Arc<CodeInfo>, Option<u32>, Option<u64>)>> {
+    ) -> Result<Option<CodeAt>> {
         // 3.13+ `f_executable` may hold a non-code object for some internal frames.
         let cached = if trust_cache {
             self.code_cache.get(&code_addr).cloned()
@@ -659,19 +662,19 @@ impl StackWalker {
         };
         mem.read(addr, buf)?;
         let buf: &[u8] = buf;
-        if self.types.code != 0 && field_u64(&buf, self.layout.string.ob_type) != self.types.code {
+        if self.types.code != 0 && field_u64(buf, self.layout.string.ob_type) != self.types.code {
             return Ok(None);
         }
         let name_ptr = c
             .qualname
-            .map(|o| field_u64(&buf, o))
+            .map(|o| field_u64(buf, o))
             .filter(|&p| p != 0)
-            .unwrap_or_else(|| field_u64(&buf, c.name));
+            .unwrap_or_else(|| field_u64(buf, c.name));
         let fingerprint = [
             name_ptr,
-            field_u64(&buf, c.filename),
-            field_u64(&buf, c.linetable),
-            field_u32(&buf, c.firstlineno) as u64,
+            field_u64(buf, c.filename),
+            field_u64(buf, c.linetable),
+            field_u32(buf, c.firstlineno) as u64,
         ];
         if let Some(hit) = self.code_cache.get(&addr) {
             if hit.fingerprint == fingerprint {
@@ -689,7 +692,7 @@ impl StackWalker {
         let (bytecode, bytecode_len) = match (c.code_adaptive, c.co_code) {
             (Some(o), _) => (addr.wrapping_add(o as u64), u32::MAX),
             (None, Some(o)) => {
-                let obj = field_u64(&buf, o);
+                let obj = field_u64(buf, o);
                 match (obj != 0).then(|| mem.read_u64(obj.wrapping_add(s.bytes_size as u64))) {
                     Some(Ok(len)) if len <= strings::MAX_BYTES => {
                         (obj.wrapping_add(s.bytes_sval as u64), len as u32)
@@ -711,11 +714,11 @@ impl StackWalker {
             firstlineno,
             bytecode,
             bytecode_len,
-            firsttraceable: c.firsttraceable.map(|o| field_u32(&buf, o)),
+            firsttraceable: c.firsttraceable.map(|o| field_u32(buf, o)),
             flags: if c.flags == usize::MAX {
                 0
             } else {
-                field_u32(&buf, c.flags)
+                field_u32(buf, c.flags)
             },
             fingerprint,
         });
