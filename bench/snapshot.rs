@@ -5,7 +5,8 @@
 //! - locating the interpreter (once per `dump`: ELF parsing, version, layout),
 //! - one snapshot with the threads paused (what `dump` does),
 //! - one snapshot without pausing (`--nonblocking`),
-//! - one whole sample as `run` takes it (thread list, CPU times, stacks, aggregation),
+//! - one whole sample as `run` takes it (thread list, CPU times, stacks, aggregation), in
+//!   the default mode (read without pausing, validate) and with `--blocking` (paused),
 //! - the highest sampling rate sustained with ≥95% of the scheduled samples taken.
 //!
 //! `SCALENE_RS_BENCH_PYTHON=/path/to/python` picks the interpreter (default: the newest
@@ -18,7 +19,7 @@
 //! and noisy.
 
 use scalene_rs::python::{self, LocateOptions, PythonProcess, SnapshotOptions, StackWalker};
-use scalene_rs::sampler::{Sampler, SamplerConfig};
+use scalene_rs::sampler::{ReadMode, Sampler, SamplerConfig};
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -184,7 +185,7 @@ fn main() {
         // One whole sample as `run`/`attach` take it: thread list, CPU times from /proc,
         // stacks, native tag, aggregation.
         for nonblocking in [false, true] {
-            let mode = if nonblocking { "nonblocking" } else { "paused" };
+            let mode = if nonblocking { "default" } else { "--blocking" };
             let label = format!("{state} {mode} sample");
             if !wanted(&label) {
                 continue;
@@ -193,7 +194,11 @@ fn main() {
             let mut sampler = Sampler::new(
                 p,
                 SamplerConfig {
-                    nonblocking,
+                    mode: if nonblocking {
+                        ReadMode::Auto
+                    } else {
+                        ReadMode::Paused
+                    },
                     ..Default::default()
                 },
             );
@@ -220,7 +225,11 @@ fn sustained(py: &str) {
                 p,
                 SamplerConfig {
                     rate_hz: rate,
-                    nonblocking,
+                    mode: if nonblocking {
+                        ReadMode::Auto
+                    } else {
+                        ReadMode::Paused
+                    },
                     ..Default::default()
                 },
             );
@@ -232,7 +241,7 @@ fn sustained(py: &str) {
             let taken = st.samples as f64 / (st.samples + st.missed).max(1) as f64;
             println!(
                 "sustained {:<12} {:>6.0} Hz requested: {:>6.0} Hz taken ({:5.1}% of scheduled), {} errors",
-                if nonblocking { "nonblocking" } else { "paused" },
+                if nonblocking { "default" } else { "--blocking" },
                 rate,
                 st.samples as f64 / st.elapsed.as_secs_f64(),
                 taken * 100.0,

@@ -6,7 +6,7 @@ use scalene_rs::error::exit;
 use scalene_rs::profile::Profile;
 use scalene_rs::python::{self, LocateOptions, PythonProcess, SnapshotOptions, StackWalker};
 use scalene_rs::report::{self, Format, RenderOptions};
-use scalene_rs::sampler::{SamplerConfig, Stats};
+use scalene_rs::sampler::{ReadMode, SamplerConfig, Stats};
 use scalene_rs::session;
 use std::io::{IsTerminal, Write};
 
@@ -50,9 +50,14 @@ struct RecordArgs {
     /// Count only samples of the thread holding the GIL.
     #[arg(long)]
     gil: bool,
-    /// Never pause the target: read, validate and retry instead.
-    #[arg(long)]
+    /// Never pause the target: a stack that keeps changing while it is read is counted as
+    /// lost. (Default: read without pausing, validate, and pause only to re-read such a stack.)
+    #[arg(long, conflicts_with = "blocking")]
     nonblocking: bool,
+    /// Pause the target's threads for every sample (exact stacks; costs the target tens of
+    /// microseconds per sample).
+    #[arg(long)]
+    blocking: bool,
     /// Report stdlib and site-packages lines too (by default their time goes to the line of
     /// your code that called them).
     #[arg(long)]
@@ -203,7 +208,13 @@ impl RecordArgs {
             rate_hz: self.rate,
             wall: self.wall,
             gil_only: self.gil,
-            nonblocking: self.nonblocking,
+            mode: if self.blocking {
+                ReadMode::Paused
+            } else if self.nonblocking {
+                ReadMode::Nonblocking
+            } else {
+                ReadMode::Auto
+            },
             profile_all: self.profile_all,
         }
     }

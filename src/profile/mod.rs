@@ -181,7 +181,8 @@ impl Aggregator {
             });
             if let Some(src) = source(&f.filename) {
                 for l in &mut f.lines {
-                    if let Some(text) = src.get(l.line as usize - 1) {
+                    // Line 0 exists (code without a source line, e.g. generated shims).
+                    if let Some(text) = (l.line as usize).checked_sub(1).and_then(|i| src.get(i)) {
                         l.source = text.clone();
                     }
                 }

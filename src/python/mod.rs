@@ -27,6 +27,9 @@ pub struct SnapshotOptions {
     pub retries: usize,
     /// Read each thread's OS name from /proc (costs a file read per thread).
     pub thread_names: bool,
+    /// With `nonblocking`: a thread whose stack keeps changing is read once more with the
+    /// threads paused, instead of being reported as unreadable.
+    pub pause_fallback: bool,
 }
 
 impl Default for SnapshotOptions {
@@ -35,6 +38,7 @@ impl Default for SnapshotOptions {
             nonblocking: false,
             retries: 5,
             thread_names: true,
+            pause_fallback: false,
         }
     }
 }
@@ -118,9 +122,12 @@ pub fn take_snapshot_with_states(
     let mut threads = None;
     for attempt in 0..2 {
         let read = if opts.nonblocking {
-            read_nonblocking(proc, walker, opts).map(|mut t| {
+            read_nonblocking(proc, walker, opts).and_then(|mut t| {
+                if opts.pause_fallback && t.iter().any(|(_, w, _)| w.is_err()) {
+                    reread_paused(proc, walker, &tids, &mut t)?;
+                }
                 tag_native(&proc.mem, opcodes, &mut t);
-                t
+                Ok(t)
             })
         } else {
             let _paused = PausedThreads::pause_from(pid, &tids)?;
@@ -383,6 +390,47 @@ fn hint_from(cache: &ptrace::PageCache) -> Vec<u64> {
     let mut pages = cache.pages();
     pages.truncate(MAX_HINT_PAGES);
     pages
+}
+
+/// Reads again, with the threads paused, the stacks that a read without pausing could not
+/// validate (they kept changing). The checks of a strict walk stay on: they hold for any
+/// consistent stack. A failure to pause leaves the results as they were (unreadable).
+fn reread_paused(
+    proc: &PythonProcess,
+    walker: &mut StackWalker,
+    tids: &[i32],
+    threads: &mut [ThreadResult],
+) -> Result<()> {
+    let _paused = match PausedThreads::pause_from(proc.pid, tids) {
+        Ok(p) => p,
+        Err(e) if e.is_process_gone() => return Err(e),
+        Err(_) => return Ok(()),
+    };
+    let cache = ptrace::PageCache::new(&proc.mem);
+    for (t, walk, _) in threads.iter_mut().filter(|(_, w, _)| w.is_err()) {
+        let read = walker
+            .current_top_frame(&cache, t.tstate)
+            .and_then(|top| {
+                t.top_frame = top;
+                walker.walk(&cache, top)
+            })
+            .map(|mut w| {
+                // The opcode too, while the thread cannot move on.
+                if let Some(at) = w.top_instr {
+                    let mut op = [0u8; 1];
+                    if cache.read(at, &mut op).is_ok() {
+                        w.top_op = Some(op[0]);
+                    }
+                }
+                w
+            });
+        match read {
+            Ok(w) => *walk = Ok(w),
+            Err(e) if e.is_process_gone() => return Err(e),
+            Err(e) => *walk = Err(format!("unreadable even with the threads paused: {e}")),
+        }
+    }
+    Ok(())
 }
 
 /// glibc on x86-64 keeps the kernel TID at this offset of `struct pthread`; used only to

@@ -410,7 +410,7 @@ impl Renderer<'_> {
             let src = match line {
                 Some(l) if !l.source.is_empty() => l.source.as_str(),
                 _ => text
-                    .and_then(|t| t.get(n as usize - 1))
+                    .and_then(|t| t.get((n as usize).checked_sub(1)?))
                     .map(String::as_str)
                     .unwrap_or(""),
             };
