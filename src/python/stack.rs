@@ -729,3 +729,31 @@ impl StackWalker {
         Ok(Some(info))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::spans;
+
+    #[test]
+    fn spans_join_near_frames_and_keep_far_ones_apart() {
+        // 3.11+ frames side by side in one frame-stack chunk: one range.
+        let near = [0x1000_0000, 0x1000_0050, 0x1000_00a0];
+        assert_eq!(spans(&near, 0x50), vec![(0x1000_0000, 0x1000_00f0)]);
+        // Heap frame objects far apart, in any order: one range each, sorted.
+        let far = [0x9000_0000, 0x1000_0000];
+        assert_eq!(
+            spans(&far, 0x60),
+            vec![(0x1000_0000, 0x1000_0060), (0x9000_0000, 0x9000_0060)]
+        );
+        // Within a page of each other: joined, gap included.
+        assert_eq!(spans(&[0x2000, 0x2f00], 0x40), vec![(0x2000, 0x2f40)]);
+        // A range never grows past 16 pages, however many frames follow.
+        let chain: Vec<u64> = (0..2000u64).map(|i| 0x10_0000 + i * 0x50).collect();
+        let s = spans(&chain, 0x50);
+        assert!(s.iter().all(|&(a, b)| b - a <= 16 * 4096 + 0x50), "{s:?}");
+        assert_eq!(s.first().unwrap().0, 0x10_0000);
+        assert_eq!(s.last().unwrap().1, 0x10_0000 + 1999 * 0x50 + 0x50);
+        // Addresses at the top of the address space do not overflow.
+        assert_eq!(spans(&[u64::MAX - 8], 0x50), vec![(u64::MAX - 8, u64::MAX)]);
+    }
+}
