@@ -82,6 +82,10 @@ struct OutputArgs {
 struct RunArgs {
     #[command(flatten)]
     record: RecordArgs,
+    /// Profile only the process the command starts (by default every Python process it
+    /// starts is profiled too: multiprocessing workers, subprocesses, scripts).
+    #[arg(long)]
+    no_subprocesses: bool,
     /// The command to run, after `--`.
     #[arg(required = true, last = true, value_name = "COMMAND")]
     command: Vec<String>,
@@ -94,6 +98,9 @@ struct AttachArgs {
     /// Stop after this many seconds.
     #[arg(long, value_name = "SECONDS", value_parser = parse_duration)]
     duration: Option<std::time::Duration>,
+    /// Profile the process's descendants that run Python too (found as they start).
+    #[arg(long)]
+    subprocesses: bool,
     #[command(flatten)]
     record: RecordArgs,
 }
@@ -302,6 +309,7 @@ fn run(args: RunArgs) -> anyhow::Result<i32> {
     let cfg = session::RunConfig {
         command: args.command.clone(),
         sampler: args.record.sampler(),
+        follow_children: !args.no_subprocesses,
     };
     let live = std::io::stderr().is_terminal();
     let outcome = session::run(&cfg, &mut status_line(live))?;
@@ -325,6 +333,7 @@ fn attach(args: AttachArgs) -> Result<(), scalene_rs::Error> {
         duration: args.duration,
         sampler: args.record.sampler(),
         locate: LocateOptions::default(),
+        follow_children: args.subprocesses,
     };
     let live = std::io::stderr().is_terminal();
     if live {

@@ -9,7 +9,8 @@
 use crate::error::{Error, Result};
 use crate::profile::Profile;
 use crate::python::{LocateOptions, PythonProcess};
-use crate::sampler::{Sampler, SamplerConfig, Stats};
+use crate::sampler::tree::{command_line, ProcessTree};
+use crate::sampler::{SamplerConfig, Stats};
 use nix::sys::signal::{self, SaFlags, SigAction, SigHandler, SigSet, Signal};
 use std::process::{Command, ExitStatus};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -52,6 +53,8 @@ pub struct RunConfig {
     /// The command and its arguments.
     pub command: Vec<String>,
     pub sampler: SamplerConfig,
+    /// Profile the program's child processes too (every descendant that runs Python).
+    pub follow_children: bool,
 }
 
 /// The outcome of `run`.
@@ -107,68 +110,17 @@ pub fn run(cfg: &RunConfig, progress: &mut dyn FnMut(&Stats)) -> Result<RunOutco
         }
     };
 
-    // Wait for the interpreter: the command may be a shell or a launcher that execs Python.
-    // Locating (parsing ELF files) happens once per executable; until the interpreter is
-    // initialized we only poll one pointer, so sampling starts as soon as Python runs.
-    let mut status = None;
-    let mut found: Option<(PythonProcess, String)> = None;
-    let mut proc = None;
-    while status.is_none() && proc.is_none() {
-        forward(pid);
-        if let Some(s) = try_wait_exit(&child).map_err(|e| Error::Io {
-            context: "waiting for the program".into(),
-            source: e,
-        })? {
-            status = Some(s);
-            break;
-        }
-        let exe = std::fs::read_link(format!("/proc/{pid}/exe"))
-            .map(|p| p.to_string_lossy().into_owned())
-            .unwrap_or_default();
-        // A new executable (the launcher exec'd Python, or Python exec'd something else).
-        if found.as_ref().is_some_and(|(_, e)| *e != exe) {
-            found = None;
-        }
-        if found.is_none() {
-            match PythonProcess::locate(pid, &LocateOptions::default()) {
-                Ok(p) => found = Some((p, exe)),
-                Err(e @ (Error::UnsupportedVersion { .. } | Error::PermissionDenied { .. })) => {
-                    // Cannot profile it: let it run to its end unprofiled, and say why.
-                    let status = wait_forwarding(&mut child, &forward)?;
-                    return Ok(RunOutcome {
-                        profile: None,
-                        status,
-                        stats: Stats::default(),
-                        note: Some(format!("not profiled: {e}")),
-                    });
-                }
-                Err(_) => {
-                    std::thread::sleep(Duration::from_millis(5));
-                    continue;
-                }
-            }
-        }
-        let ready = found
-            .as_ref()
-            .is_some_and(|(p, _)| matches!(p.interp_head(), Ok(h) if h != 0));
-        if ready {
-            proc = found.take().map(|(p, _)| p);
-        } else {
-            std::thread::sleep(Duration::from_millis(1));
-        }
-    }
-    let Some(proc) = proc else {
-        return Ok(RunOutcome {
-            profile: None,
-            status: status.expect("loop ends with a status or a process"),
-            stats: Stats::default(),
-            note: Some("no Python interpreter was found in the program's process".into()),
-        });
-    };
-
-    let mut sampler = Sampler::new(proc, cfg.sampler.clone());
+    // The command may be a shell or a launcher that execs Python, or (following children)
+    // a script that starts Python processes: the tree finds every interpreter as it comes
+    // up, and again after an exec.
+    let mut tree = ProcessTree::new(
+        pid,
+        cfg.follow_children,
+        cfg.sampler.clone(),
+        LocateOptions::default(),
+    );
     let mut exited = None;
-    let result = sampler.run(
+    let result = tree.run(
         &mut || {
             forward(pid);
             match try_wait_exit(&child) {
@@ -186,11 +138,27 @@ pub fn run(cfg: &RunConfig, progress: &mut dyn FnMut(&Stats)) -> Result<RunOutco
         None => wait_forwarding(&mut child, &forward)?,
     };
     result?;
-    let profile = sampler.finish(cfg.command.join(" "));
+    if tree.profiled() == 0 {
+        let note = match tree.notes.values().next() {
+            Some(why) => format!("not profiled: {why}"),
+            None if cfg.follow_children => {
+                "no Python interpreter was found in the program's processes".into()
+            }
+            None => "no Python interpreter was found in the program's process".into(),
+        };
+        return Ok(RunOutcome {
+            profile: None,
+            status,
+            stats: tree.stats.clone(),
+            note: Some(note),
+        });
+    }
+    let stats = tree.stats.clone();
+    let profile = tree.finish(cfg.command.join(" "));
     Ok(RunOutcome {
         profile: Some(profile),
         status,
-        stats: sampler.stats.clone(),
+        stats,
         note: None,
     })
 }
@@ -250,6 +218,8 @@ pub struct AttachConfig {
     pub duration: Option<Duration>,
     pub sampler: SamplerConfig,
     pub locate: LocateOptions,
+    /// Profile the process's descendants too (`--subprocesses`).
+    pub follow_children: bool,
 }
 
 /// Profiles a running process until Ctrl-C (SIGINT), SIGTERM, the duration, or its exit.
@@ -265,22 +235,21 @@ pub fn attach(cfg: &AttachConfig, progress: &mut dyn FnMut(&Stats)) -> Result<(P
             why: "the interpreter is not initialized (starting up or shutting down)".into(),
         });
     }
-    let program = std::fs::read(format!("/proc/{}/cmdline", cfg.pid))
-        .map(|b| {
-            b.split(|&c| c == 0)
-                .filter(|s| !s.is_empty())
-                .map(|s| String::from_utf8_lossy(s).into_owned())
-                .collect::<Vec<_>>()
-                .join(" ")
-        })
-        .unwrap_or_default();
+    let program = command_line(cfg.pid);
     catch(&[Signal::SIGINT, Signal::SIGTERM, Signal::SIGHUP]);
     let start = Instant::now();
-    let mut sampler = Sampler::new(proc, cfg.sampler.clone());
+    let mut tree = ProcessTree::new(
+        cfg.pid,
+        cfg.follow_children,
+        cfg.sampler.clone(),
+        cfg.locate.clone(),
+    )
+    .with_located(proc);
     let duration = cfg.duration;
-    sampler.run(
+    tree.run(
         &mut || !take_pending().is_empty() || duration.is_some_and(|d| start.elapsed() >= d),
         progress,
     )?;
-    Ok((sampler.finish(program), sampler.stats.clone()))
+    let stats = tree.stats.clone();
+    Ok((tree.finish(program), stats))
 }

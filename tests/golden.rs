@@ -217,6 +217,7 @@ fn basic() -> Profile {
             thread(4250, Some("worker-1 données"), 100, 10.2, 0.6, 0.0),
             thread(4251, None, 3, 0.0, 0.0, 0.2),
         ],
+        processes: vec![],
     }
 }
 
@@ -304,6 +305,7 @@ fn wall() -> Profile {
             14.0,
             63.0,
         )],
+        processes: vec![],
     }
 }
 
@@ -328,6 +330,7 @@ fn empty() -> Profile {
         files: vec![],
         stacks: vec![],
         threads: vec![],
+        processes: vec![],
     }
 }
 

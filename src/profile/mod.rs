@@ -133,9 +133,40 @@ impl Aggregator {
         }
     }
 
+    /// Adds everything `other` folded (another process of the same program): times are
+    /// seconds, so the sums are the program's totals.
+    pub fn absorb(&mut self, other: &Aggregator) {
+        for (k, v) in &other.lines {
+            self.lines.entry(k.clone()).or_default().add(v);
+        }
+        for (k, (split, first)) in &other.functions {
+            let e = self
+                .functions
+                .entry(k.clone())
+                .or_insert((Split::default(), u32::MAX));
+            e.0.add(split);
+            e.1 = e.1.min(*first);
+        }
+        for (k, (n, secs)) in &other.stacks {
+            let e = self.stacks.entry(k.clone()).or_insert((0, 0.0));
+            e.0 += n;
+            e.1 += secs;
+        }
+        for (tid, (name, split, n)) in &other.threads {
+            let e = self
+                .threads
+                .entry(*tid)
+                .or_insert((name.clone(), Split::default(), 0));
+            e.1.add(split);
+            e.2 += n;
+        }
+        self.thread_samples += other.thread_samples;
+    }
+
     /// Total seconds attributed.
     pub fn total_s(&self) -> f64 {
-        self.stacks.values().map(|v| v.1).sum()
+        // Folded from +0.0: an empty f64 sum is -0.0, which prints as "-0".
+        self.stacks.values().fold(0.0, |acc, v| acc + v.1)
     }
 
     /// Finishes the profile. `source` returns a file's lines (or None when unreadable).
@@ -228,6 +259,7 @@ impl Aggregator {
             files,
             stacks,
             threads,
+            processes: Vec::new(),
         }
     }
 }
@@ -339,6 +371,23 @@ pub struct Profile {
     pub files: Vec<FileProfile>,
     pub stacks: Vec<StackProfile>,
     pub threads: Vec<ThreadProfile>,
+    /// Every process profiled, when the program was more than one (`run` follows child
+    /// processes); empty for a single process.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub processes: Vec<ProcessProfile>,
+}
+
+/// One process of a profiled program.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ProcessProfile {
+    pub pid: i32,
+    /// Its command line.
+    pub command: String,
+    pub python_version: String,
+    /// Samples taken of it.
+    pub samples: u64,
+    /// Its share of the program's time, in percent.
+    pub cpu_pct: f64,
 }
 
 #[cfg(test)]

@@ -179,6 +179,28 @@ impl PythonProcess {
         })
     }
 
+    /// The same interpreter in `pid`, a child forked from this process without an exec
+    /// since: a fork copies the address space, so every address and the layout are the
+    /// parent's (no ELF file to parse again, which matters when a pool forks workers that
+    /// live a second).
+    pub fn forked(&self, pid: i32) -> Result<PythonProcess> {
+        let mut mem = RemoteMemory::new(pid)?;
+        if let Some(addr) = self.addrs.runtime.or(self.addrs.interp_head) {
+            mem.probe(addr)?;
+        }
+        Ok(PythonProcess {
+            pid,
+            mem,
+            version: self.version.clone(),
+            version_source: self.version_source,
+            untested: self.untested,
+            layout: self.layout,
+            executable: self.executable.clone(),
+            binary: self.binary.clone(),
+            addrs: self.addrs,
+        })
+    }
+
     /// Address of the first `PyInterpreterState`, or 0 when the interpreter is not running
     /// (not yet initialized, or finalized).
     pub fn interp_head(&self) -> Result<u64> {

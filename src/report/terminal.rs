@@ -247,7 +247,36 @@ impl Renderer<'_> {
         } else {
             &m.python_version
         };
-        self.field(out, "Python:", &format!("{python}, pid {}", m.pid), None);
+        let procs = &self.p.processes;
+        let who = if procs.len() > 1 {
+            format!("{python}, {} processes (root pid {})", procs.len(), m.pid)
+        } else {
+            format!("{python}, pid {}", m.pid)
+        };
+        self.field(out, "Python:", &who, None);
+        // The processes, busiest first (at most ten lines).
+        let mut busiest: Vec<_> = procs.iter().filter(|_| procs.len() > 1).collect();
+        busiest.sort_by(|a, b| b.cpu_pct.total_cmp(&a.cpu_pct).then(a.pid.cmp(&b.pid)));
+        for (i, p) in busiest.iter().enumerate() {
+            if i == 10 {
+                let rest = busiest.len() - 10;
+                self.field(
+                    out,
+                    "",
+                    &format!("... and {rest} more (all in the JSON)"),
+                    None,
+                );
+                break;
+            }
+            let text = format!("pid {:<8} {:>5.1}%  {}", p.pid, p.cpu_pct, p.command);
+            let label = if i == 0 { "Processes:" } else { "" };
+            self.field(
+                out,
+                label,
+                &truncate_end(&text, self.width.saturating_sub(14)),
+                None,
+            );
+        }
         let mut rate = format!(
             "{}, {} samples, {:.1} Hz achieved ({:.1} Hz requested)",
             seconds(m.duration_s),

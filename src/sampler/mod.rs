@@ -7,6 +7,7 @@
 //! Must not: format output, or keep samples one by one (memory stays bounded).
 
 pub mod cputime;
+pub mod tree;
 
 use crate::error::Result;
 use crate::profile::{Activity, Aggregator, Profile, ProfileMeta, ThreadSample};
@@ -345,52 +346,18 @@ impl Sampler {
         stop: &mut dyn FnMut() -> bool,
         progress: &mut dyn FnMut(&Stats),
     ) -> Result<()> {
-        let period = Duration::from_secs_f64(1.0 / self.cfg.rate_hz.max(0.001));
-        // Sleeps of tens of microseconds: the default timer slack (50 µs) would stretch
-        // each one by up to that much, halving a 20 kHz rate.
-        // SAFETY: PR_SET_TIMERSLACK only changes this thread's timer slack.
-        unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, 1 as libc::c_ulong, 0, 0, 0) };
-        let start = Instant::now();
-        let mut next = start;
-        let mut last_progress = start;
-        let mut last_stop_check: Option<Instant> = None;
-        loop {
-            // `stop` costs system calls (a wait for the program, say): at most once a
-            // millisecond, whatever the rate.
-            if last_stop_check.is_none_or(|t| t.elapsed() >= Duration::from_millis(1)) {
-                last_stop_check = Some(Instant::now());
-                if stop() {
-                    break;
-                }
-            }
-            match self.sample_once() {
-                Ok(()) => {}
-                Err(e) if e.is_process_gone() => break,
-                Err(e) => return Err(e),
-            }
-            next += period;
-            let now = Instant::now();
-            if now > next {
-                // Fell behind. Ticks stay on their schedule (start + k·period): every tick
-                // whose successor is also already due is missed and counted; the latest due
-                // one is taken at once. (Restarting the schedule from `now` would drop the
-                // fraction of a period lost on every late sample: a sampler needing 130 µs at
-                // 10 kHz would take 7.7 kHz while counting almost nothing as missed.)
-                let behind = now.duration_since(next).as_secs_f64() / period.as_secs_f64();
-                let skipped = behind.floor() as u64;
-                self.stats.missed += skipped;
-                next += period.mul_f64(skipped as f64);
-            } else {
-                std::thread::sleep(next - now);
-            }
-            self.stats.elapsed = start.elapsed();
-            if last_progress.elapsed() >= Duration::from_millis(250) {
-                last_progress = Instant::now();
-                progress(&self.stats);
-            }
-        }
-        self.stats.elapsed = start.elapsed();
-        Ok(())
+        let rate = self.cfg.rate_hz;
+        drive(self, rate, stop, progress)
+    }
+
+    /// What has been folded so far.
+    pub fn aggregator(&self) -> &Aggregator {
+        &self.agg
+    }
+
+    /// The target's working directory when sampling began.
+    pub fn cwd(&self) -> Option<&str> {
+        self.cwd.as_deref()
     }
 
     /// The finished profile.
@@ -423,6 +390,80 @@ impl Sampler {
                 .clone()
         })
     }
+}
+
+impl Ticker for Sampler {
+    fn tick(&mut self) -> Result<bool> {
+        match self.sample_once() {
+            Ok(()) => Ok(true),
+            Err(e) if e.is_process_gone() => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
+    fn stats_mut(&mut self) -> &mut Stats {
+        &mut self.stats
+    }
+}
+
+/// Something sampled on a schedule: one process ([`Sampler`]) or a tree of them.
+pub trait Ticker {
+    /// Takes one sample; Ok(false) when there is nothing left to sample.
+    fn tick(&mut self) -> Result<bool>;
+    fn stats_mut(&mut self) -> &mut Stats;
+}
+
+/// Ticks `t` at `rate_hz` until `stop()` says so or `t` has nothing left to sample.
+/// `progress` is called about four times a second.
+pub fn drive(
+    t: &mut dyn Ticker,
+    rate_hz: f64,
+    stop: &mut dyn FnMut() -> bool,
+    progress: &mut dyn FnMut(&Stats),
+) -> Result<()> {
+    let period = Duration::from_secs_f64(1.0 / rate_hz.max(0.001));
+    // Sleeps of tens of microseconds: the default timer slack (50 µs) would stretch
+    // each one by up to that much, halving a 20 kHz rate.
+    // SAFETY: PR_SET_TIMERSLACK only changes this thread's timer slack.
+    unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, 1 as libc::c_ulong, 0, 0, 0) };
+    let start = Instant::now();
+    let mut next = start;
+    let mut last_progress = start;
+    let mut last_stop_check: Option<Instant> = None;
+    loop {
+        // `stop` costs system calls (a wait for the program, say): at most once a
+        // millisecond, whatever the rate.
+        if last_stop_check.is_none_or(|t| t.elapsed() >= Duration::from_millis(1)) {
+            last_stop_check = Some(Instant::now());
+            if stop() {
+                break;
+            }
+        }
+        if !t.tick()? {
+            break;
+        }
+        next += period;
+        let now = Instant::now();
+        if now > next {
+            // Fell behind. Ticks stay on their schedule (start + k·period): every tick
+            // whose successor is also already due is missed and counted; the latest due
+            // one is taken at once. (Restarting the schedule from `now` would drop the
+            // fraction of a period lost on every late sample: a sampler needing 130 µs at
+            // 10 kHz would take 7.7 kHz while counting almost nothing as missed.)
+            let behind = now.duration_since(next).as_secs_f64() / period.as_secs_f64();
+            let skipped = behind.floor() as u64;
+            t.stats_mut().missed += skipped;
+            next += period.mul_f64(skipped as f64);
+        } else {
+            std::thread::sleep(next - now);
+        }
+        t.stats_mut().elapsed = start.elapsed();
+        if last_progress.elapsed() >= Duration::from_millis(250) {
+            last_progress = Instant::now();
+            progress(t.stats_mut());
+        }
+    }
+    t.stats_mut().elapsed = start.elapsed();
+    Ok(())
 }
 
 /// `file` made absolute against `cwd` when it is relative (`python app.py` records "app.py").

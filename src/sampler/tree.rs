@@ -1,0 +1,453 @@
+//! Following a program's processes: every Python process among a root process and its
+//! descendants, each with its own [`Sampler`], merged into one profile.
+//!
+//! Owns: [`ProcessTree`] — finding descendants (/proc/PID/task/TID/children), locating the
+//! interpreter of each new process (and again after an `exec`), sampling them all on one
+//! schedule, and merging their aggregates (times are seconds, so sums are the program's).
+//! Must not: start or wait for processes (the session does), or format output.
+
+use super::{Sampler, SamplerConfig, Stats, Ticker};
+use crate::error::{Error, Result};
+use crate::profile::{Aggregator, ProcessProfile, Profile, ProfileMeta};
+use crate::python::{LocateOptions, PythonProcess};
+use std::collections::{BTreeMap, HashMap};
+use std::time::{Duration, Instant};
+
+/// How often the process tree is listed again: a worker that lives a second is found
+/// within a few hundredths of it.
+const SCAN_INTERVAL: Duration = Duration::from_millis(20);
+/// The longest wait before a process that is not Python (yet) is looked at again when its
+/// executable did not change (a program may load libpython later; most never do).
+const OTHER_RETRY: Duration = Duration::from_millis(500);
+/// A process whose interpreter was found but not yet initialized is looked at this often.
+const STARTING_RETRY: Duration = Duration::from_millis(2);
+
+/// `exe` fields hold a process's image identity ([`image_of`]): a change means an exec.
+enum Tracked {
+    /// Not (yet) a Python process we can sample; `tries` so far (the wait between tries
+    /// grows: a process just exec'd may not have mapped libpython yet).
+    Other {
+        exe: String,
+        next_try: Instant,
+        tries: u32,
+    },
+    Sampling {
+        sampler: Box<Sampler>,
+        exe: String,
+        command: String,
+    },
+}
+
+/// A finished process's sampler and what it was.
+struct Done {
+    sampler: Box<Sampler>,
+    command: String,
+}
+
+/// Samples a root process and, when following, every descendant that runs Python.
+pub struct ProcessTree {
+    root: i32,
+    follow: bool,
+    cfg: SamplerConfig,
+    locate: LocateOptions,
+    tracked: BTreeMap<i32, Tracked>,
+    done: Vec<Done>,
+    last_scan: Option<Instant>,
+    /// Ticks of the shared schedule (`samples`), missed ticks, and the sum of every
+    /// process's lost thread samples.
+    pub stats: Stats,
+    /// Why a process could not be profiled (unsupported version, permission), by pid.
+    pub notes: BTreeMap<i32, String>,
+}
+
+/// The direct children of every thread of `pid` (fork children hang off the thread that
+/// forked). Empty when the process is gone or the kernel lacks CONFIG_PROC_CHILDREN.
+pub fn children(pid: i32) -> Vec<i32> {
+    let mut out = Vec::new();
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return out;
+    };
+    for t in tasks.flatten() {
+        let mut path = t.path();
+        path.push("children");
+        if let Ok(text) = std::fs::read_to_string(&path) {
+            out.extend(
+                text.split_ascii_whitespace()
+                    .filter_map(|c| c.parse::<i32>().ok()),
+            );
+        }
+    }
+    out.sort_unstable();
+    out.dedup();
+    out
+}
+
+/// `root` and all its descendants, parents before children.
+pub fn descendants(root: i32) -> Vec<i32> {
+    let mut out = vec![root];
+    let mut i = 0;
+    while i < out.len() && out.len() < 65536 {
+        for c in children(out[i]) {
+            if !out.contains(&c) {
+                out.push(c);
+            }
+        }
+        i += 1;
+    }
+    out
+}
+
+fn exe_of(pid: i32) -> Option<String> {
+    std::fs::read_link(format!("/proc/{pid}/exe"))
+        .ok()
+        .map(|p| p.to_string_lossy().into_owned())
+}
+
+/// What a process is running: its executable, plus what changes on every `exec` even into
+/// the same executable (Python exec'ing Python): where its stack and its arguments start
+/// (`stat` fields 28 and 48, placed afresh by each exec) and its command line.
+fn image_of(pid: i32) -> Option<String> {
+    let exe = exe_of(pid)?;
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // Fields after the parenthesised name start at field 3.
+    let rest = stat.get(stat.rfind(')')? + 1..)?;
+    let fields: Vec<&str> = rest.split_ascii_whitespace().collect();
+    let at = |n: usize| fields.get(n - 3).copied().unwrap_or("");
+    Some(format!(
+        "{exe}\0{}\0{}\0{}",
+        at(28),
+        at(48),
+        command_line(pid)
+    ))
+}
+
+/// A process's command line, arguments joined by spaces.
+pub fn command_line(pid: i32) -> String {
+    std::fs::read(format!("/proc/{pid}/cmdline"))
+        .map(|b| {
+            b.split(|&c| c == 0)
+                .filter(|s| !s.is_empty())
+                .map(|s| String::from_utf8_lossy(s).into_owned())
+                .collect::<Vec<_>>()
+                .join(" ")
+        })
+        .unwrap_or_default()
+}
+
+impl ProcessTree {
+    /// `follow`: also sample the root's descendants (else only the root).
+    pub fn new(root: i32, follow: bool, cfg: SamplerConfig, locate: LocateOptions) -> Self {
+        ProcessTree {
+            root,
+            follow,
+            cfg,
+            locate,
+            tracked: BTreeMap::new(),
+            done: Vec::new(),
+            last_scan: None,
+            stats: Stats::default(),
+            notes: BTreeMap::new(),
+        }
+    }
+
+    /// Starts with an interpreter already located (the session found the root's).
+    pub fn with_located(mut self, proc: PythonProcess) -> Self {
+        let pid = proc.pid;
+        let exe = image_of(pid).unwrap_or_default();
+        self.tracked.insert(
+            pid,
+            Tracked::Sampling {
+                sampler: Box::new(Sampler::new(proc, self.cfg.clone())),
+                exe,
+                command: command_line(pid),
+            },
+        );
+        self
+    }
+
+    /// Processes sampled so far, running or finished.
+    pub fn profiled(&self) -> usize {
+        self.done.len()
+            + self
+                .tracked
+                .values()
+                .filter(|t| matches!(t, Tracked::Sampling { .. }))
+                .count()
+    }
+
+    fn retire(&mut self, pid: i32) {
+        if let Some(Tracked::Sampling {
+            sampler, command, ..
+        }) = self.tracked.remove(&pid)
+        {
+            if sampler.stats.samples > 0 {
+                self.done.push(Done { sampler, command });
+            }
+        }
+    }
+
+    /// Looks for new processes, processes that exec'd, and processes that are gone.
+    fn scan(&mut self) {
+        let now = Instant::now();
+        self.last_scan = Some(now);
+        let pids = if self.follow {
+            descendants(self.root)
+        } else {
+            vec![self.root]
+        };
+        let gone: Vec<i32> = self
+            .tracked
+            .keys()
+            .copied()
+            .filter(|p| !pids.contains(p))
+            .collect();
+        for pid in gone {
+            self.retire(pid);
+        }
+        let own = exe_of(std::process::id() as i32);
+        for pid in pids {
+            let Some(exe) = image_of(pid) else { continue };
+            // Forked by us and not yet exec'd: nothing to look at (and our own binary is
+            // large to parse).
+            if own
+                .as_ref()
+                .is_some_and(|o| exe.starts_with(&format!("{o}\0")))
+            {
+                continue;
+            }
+            match self.tracked.get(&pid) {
+                Some(Tracked::Sampling { exe: e, .. }) if *e == exe => continue,
+                // It exec'd: what it was is finished; what it is now is a new process.
+                Some(Tracked::Sampling { .. }) => self.retire(pid),
+                Some(Tracked::Other {
+                    exe: e, next_try, ..
+                }) if *e == exe && now < *next_try => continue,
+                _ => {}
+            }
+            let tries = match self.tracked.get(&pid) {
+                Some(Tracked::Other { exe: e, tries, .. }) if *e == exe => tries + 1,
+                _ => 0,
+            };
+            // A child forked without an exec has its parent's image: same interpreter,
+            // same addresses.
+            let parent = self.tracked.values().find_map(|t| match t {
+                Tracked::Sampling {
+                    sampler, exe: e, ..
+                } if *e == exe => Some(&sampler.proc),
+                _ => None,
+            });
+            let located = match parent {
+                Some(p) => p.forked(pid),
+                None => PythonProcess::locate(pid, &self.locate),
+            };
+            let backoff = (STARTING_RETRY * 2u32.saturating_pow(tries.min(16))).min(OTHER_RETRY);
+            let next = match located {
+                Ok(p) if matches!(p.interp_head(), Ok(h) if h != 0) => {
+                    self.tracked.insert(
+                        pid,
+                        Tracked::Sampling {
+                            sampler: Box::new(Sampler::new(p, self.cfg.clone())),
+                            exe,
+                            command: command_line(pid),
+                        },
+                    );
+                    continue;
+                }
+                Ok(_) => now + STARTING_RETRY,
+                Err(e @ (Error::UnsupportedVersion { .. } | Error::PermissionDenied { .. })) => {
+                    self.notes.insert(pid, e.to_string());
+                    now + Duration::from_secs(3600)
+                }
+                // Not Python, or not yet (libpython not mapped yet), or mid-exec or
+                // exiting: look again, less and less often.
+                Err(_) => now + backoff,
+            };
+            self.tracked.insert(
+                pid,
+                Tracked::Other {
+                    exe,
+                    next_try: next,
+                    tries,
+                },
+            );
+        }
+    }
+
+    /// The running samplers' and finished ones' statistics, summed into `self.stats`.
+    fn sum_stats(&mut self) {
+        let mut errors = 0;
+        let mut kinds: BTreeMap<String, u64> = BTreeMap::new();
+        let live = self.tracked.values().filter_map(|t| match t {
+            Tracked::Sampling { sampler, .. } => Some(&sampler.stats),
+            Tracked::Other { .. } => None,
+        });
+        for st in live.chain(self.done.iter().map(|d| &d.sampler.stats)) {
+            errors += st.errors;
+            for (k, n) in &st.error_kinds {
+                *kinds.entry(k.clone()).or_insert(0) += n;
+            }
+        }
+        self.stats.errors = errors;
+        self.stats.error_kinds = kinds;
+    }
+
+    /// One tick: a scan when due, then one sample of every Python process. False once
+    /// the root is gone and nothing is left to sample.
+    pub fn tick(&mut self) -> Result<bool> {
+        if self.last_scan.is_none_or(|t| t.elapsed() >= SCAN_INTERVAL) {
+            self.scan();
+        }
+        let mut ended = Vec::new();
+        let mut sampled = false;
+        for (&pid, t) in self.tracked.iter_mut() {
+            if let Tracked::Sampling { sampler, .. } = t {
+                match sampler.sample_once() {
+                    Ok(()) => sampled = true,
+                    Err(e) if e.is_process_gone() => ended.push(pid),
+                    Err(e) => return Err(e),
+                }
+            }
+        }
+        for pid in ended {
+            self.retire(pid);
+        }
+        if sampled {
+            self.stats.samples += 1;
+        }
+        self.sum_stats();
+        let sampling = self
+            .tracked
+            .values()
+            .any(|t| matches!(t, Tracked::Sampling { .. }));
+        Ok(sampling || crate::error::process_exists(self.root))
+    }
+
+    /// Samples until `stop()` says so or every process is gone.
+    pub fn run(
+        &mut self,
+        stop: &mut dyn FnMut() -> bool,
+        progress: &mut dyn FnMut(&Stats),
+    ) -> Result<()> {
+        let rate = self.cfg.rate_hz;
+        super::drive(self, rate, stop, progress)
+    }
+
+    /// The merged profile of every process sampled.
+    pub fn finish(mut self, program: String) -> Profile {
+        let pids: Vec<i32> = self.tracked.keys().copied().collect();
+        for pid in pids {
+            self.retire(pid);
+        }
+        let secs = self.stats.elapsed.as_secs_f64();
+        let mut agg = Aggregator::new();
+        let mut versions: Vec<String> = Vec::new();
+        let mut views: Vec<(i32, Option<String>)> = Vec::new();
+        let mut processes = Vec::new();
+        for d in &self.done {
+            let s = &d.sampler;
+            agg.absorb(s.aggregator());
+            let v = s.proc.version.to_string();
+            if !versions.contains(&v) {
+                versions.push(v.clone());
+            }
+            views.push((s.proc.pid, s.cwd().map(str::to_string)));
+            processes.push(ProcessProfile {
+                pid: s.proc.pid,
+                command: d.command.clone(),
+                python_version: v,
+                samples: s.stats.samples,
+                cpu_pct: s.aggregator().total_s(),
+            });
+        }
+        let total = agg.total_s();
+        for p in &mut processes {
+            p.cpu_pct = if total > 0.0 {
+                100.0 * p.cpu_pct / total
+            } else {
+                0.0
+            };
+        }
+        let meta = ProfileMeta {
+            program,
+            pid: self.root,
+            python_version: versions.join(", "),
+            duration_s: secs,
+            samples: self.stats.samples,
+            missed_samples: self.stats.missed,
+            errors: self.stats.errors,
+            rate_hz: if secs > 0.0 {
+                self.stats.samples as f64 / secs
+            } else {
+                0.0
+            },
+            requested_rate_hz: self.cfg.rate_hz,
+            mode: if self.cfg.wall { "wall" } else { "cpu" }.into(),
+            profile_all: self.cfg.profile_all,
+        };
+        // A file's source as the first process that can read it sees it.
+        let mut cache: HashMap<String, Option<Vec<String>>> = HashMap::new();
+        let mut profile = agg.finish(meta, &mut |file| {
+            cache
+                .entry(file.to_string())
+                .or_insert_with(|| {
+                    views.iter().find_map(|(pid, cwd)| {
+                        super::read_source(*pid, &super::absolute(file, cwd.as_deref()))
+                    })
+                })
+                .clone()
+        });
+        if processes.len() > 1 {
+            processes.sort_by_key(|p| p.pid);
+            profile.processes = processes;
+        }
+        profile
+    }
+}
+
+impl Ticker for ProcessTree {
+    fn tick(&mut self) -> Result<bool> {
+        ProcessTree::tick(self)
+    }
+    fn stats_mut(&mut self) -> &mut Stats {
+        &mut self.stats
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn finds_children_and_grandchildren() {
+        // sh → sleep, and sh → sh → sleep.
+        let mut child = std::process::Command::new("sh")
+            .args(["-c", "sleep 30 & sh -c 'sleep 30 & wait' & wait"])
+            .spawn()
+            .expect("sh");
+        let root = child.id() as i32;
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let mut found = Vec::new();
+        while Instant::now() < deadline {
+            found = descendants(root);
+            let sleeps = found
+                .iter()
+                .filter(|&&p| exe_of(p).is_some_and(|e| e.ends_with("/sleep")))
+                .count();
+            if sleeps == 2 {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        for p in found.iter().skip(1) {
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(*p),
+                nix::sys::signal::Signal::SIGKILL,
+            );
+        }
+        let _ = child.kill();
+        let _ = child.wait();
+        assert_eq!(found.first(), Some(&root));
+        // root sh, 2 sleeps, the inner sh.
+        assert_eq!(found.len(), 4, "{found:?}");
+    }
+}
