@@ -2,9 +2,11 @@
 //!
 //! Owns: the [`ProcessMemory`] trait (the one way the rest of the crate reads a target, so
 //! stack walking can run over byte buffers in tests), [`RemoteMemory`] (process_vm_readv,
-//! with a /proc/PID/mem fallback), [`threads`], and [`pause::PausedThreads`].
+//! with a /proc/PID/mem fallback), [`threads`], [`pause::PausedThreads`], and the target's
+//! namespaces ([`ns`]: its files as it sees them, its thread ids as we see them).
 //! Must not: know anything about Python.
 
+pub mod ns;
 pub mod pause;
 
 use crate::error::{Error, Result};

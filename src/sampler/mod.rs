@@ -169,11 +169,11 @@ impl Sampler {
         };
         self.stats.samples += 1;
         // A Python thread whose kernel thread we have not listed yet: list again next time.
-        if snap
-            .threads
-            .iter()
-            .any(|t| t.native_id.is_some_and(|n| !tids.contains(&n)))
-        {
+        // (In another PID namespace, such a thread has its own id but none of ours yet.)
+        if snap.threads.iter().any(|t| {
+            t.native_id.is_some_and(|n| !tids.contains(&n))
+                || (t.native_id.is_none() && t.ns_native_id.is_some())
+        }) {
             self.tids_listed = None;
         }
         for t in &snap.threads {
@@ -373,16 +373,27 @@ pub fn absolute(file: &str, cwd: Option<&str>) -> String {
     }
 }
 
-/// A source file's lines, read as the target sees the file (through /proc/PID/root) when
-/// the process is still there, else from our own view.
+/// A source file's lines, read as the target sees the file (inside its root, symbolic links
+/// included) while the process is there. Our own file of that path only when the target
+/// shares our mounts, or is gone (a finished `run`, a saved profile).
 pub fn read_source(pid: i32, file: &str) -> Option<Vec<String>> {
+    use std::io::Read;
     if !file.starts_with('/') {
         return None;
     }
-    let via_root = format!("/proc/{pid}/root{file}");
-    let bytes = std::fs::read(&via_root)
-        .or_else(|_| std::fs::read(file))
-        .ok()?;
+    let mut bytes = Vec::new();
+    match crate::ptrace::ns::open_in_root(pid, file) {
+        Ok(mut f) => {
+            f.read_to_end(&mut bytes).ok()?;
+        }
+        Err(_)
+            if !crate::error::process_exists(pid)
+                || crate::ptrace::ns::Namespaces::of(pid).same_files =>
+        {
+            bytes = std::fs::read(file).ok()?;
+        }
+        Err(_) => return None,
+    }
     Some(
         String::from_utf8_lossy(&bytes)
             .lines()
