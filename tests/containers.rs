@@ -1,0 +1,800 @@
+//! `dump` and `attach` on a process in other mount and PID namespaces, as in a container.
+//!
+//! The namespaces are made here: `unshare --mount --pid --fork` runs a shell script that
+//! mounts a tmpfs over an empty directory of ours and execs a fixture, so Python is PID 1
+//! of its namespace (it ignores SIGTERM: it is stopped with SIGKILL). Per interpreter:
+//!   - `path_absent_on_host`: the interpreter (a pyenv tree bind-mounted, libpython
+//!     included through LD_LIBRARY_PATH; the static build bind-mounted as one file) and the
+//!     fixture run from a path that does not exist on our side;
+//!   - `same_path_other_build_on_host`: the file that holds the interpreter (libpython, or
+//!     the static executable) is, at the same path, another CPython build on our side (a
+//!     hard link to another version's libpython) and the real one inside (a bind mount):
+//!     reading our file of that path would give wrong symbols and the wrong version;
+//!   - `attach` to a CPU-bound fixture in the namespaces: its two hot lines get their
+//!     share, which needs its CPU time read under the thread ids of our namespace;
+//!   - the library's file helpers: `open_in_root` (absolute symbolic links stay in the
+//!     target's root) and `open_via_setns` (the helper that enters its mount namespace).
+//!
+//! The dump must give the exact stacks the interpreter itself reports (`truth` from
+//! fixtures/dump_support.py), the right version, our TIDs (`native_id`, names from /proc)
+//! and the target's own TIDs (`ns_native_id`, as each thread reported itself).
+//! Without root or `unshare` the tests say that they are skipped and why. A Docker test
+//! runs where `docker info` works.
+
+mod common;
+
+use common::Interpreter;
+use serde_json::Value;
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader, Read};
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc::{self, Receiver};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+const BIN: &str = env!("CARGO_BIN_EXE_scalene-rs");
+const READY_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Why namespaces cannot be made here, if they cannot.
+fn cannot_make_namespaces() -> Option<String> {
+    if !nix::unistd::geteuid().is_root() {
+        return Some("not running as root (unshare --mount --pid needs CAP_SYS_ADMIN)".into());
+    }
+    match Command::new("unshare")
+        .args(["--mount", "--pid", "--fork", "true"])
+        .stderr(Stdio::piped())
+        .output()
+    {
+        Ok(o) if o.status.success() => None,
+        Ok(o) => Some(format!(
+            "`unshare --mount --pid --fork true` failed: {}",
+            String::from_utf8_lossy(&o.stderr).trim()
+        )),
+        Err(e) => Some(format!("cannot run unshare: {e}")),
+    }
+}
+
+macro_rules! require_namespaces {
+    ($test:expr) => {
+        if let Some(why) = cannot_make_namespaces() {
+            println!("{}: SKIPPED: {why}", $test);
+            return;
+        }
+    };
+}
+
+/// A scratch directory of ours, removed when dropped (after the namespace is gone).
+struct Scratch(PathBuf);
+
+impl Scratch {
+    fn new(name: &str) -> Scratch {
+        let dir = std::env::temp_dir().join(format!("scalene-rs-ns-{}-{name}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        Scratch(dir)
+    }
+    fn path(&self, rel: &str) -> PathBuf {
+        self.0.join(rel)
+    }
+    fn s(&self, rel: &str) -> String {
+        self.path(rel).to_string_lossy().into_owned()
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// A fixture running as PID 1 of new mount and PID namespaces.
+struct NsTarget {
+    unshare: Child,
+    /// Its PID in our namespace.
+    pid: i32,
+    lines: Receiver<String>,
+    stderr: Option<JoinHandle<String>>,
+    /// What the fixture printed before `ready`.
+    printed: Vec<String>,
+}
+
+impl NsTarget {
+    /// Runs `script` with `sh -e` inside the namespaces; waits for `ready` when `wait`.
+    fn start(script: &str, wait: bool) -> Result<NsTarget, String> {
+        let mut unshare = Command::new("unshare")
+            .args([
+                "--mount",
+                "--pid",
+                "--fork",
+                "--kill-child",
+                "--propagation",
+                "private",
+                "sh",
+                "-ec",
+                script,
+            ])
+            .env("PYTHONDONTWRITEBYTECODE", "1")
+            .env("LC_ALL", "C.UTF-8")
+            .env_remove("PYTHONPATH")
+            .env_remove("PYTHONHOME")
+            .env_remove("LD_LIBRARY_PATH")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .map_err(|e| format!("cannot start unshare: {e}"))?;
+        let stdout = unshare.stdout.take().unwrap();
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines() {
+                let Ok(line) = line else { break };
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        let stderr = unshare.stderr.take().map(|mut e| {
+            std::thread::spawn(move || {
+                let mut s = String::new();
+                let _ = e.read_to_string(&mut s);
+                s
+            })
+        });
+        let mut t = NsTarget {
+            pid: 0,
+            unshare,
+            lines: rx,
+            stderr,
+            printed: Vec::new(),
+        };
+        // unshare's one child is PID 1 of the new namespace.
+        let uid = t.unshare.id();
+        let deadline = Instant::now() + READY_TIMEOUT;
+        while t.pid == 0 {
+            let children = std::fs::read_to_string(format!("/proc/{uid}/task/{uid}/children"))
+                .unwrap_or_default();
+            if let Some(p) = children.split_whitespace().next() {
+                t.pid = p.parse().unwrap();
+            } else if Instant::now() > deadline || t.unshare.try_wait().ok().flatten().is_some() {
+                return Err(t.failure("no PID 1 appeared in the namespace"));
+            } else {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+        }
+        if wait {
+            t.wait_for("ready")?;
+        }
+        Ok(t)
+    }
+
+    fn wait_for(&mut self, want: &str) -> Result<(), String> {
+        let deadline = Instant::now() + READY_TIMEOUT;
+        loop {
+            match self
+                .lines
+                .recv_timeout(deadline.saturating_duration_since(Instant::now()))
+            {
+                Ok(line) if line == want => return Ok(()),
+                Ok(line) => self.printed.push(line),
+                Err(_) => return Err(self.failure(&format!("no `{want}` line"))),
+            }
+        }
+    }
+
+    /// The JSON after `prefix ` in what the fixture printed.
+    fn printed_json(&self, prefix: &str) -> Value {
+        let line = self
+            .printed
+            .iter()
+            .find_map(|l| l.strip_prefix(prefix)?.strip_prefix(' '))
+            .unwrap_or_else(|| panic!("the fixture printed no `{prefix}` line"));
+        serde_json::from_str(line).unwrap()
+    }
+
+    fn failure(&mut self, what: &str) -> String {
+        self.kill();
+        let err = self.stderr.take().map(|h| h.join().unwrap_or_default());
+        format!(
+            "namespaced fixture: {what}; stdout {:?}; stderr:\n{}",
+            self.printed,
+            err.unwrap_or_default()
+        )
+    }
+
+    fn kill(&mut self) {
+        if self.pid > 0 {
+            // PID 1 of its namespace ignores SIGTERM; SIGKILL ends it and the namespace.
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(self.pid),
+                nix::sys::signal::Signal::SIGKILL,
+            );
+        }
+        let _ = self.unshare.kill();
+        let _ = self.unshare.wait();
+    }
+}
+
+impl Drop for NsTarget {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// The pyenv tree of a shared-libpython build and its libpython's file name, or None for a
+/// static build.
+fn shared_lib(interp: &Interpreter) -> Option<(PathBuf, String)> {
+    let prefix = interp.path.parent()?.parent()?.to_path_buf();
+    let (maj, min) = interp.version();
+    ["", "m"].iter().find_map(|abi| {
+        let name = format!("libpython{maj}.{min}{abi}.so.1.0");
+        prefix
+            .join("lib")
+            .join(&name)
+            .is_file()
+            .then(|| (prefix.clone(), name))
+    })
+}
+
+fn exe_name(interp: &Interpreter) -> String {
+    interp
+        .path
+        .file_name()
+        .unwrap()
+        .to_string_lossy()
+        .into_owned()
+}
+
+/// The interpreter's full version, asked of itself.
+fn full_version(interp: &Interpreter) -> String {
+    let out = Command::new(&interp.path)
+        .args(["-c", "import sys; print('%d.%d.%d' % sys.version_info[:3])"])
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+fn sh_quote(s: &str) -> String {
+    format!("'{}'", s.replace('\'', r"'\''"))
+}
+
+/// Script lines that put `fixtures` into `<scratch>/mnt/app` on a tmpfs only the namespace
+/// sees, plus the material of the file-helper checks.
+fn namespace_prelude(d: &Scratch, fixtures: &[&str]) -> String {
+    let mut s = format!(
+        "mount -t tmpfs scalene-rs-ns {mnt}\nmkdir {mnt}/app\n",
+        mnt = sh_quote(&d.s("mnt"))
+    );
+    for f in fixtures {
+        s += &format!(
+            "cp {} {}/app/\n",
+            sh_quote(&common::fixture(f).to_string_lossy()),
+            sh_quote(&d.s("mnt"))
+        );
+    }
+    // `alt/decoy.txt` says "host" on our side and "inside" in the namespace; `mnt/link`
+    // (only in the namespace) points to it by an absolute path.
+    s += &format!(
+        "mount -t tmpfs scalene-rs-ns-alt {alt}\necho inside > {alt}/decoy.txt\n\
+         echo only-inside > {mnt}/only-inside.txt\nln -s {alt}/decoy.txt {mnt}/link\n",
+        alt = sh_quote(&d.s("alt")),
+        mnt = sh_quote(&d.s("mnt"))
+    );
+    s
+}
+
+fn prepare_scratch(name: &str) -> Scratch {
+    let d = Scratch::new(name);
+    for sub in ["mnt", "alt", "host/lib", "host/bin"] {
+        std::fs::create_dir_all(d.path(sub)).unwrap();
+    }
+    std::fs::write(d.path("alt/decoy.txt"), "host\n").unwrap();
+    d
+}
+
+/// Script that runs `fixture args` with the interpreter from `<scratch>/mnt/py`, a path we
+/// do not have. Returns (script, the executable's path inside, the file holding the
+/// interpreter inside).
+fn script_path_absent(
+    interp: &Interpreter,
+    d: &Scratch,
+    fixture: &str,
+    args: &str,
+) -> (String, String, String) {
+    let py = d.s("mnt/py");
+    let mut s = namespace_prelude(d, &[fixture, "dump_support.py"]);
+    let fixture = Path::new(fixture).file_name().unwrap().to_string_lossy();
+    let exe = format!("{py}/bin/{}", exe_name(interp));
+    let holder = match shared_lib(interp) {
+        Some((prefix, lib)) => {
+            s += &format!(
+                "mkdir {q}\nmount --bind {} {q}\nexport LD_LIBRARY_PATH={q}/lib PYTHONHOME={q}\n",
+                sh_quote(&prefix.to_string_lossy()),
+                q = sh_quote(&py)
+            );
+            format!("{py}/lib/{lib}")
+        }
+        None => {
+            s += &format!(
+                "mkdir -p {q}/bin\ntouch {e}\nmount --bind {} {e}\nexport PYTHONHOME=/usr\n",
+                sh_quote(&interp.path.to_string_lossy()),
+                q = sh_quote(&py),
+                e = sh_quote(&exe)
+            );
+            exe.clone()
+        }
+    };
+    s += &format!(
+        "exec {} {}/app/{fixture} {args}\n",
+        sh_quote(&exe),
+        sh_quote(&d.s("mnt"))
+    );
+    (s, exe, holder)
+}
+
+/// Another interpreter's libpython: an ELF file with CPython's symbols, of the nearest
+/// other version (so that reading it would give plausible but wrong symbols).
+fn decoy_for(interp: &Interpreter, all: &[Interpreter]) -> Option<PathBuf> {
+    let rank = |i: &Interpreter| i.major as i64 * 100 + i.minor as i64;
+    all.iter()
+        .filter(|o| o.version() != interp.version())
+        .filter_map(|o| shared_lib(o).map(|(p, lib)| (o, p.join("lib").join(lib))))
+        .min_by_key(|(o, _)| (rank(o) - rank(interp)).abs())
+        .map(|(_, path)| path)
+}
+
+/// `to` becomes the same file as `from` (a hard link; a copy across file systems).
+fn place_decoy(from: &Path, to: &Path) {
+    if std::fs::hard_link(from, to).is_err() {
+        std::fs::copy(from, to).unwrap();
+    }
+}
+
+/// Script where the file holding the interpreter has, at `<scratch>/host/...`, a decoy on
+/// our side and the real build inside. Returns (script, executable inside, holder path).
+fn script_other_build(interp: &Interpreter, d: &Scratch, decoy: &Path) -> (String, String, String) {
+    let mut s = namespace_prelude(d, &["dump_shapes.py", "dump_support.py"]);
+    let (exe, holder) = match shared_lib(interp) {
+        Some((prefix, lib)) => {
+            let holder = d.s(&format!("host/lib/{lib}"));
+            place_decoy(decoy, Path::new(&holder));
+            s += &format!(
+                "mount --bind {} {h}\nexport LD_LIBRARY_PATH={}\n",
+                sh_quote(&prefix.join("lib").join(&lib).to_string_lossy()),
+                sh_quote(&d.s("host/lib")),
+                h = sh_quote(&holder)
+            );
+            (interp.path.to_string_lossy().into_owned(), holder)
+        }
+        None => {
+            let holder = d.s(&format!("host/bin/{}", exe_name(interp)));
+            place_decoy(decoy, Path::new(&holder));
+            s += &format!(
+                "mount --bind {} {h}\nexport PYTHONHOME=/usr\n",
+                sh_quote(&interp.path.to_string_lossy()),
+                h = sh_quote(&holder)
+            );
+            (holder.clone(), holder)
+        }
+    };
+    s += &format!(
+        "exec {} {}/app/dump_shapes.py\n",
+        sh_quote(&exe),
+        sh_quote(&d.s("mnt"))
+    );
+    (s, exe, holder)
+}
+
+fn run_bin(args: &[&str]) -> (Option<i32>, String, String) {
+    let out = Command::new(BIN).args(args).output().unwrap();
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// The target maps `holder`, so the case tests what it says it does.
+fn check_mapped(t: &NsTarget, holder: &str) -> Result<(), String> {
+    let maps = std::fs::read_to_string(format!("/proc/{}/maps", t.pid)).unwrap_or_default();
+    if !maps.lines().any(|l| l.ends_with(holder)) {
+        return Err(format!(
+            "the target does not map {holder}; its maps:\n{maps}"
+        ));
+    }
+    Ok(())
+}
+
+/// Dumps the namespaced dump_shapes.py and checks every thread against what it said.
+fn check_dump(t: &NsTarget, version: &str, exe: &str) -> Result<(), String> {
+    let pid = t.pid.to_string();
+    let (code, out, err) = run_bin(&["dump", &pid, "--json"]);
+    if code != Some(0) {
+        return Err(format!("dump {pid} exited {code:?}: {err}"));
+    }
+    let dump: Value = serde_json::from_str(&out).map_err(|e| format!("{e}: {out}"))?;
+    let mut errs = Vec::new();
+    if dump["python_version"] != version {
+        errs.push(format!(
+            "python_version {} (expected {version})",
+            dump["python_version"]
+        ));
+    }
+    if dump["executable"] != exe {
+        errs.push(format!(
+            "executable {} (expected {exe})",
+            dump["executable"]
+        ));
+    }
+    let threads = dump["threads"].as_array().cloned().unwrap_or_default();
+    let by_ident: BTreeMap<String, &Value> = threads
+        .iter()
+        .map(|t| (t["thread_id"].to_string(), t))
+        .collect();
+    // Exact frames: the interpreter's own view of every thread but the reporter.
+    let truth = t.printed_json("truth");
+    for (ident, stack) in truth.as_object().unwrap() {
+        let Some(th) = by_ident.get(ident) else {
+            errs.push(format!("thread {ident} missing from the dump"));
+            continue;
+        };
+        let got: Vec<Value> = th["frames"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|f| serde_json::json!([f["function"], f["filename"], f["line"]]))
+            .collect();
+        if got != *stack.as_array().unwrap() {
+            errs.push(format!(
+                "thread {ident}: frames {got:?}, the interpreter says {stack}"
+            ));
+        }
+    }
+    // Thread ids: ours (in /proc/PID/task, with the thread's own id as NSpid) and its own.
+    let roles = t.printed_json("threads");
+    for (role, v) in roles.as_object().unwrap() {
+        let ident = v[0].to_string();
+        let Some(th) = by_ident.get(&ident) else {
+            errs.push(format!("{role}: thread {ident} missing"));
+            continue;
+        };
+        let own = &v[1];
+        if th["ns_native_id"] != *own {
+            errs.push(format!(
+                "{role}: ns_native_id {}, the thread says {own}",
+                th["ns_native_id"]
+            ));
+        }
+        let Some(ours) = th["native_id"].as_i64() else {
+            errs.push(format!("{role}: no native_id"));
+            continue;
+        };
+        let status =
+            std::fs::read_to_string(format!("/proc/{pid}/task/{ours}/status")).unwrap_or_default();
+        let nspid = status
+            .lines()
+            .find_map(|l| l.strip_prefix("NSpid:"))
+            .and_then(|l| l.split_whitespace().last().map(str::to_string));
+        if nspid.as_deref() != Some(own.to_string().as_str()) {
+            errs.push(format!(
+                "{role}: native_id {ours} has NSpid {nspid:?}, not {own}"
+            ));
+        }
+        if role == "main" {
+            if ours.to_string() != pid || *own != 1 {
+                errs.push(format!(
+                    "main: native_id {ours} / own id {own}, expected {pid} / 1"
+                ));
+            }
+        } else {
+            let want: String = role.chars().take(15).collect();
+            if th["name"] != want.as_str() {
+                errs.push(format!(
+                    "{role}: name {}, the thread named itself {want}",
+                    th["name"]
+                ));
+            }
+        }
+        if role != "reporter" && th["idle"] != true {
+            errs.push(format!("{role}: blocked but not idle"));
+        }
+    }
+    if errs.is_empty() {
+        Ok(())
+    } else {
+        Err(errs.join("\n"))
+    }
+}
+
+fn for_each_interpreter(
+    test: &str,
+    case: impl Fn(&Interpreter, &[Interpreter]) -> Result<String, String>,
+) {
+    let all = common::interpreters();
+    let mut failures = Vec::new();
+    for interp in &all {
+        match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| case(interp, &all))) {
+            Ok(Ok(note)) => println!("{test} [{}]: {note}", interp.label),
+            Ok(Err(e)) => failures.push(format!("[{}] {e}", interp.label)),
+            Err(_) => failures.push(format!("[{}] panicked", interp.label)),
+        }
+    }
+    assert!(
+        failures.is_empty(),
+        "{test}: {} failure(s):\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
+}
+
+#[test]
+fn dump_a_namespaced_process_whose_interpreter_path_is_absent_on_host() {
+    require_namespaces!("path_absent_on_host");
+    for_each_interpreter("path_absent_on_host", |interp, _| {
+        let d = prepare_scratch(&format!("absent-{}", interp.label));
+        let (script, exe, holder) = script_path_absent(interp, &d, "dump_shapes.py", "");
+        let t = NsTarget::start(&script, true)?;
+        check_mapped(&t, &holder)?;
+        for p in [&exe, &holder, &d.s("mnt/app/dump_shapes.py")] {
+            if Path::new(p).exists() {
+                return Err(format!("{p} exists on our side: the case tests nothing"));
+            }
+        }
+        check_dump(&t, &full_version(interp), &exe)?;
+
+        // The file helpers, against the same target.
+        use scalene_rs::ptrace::ns;
+        let read = |f: std::io::Result<std::fs::File>| -> Result<String, String> {
+            let mut s = String::new();
+            f.map_err(|e| e.to_string())?
+                .read_to_string(&mut s)
+                .map_err(|e| e.to_string())?;
+            Ok(s)
+        };
+        let only = read(ns::open_via_setns(t.pid, &d.s("mnt/only-inside.txt")))?;
+        let link = read(ns::open_in_root(t.pid, &d.s("mnt/link")))?;
+        let link_setns = read(ns::open_via_setns(t.pid, &d.s("mnt/link")))?;
+        if (only.as_str(), link.as_str(), link_setns.as_str())
+            != ("only-inside\n", "inside\n", "inside\n")
+        {
+            return Err(format!(
+                "file helpers read {only:?}, {link:?}, {link_setns:?} (the link's target is \"host\" on our side)"
+            ));
+        }
+        Ok(format!("{exe} (interpreter in {holder})"))
+    });
+}
+
+#[test]
+fn dump_a_namespaced_process_whose_interpreter_path_holds_another_build_on_host() {
+    require_namespaces!("same_path_other_build_on_host");
+    for_each_interpreter("same_path_other_build_on_host", |interp, all| {
+        let Some(decoy) = decoy_for(interp, all) else {
+            return Ok("SKIPPED: no other CPython version's libpython to put on our side".into());
+        };
+        let d = prepare_scratch(&format!("other-{}", interp.label));
+        let (script, exe, holder) = script_other_build(interp, &d, &decoy);
+        let t = NsTarget::start(&script, true)?;
+        check_mapped(&t, &holder)?;
+        let inside = std::fs::metadata(format!("/proc/{}/root{holder}", t.pid)).unwrap();
+        let ours = std::fs::metadata(&holder).unwrap();
+        if (inside.dev(), inside.ino()) == (ours.dev(), ours.ino()) {
+            return Err(format!(
+                "{holder} is the same file on both sides: the case tests nothing"
+            ));
+        }
+        check_dump(&t, &full_version(interp), &exe)?;
+        Ok(format!("{holder} is {} on our side", decoy.display()))
+    });
+}
+
+#[test]
+fn attach_to_a_namespaced_process_charges_its_hot_lines() {
+    require_namespaces!("attach_namespaced");
+    let fx = common::fixture("cpu/split.py");
+    let mark = |label: &str| -> u64 {
+        let text = std::fs::read_to_string(&fx).unwrap();
+        text.lines()
+            .position(|l| l.contains(&format!("# MARK: {label}")))
+            .map(|i| i as u64 + 1)
+            .unwrap()
+    };
+    let (lp, ln) = (mark("python"), mark("native"));
+    for_each_interpreter("attach_namespaced", |interp, _| {
+        let d = prepare_scratch(&format!("attach-{}", interp.label));
+        let (script, _, _) = script_path_absent(interp, &d, "cpu/split.py", "30");
+        let t = NsTarget::start(&script, false)?;
+        // Let it get past start-up and calibration.
+        std::thread::sleep(Duration::from_millis(1500));
+        let out = d.s("a.json");
+        let (code, _, err) =
+            run_bin(&["attach", &t.pid.to_string(), "--duration", "2", "-o", &out]);
+        if code != Some(0) {
+            return Err(format!("attach exited {code:?}: {err}"));
+        }
+        let p: Value = serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
+        let file = d.s("mnt/app/split.py");
+        let f = p["files"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|f| f["filename"] == file.as_str())
+            .ok_or_else(|| format!("no {file} in the profile: {p}"))?;
+        let pct = |line: u64| -> f64 {
+            f["lines"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|l| l["line"] == line)
+                .map(|l| {
+                    ["cpu_python_pct", "cpu_native_pct", "cpu_system_pct"]
+                        .iter()
+                        .map(|k| l[k].as_f64().unwrap())
+                        .sum()
+                })
+                .unwrap_or(0.0)
+        };
+        // The terminal report quotes the hot line, read from the file inside the namespace
+        // (we have no file of that path) while the target is alive.
+        let (code, view_out, view_err) = run_bin(&["view", &out]);
+        let quoted = std::fs::read_to_string(&fx)
+            .unwrap()
+            .lines()
+            .nth(lp as usize - 1)
+            .unwrap()
+            .split('#')
+            .next()
+            .unwrap()
+            .trim()
+            .to_string();
+        if code != Some(0) || !(view_out.clone() + &view_err).contains(&quoted) {
+            return Err(format!(
+                "`view` while the target runs should quote {quoted:?}; exit {code:?}, got:\n{view_out}{view_err}"
+            ));
+        }
+        let (a, b) = (pct(lp), pct(ln));
+        let summary = format!("python line {a:.1}%, native line {b:.1}%");
+        // The same two hot lines as without namespaces (each about half).
+        if a < 35.0 || b < 35.0 {
+            return Err(summary);
+        }
+        Ok(summary)
+    });
+}
+
+#[test]
+fn dump_a_process_in_a_docker_container() {
+    let info = Command::new("docker")
+        .arg("info")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .output();
+    match info {
+        Ok(o) if o.status.success() => {}
+        Ok(o) => {
+            let why = String::from_utf8_lossy(&o.stderr);
+            let why = why
+                .lines()
+                .find(|l| !l.trim().is_empty())
+                .unwrap_or("")
+                .trim();
+            println!(
+                "docker: SKIPPED: `docker info` fails, no Docker engine to run a container: {why}"
+            );
+            return;
+        }
+        Err(e) => {
+            println!("docker: SKIPPED: no docker command ({e})");
+            return;
+        }
+    }
+    docker::dump_in_container();
+}
+
+/// The Docker case: an image imported from a root file system made here (no registry), a
+/// static CPython in it, dumped from outside.
+mod docker {
+    use super::*;
+
+    fn docker(args: &[&str]) -> Result<String, String> {
+        let o = Command::new("docker")
+            .args(args)
+            .output()
+            .map_err(|e| e.to_string())?;
+        if !o.status.success() {
+            return Err(format!(
+                "docker {args:?}: {}",
+                String::from_utf8_lossy(&o.stderr)
+            ));
+        }
+        Ok(String::from_utf8_lossy(&o.stdout).trim().to_string())
+    }
+
+    pub fn dump_in_container() {
+        let Some(interp) = common::interpreters()
+            .into_iter()
+            .find(|i| shared_lib(i).is_none())
+        else {
+            println!("docker: SKIPPED: no static CPython build to put in an image");
+            return;
+        };
+        let (maj, min) = interp.version();
+        let d = Scratch::new("docker");
+        let root = d.path("rootfs");
+        // The interpreter, its standard library and the shared libraries it needs.
+        let mut files = vec![interp.path.to_string_lossy().into_owned()];
+        let ldd = Command::new("ldd").arg(&interp.path).output().unwrap();
+        for l in String::from_utf8_lossy(&ldd.stdout).lines() {
+            if let Some(p) = l.split_whitespace().find(|w| w.starts_with('/')) {
+                files.push(p.to_string());
+            }
+        }
+        for f in &files {
+            let dst = root.join(f.trim_start_matches('/'));
+            std::fs::create_dir_all(dst.parent().unwrap()).unwrap();
+            std::fs::copy(f, &dst).unwrap();
+        }
+        let stdlib = format!("/usr/lib/python{maj}.{min}");
+        let status = Command::new("cp")
+            .args(["-a", &stdlib])
+            .arg(root.join(format!("usr/lib/python{maj}.{min}")))
+            .status()
+            .unwrap();
+        assert!(status.success());
+        let app = root.join("app");
+        std::fs::create_dir_all(&app).unwrap();
+        for f in ["dump_shapes.py", "dump_support.py"] {
+            std::fs::copy(common::fixture(f), app.join(f)).unwrap();
+        }
+        let tag = format!("scalene-rs-test-py:{}", std::process::id());
+        let tar = d.s("rootfs.tar");
+        assert!(Command::new("tar")
+            .args(["-C", &root.to_string_lossy(), "-cf", &tar, "."])
+            .status()
+            .unwrap()
+            .success());
+        docker(&["import", &tar, &tag]).unwrap();
+        let exe = interp.path.to_string_lossy().into_owned();
+        let id = docker(&[
+            "run",
+            "-d",
+            "--rm",
+            "-e",
+            "PYTHONDONTWRITEBYTECODE=1",
+            &tag,
+            &exe,
+            "/app/dump_shapes.py",
+        ]);
+        let result = id.clone().and_then(|id| {
+            let deadline = Instant::now() + READY_TIMEOUT;
+            while !docker(&["logs", &id])?.lines().any(|l| l == "ready") {
+                if Instant::now() > deadline {
+                    return Err("the container never printed `ready`".into());
+                }
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            let pid = docker(&["inspect", "-f", "{{.State.Pid}}", &id])?;
+            let (code, out, err) = run_bin(&["dump", &pid, "--json"]);
+            if code != Some(0) {
+                return Err(format!("dump exited {code:?}: {err}"));
+            }
+            let v: Value = serde_json::from_str(&out).map_err(|e| e.to_string())?;
+            let main = v["threads"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|t| t["ns_native_id"] == 1)
+                .ok_or("no thread with id 1 in the container")?;
+            if main["frames"][0]["filename"] != "/app/dump_shapes.py" {
+                return Err(format!("main thread: {main}"));
+            }
+            Ok(())
+        });
+        if let Ok(id) = &id {
+            let _ = docker(&["kill", id]);
+        }
+        let _ = docker(&["rmi", "-f", &tag]);
+        result.unwrap();
+    }
+}
