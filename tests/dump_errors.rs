@@ -372,6 +372,56 @@ fn permission_denied() {
     let _ = std::fs::remove_dir_all(bin.parent().unwrap());
 }
 
+/// Root without CAP_SYS_PTRACE (as in a container started without `--cap-add SYS_PTRACE`):
+/// `setpriv` drops it from the bounding set, so the dump runs with every other capability
+/// but that one, against a root-owned target whose capabilities it no longer covers.
+#[test]
+fn permission_denied_without_cap_sys_ptrace() {
+    if !nix::unistd::geteuid().is_root() {
+        println!("permission_denied_without_cap_sys_ptrace: SKIPPED: not running as root");
+        return;
+    }
+    if Command::new("setpriv").arg("--version").output().is_err() {
+        println!(
+            "permission_denied_without_cap_sys_ptrace: SKIPPED: no setpriv (util-linux) to drop CAP_SYS_PTRACE"
+        );
+        return;
+    }
+    for_each_interpreter("permission_denied_without_cap_sys_ptrace", |interp| {
+        let target = start(interp, "dump_recursion.py")?;
+        let pid = target.pid.to_string();
+        for sub in ["dump", "attach"] {
+            let mut cmd = Command::new("setpriv");
+            cmd.args([
+                "--inh-caps=-sys_ptrace",
+                "--bounding-set=-sys_ptrace",
+                "--",
+                BIN,
+                sub,
+                &pid,
+            ]);
+            if sub == "attach" {
+                cmd.args(["--duration", "1"]);
+            }
+            let run = run_cmd(cmd);
+            let line = expect_error(&format!("{sub} {pid} without CAP_SYS_PTRACE"), &run, 5)?;
+            if !(line.contains(&pid)
+                && line.contains("without CAP_SYS_PTRACE")
+                && line.contains("--cap-add SYS_PTRACE")
+                && line.contains("from the host"))
+            {
+                return Err(format!(
+                    "the message should say CAP_SYS_PTRACE is missing and how to grant it: {line:?}"
+                ));
+            }
+            if line.contains("sudo") {
+                return Err(format!("we are root already; `sudo` is no fix: {line:?}"));
+            }
+        }
+        Ok(())
+    });
+}
+
 #[test]
 fn unsupported_version_override() {
     for_each_interpreter("unsupported_version_override", |interp| {
