@@ -10,6 +10,8 @@
 //!     the static executable) is, at the same path, another CPython build on our side (a
 //!     hard link to another version's libpython) and the real one inside (a bind mount):
 //!     reading our file of that path would give wrong symbols and the wrong version;
+//!   - `chrooted`: the target is also chrooted inside its namespaces, so the paths of its
+//!     mappings (from the namespace's root) and of its code (from its root) differ;
 //!   - `attach` to a CPU-bound fixture in the namespaces: its two hot lines get their
 //!     share, which needs its CPU time read under the thread ids of our namespace;
 //!   - the library's file helpers: `open_in_root` (absolute symbolic links stay in the
@@ -552,9 +554,20 @@ fn dump_a_namespaced_process_whose_interpreter_path_is_absent_on_host() {
                 .map_err(|e| e.to_string())?;
             Ok(s)
         };
-        let only = read(ns::open_via_setns(t.pid, &d.s("mnt/only-inside.txt")))?;
+        if !ns::root_is_namespace_root(t.pid) {
+            return Err("root_is_namespace_root: false for a target that is not chrooted".into());
+        }
+        let only = read(ns::open_via_setns(
+            t.pid,
+            &d.s("mnt/only-inside.txt"),
+            ns::Resolve::ProcessRoot,
+        ))?;
         let link = read(ns::open_in_root(t.pid, &d.s("mnt/link")))?;
-        let link_setns = read(ns::open_via_setns(t.pid, &d.s("mnt/link")))?;
+        let link_setns = read(ns::open_via_setns(
+            t.pid,
+            &d.s("mnt/link"),
+            ns::Resolve::ProcessRoot,
+        ))?;
         if (only.as_str(), link.as_str(), link_setns.as_str())
             != ("only-inside\n", "inside\n", "inside\n")
         {
@@ -586,6 +599,60 @@ fn dump_a_namespaced_process_whose_interpreter_path_holds_another_build_on_host(
         }
         check_dump(&t, &full_version(interp), &exe)?;
         Ok(format!("{holder} is {} on our side", decoy.display()))
+    });
+}
+
+/// The target is chrooted inside its namespaces (to a recursive bind mount of /): the
+/// kernel writes its mappings' paths from the namespace's root, its code objects hold
+/// paths from its own root.
+#[test]
+fn dump_a_process_chrooted_inside_its_namespace() {
+    require_namespaces!("chrooted");
+    for_each_interpreter("chrooted", |interp, _| {
+        let d = prepare_scratch(&format!("chroot-{}", interp.label));
+        let jail = d.s("mnt/jail");
+        let mut script = namespace_prelude(&d, &["dump_shapes.py", "dump_support.py"]);
+        script += &format!(
+            "mkdir {j}\nmount --rbind / {j}\nexec chroot {j} {} {}/app/dump_shapes.py\n",
+            sh_quote(&interp.path.to_string_lossy()),
+            sh_quote(&d.s("mnt")),
+            j = sh_quote(&jail)
+        );
+        let t = NsTarget::start(&script, true)?;
+        let real = match shared_lib(interp) {
+            Some((prefix, lib)) => prefix.join("lib").join(lib),
+            None => interp.path.clone(),
+        };
+        let holder = format!("{jail}{}", real.display());
+        check_mapped(&t, &holder)?;
+        use scalene_rs::ptrace::ns;
+        if ns::root_is_namespace_root(t.pid) {
+            return Err("root_is_namespace_root: true for a chrooted target".into());
+        }
+        // The helper, both ways: the mapping's path from the namespace's root, the same
+        // file from the target's own root.
+        let want = std::fs::metadata(&real).unwrap();
+        for (path, from) in [
+            (holder.clone(), ns::Resolve::NamespaceRoot),
+            (
+                real.to_string_lossy().into_owned(),
+                ns::Resolve::ProcessRoot,
+            ),
+        ] {
+            let f = ns::open_via_setns(t.pid, &path, from).map_err(|e| format!("{path}: {e}"))?;
+            let m = f.metadata().unwrap();
+            if (m.dev(), m.ino()) != (want.dev(), want.ino()) {
+                return Err(format!(
+                    "open_via_setns({path}, {from:?}) opened another file"
+                ));
+            }
+        }
+        check_dump(
+            &t,
+            &full_version(interp),
+            &format!("{jail}{}", interp.path.display()),
+        )?;
+        Ok(format!("interpreter mapped from {holder}"))
     });
 }
 

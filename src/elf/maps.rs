@@ -7,7 +7,7 @@
 
 use super::ElfFile;
 use crate::error::{Error, Result};
-use crate::ptrace::ns::Namespaces;
+use crate::ptrace::ns::{self, Namespaces};
 use std::fs::File;
 use std::path::{Path, PathBuf};
 
@@ -87,14 +87,16 @@ pub fn load_bias(maps: &[MapEntry], path: &str, elf: &ElfFile) -> Option<u64> {
         .map(|m| m.start.wrapping_sub(elf.first_load_svma))
 }
 
-/// Opens one of the target's files as the target sees it, given its path in /proc/PID/maps
-/// (where the kernel writes canonical paths: no symbolic links to resolve). Tries, in order:
-/// /proc/PID/exe when `path` is the executable, /proc/PID/root/PATH (the target's own
-/// mounts, even in another mount namespace), the map_files link (the file was deleted or
-/// replaced since it was mapped), and the target's mount namespace entered from a forked
-/// helper. Our own file of the same path only when the target shares our mounts and root:
-/// in a container the host's file of that name may be another build altogether.
-/// Returns the file and a name for messages.
+/// Opens one of the target's files, given its path in /proc/PID/maps. The kernel writes
+/// such paths canonical (no symbolic links), from our root when the target shares our
+/// mount namespace, else from the root of the target's namespace (even if the target is
+/// chrooted inside it). Tries, in order: /proc/PID/exe when `path` is the executable; then
+/// in our mount namespace the path itself; in another, /proc/PID/root/PATH (when the
+/// target's root is its namespace's root), the map_files link (the file was deleted or
+/// replaced since it was mapped, or the target is chrooted), and the target's mount
+/// namespace entered from a forked helper. Never our own file of that path for a target in
+/// another mount namespace: in a container, the host's file of that name may be another
+/// build altogether. Returns the file and a name for messages.
 pub fn open_target_file(
     pid: i32,
     path: &str,
@@ -105,7 +107,11 @@ pub fn open_target_file(
     if exe_path(pid).ok().as_deref() == Some(path) {
         tried.push(PathBuf::from(format!("/proc/{pid}/exe")));
     }
-    tried.push(PathBuf::from(format!("/proc/{pid}/root{path}")));
+    if ns.same_mounts {
+        tried.push(PathBuf::from(path));
+    } else if ns::root_is_namespace_root(pid) {
+        tried.push(PathBuf::from(format!("/proc/{pid}/root{path}")));
+    }
     if let Some(m) = maps.iter().find(|m| m.path.as_deref() == Some(path)) {
         tried.push(PathBuf::from(format!(
             "/proc/{pid}/map_files/{:x}-{:x}",
@@ -122,27 +128,26 @@ pub fn open_target_file(
             }
         }
     }
-    let last = if ns.same_files {
-        File::open(path)
+    let helper_err = if ns.same_mounts {
+        None
     } else {
-        crate::ptrace::ns::open_via_setns(pid, path)
-    };
-    match last {
-        Ok(f) => Ok((f, PathBuf::from(path))),
-        Err(e) => {
-            let e = match first_err {
-                Some(first) if matches!(first.raw_os_error(), Some(libc::EACCES | libc::EPERM)) => {
-                    first
-                }
-                _ => e,
-            };
-            Err(Error::from_os(
-                pid,
-                &format!("opening {path} as process {pid} sees it"),
-                e,
-            ))
+        match ns::open_via_setns(pid, path, ns::Resolve::NamespaceRoot) {
+            Ok(f) => return Ok((f, PathBuf::from(path))),
+            Err(e) => Some(e),
         }
-    }
+    };
+    // Want of permission explains the rest; else the first failure.
+    let e = match (first_err, helper_err) {
+        (Some(f), _) if matches!(f.raw_os_error(), Some(libc::EACCES | libc::EPERM)) => f,
+        (Some(f), _) => f,
+        (None, Some(h)) => h,
+        (None, None) => std::io::Error::from_raw_os_error(libc::ENOENT),
+    };
+    Err(Error::from_os(
+        pid,
+        &format!("opening {path} as process {pid} sees it"),
+        e,
+    ))
 }
 
 /// The executable's path as the target sees it (the /proc/PID/exe link).

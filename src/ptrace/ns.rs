@@ -22,8 +22,11 @@ use std::sync::Mutex;
 /// Which of our namespaces the target shares.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Namespaces {
-    /// The target sees the same mounts as we do, from the same root directory: a path
-    /// means the same file to it and to us.
+    /// The target is in our mount namespace: the paths the kernel shows for its mappings
+    /// (/proc/PID/maps, /proc/PID/exe, written from our root) name the same files for us.
+    pub same_mounts: bool,
+    /// Also from the same root directory: a path the target uses itself (a code object's
+    /// file name) means the same file to it and to us.
     pub same_files: bool,
     /// The target's thread ids are ours (same PID namespace).
     pub same_pids: bool,
@@ -41,8 +44,10 @@ impl Namespaces {
                 _ => false,
             }
         };
+        let same_mounts = same("ns/mnt");
         Namespaces {
-            same_files: same("ns/mnt") && same("root"),
+            same_mounts,
+            same_files: same_mounts && same("root"),
             same_pids: same("ns/pid"),
         }
     }
@@ -50,10 +55,34 @@ impl Namespaces {
     /// Both namespaces shared: the common case of a process on the same host.
     pub fn host() -> Namespaces {
         Namespaces {
+            same_mounts: true,
             same_files: true,
             same_pids: true,
         }
     }
+}
+
+/// Whether the target's root directory is the root of its mount namespace (it is not
+/// chrooted inside it). The kernel writes the paths of another namespace's mappings from
+/// that namespace's root, so only then is /proc/PID/root/PATH the file of a mapping's PATH.
+/// (`..` of a namespace's root is itself; of a chroot directory, its parent.)
+pub fn root_is_namespace_root(pid: i32) -> bool {
+    let root = std::fs::metadata(format!("/proc/{pid}/root"));
+    let up = std::fs::metadata(format!("/proc/{pid}/root/.."));
+    match (root, up) {
+        (Ok(a), Ok(b)) => a.dev() == b.dev() && a.ino() == b.ino(),
+        _ => false,
+    }
+}
+
+/// Where the setns helper resolves a path from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Resolve {
+    /// The root of the target's mount namespace: for paths the kernel shows
+    /// (/proc/PID/maps), which start there even when the target is chrooted.
+    NamespaceRoot,
+    /// The target's own root directory: for paths the target uses itself.
+    ProcessRoot,
 }
 
 /// The id a thread has in its own (innermost) PID namespace: the last field of `NSpid` in
@@ -149,20 +178,25 @@ pub fn open_in_root(pid: i32, path: &str) -> io::Result<File> {
     }
     let err = io::Error::last_os_error();
     match err.raw_os_error() {
-        Some(libc::ENOSYS) | Some(libc::EPERM) => open_via_setns(pid, path),
+        Some(libc::ENOSYS) | Some(libc::EPERM) => open_via_setns(pid, path, Resolve::ProcessRoot),
         _ => Err(err),
     }
 }
 
 /// Opens `path` in the target's mount namespace from a forked helper: the helper (single
-/// threaded, so `setns(CLONE_NEWNS)` is allowed) enters the namespace, makes the target's
-/// root directory its own (the target may itself be chrooted), opens the file and sends
-/// the descriptor back with SCM_RIGHTS. Needs CAP_SYS_ADMIN and CAP_SYS_CHROOT.
-pub fn open_via_setns(pid: i32, path: &str) -> io::Result<File> {
+/// threaded, so `setns(CLONE_NEWNS)` is allowed) enters the namespace (which makes the
+/// namespace's root its root), for [`Resolve::ProcessRoot`] also makes the target's root
+/// directory its own (the target may be chrooted), opens the file and sends the descriptor
+/// back with SCM_RIGHTS. Needs CAP_SYS_ADMIN (and CAP_SYS_CHROOT for a process root).
+pub fn open_via_setns(pid: i32, path: &str, from: Resolve) -> io::Result<File> {
     relative(path)?;
     let mnt = File::open(format!("/proc/{pid}/ns/mnt"))?;
     let root = File::open(format!("/proc/{pid}/root"))?;
     let cpath = CString::new(path).map_err(|_| invalid("a path with a NUL byte"))?;
+    let root_fd = match from {
+        Resolve::ProcessRoot => root.as_raw_fd(),
+        Resolve::NamespaceRoot => -1,
+    };
     let (ours, theirs) = socket_pair()?;
     // SAFETY: the child below only makes async-signal-safe system calls on values prepared
     // before the fork (no allocation, no locks) and leaves with _exit.
@@ -172,14 +206,7 @@ pub fn open_via_setns(pid: i32, path: &str) -> io::Result<File> {
     }
     if child == 0 {
         // SAFETY: see above; every pointer passed is to memory that lives in this frame.
-        unsafe {
-            helper(
-                mnt.as_raw_fd(),
-                root.as_raw_fd(),
-                &cpath,
-                theirs.as_raw_fd(),
-            )
-        };
+        unsafe { helper(mnt.as_raw_fd(), root_fd, &cpath, theirs.as_raw_fd()) };
     }
     drop(theirs);
     let got = receive_fd(&ours);
@@ -194,7 +221,8 @@ pub fn open_via_setns(pid: i32, path: &str) -> io::Result<File> {
     got
 }
 
-/// The body of the forked helper. Never returns.
+/// The body of the forked helper: enter `mnt`, chroot to `root` unless it is -1, open
+/// `path`, send the result on `sock`. Never returns.
 ///
 /// # Safety
 /// Call only in the child of a fork: it ends the process.
@@ -207,8 +235,7 @@ unsafe fn helper(mnt: i32, root: i32, path: &CString, sock: i32) -> ! {
     // SAFETY: plain system calls on descriptors this process holds and a valid C string.
     let result = unsafe {
         if libc::setns(mnt, libc::CLONE_NEWNS) != 0
-            || libc::fchdir(root) != 0
-            || libc::chroot(c".".as_ptr()) != 0
+            || (root >= 0 && (libc::fchdir(root) != 0 || libc::chroot(c".".as_ptr()) != 0))
         {
             Err(errno())
         } else {
@@ -374,9 +401,12 @@ mod tests {
             println!("open_via_setns: SKIPPED: setns needs CAP_SYS_ADMIN (not root)");
             return;
         }
-        let g = open_via_setns(pid, path.to_str().unwrap()).unwrap();
-        assert_eq!(g.metadata().unwrap().ino(), want.ino());
-        let err = open_via_setns(pid, "/no/such/file/here").unwrap_err();
+        for from in [Resolve::NamespaceRoot, Resolve::ProcessRoot] {
+            let g = open_via_setns(pid, path.to_str().unwrap(), from).unwrap();
+            assert_eq!(g.metadata().unwrap().ino(), want.ino());
+        }
+        assert!(root_is_namespace_root(pid));
+        let err = open_via_setns(pid, "/no/such/file/here", Resolve::NamespaceRoot).unwrap_err();
         assert_eq!(err.raw_os_error(), Some(libc::ENOENT));
     }
 }
