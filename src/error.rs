@@ -155,6 +155,12 @@ pub fn permission_denied(pid: i32, what: &str) -> Error {
     }
 }
 
+/// Whether we run under a seccomp filter (`Seccomp: 2` in /proc/self/status).
+pub fn seccomp_filtered() -> bool {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    status_field(&status, "Seccomp") == Some("2")
+}
+
 /// The capability number of CAP_SYS_PTRACE (linux/capability.h).
 const CAP_SYS_PTRACE: u32 = 19;
 
@@ -189,6 +195,19 @@ pub fn permission_fix(f: &AccessFacts) -> String {
             "scalene-rs runs as root but without CAP_SYS_PTRACE (its capabilities were \
              dropped, as in a container started without it): {in_container_hint}"
         )),
+        (0, Some(true)) if f.seccomp_filter => parts.push(
+            "scalene-rs runs as root with CAP_SYS_PTRACE, but under a seccomp filter that \
+             refuses process_vm_readv or ptrace (a container's profile): start the container \
+             with `--cap-add SYS_PTRACE` (Docker's default profile then allows both) or \
+             `--security-opt seccomp=unconfined`, or run scalene-rs from the host"
+                .into(),
+        ),
+        (0, Some(true)) => parts.push(
+            "scalene-rs runs as root with CAP_SYS_PTRACE, yet the kernel refused: a security \
+             module (Yama, AppArmor, SELinux) or the target's user namespace forbids it; run \
+             scalene-rs from the host, outside any container"
+                .into(),
+        ),
         _ => match f.target_uid {
             Some(uid) if uid != f.euid => parts.push(format!(
                 "reading another user's process needs CAP_SYS_PTRACE: the process belongs to \
@@ -202,7 +221,7 @@ pub fn permission_fix(f: &AccessFacts) -> String {
             )),
         },
     }
-    if f.seccomp_filter {
+    if f.seccomp_filter && !(f.euid == 0 && f.has_cap_sys_ptrace == Some(true)) {
         parts.push(
             "scalene-rs runs under a seccomp filter that may refuse process_vm_readv and ptrace \
              (Docker's default profile allows them only with `--cap-add SYS_PTRACE`; else \
@@ -270,6 +289,10 @@ mod tests {
         };
         let m = permission_fix(&sandboxed);
         assert!(m.contains("seccomp") && m.contains("ptrace_scope=3"), "{m}");
+        assert!(
+            m.contains("--cap-add SYS_PTRACE") && !m.contains("sudo"),
+            "{m}"
+        );
         assert!(!m.contains('\n'));
         let yama1 = AccessFacts {
             euid: 1000,
