@@ -668,66 +668,96 @@ fn attach_to_a_namespaced_process_charges_its_hot_lines() {
             .unwrap()
     };
     let (lp, ln) = (mark("python"), mark("native"));
+    let quoted = std::fs::read_to_string(&fx)
+        .unwrap()
+        .lines()
+        .nth(lp as usize - 1)
+        .unwrap()
+        .split('#')
+        .next()
+        .unwrap()
+        .trim()
+        .to_string();
     for_each_interpreter("attach_namespaced", |interp, _| {
+        // As in path_absent_on_host.
         let d = prepare_scratch(&format!("attach-{}", interp.label));
         let (script, _, _) = script_path_absent(interp, &d, "cpu/split.py", "30");
-        let t = NsTarget::start(&script, false)?;
-        // Let it get past start-up and calibration.
-        std::thread::sleep(Duration::from_millis(1500));
-        let out = d.s("a.json");
-        let (code, _, err) =
-            run_bin(&["attach", &t.pid.to_string(), "--duration", "2", "-o", &out]);
-        if code != Some(0) {
-            return Err(format!("attach exited {code:?}: {err}"));
-        }
-        let p: Value = serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
         let file = d.s("mnt/app/split.py");
-        let f = p["files"]
+        let plain = attach_and_check(&script, &d, &file, (lp, ln), &quoted)?;
+        // Chrooted inside the namespaces, started by a relative name from the fixture's
+        // directory (before 3.9 its code then says "split.py"): its working directory, as
+        // /proc shows it, begins with the chroot directory, which must come off.
+        let d = prepare_scratch(&format!("attach-chroot-{}", interp.label));
+        let jail = d.s("mnt/jail");
+        let mut script = namespace_prelude(&d, &["cpu/split.py"]);
+        script += &format!(
+            "mkdir {j}\nmount --rbind / {j}\nexec chroot {j} sh -c \"cd {} && exec {} split.py 30\"\n",
+            sh_quote(&d.s("mnt/app")),
+            sh_quote(&interp.path.to_string_lossy()),
+            j = sh_quote(&jail)
+        );
+        let file = if interp.version() >= (3, 9) {
+            d.s("mnt/app/split.py")
+        } else {
+            "split.py".to_string()
+        };
+        let chrooted = attach_and_check(&script, &d, &file, (lp, ln), &quoted)?;
+        Ok(format!("{plain}; chrooted: {chrooted}"))
+    });
+}
+
+/// Starts `script` in new namespaces, attaches for 2 s, and checks that both hot lines of
+/// `file` (cpu/split.py) got their share and that `view`, while the target runs, quotes
+/// the Python line, read as the target sees its file (we have none of that path).
+fn attach_and_check(
+    script: &str,
+    d: &Scratch,
+    file: &str,
+    (lp, ln): (u64, u64),
+    quoted: &str,
+) -> Result<String, String> {
+    let t = NsTarget::start(script, false)?;
+    // Let it get past start-up and calibration.
+    std::thread::sleep(Duration::from_millis(1500));
+    let out = d.s("a.json");
+    let (code, _, err) = run_bin(&["attach", &t.pid.to_string(), "--duration", "2", "-o", &out]);
+    if code != Some(0) {
+        return Err(format!("attach exited {code:?}: {err}"));
+    }
+    let p: Value = serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
+    let f = p["files"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["filename"] == file)
+        .ok_or_else(|| format!("no {file} in the profile: {p}"))?;
+    let pct = |line: u64| -> f64 {
+        f["lines"]
             .as_array()
             .unwrap()
             .iter()
-            .find(|f| f["filename"] == file.as_str())
-            .ok_or_else(|| format!("no {file} in the profile: {p}"))?;
-        let pct = |line: u64| -> f64 {
-            f["lines"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .find(|l| l["line"] == line)
-                .map(|l| {
-                    ["cpu_python_pct", "cpu_native_pct", "cpu_system_pct"]
-                        .iter()
-                        .map(|k| l[k].as_f64().unwrap())
-                        .sum()
-                })
-                .unwrap_or(0.0)
-        };
-        // The terminal report quotes the hot line, read from the file inside the namespace
-        // (we have no file of that path) while the target is alive.
-        let (code, view_out, view_err) = run_bin(&["view", &out]);
-        let quoted = std::fs::read_to_string(&fx)
-            .unwrap()
-            .lines()
-            .nth(lp as usize - 1)
-            .unwrap()
-            .split('#')
-            .next()
-            .unwrap()
-            .trim()
-            .to_string();
-        if code != Some(0) || !(view_out.clone() + &view_err).contains(&quoted) {
-            return Err(format!(
-                "`view` while the target runs should quote {quoted:?}; exit {code:?}, got:\n{view_out}{view_err}"
-            ));
-        }
-        let (a, b) = (pct(lp), pct(ln));
-        let summary = format!("python line {a:.1}%, native line {b:.1}%");
-        // The same two hot lines as without namespaces (each about half).
-        if a < 35.0 || b < 35.0 {
-            return Err(summary);
-        }
-        Ok(summary)
-    });
+            .find(|l| l["line"] == line)
+            .map(|l| {
+                ["cpu_python_pct", "cpu_native_pct", "cpu_system_pct"]
+                    .iter()
+                    .map(|k| l[k].as_f64().unwrap())
+                    .sum()
+            })
+            .unwrap_or(0.0)
+    };
+    let (code, view_out, view_err) = run_bin(&["view", &out]);
+    if code != Some(0) || !(view_out.clone() + &view_err).contains(quoted) {
+        return Err(format!(
+            "`view` while the target runs should quote {quoted:?}; exit {code:?}, got:\n{view_out}{view_err}"
+        ));
+    }
+    let (a, b) = (pct(lp), pct(ln));
+    let summary = format!("python line {a:.1}%, native line {b:.1}%");
+    // The same two hot lines as without namespaces (each about half).
+    if a < 35.0 || b < 35.0 {
+        return Err(summary);
+    }
+    Ok(summary)
 }
 
 #[test]

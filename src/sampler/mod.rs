@@ -100,9 +100,7 @@ const RELIST_INTERVAL: Duration = Duration::from_millis(50);
 impl Sampler {
     pub fn new(proc: PythonProcess, cfg: SamplerConfig) -> Sampler {
         let walker = StackWalker::new(proc.layout, proc.addrs.types);
-        let cwd = std::fs::read_link(format!("/proc/{}/cwd", proc.pid))
-            .ok()
-            .map(|p| p.to_string_lossy().into_owned());
+        let cwd = target_cwd(proc.pid);
         Sampler {
             proc,
             walker,
@@ -360,6 +358,30 @@ impl Sampler {
                 .or_insert_with(|| read_source(pid, &absolute(file, cwd.as_deref())))
                 .clone()
         })
+    }
+}
+
+/// The target's working directory as the target sees it: /proc/PID/cwd is written from our
+/// root (or its namespace's), so a chrooted target's root directory is taken off its front.
+fn target_cwd(pid: i32) -> Option<String> {
+    let link = |what: &str| {
+        std::fs::read_link(format!("/proc/{pid}/{what}"))
+            .ok()
+            .map(|p| p.to_string_lossy().into_owned())
+    };
+    let cwd = link("cwd")?;
+    match link("root") {
+        Some(root) if root != "/" => cwd
+            .strip_prefix(&root)
+            .filter(|rest| rest.is_empty() || rest.starts_with('/'))
+            .map(|rest| {
+                if rest.is_empty() {
+                    "/".to_string()
+                } else {
+                    rest.to_string()
+                }
+            }),
+        _ => Some(cwd),
     }
 }
 
