@@ -12,8 +12,10 @@
 //!     reading our file of that path would give wrong symbols and the wrong version;
 //!   - `chrooted`: the target is also chrooted inside its namespaces, so the paths of its
 //!     mappings (from the namespace's root) and of its code (from its root) differ;
-//!   - `attach` to a CPU-bound fixture in the namespaces: its two hot lines get their
-//!     share, which needs its CPU time read under the thread ids of our namespace;
+//!   - `attach` to a CPU-bound fixture in the namespaces, plain and chrooted, until it
+//!     exits: its two hot lines get the share the fixture measured itself, which needs its
+//!     CPU time read under the thread ids of our namespace, and their source text, read
+//!     while the target ran;
 //!   - the library's file helpers: `open_in_root` (absolute symbolic links stay in the
 //!     target's root) and `open_via_setns` (the helper that enters its mount namespace).
 //!
@@ -21,7 +23,8 @@
 //! fixtures/dump_support.py), the right version, our TIDs (`native_id`, names from /proc)
 //! and the target's own TIDs (`ns_native_id`, as each thread reported itself).
 //! Without root or `unshare` the tests say that they are skipped and why. A Docker test
-//! runs where `docker info` works.
+//! (containers/docker.rs) runs where `docker info` works. The namespaced target and its
+//! scratch directory are in containers/ns_target.rs.
 
 mod common;
 
@@ -39,190 +42,12 @@ use std::time::{Duration, Instant};
 const BIN: &str = env!("CARGO_BIN_EXE_scalene-rs");
 const READY_TIMEOUT: Duration = Duration::from_secs(30);
 
-/// Why namespaces cannot be made here, if they cannot.
-fn cannot_make_namespaces() -> Option<String> {
-    if !nix::unistd::geteuid().is_root() {
-        return Some("not running as root (unshare --mount --pid needs CAP_SYS_ADMIN)".into());
-    }
-    match Command::new("unshare")
-        .args(["--mount", "--pid", "--fork", "true"])
-        .stderr(Stdio::piped())
-        .output()
-    {
-        Ok(o) if o.status.success() => None,
-        Ok(o) => Some(format!(
-            "`unshare --mount --pid --fork true` failed: {}",
-            String::from_utf8_lossy(&o.stderr).trim()
-        )),
-        Err(e) => Some(format!("cannot run unshare: {e}")),
-    }
-}
-
-macro_rules! require_namespaces {
-    ($test:expr) => {
-        if let Some(why) = cannot_make_namespaces() {
-            println!("{}: SKIPPED: {why}", $test);
-            return;
-        }
-    };
-}
-
-/// A scratch directory of ours, removed when dropped (after the namespace is gone).
-struct Scratch(PathBuf);
-
-impl Scratch {
-    fn new(name: &str) -> Scratch {
-        let dir = std::env::temp_dir().join(format!("scalene-rs-ns-{}-{name}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
-        Scratch(dir)
-    }
-    fn path(&self, rel: &str) -> PathBuf {
-        self.0.join(rel)
-    }
-    fn s(&self, rel: &str) -> String {
-        self.path(rel).to_string_lossy().into_owned()
-    }
-}
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
-/// A fixture running as PID 1 of new mount and PID namespaces.
-struct NsTarget {
-    unshare: Child,
-    /// Its PID in our namespace.
-    pid: i32,
-    lines: Receiver<String>,
-    stderr: Option<JoinHandle<String>>,
-    /// What the fixture printed before `ready`.
-    printed: Vec<String>,
-}
-
-impl NsTarget {
-    /// Runs `script` with `sh -e` inside the namespaces; waits for `ready` when `wait`.
-    fn start(script: &str, wait: bool) -> Result<NsTarget, String> {
-        let mut unshare = Command::new("unshare")
-            .args([
-                "--mount",
-                "--pid",
-                "--fork",
-                "--kill-child",
-                "--propagation",
-                "private",
-                "sh",
-                "-ec",
-                script,
-            ])
-            .env("PYTHONDONTWRITEBYTECODE", "1")
-            .env("LC_ALL", "C.UTF-8")
-            .env_remove("PYTHONPATH")
-            .env_remove("PYTHONHOME")
-            .env_remove("LD_LIBRARY_PATH")
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .map_err(|e| format!("cannot start unshare: {e}"))?;
-        let stdout = unshare.stdout.take().unwrap();
-        let (tx, rx) = mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines() {
-                let Ok(line) = line else { break };
-                if tx.send(line).is_err() {
-                    break;
-                }
-            }
-        });
-        let stderr = unshare.stderr.take().map(|mut e| {
-            std::thread::spawn(move || {
-                let mut s = String::new();
-                let _ = e.read_to_string(&mut s);
-                s
-            })
-        });
-        let mut t = NsTarget {
-            pid: 0,
-            unshare,
-            lines: rx,
-            stderr,
-            printed: Vec::new(),
-        };
-        // unshare's one child is PID 1 of the new namespace.
-        let uid = t.unshare.id();
-        let deadline = Instant::now() + READY_TIMEOUT;
-        while t.pid == 0 {
-            let children = std::fs::read_to_string(format!("/proc/{uid}/task/{uid}/children"))
-                .unwrap_or_default();
-            if let Some(p) = children.split_whitespace().next() {
-                t.pid = p.parse().unwrap();
-            } else if Instant::now() > deadline || t.unshare.try_wait().ok().flatten().is_some() {
-                return Err(t.failure("no PID 1 appeared in the namespace"));
-            } else {
-                std::thread::sleep(Duration::from_millis(5));
-            }
-        }
-        if wait {
-            t.wait_for("ready")?;
-        }
-        Ok(t)
-    }
-
-    fn wait_for(&mut self, want: &str) -> Result<(), String> {
-        let deadline = Instant::now() + READY_TIMEOUT;
-        loop {
-            match self
-                .lines
-                .recv_timeout(deadline.saturating_duration_since(Instant::now()))
-            {
-                Ok(line) if line == want => return Ok(()),
-                Ok(line) => self.printed.push(line),
-                Err(_) => return Err(self.failure(&format!("no `{want}` line"))),
-            }
-        }
-    }
-
-    /// The JSON after `prefix ` in what the fixture printed.
-    fn printed_json(&self, prefix: &str) -> Value {
-        let line = self
-            .printed
-            .iter()
-            .find_map(|l| l.strip_prefix(prefix)?.strip_prefix(' '))
-            .unwrap_or_else(|| panic!("the fixture printed no `{prefix}` line"));
-        serde_json::from_str(line).unwrap()
-    }
-
-    fn failure(&mut self, what: &str) -> String {
-        self.kill();
-        let err = self.stderr.take().map(|h| h.join().unwrap_or_default());
-        format!(
-            "namespaced fixture: {what}; stdout {:?}; stderr:\n{}",
-            self.printed,
-            err.unwrap_or_default()
-        )
-    }
-
-    fn kill(&mut self) {
-        if self.pid > 0 {
-            // PID 1 of its namespace ignores SIGTERM; SIGKILL ends it and the namespace.
-            let _ = nix::sys::signal::kill(
-                nix::unistd::Pid::from_raw(self.pid),
-                nix::sys::signal::Signal::SIGKILL,
-            );
-        }
-        let _ = self.unshare.kill();
-        let _ = self.unshare.wait();
-    }
-}
-
-impl Drop for NsTarget {
-    fn drop(&mut self) {
-        self.kill();
-    }
-}
+#[macro_use]
+#[path = "containers/ns_target.rs"]
+mod ns_target;
+#[path = "containers/docker.rs"]
+mod docker;
+use ns_target::*;
 
 /// The pyenv tree of a shared-libpython build and its libpython's file name, or None for a
 /// static build.
@@ -255,10 +80,6 @@ fn full_version(interp: &Interpreter) -> String {
         .output()
         .unwrap();
     String::from_utf8_lossy(&out.stdout).trim().to_string()
-}
-
-fn sh_quote(s: &str) -> String {
-    format!("'{}'", s.replace('\'', r"'\''"))
 }
 
 /// Script lines that put `fixtures` into `<scratch>/mnt/app` on a tmpfs only the namespace
@@ -681,7 +502,7 @@ fn attach_to_a_namespaced_process_charges_its_hot_lines() {
     for_each_interpreter("attach_namespaced", |interp, _| {
         // As in path_absent_on_host.
         let d = prepare_scratch(&format!("attach-{}", interp.label));
-        let (script, _, _) = script_path_absent(interp, &d, "cpu/split.py", "30");
+        let (script, _, _) = script_path_absent(interp, &d, "cpu/split.py", RUN_SECONDS);
         let file = d.s("mnt/app/split.py");
         let plain = attach_and_check(&script, &d, &file, (lp, ln), &quoted)?;
         // Chrooted inside the namespaces, started by a relative name from the fixture's
@@ -691,7 +512,7 @@ fn attach_to_a_namespaced_process_charges_its_hot_lines() {
         let jail = d.s("mnt/jail");
         let mut script = namespace_prelude(&d, &["cpu/split.py"]);
         script += &format!(
-            "mkdir {j}\nmount --rbind / {j}\nexec chroot {j} sh -c \"cd {} && exec {} split.py 30\"\n",
+            "mkdir {j}\nmount --rbind / {j}\nexec chroot {j} sh -c \"cd {} && exec {} split.py {RUN_SECONDS}\"\n",
             sh_quote(&d.s("mnt/app")),
             sh_quote(&interp.path.to_string_lossy()),
             j = sh_quote(&jail)
@@ -706,9 +527,18 @@ fn attach_to_a_namespaced_process_charges_its_hot_lines() {
     });
 }
 
-/// Starts `script` in new namespaces, attaches for 2 s, and checks that both hot lines of
-/// `file` (cpu/split.py) got their share and that `view`, while the target runs, quotes
-/// the Python line, read as the target sees its file (we have none of that path).
+/// How long the attach fixture runs (seconds, as its argument).
+const RUN_SECONDS: &str = "5";
+/// How far our split of the two hot lines may be from the fixture's own measurement
+/// (percentage points of the pair's time).
+const SPLIT_TOLERANCE: f64 = 15.0;
+
+/// Starts `script` in new namespaces, attaches from shortly after its start until it
+/// exits, and checks the two hot lines of `file` (cpu/split.py): together most of the
+/// time, and split between them as the fixture itself measured (its `truth` line: each
+/// line's CPU seconds). Then `view`, with the target and its namespace gone, must still
+/// quote the Python line: its source was read while the target ran, as the target saw the
+/// file (we have none of that path).
 fn attach_and_check(
     script: &str,
     d: &Scratch,
@@ -716,14 +546,30 @@ fn attach_and_check(
     (lp, ln): (u64, u64),
     quoted: &str,
 ) -> Result<String, String> {
-    let t = NsTarget::start(script, false)?;
-    // Let it get past start-up and calibration.
-    std::thread::sleep(Duration::from_millis(1500));
+    let mut t = NsTarget::start(script, false)?;
+    // Past start-up and calibration (a few tens of ms of CPU).
+    std::thread::sleep(Duration::from_millis(1000));
     let out = d.s("a.json");
-    let (code, _, err) = run_bin(&["attach", &t.pid.to_string(), "--duration", "2", "-o", &out]);
+    let (code, _, err) = run_bin(&["attach", &t.pid.to_string(), "-o", &out]);
     if code != Some(0) {
         return Err(format!("attach exited {code:?}: {err}"));
     }
+    t.wait_for("done")?;
+    let truth_line = t
+        .lines
+        .recv_timeout(READY_TIMEOUT)
+        .map_err(|e| format!("no truth line: {e}"))?;
+    let truth: Vec<f64> = truth_line
+        .strip_prefix("truth ")
+        .map(|r| {
+            r.split(' ')
+                .filter_map(|kv| kv.split_once('=')?.1.parse().ok())
+                .collect()
+        })
+        .unwrap_or_default();
+    let [py_s, native_s] = truth[..] else {
+        return Err(format!("unexpected truth line {truth_line:?}"));
+    };
     let p: Value = serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
     let f = p["files"]
         .as_array()
@@ -748,13 +594,17 @@ fn attach_and_check(
     let (code, view_out, view_err) = run_bin(&["view", &out]);
     if code != Some(0) || !(view_out.clone() + &view_err).contains(quoted) {
         return Err(format!(
-            "`view` while the target runs should quote {quoted:?}; exit {code:?}, got:\n{view_out}{view_err}"
+            "`view` should quote {quoted:?}; exit {code:?}, got:\n{view_out}{view_err}"
         ));
     }
     let (a, b) = (pct(lp), pct(ln));
-    let summary = format!("python line {a:.1}%, native line {b:.1}%");
-    // The same two hot lines as without namespaces (each about half).
-    if a < 35.0 || b < 35.0 {
+    let ours = 100.0 * a / (a + b).max(1e-9);
+    let theirs = 100.0 * py_s / (py_s + native_s).max(1e-9);
+    let summary = format!(
+        "hot lines {:.1}% of the time, python line {ours:.1}% of them (the fixture measured {theirs:.1}%)",
+        a + b
+    );
+    if a + b < 80.0 || (ours - theirs).abs() > SPLIT_TOLERANCE {
         return Err(summary);
     }
     Ok(summary)
@@ -787,111 +637,4 @@ fn dump_a_process_in_a_docker_container() {
         }
     }
     docker::dump_in_container();
-}
-
-/// The Docker case: an image imported from a root file system made here (no registry), a
-/// static CPython in it, dumped from outside.
-mod docker {
-    use super::*;
-
-    fn docker(args: &[&str]) -> Result<String, String> {
-        let o = Command::new("docker")
-            .args(args)
-            .output()
-            .map_err(|e| e.to_string())?;
-        if !o.status.success() {
-            return Err(format!(
-                "docker {args:?}: {}",
-                String::from_utf8_lossy(&o.stderr)
-            ));
-        }
-        Ok(String::from_utf8_lossy(&o.stdout).trim().to_string())
-    }
-
-    pub fn dump_in_container() {
-        let Some(interp) = common::interpreters()
-            .into_iter()
-            .find(|i| shared_lib(i).is_none())
-        else {
-            println!("docker: SKIPPED: no static CPython build to put in an image");
-            return;
-        };
-        let (maj, min) = interp.version();
-        let d = Scratch::new("docker");
-        let root = d.path("rootfs");
-        // The interpreter, its standard library and the shared libraries it needs.
-        let mut files = vec![interp.path.to_string_lossy().into_owned()];
-        let ldd = Command::new("ldd").arg(&interp.path).output().unwrap();
-        for l in String::from_utf8_lossy(&ldd.stdout).lines() {
-            if let Some(p) = l.split_whitespace().find(|w| w.starts_with('/')) {
-                files.push(p.to_string());
-            }
-        }
-        for f in &files {
-            let dst = root.join(f.trim_start_matches('/'));
-            std::fs::create_dir_all(dst.parent().unwrap()).unwrap();
-            std::fs::copy(f, &dst).unwrap();
-        }
-        let stdlib = format!("/usr/lib/python{maj}.{min}");
-        let status = Command::new("cp")
-            .args(["-a", &stdlib])
-            .arg(root.join(format!("usr/lib/python{maj}.{min}")))
-            .status()
-            .unwrap();
-        assert!(status.success());
-        let app = root.join("app");
-        std::fs::create_dir_all(&app).unwrap();
-        for f in ["dump_shapes.py", "dump_support.py"] {
-            std::fs::copy(common::fixture(f), app.join(f)).unwrap();
-        }
-        let tag = format!("scalene-rs-test-py:{}", std::process::id());
-        let tar = d.s("rootfs.tar");
-        assert!(Command::new("tar")
-            .args(["-C", &root.to_string_lossy(), "-cf", &tar, "."])
-            .status()
-            .unwrap()
-            .success());
-        docker(&["import", &tar, &tag]).unwrap();
-        let exe = interp.path.to_string_lossy().into_owned();
-        let id = docker(&[
-            "run",
-            "-d",
-            "--rm",
-            "-e",
-            "PYTHONDONTWRITEBYTECODE=1",
-            &tag,
-            &exe,
-            "/app/dump_shapes.py",
-        ]);
-        let result = id.clone().and_then(|id| {
-            let deadline = Instant::now() + READY_TIMEOUT;
-            while !docker(&["logs", &id])?.lines().any(|l| l == "ready") {
-                if Instant::now() > deadline {
-                    return Err("the container never printed `ready`".into());
-                }
-                std::thread::sleep(Duration::from_millis(100));
-            }
-            let pid = docker(&["inspect", "-f", "{{.State.Pid}}", &id])?;
-            let (code, out, err) = run_bin(&["dump", &pid, "--json"]);
-            if code != Some(0) {
-                return Err(format!("dump exited {code:?}: {err}"));
-            }
-            let v: Value = serde_json::from_str(&out).map_err(|e| e.to_string())?;
-            let main = v["threads"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .find(|t| t["ns_native_id"] == 1)
-                .ok_or("no thread with id 1 in the container")?;
-            if main["frames"][0]["filename"] != "/app/dump_shapes.py" {
-                return Err(format!("main thread: {main}"));
-            }
-            Ok(())
-        });
-        if let Ok(id) = &id {
-            let _ = docker(&["kill", id]);
-        }
-        let _ = docker(&["rmi", "-f", &tag]);
-        result.unwrap();
-    }
 }

@@ -88,6 +88,9 @@ pub struct Sampler {
     /// Where each thread was the last time it was seen running: CPU time a thread used
     /// before it went to sleep belongs there, not to the line it sleeps on.
     last_running: HashMap<i32, (Vec<Frame>, Activity)>,
+    /// Source lines read while sampling, by code file name (targets in another mount
+    /// namespace only; others are read at the end).
+    sources: HashMap<String, Option<Vec<String>>>,
     /// The last listing of the target's threads and when it was taken.
     tids_listed: Option<(Instant, Vec<i32>)>,
 }
@@ -112,6 +115,7 @@ impl Sampler {
             last_wall: None,
             cwd,
             last_running: HashMap::new(),
+            sources: HashMap::new(),
             tids_listed: None,
         }
     }
@@ -263,6 +267,17 @@ impl Sampler {
             thread_name: None,
         };
         let attribution = self.attribution(frames);
+        // A target with its own files (a container's): read a source while the process is
+        // there to show it, not at the end (it may have exited, taking its files' view along).
+        if !self.proc.namespaces.same_files {
+            if let Some(f) = attribution {
+                if !self.sources.contains_key(&f.filename) {
+                    let text =
+                        read_source(self.proc.pid, &absolute(&f.filename, self.cwd.as_deref()));
+                    self.sources.insert(f.filename.clone(), text);
+                }
+            }
+        }
         self.agg.add(&sample, attribution);
     }
 
@@ -349,7 +364,7 @@ impl Sampler {
             mode: if self.cfg.wall { "wall" } else { "cpu" }.into(),
             profile_all: self.cfg.profile_all,
         };
-        let mut cache: HashMap<String, Option<Vec<String>>> = HashMap::new();
+        let mut cache = self.sources.clone();
         let pid = self.proc.pid;
         let cwd = self.cwd.clone();
         self.agg.finish(meta, &mut |file| {

@@ -1,0 +1,105 @@
+//! The Docker case: an image imported from a root file system made here (no registry), a
+//! static CPython in it, dumped from outside.
+
+use super::*;
+
+fn docker(args: &[&str]) -> Result<String, String> {
+    let o = Command::new("docker")
+        .args(args)
+        .output()
+        .map_err(|e| e.to_string())?;
+    if !o.status.success() {
+        return Err(format!(
+            "docker {args:?}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        ));
+    }
+    Ok(String::from_utf8_lossy(&o.stdout).trim().to_string())
+}
+
+pub fn dump_in_container() {
+    let Some(interp) = common::interpreters()
+        .into_iter()
+        .find(|i| shared_lib(i).is_none())
+    else {
+        println!("docker: SKIPPED: no static CPython build to put in an image");
+        return;
+    };
+    let (maj, min) = interp.version();
+    let d = Scratch::new("docker");
+    let root = d.path("rootfs");
+    // The interpreter, its standard library and the shared libraries it needs.
+    let mut files = vec![interp.path.to_string_lossy().into_owned()];
+    let ldd = Command::new("ldd").arg(&interp.path).output().unwrap();
+    for l in String::from_utf8_lossy(&ldd.stdout).lines() {
+        if let Some(p) = l.split_whitespace().find(|w| w.starts_with('/')) {
+            files.push(p.to_string());
+        }
+    }
+    for f in &files {
+        let dst = root.join(f.trim_start_matches('/'));
+        std::fs::create_dir_all(dst.parent().unwrap()).unwrap();
+        std::fs::copy(f, &dst).unwrap();
+    }
+    let stdlib = format!("/usr/lib/python{maj}.{min}");
+    let status = Command::new("cp")
+        .args(["-a", &stdlib])
+        .arg(root.join(format!("usr/lib/python{maj}.{min}")))
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let app = root.join("app");
+    std::fs::create_dir_all(&app).unwrap();
+    for f in ["dump_shapes.py", "dump_support.py"] {
+        std::fs::copy(common::fixture(f), app.join(f)).unwrap();
+    }
+    let tag = format!("scalene-rs-test-py:{}", std::process::id());
+    let tar = d.s("rootfs.tar");
+    assert!(Command::new("tar")
+        .args(["-C", &root.to_string_lossy(), "-cf", &tar, "."])
+        .status()
+        .unwrap()
+        .success());
+    docker(&["import", &tar, &tag]).unwrap();
+    let exe = interp.path.to_string_lossy().into_owned();
+    let id = docker(&[
+        "run",
+        "-d",
+        "--rm",
+        "-e",
+        "PYTHONDONTWRITEBYTECODE=1",
+        &tag,
+        &exe,
+        "/app/dump_shapes.py",
+    ]);
+    let result = id.clone().and_then(|id| {
+        let deadline = Instant::now() + READY_TIMEOUT;
+        while !docker(&["logs", &id])?.lines().any(|l| l == "ready") {
+            if Instant::now() > deadline {
+                return Err("the container never printed `ready`".into());
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        let pid = docker(&["inspect", "-f", "{{.State.Pid}}", &id])?;
+        let (code, out, err) = run_bin(&["dump", &pid, "--json"]);
+        if code != Some(0) {
+            return Err(format!("dump exited {code:?}: {err}"));
+        }
+        let v: Value = serde_json::from_str(&out).map_err(|e| e.to_string())?;
+        let main = v["threads"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|t| t["ns_native_id"] == 1)
+            .ok_or("no thread with id 1 in the container")?;
+        if main["frames"][0]["filename"] != "/app/dump_shapes.py" {
+            return Err(format!("main thread: {main}"));
+        }
+        Ok(())
+    });
+    if let Ok(id) = &id {
+        let _ = docker(&["kill", id]);
+    }
+    let _ = docker(&["rmi", "-f", &tag]);
+    result.unwrap();
+}
