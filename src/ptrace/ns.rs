@@ -136,7 +136,8 @@ impl TidMap {
             return ours.iter().map(|&t| (t, t)).collect();
         }
         let mut cache = self.cache.lock().unwrap_or_else(|e| e.into_inner());
-        cache.retain(|t, _| ours.contains(t));
+        let listed: std::collections::HashSet<i32> = ours.iter().copied().collect();
+        cache.retain(|t, _| listed.contains(t));
         for &t in ours {
             if let std::collections::hash_map::Entry::Vacant(e) = cache.entry(t) {
                 if let Some(inner) = inner_tid(self.pid, t) {
