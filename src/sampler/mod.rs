@@ -418,19 +418,20 @@ pub fn read_source(pid: i32, file: &str) -> Option<Vec<String>> {
     if !file.starts_with('/') {
         return None;
     }
-    let mut bytes = Vec::new();
-    match crate::ptrace::ns::open_in_root(pid, file) {
-        Ok(mut f) => {
-            f.read_to_end(&mut bytes).ok()?;
+    let ours = || std::fs::read(file).ok();
+    let bytes = if crate::ptrace::ns::Namespaces::of(pid).same_files {
+        ours()?
+    } else {
+        match crate::ptrace::ns::open_in_root(pid, file) {
+            Ok(mut f) => {
+                let mut bytes = Vec::new();
+                f.read_to_end(&mut bytes).ok()?;
+                bytes
+            }
+            Err(_) if !crate::error::process_exists(pid) => ours()?,
+            Err(_) => return None,
         }
-        Err(_)
-            if !crate::error::process_exists(pid)
-                || crate::ptrace::ns::Namespaces::of(pid).same_files =>
-        {
-            bytes = std::fs::read(file).ok()?;
-        }
-        Err(_) => return None,
-    }
+    };
     Some(
         String::from_utf8_lossy(&bytes)
             .lines()
