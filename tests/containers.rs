@@ -12,6 +12,7 @@
 //!     reading our file of that path would give wrong symbols and the wrong version;
 //!   - `chrooted`: the target is also chrooted inside its namespaces, so the paths of its
 //!     mappings (from the namespace's root) and of its code (from its root) differ;
+//!   - `active_without_gil`: threads running native code without the GIL are not idle;
 //!   - `attach` to a CPU-bound fixture in the namespaces, plain and chrooted, until it
 //!     exits: its two hot lines get the share the fixture measured itself, which needs its
 //!     CPU time read under the thread ids of our namespace, and their source text, read
@@ -420,6 +421,53 @@ fn dump_a_namespaced_process_whose_interpreter_path_holds_another_build_on_host(
         }
         check_dump(&t, &full_version(interp), &exe)?;
         Ok(format!("{holder} is {} on our side", decoy.display()))
+    });
+}
+
+/// A thread that runs native code without the GIL (fixtures/busy_native.py) is active, not
+/// idle: its scheduler state must be read under our id for it, not its own.
+#[test]
+fn dump_reports_namespaced_threads_running_without_the_gil_as_active() {
+    require_namespaces!("active_without_gil");
+    for_each_interpreter("active_without_gil", |interp, _| {
+        let d = prepare_scratch(&format!("busy-{}", interp.label));
+        let (script, _, _) = script_path_absent(interp, &d, "busy_native.py", "");
+        let t = NsTarget::start(&script, true)?;
+        let roles = t.printed_json("threads");
+        let pid = t.pid.to_string();
+        let mut gil_free_active = 0;
+        for round in 0..5 {
+            let (code, out, err) = run_bin(&["dump", &pid, "--json"]);
+            if code != Some(0) {
+                return Err(format!("dump {round}: exit {code:?}: {err}"));
+            }
+            let dump: Value = serde_json::from_str(&out).map_err(|e| e.to_string())?;
+            {
+                let role = "deflater";
+                let ident = &roles[role][0];
+                let th = dump["threads"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .find(|t| t["thread_id"] == *ident)
+                    .ok_or_else(|| format!("dump {round}: no {role} thread"))?;
+                if th["idle"] != false {
+                    return Err(format!(
+                        "dump {round}: {role} runs but is reported idle: {th}"
+                    ));
+                }
+                if th["holds_gil"] == false {
+                    gil_free_active += 1;
+                }
+            }
+        }
+        // Not holding the GIL is what makes `idle` depend on the scheduler state.
+        if gil_free_active == 0 {
+            return Err("the deflater held the GIL in every dump: nothing was tested".into());
+        }
+        Ok(format!(
+            "{gil_free_active} of 5 dumps found the deflater running without the GIL"
+        ))
     });
 }
 
