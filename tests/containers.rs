@@ -231,11 +231,19 @@ fn check_mapped(t: &NsTarget, holder: &str) -> Result<(), String> {
 }
 
 /// Dumps the namespaced dump_shapes.py and checks every thread against what it said.
+/// Both ways: pausing the threads, and `--nonblocking`.
 fn check_dump(t: &NsTarget, version: &str, exe: &str) -> Result<(), String> {
+    check_dump_with(t, version, exe, &[])?;
+    check_dump_with(t, version, exe, &["--nonblocking"])
+}
+
+fn check_dump_with(t: &NsTarget, version: &str, exe: &str, extra: &[&str]) -> Result<(), String> {
     let pid = t.pid.to_string();
-    let (code, out, err) = run_bin(&["dump", &pid, "--json"]);
+    let mut args = vec!["dump", pid.as_str(), "--json"];
+    args.extend_from_slice(extra);
+    let (code, out, err) = run_bin(&args);
     if code != Some(0) {
-        return Err(format!("dump {pid} exited {code:?}: {err}"));
+        return Err(format!("{args:?} exited {code:?}: {err}"));
     }
     let dump: Value = serde_json::from_str(&out).map_err(|e| format!("{e}: {out}"))?;
     let mut errs = Vec::new();
@@ -327,7 +335,7 @@ fn check_dump(t: &NsTarget, version: &str, exe: &str) -> Result<(), String> {
     if errs.is_empty() {
         Ok(())
     } else {
-        Err(errs.join("\n"))
+        Err(format!("dump {}: {}", extra.join(" "), errs.join("\n")))
     }
 }
 
