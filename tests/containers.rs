@@ -233,12 +233,23 @@ fn check_mapped(t: &NsTarget, holder: &str) -> Result<(), String> {
 /// Dumps the namespaced dump_shapes.py and checks every thread against what it said.
 /// Both ways: pausing the threads, and `--nonblocking`.
 fn check_dump(t: &NsTarget, version: &str, exe: &str) -> Result<(), String> {
-    check_dump_with(t, version, exe, &[])?;
-    check_dump_with(t, version, exe, &["--nonblocking"])
+    check_dumps(t.pid, &t.printed, version, exe)
 }
 
-fn check_dump_with(t: &NsTarget, version: &str, exe: &str, extra: &[&str]) -> Result<(), String> {
-    let pid = t.pid.to_string();
+/// [`check_dump`] for process `pid` (ours) that printed `printed`; also used for Docker.
+fn check_dumps(pid: i32, printed: &[String], version: &str, exe: &str) -> Result<(), String> {
+    check_dump_with(pid, printed, version, exe, &[])?;
+    check_dump_with(pid, printed, version, exe, &["--nonblocking"])
+}
+
+fn check_dump_with(
+    pid: i32,
+    printed: &[String],
+    version: &str,
+    exe: &str,
+    extra: &[&str],
+) -> Result<(), String> {
+    let pid = pid.to_string();
     let mut args = vec!["dump", pid.as_str(), "--json"];
     args.extend_from_slice(extra);
     let (code, out, err) = run_bin(&args);
@@ -265,7 +276,7 @@ fn check_dump_with(t: &NsTarget, version: &str, exe: &str, extra: &[&str]) -> Re
         .map(|t| (t["thread_id"].to_string(), t))
         .collect();
     // Exact frames: the interpreter's own view of every thread but the reporter.
-    let truth = t.printed_json("truth");
+    let truth = printed_json(printed, "truth");
     for (ident, stack) in truth.as_object().unwrap() {
         let Some(th) = by_ident.get(ident) else {
             errs.push(format!("thread {ident} missing from the dump"));
@@ -284,7 +295,7 @@ fn check_dump_with(t: &NsTarget, version: &str, exe: &str, extra: &[&str]) -> Re
         }
     }
     // Thread ids: ours (in /proc/PID/task, with the thread's own id as NSpid) and its own.
-    let roles = t.printed_json("threads");
+    let roles = printed_json(printed, "threads");
     for (role, v) in roles.as_object().unwrap() {
         let ident = v[0].to_string();
         let Some(th) = by_ident.get(&ident) else {

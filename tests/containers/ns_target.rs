@@ -151,12 +151,7 @@ impl NsTarget {
 
     /// The JSON after `prefix ` in what the fixture printed.
     pub fn printed_json(&self, prefix: &str) -> Value {
-        let line = self
-            .printed
-            .iter()
-            .find_map(|l| l.strip_prefix(prefix)?.strip_prefix(' '))
-            .unwrap_or_else(|| panic!("the fixture printed no `{prefix}` line"));
-        serde_json::from_str(line).unwrap()
+        printed_json(&self.printed, prefix)
     }
 
     pub fn failure(&mut self, what: &str) -> String {
@@ -186,6 +181,15 @@ impl Drop for NsTarget {
     fn drop(&mut self) {
         self.kill();
     }
+}
+
+/// The JSON after `prefix ` in lines a fixture printed (the dump_support protocol).
+pub fn printed_json(printed: &[String], prefix: &str) -> Value {
+    let line = printed
+        .iter()
+        .find_map(|l| l.strip_prefix(prefix)?.strip_prefix(' '))
+        .unwrap_or_else(|| panic!("the fixture printed no `{prefix}` line"));
+    serde_json::from_str(line).unwrap()
 }
 
 pub fn sh_quote(s: &str) -> String {
