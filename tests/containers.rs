@@ -677,6 +677,47 @@ fn attach_and_check(
     Ok(summary)
 }
 
+/// The root file system the Docker test imports as an image, run here as the root of new
+/// namespaces (chroot): the interpreter and everything it loads come from files that exist
+/// on our side only under that directory.
+#[test]
+fn dump_a_process_in_a_root_file_system_of_its_own() {
+    require_namespaces!("own_root_file_system");
+    let Some(interp) = docker::static_interpreter() else {
+        println!(
+            "own_root_file_system: SKIPPED: no static CPython build to put in a root file system"
+        );
+        return;
+    };
+    let d = prepare_scratch("rootfs");
+    let root = docker::build_rootfs(&interp, &d);
+    let exe = interp.path.to_string_lossy().into_owned();
+    let script = format!(
+        "exec chroot {} {} /app/dump_shapes.py\n",
+        sh_quote(&root.to_string_lossy()),
+        sh_quote(&exe)
+    );
+    let t = NsTarget::start(&script, true).unwrap();
+    // Every mapped file, libc included, is one of the root file system's.
+    let maps = std::fs::read_to_string(format!("/proc/{}/maps", t.pid)).unwrap();
+    let root_s = root.to_string_lossy().into_owned();
+    for l in maps.lines() {
+        if let Some(p) = l.split_whitespace().nth(5).filter(|p| p.starts_with('/')) {
+            assert!(
+                p.starts_with(&root_s),
+                "{p} is not from the root file system"
+            );
+        }
+    }
+    check_dumps(
+        t.pid,
+        &t.printed,
+        &full_version(&interp),
+        &format!("{root_s}{exe}"),
+    )
+    .unwrap();
+}
+
 #[test]
 fn dump_a_process_in_a_docker_container() {
     let info = Command::new("docker")

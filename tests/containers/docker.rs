@@ -1,5 +1,6 @@
 //! The Docker case: an image imported from a root file system made here (no registry), a
-//! static CPython in it, dumped from outside.
+//! static CPython in it, dumped from outside. The same root file system also runs without
+//! Docker (tests/containers.rs, `own_root_file_system`).
 
 use super::*;
 
@@ -17,16 +18,19 @@ fn docker(args: &[&str]) -> Result<String, String> {
     Ok(String::from_utf8_lossy(&o.stdout).trim().to_string())
 }
 
-pub fn dump_in_container() {
-    let Some(interp) = common::interpreters()
+/// The static interpreter of the matrix, if there is one (a root file system for it is a
+/// handful of files: no libpython to carry).
+pub fn static_interpreter() -> Option<Interpreter> {
+    common::interpreters()
         .into_iter()
         .find(|i| shared_lib(i).is_none())
-    else {
-        println!("docker: SKIPPED: no static CPython build to put in an image");
-        return;
-    };
+}
+
+/// Makes `<d>/rootfs`, a root file system like a container image's: the static
+/// interpreter at its own path, its standard library, the shared libraries it and its
+/// extension modules need, and the dump fixtures in /app.
+pub fn build_rootfs(interp: &Interpreter, d: &Scratch) -> PathBuf {
     let (maj, min) = interp.version();
-    let d = Scratch::new("docker");
     let root = d.path("rootfs");
     // The interpreter, its standard library and the shared libraries it needs.
     // (Extension modules' libraries too: ctypes, which the fixture uses to name its
@@ -64,6 +68,16 @@ pub fn dump_in_container() {
     for f in ["dump_shapes.py", "dump_support.py"] {
         std::fs::copy(common::fixture(f), app.join(f)).unwrap();
     }
+    root
+}
+
+pub fn dump_in_container() {
+    let Some(interp) = static_interpreter() else {
+        println!("docker: SKIPPED: no static CPython build to put in an image");
+        return;
+    };
+    let d = Scratch::new("docker");
+    let root = build_rootfs(&interp, &d);
     let tag = format!("scalene-rs-test-py:{}", std::process::id());
     let tar = d.s("rootfs.tar");
     assert!(Command::new("tar")
