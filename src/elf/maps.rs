@@ -137,8 +137,9 @@ pub fn open_target_file(
         }
     };
     // Want of permission explains the rest; else the first failure.
+    let denied = |e: &std::io::Error| matches!(e.raw_os_error(), Some(libc::EACCES | libc::EPERM));
     let e = match (first_err, helper_err) {
-        (Some(f), _) if matches!(f.raw_os_error(), Some(libc::EACCES | libc::EPERM)) => f,
+        (Some(f), Some(h)) if !denied(&f) && denied(&h) => h,
         (Some(f), _) => f,
         (None, Some(h)) => h,
         (None, None) => std::io::Error::from_raw_os_error(libc::ENOENT),
