@@ -372,6 +372,154 @@ fn permission_denied() {
     let _ = std::fs::remove_dir_all(bin.parent().unwrap());
 }
 
+/// Root without CAP_SYS_PTRACE (as in a container started without `--cap-add SYS_PTRACE`):
+/// `setpriv` drops it from the bounding set, so the dump runs with every other capability
+/// but that one, against a root-owned target whose capabilities it no longer covers.
+#[test]
+fn permission_denied_without_cap_sys_ptrace() {
+    if !nix::unistd::geteuid().is_root() {
+        println!("permission_denied_without_cap_sys_ptrace: SKIPPED: not running as root");
+        return;
+    }
+    if Command::new("setpriv").arg("--version").output().is_err() {
+        println!(
+            "permission_denied_without_cap_sys_ptrace: SKIPPED: no setpriv (util-linux) to drop CAP_SYS_PTRACE"
+        );
+        return;
+    }
+    for_each_interpreter("permission_denied_without_cap_sys_ptrace", |interp| {
+        let target = start(interp, "dump_recursion.py")?;
+        let pid = target.pid.to_string();
+        for sub in ["dump", "attach"] {
+            let mut cmd = Command::new("setpriv");
+            cmd.args([
+                "--inh-caps=-sys_ptrace",
+                "--bounding-set=-sys_ptrace",
+                "--",
+                BIN,
+                sub,
+                &pid,
+            ]);
+            if sub == "attach" {
+                cmd.args(["--duration", "1"]);
+            }
+            let run = run_cmd(cmd);
+            let line = expect_error(&format!("{sub} {pid} without CAP_SYS_PTRACE"), &run, 5)?;
+            if !(line.contains(&pid)
+                && line.contains("without CAP_SYS_PTRACE")
+                && line.contains("--cap-add SYS_PTRACE")
+                && line.contains("from the host"))
+            {
+                return Err(format!(
+                    "the message should say CAP_SYS_PTRACE is missing and how to grant it: {line:?}"
+                ));
+            }
+            if line.contains("sudo") {
+                return Err(format!("we are root already; `sudo` is no fix: {line:?}"));
+            }
+        }
+        Ok(())
+    });
+}
+
+/// Makes `cmd` run under a seccomp filter that answers EPERM to `syscalls`, as a
+/// container's profile does to what it does not allow.
+#[cfg(target_arch = "x86_64")]
+fn deny_with_eperm(cmd: &mut Command, syscalls: &[libc::c_long]) {
+    use std::os::unix::process::CommandExt;
+    const LD_W_ABS: u16 = 0x20;
+    const JEQ_K: u16 = 0x15;
+    const RET_K: u16 = 0x06;
+    const AUDIT_ARCH_X86_64: u32 = 0xc000_003e;
+    const RET_ALLOW: u32 = 0x7fff_0000;
+    const RET_ERRNO: u32 = 0x0005_0000;
+    let op = |code, jt, jf, k| libc::sock_filter { code, jt, jf, k };
+    // seccomp_data: nr at offset 0, arch at 4. Another architecture: allowed untouched.
+    let n = syscalls.len() as u8;
+    let mut prog = vec![
+        op(LD_W_ABS, 0, 0, 4),
+        op(JEQ_K, 1, 0, AUDIT_ARCH_X86_64),
+        op(RET_K, 0, 0, RET_ALLOW),
+        op(LD_W_ABS, 0, 0, 0),
+    ];
+    for (i, &nr) in syscalls.iter().enumerate() {
+        // Equal: jump to the EPERM return after the remaining tests and the ALLOW.
+        prog.push(op(JEQ_K, n - i as u8, 0, nr as u32));
+    }
+    prog.push(op(RET_K, 0, 0, RET_ALLOW));
+    prog.push(op(RET_K, 0, 0, RET_ERRNO | libc::EPERM as u32));
+    // SAFETY: the closure runs in the child between fork and exec and makes only two prctl
+    // calls on memory (`prog`, `fprog`) that the closure owns.
+    unsafe {
+        cmd.pre_exec(move || {
+            let fprog = libc::sock_fprog {
+                len: prog.len() as u16,
+                filter: prog.as_ptr() as *mut libc::sock_filter,
+            };
+            if libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0
+                || libc::prctl(
+                    libc::PR_SET_SECCOMP,
+                    libc::SECCOMP_MODE_FILTER,
+                    &fprog as *const libc::sock_fprog,
+                ) != 0
+            {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+}
+
+/// Under a seccomp filter (a container's default profile without `--cap-add SYS_PTRACE`):
+/// with process_vm_readv refused, memory is read through /proc/PID/mem; with ptrace refused
+/// too, pausing fails with exit 5 and a message that names the filter and the fix, while
+/// `--nonblocking` (no ptrace) still works.
+#[cfg(target_arch = "x86_64")]
+#[test]
+fn seccomp_filtered_profiler() {
+    for_each_interpreter("seccomp_filtered_profiler", |interp| {
+        let target = start(interp, "dump_recursion.py")?;
+        let pid = target.pid.to_string();
+        let frames = |run: &Run, what: &str| -> Result<(), String> {
+            let v: serde_json::Value = serde_json::from_str(&run.stdout)
+                .map_err(|e| format!("{what}: {e}; {}", run.describe()))?;
+            let any = v["threads"].as_array().is_some_and(|t| {
+                t.iter()
+                    .any(|t| t["frames"].as_array().is_some_and(|f| !f.is_empty()))
+            });
+            if run.code != Some(0) || !any {
+                return Err(format!("{what}: no stack read; {}", run.describe()));
+            }
+            Ok(())
+        };
+        let mut cmd = Command::new(BIN);
+        cmd.args(["dump", &pid, "--json"]);
+        deny_with_eperm(&mut cmd, &[libc::SYS_process_vm_readv]);
+        frames(&run_cmd(cmd), "dump, process_vm_readv refused")?;
+
+        let both = [libc::SYS_process_vm_readv, libc::SYS_ptrace];
+        let mut cmd = Command::new(BIN);
+        cmd.args(["dump", &pid, "--json", "--nonblocking"]);
+        deny_with_eperm(&mut cmd, &both);
+        frames(
+            &run_cmd(cmd),
+            "dump --nonblocking, process_vm_readv and ptrace refused",
+        )?;
+
+        let mut cmd = Command::new(BIN);
+        cmd.args(["dump", &pid]);
+        deny_with_eperm(&mut cmd, &both);
+        let run = run_cmd(cmd);
+        let line = expect_error("dump, process_vm_readv and ptrace refused", &run, 5)?;
+        if !(line.contains("seccomp") && line.contains("--cap-add SYS_PTRACE")) {
+            return Err(format!(
+                "the message should name the seccomp filter and the fix: {line:?}"
+            ));
+        }
+        Ok(())
+    });
+}
+
 #[test]
 fn unsupported_version_override() {
     for_each_interpreter("unsupported_version_override", |interp| {

@@ -3,9 +3,12 @@
 //! Owns: reading the map, finding a file's mappings, the load bias, and resolving a path as
 //! the target sees it (through /proc/PID/root, so a process in another mount namespace,
 //! e.g. a container, gets its own files, not the host's).
+//! Must not: open a path from our own view for a target that has its own.
 
 use super::ElfFile;
 use crate::error::{Error, Result};
+use crate::ptrace::ns::{self, Namespaces};
+use std::fs::File;
 use std::path::{Path, PathBuf};
 
 /// One line of /proc/PID/maps.
@@ -84,21 +87,68 @@ pub fn load_bias(maps: &[MapEntry], path: &str, elf: &ElfFile) -> Option<u64> {
         .map(|m| m.start.wrapping_sub(elf.first_load_svma))
 }
 
-/// A path inside the target's mount namespace, opened from the host: /proc/PID/root/PATH.
-/// Falls back to the map_files link (which works when the file was deleted or replaced),
-/// then to the plain path.
-pub fn target_path(pid: i32, path: &str, maps: &[MapEntry]) -> PathBuf {
-    let via_root = PathBuf::from(format!("/proc/{pid}/root{path}"));
-    if via_root.is_file() {
-        return via_root;
+/// Opens one of the target's files, given its path in /proc/PID/maps. The kernel writes
+/// such paths canonical (no symbolic links), from our root when the target shares our
+/// mount namespace, else from the root of the target's namespace (even if the target is
+/// chrooted inside it). Tries, in order: /proc/PID/exe when `path` is the executable; then
+/// in our mount namespace the path itself; in another, /proc/PID/root/PATH (when the
+/// target's root is its namespace's root), the map_files link (the file was deleted or
+/// replaced since it was mapped, or the target is chrooted), and the target's mount
+/// namespace entered from a forked helper. Never our own file of that path for a target in
+/// another mount namespace: in a container, the host's file of that name may be another
+/// build altogether. Returns the file and a name for messages.
+pub fn open_target_file(
+    pid: i32,
+    path: &str,
+    maps: &[MapEntry],
+    ns: Namespaces,
+) -> Result<(File, PathBuf)> {
+    let mut tried: Vec<PathBuf> = Vec::new();
+    if exe_path(pid).ok().as_deref() == Some(path) {
+        tried.push(PathBuf::from(format!("/proc/{pid}/exe")));
+    }
+    if ns.same_mounts {
+        tried.push(PathBuf::from(path));
+    } else if ns::root_is_namespace_root(pid) {
+        tried.push(PathBuf::from(format!("/proc/{pid}/root{path}")));
     }
     if let Some(m) = maps.iter().find(|m| m.path.as_deref() == Some(path)) {
-        let via_map = PathBuf::from(format!("/proc/{pid}/map_files/{:x}-{:x}", m.start, m.end));
-        if std::fs::metadata(&via_map).is_ok() {
-            return via_map;
+        tried.push(PathBuf::from(format!(
+            "/proc/{pid}/map_files/{:x}-{:x}",
+            m.start, m.end
+        )));
+    }
+    let mut first_err = None;
+    for p in tried {
+        match File::open(&p) {
+            Ok(f) if f.metadata().is_ok_and(|m| m.is_file()) => return Ok((f, p)),
+            Ok(_) => {}
+            Err(e) => {
+                first_err.get_or_insert(e);
+            }
         }
     }
-    PathBuf::from(path)
+    let helper_err = if ns.same_mounts {
+        None
+    } else {
+        match ns::open_via_setns(pid, path, ns::Resolve::NamespaceRoot) {
+            Ok(f) => return Ok((f, PathBuf::from(path))),
+            Err(e) => Some(e),
+        }
+    };
+    // Want of permission explains the rest; else the first failure.
+    let denied = |e: &std::io::Error| matches!(e.raw_os_error(), Some(libc::EACCES | libc::EPERM));
+    let e = match (first_err, helper_err) {
+        (Some(f), Some(h)) if !denied(&f) && denied(&h) => h,
+        (Some(f), _) => f,
+        (None, Some(h)) => h,
+        (None, None) => std::io::Error::from_raw_os_error(libc::ENOENT),
+    };
+    Err(Error::from_os(
+        pid,
+        &format!("opening {path} as process {pid} sees it"),
+        e,
+    ))
 }
 
 /// The executable's path as the target sees it (the /proc/PID/exe link).
@@ -131,7 +181,8 @@ mod tests {
         let pid = std::process::id() as i32;
         let maps = read_maps(pid).unwrap();
         let exe = exe_path(pid).unwrap();
-        let elf = ElfFile::open(&target_path(pid, &exe, &maps)).unwrap();
+        let (file, name) = open_target_file(pid, &exe, &maps, Namespaces::host()).unwrap();
+        let elf = ElfFile::from_file(&file, &name).unwrap();
         let bias = load_bias(&maps, &exe, &elf).expect("the test binary is mapped");
         // Our own function's AVMA must fall inside an executable mapping of our file.
         let f = own_maps_and_bias as *const () as u64;

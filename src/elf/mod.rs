@@ -71,11 +71,20 @@ impl ElfFile {
             source: e,
         };
         let file = std::fs::File::open(path).map_err(io)?;
+        Self::from_file(&file, path)
+    }
+
+    /// Maps and parses an ELF file that is already open; `path` names it in messages.
+    pub fn from_file(file: &std::fs::File, path: &Path) -> Result<ElfFile> {
+        let io = |e| Error::Io {
+            context: format!("reading {}", path.display()),
+            source: e,
+        };
         // SAFETY: the mapping is read-only and private; if another process truncates the
         // file while we parse it, reads of the lost pages fault (SIGBUS). Interpreter
         // binaries are not rewritten in place while they run (installers replace them by
         // rename), which is the case we accept.
-        let map = unsafe { memmap2::Mmap::map(&file) }.map_err(io)?;
+        let map = unsafe { memmap2::Mmap::map(file) }.map_err(io)?;
         Self::parse(path, &map)
     }
 

@@ -2,9 +2,11 @@
 //!
 //! Owns: the [`ProcessMemory`] trait (the one way the rest of the crate reads a target, so
 //! stack walking can run over byte buffers in tests), [`RemoteMemory`] (process_vm_readv,
-//! with a /proc/PID/mem fallback), [`threads`], and [`pause::PausedThreads`].
+//! with a /proc/PID/mem fallback), [`threads`], [`pause::PausedThreads`], and the target's
+//! namespaces ([`ns`]: its files as it sees them, its thread ids as we see them).
 //! Must not: know anything about Python.
 
+pub mod ns;
 pub mod pause;
 
 use crate::error::{Error, Result};
@@ -92,7 +94,7 @@ pub fn field_u8(buf: &[u8], off: usize) -> u8 {
 /// Memory of a live process.
 pub struct RemoteMemory {
     pid: i32,
-    /// Set when process_vm_readv is unavailable (ENOSYS, e.g. some seccomp profiles).
+    /// Set when process_vm_readv is unavailable (ENOSYS) or refused by a seccomp filter.
     mem_file: Option<File>,
 }
 
@@ -132,11 +134,15 @@ impl RemoteMemory {
         Ok(())
     }
 
-    /// Probes the read path once: on ENOSYS falls back to /proc/PID/mem.
+    /// Probes the read path once: falls back to /proc/PID/mem when process_vm_readv is
+    /// missing (ENOSYS) or refused by a seccomp filter we run under (a container's profile
+    /// answers EPERM; reading /proc/PID/mem needs the same ptrace access, but no system
+    /// call a filter would single out).
     pub fn probe(&mut self, addr: u64) -> Result<()> {
         let mut b = [0u8; 1];
-        match self.read_vm(addr, &mut b) {
-            Err(e) if e.raw_os_error() == Some(libc::ENOSYS) => self.open_mem_file(),
+        match self.read_vm(addr, &mut b).map_err(|e| e.raw_os_error()) {
+            Err(Some(libc::ENOSYS)) => self.open_mem_file(),
+            Err(Some(libc::EPERM)) if crate::error::seccomp_filtered() => self.open_mem_file(),
             _ => Ok(()),
         }
     }

@@ -48,8 +48,13 @@ impl Default for SnapshotOptions {
 pub struct ThreadSnapshot {
     /// The thread's `pthread_t` as CPython records it (`threading.get_ident()`).
     pub thread_id: u64,
-    /// Kernel TID (as seen from our PID namespace).
+    /// Kernel TID (as seen from our PID namespace: /proc/PID/task/TID).
     pub native_id: Option<i32>,
+    /// The thread's TID inside the target's own PID namespace (a container's), what the
+    /// thread itself and Python (`threading.get_native_id()`) see; only when it differs
+    /// from ours.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ns_native_id: Option<i32>,
     /// OS thread name (/proc/PID/task/TID/comm).
     pub name: Option<String>,
     pub holds_gil: bool,
@@ -156,17 +161,35 @@ pub fn take_snapshot_with_states(
     }
     let threads = threads.expect("the second attempt always ends the loop");
 
+    // Thread states (3.8+ `native_thread_id`) and glibc's `struct pthread` hold the id a
+    // thread has in the target's own PID namespace; /proc (`tids`, `states`) has ours.
+    let translate = proc.tids.translates();
+    let inner_to_ours = if translate {
+        proc.tids.inner_to_ours(&tids)
+    } else {
+        HashMap::new()
+    };
     let pthread_map = if proc.layout.thread.native_thread_id.is_none() {
-        pthread_to_tid(&proc.mem, &tids, &threads)
+        let inner: Vec<i32> = if translate {
+            inner_to_ours.keys().copied().collect()
+        } else {
+            tids.clone()
+        };
+        pthread_to_tid(&proc.mem, &inner, &threads)
     } else {
         HashMap::new()
     };
     let threads = threads
         .into_iter()
         .map(|(raw, frames, in_native)| {
-            let native_id = raw
+            let inner_id = raw
                 .native_id
                 .or_else(|| pthread_map.get(&raw.thread_id).copied());
+            let native_id = if translate {
+                inner_id.and_then(|i| inner_to_ours.get(&i).copied())
+            } else {
+                inner_id
+            };
             let running = native_id
                 .and_then(|t| states.get(&t))
                 .map(|&s| s == 'R')
@@ -178,6 +201,7 @@ pub fn take_snapshot_with_states(
             ThreadSnapshot {
                 thread_id: raw.thread_id,
                 native_id,
+                ns_native_id: inner_id.filter(|_| translate),
                 name: native_id
                     .filter(|_| opts.thread_names)
                     .and_then(|t| ptrace::thread_name(pid, t)),
@@ -441,7 +465,8 @@ const PTHREAD_SCAN: usize = 0x800;
 
 /// ≤3.7 records only the `pthread_t`, which glibc makes the address of `struct pthread`;
 /// that struct holds the kernel TID. Find the offset where, for every thread, a TID of
-/// this process is stored, and read each thread's TID from it.
+/// this process is stored, and read each thread's TID from it. `tids` are the ids in the
+/// target's own PID namespace (what glibc stores), and so are the results.
 fn pthread_to_tid(
     mem: &dyn ProcessMemory,
     tids: &[i32],

@@ -3,7 +3,8 @@
 //! Owns: choosing the binary that holds the interpreter (libpython for shared builds, the
 //! executable for static ones), computing its load bias, detecting the version (and saying
 //! how), choosing the layout (generated table, or `_Py_DebugOffsets` for 3.13+), and the
-//! addresses the stack walker starts from.
+//! addresses the stack walker starts from. Files are opened as the target sees them
+//! (`elf::maps::open_target_file`), never as the host sees the same path.
 //! Must not: walk threads or frames (that is `stack.rs`).
 
 use super::strings::TypeAddrs;
@@ -11,6 +12,7 @@ use super::version::{Version, VersionSource};
 use crate::elf::maps::{self, MapEntry};
 use crate::elf::ElfFile;
 use crate::error::{Error, Result};
+use crate::ptrace::ns::{Namespaces, TidMap};
 use crate::ptrace::{ProcessMemory, RemoteMemory};
 use crate::python_bindings::{self, debug_offsets, Layout};
 
@@ -49,6 +51,10 @@ pub struct PythonProcess {
     /// The file that holds the interpreter (libpython or the executable).
     pub binary: String,
     pub addrs: Addresses,
+    /// Which of our namespaces the target shares (a container's process shares none).
+    pub namespaces: Namespaces,
+    /// Thread ids between the target's PID namespace and ours.
+    pub tids: TidMap,
 }
 
 fn libpython_candidate(maps: &[MapEntry]) -> Option<String> {
@@ -92,10 +98,17 @@ impl PythonProcess {
             candidates.push(lib);
         }
         candidates.push(executable.clone());
+        let namespaces = Namespaces::of(pid);
+        let mut open_err = None;
         for path in &candidates {
-            let file = maps::target_path(pid, path, &maps);
-            let Ok(elf) = ElfFile::open(&file) else {
-                continue;
+            let elf = maps::open_target_file(pid, path, &maps, namespaces)
+                .and_then(|(file, name)| ElfFile::from_file(&file, &name));
+            let elf = match elf {
+                Ok(elf) => elf,
+                Err(e) => {
+                    open_err.get_or_insert(e);
+                    continue;
+                }
             };
             if has_python_symbols(&elf) {
                 chosen = Some((path.clone(), elf));
@@ -103,6 +116,10 @@ impl PythonProcess {
             }
         }
         let Some((binary, elf)) = chosen else {
+            // Files we could not open are the answer when that was for want of permission.
+            if let Some(e @ Error::PermissionDenied { .. }) = open_err {
+                return Err(e);
+            }
             return Err(Error::NotPython {
                 pid,
                 exe: executable,
@@ -176,6 +193,8 @@ impl PythonProcess {
             executable,
             binary,
             addrs,
+            namespaces,
+            tids: TidMap::new(pid, namespaces),
         })
     }
 
@@ -198,6 +217,9 @@ impl PythonProcess {
             executable: self.executable.clone(),
             binary: self.binary.clone(),
             addrs: self.addrs,
+            // The child may be in namespaces of its own (a fork with CLONE_NEWPID, say).
+            namespaces: Namespaces::of(pid),
+            tids: TidMap::new(pid, Namespaces::of(pid)),
         })
     }
 

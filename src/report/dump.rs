@@ -73,6 +73,9 @@ pub fn to_text(s: &Snapshot) -> String {
                 .map(|n| n.to_string())
                 .unwrap_or_else(|| format!("{:#x}", t.thread_id))
         );
+        if let Some(inner) = t.ns_native_id {
+            let _ = write!(out, "[{inner} in its PID namespace] ");
+        }
         if let Some(name) = &t.name {
             let _ = write!(out, "\"{name}\" ");
         }
@@ -115,6 +118,7 @@ mod tests {
             threads: vec![ThreadSnapshot {
                 thread_id: 0x7f00,
                 native_id: Some(42),
+                ns_native_id: None,
                 name: Some("python3.12".into()),
                 holds_gil: true,
                 idle: false,

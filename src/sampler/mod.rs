@@ -103,6 +103,9 @@ pub struct Sampler {
     /// Where each thread was the last time it was seen running: CPU time a thread used
     /// before it went to sleep belongs there, not to the line it sleeps on.
     last_running: HashMap<i32, (Vec<Frame>, Activity)>,
+    /// Source lines read while sampling, by code file name (targets in another mount
+    /// namespace only; others are read at the end).
+    sources: HashMap<String, Option<Vec<String>>>,
     /// The last listing of the target's threads and when it was taken.
     tids_listed: Option<(Instant, Vec<i32>)>,
     /// Each thread's last `stat` reading: when, state, user and system ticks.
@@ -121,9 +124,7 @@ const RELIST_INTERVAL: Duration = Duration::from_millis(50);
 impl Sampler {
     pub fn new(proc: PythonProcess, cfg: SamplerConfig) -> Sampler {
         let walker = StackWalker::new(proc.layout, proc.addrs.types);
-        let cwd = std::fs::read_link(format!("/proc/{}/cwd", proc.pid))
-            .ok()
-            .map(|p| p.to_string_lossy().into_owned());
+        let cwd = target_cwd(proc.pid);
         Sampler {
             proc,
             walker,
@@ -135,6 +136,7 @@ impl Sampler {
             last_wall: None,
             cwd,
             last_running: HashMap::new(),
+            sources: HashMap::new(),
             tids_listed: None,
             stat_cache: HashMap::new(),
         }
@@ -201,11 +203,11 @@ impl Sampler {
         };
         self.stats.samples += 1;
         // A Python thread whose kernel thread we have not listed yet: list again next time.
-        if snap
-            .threads
-            .iter()
-            .any(|t| t.native_id.is_some_and(|n| !tids.contains(&n)))
-        {
+        // (In another PID namespace, such a thread has its own id but none of ours yet.)
+        if snap.threads.iter().any(|t| {
+            t.native_id.is_some_and(|n| !tids.contains(&n))
+                || (t.native_id.is_none() && t.ns_native_id.is_some())
+        }) {
             self.tids_listed = None;
         }
         for t in &snap.threads {
@@ -318,6 +320,17 @@ impl Sampler {
             thread_name: None,
         };
         let attribution = self.attribution(frames);
+        // A target with its own files (a container's): read a source while the process is
+        // there to show it, not at the end (it may have exited, taking its files' view along).
+        if !self.proc.namespaces.same_files {
+            if let Some(f) = attribution {
+                if !self.sources.contains_key(&*f.filename) {
+                    let text =
+                        read_source(self.proc.pid, &absolute(&f.filename, self.cwd.as_deref()));
+                    self.sources.insert(f.filename.to_string(), text);
+                }
+            }
+        }
         self.agg.add(&sample, attribution);
     }
 
@@ -360,6 +373,11 @@ impl Sampler {
         self.cwd.as_deref()
     }
 
+    /// Sources read while sampling (a target with its own files), by file name.
+    pub fn sources(&self) -> &HashMap<String, Option<Vec<String>>> {
+        &self.sources
+    }
+
     /// The finished profile.
     pub fn finish(&self, program: String) -> Profile {
         let secs = self.stats.elapsed.as_secs_f64();
@@ -380,7 +398,7 @@ impl Sampler {
             mode: if self.cfg.wall { "wall" } else { "cpu" }.into(),
             profile_all: self.cfg.profile_all,
         };
-        let mut cache: HashMap<String, Option<Vec<String>>> = HashMap::new();
+        let mut cache = self.sources.clone();
         let pid = self.proc.pid;
         let cwd = self.cwd.clone();
         self.agg.finish(meta, &mut |file| {
@@ -466,6 +484,30 @@ pub fn drive(
     Ok(())
 }
 
+/// The target's working directory as the target sees it: /proc/PID/cwd is written from our
+/// root (or its namespace's), so a chrooted target's root directory is taken off its front.
+fn target_cwd(pid: i32) -> Option<String> {
+    let link = |what: &str| {
+        std::fs::read_link(format!("/proc/{pid}/{what}"))
+            .ok()
+            .map(|p| p.to_string_lossy().into_owned())
+    };
+    let cwd = link("cwd")?;
+    match link("root") {
+        Some(root) if root != "/" => cwd
+            .strip_prefix(&root)
+            .filter(|rest| rest.is_empty() || rest.starts_with('/'))
+            .map(|rest| {
+                if rest.is_empty() {
+                    "/".to_string()
+                } else {
+                    rest.to_string()
+                }
+            }),
+        _ => Some(cwd),
+    }
+}
+
 /// `file` made absolute against `cwd` when it is relative (`python app.py` records "app.py").
 pub fn absolute(file: &str, cwd: Option<&str>) -> String {
     match cwd {
@@ -476,16 +518,28 @@ pub fn absolute(file: &str, cwd: Option<&str>) -> String {
     }
 }
 
-/// A source file's lines, read as the target sees the file (through /proc/PID/root) when
-/// the process is still there, else from our own view.
+/// A source file's lines, read as the target sees the file (inside its root, symbolic links
+/// included) while the process is there. Our own file of that path only when the target
+/// shares our mounts, or is gone (a finished `run`, a saved profile).
 pub fn read_source(pid: i32, file: &str) -> Option<Vec<String>> {
+    use std::io::Read;
     if !file.starts_with('/') {
         return None;
     }
-    let via_root = format!("/proc/{pid}/root{file}");
-    let bytes = std::fs::read(&via_root)
-        .or_else(|_| std::fs::read(file))
-        .ok()?;
+    let ours = || std::fs::read(file).ok();
+    let bytes = if crate::ptrace::ns::Namespaces::of(pid).same_files {
+        ours()?
+    } else {
+        match crate::ptrace::ns::open_in_root(pid, file) {
+            Ok(mut f) => {
+                let mut bytes = Vec::new();
+                f.read_to_end(&mut bytes).ok()?;
+                bytes
+            }
+            Err(_) if !crate::error::process_exists(pid) => ours()?,
+            Err(_) => return None,
+        }
+    };
     Some(
         String::from_utf8_lossy(&bytes)
             .lines()

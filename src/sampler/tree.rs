@@ -386,6 +386,13 @@ impl ProcessTree {
         };
         // A file's source as the first process that can read it sees it.
         let mut cache: HashMap<String, Option<Vec<String>>> = HashMap::new();
+        for d in &self.done {
+            for (file, text) in d.sampler.sources() {
+                if text.is_some() {
+                    cache.entry(file.clone()).or_insert_with(|| text.clone());
+                }
+            }
+        }
         let mut profile = agg.finish(meta, &mut |file| {
             cache
                 .entry(file.to_string())
