@@ -35,7 +35,9 @@ fn main() {
     ] {
         cmd.env_remove(var);
     }
-    let status = cmd.status().expect("running cargo to build the preload library");
+    let status = cmd
+        .status()
+        .expect("running cargo to build the preload library");
     assert!(status.success(), "building the preload library failed");
     let so = target_dir.join("release").join("libscalene_preload.so");
     assert!(so.is_file(), "{} was not built", so.display());

@@ -1,10 +1,12 @@
 //! The shared-memory ring's layout: the one definition both sides compile (the preload
 //! library as the producer, `scalene_rs::memory` as the consumer, through `#[path]`).
 //!
-//! Owns: the header and slot structures, the event kinds and the constants of the format.
-//! Must not: hold logic beyond plain field access; both sides rely on `#[repr(C)]` only.
+//! Owns: the header and slot structures, the event kinds, the constants of the format, and
+//! the producer's lock-free protocol ([`Header::reserve`], [`Slot::publish`]) so the
+//! consumer's tests exercise the very code the library runs.
+//! Must not: allocate, block, or panic (it runs inside the program's malloc).
 
-use core::sync::atomic::{AtomicI32, AtomicI64, AtomicU32, AtomicU64};
+use core::sync::atomic::{AtomicI32, AtomicI64, AtomicU32, AtomicU64, Ordering};
 
 /// "SCLNRING" little-endian.
 pub const MAGIC: u64 = u64::from_le_bytes(*b"SCLNRING");
@@ -81,6 +83,88 @@ pub struct Slot {
     /// 1 when the producer waits for an answer; the consumer sets `ack` to 1 and wakes it.
     pub wants_ack: AtomicU32,
     pub ack: AtomicU32,
+}
+
+/// What a producer writes into a slot.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct EventData {
+    pub kind: u32,
+    pub tid: i32,
+    pub a: u64,
+    pub b: u64,
+    pub c: u64,
+    pub ptr: u64,
+    pub time_ns: u64,
+    pub wants_ack: bool,
+}
+
+impl Header {
+    /// Reserves the next ticket, or returns None (and counts a dropped event) when every
+    /// slot is written and not yet read. Never blocks.
+    pub fn reserve(&self) -> Option<u64> {
+        let cap = self.capacity.load(Ordering::Relaxed);
+        let mut head = self.head.load(Ordering::Acquire);
+        loop {
+            let tail = self.tail.load(Ordering::Acquire);
+            if head.wrapping_sub(tail) >= cap {
+                self.dropped.fetch_add(1, Ordering::Relaxed);
+                return None;
+            }
+            match self.head.compare_exchange_weak(
+                head,
+                head + 1,
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            ) {
+                Ok(_) => return Some(head),
+                Err(x) => head = x,
+            }
+        }
+    }
+
+    /// The slot of `ticket`.
+    ///
+    /// # Safety
+    /// `self` must be the start of a mapping at least `file_bytes(capacity)` long.
+    pub unsafe fn slot(&self, ticket: u64) -> &Slot {
+        let cap = self.capacity.load(Ordering::Relaxed);
+        let base = (self as *const Header as *const u8).wrapping_add(HEADER_BYTES) as *const Slot;
+        // SAFETY: the index is below `capacity` and the caller vouches for the mapping.
+        unsafe { &*base.add((ticket & (cap.max(1) - 1)) as usize) }
+    }
+}
+
+impl Slot {
+    /// Writes `e` as the event of `ticket` and makes it visible to the consumer.
+    pub fn publish(&self, ticket: u64, e: &EventData) {
+        self.kind.store(e.kind, Ordering::Relaxed);
+        self.tid.store(e.tid, Ordering::Relaxed);
+        self.a.store(e.a, Ordering::Relaxed);
+        self.b.store(e.b, Ordering::Relaxed);
+        self.c.store(e.c, Ordering::Relaxed);
+        self.ptr.store(e.ptr, Ordering::Relaxed);
+        self.time_ns.store(e.time_ns, Ordering::Relaxed);
+        self.ack.store(0, Ordering::Relaxed);
+        self.wants_ack.store(e.wants_ack as u32, Ordering::Relaxed);
+        self.seq.store(ticket + 1, Ordering::Release);
+    }
+
+    /// Reads the event of `ticket`, if it is written.
+    pub fn read(&self, ticket: u64) -> Option<EventData> {
+        if self.seq.load(Ordering::Acquire) != ticket + 1 {
+            return None;
+        }
+        Some(EventData {
+            kind: self.kind.load(Ordering::Relaxed),
+            tid: self.tid.load(Ordering::Relaxed),
+            a: self.a.load(Ordering::Relaxed),
+            b: self.b.load(Ordering::Relaxed),
+            c: self.c.load(Ordering::Relaxed),
+            ptr: self.ptr.load(Ordering::Relaxed),
+            time_ns: self.time_ns.load(Ordering::Relaxed),
+            wants_ack: self.wants_ack.load(Ordering::Relaxed) != 0,
+        })
+    }
 }
 
 /// Bytes of the whole ring file for `capacity` slots.

@@ -189,8 +189,7 @@ fn watch(p: usize) -> bool {
     let h = hash(p);
     for i in 0..WATCH_PROBES {
         let s = &TABLE[(h + i) % WATCH_SLOTS];
-        if s
-            .compare_exchange(0, p, Ordering::AcqRel, Ordering::Relaxed)
+        if s.compare_exchange(0, p, Ordering::AcqRel, Ordering::Relaxed)
             .is_ok()
         {
             WATCHED.fetch_add(1, Ordering::Relaxed);

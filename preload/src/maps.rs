@@ -48,7 +48,12 @@ pub fn interpreter_range() -> Option<(usize, usize)> {
 /// Calls `f(lo, hi, path)` for every file-backed mapping.
 fn for_each_mapping(f: &mut dyn FnMut(usize, usize, &[u8])) {
     // SAFETY: a plain open of a NUL-terminated path.
-    let fd = unsafe { libc::open(c"/proc/self/maps".as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC) };
+    let fd = unsafe {
+        libc::open(
+            c"/proc/self/maps".as_ptr(),
+            libc::O_RDONLY | libc::O_CLOEXEC,
+        )
+    };
     if fd < 0 {
         return;
     }
@@ -144,9 +149,10 @@ mod tests {
         assert_eq!((lo, hi), (0x7f0000001000, 0x7f0000002000));
         assert_eq!(p, b"/usr/lib/libpython3.12.so.1.0");
         let mut anon = false;
-        parse_line(b"7f0000001000-7f0000002000 rw-p 00000000 00:00 0 ", &mut |_, _, _| {
-            anon = true
-        });
+        parse_line(
+            b"7f0000001000-7f0000002000 rw-p 00000000 00:00 0 ",
+            &mut |_, _, _| anon = true,
+        );
         assert!(!anon);
     }
 }

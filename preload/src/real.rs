@@ -104,17 +104,25 @@ caller!(realloc, REALLOC, ReallocFn, (p: *mut c_void, size: usize) -> *mut c_voi
     boot_realloc(p, size));
 caller!(reallocarray, REALLOCARRAY, ReallocArrayFn, (p: *mut c_void, n: usize, size: usize) -> *mut c_void,
     match n.checked_mul(size) { Some(t) => boot_realloc(p, t), None => core::ptr::null_mut() });
-caller!(free, FREE, FreeFn, (p: *mut c_void) -> (), ());
+/// The real `free`; before resolution nothing can have been allocated by it.
+#[inline(always)]
+pub fn free(p: *mut c_void) {
+    let f = get(&FREE);
+    if !f.is_null() {
+        // SAFETY: `f` is dlsym's address of `free`, whose C signature FreeFn spells.
+        unsafe { core::mem::transmute::<*mut c_void, FreeFn>(f)(p) }
+    }
+}
 caller!(posix_memalign, POSIX_MEMALIGN, PosixMemalignFn,
-    (out: *mut *mut c_void, align: usize, size: usize) -> i32,
-    {
-        let p = boot_alloc(size, align);
-        if p.is_null() { libc::ENOMEM } else {
-            // SAFETY: the caller passes a valid out pointer, as posix_memalign requires.
-            unsafe { *out = p };
-            0
-        }
-    });
+(out: *mut *mut c_void, align: usize, size: usize) -> i32,
+{
+    let p = boot_alloc(size, align);
+    if p.is_null() { libc::ENOMEM } else {
+        // SAFETY: the caller passes a valid out pointer, as posix_memalign requires.
+        unsafe { *out = p };
+        0
+    }
+});
 caller!(aligned_alloc, ALIGNED_ALLOC, Fn2, (align: usize, size: usize) -> *mut c_void, boot_alloc(size, align));
 caller!(memalign, MEMALIGN, Fn2, (align: usize, size: usize) -> *mut c_void, boot_alloc(size, align));
 caller!(valloc, VALLOC, Fn1, (size: usize) -> *mut c_void, boot_alloc(size, 4096));
@@ -177,12 +185,8 @@ fn boot_alloc(size: usize, align: usize) -> *mut c_void {
         if end > base + BOOT_BYTES {
             return core::ptr::null_mut();
         }
-        match BOOT_USED.compare_exchange_weak(
-            used,
-            end - base,
-            Ordering::AcqRel,
-            Ordering::Relaxed,
-        ) {
+        match BOOT_USED.compare_exchange_weak(used, end - base, Ordering::AcqRel, Ordering::Relaxed)
+        {
             Ok(_) => {
                 // SAFETY: [start - 8, end) lies inside the buffer and is ours alone now.
                 unsafe { (start as *mut usize).sub(1).write(size) };

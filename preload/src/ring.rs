@@ -7,7 +7,7 @@
 //! Must not: allocate, block longer than [`HANDSHAKE_WAIT_NS`], or wait again once the
 //! profiler has stopped answering.
 
-use crate::layout::{self, Header, Slot};
+use crate::layout::{self, EventData, Header, Slot};
 use core::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicU64, Ordering};
 
 /// Longest a thread waits for the profiler to read its stack.
@@ -44,8 +44,7 @@ pub fn open(python: Option<(usize, usize)>) {
     let h = unsafe { &*hdr };
     // SAFETY: getpid has no preconditions.
     let pid = unsafe { libc::getpid() };
-    if h
-        .producer_pid
+    if h.producer_pid
         .compare_exchange(0, pid, Ordering::AcqRel, Ordering::Acquire)
         .is_err()
     {
@@ -90,8 +89,7 @@ fn map(fd: i32) -> Option<*mut Header> {
     }
     // SAFETY: getuid has no preconditions.
     let uid = unsafe { libc::getuid() };
-    if st.st_uid != uid || st.st_mode & 0o077 != 0 || (st.st_size as usize) < layout::HEADER_BYTES
-    {
+    if st.st_uid != uid || st.st_mode & 0o077 != 0 || (st.st_size as usize) < layout::HEADER_BYTES {
         return None;
     }
     let size = st.st_size as usize;
@@ -132,13 +130,6 @@ fn header() -> Option<&'static Header> {
     (!p.is_null()).then(|| unsafe { &*p })
 }
 
-fn slot(h: &Header, ticket: u64) -> &Slot {
-    let cap = h.capacity.load(Ordering::Relaxed);
-    let base = (h as *const Header as *const u8).wrapping_add(layout::HEADER_BYTES) as *const Slot;
-    // SAFETY: the index is below `capacity`, and `map` checked the file holds that many slots.
-    unsafe { &*base.add((ticket & (cap - 1)) as usize) }
-}
-
 /// Moves the footprint by `delta` bytes and raises the peak.
 pub fn footprint(delta: i64) {
     let Some(h) = header() else { return };
@@ -160,34 +151,23 @@ fn now_ns() -> u64 {
 /// it has read this thread's stack. A full ring drops the event and counts it.
 pub fn emit(kind: u32, tid: i32, a: u64, b: u64, c: u64, ptr: u64, wait: bool) {
     let Some(h) = header() else { return };
-    let cap = h.capacity.load(Ordering::Relaxed);
-    let mut head = h.head.load(Ordering::Acquire);
-    loop {
-        let tail = h.tail.load(Ordering::Acquire);
-        if head.wrapping_sub(tail) >= cap {
-            h.dropped.fetch_add(1, Ordering::Relaxed);
-            return;
-        }
-        match h
-            .head
-            .compare_exchange_weak(head, head + 1, Ordering::AcqRel, Ordering::Acquire)
-        {
-            Ok(_) => break,
-            Err(x) => head = x,
-        }
-    }
+    let Some(ticket) = h.reserve() else { return };
     let wait = wait && WAIT.load(Ordering::Relaxed) && h.handshake.load(Ordering::Acquire) == 1;
-    let s = slot(h, head);
-    s.kind.store(kind, Ordering::Relaxed);
-    s.tid.store(tid, Ordering::Relaxed);
-    s.a.store(a, Ordering::Relaxed);
-    s.b.store(b, Ordering::Relaxed);
-    s.c.store(c, Ordering::Relaxed);
-    s.ptr.store(ptr, Ordering::Relaxed);
-    s.time_ns.store(now_ns(), Ordering::Relaxed);
-    s.ack.store(0, Ordering::Relaxed);
-    s.wants_ack.store(wait as u32, Ordering::Relaxed);
-    s.seq.store(head + 1, Ordering::Release);
+    // SAFETY: `map` checked the mapping holds `capacity` slots after the header.
+    let s = unsafe { h.slot(ticket) };
+    s.publish(
+        ticket,
+        &EventData {
+            kind,
+            tid,
+            a,
+            b,
+            c,
+            ptr,
+            time_ns: now_ns(),
+            wants_ack: wait,
+        },
+    );
     if !wait {
         return;
     }
