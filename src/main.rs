@@ -3,6 +3,7 @@
 
 use clap::{Parser, Subcommand};
 use scalene_rs::error::exit;
+use scalene_rs::memory::consumer::MemoryConfig;
 use scalene_rs::profile::Profile;
 use scalene_rs::python::{self, LocateOptions, PythonProcess, SnapshotOptions, StackWalker};
 use scalene_rs::report::{self, Format, RenderOptions};
@@ -77,6 +78,9 @@ struct OutputArgs {
 struct RunArgs {
     #[command(flatten)]
     record: RecordArgs,
+    /// CPU time only: no memory or copy accounting (the preload library is not injected).
+    #[arg(long)]
+    cpu_only: bool,
     /// The command to run, after `--`.
     #[arg(required = true, last = true, value_name = "COMMAND")]
     command: Vec<String>,
@@ -291,6 +295,10 @@ fn run(args: RunArgs) -> anyhow::Result<i32> {
     let cfg = session::RunConfig {
         command: args.command.clone(),
         sampler: args.record.sampler(),
+        memory: (!args.cpu_only).then(|| MemoryConfig {
+            profile_all: args.record.profile_all,
+            ..MemoryConfig::default()
+        }),
     };
     let live = std::io::stderr().is_terminal();
     let outcome = session::run(&cfg, &mut status_line(live))?;

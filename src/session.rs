@@ -7,6 +7,7 @@
 //! Must not: render reports (the caller does) or change anything in the target.
 
 use crate::error::{Error, Result};
+use crate::memory::consumer::{MemoryConfig, MemoryRecorder, MemorySetup};
 use crate::profile::Profile;
 use crate::python::{LocateOptions, PythonProcess};
 use crate::sampler::{Sampler, SamplerConfig, Stats};
@@ -52,6 +53,8 @@ pub struct RunConfig {
     /// The command and its arguments.
     pub command: Vec<String>,
     pub sampler: SamplerConfig,
+    /// Memory and copy accounting (the preload library); None with `--cpu-only`.
+    pub memory: Option<MemoryConfig>,
 }
 
 /// The outcome of `run`.
@@ -90,13 +93,25 @@ pub fn run(cfg: &RunConfig, progress: &mut dyn FnMut(&Stats)) -> Result<RunOutco
         Signal::SIGUSR1,
         Signal::SIGUSR2,
     ]);
-    let mut child = Command::new(prog)
-        .args(args)
-        .spawn()
+    // Memory: a private ring and the library, named to the program through its environment.
+    let memory = cfg
+        .memory
+        .as_ref()
+        .map(MemorySetup::new)
+        .transpose()
         .map_err(|e| Error::Io {
-            context: format!("starting {prog}"),
+            context: "creating the memory ring".into(),
             source: e,
         })?;
+    let mut command = Command::new(prog);
+    command.args(args);
+    if let Some(m) = &memory {
+        command.envs(m.env());
+    }
+    let mut child = command.spawn().map_err(|e| Error::Io {
+        context: format!("starting {prog}"),
+        source: e,
+    })?;
     let pid = child.id() as i32;
     let forward = |child_pid: i32| {
         for s in take_pending() {
@@ -166,6 +181,17 @@ pub fn run(cfg: &RunConfig, progress: &mut dyn FnMut(&Stats)) -> Result<RunOutco
         });
     };
 
+    let cwd = std::fs::read_link(format!("/proc/{pid}/cwd"))
+        .ok()
+        .map(|p| p.to_string_lossy().into_owned());
+    // The library file stays until the program ends (programs it starts load it too).
+    let (recorder, _library) = match (memory, &cfg.memory) {
+        (Some(m), Some(mc)) => (
+            Some(MemoryRecorder::start(m.ring, proc.pid, mc.clone())),
+            Some(m.library),
+        ),
+        _ => (None, None),
+    };
     let mut sampler = Sampler::new(proc, cfg.sampler.clone());
     let mut exited = None;
     let result = sampler.run(
@@ -185,8 +211,14 @@ pub fn run(cfg: &RunConfig, progress: &mut dyn FnMut(&Stats)) -> Result<RunOutco
         Some(s) => s,
         None => wait_forwarding(&mut child, &forward)?,
     };
+    let memory = recorder.map(MemoryRecorder::finish);
     result?;
-    let profile = sampler.finish(cfg.command.join(" "));
+    let mut profile = sampler.finish(cfg.command.join(" "));
+    if let Some((agg, totals)) = memory {
+        agg.merge_into(&mut profile, totals, &mut |file| {
+            crate::sampler::read_source(pid, &crate::sampler::absolute(file, cwd.as_deref()))
+        });
+    }
     Ok(RunOutcome {
         profile: Some(profile),
         status,

@@ -29,6 +29,7 @@ fn line(line: u32, source: &str, py: f64, native: f64, system: f64) -> LineProfi
         cpu_python_pct: py,
         cpu_native_pct: native,
         cpu_system_pct: system,
+        memory: None,
     }
 }
 
@@ -217,6 +218,7 @@ fn basic() -> Profile {
             thread(4250, Some("worker-1 données"), 100, 10.2, 0.6, 0.0),
             thread(4251, None, 3, 0.0, 0.0, 0.2),
         ],
+        memory: None,
     }
 }
 
@@ -304,6 +306,7 @@ fn wall() -> Profile {
             14.0,
             63.0,
         )],
+        memory: None,
     }
 }
 
@@ -328,6 +331,7 @@ fn empty() -> Profile {
         files: vec![],
         stacks: vec![],
         threads: vec![],
+        memory: None,
     }
 }
 
@@ -474,7 +478,7 @@ fn json_refuses_other_schema_versions() {
     let text = profile_json::to_json(&basic());
     let mut v: serde_json::Value = serde_json::from_str(&text).unwrap();
     for bad in [
-        serde_json::json!(2),
+        serde_json::json!(PROFILE_SCHEMA_VERSION + 1),
         serde_json::json!(0),
         serde_json::json!("1"),
         serde_json::Value::Null,
@@ -487,6 +491,11 @@ fn json_refuses_other_schema_versions() {
             "{msg}"
         );
     }
+    // Schema 1 (before memory) still reads, with no memory.
+    v["schema_version"] = serde_json::json!(1);
+    let old = profile_json::from_json(&v.to_string()).unwrap();
+    assert!(old.memory.is_none());
+    assert_eq!(old.files, basic().files);
     v.as_object_mut().unwrap().remove("schema_version");
     let msg = profile_json::from_json(&v.to_string())
         .unwrap_err()

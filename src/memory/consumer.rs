@@ -1,0 +1,173 @@
+//! The profiler's consumer thread: reads the ring as events arrive, reads the allocating
+//! thread's Python stack while that thread waits in the handshake, answers it, and folds
+//! the events.
+//!
+//! Owns: [`MemoryRecorder`] (the thread, its stop, its result) and the memory side of
+//! `run`: the ring and the written library ([`MemorySetup`]).
+//! Must not: pause the target's threads (only the allocating thread waits, in its own
+//! futex) or take longer than needed per event: the program waits for our answer.
+
+use super::aggregate::{LineKey, MemoryAggregator, RingTotals};
+use super::preload::{preload_env, PreloadFile};
+use super::ring::{self, layout, Ring};
+use crate::python::{self, LocateOptions, PythonProcess, StackWalker};
+use crate::sampler::is_library_file;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+/// How memory is recorded.
+#[derive(Debug, Clone)]
+pub struct MemoryConfig {
+    /// Net allocation per sampled event, bytes.
+    pub window: u64,
+    /// Copied bytes per sampled event.
+    pub copy_window: u64,
+    /// Keep stdlib / site-packages lines (else their bytes go to the calling user line).
+    pub profile_all: bool,
+}
+
+impl Default for MemoryConfig {
+    fn default() -> Self {
+        MemoryConfig {
+            window: 1 << 20,
+            copy_window: 1 << 20,
+            profile_all: false,
+        }
+    }
+}
+
+/// The ring and the library for one `run`, created before the program starts.
+pub struct MemorySetup {
+    pub ring: Ring,
+    pub library: PreloadFile,
+}
+
+impl MemorySetup {
+    pub fn new(cfg: &MemoryConfig) -> std::io::Result<MemorySetup> {
+        let dir = ring::ring_dir();
+        ring::clean_stale(&dir);
+        let ring = Ring::create(&dir, ring::DEFAULT_CAPACITY, cfg.window, cfg.copy_window)?;
+        // Not /dev/shm: it may be mounted noexec, and the library must be mapped executable.
+        let library = PreloadFile::write(&std::env::temp_dir())?;
+        Ok(MemorySetup { ring, library })
+    }
+
+    /// The environment the program gets (our LD_PRELOAD after the user's own).
+    pub fn env(&self) -> Vec<(String, String)> {
+        let user = std::env::var("LD_PRELOAD").ok();
+        preload_env(user.as_deref(), self.library.path(), self.ring.path())
+    }
+}
+
+/// The running consumer thread.
+pub struct MemoryRecorder {
+    stop: Arc<AtomicBool>,
+    handle: JoinHandle<(MemoryAggregator, RingTotals)>,
+}
+
+impl MemoryRecorder {
+    /// Starts reading `ring` for process `pid` (whose interpreter is up).
+    pub fn start(mut ring: Ring, pid: i32, cfg: MemoryConfig) -> MemoryRecorder {
+        let stop = Arc::new(AtomicBool::new(false));
+        let stop2 = stop.clone();
+        let handle = std::thread::Builder::new()
+            .name("memory".into())
+            .spawn(move || consume(&mut ring, pid, &cfg, &stop2))
+            .expect("spawning the memory thread");
+        MemoryRecorder { stop, handle }
+    }
+
+    /// Stops after reading what is left; returns the folded events and the ring's totals.
+    pub fn finish(self) -> (MemoryAggregator, RingTotals) {
+        self.stop.store(true, Ordering::Release);
+        self.handle
+            .join()
+            .unwrap_or_else(|_| (MemoryAggregator::new(), RingTotals::default()))
+    }
+}
+
+fn consume(
+    ring: &mut Ring,
+    pid: i32,
+    cfg: &MemoryConfig,
+    stop: &AtomicBool,
+) -> (MemoryAggregator, RingTotals) {
+    let mut agg = MemoryAggregator::new();
+    let mut reader = PythonProcess::locate(pid, &LocateOptions::default())
+        .ok()
+        .map(|p| {
+            let w = StackWalker::new(p.layout, p.addrs.types);
+            (p, w)
+        });
+    ring.set_handshake(reader.is_some());
+    let mut bell = 0;
+    let mut last_footprint = Instant::now();
+    loop {
+        let stopping = stop.load(Ordering::Acquire);
+        let mut any = false;
+        while let Some(e) = ring.next_event() {
+            any = true;
+            let line = match e.kind {
+                layout::EV_ALLOC | layout::EV_COPY => reader
+                    .as_mut()
+                    .and_then(|(p, w)| line_of(p, w, e.tid, cfg.profile_all)),
+                _ => None,
+            };
+            ring.ack(&e);
+            agg.add(&e, line);
+            if e.kind == layout::EV_ALLOC || e.kind == layout::EV_FREE {
+                agg.footprint_at(e.time_ns, ring.footprint());
+            }
+        }
+        if stopping && !any {
+            break;
+        }
+        if last_footprint.elapsed() >= Duration::from_millis(10) {
+            last_footprint = Instant::now();
+            agg.footprint_at(now_ns(), ring.footprint());
+        }
+        bell = ring.wait_doorbell(bell, Duration::from_millis(2));
+    }
+    ring.set_handshake(false);
+    let h = ring.header();
+    let totals = RingTotals {
+        peak_bytes: ring.peak(),
+        window: h.window.load(Ordering::Relaxed),
+        copy_window: h.copy_window.load(Ordering::Relaxed),
+        dropped: ring.dropped(),
+        handshake_timeouts: ring.handshake_timeouts(),
+    };
+    (agg, totals)
+}
+
+/// The line a (waiting) thread is on: its innermost frame, or with library folding the
+/// innermost frame of the user's code.
+fn line_of(
+    proc: &PythonProcess,
+    walker: &mut StackWalker,
+    tid: i32,
+    profile_all: bool,
+) -> Option<LineKey> {
+    let frames = python::stack_of_blocked_thread(proc, walker, tid).ok()??;
+    let f = if profile_all {
+        frames.first()
+    } else {
+        frames
+            .iter()
+            .find(|f| !is_library_file(&f.filename))
+            .or(frames.first())
+    }?;
+    Some((f.filename.clone(), f.line?))
+}
+
+fn now_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: fills a timespec we own (the same clock the library stamps events with).
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
