@@ -5,8 +5,8 @@
 //! a deliberate change, and review the diff.
 
 use scalene_rs::profile::{
-    FileProfile, FunctionProfile, LineProfile, Profile, ProfileMeta, StackProfile, ThreadProfile,
-    PROFILE_SCHEMA_VERSION,
+    FileProfile, FunctionProfile, Leak, LineMemory, LineProfile, MemorySummary, Profile,
+    ProfileMeta, StackProfile, ThreadProfile, PROFILE_SCHEMA_VERSION,
 };
 use scalene_rs::python::Frame;
 use scalene_rs::report::terminal::{self, TerminalOptions};
@@ -335,8 +335,81 @@ fn empty() -> Profile {
     }
 }
 
+/// `basic` recorded with memory: a line that keeps what it allocates (a leak), a line that
+/// allocates natively and frees, a line that only copies, and a line that only allocates
+/// (no CPU samples).
+fn memory() -> Profile {
+    let mut p = basic();
+    let mem = |alloc: f64, py: f64, peak: f64, avg: f64, timeline: Vec<f64>, copy: f64| {
+        Some(LineMemory {
+            mem_alloc_mb: alloc,
+            mem_python_pct: py,
+            mem_peak_mb: peak,
+            mem_avg_mb: avg,
+            mem_timeline: timeline,
+            copy_mb_s: copy,
+        })
+    };
+    for f in &mut p.files {
+        for l in &mut f.lines {
+            l.memory = Some(LineMemory::default());
+        }
+    }
+    let main = &mut p.files[0];
+    main.lines[2].memory = mem(
+        200.0,
+        99.5,
+        200.0,
+        100.0,
+        (1..=20).map(|i| i as f64 * 10.0).collect(),
+        0.0,
+    );
+    main.lines[3].memory = mem(0.0, 0.0, 0.0, 0.0, vec![], 120.0);
+    main.lines[0].memory = mem(
+        800.0,
+        2.0,
+        8.0,
+        4.0,
+        vec![0.0, 8.0, 4.0, 8.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0],
+        0.0,
+    );
+    main.lines.push(LineProfile {
+        line: 14,
+        source: "    cache = [0] * 10**6".into(),
+        cpu_python_pct: 0.0,
+        cpu_native_pct: 0.0,
+        cpu_system_pct: 0.0,
+        memory: mem(7.6, 100.0, 7.6, 7.6, vec![7.6; 20], 0.0),
+    });
+    p.memory = Some(MemorySummary {
+        peak_mb: 215.3,
+        timeline: (0..=10).map(|i| [i as f64, i as f64 * 21.0]).collect(),
+        alloc_mb: 1007.6,
+        python_pct: 21.5,
+        copy_mb: 1260.0,
+        leaks: vec![Leak {
+            filename: MAIN.into(),
+            line: 11,
+            likelihood: 0.995,
+            growth_mb_s: 19.4,
+            sampled_allocs: 200,
+            sampled_frees: 0,
+        }],
+        window_bytes: 1 << 20,
+        copy_window_bytes: 1 << 20,
+        dropped_events: 3,
+        handshake_timeouts: 1,
+    });
+    p
+}
+
 fn profiles() -> Vec<(&'static str, Profile)> {
-    vec![("basic", basic()), ("wall", wall()), ("empty", empty())]
+    vec![
+        ("basic", basic()),
+        ("wall", wall()),
+        ("empty", empty()),
+        ("memory", memory()),
+    ]
 }
 
 fn plain(width: usize, context: usize) -> TerminalOptions {
