@@ -149,6 +149,9 @@ pub fn run(cfg: &RunConfig, progress: &mut dyn FnMut(&Stats)) -> Result<RunOutco
                 Ok(p) => found = Some((p, exe)),
                 Err(e @ (Error::UnsupportedVersion { .. } | Error::PermissionDenied { .. })) => {
                     // Cannot profile it: let it run to its end unprofiled, and say why.
+                    if let Some(m) = &memory {
+                        m.ring.set_handshake(false);
+                    }
                     let status = wait_forwarding(&mut child, &forward)?;
                     return Ok(RunOutcome {
                         profile: None,
@@ -187,7 +190,11 @@ pub fn run(cfg: &RunConfig, progress: &mut dyn FnMut(&Stats)) -> Result<RunOutco
     // The library file stays until the program ends (programs it starts load it too).
     let (recorder, _library) = match (memory, &cfg.memory) {
         (Some(m), Some(mc)) => (
-            Some(MemoryRecorder::start(m.ring, proc.pid, mc.clone())),
+            Some(MemoryRecorder::start(
+                m.ring,
+                proc.reopen().ok(),
+                mc.clone(),
+            )),
             Some(m.library),
         ),
         _ => (None, None),

@@ -23,6 +23,7 @@ fn interpreters() -> Vec<common::Interpreter> {
 fn library_and_ring() -> (PreloadFile, Ring) {
     let lib = PreloadFile::write(&std::env::temp_dir()).unwrap();
     let ring = Ring::create(&std::env::temp_dir(), 1024, 1 << 20, 1 << 20).unwrap();
+    ring.set_handshake(false);
     (lib, ring)
 }
 

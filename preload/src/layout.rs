@@ -8,6 +8,13 @@
 
 use core::sync::atomic::{AtomicI32, AtomicI64, AtomicU32, AtomicU64, Ordering};
 
+/// The profiler is getting ready to read stacks: the first events may wait for it (bounded).
+pub const HANDSHAKE_STARTING: u32 = 0;
+/// The profiler reads the allocating thread's stack while it waits.
+pub const HANDSHAKE_ON: u32 = 1;
+/// The profiler does not answer: never wait.
+pub const HANDSHAKE_OFF: u32 = 2;
+
 /// "SCLNRING" little-endian.
 pub const MAGIC: u64 = u64::from_le_bytes(*b"SCLNRING");
 /// Bumped whenever the header or the slot layout changes.
@@ -17,11 +24,11 @@ pub const HEADER_BYTES: usize = 4096;
 /// Environment variable that names the ring file for the library.
 pub const RING_ENV: &str = "SCALENE_RS_RING";
 
-/// A thread's net allocation grew by a window: `a` = net bytes (positive), `b` = bytes
-/// allocated in the window, `c` = of which by the interpreter's own image, `ptr` = the
-/// allocation that crossed the window (it is watched for its free).
+/// A thread allocated a window's worth of bytes: `a` = `b` = the bytes, `c` = of which by
+/// the interpreter's own image, `ptr` = the allocation that filled the window (it is
+/// watched for its free; 0 when the watch table was full).
 pub const EV_ALLOC: u32 = 1;
-/// A thread's net allocation shrank by a window: `a` = net bytes freed (positive).
+/// A thread freed a window's worth of bytes: `a` = the bytes.
 pub const EV_FREE: u32 = 2;
 /// A thread copied a copy window's worth of bytes (memcpy/memmove): `a` = bytes.
 pub const EV_COPY: u32 = 3;
@@ -41,11 +48,12 @@ pub struct Header {
     pub producer_pid: AtomicI32,
     /// The profiler's pid (stale rings of dead profilers are removed by name and by this).
     pub consumer_pid: AtomicI32,
-    /// Sampling window of net allocation, bytes.
+    /// Sampling window of allocated (and of freed) bytes.
     pub window: AtomicU64,
     /// Sampling window of copied bytes.
     pub copy_window: AtomicU64,
-    /// 1 while the profiler answers handshakes (it reads the allocating thread's stack).
+    /// [`HANDSHAKE_STARTING`] until the profiler can read stacks, then
+    /// [`HANDSHAKE_ON`] while it answers handshakes, or [`HANDSHAKE_OFF`].
     pub handshake: AtomicU32,
     /// Bumped and woken (futex) by a producer that waits for an answer.
     pub doorbell: AtomicU32,
@@ -59,7 +67,9 @@ pub struct Header {
     pub python_hi: AtomicU64,
     /// Handshakes the producer gave up waiting for.
     pub handshake_timeouts: AtomicU64,
-    pub _pad0: [u64; 2],
+    /// Handshakes the profiler has answered (it is alive and answering, maybe slowly).
+    pub answers: AtomicU64,
+    pub _pad0: [u64; 1],
     /// Next ticket to reserve (producers), on its own cache line.
     pub head: AtomicU64,
     pub _pad1: [u64; 7],

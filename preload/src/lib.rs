@@ -1,8 +1,8 @@
 //! scalene-rs's preload library: loaded into the profiled program with LD_PRELOAD, it
 //! interposes the malloc family, memcpy and memmove, counts bytes per thread and writes a
-//! sampled event into the profiler's shared-memory ring each time a thread's net
-//! allocation moves by a window, its copied bytes pass a copy window, or a sampled
-//! allocation is freed.
+//! sampled event into the profiler's shared-memory ring each time a thread has allocated a
+//! window's worth of bytes, freed a window's worth, copied a copy window's worth, or freed
+//! a sampled allocation.
 //!
 //! Owns: the interposed entry points and the per-thread accounting. Every entry point
 //! delegates to the real function (`real.rs`); accounting happens only when a ring was
@@ -38,16 +38,16 @@ extern "C" fn constructor() {
 #[link_section = ".init_array"]
 static CONSTRUCTOR: extern "C" fn() = constructor;
 
-/// One thread's counters since its last event. Const-initialised and without a destructor:
+/// One thread's counters since its last events. Const-initialised and without a destructor:
 /// access never allocates and works until the thread is gone.
 struct ThreadState {
     /// Inside our own accounting (an event being written): calls pass straight through.
     busy: Cell<bool>,
-    /// Net bytes (allocated − freed) since the last window event.
-    net: Cell<i64>,
     /// Bytes allocated since the last alloc event, and of those, by the interpreter.
     allocated: Cell<u64>,
     python: Cell<u64>,
+    /// Bytes freed since the last free event.
+    freed: Cell<u64>,
     copied: Cell<u64>,
     tid: Cell<i32>,
 }
@@ -56,9 +56,9 @@ thread_local! {
     static T: ThreadState = const {
         ThreadState {
             busy: Cell::new(false),
-            net: Cell::new(0),
             allocated: Cell::new(0),
             python: Cell::new(0),
+            freed: Cell::new(0),
             copied: Cell::new(0),
             tid: Cell::new(0),
         }
@@ -88,40 +88,42 @@ fn in_python(ret: usize) -> bool {
             .wrapping_sub(PY_LO.load(Ordering::Relaxed))
 }
 
-/// Counts `bytes` allocated at `p` by a call returning to `ret`.
+/// Counts `bytes` allocated at `p` by a call returning to `ret`. Allocations and frees are
+/// counted apart, each with its own window: a loop that allocates and frees the same block
+/// is seen (net counting would never see it from an offset), and the footprint is their
+/// difference.
 #[inline(always)]
 fn on_alloc(p: *mut c_void, bytes: usize, ret: usize) {
     T.with(|t| {
         if t.busy.get() {
             return;
         }
-        let net = t.net.get() + bytes as i64;
-        t.allocated.set(t.allocated.get() + bytes as u64);
+        let allocated = t.allocated.get() + bytes as u64;
         if in_python(ret) {
             t.python.set(t.python.get() + bytes as u64);
         }
-        if net >= ring::WINDOW.load(Ordering::Relaxed) as i64 {
+        if allocated >= ring::WINDOW.load(Ordering::Relaxed) {
             t.busy.set(true);
-            ring::footprint(net);
+            t.allocated.set(0);
+            ring::footprint(allocated as i64);
             let watched = if watch(p as usize) { p as u64 } else { 0 };
             ring::emit(
                 layout::EV_ALLOC,
                 tid(t),
-                net as u64,
-                t.allocated.replace(0),
+                allocated,
+                allocated,
                 t.python.replace(0),
                 watched,
                 true,
             );
-            t.net.set(0);
             t.busy.set(false);
         } else {
-            t.net.set(net);
+            t.allocated.set(allocated);
         }
     })
 }
 
-/// Counts `bytes` freed at `p`.
+/// Counts `bytes` freed at `p` (null: a block shrunk in place).
 #[inline(always)]
 fn on_free(p: *mut c_void, bytes: usize) {
     T.with(|t| {
@@ -129,23 +131,23 @@ fn on_free(p: *mut c_void, bytes: usize) {
             return;
         }
         let sampled = unwatch(p as usize);
-        let net = t.net.get() - bytes as i64;
-        let window = ring::WINDOW.load(Ordering::Relaxed) as i64;
-        if sampled || net <= -window {
+        let freed = t.freed.get() + bytes as u64;
+        let full = freed >= ring::WINDOW.load(Ordering::Relaxed);
+        if sampled || full {
             t.busy.set(true);
             if sampled {
                 ring::emit(layout::EV_SAMPLED_FREE, tid(t), 0, 0, 0, p as u64, false);
             }
-            if net <= -window {
-                ring::footprint(net);
-                ring::emit(layout::EV_FREE, tid(t), (-net) as u64, 0, 0, 0, false);
-                t.net.set(0);
+            if full {
+                ring::footprint(-(freed as i64));
+                ring::emit(layout::EV_FREE, tid(t), freed, 0, 0, 0, false);
+                t.freed.set(0);
             } else {
-                t.net.set(net);
+                t.freed.set(freed);
             }
             t.busy.set(false);
         } else {
-            t.net.set(net);
+            t.freed.set(freed);
         }
     })
 }

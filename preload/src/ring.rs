@@ -11,15 +11,20 @@ use crate::layout::{self, EventData, Header, Slot};
 use core::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicU64, Ordering};
 
 /// Longest a thread waits for the profiler to read its stack.
-pub const HANDSHAKE_WAIT_NS: i64 = 3_000_000;
-/// Consecutive unanswered handshakes after which the library never waits again.
-const MAX_TIMEOUTS_IN_A_ROW: u32 = 3;
+pub const HANDSHAKE_WAIT_NS: i64 = 5_000_000;
+/// Unanswered handshakes in a row (with no answer at all in between, even a late one) after
+/// which the library never waits again although the profiler still runs: a hung profiler
+/// costs the program at most this many waits. A profiler that is gone ends the waiting at
+/// the first unanswered one; one that answers late (a loaded machine) keeps it going.
+const MAX_TIMEOUTS_IN_A_ROW: u32 = 16;
 
 static RING: AtomicPtr<Header> = AtomicPtr::new(core::ptr::null_mut());
 /// Sampling is on: a ring is claimed and this is the process that claimed it.
 pub static ACTIVE: AtomicBool = AtomicBool::new(false);
 static WAIT: AtomicBool = AtomicBool::new(true);
 static TIMEOUTS: AtomicU32 = AtomicU32::new(0);
+/// The profiler's answer count at the last unanswered handshake.
+static ANSWERS_SEEN: AtomicU64 = AtomicU64::new(0);
 pub static WINDOW: AtomicU64 = AtomicU64::new(1 << 20);
 pub static COPY_WINDOW: AtomicU64 = AtomicU64::new(1 << 20);
 
@@ -147,12 +152,69 @@ fn now_ns() -> u64 {
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
+/// Longest the program waits, once, for the profiler to get ready to read stacks (it
+/// locates the interpreter while the program starts).
+const STARTUP_WAIT_NS: u64 = 2_000_000_000;
+/// The startup wait is done in slices this long, checking the profiler is still there.
+const STARTUP_SLICE_NS: i64 = 5_000_000;
+static STARTUP_DONE: AtomicBool = AtomicBool::new(false);
+static STARTUP_DEADLINE: AtomicU64 = AtomicU64::new(0);
+
+/// The first events of a program may come before the profiler can read stacks: wait
+/// (once, bounded, and no longer than the profiler lives) until it is ready. Returns
+/// whether it now answers handshakes.
+#[cold]
+fn wait_for_profiler(h: &Header) -> bool {
+    if STARTUP_DONE.load(Ordering::Relaxed) {
+        return false;
+    }
+    let now = now_ns();
+    let _ = STARTUP_DEADLINE.compare_exchange(
+        0,
+        now + STARTUP_WAIT_NS,
+        Ordering::AcqRel,
+        Ordering::Acquire,
+    );
+    let deadline = STARTUP_DEADLINE.load(Ordering::Acquire);
+    loop {
+        match h.handshake.load(Ordering::Acquire) {
+            layout::HANDSHAKE_STARTING => {}
+            state => {
+                STARTUP_DONE.store(true, Ordering::Relaxed);
+                return state == layout::HANDSHAKE_ON;
+            }
+        }
+        let now = now_ns();
+        if now >= deadline || profiler_gone(h) {
+            STARTUP_DONE.store(true, Ordering::Relaxed);
+            return false;
+        }
+        futex_wait(
+            &h.handshake,
+            layout::HANDSHAKE_STARTING,
+            STARTUP_SLICE_NS.min((deadline - now) as i64),
+        );
+    }
+}
+
+fn profiler_gone(h: &Header) -> bool {
+    let consumer = h.consumer_pid.load(Ordering::Relaxed);
+    // SAFETY: kill with signal 0 only checks that the process exists.
+    consumer <= 0 || unsafe { libc::kill(consumer, 0) } != 0 && errno() == libc::ESRCH
+}
+
 /// Writes one event; when `wait` and the profiler answers handshakes, waits (bounded) until
 /// it has read this thread's stack. A full ring drops the event and counts it.
 pub fn emit(kind: u32, tid: i32, a: u64, b: u64, c: u64, ptr: u64, wait: bool) {
     let Some(h) = header() else { return };
     let Some(ticket) = h.reserve() else { return };
-    let wait = wait && WAIT.load(Ordering::Relaxed) && h.handshake.load(Ordering::Acquire) == 1;
+    let wait = wait
+        && WAIT.load(Ordering::Relaxed)
+        && match h.handshake.load(Ordering::Acquire) {
+            layout::HANDSHAKE_ON => true,
+            layout::HANDSHAKE_STARTING => wait_for_profiler(h),
+            _ => false,
+        };
     // SAFETY: `map` checked the mapping holds `capacity` slots after the header.
     let s = unsafe { h.slot(ticket) };
     s.publish(
@@ -186,7 +248,13 @@ pub fn emit(kind: u32, tid: i32, a: u64, b: u64, c: u64, ptr: u64, wait: bool) {
         futex_wait(&s.ack, 0, (deadline - now) as i64);
     }
     h.handshake_timeouts.fetch_add(1, Ordering::Relaxed);
-    if TIMEOUTS.fetch_add(1, Ordering::Relaxed) + 1 >= MAX_TIMEOUTS_IN_A_ROW {
+    let gone = profiler_gone(h);
+    let answers = h.answers.load(Ordering::Acquire);
+    if ANSWERS_SEEN.swap(answers, Ordering::Relaxed) != answers {
+        // It answered something since the last miss: slow, not hung.
+        TIMEOUTS.store(0, Ordering::Relaxed);
+    }
+    if gone || TIMEOUTS.fetch_add(1, Ordering::Relaxed) + 1 >= MAX_TIMEOUTS_IN_A_ROW {
         WAIT.store(false, Ordering::Relaxed);
     }
 }
@@ -212,4 +280,9 @@ fn futex_wait(word: &AtomicU32, expected: u32, timeout_ns: i64) {
 fn futex_wake(word: &AtomicU32) {
     // SAFETY: a shared futex wake on a word of the shared mapping.
     unsafe { libc::syscall(libc::SYS_futex, word.as_ptr(), libc::FUTEX_WAKE, i32::MAX) };
+}
+
+fn errno() -> i32 {
+    // SAFETY: reads this thread's errno.
+    unsafe { *libc::__errno_location() }
 }

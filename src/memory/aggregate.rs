@@ -24,7 +24,7 @@ pub type LineKey = (String, u32);
 
 #[derive(Debug, Default)]
 struct LineAcc {
-    /// Net bytes of the allocation windows charged here.
+    /// Bytes of the allocation windows charged here.
     alloc: f64,
     /// Bytes allocated in those windows, and of those by the interpreter.
     window_alloc: f64,
@@ -97,26 +97,26 @@ impl MemoryAggregator {
         self.clock(e.time_ns);
         match e.kind {
             EV_ALLOC => {
-                let net = e.a as f64;
-                self.total_alloc += net;
+                let bytes = e.a as f64;
+                self.total_alloc += bytes;
                 self.total_window_alloc += e.b as f64;
                 self.total_python += e.c as f64;
                 let Some(key) = line else {
-                    self.unattributed_mb += net / MB;
+                    self.unattributed_mb += bytes / MB;
                     return;
                 };
                 let l = self.lines.entry(key.clone()).or_default();
-                l.alloc += net;
+                l.alloc += bytes;
                 l.window_alloc += e.b as f64;
                 l.window_python += e.c as f64;
-                l.current += net;
+                l.current += bytes;
                 l.peak = l.peak.max(l.current);
                 l.sum += l.current;
                 l.n += 1;
                 l.timeline.push(e.time_ns, l.current);
                 if e.ptr != 0 {
                     l.sampled_at.push(e.time_ns);
-                    self.watched.insert(e.ptr, (key, net));
+                    self.watched.insert(e.ptr, (key, bytes));
                 }
             }
             EV_SAMPLED_FREE => {

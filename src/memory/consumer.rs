@@ -10,8 +10,9 @@
 use super::aggregate::{LineKey, MemoryAggregator, RingTotals};
 use super::preload::{preload_env, PreloadFile};
 use super::ring::{self, layout, Ring};
-use crate::python::{self, LocateOptions, PythonProcess, StackWalker};
+use crate::python::{self, PythonProcess, StackWalker};
 use crate::sampler::is_library_file;
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -68,13 +69,14 @@ pub struct MemoryRecorder {
 }
 
 impl MemoryRecorder {
-    /// Starts reading `ring` for process `pid` (whose interpreter is up).
-    pub fn start(mut ring: Ring, pid: i32, cfg: MemoryConfig) -> MemoryRecorder {
+    /// Starts reading `ring` for the process `proc` (a handle of its own, see
+    /// [`PythonProcess::reopen`]); handshakes are answered from now on.
+    pub fn start(mut ring: Ring, proc: Option<PythonProcess>, cfg: MemoryConfig) -> MemoryRecorder {
         let stop = Arc::new(AtomicBool::new(false));
         let stop2 = stop.clone();
         let handle = std::thread::Builder::new()
             .name("memory".into())
-            .spawn(move || consume(&mut ring, pid, &cfg, &stop2))
+            .spawn(move || consume(&mut ring, proc, &cfg, &stop2))
             .expect("spawning the memory thread");
         MemoryRecorder { stop, handle }
     }
@@ -90,17 +92,15 @@ impl MemoryRecorder {
 
 fn consume(
     ring: &mut Ring,
-    pid: i32,
+    proc: Option<PythonProcess>,
     cfg: &MemoryConfig,
     stop: &AtomicBool,
 ) -> (MemoryAggregator, RingTotals) {
     let mut agg = MemoryAggregator::new();
-    let mut reader = PythonProcess::locate(pid, &LocateOptions::default())
-        .ok()
-        .map(|p| {
-            let w = StackWalker::new(p.layout, p.addrs.types);
-            (p, w)
-        });
+    let mut reader = proc.map(|p| {
+        let w = StackWalker::new(p.layout, p.addrs.types);
+        (p, w, HashMap::new())
+    });
     ring.set_handshake(reader.is_some());
     let mut bell = 0;
     let mut last_footprint = Instant::now();
@@ -112,7 +112,7 @@ fn consume(
             let line = match e.kind {
                 layout::EV_ALLOC | layout::EV_COPY => reader
                     .as_mut()
-                    .and_then(|(p, w)| line_of(p, w, e.tid, cfg.profile_all)),
+                    .and_then(|(p, w, pt)| line_of(p, w, pt, e.tid, cfg.profile_all)),
                 _ => None,
             };
             ring.ack(&e);
@@ -147,10 +147,11 @@ fn consume(
 fn line_of(
     proc: &PythonProcess,
     walker: &mut StackWalker,
+    pthreads: &mut HashMap<u64, i32>,
     tid: i32,
     profile_all: bool,
 ) -> Option<LineKey> {
-    let frames = python::stack_of_blocked_thread(proc, walker, tid).ok()??;
+    let frames = python::stack_of_blocked_thread(proc, walker, tid, pthreads).ok()??;
     let f = if profile_all {
         frames.first()
     } else {

@@ -139,9 +139,17 @@ impl Ring {
         self.header().producer_pid.load(Ordering::Acquire)
     }
 
-    /// Tells producers whether we answer handshakes (read the waiting thread's stack).
+    /// Tells producers whether we answer handshakes (read the waiting thread's stack), and
+    /// wakes those waiting for us to get ready.
     pub fn set_handshake(&self, on: bool) {
-        self.header().handshake.store(on as u32, Ordering::Release);
+        let h = &self.header().handshake;
+        let v = if on {
+            layout::HANDSHAKE_ON
+        } else {
+            layout::HANDSHAKE_OFF
+        };
+        h.store(v, Ordering::Release);
+        futex(h, libc::FUTEX_WAKE, i32::MAX as u32, None);
     }
 
     /// The next event, if one is written. Events come in ticket order; the slot is given
@@ -188,6 +196,7 @@ impl Ring {
         let s = self.slot(e.ticket);
         s.ack.store(1, Ordering::Release);
         futex(&s.ack, libc::FUTEX_WAKE, i32::MAX as u32, None);
+        self.header().answers.fetch_add(1, Ordering::Release);
         self.header().tail.store(e.ticket + 1, Ordering::Release);
     }
 

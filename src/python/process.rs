@@ -68,6 +68,22 @@ fn has_python_symbols(elf: &ElfFile) -> bool {
 }
 
 impl PythonProcess {
+    /// A second handle on the same process, with its own memory handle, for another thread
+    /// (no ELF parsing again: what `locate` found is copied).
+    pub fn reopen(&self) -> Result<PythonProcess> {
+        Ok(PythonProcess {
+            pid: self.pid,
+            mem: RemoteMemory::new(self.pid)?,
+            version: self.version.clone(),
+            version_source: self.version_source,
+            untested: self.untested,
+            layout: self.layout,
+            executable: self.executable.clone(),
+            binary: self.binary.clone(),
+            addrs: self.addrs,
+        })
+    }
+
     /// Finds the interpreter in process `pid`.
     pub fn locate(pid: i32, opts: &LocateOptions) -> Result<PythonProcess> {
         match Self::locate_once(pid, opts) {

@@ -361,7 +361,7 @@ impl Renderer<'_> {
         if let Some(m) = &self.p.memory {
             let mut text = format!(
                 "peak {:.1} MB, {:.1} MB allocated ({:.0}% by Python), {:.1} MB copied; \
-                 sampled every {} of net allocation",
+                 sampled every {} allocated or freed",
                 m.peak_mb,
                 m.alloc_mb,
                 m.python_pct,
