@@ -51,6 +51,7 @@ impl MemorySetup {
         ring::clean_stale(&dir);
         let ring = Ring::create(&dir, ring::DEFAULT_CAPACITY, cfg.window, cfg.copy_window)?;
         // Not /dev/shm: it may be mounted noexec, and the library must be mapped executable.
+        super::preload::clean_stale(&std::env::temp_dir());
         let library = PreloadFile::write(&std::env::temp_dir())?;
         Ok(MemorySetup { ring, library })
     }

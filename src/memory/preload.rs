@@ -54,6 +54,44 @@ impl Drop for PreloadFile {
     }
 }
 
+/// Removes library directories under `base` left by profilers of our user that are no longer
+/// running (killed before they could clean up). Returns how many were removed.
+pub fn clean_stale(base: &Path) -> usize {
+    use std::os::unix::fs::MetadataExt;
+    let Ok(entries) = std::fs::read_dir(base) else {
+        return 0;
+    };
+    // SAFETY: getuid has no preconditions.
+    let uid = unsafe { libc::getuid() };
+    let mut removed = 0;
+    for e in entries.flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        let Some(rest) = name.strip_prefix("scalene-rs-") else {
+            continue;
+        };
+        let mut parts = rest.split('-');
+        let (Some(pid), Some(n), None) = (parts.next(), parts.next(), parts.next()) else {
+            continue;
+        };
+        let (Ok(pid), Ok(_)) = (pid.parse::<i32>(), n.parse::<u32>()) else {
+            continue;
+        };
+        let Ok(meta) = std::fs::symlink_metadata(e.path()) else {
+            continue;
+        };
+        if !meta.is_dir() || meta.uid() != uid || crate::error::process_exists(pid) {
+            continue;
+        }
+        // Only what we write there: the library, then the directory.
+        let lib = e.path().join("libscalene_preload.so");
+        let _ = std::fs::remove_file(&lib);
+        if std::fs::remove_dir(e.path()).is_ok() {
+            removed += 1;
+        }
+    }
+    removed
+}
+
 /// The value of LD_PRELOAD for the program: the user's own entries first, ours last.
 pub fn ld_preload_value(user: Option<&str>, ours: &Path) -> String {
     match user.map(str::trim).filter(|s| !s.is_empty()) {
@@ -105,5 +143,21 @@ mod tests {
         assert!(LIBRARY.starts_with(b"\x7fELF"));
         drop(f);
         assert!(!dir.exists());
+    }
+
+    #[test]
+    fn stale_library_directories_are_removed() {
+        let base = std::env::temp_dir().join(format!("scalene-rs-libtest-{}", std::process::id()));
+        std::fs::create_dir_all(&base).unwrap();
+        let dead = base.join("scalene-rs-99999999-0");
+        let live = base.join(format!("scalene-rs-{}-7", std::process::id()));
+        let other = base.join("scalene-rs-99999999-0-x");
+        for d in [&dead, &live, &other] {
+            std::fs::create_dir(d).unwrap();
+        }
+        std::fs::write(dead.join("libscalene_preload.so"), b"x").unwrap();
+        assert_eq!(clean_stale(&base), 1);
+        assert!(!dead.exists() && live.exists() && other.exists());
+        std::fs::remove_dir_all(&base).unwrap();
     }
 }
