@@ -72,6 +72,10 @@ struct OutputArgs {
     /// Output format (overrides the extension).
     #[arg(long, value_enum)]
     format: Option<report::Format>,
+    /// Flame graph / collapsed stacks of memory allocated instead of time (needs a profile
+    /// recorded with memory: `run` without --cpu-only).
+    #[arg(long)]
+    memory: bool,
 }
 
 #[derive(clap::Args)]
@@ -249,6 +253,7 @@ fn emit(profile: &Profile, out: &OutputArgs, threads: bool) -> anyhow::Result<()
         color: to_tty && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty()),
         width: terminal_width(),
         threads,
+        memory: out.memory,
     };
     let bytes = report::render(profile, format, &opts)?;
     match &out.output {

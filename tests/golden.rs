@@ -5,8 +5,8 @@
 //! a deliberate change, and review the diff.
 
 use scalene_rs::profile::{
-    FileProfile, FunctionProfile, Leak, LineMemory, LineProfile, MemorySummary, Profile,
-    ProfileMeta, StackProfile, ThreadProfile, PROFILE_SCHEMA_VERSION,
+    FileProfile, FunctionProfile, Leak, LineMemory, LineProfile, MemoryStack, MemorySummary,
+    Profile, ProfileMeta, StackProfile, ThreadProfile, PROFILE_SCHEMA_VERSION,
 };
 use scalene_rs::python::Frame;
 use scalene_rs::report::terminal::{self, TerminalOptions};
@@ -399,6 +399,33 @@ fn memory() -> Profile {
         copy_window_bytes: 1 << 20,
         dropped_events: 3,
         handshake_timeouts: 1,
+        stacks: vec![
+            MemoryStack {
+                frames: vec![
+                    frame("main", MAIN, Some(11)),
+                    frame("<module>", MAIN, Some(26)),
+                ],
+                alloc_kib: 204_800,
+            },
+            MemoryStack {
+                frames: vec![
+                    frame(
+                        "ones",
+                        "/venv/lib/python3.12/site-packages/numpy/core/numeric.py",
+                        Some(191),
+                    ),
+                    frame("<module>", MAIN, Some(3)),
+                ],
+                alloc_kib: 819_200,
+            },
+            MemoryStack {
+                frames: vec![
+                    frame("main", MAIN, Some(14)),
+                    frame("<module>", MAIN, Some(26)),
+                ],
+                alloc_kib: 7_782,
+            },
+        ],
     });
     p
 }
@@ -437,6 +464,11 @@ fn renderings() -> Vec<(String, String)> {
         ));
         if !p.stacks.is_empty() {
             out.push((format!("{name}.svg"), svg(&p)));
+        }
+        if let Some(lines) = collapsed::memory_lines(&p) {
+            out.push((format!("{name}-alloc.collapsed"), lines.join("\n") + "\n"));
+            let svg = flamegraph::render_memory(&p).unwrap();
+            out.push((format!("{name}-alloc.svg"), String::from_utf8(svg).unwrap()));
         }
     }
     let b = basic();

@@ -8,7 +8,10 @@
 
 use super::ring::layout::{EV_ALLOC, EV_COPY, EV_FREE, EV_SAMPLED_FREE};
 use super::ring::Event;
-use crate::profile::{FileProfile, Leak, LineMemory, LineProfile, MemorySummary, Profile};
+use crate::profile::{
+    FileProfile, Leak, LineMemory, LineProfile, MemoryStack, MemorySummary, Profile,
+};
+use crate::python::Frame;
 use std::collections::HashMap;
 
 const MB: f64 = 1024.0 * 1024.0;
@@ -80,6 +83,8 @@ pub struct MemoryAggregator {
     total_copy: f64,
     /// Allocation bytes whose line could not be read.
     pub unattributed_mb: f64,
+    /// Bytes allocated by each full stack.
+    stacks: HashMap<Vec<Frame>, f64>,
 }
 
 impl MemoryAggregator {
@@ -138,6 +143,13 @@ impl MemoryAggregator {
             }
             EV_FREE => {}
             _ => {}
+        }
+    }
+
+    /// Charges an allocation event's bytes to the full stack that made it.
+    pub fn add_stack(&mut self, e: &Event, frames: &[Frame]) {
+        if e.kind == EV_ALLOC {
+            *self.stacks.entry(frames.to_vec()).or_insert(0.0) += e.a as f64;
         }
     }
 
@@ -273,7 +285,26 @@ impl MemoryAggregator {
             copy_window_bytes: ring.copy_window,
             dropped_events: ring.dropped,
             handshake_timeouts: ring.handshake_timeouts,
+            stacks: self.memory_stacks(),
         });
+    }
+
+    fn memory_stacks(&self) -> Vec<MemoryStack> {
+        let mut v: Vec<MemoryStack> = self
+            .stacks
+            .iter()
+            .map(|(frames, bytes)| MemoryStack {
+                frames: frames.clone(),
+                alloc_kib: (bytes / 1024.0).round() as u64,
+            })
+            .filter(|s| s.alloc_kib > 0)
+            .collect();
+        v.sort_by(|a, b| {
+            b.alloc_kib
+                .cmp(&a.alloc_kib)
+                .then_with(|| a.frames.cmp(&b.frames))
+        });
+        v
     }
 }
 

@@ -10,7 +10,7 @@
 use super::aggregate::{LineKey, MemoryAggregator, RingTotals};
 use super::preload::{preload_env, PreloadFile};
 use super::ring::{self, layout, Ring};
-use crate::python::{self, PythonProcess, StackWalker};
+use crate::python::{self, Frame, PythonProcess, StackWalker};
 use crate::sampler::is_library_file;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -110,14 +110,20 @@ fn consume(
         let mut any = false;
         while let Some(e) = ring.next_event() {
             any = true;
-            let line = match e.kind {
-                layout::EV_ALLOC | layout::EV_COPY => reader
-                    .as_mut()
-                    .and_then(|(p, w, pt)| line_of(p, w, pt, e.tid, cfg.profile_all)),
+            let frames = match e.kind {
+                layout::EV_ALLOC | layout::EV_COPY => reader.as_mut().and_then(|(p, w, pt)| {
+                    python::stack_of_blocked_thread(p, w, e.tid, pt)
+                        .ok()
+                        .flatten()
+                }),
                 _ => None,
             };
             ring.ack(&e);
+            let line = frames.as_deref().and_then(|f| line_of(f, cfg.profile_all));
             agg.add(&e, line);
+            if let Some(f) = &frames {
+                agg.add_stack(&e, f);
+            }
             if e.kind == layout::EV_ALLOC || e.kind == layout::EV_FREE {
                 agg.footprint_at(e.time_ns, ring.footprint());
             }
@@ -143,16 +149,9 @@ fn consume(
     (agg, totals)
 }
 
-/// The line a (waiting) thread is on: its innermost frame, or with library folding the
-/// innermost frame of the user's code.
-fn line_of(
-    proc: &PythonProcess,
-    walker: &mut StackWalker,
-    pthreads: &mut HashMap<u64, i32>,
-    tid: i32,
-    profile_all: bool,
-) -> Option<LineKey> {
-    let frames = python::stack_of_blocked_thread(proc, walker, tid, pthreads).ok()??;
+/// The line of a stack: its innermost frame, or with library folding the innermost frame
+/// of the user's code.
+fn line_of(frames: &[Frame], profile_all: bool) -> Option<LineKey> {
     let f = if profile_all {
         frames.first()
     } else {

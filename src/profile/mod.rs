@@ -300,6 +300,18 @@ pub struct MemorySummary {
     /// Events lost because the ring was full, and handshakes the program gave up on.
     pub dropped_events: u64,
     pub handshake_timeouts: u64,
+    /// Every distinct full stack that allocated, with its bytes (the allocation flame
+    /// graph), most first.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub stacks: Vec<MemoryStack>,
+}
+
+/// A full stack (innermost first) and the bytes its sampled allocation windows stand for.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct MemoryStack {
+    pub frames: Vec<Frame>,
+    /// KiB allocated (rounded).
+    pub alloc_kib: u64,
 }
 
 /// A likely leak.
