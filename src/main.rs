@@ -282,6 +282,9 @@ fn terminal_width() -> usize {
 }
 
 fn loss_summary(s: &Stats) {
+    for n in &s.notes {
+        eprintln!("scalene-rs: {n}");
+    }
     if s.missed > 0 {
         eprintln!(
             "scalene-rs: {} samples missed (the profiler fell behind the requested rate)",
@@ -327,6 +330,10 @@ fn attach(args: AttachArgs) -> Result<(), scalene_rs::Error> {
         duration: args.duration,
         sampler: args.record.sampler(),
         locate: LocateOptions::default(),
+        memory: Some(MemoryConfig {
+            profile_all: args.record.profile_all,
+            ..MemoryConfig::default()
+        }),
     };
     let live = std::io::stderr().is_terminal();
     if live {

@@ -289,6 +289,9 @@ pub struct AttachConfig {
     pub duration: Option<Duration>,
     pub sampler: SamplerConfig,
     pub locate: LocateOptions,
+    /// Read the memory ring when the process has one (started under `run`, whose
+    /// profiler is gone); None: do not.
+    pub memory: Option<MemoryConfig>,
 }
 
 /// Profiles a running process until Ctrl-C (SIGINT), SIGTERM, the duration, or its exit.
@@ -314,12 +317,37 @@ pub fn attach(cfg: &AttachConfig, progress: &mut dyn FnMut(&Stats)) -> Result<(P
         })
         .unwrap_or_default();
     catch(&[Signal::SIGINT, Signal::SIGTERM, Signal::SIGHUP]);
+    let mut notes = Vec::new();
+    let recorder = match &cfg.memory {
+        Some(mc) => match crate::memory::consumer::find_ring(cfg.pid) {
+            Ok(ring) => Some(MemoryRecorder::start(ring, proc.reopen().ok(), mc.clone())),
+            Err(why) => {
+                notes.push(format!("no memory data: {why}"));
+                None
+            }
+        },
+        None => None,
+    };
+    let cwd = std::fs::read_link(format!("/proc/{}/cwd", cfg.pid))
+        .ok()
+        .map(|p| p.to_string_lossy().into_owned());
     let start = Instant::now();
     let mut sampler = Sampler::new(proc, cfg.sampler.clone());
     let duration = cfg.duration;
-    sampler.run(
+    let result = sampler.run(
         &mut || !take_pending().is_empty() || duration.is_some_and(|d| start.elapsed() >= d),
         progress,
-    )?;
-    Ok((sampler.finish(program), sampler.stats.clone()))
+    );
+    let memory = recorder.map(MemoryRecorder::finish);
+    result?;
+    let mut profile = sampler.finish(program);
+    if let Some((agg, totals)) = memory {
+        let pid = cfg.pid;
+        agg.merge_into(&mut profile, totals, &mut |file| {
+            crate::sampler::read_source(pid, &crate::sampler::absolute(file, cwd.as_deref()))
+        });
+    }
+    let mut stats = sampler.stats.clone();
+    stats.notes = notes;
+    Ok((profile, stats))
 }

@@ -225,3 +225,102 @@ fn the_program_outlives_a_killed_profiler() {
     // (each of its ~thousand windows would wait).
     assert!(after_kill < Duration::from_secs(10), "{after_kill:?}");
 }
+
+fn wait_for_pid_file(path: &std::path::Path) -> i32 {
+    let until = Instant::now() + Duration::from_secs(20);
+    loop {
+        if let Some(pid) = std::fs::read_to_string(path)
+            .ok()
+            .and_then(|s| s.trim().parse().ok())
+        {
+            return pid;
+        }
+        assert!(Instant::now() < until, "the program never wrote its pid");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn attach_json(pid: i32, json: &std::path::Path) -> (Value, String) {
+    let out = Command::new(BIN)
+        .args(["attach", &pid.to_string(), "--duration", "1.5", "-o"])
+        .arg(json)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(out.status.success(), "{stderr}");
+    let p = serde_json::from_str(&std::fs::read_to_string(json).unwrap()).unwrap();
+    let _ = std::fs::remove_file(json);
+    (p, stderr)
+}
+
+use serde_json::Value;
+
+#[test]
+fn attach_without_the_library_says_memory_needs_run() {
+    let py = interpreters().pop().unwrap();
+    let pid_file = std::env::temp_dir().join(format!("scalene-rs-att0-{}", std::process::id()));
+    let _ = std::fs::remove_file(&pid_file);
+    let mut prog = Command::new(&py.path)
+        .arg(common::fixture("memory/pid_alloc_loop.py"))
+        .arg(&pid_file)
+        .arg("4")
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    let pid = wait_for_pid_file(&pid_file);
+    let json = pid_file.with_extension("json");
+    let (p, stderr) = attach_json(pid, &json);
+    prog.wait().unwrap();
+    let _ = std::fs::remove_file(&pid_file);
+    assert!(p.get("memory").is_none());
+    assert!(
+        stderr.contains("memory accounting needs `scalene-rs run`"),
+        "{stderr}"
+    );
+}
+
+/// A program started under `run` whose profiler was killed: `attach` takes its ring over,
+/// and its allocations are tied to their line again.
+#[test]
+fn attach_reads_the_ring_of_a_program_whose_profiler_is_gone() {
+    let py = interpreters().pop().unwrap();
+    let fx = "memory/pid_alloc_loop.py";
+    let pid_file = std::env::temp_dir().join(format!("scalene-rs-att1-{}", std::process::id()));
+    let _ = std::fs::remove_file(&pid_file);
+    let mut run = Command::new(BIN)
+        .args(["run", "-o", "/dev/null", "--"])
+        .arg(&py.path)
+        .arg(common::fixture(fx))
+        .arg(&pid_file)
+        .arg("6")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let pid = wait_for_pid_file(&pid_file);
+    std::thread::sleep(Duration::from_millis(300));
+    run.kill().unwrap();
+    run.wait().unwrap();
+    let json = pid_file.with_extension("json");
+    let (p, stderr) = attach_json(pid, &json);
+    let _ = std::fs::remove_file(&pid_file);
+    let m = &p["memory"];
+    assert!(m.is_object(), "{stderr}");
+    // About 1 MiB per millisecond for 1.5 s, minus sleeping overhead: hundreds of MB.
+    let alloc = m["alloc_mb"].as_f64().unwrap();
+    assert!(alloc > 100.0, "{alloc} MB");
+    let text = std::fs::read_to_string(common::fixture(fx)).unwrap();
+    let line = text.lines().position(|l| l.ends_with("# ALLOC")).unwrap() as u64 + 1;
+    let on_line: f64 = p["files"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|f| f["lines"].as_array().unwrap())
+        .filter(|l| l["line"].as_u64() == Some(line))
+        .filter_map(|l| l["mem_alloc_mb"].as_f64())
+        .sum();
+    assert!(
+        on_line >= 0.9 * alloc,
+        "{on_line} of {alloc} MB on line {line}"
+    );
+}

@@ -69,7 +69,9 @@ pub struct Header {
     pub handshake_timeouts: AtomicU64,
     /// Handshakes the profiler has answered (it is alive and answering, maybe slowly).
     pub answers: AtomicU64,
-    pub _pad0: [u64; 1],
+    /// Bumped when a new profiler takes the ring over (`attach` after the `run` that
+    /// started the program is gone): a library that stopped waiting waits again.
+    pub consumer_generation: AtomicU64,
     /// Next ticket to reserve (producers), on its own cache line.
     pub head: AtomicU64,
     pub _pad1: [u64; 7],

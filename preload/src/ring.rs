@@ -22,6 +22,8 @@ static RING: AtomicPtr<Header> = AtomicPtr::new(core::ptr::null_mut());
 /// Sampling is on: a ring is claimed and this is the process that claimed it.
 pub static ACTIVE: AtomicBool = AtomicBool::new(false);
 static WAIT: AtomicBool = AtomicBool::new(true);
+/// The ring's consumer generation when we stopped waiting.
+static GAVE_UP_AT: AtomicU64 = AtomicU64::new(0);
 static TIMEOUTS: AtomicU32 = AtomicU32::new(0);
 /// The profiler's answer count at the last unanswered handshake.
 static ANSWERS_SEEN: AtomicU64 = AtomicU64::new(0);
@@ -208,6 +210,14 @@ fn profiler_gone(h: &Header) -> bool {
 pub fn emit(kind: u32, tid: i32, a: u64, b: u64, c: u64, ptr: u64, wait: bool) {
     let Some(h) = header() else { return };
     let Some(ticket) = h.reserve() else { return };
+    if wait
+        && !WAIT.load(Ordering::Relaxed)
+        && h.consumer_generation.load(Ordering::Acquire) != GAVE_UP_AT.load(Ordering::Relaxed)
+    {
+        // A new profiler took the ring over: give it a chance.
+        TIMEOUTS.store(0, Ordering::Relaxed);
+        WAIT.store(true, Ordering::Relaxed);
+    }
     let wait = wait
         && WAIT.load(Ordering::Relaxed)
         && match h.handshake.load(Ordering::Acquire) {
@@ -255,6 +265,10 @@ pub fn emit(kind: u32, tid: i32, a: u64, b: u64, c: u64, ptr: u64, wait: bool) {
         TIMEOUTS.store(0, Ordering::Relaxed);
     }
     if gone || TIMEOUTS.fetch_add(1, Ordering::Relaxed) + 1 >= MAX_TIMEOUTS_IN_A_ROW {
+        GAVE_UP_AT.store(
+            h.consumer_generation.load(Ordering::Acquire),
+            Ordering::Relaxed,
+        );
         WAIT.store(false, Ordering::Relaxed);
     }
 }

@@ -63,6 +63,28 @@ impl MemorySetup {
     }
 }
 
+/// The ring of a process started under `run` whose profiler is gone (`attach`): the preload
+/// library must be loaded in it and its environment must name the ring. The error says why
+/// memory cannot be recorded, for the user.
+pub fn find_ring(pid: i32) -> Result<Ring, String> {
+    let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap_or_default();
+    if !maps.contains("libscalene_preload.so") {
+        return Err(
+            "memory accounting needs `scalene-rs run` (the program must be started \
+                    with scalene-rs's preload library)"
+                .into(),
+        );
+    }
+    let environ = std::fs::read(format!("/proc/{pid}/environ")).unwrap_or_default();
+    let key = format!("{}=", ring::RING_ENV);
+    let path = environ
+        .split(|&b| b == 0)
+        .find_map(|kv| kv.strip_prefix(key.as_bytes()))
+        .map(|v| std::path::PathBuf::from(String::from_utf8_lossy(v).into_owned()))
+        .ok_or("the preload library is loaded but its ring is not named in the environment")?;
+    Ring::take_over(&path, pid)
+}
+
 /// The running consumer thread.
 pub struct MemoryRecorder {
     stop: Arc<AtomicBool>,

@@ -41,9 +41,12 @@ pub struct Event {
     pub ticket: u64,
 }
 
-/// A ring we created.
+/// A ring we read: created by us (`run`), or taken over from a profiler that is gone
+/// (`attach`).
 pub struct Ring {
     path: PathBuf,
+    /// We created the file (and remove it when done).
+    owned: bool,
     map: MmapMut,
     capacity: u64,
     /// Since when the slot at `tail` has been reserved but not yet written.
@@ -96,6 +99,7 @@ impl Ring {
         let map = unsafe { MmapMut::map_mut(&file) }.map_err(cleanup)?;
         let ring = Ring {
             path,
+            owned: true,
             map,
             capacity,
             stuck_since: None,
@@ -112,6 +116,72 @@ impl Ring {
         // The magic last: a producer that sees it sees a complete header.
         h.magic.store(layout::MAGIC, Ordering::Release);
         Ok(ring)
+    }
+
+    /// Opens the ring at `path` that another profiler created, and becomes its reader if
+    /// that profiler is gone. The file must be ours and private (mode 0600), well-formed,
+    /// and claimed by `producer` (the process being attached to).
+    pub fn take_over(path: &Path, producer: i32) -> Result<Ring, String> {
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+            .open(path)
+            .map_err(|e| format!("opening {}: {e}", path.display()))?;
+        let meta = file.metadata().map_err(|e| e.to_string())?;
+        // SAFETY: getuid has no preconditions.
+        let uid = unsafe { libc::getuid() };
+        if meta.uid() != uid || meta.mode() & 0o077 != 0 {
+            return Err(format!(
+                "{} is not a private file of ours; not reading it",
+                path.display()
+            ));
+        }
+        if (meta.len() as usize) < layout::HEADER_BYTES {
+            return Err(format!("{} is too short for a ring", path.display()));
+        }
+        // SAFETY: a shared mapping of the file; every access goes through atomics.
+        let map = unsafe { MmapMut::map_mut(&file) }.map_err(|e| e.to_string())?;
+        // SAFETY: at least a header long (checked above), page-aligned, atomics only.
+        let h = unsafe { &*(map.as_ptr() as *const Header) };
+        let capacity = h.capacity.load(Ordering::Relaxed);
+        if h.magic.load(Ordering::Acquire) != layout::MAGIC
+            || h.version.load(Ordering::Relaxed) != layout::LAYOUT_VERSION
+            || !capacity.is_power_of_two()
+            || layout::file_bytes(capacity) > map.len()
+        {
+            return Err(format!(
+                "{} is not a ring this scalene-rs reads",
+                path.display()
+            ));
+        }
+        if h.producer_pid.load(Ordering::Acquire) != producer {
+            return Err(format!(
+                "the ring {} is not process {producer}'s",
+                path.display()
+            ));
+        }
+        let me = std::process::id() as i32;
+        let reader = h.consumer_pid.load(Ordering::Acquire);
+        if reader != me && crate::error::process_exists(reader) {
+            return Err(format!(
+                "its memory events are read by scalene-rs process {reader} (the `run` that started it)"
+            ));
+        }
+        h.consumer_pid
+            .compare_exchange(reader, me, Ordering::AcqRel, Ordering::Acquire)
+            .map_err(|_| "another profiler took the ring over first".to_string())?;
+        // What the program wrote while nobody read belongs to no recording of ours.
+        h.tail
+            .store(h.head.load(Ordering::Acquire), Ordering::Release);
+        h.consumer_generation.fetch_add(1, Ordering::AcqRel);
+        Ok(Ring {
+            path: path.to_path_buf(),
+            owned: false,
+            map,
+            capacity,
+            stuck_since: None,
+        })
     }
 
     pub fn path(&self) -> &Path {
@@ -226,7 +296,9 @@ impl Ring {
 impl Drop for Ring {
     fn drop(&mut self) {
         self.set_handshake(false);
-        let _ = std::fs::remove_file(&self.path);
+        if self.owned {
+            let _ = std::fs::remove_file(&self.path);
+        }
     }
 }
 
