@@ -463,3 +463,38 @@ extern "C" fn valloc_shim(size: usize, ret: usize) -> *mut c_void {
 extern "C" fn pvalloc_shim(size: usize, ret: usize) -> *mut c_void {
     pvalloc_impl(size, ret)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn watched_pointers_are_found_once() {
+        let ptrs: Vec<usize> = (1..=100).map(|i| 0x7f00_0000_0000 + i * 0x1010).collect();
+        for &p in &ptrs {
+            assert!(watch(p));
+        }
+        assert!(!unwatch(0x1234_5678));
+        for &p in &ptrs {
+            assert!(unwatch(p), "{p:#x}");
+            assert!(!unwatch(p), "{p:#x} found twice");
+        }
+        assert_eq!(WATCHED.load(Ordering::Relaxed), 0);
+        assert!(!watch(0));
+    }
+
+    #[test]
+    fn interposed_allocator_round_trips() {
+        // This test binary itself runs on the interposed functions (idle: no ring).
+        let p = malloc_impl(100, 0);
+        assert!(!p.is_null());
+        assert!(malloc_usable_size(p) >= 100);
+        let q = realloc_impl(p, 1 << 20, 0);
+        assert!(!q.is_null() && malloc_usable_size(q) >= 1 << 20);
+        free(q);
+        let mut out = core::ptr::null_mut();
+        assert_eq!(posix_memalign_impl(&mut out, 4096, 10, 0), 0);
+        assert_eq!(out as usize % 4096, 0);
+        free(out);
+    }
+}
