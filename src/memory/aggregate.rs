@@ -245,7 +245,12 @@ impl MemoryAggregator {
                 Some(l) => l.memory = Some(mem),
                 None => {
                     let text = source(file)
-                        .and_then(|src| src.get(*line as usize - 1).cloned())
+                        .and_then(|src| {
+                            (*line as usize)
+                                .checked_sub(1)
+                                .and_then(|i| src.get(i))
+                                .cloned()
+                        })
                         .unwrap_or_default();
                     f.lines.push(LineProfile {
                         line: *line,

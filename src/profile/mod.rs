@@ -173,7 +173,7 @@ impl Aggregator {
             });
             if let Some(src) = source(&f.filename) {
                 for l in &mut f.lines {
-                    if let Some(text) = src.get(l.line as usize - 1) {
+                    if let Some(text) = (l.line as usize).checked_sub(1).and_then(|i| src.get(i)) {
                         l.source = text.clone();
                     }
                 }
@@ -461,5 +461,26 @@ mod tests {
         assert_eq!(p.stacks.len(), 2);
         assert_eq!(p.stacks.iter().map(|s| s.samples).sum::<u64>(), 2);
         assert!((f.cpu_pct - 100.0).abs() < 1e-9);
+    }
+
+    #[test]
+    fn a_line_numbered_zero_gets_no_source_and_no_panic() {
+        let mut agg = Aggregator::new();
+        let frames = [frame("f", 0)];
+        agg.add(
+            &ThreadSample {
+                frames: &frames,
+                activity: Activity::Python,
+                user_s: 0.01,
+                system_s: 0.0,
+                idle_s: 0.0,
+                native_id: Some(1),
+                thread_name: None,
+            },
+            frames.first(),
+        );
+        let p = agg.finish(ProfileMeta::default(), &mut |_| Some(vec!["x = 1".into()]));
+        assert_eq!(p.files[0].lines[0].line, 0);
+        assert_eq!(p.files[0].lines[0].source, "");
     }
 }

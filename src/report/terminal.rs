@@ -562,7 +562,7 @@ impl Renderer<'_> {
             let src = match line {
                 Some(l) if !l.source.is_empty() => l.source.as_str(),
                 _ => text
-                    .and_then(|t| t.get(n as usize - 1))
+                    .and_then(|t| (n as usize).checked_sub(1).and_then(|i| t.get(i)))
                     .map(String::as_str)
                     .unwrap_or(""),
             };
