@@ -130,6 +130,15 @@ pub fn run(cfg: &RunConfig, progress: &mut dyn FnMut(&Stats)) -> Result<RunOutco
     let mut proc = None;
     while status.is_none() && proc.is_none() {
         forward(pid);
+        // The ring was claimed by a Python process that is not the one we follow (the
+        // command forked it, e.g. `sh -c 'python app.py; true'`): we will never read its
+        // stacks, so it must not wait for us.
+        if let Some(m) = &memory {
+            let producer = m.ring.producer_pid();
+            if producer != 0 && producer != pid {
+                m.ring.set_handshake(false);
+            }
+        }
         if let Some(s) = try_wait_exit(&child).map_err(|e| Error::Io {
             context: "waiting for the program".into(),
             source: e,

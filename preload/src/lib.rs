@@ -392,6 +392,9 @@ pub extern "C" fn memmove(d: *mut c_void, s: *const c_void, n: usize) -> *mut c_
 macro_rules! trampoline {
     ($name:ident => $imp:ident, ($($arg:ident: $t:ty),*) -> $ret:ty, $x86_reg:literal, $arm_reg:literal) => {
         #[cfg(target_arch = "x86_64")]
+        // SAFETY: the body only copies the return address into the next free argument
+        // register and tail-jumps to a C-ABI function that takes it as one more argument;
+        // it touches no stack slot and no callee-saved register.
         #[unsafe(naked)]
         #[no_mangle]
         pub extern "C" fn $name($($arg: $t),*) -> $ret {
@@ -404,6 +407,7 @@ macro_rules! trampoline {
         }
 
         #[cfg(target_arch = "aarch64")]
+        // SAFETY: as above, with the link register as the return address.
         #[unsafe(naked)]
         #[no_mangle]
         pub extern "C" fn $name($($arg: $t),*) -> $ret {
