@@ -5,6 +5,7 @@
 
 pub mod elf;
 pub mod error;
+pub mod memory;
 pub mod profile;
 pub mod ptrace;
 pub mod python;

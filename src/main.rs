@@ -3,6 +3,7 @@
 
 use clap::{Parser, Subcommand};
 use scalene_rs::error::exit;
+use scalene_rs::memory::consumer::MemoryConfig;
 use scalene_rs::profile::Profile;
 use scalene_rs::python::{self, LocateOptions, PythonProcess, SnapshotOptions, StackWalker};
 use scalene_rs::report::{self, Format, RenderOptions};
@@ -76,6 +77,10 @@ struct OutputArgs {
     /// Output format (overrides the extension).
     #[arg(long, value_enum)]
     format: Option<report::Format>,
+    /// Flame graph / collapsed stacks of memory allocated instead of time (needs a profile
+    /// recorded with memory: `run` without --cpu-only).
+    #[arg(long)]
+    memory: bool,
 }
 
 #[derive(clap::Args)]
@@ -86,6 +91,9 @@ struct RunArgs {
     /// starts is profiled too: multiprocessing workers, subprocesses, scripts).
     #[arg(long)]
     no_subprocesses: bool,
+    /// CPU time only: no memory or copy accounting (the preload library is not injected).
+    #[arg(long)]
+    cpu_only: bool,
     /// The command to run, after `--`.
     #[arg(required = true, last = true, value_name = "COMMAND")]
     command: Vec<String>,
@@ -263,6 +271,7 @@ fn emit(profile: &Profile, out: &OutputArgs, threads: bool) -> anyhow::Result<()
         color: to_tty && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty()),
         width: terminal_width(),
         threads,
+        memory: out.memory,
     };
     let bytes = report::render(profile, format, &opts)?;
     match &out.output {
@@ -291,6 +300,9 @@ fn terminal_width() -> usize {
 }
 
 fn loss_summary(s: &Stats) {
+    for n in &s.notes {
+        eprintln!("scalene-rs: {n}");
+    }
     if s.missed > 0 {
         eprintln!(
             "scalene-rs: {} samples missed (the profiler fell behind the requested rate)",
@@ -310,6 +322,10 @@ fn run(args: RunArgs) -> anyhow::Result<i32> {
         command: args.command.clone(),
         sampler: args.record.sampler(),
         follow_children: !args.no_subprocesses,
+        memory: (!args.cpu_only).then(|| MemoryConfig {
+            profile_all: args.record.profile_all,
+            ..MemoryConfig::default()
+        }),
     };
     let live = std::io::stderr().is_terminal();
     let outcome = session::run(&cfg, &mut status_line(live))?;
@@ -334,6 +350,10 @@ fn attach(args: AttachArgs) -> Result<(), scalene_rs::Error> {
         sampler: args.record.sampler(),
         locate: LocateOptions::default(),
         follow_children: args.subprocesses,
+        memory: Some(MemoryConfig {
+            profile_all: args.record.profile_all,
+            ..MemoryConfig::default()
+        }),
     };
     let live = std::io::stderr().is_terminal();
     if live {

@@ -7,6 +7,7 @@
 //! Must not: render reports (the caller does) or change anything in the target.
 
 use crate::error::{Error, Result};
+use crate::memory::consumer::{MemoryConfig, MemoryRecorder, MemorySetup};
 use crate::profile::Profile;
 use crate::python::{LocateOptions, PythonProcess};
 use crate::sampler::tree::{command_line, ProcessTree};
@@ -47,6 +48,11 @@ fn catch(signals: &[Signal]) {
     }
 }
 
+/// How long the command's own process may look like something other than Python (a
+/// Python just exec'd has not mapped libpython yet) before, following children, we stop
+/// waiting for it and let the process tree find the Pythons it starts.
+const NOT_PYTHON_GRACE: Duration = Duration::from_millis(100);
+
 /// What `run` records.
 #[derive(Debug, Clone)]
 pub struct RunConfig {
@@ -55,6 +61,8 @@ pub struct RunConfig {
     pub sampler: SamplerConfig,
     /// Profile the program's child processes too (every descendant that runs Python).
     pub follow_children: bool,
+    /// Memory and copy accounting (the preload library); None with `--cpu-only`.
+    pub memory: Option<MemoryConfig>,
 }
 
 /// The outcome of `run`.
@@ -93,13 +101,25 @@ pub fn run(cfg: &RunConfig, progress: &mut dyn FnMut(&Stats)) -> Result<RunOutco
         Signal::SIGUSR1,
         Signal::SIGUSR2,
     ]);
-    let mut child = Command::new(prog)
-        .args(args)
-        .spawn()
+    // Memory: a private ring and the library, named to the program through its environment.
+    let memory = cfg
+        .memory
+        .as_ref()
+        .map(MemorySetup::new)
+        .transpose()
         .map_err(|e| Error::Io {
-            context: format!("starting {prog}"),
+            context: "creating the memory ring".into(),
             source: e,
         })?;
+    let mut command = Command::new(prog);
+    command.args(args);
+    if let Some(m) = &memory {
+        command.envs(m.env());
+    }
+    let mut child = command.spawn().map_err(|e| Error::Io {
+        context: format!("starting {prog}"),
+        source: e,
+    })?;
     let pid = child.id() as i32;
     let forward = |child_pid: i32| {
         for s in take_pending() {
@@ -110,15 +130,130 @@ pub fn run(cfg: &RunConfig, progress: &mut dyn FnMut(&Stats)) -> Result<RunOutco
         }
     };
 
-    // The command may be a shell or a launcher that execs Python, or (following children)
-    // a script that starts Python processes: the tree finds every interpreter as it comes
-    // up, and again after an exec.
+    // Wait for the command's own interpreter: it may be a launcher that execs Python.
+    // Locating (parsing ELF files) happens once per executable; until the interpreter is
+    // initialized we only poll one pointer, so sampling starts as soon as Python runs.
+    // Following children, a command that stays something else (a shell script) is not
+    // waited for: the process tree finds the Pythons it starts.
+    let mut status = None;
+    let mut not_python_since: Option<(String, Instant)> = None;
+    let mut found: Option<(PythonProcess, String)> = None;
+    let mut proc = None;
+    while status.is_none() && proc.is_none() {
+        forward(pid);
+        // The ring was claimed by a Python process that is not the one we follow (the
+        // command forked it, e.g. `sh -c 'python app.py; true'`): we will never read its
+        // stacks, so it must not wait for us.
+        if let Some(m) = &memory {
+            let producer = m.ring.producer_pid();
+            if producer != 0 && producer != pid {
+                m.ring.set_handshake(false);
+            }
+        }
+        if let Some(s) = try_wait_exit(&child).map_err(|e| Error::Io {
+            context: "waiting for the program".into(),
+            source: e,
+        })? {
+            status = Some(s);
+            break;
+        }
+        let exe = std::fs::read_link(format!("/proc/{pid}/exe"))
+            .map(|p| p.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        // A new executable (the launcher exec'd Python, or Python exec'd something else).
+        if found.as_ref().is_some_and(|(_, e)| *e != exe) {
+            found = None;
+        }
+        if found.is_none() {
+            match PythonProcess::locate(pid, &LocateOptions::default()) {
+                Ok(p) => found = Some((p, exe)),
+                Err(e @ (Error::UnsupportedVersion { .. } | Error::PermissionDenied { .. })) => {
+                    // Cannot profile it: let it run to its end unprofiled, and say why.
+                    if let Some(m) = &memory {
+                        m.ring.set_handshake(false);
+                    }
+                    let status = wait_forwarding(&mut child, &forward)?;
+                    return Ok(RunOutcome {
+                        profile: None,
+                        status,
+                        stats: Stats::default(),
+                        note: Some(format!("not profiled: {e}")),
+                    });
+                }
+                Err(Error::NotPython { .. }) if cfg.follow_children => {
+                    // Give a just-exec'd Python time to map libpython; then leave it to
+                    // the tree.
+                    let since = match &not_python_since {
+                        Some((e, t)) if *e == exe => *t,
+                        _ => {
+                            not_python_since = Some((exe.clone(), Instant::now()));
+                            Instant::now()
+                        }
+                    };
+                    let ours = std::fs::read_link("/proc/self/exe")
+                        .map(|p| p.to_string_lossy().into_owned())
+                        .unwrap_or_default();
+                    if exe != ours && since.elapsed() >= NOT_PYTHON_GRACE {
+                        break;
+                    }
+                    std::thread::sleep(Duration::from_millis(5));
+                    continue;
+                }
+                Err(_) => {
+                    std::thread::sleep(Duration::from_millis(5));
+                    continue;
+                }
+            }
+        }
+        let ready = found
+            .as_ref()
+            .is_some_and(|(p, _)| matches!(p.interp_head(), Ok(h) if h != 0));
+        if ready {
+            proc = found.take().map(|(p, _)| p);
+        } else {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+    if let Some(s) = status {
+        // The program ended before its interpreter came up.
+        return Ok(RunOutcome {
+            profile: None,
+            status: s,
+            stats: Stats::default(),
+            note: Some("no Python interpreter was found in the program's process".into()),
+        });
+    }
+
+    let cwd = std::fs::read_link(format!("/proc/{pid}/cwd"))
+        .ok()
+        .map(|p| p.to_string_lossy().into_owned());
+    // The library file stays until the program ends (programs it starts load it too).
+    // Lines are tied to allocations of the command's own process; without it (a script
+    // that starts Python), nobody reads stacks, so its allocations must not wait for us.
+    let (recorder, _library) = match (memory, &cfg.memory) {
+        (Some(m), Some(mc)) => {
+            let reader = proc.as_ref().and_then(|p| p.reopen().ok());
+            if reader.is_none() {
+                m.ring.set_handshake(false);
+            }
+            (
+                Some(MemoryRecorder::start(m.ring, reader, mc.clone())),
+                Some(m.library),
+            )
+        }
+        _ => (None, None),
+    };
+    // Every Python process of the program (following children), found as it comes up and
+    // again after an exec.
     let mut tree = ProcessTree::new(
         pid,
         cfg.follow_children,
         cfg.sampler.clone(),
         LocateOptions::default(),
     );
+    if let Some(p) = proc {
+        tree = tree.with_located(p);
+    }
     let mut exited = None;
     let result = tree.run(
         &mut || {
@@ -137,6 +272,7 @@ pub fn run(cfg: &RunConfig, progress: &mut dyn FnMut(&Stats)) -> Result<RunOutco
         Some(s) => s,
         None => wait_forwarding(&mut child, &forward)?,
     };
+    let memory = recorder.map(MemoryRecorder::finish);
     result?;
     if tree.profiled() == 0 {
         let note = match tree.notes.values().next() {
@@ -154,7 +290,12 @@ pub fn run(cfg: &RunConfig, progress: &mut dyn FnMut(&Stats)) -> Result<RunOutco
         });
     }
     let stats = tree.stats.clone();
-    let profile = tree.finish(cfg.command.join(" "));
+    let mut profile = tree.finish(cfg.command.join(" "));
+    if let Some((agg, totals)) = memory {
+        agg.merge_into(&mut profile, totals, &mut |file| {
+            crate::sampler::read_source(pid, &crate::sampler::absolute(file, cwd.as_deref()))
+        });
+    }
     Ok(RunOutcome {
         profile: Some(profile),
         status,
@@ -220,6 +361,9 @@ pub struct AttachConfig {
     pub locate: LocateOptions,
     /// Profile the process's descendants too (`--subprocesses`).
     pub follow_children: bool,
+    /// Read the memory ring when the process has one (started under `run`, whose
+    /// profiler is gone); None: do not.
+    pub memory: Option<MemoryConfig>,
 }
 
 /// Profiles a running process until Ctrl-C (SIGINT), SIGTERM, the duration, or its exit.
@@ -237,6 +381,20 @@ pub fn attach(cfg: &AttachConfig, progress: &mut dyn FnMut(&Stats)) -> Result<(P
     }
     let program = command_line(cfg.pid);
     catch(&[Signal::SIGINT, Signal::SIGTERM, Signal::SIGHUP]);
+    let mut notes = Vec::new();
+    let recorder = match &cfg.memory {
+        Some(mc) => match crate::memory::consumer::find_ring(cfg.pid) {
+            Ok(ring) => Some(MemoryRecorder::start(ring, proc.reopen().ok(), mc.clone())),
+            Err(why) => {
+                notes.push(format!("no memory data: {why}"));
+                None
+            }
+        },
+        None => None,
+    };
+    let cwd = std::fs::read_link(format!("/proc/{}/cwd", cfg.pid))
+        .ok()
+        .map(|p| p.to_string_lossy().into_owned());
     let start = Instant::now();
     let mut tree = ProcessTree::new(
         cfg.pid,
@@ -246,10 +404,20 @@ pub fn attach(cfg: &AttachConfig, progress: &mut dyn FnMut(&Stats)) -> Result<(P
     )
     .with_located(proc);
     let duration = cfg.duration;
-    tree.run(
+    let result = tree.run(
         &mut || !take_pending().is_empty() || duration.is_some_and(|d| start.elapsed() >= d),
         progress,
-    )?;
-    let stats = tree.stats.clone();
-    Ok((tree.finish(program), stats))
+    );
+    let memory = recorder.map(MemoryRecorder::finish);
+    result?;
+    let mut stats = tree.stats.clone();
+    let mut profile = tree.finish(program);
+    if let Some((agg, totals)) = memory {
+        let pid = cfg.pid;
+        agg.merge_into(&mut profile, totals, &mut |file| {
+            crate::sampler::read_source(pid, &crate::sampler::absolute(file, cwd.as_deref()))
+        });
+    }
+    stats.notes = notes;
+    Ok((profile, stats))
 }

@@ -5,8 +5,8 @@
 //! a deliberate change, and review the diff.
 
 use scalene_rs::profile::{
-    FileProfile, FunctionProfile, LineProfile, Profile, ProfileMeta, StackProfile, ThreadProfile,
-    PROFILE_SCHEMA_VERSION,
+    FileProfile, FunctionProfile, Leak, LineMemory, LineProfile, MemoryStack, MemorySummary,
+    Profile, ProfileMeta, StackProfile, ThreadProfile, PROFILE_SCHEMA_VERSION,
 };
 use scalene_rs::python::Frame;
 use scalene_rs::report::terminal::{self, TerminalOptions};
@@ -29,6 +29,7 @@ fn line(line: u32, source: &str, py: f64, native: f64, system: f64) -> LineProfi
         cpu_python_pct: py,
         cpu_native_pct: native,
         cpu_system_pct: system,
+        memory: None,
     }
 }
 
@@ -218,6 +219,7 @@ fn basic() -> Profile {
             thread(4251, None, 3, 0.0, 0.0, 0.2),
         ],
         processes: vec![],
+        memory: None,
     }
 }
 
@@ -306,6 +308,7 @@ fn wall() -> Profile {
             63.0,
         )],
         processes: vec![],
+        memory: None,
     }
 }
 
@@ -331,11 +334,112 @@ fn empty() -> Profile {
         stacks: vec![],
         threads: vec![],
         processes: vec![],
+        memory: None,
     }
 }
 
+/// `basic` recorded with memory: a line that keeps what it allocates (a leak), a line that
+/// allocates natively and frees, a line that only copies, and a line that only allocates
+/// (no CPU samples).
+fn memory() -> Profile {
+    let mut p = basic();
+    let mem = |alloc: f64, py: f64, peak: f64, avg: f64, timeline: Vec<f64>, copy: f64| {
+        Some(LineMemory {
+            mem_alloc_mb: alloc,
+            mem_python_pct: py,
+            mem_peak_mb: peak,
+            mem_avg_mb: avg,
+            mem_timeline: timeline,
+            copy_mb_s: copy,
+        })
+    };
+    for f in &mut p.files {
+        for l in &mut f.lines {
+            l.memory = Some(LineMemory::default());
+        }
+    }
+    let main = &mut p.files[0];
+    main.lines[2].memory = mem(
+        200.0,
+        99.5,
+        200.0,
+        100.0,
+        (1..=20).map(|i| i as f64 * 10.0).collect(),
+        0.0,
+    );
+    main.lines[3].memory = mem(0.0, 0.0, 0.0, 0.0, vec![], 120.0);
+    main.lines[0].memory = mem(
+        800.0,
+        2.0,
+        8.0,
+        4.0,
+        vec![0.0, 8.0, 4.0, 8.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0],
+        0.0,
+    );
+    main.lines.push(LineProfile {
+        line: 14,
+        source: "    cache = [0] * 10**6".into(),
+        cpu_python_pct: 0.0,
+        cpu_native_pct: 0.0,
+        cpu_system_pct: 0.0,
+        memory: mem(7.6, 100.0, 7.6, 7.6, vec![7.6; 20], 0.0),
+    });
+    p.memory = Some(MemorySummary {
+        peak_mb: 215.3,
+        timeline: (0..=10).map(|i| [i as f64, i as f64 * 21.0]).collect(),
+        alloc_mb: 1007.6,
+        python_pct: 21.5,
+        copy_mb: 1260.0,
+        leaks: vec![Leak {
+            filename: MAIN.into(),
+            line: 11,
+            likelihood: 0.995,
+            growth_mb_s: 19.4,
+            sampled_allocs: 200,
+            sampled_frees: 0,
+        }],
+        window_bytes: 1 << 20,
+        copy_window_bytes: 1 << 20,
+        dropped_events: 3,
+        handshake_timeouts: 1,
+        stacks: vec![
+            MemoryStack {
+                frames: vec![
+                    frame("main", MAIN, Some(11)),
+                    frame("<module>", MAIN, Some(26)),
+                ],
+                alloc_kib: 204_800,
+            },
+            MemoryStack {
+                frames: vec![
+                    frame(
+                        "ones",
+                        "/venv/lib/python3.12/site-packages/numpy/core/numeric.py",
+                        Some(191),
+                    ),
+                    frame("<module>", MAIN, Some(3)),
+                ],
+                alloc_kib: 819_200,
+            },
+            MemoryStack {
+                frames: vec![
+                    frame("main", MAIN, Some(14)),
+                    frame("<module>", MAIN, Some(26)),
+                ],
+                alloc_kib: 7_782,
+            },
+        ],
+    });
+    p
+}
+
 fn profiles() -> Vec<(&'static str, Profile)> {
-    vec![("basic", basic()), ("wall", wall()), ("empty", empty())]
+    vec![
+        ("basic", basic()),
+        ("wall", wall()),
+        ("empty", empty()),
+        ("memory", memory()),
+    ]
 }
 
 fn plain(width: usize, context: usize) -> TerminalOptions {
@@ -363,6 +467,11 @@ fn renderings() -> Vec<(String, String)> {
         ));
         if !p.stacks.is_empty() {
             out.push((format!("{name}.svg"), svg(&p)));
+        }
+        if let Some(lines) = collapsed::memory_lines(&p) {
+            out.push((format!("{name}-alloc.collapsed"), lines.join("\n") + "\n"));
+            let svg = flamegraph::render_memory(&p).unwrap();
+            out.push((format!("{name}-alloc.svg"), String::from_utf8(svg).unwrap()));
         }
     }
     let b = basic();
@@ -477,7 +586,7 @@ fn json_refuses_other_schema_versions() {
     let text = profile_json::to_json(&basic());
     let mut v: serde_json::Value = serde_json::from_str(&text).unwrap();
     for bad in [
-        serde_json::json!(2),
+        serde_json::json!(PROFILE_SCHEMA_VERSION + 1),
         serde_json::json!(0),
         serde_json::json!("1"),
         serde_json::Value::Null,
@@ -490,6 +599,11 @@ fn json_refuses_other_schema_versions() {
             "{msg}"
         );
     }
+    // Schema 1 (before memory) still reads, with no memory.
+    v["schema_version"] = serde_json::json!(1);
+    let old = profile_json::from_json(&v.to_string()).unwrap();
+    assert!(old.memory.is_none());
+    assert_eq!(old.files, basic().files);
     v.as_object_mut().unwrap().remove("schema_version");
     let msg = profile_json::from_json(&v.to_string())
         .unwrap_err()

@@ -15,7 +15,7 @@ use std::sync::Arc;
 type FastMap<K, V> = HashMap<K, V, ahash::RandomState>;
 
 /// Version of the profile JSON schema (docs/profile-json.md).
-pub const PROFILE_SCHEMA_VERSION: u32 = 1;
+pub const PROFILE_SCHEMA_VERSION: u32 = 2;
 
 /// How a thread was spending its time when sampled.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -188,6 +188,7 @@ impl Aggregator {
                 cpu_python_pct: pct(split.python_s),
                 cpu_native_pct: pct(split.native_s),
                 cpu_system_pct: pct(split.system_s),
+                memory: None,
             });
         }
         for ((file, name), (split, first)) in &self.functions {
@@ -260,6 +261,7 @@ impl Aggregator {
             stacks,
             threads,
             processes: Vec::new(),
+            memory: None,
         }
     }
 }
@@ -294,6 +296,77 @@ pub struct LineProfile {
     pub cpu_python_pct: f64,
     pub cpu_native_pct: f64,
     pub cpu_system_pct: f64,
+    /// Memory and copy accounting of the line (schema 2; absent when memory was not
+    /// recorded).
+    #[serde(flatten, default, skip_serializing_if = "Option::is_none")]
+    pub memory: Option<LineMemory>,
+}
+
+/// A line's memory: what it allocated (sampled), how much of it the interpreter itself
+/// allocated, its live footprint's peak and mean, its footprint over time, and the bytes it
+/// copied per second of the program.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct LineMemory {
+    pub mem_alloc_mb: f64,
+    pub mem_python_pct: f64,
+    pub mem_peak_mb: f64,
+    pub mem_avg_mb: f64,
+    /// The line's live footprint (MB) in equal slices of the run, oldest first.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub mem_timeline: Vec<f64>,
+    pub copy_mb_s: f64,
+}
+
+impl LineMemory {
+    pub fn is_empty(&self) -> bool {
+        self.mem_alloc_mb == 0.0 && self.copy_mb_s == 0.0 && self.mem_peak_mb == 0.0
+    }
+}
+
+/// The program's memory, when it was recorded (`run` without `--cpu-only`).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct MemorySummary {
+    /// Peak of the sampled live footprint, MB.
+    pub peak_mb: f64,
+    /// (seconds since start, footprint MB), oldest first.
+    pub timeline: Vec<[f64; 2]>,
+    /// Allocation bytes sampled, MB, and the share of them the interpreter allocated.
+    pub alloc_mb: f64,
+    pub python_pct: f64,
+    pub copy_mb: f64,
+    /// Lines whose sampled allocations were rarely freed while the footprint grew.
+    pub leaks: Vec<Leak>,
+    /// The sampling windows, bytes.
+    pub window_bytes: u64,
+    pub copy_window_bytes: u64,
+    /// Events lost because the ring was full, and handshakes the program gave up on.
+    pub dropped_events: u64,
+    pub handshake_timeouts: u64,
+    /// Every distinct full stack that allocated, with its bytes (the allocation flame
+    /// graph), most first.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub stacks: Vec<MemoryStack>,
+}
+
+/// A full stack (innermost first) and the bytes its sampled allocation windows stand for.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct MemoryStack {
+    pub frames: Vec<Frame>,
+    /// KiB allocated (rounded).
+    pub alloc_kib: u64,
+}
+
+/// A likely leak.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Leak {
+    pub filename: String,
+    pub line: u32,
+    /// Laplace's rule of succession: 1 − (frees + 1) / (allocations + 2).
+    pub likelihood: f64,
+    /// Growth of the program's footprint over the run, MB/s.
+    pub growth_mb_s: f64,
+    pub sampled_allocs: u64,
+    pub sampled_frees: u64,
 }
 
 impl LineProfile {
@@ -375,6 +448,9 @@ pub struct Profile {
     /// processes); empty for a single process.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub processes: Vec<ProcessProfile>,
+    /// Memory accounting (schema 2); absent when it was not recorded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory: Option<MemorySummary>,
 }
 
 /// One process of a profiled program.
@@ -444,5 +520,26 @@ mod tests {
         assert_eq!(p.stacks.len(), 2);
         assert_eq!(p.stacks.iter().map(|s| s.samples).sum::<u64>(), 2);
         assert!((f.cpu_pct - 100.0).abs() < 1e-9);
+    }
+
+    #[test]
+    fn a_line_numbered_zero_gets_no_source_and_no_panic() {
+        let mut agg = Aggregator::new();
+        let frames = [frame("f", 0)];
+        agg.add(
+            &ThreadSample {
+                frames: &frames,
+                activity: Activity::Python,
+                user_s: 0.01,
+                system_s: 0.0,
+                idle_s: 0.0,
+                native_id: Some(1),
+                thread_name: None,
+            },
+            frames.first(),
+        );
+        let p = agg.finish(ProfileMeta::default(), &mut |_| Some(vec!["x = 1".into()]));
+        assert_eq!(p.files[0].lines[0].line, 0);
+        assert_eq!(p.files[0].lines[0].source, "");
     }
 }

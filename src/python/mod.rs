@@ -509,3 +509,37 @@ fn pthread_to_tid(
         .map(|(id, b)| (*id, ptrace::field_u32(b, off) as i32))
         .collect()
 }
+
+/// The stack of one thread, by kernel id, read without pausing anything: for a thread that
+/// is known to be blocked (the preload library's handshake holds it in a futex while we
+/// read), one walk is consistent. Ok(None) when no Python thread has that id. `pthreads`
+/// caches `pthread_t` → kernel id for ≤3.7, whose thread states lack the kernel id (kept by
+/// the caller between calls: finding it scans memory).
+pub fn stack_of_blocked_thread(
+    proc: &PythonProcess,
+    walker: &mut StackWalker,
+    tid: i32,
+    pthreads: &mut HashMap<u64, i32>,
+) -> Result<Option<Vec<Frame>>> {
+    let head = interp_head_checked(proc, &proc.mem)?;
+    let raw = walker.threads(&proc.mem, head, gil_current(proc, &proc.mem)?)?;
+    let t = if raw.iter().any(|t| t.native_id.is_some()) {
+        raw.into_iter().find(|t| t.native_id == Some(tid))
+    } else {
+        // ≤3.7: match through glibc's `struct pthread`, found once per new thread.
+        if !pthreads.values().any(|&t| t == tid) {
+            let tids = ptrace::threads(proc.pid)?;
+            let results: Vec<ThreadResult> = raw
+                .iter()
+                .map(|t| (t.clone(), Err(String::new()), None))
+                .collect();
+            *pthreads = pthread_to_tid(&proc.mem, &tids, &results);
+        }
+        raw.into_iter()
+            .find(|t| pthreads.get(&t.thread_id) == Some(&tid))
+    };
+    let Some(t) = t else { return Ok(None) };
+    walker.strict = false;
+    let w = walker.walk(&ptrace::PageCache::new(&proc.mem), t.top_frame)?;
+    Ok(Some(w.frames))
+}

@@ -74,6 +74,12 @@ fn has_python_symbols(elf: &ElfFile) -> bool {
 }
 
 impl PythonProcess {
+    /// A second handle on the same process, with its own memory handle, for another thread
+    /// (no ELF parsing again: what `locate` found is copied).
+    pub fn reopen(&self) -> Result<PythonProcess> {
+        self.forked(self.pid)
+    }
+
     /// Finds the interpreter in process `pid`.
     pub fn locate(pid: i32, opts: &LocateOptions) -> Result<PythonProcess> {
         match Self::locate_once(pid, opts) {

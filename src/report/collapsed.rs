@@ -74,6 +74,27 @@ pub fn stacks(p: &Profile) -> Vec<(String, u64)> {
     merged.into_iter().collect()
 }
 
+/// The allocation stacks (`--memory`): every distinct stack that allocated, with the KiB
+/// its sampled allocations stand for, sorted by the stack text. None without memory data.
+pub fn memory_stacks(p: &Profile) -> Option<Vec<(String, u64)>> {
+    let m = p.memory.as_ref()?;
+    let mut merged: BTreeMap<String, u64> = BTreeMap::new();
+    for s in &m.stacks {
+        *merged.entry(stack_label(&s.frames)).or_insert(0) += s.alloc_kib;
+    }
+    Some(merged.into_iter().collect())
+}
+
+/// The allocation stacks' collapsed lines (`--memory`); None without memory data.
+pub fn memory_lines(p: &Profile) -> Option<Vec<String>> {
+    Some(
+        memory_stacks(p)?
+            .into_iter()
+            .map(|(stack, n)| format!("{stack} {n}"))
+            .collect(),
+    )
+}
+
 /// The collapsed lines, without line terminators.
 pub fn lines(p: &Profile) -> Vec<String> {
     stacks(p)

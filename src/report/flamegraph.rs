@@ -67,6 +67,29 @@ pub fn write<W: Write>(p: &Profile, w: W) -> io::Result<()> {
     inferno_fg::from_lines(&mut opts, lines.iter().map(String::as_str), w)
 }
 
+/// The allocation flame graph (`--memory`): widths are KiB allocated. Fails (with
+/// `InvalidData`) when the profile has no memory data or no allocation to draw.
+pub fn render_memory(p: &Profile) -> io::Result<Vec<u8>> {
+    let lines = collapsed::memory_lines(p).ok_or_else(|| {
+        io::Error::new(
+            io::ErrorKind::InvalidData,
+            "the profile has no memory data (recorded with `run`, without --cpu-only)",
+        )
+    })?;
+    if lines.is_empty() {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            "the profile has no sampled allocations to draw",
+        ));
+    }
+    let mut opts = options(p);
+    opts.title = format!("{} (memory allocated)", title(p));
+    opts.count_name = "KiB allocated".to_string();
+    let mut out = Vec::new();
+    inferno_fg::from_lines(&mut opts, lines.iter().map(String::as_str), &mut out)?;
+    Ok(out)
+}
+
 /// The SVG's bytes (UTF-8).
 pub fn render(p: &Profile) -> io::Result<Vec<u8>> {
     let mut out = Vec::new();

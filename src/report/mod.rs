@@ -70,6 +70,8 @@ pub struct RenderOptions {
     pub width: usize,
     /// Per-thread breakdown (terminal format).
     pub threads: bool,
+    /// Flame graph and collapsed stacks of memory allocated rather than of time.
+    pub memory: bool,
 }
 
 /// Renders `profile` in `format`.
@@ -89,7 +91,20 @@ pub fn render(profile: &Profile, format: Format, opts: &RenderOptions) -> anyhow
             .into_bytes()
         }
         Format::Json => profile_json::to_json(profile).into_bytes(),
+        Format::Flamegraph if opts.memory => flamegraph::render_memory(profile)?,
         Format::Flamegraph => flamegraph::render(profile)?,
+        Format::Collapsed if opts.memory => {
+            let lines = collapsed::memory_lines(profile).ok_or_else(|| {
+                anyhow::anyhow!(
+                    "the profile has no memory data (recorded with `run`, without --cpu-only)"
+                )
+            })?;
+            let mut s = lines.join("\n");
+            if !s.is_empty() {
+                s.push('\n');
+            }
+            s.into_bytes()
+        }
         Format::Speedscope => speedscope::render(profile).into_bytes(),
         Format::Collapsed => collapsed::render(profile).into_bytes(),
     })

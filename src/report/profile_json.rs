@@ -43,8 +43,8 @@ pub fn to_json(p: &Profile) -> String {
     s
 }
 
-/// Reads a profile written by [`to_json`], refusing any `schema_version` but
-/// [`PROFILE_SCHEMA_VERSION`].
+/// Reads a profile written by [`to_json`]: [`PROFILE_SCHEMA_VERSION`], or schema 1 (the
+/// same without memory fields, which read as absent); any other version is refused.
 pub fn from_json(text: &str) -> Result<Profile, ProfileJsonError> {
     let value: serde_json::Value = serde_json::from_str(text).map_err(ProfileJsonError::Syntax)?;
     let obj = value.as_object().ok_or(ProfileJsonError::NotAProfile(
@@ -55,14 +55,20 @@ pub fn from_json(text: &str) -> Result<Profile, ProfileJsonError> {
         .ok_or(ProfileJsonError::NotAProfile(
             "it has no schema_version field",
         ))?;
-    if version.as_u64() != Some(u64::from(PROFILE_SCHEMA_VERSION)) {
+    let Some(found) = version
+        .as_u64()
+        .filter(|v| (1..=u64::from(PROFILE_SCHEMA_VERSION)).contains(v))
+    else {
         return Err(ProfileJsonError::UnsupportedVersion {
             found: version.to_string(),
             supported: PROFILE_SCHEMA_VERSION,
         });
-    }
-    serde_json::from_value(value).map_err(|source| ProfileJsonError::Invalid {
-        version: PROFILE_SCHEMA_VERSION,
-        source,
-    })
+    };
+    let mut p: Profile =
+        serde_json::from_value(value).map_err(|source| ProfileJsonError::Invalid {
+            version: found as u32,
+            source,
+        })?;
+    p.schema_version = PROFILE_SCHEMA_VERSION;
+    Ok(p)
 }

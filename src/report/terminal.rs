@@ -73,8 +73,9 @@ pub fn render(p: &Profile, o: &TerminalOptions, source: SourceProvider) -> Strin
     };
     let mut out = String::new();
     r.header(&mut out);
-    if p.total_s > 0.0 && p.files.iter().any(|f| !f.lines.is_empty()) {
+    if (p.total_s > 0.0 || p.memory.is_some()) && p.files.iter().any(|f| !f.lines.is_empty()) {
         r.files(&mut out, source);
+        r.leaks(&mut out);
     } else {
         out.push('\n');
         out.push_str("No time was attributed to any Python line.\n");
@@ -124,6 +125,54 @@ fn hottest_line(p: &Profile) -> Option<(&str, u32)> {
     }
     best.map(|(f, l, _)| (f, l))
 }
+
+/// A size in MB for a cell: blank for nothing, else 3 significant digits and `M`.
+fn mb_cell(v: f64) -> String {
+    if v.is_nan() || v < 0.05 {
+        String::new()
+    } else if v < 10.0 {
+        format!("{v:.1}M")
+    } else {
+        format!("{v:.0}M")
+    }
+}
+
+/// `1 MiB`, `512 KiB`, `100 B`.
+fn bytes_text(b: u64) -> String {
+    if b >= 1 << 20 && b % (1 << 20) == 0 {
+        format!("{} MiB", b >> 20)
+    } else if b >= 1 << 10 && b % (1 << 10) == 0 {
+        format!("{} KiB", b >> 10)
+    } else {
+        format!("{b} B")
+    }
+}
+
+/// A sparkline of `values` (scaled to their maximum), `width` characters at most.
+pub fn sparkline(values: &[f64], width: usize) -> String {
+    const BARS: [char; 8] = ['▁', '▂', '▃', '▄', '▅', '▆', '▇', '█'];
+    let max = values.iter().copied().fold(0.0f64, f64::max);
+    if values.is_empty() || max <= 0.0 || width == 0 {
+        return String::new();
+    }
+    // Merge neighbours (keeping the maximum) down to `width` points.
+    let per = values.len().div_ceil(width);
+    values
+        .chunks(per)
+        .map(|c| {
+            let v = c.iter().copied().fold(0.0f64, f64::max);
+            if v <= 0.0 {
+                ' '
+            } else {
+                BARS[((v / max * 7.0).round() as usize).min(7)]
+            }
+        })
+        .collect()
+}
+
+/// Width of the memory columns `Memory Python │ peak │ timeline │ Copy MB/s │ `.
+const MEM_PREFIX: usize = 16 + 9 + 13 + 12;
+const TIMELINE_WIDTH: usize = 10;
 
 /// A percentage cell: blank for nothing, `<1%` for a sliver, else rounded.
 fn pct_cell(v: f64) -> String {
@@ -338,6 +387,78 @@ impl Renderer<'_> {
             ),
             None,
         );
+        if let Some(m) = &self.p.memory {
+            let mut text = format!(
+                "peak {:.1} MB, {:.1} MB allocated ({:.0}% by Python), {:.1} MB copied; \
+                 sampled every {} allocated or freed",
+                m.peak_mb,
+                m.alloc_mb,
+                m.python_pct,
+                m.copy_mb,
+                bytes_text(m.window_bytes)
+            );
+            let spark = sparkline(&m.timeline.iter().map(|p| p[1]).collect::<Vec<_>>(), 40);
+            if !spark.is_empty() {
+                text.push_str(&format!("; footprint over time {spark}"));
+            }
+            if !self.memory_columns() {
+                text.push_str(&format!(
+                    "; per-line memory columns need a terminal {} columns wide",
+                    PREFIX + MEM_PREFIX + MIN_TEXT
+                ));
+            }
+            self.field(out, "Memory:", &text, None);
+            if m.dropped_events > 0 || m.handshake_timeouts > 0 {
+                self.field(
+                    out,
+                    "",
+                    &format!(
+                        "{} memory events dropped (ring full), {} allocations not tied to \
+                         their line in time",
+                        m.dropped_events, m.handshake_timeouts
+                    ),
+                    Some(BOLD),
+                );
+            }
+        }
+    }
+
+    /// Whether the file tables show the memory columns: memory was recorded and the
+    /// terminal is wide enough for them and some source text.
+    fn memory_columns(&self) -> bool {
+        self.p.memory.is_some() && self.width >= PREFIX + MEM_PREFIX + MIN_TEXT
+    }
+
+    /// Whether a line matters for memory: a share of the allocations or copies.
+    fn memory_matters(&self, l: &LineProfile) -> bool {
+        let (Some(m), Some(lm)) = (&self.p.memory, &l.memory) else {
+            return false;
+        };
+        let alloc = m.alloc_mb > 0.0 && 100.0 * lm.mem_alloc_mb / m.alloc_mb >= MATTER_PCT;
+        let copy_total = m.copy_mb / self.p.meta.duration_s.max(1e-9);
+        let copy = copy_total > 0.0 && 100.0 * lm.copy_mb_s / copy_total >= MATTER_PCT;
+        alloc || copy
+    }
+
+    fn leaks(&self, out: &mut String) {
+        let Some(m) = &self.p.memory else { return };
+        if m.leaks.is_empty() {
+            return;
+        }
+        let _ = writeln!(out, "\n{}", self.paint(BOLD, "Possible memory leaks"));
+        for l in &m.leaks {
+            let text = format!(
+                "{}:{}: likelihood {:.0}%, footprint growing {:.1} MB/s ({} sampled \
+                 allocations, {} freed)",
+                l.filename,
+                l.line,
+                100.0 * l.likelihood,
+                l.growth_mb_s,
+                l.sampled_allocs,
+                l.sampled_frees
+            );
+            self.field(out, "", &text, None);
+        }
     }
 
     fn files(&self, out: &mut String, source: SourceProvider) {
@@ -352,7 +473,14 @@ impl Renderer<'_> {
                 .total_cmp(&a.cpu_pct)
                 .then_with(|| a.filename.cmp(&b.filename))
         });
-        let shown = files.iter().filter(|f| f.cpu_pct >= MATTER_PCT).count();
+        // Files that matter for memory come along with those that matter for time.
+        files.sort_by_key(|f| {
+            !(f.cpu_pct >= MATTER_PCT || f.lines.iter().any(|l| self.memory_matters(l)))
+        });
+        let shown = files
+            .iter()
+            .filter(|f| f.cpu_pct >= MATTER_PCT || f.lines.iter().any(|l| self.memory_matters(l)))
+            .count();
         let (shown, hidden) = if shown == 0 {
             (&files[..], &files[..0])
         } else {
@@ -384,18 +512,35 @@ impl Renderer<'_> {
                 .max(MIN_TEXT),
         );
         let _ = writeln!(out, "\n{}: {title}", self.paint(BOLD, &name));
-        let _ = writeln!(
-            out,
-            "{:>6} │ {:>11} │ {:>6} │ {:>6} │ source",
-            "Line", "Time Python", "native", "system"
-        );
-        let _ = writeln!(out, "{}", self.rule(&[7, 13, 8, 8]));
+        let mem = self.memory_columns();
+        if mem {
+            let _ = writeln!(
+                out,
+                "{:>6} │ {:>11} │ {:>6} │ {:>6} │ {:>13} │ {:>6} │ {:<10} │ {:>9} │ source",
+                "Line",
+                "Time Python",
+                "native",
+                "system",
+                "Memory Python",
+                "peak",
+                "timeline",
+                "Copy MB/s"
+            );
+            let _ = writeln!(out, "{}", self.rule(&[7, 13, 8, 8, 15, 8, 12, 11]));
+        } else {
+            let _ = writeln!(
+                out,
+                "{:>6} │ {:>11} │ {:>6} │ {:>6} │ source",
+                "Line", "Time Python", "native", "system"
+            );
+            let _ = writeln!(out, "{}", self.rule(&[7, 13, 8, 8]));
+        }
 
         // Lines that anchor context: those that matter, or every sampled one if none does.
         let mut anchors: Vec<u32> = f
             .lines
             .iter()
-            .filter(|l| l.total_pct() >= MATTER_PCT)
+            .filter(|l| l.total_pct() >= MATTER_PCT || self.memory_matters(l))
             .map(|l| l.line)
             .collect();
         if anchors.is_empty() {
@@ -428,11 +573,18 @@ impl Renderer<'_> {
         wanted.sort_unstable();
         wanted.dedup();
 
-        let text_width = self.width.saturating_sub(PREFIX).max(MIN_TEXT);
+        let prefix = if mem { PREFIX + MEM_PREFIX } else { PREFIX };
+        let text_width = self.width.saturating_sub(prefix).max(MIN_TEXT);
         let mut prev: Option<u32> = None;
         for n in wanted {
             if prev.is_some_and(|p| n > p + 1) {
-                let _ = writeln!(out, "{:>6} │ {:>11} │ {:>6} │ {:>6} │", "...", "", "", "");
+                let gap = format!("{:>6} │ {:>11} │ {:>6} │ {:>6} │", "...", "", "", "");
+                let gap = if mem {
+                    format!("{gap} {:>13} │ {:>6} │ {:<10} │ {:>9} │", "", "", "", "")
+                } else {
+                    gap
+                };
+                let _ = writeln!(out, "{gap}");
             }
             prev = Some(n);
             let line = find(n);
@@ -455,7 +607,8 @@ impl Renderer<'_> {
             };
             let hot = line.is_some()
                 && (total >= HOT_PCT || self.hottest == Some((f.filename.as_str(), n)));
-            let context_only = total < 0.005;
+            let lm = line.and_then(|l| l.memory.as_ref());
+            let context_only = total < 0.005 && lm.is_none_or(|m| m.is_empty());
             let cell = |s: &str, w: usize| {
                 let pad = " ".repeat(w.saturating_sub(s.chars().count()));
                 if hot {
@@ -472,8 +625,37 @@ impl Renderer<'_> {
             } else {
                 (num, src)
             };
+            let mem_cells = if mem {
+                let (mpy, peak, spark, copy) = match lm {
+                    Some(m) if m.mem_alloc_mb > 0.0 || m.copy_mb_s > 0.0 => (
+                        if m.mem_alloc_mb > 0.0 {
+                            format!("{:.0}%", m.mem_python_pct)
+                        } else {
+                            String::new()
+                        },
+                        mb_cell(m.mem_peak_mb),
+                        sparkline(&m.mem_timeline, TIMELINE_WIDTH),
+                        if m.copy_mb_s >= 0.05 {
+                            format!("{:.1}", m.copy_mb_s)
+                        } else {
+                            String::new()
+                        },
+                    ),
+                    _ => Default::default(),
+                };
+                let pad = TIMELINE_WIDTH.saturating_sub(spark.chars().count());
+                format!(
+                    " {} │ {} │ {spark}{} │ {} │",
+                    cell(&mpy, 13),
+                    cell(&peak, 6),
+                    " ".repeat(pad),
+                    cell(&copy, 9)
+                )
+            } else {
+                String::new()
+            };
             let row = format!(
-                "{num} │ {} │ {} │ {} │ {src}",
+                "{num} │ {} │ {} │ {} │{mem_cells} {src}",
                 cell(&py, 11),
                 cell(&nat, 6),
                 cell(&sys, 6)

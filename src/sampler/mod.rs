@@ -67,6 +67,8 @@ pub struct Stats {
     /// Error messages (first line) and how often each happened.
     pub error_kinds: BTreeMap<String, u64>,
     pub elapsed: Duration,
+    /// Things the user should know about the recording (e.g. why there is no memory data).
+    pub notes: Vec<String>,
 }
 
 /// Whether a file belongs to the Python installation or to installed packages rather than to

@@ -1,0 +1,188 @@
+//! The shared-memory ring's layout: the one definition both sides compile (the preload
+//! library as the producer, `scalene_rs::memory` as the consumer, through `#[path]`).
+//!
+//! Owns: the header and slot structures, the event kinds, the constants of the format, and
+//! the producer's lock-free protocol ([`Header::reserve`], [`Slot::publish`]) so the
+//! consumer's tests exercise the very code the library runs.
+//! Must not: allocate, block, or panic (it runs inside the program's malloc).
+
+use core::sync::atomic::{AtomicI32, AtomicI64, AtomicU32, AtomicU64, Ordering};
+
+/// The profiler is getting ready to read stacks: the first events may wait for it (bounded).
+pub const HANDSHAKE_STARTING: u32 = 0;
+/// The profiler reads the allocating thread's stack while it waits.
+pub const HANDSHAKE_ON: u32 = 1;
+/// The profiler does not answer: never wait.
+pub const HANDSHAKE_OFF: u32 = 2;
+
+/// "SCLNRING" little-endian.
+pub const MAGIC: u64 = u64::from_le_bytes(*b"SCLNRING");
+/// Bumped whenever the header or the slot layout changes.
+pub const LAYOUT_VERSION: u32 = 1;
+/// Bytes reserved for the header; the slots start here.
+pub const HEADER_BYTES: usize = 4096;
+/// Environment variable that names the ring file for the library.
+pub const RING_ENV: &str = "SCALENE_RS_RING";
+
+/// A thread allocated a window's worth of bytes: `a` = `b` = the bytes, `c` = of which by
+/// the interpreter's own image, `ptr` = the allocation that filled the window (it is
+/// watched for its free; 0 when the watch table was full).
+pub const EV_ALLOC: u32 = 1;
+/// A thread freed a window's worth of bytes: `a` = the bytes.
+pub const EV_FREE: u32 = 2;
+/// A thread copied a copy window's worth of bytes (memcpy/memmove): `a` = bytes.
+pub const EV_COPY: u32 = 3;
+/// A watched (sampled) allocation was freed: `ptr`.
+pub const EV_SAMPLED_FREE: u32 = 4;
+
+/// The ring file's header. The profiler creates the file and fills the constant fields;
+/// the one process that claims it (`producer_pid`) produces events.
+#[repr(C)]
+pub struct Header {
+    pub magic: AtomicU64,
+    pub version: AtomicU32,
+    pub slot_bytes: AtomicU32,
+    /// Number of slots, a power of two.
+    pub capacity: AtomicU64,
+    /// Set by the library that claims the ring (compare-and-swap from 0).
+    pub producer_pid: AtomicI32,
+    /// The profiler's pid (stale rings of dead profilers are removed by name and by this).
+    pub consumer_pid: AtomicI32,
+    /// Sampling window of allocated (and of freed) bytes.
+    pub window: AtomicU64,
+    /// Sampling window of copied bytes.
+    pub copy_window: AtomicU64,
+    /// [`HANDSHAKE_STARTING`] until the profiler can read stacks, then
+    /// [`HANDSHAKE_ON`] while it answers handshakes, or [`HANDSHAKE_OFF`].
+    pub handshake: AtomicU32,
+    /// Bumped and woken (futex) by a producer that waits for an answer.
+    pub doorbell: AtomicU32,
+    /// Sampled live footprint and its peak, bytes.
+    pub footprint: AtomicI64,
+    pub peak: AtomicI64,
+    /// Events lost because the ring was full.
+    pub dropped: AtomicU64,
+    /// The interpreter image's address range in the producer, for information.
+    pub python_lo: AtomicU64,
+    pub python_hi: AtomicU64,
+    /// Handshakes the producer gave up waiting for.
+    pub handshake_timeouts: AtomicU64,
+    /// Handshakes the profiler has answered (it is alive and answering, maybe slowly).
+    pub answers: AtomicU64,
+    /// Bumped when a new profiler takes the ring over (`attach` after the `run` that
+    /// started the program is gone): a library that stopped waiting waits again.
+    pub consumer_generation: AtomicU64,
+    /// Next ticket to reserve (producers), on its own cache line.
+    pub head: AtomicU64,
+    pub _pad1: [u64; 7],
+    /// Next ticket to read (the consumer), on its own cache line.
+    pub tail: AtomicU64,
+    pub _pad2: [u64; 7],
+}
+
+/// One event. `seq` = ticket + 1 once the event is written (release); the consumer reads a
+/// slot only when its `seq` says it holds the ticket it expects.
+#[repr(C)]
+pub struct Slot {
+    pub seq: AtomicU64,
+    pub kind: AtomicU32,
+    pub tid: AtomicI32,
+    pub a: AtomicU64,
+    pub b: AtomicU64,
+    pub c: AtomicU64,
+    pub ptr: AtomicU64,
+    pub time_ns: AtomicU64,
+    /// 1 when the producer waits for an answer; the consumer sets `ack` to 1 and wakes it.
+    pub wants_ack: AtomicU32,
+    pub ack: AtomicU32,
+}
+
+/// What a producer writes into a slot.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct EventData {
+    pub kind: u32,
+    pub tid: i32,
+    pub a: u64,
+    pub b: u64,
+    pub c: u64,
+    pub ptr: u64,
+    pub time_ns: u64,
+    pub wants_ack: bool,
+}
+
+impl Header {
+    /// Reserves the next ticket, or returns None (and counts a dropped event) when every
+    /// slot is written and not yet read. Never blocks.
+    pub fn reserve(&self) -> Option<u64> {
+        let cap = self.capacity.load(Ordering::Relaxed);
+        let mut head = self.head.load(Ordering::Acquire);
+        loop {
+            let tail = self.tail.load(Ordering::Acquire);
+            if head.wrapping_sub(tail) >= cap {
+                self.dropped.fetch_add(1, Ordering::Relaxed);
+                return None;
+            }
+            match self.head.compare_exchange_weak(
+                head,
+                head + 1,
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            ) {
+                Ok(_) => return Some(head),
+                Err(x) => head = x,
+            }
+        }
+    }
+
+    /// The slot of `ticket`.
+    ///
+    /// # Safety
+    /// `self` must be the start of a mapping at least `file_bytes(capacity)` long.
+    pub unsafe fn slot(&self, ticket: u64) -> &Slot {
+        let cap = self.capacity.load(Ordering::Relaxed);
+        let base = (self as *const Header as *const u8).wrapping_add(HEADER_BYTES) as *const Slot;
+        // SAFETY: the index is below `capacity` and the caller vouches for the mapping.
+        unsafe { &*base.add((ticket & (cap.max(1) - 1)) as usize) }
+    }
+}
+
+impl Slot {
+    /// Writes `e` as the event of `ticket` and makes it visible to the consumer.
+    pub fn publish(&self, ticket: u64, e: &EventData) {
+        self.kind.store(e.kind, Ordering::Relaxed);
+        self.tid.store(e.tid, Ordering::Relaxed);
+        self.a.store(e.a, Ordering::Relaxed);
+        self.b.store(e.b, Ordering::Relaxed);
+        self.c.store(e.c, Ordering::Relaxed);
+        self.ptr.store(e.ptr, Ordering::Relaxed);
+        self.time_ns.store(e.time_ns, Ordering::Relaxed);
+        self.ack.store(0, Ordering::Relaxed);
+        self.wants_ack.store(e.wants_ack as u32, Ordering::Relaxed);
+        self.seq.store(ticket + 1, Ordering::Release);
+    }
+
+    /// Reads the event of `ticket`, if it is written.
+    pub fn read(&self, ticket: u64) -> Option<EventData> {
+        if self.seq.load(Ordering::Acquire) != ticket + 1 {
+            return None;
+        }
+        Some(EventData {
+            kind: self.kind.load(Ordering::Relaxed),
+            tid: self.tid.load(Ordering::Relaxed),
+            a: self.a.load(Ordering::Relaxed),
+            b: self.b.load(Ordering::Relaxed),
+            c: self.c.load(Ordering::Relaxed),
+            ptr: self.ptr.load(Ordering::Relaxed),
+            time_ns: self.time_ns.load(Ordering::Relaxed),
+            wants_ack: self.wants_ack.load(Ordering::Relaxed) != 0,
+        })
+    }
+}
+
+/// Bytes of the whole ring file for `capacity` slots.
+pub const fn file_bytes(capacity: u64) -> usize {
+    HEADER_BYTES + capacity as usize * core::mem::size_of::<Slot>()
+}
+
+const _: () = assert!(core::mem::size_of::<Header>() <= HEADER_BYTES);
+const _: () = assert!(core::mem::size_of::<Slot>() == 64);

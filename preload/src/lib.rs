@@ -1,0 +1,509 @@
+//! scalene-rs's preload library: loaded into the profiled program with LD_PRELOAD, it
+//! interposes the malloc family, memcpy and memmove, counts bytes per thread and writes a
+//! sampled event into the profiler's shared-memory ring each time a thread has allocated a
+//! window's worth of bytes, freed a window's worth, copied a copy window's worth, or freed
+//! a sampled allocation.
+//!
+//! Owns: the interposed entry points and the per-thread accounting. Every entry point
+//! delegates to the real function (`real.rs`); accounting happens only when a ring was
+//! claimed (`ring.rs`), so a program that is not Python runs unchanged.
+//! Must not: allocate, take a lock, or panic on any path reachable from an entry point
+//! (the crate is built with panic = "abort"), or block except the bounded handshake.
+
+pub mod layout;
+mod maps;
+mod real;
+mod ring;
+
+use core::cell::Cell;
+use core::ffi::c_void;
+use core::sync::atomic::{AtomicUsize, Ordering};
+
+/// The interpreter image's address range (`[lo, hi)`); zero when not Python.
+static PY_LO: AtomicUsize = AtomicUsize::new(0);
+static PY_HI: AtomicUsize = AtomicUsize::new(0);
+
+/// Runs before `main` (and before the interpreter starts).
+extern "C" fn constructor() {
+    real::init();
+    let range = maps::interpreter_range();
+    if let Some((lo, hi)) = range {
+        PY_LO.store(lo, Ordering::Relaxed);
+        PY_HI.store(hi, Ordering::Relaxed);
+    }
+    ring::open(range);
+}
+
+#[used]
+#[link_section = ".init_array"]
+static CONSTRUCTOR: extern "C" fn() = constructor;
+
+/// One thread's counters since its last events. Const-initialised and without a destructor:
+/// access never allocates and works until the thread is gone.
+struct ThreadState {
+    /// Inside our own accounting (an event being written): calls pass straight through.
+    busy: Cell<bool>,
+    /// Bytes allocated since the last alloc event, and of those, by the interpreter.
+    allocated: Cell<u64>,
+    python: Cell<u64>,
+    /// Bytes freed since the last free event.
+    freed: Cell<u64>,
+    copied: Cell<u64>,
+    tid: Cell<i32>,
+}
+
+thread_local! {
+    static T: ThreadState = const {
+        ThreadState {
+            busy: Cell::new(false),
+            allocated: Cell::new(0),
+            python: Cell::new(0),
+            freed: Cell::new(0),
+            copied: Cell::new(0),
+            tid: Cell::new(0),
+        }
+    };
+}
+
+fn tid(t: &ThreadState) -> i32 {
+    let mut id = t.tid.get();
+    if id == 0 {
+        // SAFETY: gettid has no preconditions.
+        id = unsafe { libc::syscall(libc::SYS_gettid) } as i32;
+        t.tid.set(id);
+    }
+    id
+}
+
+#[inline(always)]
+fn active() -> bool {
+    ring::ACTIVE.load(Ordering::Relaxed)
+}
+
+#[inline(always)]
+fn in_python(ret: usize) -> bool {
+    ret.wrapping_sub(PY_LO.load(Ordering::Relaxed))
+        < PY_HI
+            .load(Ordering::Relaxed)
+            .wrapping_sub(PY_LO.load(Ordering::Relaxed))
+}
+
+/// Counts `bytes` allocated at `p` by a call returning to `ret`. Allocations and frees are
+/// counted apart, each with its own window: a loop that allocates and frees the same block
+/// is seen (net counting would never see it from an offset), and the footprint is their
+/// difference.
+#[inline(always)]
+fn on_alloc(p: *mut c_void, bytes: usize, ret: usize) {
+    T.with(|t| {
+        if t.busy.get() {
+            return;
+        }
+        let allocated = t.allocated.get() + bytes as u64;
+        if in_python(ret) {
+            t.python.set(t.python.get() + bytes as u64);
+        }
+        if allocated >= ring::WINDOW.load(Ordering::Relaxed) {
+            t.busy.set(true);
+            t.allocated.set(0);
+            ring::footprint(allocated as i64);
+            let watched = if watch(p as usize) { p as u64 } else { 0 };
+            ring::emit(
+                layout::EV_ALLOC,
+                tid(t),
+                allocated,
+                allocated,
+                t.python.replace(0),
+                watched,
+                true,
+            );
+            t.busy.set(false);
+        } else {
+            t.allocated.set(allocated);
+        }
+    })
+}
+
+/// Counts `bytes` freed at `p` (null: a block shrunk in place).
+#[inline(always)]
+fn on_free(p: *mut c_void, bytes: usize) {
+    T.with(|t| {
+        if t.busy.get() {
+            return;
+        }
+        let sampled = unwatch(p as usize);
+        let freed = t.freed.get() + bytes as u64;
+        let full = freed >= ring::WINDOW.load(Ordering::Relaxed);
+        if sampled || full {
+            t.busy.set(true);
+            if sampled {
+                ring::emit(layout::EV_SAMPLED_FREE, tid(t), 0, 0, 0, p as u64, false);
+            }
+            if full {
+                ring::footprint(-(freed as i64));
+                ring::emit(layout::EV_FREE, tid(t), freed, 0, 0, 0, false);
+                t.freed.set(0);
+            } else {
+                t.freed.set(freed);
+            }
+            t.busy.set(false);
+        } else {
+            t.freed.set(freed);
+        }
+    })
+}
+
+/// Counts `n` bytes copied.
+#[inline(always)]
+fn on_copy(n: usize) {
+    T.with(|t| {
+        if t.busy.get() {
+            return;
+        }
+        let c = t.copied.get() + n as u64;
+        if c >= ring::COPY_WINDOW.load(Ordering::Relaxed) {
+            t.busy.set(true);
+            t.copied.set(0);
+            ring::emit(layout::EV_COPY, tid(t), c, 0, 0, 0, true);
+            t.busy.set(false);
+        } else {
+            t.copied.set(c);
+        }
+    })
+}
+
+// ---- Sampled allocations: a small lock-free table of pointers. ----
+//
+// A pointer lives in one bucket of 8 slots: one aligned cache line, so the check every
+// free makes costs one line's load.
+
+const WATCH_SLOTS: usize = 4096;
+const BUCKET: usize = 8;
+static WATCHED: AtomicUsize = AtomicUsize::new(0);
+#[repr(C, align(64))]
+struct Table([AtomicUsize; WATCH_SLOTS]);
+#[allow(clippy::declare_interior_mutable_const)]
+const EMPTY: AtomicUsize = AtomicUsize::new(0);
+static TABLE: Table = Table([EMPTY; WATCH_SLOTS]);
+
+/// The first slot of `p`'s bucket.
+fn bucket(p: usize) -> usize {
+    let h = (p >> 4).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> (usize::BITS - 12);
+    h & !(BUCKET - 1)
+}
+
+fn watch(p: usize) -> bool {
+    if p == 0 {
+        return false;
+    }
+    let b = bucket(p);
+    for s in &TABLE.0[b..b + BUCKET] {
+        if s.compare_exchange(0, p, Ordering::AcqRel, Ordering::Relaxed)
+            .is_ok()
+        {
+            WATCHED.fetch_add(1, Ordering::Relaxed);
+            return true;
+        }
+    }
+    false
+}
+
+#[inline(always)]
+fn unwatch(p: usize) -> bool {
+    if WATCHED.load(Ordering::Relaxed) == 0 || p == 0 {
+        return false;
+    }
+    let b = bucket(p);
+    for s in &TABLE.0[b..b + BUCKET] {
+        if s.load(Ordering::Relaxed) == p
+            && s.compare_exchange(p, 0, Ordering::AcqRel, Ordering::Relaxed)
+                .is_ok()
+        {
+            WATCHED.fetch_sub(1, Ordering::Relaxed);
+            return true;
+        }
+    }
+    false
+}
+
+// ---- Entry points. ----
+
+#[inline(always)]
+fn usable(p: *mut c_void) -> usize {
+    if real::is_boot(p) {
+        real::boot_size(p)
+    } else {
+        real::usable_size(p)
+    }
+}
+
+fn malloc_impl(size: usize, ret: usize) -> *mut c_void {
+    let p = real::malloc(size);
+    if !p.is_null() && active() {
+        on_alloc(p, usable(p), ret);
+    }
+    p
+}
+
+fn calloc_impl(n: usize, size: usize, ret: usize) -> *mut c_void {
+    let p = real::calloc(n, size);
+    if !p.is_null() && active() {
+        on_alloc(p, usable(p), ret);
+    }
+    p
+}
+
+fn realloc_impl(p: *mut c_void, size: usize, ret: usize) -> *mut c_void {
+    if p.is_null() {
+        return malloc_impl(size, ret);
+    }
+    if real::is_boot(p) {
+        // Never hand a bootstrap pointer to the real allocator: move it out instead.
+        let q = real::malloc(size);
+        if !q.is_null() {
+            real::memcpy(q, p, real::boot_size(p).min(size));
+            if active() {
+                on_alloc(q, usable(q), ret);
+            }
+        }
+        return q;
+    }
+    if !active() {
+        return real::realloc(p, size);
+    }
+    let old = usable(p);
+    let q = real::realloc(p, size);
+    if size == 0 && q.is_null() {
+        // realloc(p, 0) freed p.
+        on_free(p, old);
+        return q;
+    }
+    if q.is_null() {
+        return q;
+    }
+    let new = usable(q);
+    if q == p {
+        // Grown or shrunk in place: only the difference moved.
+        if new >= old {
+            on_alloc(q, new - old, ret);
+        } else {
+            on_free_in_place(old - new);
+        }
+    } else {
+        // Moved: a new block, the old one freed, and its contents copied.
+        on_free(p, old);
+        on_alloc(q, new, ret);
+        on_copy(old.min(size));
+    }
+    q
+}
+
+/// A block shrunk in place: fewer bytes held, the block itself still live (and watched).
+fn on_free_in_place(bytes: usize) {
+    on_free(core::ptr::null_mut(), bytes)
+}
+
+fn reallocarray_impl(p: *mut c_void, n: usize, size: usize, ret: usize) -> *mut c_void {
+    match n.checked_mul(size) {
+        Some(total) => realloc_impl(p, total, ret),
+        // Let the real function report the overflow (ENOMEM).
+        None => real::reallocarray(p, n, size),
+    }
+}
+
+fn posix_memalign_impl(out: *mut *mut c_void, align: usize, size: usize, ret: usize) -> i32 {
+    let r = real::posix_memalign(out, align, size);
+    if r == 0 && active() {
+        // SAFETY: on success posix_memalign stored the block's address through `out`.
+        let p = unsafe { *out };
+        on_alloc(p, usable(p), ret);
+    }
+    r
+}
+
+fn aligned_alloc_impl(align: usize, size: usize, ret: usize) -> *mut c_void {
+    let p = real::aligned_alloc(align, size);
+    if !p.is_null() && active() {
+        on_alloc(p, usable(p), ret);
+    }
+    p
+}
+
+fn memalign_impl(align: usize, size: usize, ret: usize) -> *mut c_void {
+    let p = real::memalign(align, size);
+    if !p.is_null() && active() {
+        on_alloc(p, usable(p), ret);
+    }
+    p
+}
+
+fn valloc_impl(size: usize, ret: usize) -> *mut c_void {
+    let p = real::valloc(size);
+    if !p.is_null() && active() {
+        on_alloc(p, usable(p), ret);
+    }
+    p
+}
+
+fn pvalloc_impl(size: usize, ret: usize) -> *mut c_void {
+    let p = real::pvalloc(size);
+    if !p.is_null() && active() {
+        on_alloc(p, usable(p), ret);
+    }
+    p
+}
+
+#[no_mangle]
+pub extern "C" fn free(p: *mut c_void) {
+    if p.is_null() || real::is_boot(p) {
+        return;
+    }
+    if active() {
+        on_free(p, real::usable_size(p));
+    }
+    real::free(p)
+}
+
+#[no_mangle]
+pub extern "C" fn malloc_usable_size(p: *mut c_void) -> usize {
+    if p.is_null() {
+        return 0;
+    }
+    usable(p)
+}
+
+#[no_mangle]
+pub extern "C" fn memcpy(d: *mut c_void, s: *const c_void, n: usize) -> *mut c_void {
+    if active() {
+        on_copy(n);
+    }
+    real::memcpy(d, s, n)
+}
+
+#[no_mangle]
+pub extern "C" fn memmove(d: *mut c_void, s: *const c_void, n: usize) -> *mut c_void {
+    if active() {
+        on_copy(n);
+    }
+    real::memmove(d, s, n)
+}
+
+// The allocating entry points are thin trampolines that add their own return address as
+// one more argument, so the implementation can tell whether the interpreter's image called.
+macro_rules! trampoline {
+    ($name:ident => $imp:ident, ($($arg:ident: $t:ty),*) -> $ret:ty, $x86_reg:literal, $arm_reg:literal) => {
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: the body only copies the return address into the next free argument
+        // register and tail-jumps to a C-ABI function that takes it as one more argument;
+        // it touches no stack slot and no callee-saved register.
+        #[unsafe(naked)]
+        #[no_mangle]
+        pub extern "C" fn $name($($arg: $t),*) -> $ret {
+            // The return address is at [rsp] on entry; pass it as the next argument.
+            core::arch::naked_asm!(
+                concat!("mov ", $x86_reg, ", [rsp]"),
+                "jmp {f}",
+                f = sym $imp,
+            )
+        }
+
+        #[cfg(target_arch = "aarch64")]
+        // SAFETY: as above, with the link register as the return address.
+        #[unsafe(naked)]
+        #[no_mangle]
+        pub extern "C" fn $name($($arg: $t),*) -> $ret {
+            // The return address is in the link register on entry.
+            core::arch::naked_asm!(
+                concat!("mov ", $arm_reg, ", x30"),
+                "b {f}",
+                f = sym $imp,
+            )
+        }
+
+        #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+        #[no_mangle]
+        pub extern "C" fn $name($($arg: $t),*) -> $ret {
+            $imp($($arg,)* 0)
+        }
+    };
+}
+
+trampoline!(malloc => malloc_shim, (size: usize) -> *mut c_void, "rsi", "x1");
+trampoline!(calloc => calloc_shim, (n: usize, size: usize) -> *mut c_void, "rdx", "x2");
+trampoline!(realloc => realloc_shim, (p: *mut c_void, size: usize) -> *mut c_void, "rdx", "x2");
+trampoline!(reallocarray => reallocarray_shim,
+    (p: *mut c_void, n: usize, size: usize) -> *mut c_void, "rcx", "x3");
+trampoline!(posix_memalign => posix_memalign_shim,
+    (out: *mut *mut c_void, align: usize, size: usize) -> i32, "rcx", "x3");
+trampoline!(aligned_alloc => aligned_alloc_shim, (align: usize, size: usize) -> *mut c_void, "rdx", "x2");
+trampoline!(memalign => memalign_shim, (align: usize, size: usize) -> *mut c_void, "rdx", "x2");
+trampoline!(valloc => valloc_shim, (size: usize) -> *mut c_void, "rsi", "x1");
+trampoline!(pvalloc => pvalloc_shim, (size: usize) -> *mut c_void, "rsi", "x1");
+
+// The C-ABI targets of the trampolines (they take the return address as a last argument).
+extern "C" fn malloc_shim(size: usize, ret: usize) -> *mut c_void {
+    malloc_impl(size, ret)
+}
+extern "C" fn calloc_shim(n: usize, size: usize, ret: usize) -> *mut c_void {
+    calloc_impl(n, size, ret)
+}
+extern "C" fn realloc_shim(p: *mut c_void, size: usize, ret: usize) -> *mut c_void {
+    realloc_impl(p, size, ret)
+}
+extern "C" fn reallocarray_shim(p: *mut c_void, n: usize, size: usize, ret: usize) -> *mut c_void {
+    reallocarray_impl(p, n, size, ret)
+}
+extern "C" fn posix_memalign_shim(
+    out: *mut *mut c_void,
+    align: usize,
+    size: usize,
+    ret: usize,
+) -> i32 {
+    posix_memalign_impl(out, align, size, ret)
+}
+extern "C" fn aligned_alloc_shim(align: usize, size: usize, ret: usize) -> *mut c_void {
+    aligned_alloc_impl(align, size, ret)
+}
+extern "C" fn memalign_shim(align: usize, size: usize, ret: usize) -> *mut c_void {
+    memalign_impl(align, size, ret)
+}
+extern "C" fn valloc_shim(size: usize, ret: usize) -> *mut c_void {
+    valloc_impl(size, ret)
+}
+extern "C" fn pvalloc_shim(size: usize, ret: usize) -> *mut c_void {
+    pvalloc_impl(size, ret)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn watched_pointers_are_found_once() {
+        let ptrs: Vec<usize> = (1..=100).map(|i| 0x7f00_0000_0000 + i * 0x1010).collect();
+        for &p in &ptrs {
+            assert!(watch(p));
+        }
+        assert!(!unwatch(0x1234_5678));
+        for &p in &ptrs {
+            assert!(unwatch(p), "{p:#x}");
+            assert!(!unwatch(p), "{p:#x} found twice");
+        }
+        assert_eq!(WATCHED.load(Ordering::Relaxed), 0);
+        assert!(!watch(0));
+    }
+
+    #[test]
+    fn interposed_allocator_round_trips() {
+        // This test binary itself runs on the interposed functions (idle: no ring).
+        let p = malloc_impl(100, 0);
+        assert!(!p.is_null());
+        assert!(malloc_usable_size(p) >= 100);
+        let q = realloc_impl(p, 1 << 20, 0);
+        assert!(!q.is_null() && malloc_usable_size(q) >= 1 << 20);
+        free(q);
+        let mut out = core::ptr::null_mut();
+        assert_eq!(posix_memalign_impl(&mut out, 4096, 10, 0), 0);
+        assert_eq!(out as usize % 4096, 0);
+        free(out);
+    }
+}

@@ -1,0 +1,206 @@
+//! The real allocator and copy functions, found with `dlsym(RTLD_NEXT, ...)`, and the
+//! bootstrap heap that serves allocations made while they are being found (glibc's dlsym
+//! may call calloc for its error buffer).
+//!
+//! Owns: resolution once, [`Real`] function pointers, the static bootstrap buffer.
+//! Must not: account or sample anything (that is `lib.rs`), or ever hand a bootstrap
+//! pointer to the real `free`.
+
+use core::ffi::c_void;
+use core::sync::atomic::{AtomicPtr, AtomicU8, AtomicUsize, Ordering};
+
+type Fn1 = unsafe extern "C" fn(usize) -> *mut c_void;
+type Fn2 = unsafe extern "C" fn(usize, usize) -> *mut c_void;
+type ReallocFn = unsafe extern "C" fn(*mut c_void, usize) -> *mut c_void;
+type ReallocArrayFn = unsafe extern "C" fn(*mut c_void, usize, usize) -> *mut c_void;
+type FreeFn = unsafe extern "C" fn(*mut c_void);
+type PosixMemalignFn = unsafe extern "C" fn(*mut *mut c_void, usize, usize) -> i32;
+type UsableFn = unsafe extern "C" fn(*mut c_void) -> usize;
+type CopyFn = unsafe extern "C" fn(*mut c_void, *const c_void, usize) -> *mut c_void;
+
+macro_rules! slots {
+    ($($name:ident),*) => {
+        $(pub static $name: AtomicPtr<c_void> = AtomicPtr::new(core::ptr::null_mut());)*
+    };
+}
+slots!(
+    MALLOC,
+    CALLOC,
+    REALLOC,
+    REALLOCARRAY,
+    FREE,
+    POSIX_MEMALIGN,
+    ALIGNED_ALLOC,
+    MEMALIGN,
+    VALLOC,
+    PVALLOC,
+    USABLE,
+    MEMCPY,
+    MEMMOVE
+);
+
+/// 0 = not resolved, 1 = resolving, 2 = resolved.
+static STATE: AtomicU8 = AtomicU8::new(0);
+
+/// Resolves every real function once. Returns whether they are resolved (false while
+/// another call is resolving them, e.g. dlsym calling calloc).
+#[cold]
+pub fn init() -> bool {
+    match STATE.compare_exchange(0, 1, Ordering::AcqRel, Ordering::Acquire) {
+        Ok(_) => {}
+        Err(2) => return true,
+        Err(_) => return false,
+    }
+    let find = |slot: &AtomicPtr<c_void>, name: &core::ffi::CStr| {
+        // SAFETY: dlsym with RTLD_NEXT and a NUL-terminated name has no other requirement.
+        let p = unsafe { libc::dlsym(libc::RTLD_NEXT, name.as_ptr()) };
+        slot.store(p, Ordering::Release);
+    };
+    find(&MEMCPY, c"memcpy");
+    find(&MEMMOVE, c"memmove");
+    find(&MALLOC, c"malloc");
+    find(&CALLOC, c"calloc");
+    find(&REALLOC, c"realloc");
+    find(&REALLOCARRAY, c"reallocarray");
+    find(&FREE, c"free");
+    find(&POSIX_MEMALIGN, c"posix_memalign");
+    find(&ALIGNED_ALLOC, c"aligned_alloc");
+    find(&MEMALIGN, c"memalign");
+    find(&VALLOC, c"valloc");
+    find(&PVALLOC, c"pvalloc");
+    find(&USABLE, c"malloc_usable_size");
+    STATE.store(2, Ordering::Release);
+    true
+}
+
+#[inline(always)]
+fn get(slot: &AtomicPtr<c_void>) -> *mut c_void {
+    let p = slot.load(Ordering::Acquire);
+    if p.is_null() && init() {
+        return slot.load(Ordering::Acquire);
+    }
+    p
+}
+
+macro_rules! caller {
+    ($fname:ident, $slot:ident, $ty:ty, ($($arg:ident: $t:ty),*) -> $ret:ty, $fallback:expr) => {
+        #[inline(always)]
+        pub fn $fname($($arg: $t),*) -> $ret {
+            let p = get(&$slot);
+            if p.is_null() {
+                return $fallback;
+            }
+            // SAFETY: `p` is the address dlsym gave for this very function, whose C
+            // signature `$ty` spells; the arguments are the caller's, passed on unchanged.
+            unsafe { core::mem::transmute::<*mut c_void, $ty>(p)($($arg),*) }
+        }
+    };
+}
+
+caller!(malloc, MALLOC, Fn1, (size: usize) -> *mut c_void, boot_alloc(size, 16));
+caller!(calloc, CALLOC, Fn2, (n: usize, size: usize) -> *mut c_void,
+    match n.checked_mul(size) { Some(t) => boot_alloc(t, 16), None => core::ptr::null_mut() });
+caller!(realloc, REALLOC, ReallocFn, (p: *mut c_void, size: usize) -> *mut c_void,
+    boot_realloc(p, size));
+caller!(reallocarray, REALLOCARRAY, ReallocArrayFn, (p: *mut c_void, n: usize, size: usize) -> *mut c_void,
+    match n.checked_mul(size) { Some(t) => boot_realloc(p, t), None => core::ptr::null_mut() });
+/// The real `free`; before resolution nothing can have been allocated by it.
+#[inline(always)]
+pub fn free(p: *mut c_void) {
+    let f = get(&FREE);
+    if !f.is_null() {
+        // SAFETY: `f` is dlsym's address of `free`, whose C signature FreeFn spells.
+        unsafe { core::mem::transmute::<*mut c_void, FreeFn>(f)(p) }
+    }
+}
+caller!(posix_memalign, POSIX_MEMALIGN, PosixMemalignFn,
+(out: *mut *mut c_void, align: usize, size: usize) -> i32,
+{
+    let p = boot_alloc(size, align);
+    if p.is_null() { libc::ENOMEM } else {
+        // SAFETY: the caller passes a valid out pointer, as posix_memalign requires.
+        unsafe { *out = p };
+        0
+    }
+});
+caller!(aligned_alloc, ALIGNED_ALLOC, Fn2, (align: usize, size: usize) -> *mut c_void, boot_alloc(size, align));
+caller!(memalign, MEMALIGN, Fn2, (align: usize, size: usize) -> *mut c_void, boot_alloc(size, align));
+caller!(valloc, VALLOC, Fn1, (size: usize) -> *mut c_void, boot_alloc(size, 4096));
+caller!(pvalloc, PVALLOC, Fn1, (size: usize) -> *mut c_void, boot_alloc(size, 4096));
+caller!(usable_size, USABLE, UsableFn, (p: *mut c_void) -> usize, 0);
+caller!(memcpy, MEMCPY, CopyFn, (d: *mut c_void, s: *const c_void, n: usize) -> *mut c_void,
+    slow_copy(d, s, n));
+caller!(memmove, MEMMOVE, CopyFn, (d: *mut c_void, s: *const c_void, n: usize) -> *mut c_void,
+    slow_copy(d, s, n));
+
+/// Byte-by-byte copy for calls made before the real functions are known. Volatile
+/// accesses keep the compiler from turning this loop back into a call to memcpy.
+fn slow_copy(d: *mut c_void, s: *const c_void, n: usize) -> *mut c_void {
+    let (d8, s8) = (d as *mut u8, s as *const u8);
+    if (d8 as usize) <= (s8 as usize) {
+        for i in 0..n {
+            // SAFETY: the caller guarantees `n` readable bytes at `s` and writable at `d`.
+            unsafe { d8.add(i).write_volatile(s8.add(i).read_volatile()) };
+        }
+    } else {
+        for i in (0..n).rev() {
+            // SAFETY: as above; copying backwards keeps overlapping moves right.
+            unsafe { d8.add(i).write_volatile(s8.add(i).read_volatile()) };
+        }
+    }
+    d
+}
+
+const BOOT_BYTES: usize = 256 * 1024;
+#[repr(C, align(4096))]
+struct BootHeap(core::cell::UnsafeCell<[u8; BOOT_BYTES]>);
+// SAFETY: the buffer is handed out in disjoint pieces by an atomic bump pointer.
+unsafe impl Sync for BootHeap {}
+static BOOT: BootHeap = BootHeap(core::cell::UnsafeCell::new([0; BOOT_BYTES]));
+static BOOT_USED: AtomicUsize = AtomicUsize::new(0);
+
+/// Whether `p` was handed out by the bootstrap heap (such pointers are never freed).
+#[inline(always)]
+pub fn is_boot(p: *const c_void) -> bool {
+    let base = BOOT.0.get() as usize;
+    (p as usize).wrapping_sub(base) < BOOT_BYTES
+}
+
+/// The size recorded in front of a bootstrap allocation.
+pub fn boot_size(p: *const c_void) -> usize {
+    // SAFETY: every bootstrap allocation has its size in the 8 bytes before it.
+    unsafe { (p as *const usize).sub(1).read() }
+}
+
+fn boot_alloc(size: usize, align: usize) -> *mut c_void {
+    let align = align.clamp(16, 4096);
+    if !align.is_power_of_two() {
+        return core::ptr::null_mut();
+    }
+    let base = BOOT.0.get() as usize;
+    let mut used = BOOT_USED.load(Ordering::Relaxed);
+    loop {
+        let start = (base + used + 8 + align - 1) & !(align - 1);
+        let end = start + size;
+        if end > base + BOOT_BYTES {
+            return core::ptr::null_mut();
+        }
+        match BOOT_USED.compare_exchange_weak(used, end - base, Ordering::AcqRel, Ordering::Relaxed)
+        {
+            Ok(_) => {
+                // SAFETY: [start - 8, end) lies inside the buffer and is ours alone now.
+                unsafe { (start as *mut usize).sub(1).write(size) };
+                return start as *mut c_void;
+            }
+            Err(u) => used = u,
+        }
+    }
+}
+
+fn boot_realloc(p: *mut c_void, size: usize) -> *mut c_void {
+    let q = boot_alloc(size, 16);
+    if !q.is_null() && !p.is_null() && is_boot(p) {
+        slow_copy(q, p, boot_size(p).min(size));
+    }
+    q
+}

@@ -1,0 +1,356 @@
+//! Ring events → per-line memory, copy volume and leaks.
+//!
+//! Owns: [`MemoryAggregator`] — each sampled allocation window charged to the line that
+//! made it, the line's live footprint (a sampled allocation stands for its window's bytes
+//! until its pointer is freed), copy volume, the program's footprint over time, and the
+//! leak score; and merging all that into a finished [`Profile`].
+//! Must not: read process memory or format output.
+
+use super::ring::layout::{EV_ALLOC, EV_COPY, EV_FREE, EV_SAMPLED_FREE};
+use super::ring::Event;
+use crate::profile::{
+    FileProfile, Leak, LineMemory, LineProfile, MemoryStack, MemorySummary, Profile,
+};
+use crate::python::Frame;
+use std::collections::HashMap;
+
+const MB: f64 = 1024.0 * 1024.0;
+/// Points of a line's footprint timeline in the profile.
+pub const LINE_TIMELINE_SLICES: usize = 20;
+/// Most points kept of any timeline while recording (halved when full).
+const MAX_POINTS: usize = 4096;
+/// A line is reported as a leak from this likelihood on.
+pub const LEAK_THRESHOLD: f64 = 0.95;
+
+/// (file, line).
+pub type LineKey = (String, u32);
+
+#[derive(Debug, Default)]
+struct LineAcc {
+    /// Bytes of the allocation windows charged here.
+    alloc: f64,
+    /// Bytes allocated in those windows, and of those by the interpreter.
+    window_alloc: f64,
+    window_python: f64,
+    /// Live footprint now, its peak, and the sum and count of its observations.
+    current: f64,
+    peak: f64,
+    sum: f64,
+    n: u64,
+    timeline: Timeline,
+    copied: f64,
+    /// When its sampled allocations were made and when they were freed (leak analysis
+    /// counts those up to the footprint's peak: frees at exit do not clear a leak).
+    sampled_at: Vec<u64>,
+    freed_at: Vec<u64>,
+}
+
+/// (ns, bytes) points, decimated to stay bounded.
+#[derive(Debug, Default)]
+struct Timeline(Vec<(u64, f64)>);
+
+impl Timeline {
+    fn push(&mut self, t: u64, v: f64) {
+        if self.0.len() >= MAX_POINTS {
+            // Keep every other point (the max of each pair: peaks survive).
+            let merged: Vec<(u64, f64)> = self
+                .0
+                .chunks(2)
+                .map(|c| {
+                    c.iter()
+                        .copied()
+                        .fold((c[0].0, f64::MIN), |a, b| (b.0, a.1.max(b.1)))
+                })
+                .collect();
+            self.0 = merged;
+        }
+        self.0.push((t, v));
+    }
+}
+
+/// Folds ring events.
+#[derive(Debug, Default)]
+pub struct MemoryAggregator {
+    lines: HashMap<LineKey, LineAcc>,
+    /// Sampled pointers still live: the line charged and the bytes they stand for.
+    watched: HashMap<u64, (LineKey, f64)>,
+    footprint: Timeline,
+    start_ns: Option<u64>,
+    last_ns: u64,
+    total_alloc: f64,
+    total_python: f64,
+    total_window_alloc: f64,
+    total_copy: f64,
+    /// Allocation bytes whose line could not be read.
+    pub unattributed_mb: f64,
+    /// Bytes allocated by each full stack.
+    stacks: HashMap<Vec<Frame>, f64>,
+}
+
+impl MemoryAggregator {
+    pub fn new() -> MemoryAggregator {
+        MemoryAggregator::default()
+    }
+
+    fn clock(&mut self, t: u64) {
+        self.start_ns.get_or_insert(t);
+        self.last_ns = self.last_ns.max(t);
+    }
+
+    /// Adds one event; `line` is where its thread was (for allocations and copies).
+    pub fn add(&mut self, e: &Event, line: Option<LineKey>) {
+        self.clock(e.time_ns);
+        match e.kind {
+            EV_ALLOC => {
+                let bytes = e.a as f64;
+                self.total_alloc += bytes;
+                self.total_window_alloc += e.b as f64;
+                self.total_python += e.c as f64;
+                let Some(key) = line else {
+                    self.unattributed_mb += bytes / MB;
+                    return;
+                };
+                let l = self.lines.entry(key.clone()).or_default();
+                l.alloc += bytes;
+                l.window_alloc += e.b as f64;
+                l.window_python += e.c as f64;
+                l.current += bytes;
+                l.peak = l.peak.max(l.current);
+                l.sum += l.current;
+                l.n += 1;
+                l.timeline.push(e.time_ns, l.current);
+                if e.ptr != 0 {
+                    l.sampled_at.push(e.time_ns);
+                    self.watched.insert(e.ptr, (key, bytes));
+                }
+            }
+            EV_SAMPLED_FREE => {
+                if let Some((key, bytes)) = self.watched.remove(&e.ptr) {
+                    if let Some(l) = self.lines.get_mut(&key) {
+                        l.freed_at.push(e.time_ns);
+                        l.current = (l.current - bytes).max(0.0);
+                        l.sum += l.current;
+                        l.n += 1;
+                        l.timeline.push(e.time_ns, l.current);
+                    }
+                }
+            }
+            EV_COPY => {
+                self.total_copy += e.a as f64;
+                if let Some(key) = line {
+                    self.lines.entry(key).or_default().copied += e.a as f64;
+                }
+            }
+            EV_FREE => {}
+            _ => {}
+        }
+    }
+
+    /// Charges an allocation event's bytes to the full stack that made it.
+    pub fn add_stack(&mut self, e: &Event, frames: &[Frame]) {
+        if e.kind == EV_ALLOC {
+            *self.stacks.entry(frames.to_vec()).or_insert(0.0) += e.a as f64;
+        }
+    }
+
+    /// Records the program's footprint at `t_ns`.
+    pub fn footprint_at(&mut self, t_ns: u64, bytes: i64) {
+        self.clock(t_ns);
+        let v = bytes.max(0) as f64;
+        if self.footprint.0.last().is_some_and(|&(_, last)| last == v) {
+            return;
+        }
+        self.footprint.push(t_ns, v);
+    }
+
+    /// Puts the memory into `profile`: each line's columns (adding lines that only
+    /// allocated or copied), and the program's summary. `source` gives a file's lines.
+    pub fn merge_into(
+        &self,
+        profile: &mut Profile,
+        ring: RingTotals,
+        source: &mut dyn FnMut(&str) -> Option<Vec<String>>,
+    ) {
+        let start = self.start_ns.unwrap_or(0);
+        let span = self.last_ns.saturating_sub(start).max(1);
+        let duration_s = if profile.meta.duration_s > 0.0 {
+            profile.meta.duration_s
+        } else {
+            span as f64 / 1e9
+        };
+        // Growth: from the first footprint point to the peak (what the program frees on
+        // its way out is not the steady state).
+        let peak_point =
+            self.footprint
+                .0
+                .iter()
+                .copied()
+                .fold(None::<(u64, f64)>, |m, p| match m {
+                    Some(q) if q.1 >= p.1 => Some(q),
+                    _ => Some(p),
+                });
+        let growth_mb_s = match (self.footprint.0.first(), peak_point) {
+            (Some(a), Some(b)) if b.0 > a.0 => (b.1 - a.1) / MB / ((b.0 - a.0) as f64 / 1e9),
+            _ => 0.0,
+        };
+        let peak_t = peak_point.map_or(u64::MAX, |p| p.0);
+        let mut leaks = Vec::new();
+        for l in profile.files.iter_mut().flat_map(|f| f.lines.iter_mut()) {
+            l.memory.get_or_insert_with(LineMemory::default);
+        }
+        for ((file, line), acc) in &self.lines {
+            let mem = LineMemory {
+                mem_alloc_mb: acc.alloc / MB,
+                mem_python_pct: if acc.window_alloc > 0.0 {
+                    100.0 * acc.window_python / acc.window_alloc
+                } else {
+                    0.0
+                },
+                mem_peak_mb: acc.peak / MB,
+                mem_avg_mb: if acc.n > 0 {
+                    acc.sum / acc.n as f64 / MB
+                } else {
+                    0.0
+                },
+                mem_timeline: slices(&acc.timeline.0, start, span),
+                copy_mb_s: acc.copied / MB / duration_s,
+            };
+            let sampled = acc.sampled_at.iter().filter(|&&t| t <= peak_t).count() as u64;
+            let freed = acc.freed_at.iter().filter(|&&t| t <= peak_t).count() as u64;
+            let likelihood = leak_likelihood(sampled, freed);
+            if likelihood >= LEAK_THRESHOLD && growth_mb_s > 0.0 {
+                leaks.push(Leak {
+                    filename: file.clone(),
+                    line: *line,
+                    likelihood,
+                    growth_mb_s,
+                    sampled_allocs: sampled,
+                    sampled_frees: freed,
+                });
+            }
+            let fi = match profile.files.iter().position(|f| &f.filename == file) {
+                Some(i) => i,
+                None => {
+                    profile.files.push(FileProfile {
+                        filename: file.clone(),
+                        cpu_pct: 0.0,
+                        lines: Vec::new(),
+                        functions: Vec::new(),
+                    });
+                    profile.files.len() - 1
+                }
+            };
+            let f = &mut profile.files[fi];
+            match f.lines.iter_mut().find(|l| l.line == *line) {
+                Some(l) => l.memory = Some(mem),
+                None => {
+                    let text = source(file)
+                        .and_then(|src| {
+                            (*line as usize)
+                                .checked_sub(1)
+                                .and_then(|i| src.get(i))
+                                .cloned()
+                        })
+                        .unwrap_or_default();
+                    f.lines.push(LineProfile {
+                        line: *line,
+                        source: text,
+                        cpu_python_pct: 0.0,
+                        cpu_native_pct: 0.0,
+                        cpu_system_pct: 0.0,
+                        memory: Some(mem),
+                    });
+                    f.lines.sort_by_key(|l| l.line);
+                }
+            }
+        }
+        leaks.sort_by(|a, b| {
+            b.likelihood
+                .total_cmp(&a.likelihood)
+                .then_with(|| (&a.filename, a.line).cmp(&(&b.filename, b.line)))
+        });
+        let timeline = self
+            .footprint
+            .0
+            .iter()
+            .map(|&(t, v)| [t.saturating_sub(start) as f64 / 1e9, v / MB])
+            .collect();
+        profile.memory = Some(MemorySummary {
+            peak_mb: ring.peak_bytes.max(0) as f64 / MB,
+            timeline,
+            alloc_mb: self.total_alloc / MB,
+            python_pct: if self.total_window_alloc > 0.0 {
+                100.0 * self.total_python / self.total_window_alloc
+            } else {
+                0.0
+            },
+            copy_mb: self.total_copy / MB,
+            leaks,
+            window_bytes: ring.window,
+            copy_window_bytes: ring.copy_window,
+            dropped_events: ring.dropped,
+            handshake_timeouts: ring.handshake_timeouts,
+            stacks: self.memory_stacks(),
+        });
+    }
+
+    fn memory_stacks(&self) -> Vec<MemoryStack> {
+        let mut v: Vec<MemoryStack> = self
+            .stacks
+            .iter()
+            .map(|(frames, bytes)| MemoryStack {
+                frames: frames.clone(),
+                alloc_kib: (bytes / 1024.0).round() as u64,
+            })
+            .filter(|s| s.alloc_kib > 0)
+            .collect();
+        v.sort_by(|a, b| {
+            b.alloc_kib
+                .cmp(&a.alloc_kib)
+                .then_with(|| a.frames.cmp(&b.frames))
+        });
+        v
+    }
+}
+
+/// What the ring's header says at the end.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct RingTotals {
+    pub peak_bytes: i64,
+    pub window: u64,
+    pub copy_window: u64,
+    pub dropped: u64,
+    pub handshake_timeouts: u64,
+}
+
+/// Laplace's rule of succession for "the next sampled allocation of this line is not
+/// freed": 1 − (frees + 1) / (allocations + 2).
+pub fn leak_likelihood(allocs: u64, frees: u64) -> f64 {
+    1.0 - (frees.min(allocs) as f64 + 1.0) / (allocs as f64 + 2.0)
+}
+
+/// The value (MB) of a step function given by `points` at the end of each of
+/// [`LINE_TIMELINE_SLICES`] equal slices of `[start, start + span]` (max within a slice).
+fn slices(points: &[(u64, f64)], start: u64, span: u64) -> Vec<f64> {
+    if points.is_empty() {
+        return Vec::new();
+    }
+    let n = LINE_TIMELINE_SLICES;
+    let mut out = vec![0.0f64; n];
+    let mut current = 0.0;
+    let mut idx = 0;
+    for (i, slot) in out.iter_mut().enumerate() {
+        let end = start + span * (i as u64 + 1) / n as u64;
+        let mut high = current;
+        while idx < points.len() && points[idx].0 <= end {
+            current = points[idx].1;
+            high = high.max(current);
+            idx += 1;
+        }
+        *slot = high / MB;
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,196 @@
+//! The profiler's consumer thread: reads the ring as events arrive, reads the allocating
+//! thread's Python stack while that thread waits in the handshake, answers it, and folds
+//! the events.
+//!
+//! Owns: [`MemoryRecorder`] (the thread, its stop, its result) and the memory side of
+//! `run`: the ring and the written library ([`MemorySetup`]).
+//! Must not: pause the target's threads (only the allocating thread waits, in its own
+//! futex) or take longer than needed per event: the program waits for our answer.
+
+use super::aggregate::{LineKey, MemoryAggregator, RingTotals};
+use super::preload::{preload_env, PreloadFile};
+use super::ring::{self, layout, Ring};
+use crate::python::{self, Frame, PythonProcess, StackWalker};
+use crate::sampler::is_library_file;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+/// How memory is recorded.
+#[derive(Debug, Clone)]
+pub struct MemoryConfig {
+    /// Net allocation per sampled event, bytes.
+    pub window: u64,
+    /// Copied bytes per sampled event.
+    pub copy_window: u64,
+    /// Keep stdlib / site-packages lines (else their bytes go to the calling user line).
+    pub profile_all: bool,
+}
+
+impl Default for MemoryConfig {
+    fn default() -> Self {
+        MemoryConfig {
+            window: 1 << 20,
+            copy_window: 1 << 20,
+            profile_all: false,
+        }
+    }
+}
+
+/// The ring and the library for one `run`, created before the program starts.
+pub struct MemorySetup {
+    pub ring: Ring,
+    pub library: PreloadFile,
+}
+
+impl MemorySetup {
+    pub fn new(cfg: &MemoryConfig) -> std::io::Result<MemorySetup> {
+        let dir = ring::ring_dir();
+        ring::clean_stale(&dir);
+        let ring = Ring::create(&dir, ring::DEFAULT_CAPACITY, cfg.window, cfg.copy_window)?;
+        // Not /dev/shm: it may be mounted noexec, and the library must be mapped executable.
+        super::preload::clean_stale(&std::env::temp_dir());
+        let library = PreloadFile::write(&std::env::temp_dir())?;
+        Ok(MemorySetup { ring, library })
+    }
+
+    /// The environment the program gets (our LD_PRELOAD after the user's own).
+    pub fn env(&self) -> Vec<(String, String)> {
+        let user = std::env::var("LD_PRELOAD").ok();
+        preload_env(user.as_deref(), self.library.path(), self.ring.path())
+    }
+}
+
+/// The ring of a process started under `run` whose profiler is gone (`attach`): the preload
+/// library must be loaded in it and its environment must name the ring. The error says why
+/// memory cannot be recorded, for the user.
+pub fn find_ring(pid: i32) -> Result<Ring, String> {
+    let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap_or_default();
+    if !maps.contains("libscalene_preload.so") {
+        return Err(
+            "memory accounting needs `scalene-rs run` (the program must be started \
+                    with scalene-rs's preload library)"
+                .into(),
+        );
+    }
+    let environ = std::fs::read(format!("/proc/{pid}/environ")).unwrap_or_default();
+    let key = format!("{}=", ring::RING_ENV);
+    let path = environ
+        .split(|&b| b == 0)
+        .find_map(|kv| kv.strip_prefix(key.as_bytes()))
+        .map(|v| std::path::PathBuf::from(String::from_utf8_lossy(v).into_owned()))
+        .ok_or("the preload library is loaded but its ring is not named in the environment")?;
+    Ring::take_over(&path, pid)
+}
+
+/// The running consumer thread.
+pub struct MemoryRecorder {
+    stop: Arc<AtomicBool>,
+    handle: JoinHandle<(MemoryAggregator, RingTotals)>,
+}
+
+impl MemoryRecorder {
+    /// Starts reading `ring` for the process `proc` (a handle of its own, see
+    /// [`PythonProcess::reopen`]); handshakes are answered from now on.
+    pub fn start(mut ring: Ring, proc: Option<PythonProcess>, cfg: MemoryConfig) -> MemoryRecorder {
+        let stop = Arc::new(AtomicBool::new(false));
+        let stop2 = stop.clone();
+        let handle = std::thread::Builder::new()
+            .name("memory".into())
+            .spawn(move || consume(&mut ring, proc, &cfg, &stop2))
+            .expect("spawning the memory thread");
+        MemoryRecorder { stop, handle }
+    }
+
+    /// Stops after reading what is left; returns the folded events and the ring's totals.
+    pub fn finish(self) -> (MemoryAggregator, RingTotals) {
+        self.stop.store(true, Ordering::Release);
+        self.handle
+            .join()
+            .unwrap_or_else(|_| (MemoryAggregator::new(), RingTotals::default()))
+    }
+}
+
+fn consume(
+    ring: &mut Ring,
+    proc: Option<PythonProcess>,
+    cfg: &MemoryConfig,
+    stop: &AtomicBool,
+) -> (MemoryAggregator, RingTotals) {
+    let mut agg = MemoryAggregator::new();
+    let mut reader = proc.map(|p| {
+        let w = StackWalker::new(p.layout, p.addrs.types);
+        (p, w, HashMap::new())
+    });
+    ring.set_handshake(reader.is_some());
+    let mut bell = 0;
+    let mut last_footprint = Instant::now();
+    loop {
+        let stopping = stop.load(Ordering::Acquire);
+        let mut any = false;
+        while let Some(e) = ring.next_event() {
+            any = true;
+            let frames = match e.kind {
+                layout::EV_ALLOC | layout::EV_COPY => reader.as_mut().and_then(|(p, w, pt)| {
+                    python::stack_of_blocked_thread(p, w, e.tid, pt)
+                        .ok()
+                        .flatten()
+                }),
+                _ => None,
+            };
+            ring.ack(&e);
+            let line = frames.as_deref().and_then(|f| line_of(f, cfg.profile_all));
+            agg.add(&e, line);
+            if let Some(f) = &frames {
+                agg.add_stack(&e, f);
+            }
+            if e.kind == layout::EV_ALLOC || e.kind == layout::EV_FREE {
+                agg.footprint_at(e.time_ns, ring.footprint());
+            }
+        }
+        if stopping && !any {
+            break;
+        }
+        if last_footprint.elapsed() >= Duration::from_millis(10) {
+            last_footprint = Instant::now();
+            agg.footprint_at(now_ns(), ring.footprint());
+        }
+        bell = ring.wait_doorbell(bell, Duration::from_millis(2));
+    }
+    ring.set_handshake(false);
+    let h = ring.header();
+    let totals = RingTotals {
+        peak_bytes: ring.peak(),
+        window: h.window.load(Ordering::Relaxed),
+        copy_window: h.copy_window.load(Ordering::Relaxed),
+        dropped: ring.dropped(),
+        handshake_timeouts: ring.handshake_timeouts(),
+    };
+    (agg, totals)
+}
+
+/// The line of a stack: its innermost frame, or with library folding the innermost frame
+/// of the user's code.
+fn line_of(frames: &[Frame], profile_all: bool) -> Option<LineKey> {
+    let f = if profile_all {
+        frames.first()
+    } else {
+        frames
+            .iter()
+            .find(|f| !is_library_file(&f.filename))
+            .or(frames.first())
+    }?;
+    Some((f.filename.to_string(), f.line?))
+}
+
+fn now_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: fills a timespec we own (the same clock the library stamps events with).
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}

@@ -1,0 +1,11 @@
+//! Memory accounting: the consumer side of the preload library's shared-memory ring.
+//!
+//! Owns: the embedded preload library and writing it out privately ([`preload`]), creating,
+//! reading and removing rings ([`ring`]), the consumer thread that ties events to lines
+//! ([`consumer`]) and folding events into per-line results ([`aggregate`]).
+//! Must not: pause the target or format output.
+
+pub mod aggregate;
+pub mod consumer;
+pub mod preload;
+pub mod ring;

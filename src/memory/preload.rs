@@ -1,0 +1,163 @@
+//! The preload library, embedded in the profiler at build time (see build.rs) and written
+//! out at run time into a private directory, so the shipped binary is self-contained.
+//!
+//! Owns: [`PreloadFile`] (the written library, removed on drop) and the environment a
+//! profiled program gets ([`preload_env`]).
+//! Must not: replace the user's own LD_PRELOAD (ours is appended).
+
+use std::io::Write;
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+
+/// The built library's bytes.
+pub static LIBRARY: &[u8] = include_bytes!(env!("SCALENE_RS_PRELOAD_SO"));
+
+/// The library written to a private (0700) directory of its own; both go away on drop.
+#[derive(Debug)]
+pub struct PreloadFile {
+    dir: PathBuf,
+    path: PathBuf,
+}
+
+impl PreloadFile {
+    /// Writes the library under `base` (a fresh `scalene-rs-<pid>-<n>` directory, 0700).
+    pub fn write(base: &Path) -> std::io::Result<PreloadFile> {
+        static COUNTER: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let n = COUNTER.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let dir = base.join(format!("scalene-rs-{}-{n}", std::process::id()));
+        std::fs::DirBuilder::new().mode(0o700).create(&dir)?;
+        let path = dir.join("libscalene_preload.so");
+        let written = (|| {
+            let mut f = std::fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .mode(0o500)
+                .open(&path)?;
+            f.write_all(LIBRARY)?;
+            f.sync_all()
+        })();
+        if let Err(e) = written {
+            let _ = std::fs::remove_dir_all(&dir);
+            return Err(e);
+        }
+        Ok(PreloadFile { dir, path })
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+}
+
+impl Drop for PreloadFile {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// Removes library directories under `base` left by profilers of our user that are no longer
+/// running (killed before they could clean up). Returns how many were removed.
+pub fn clean_stale(base: &Path) -> usize {
+    use std::os::unix::fs::MetadataExt;
+    let Ok(entries) = std::fs::read_dir(base) else {
+        return 0;
+    };
+    // SAFETY: getuid has no preconditions.
+    let uid = unsafe { libc::getuid() };
+    let mut removed = 0;
+    for e in entries.flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        let Some(rest) = name.strip_prefix("scalene-rs-") else {
+            continue;
+        };
+        let mut parts = rest.split('-');
+        let (Some(pid), Some(n), None) = (parts.next(), parts.next(), parts.next()) else {
+            continue;
+        };
+        let (Ok(pid), Ok(_)) = (pid.parse::<i32>(), n.parse::<u32>()) else {
+            continue;
+        };
+        let Ok(meta) = std::fs::symlink_metadata(e.path()) else {
+            continue;
+        };
+        if !meta.is_dir() || meta.uid() != uid || crate::error::process_exists(pid) {
+            continue;
+        }
+        // Only what we write there: the library, then the directory.
+        let lib = e.path().join("libscalene_preload.so");
+        let _ = std::fs::remove_file(&lib);
+        if std::fs::remove_dir(e.path()).is_ok() {
+            removed += 1;
+        }
+    }
+    removed
+}
+
+/// The value of LD_PRELOAD for the program: the user's own entries first, ours last.
+pub fn ld_preload_value(user: Option<&str>, ours: &Path) -> String {
+    match user.map(str::trim).filter(|s| !s.is_empty()) {
+        Some(u) => format!("{u}:{}", ours.display()),
+        None => ours.display().to_string(),
+    }
+}
+
+/// The environment variables a program profiled with memory accounting gets.
+pub fn preload_env(
+    user_ld_preload: Option<&str>,
+    lib: &Path,
+    ring: &Path,
+) -> Vec<(String, String)> {
+    vec![
+        ("LD_PRELOAD".into(), ld_preload_value(user_ld_preload, lib)),
+        ("PYTHONMALLOC".into(), "malloc".into()),
+        (super::ring::RING_ENV.into(), ring.display().to_string()),
+    ]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn user_preload_is_kept_first() {
+        let ours = Path::new("/run/x/libscalene_preload.so");
+        assert_eq!(ld_preload_value(None, ours), "/run/x/libscalene_preload.so");
+        assert_eq!(
+            ld_preload_value(Some("  "), ours),
+            "/run/x/libscalene_preload.so"
+        );
+        assert_eq!(
+            ld_preload_value(Some("/opt/libjemalloc.so"), ours),
+            "/opt/libjemalloc.so:/run/x/libscalene_preload.so"
+        );
+    }
+
+    #[test]
+    fn library_is_written_privately_and_removed() {
+        use std::os::unix::fs::PermissionsExt;
+        let base = std::env::temp_dir();
+        let f = PreloadFile::write(&base).unwrap();
+        let dir = f.path().parent().unwrap().to_path_buf();
+        let mode = std::fs::metadata(&dir).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o700);
+        assert_eq!(std::fs::read(f.path()).unwrap().len(), LIBRARY.len());
+        assert!(LIBRARY.starts_with(b"\x7fELF"));
+        drop(f);
+        assert!(!dir.exists());
+    }
+
+    #[test]
+    fn stale_library_directories_are_removed() {
+        let base = std::env::temp_dir().join(format!("scalene-rs-libtest-{}", std::process::id()));
+        std::fs::create_dir_all(&base).unwrap();
+        let dead = base.join("scalene-rs-99999999-0");
+        let live = base.join(format!("scalene-rs-{}-7", std::process::id()));
+        let other = base.join("scalene-rs-99999999-0-x");
+        for d in [&dead, &live, &other] {
+            std::fs::create_dir(d).unwrap();
+        }
+        std::fs::write(dead.join("libscalene_preload.so"), b"x").unwrap();
+        assert_eq!(clean_stale(&base), 1);
+        assert!(!dead.exists() && live.exists() && other.exists());
+        std::fs::remove_dir_all(&base).unwrap();
+    }
+}

@@ -1,0 +1,349 @@
+//! The consumer side of the shared-memory ring: the profiler creates the ring file, the
+//! preload library in the program claims it and writes events, and we read them here.
+//!
+//! Owns: [`Ring`] (create with O_EXCL and mode 0600 in a private place, map, read events
+//! in order, answer handshakes, remove the file), [`clean_stale`] (rings left by profilers
+//! that died). The format itself is `preload/src/layout.rs`, compiled into both sides.
+//! Must not: block the producer (a full ring is the producer's to drop), or trust the
+//! file's contents beyond bounds-checked slot indices.
+
+#[path = "../../preload/src/layout.rs"]
+#[allow(dead_code)]
+pub mod layout;
+
+use layout::{Header, Slot};
+use memmap2::MmapMut;
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+
+pub use layout::RING_ENV;
+
+/// File name prefix of our rings; the rest is `<profiler pid>-<n>.ring`.
+const PREFIX: &str = "scalene-rs-ring-";
+
+/// Default number of slots (64 bytes each: 4 MiB).
+pub const DEFAULT_CAPACITY: u64 = 1 << 16;
+
+/// What one event says (see the `EV_*` constants of the layout).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Event {
+    pub kind: u32,
+    pub tid: i32,
+    pub a: u64,
+    pub b: u64,
+    pub c: u64,
+    pub ptr: u64,
+    pub time_ns: u64,
+    /// The producer waits until [`Ring::ack`] is called for this event (bounded).
+    pub wants_ack: bool,
+    pub ticket: u64,
+}
+
+/// A ring we read: created by us (`run`), or taken over from a profiler that is gone
+/// (`attach`).
+pub struct Ring {
+    path: PathBuf,
+    /// We created the file (and remove it when done).
+    owned: bool,
+    map: MmapMut,
+    capacity: u64,
+    /// Since when the slot at `tail` has been reserved but not yet written.
+    stuck_since: Option<Instant>,
+}
+
+/// How long a reserved slot may stay unwritten before we skip it (its producer thread died
+/// between reserving and writing).
+const STUCK_SLOT: Duration = Duration::from_secs(1);
+
+/// Where rings go: /dev/shm when usable, else $XDG_RUNTIME_DIR, else the temp directory.
+pub fn ring_dir() -> PathBuf {
+    let shm = Path::new("/dev/shm");
+    if shm.is_dir() && nix::unistd::access(shm, nix::unistd::AccessFlags::W_OK).is_ok() {
+        return shm.to_path_buf();
+    }
+    if let Some(x) = std::env::var_os("XDG_RUNTIME_DIR").filter(|x| !x.is_empty()) {
+        return PathBuf::from(x);
+    }
+    std::env::temp_dir()
+}
+
+impl Ring {
+    /// Creates a ring of `capacity` slots (a power of two) in `dir`, private to our user.
+    pub fn create(
+        dir: &Path,
+        capacity: u64,
+        window: u64,
+        copy_window: u64,
+    ) -> std::io::Result<Ring> {
+        assert!(capacity.is_power_of_two());
+        static COUNTER: AtomicU32 = AtomicU32::new(0);
+        let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+        let path = dir.join(format!("{PREFIX}{}-{n}.ring", std::process::id()));
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+            .open(&path)?;
+        let cleanup = |e| {
+            let _ = std::fs::remove_file(&path);
+            e
+        };
+        file.set_len(layout::file_bytes(capacity) as u64)
+            .map_err(cleanup)?;
+        // SAFETY: a shared mapping of a file we just created; the other side only touches
+        // it through atomics of the layout, and every read here is of atomics too.
+        let map = unsafe { MmapMut::map_mut(&file) }.map_err(cleanup)?;
+        let ring = Ring {
+            path,
+            owned: true,
+            map,
+            capacity,
+            stuck_since: None,
+        };
+        let h = ring.header();
+        h.version.store(layout::LAYOUT_VERSION, Ordering::Relaxed);
+        h.slot_bytes
+            .store(std::mem::size_of::<Slot>() as u32, Ordering::Relaxed);
+        h.capacity.store(capacity, Ordering::Relaxed);
+        h.consumer_pid
+            .store(std::process::id() as i32, Ordering::Relaxed);
+        h.window.store(window, Ordering::Relaxed);
+        h.copy_window.store(copy_window, Ordering::Relaxed);
+        // The magic last: a producer that sees it sees a complete header.
+        h.magic.store(layout::MAGIC, Ordering::Release);
+        Ok(ring)
+    }
+
+    /// Opens the ring at `path` that another profiler created, and becomes its reader if
+    /// that profiler is gone. The file must be ours and private (mode 0600), well-formed,
+    /// and claimed by `producer` (the process being attached to).
+    pub fn take_over(path: &Path, producer: i32) -> Result<Ring, String> {
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+            .open(path)
+            .map_err(|e| format!("opening {}: {e}", path.display()))?;
+        let meta = file.metadata().map_err(|e| e.to_string())?;
+        // SAFETY: getuid has no preconditions.
+        let uid = unsafe { libc::getuid() };
+        if meta.uid() != uid || meta.mode() & 0o077 != 0 {
+            return Err(format!(
+                "{} is not a private file of ours; not reading it",
+                path.display()
+            ));
+        }
+        if (meta.len() as usize) < layout::HEADER_BYTES {
+            return Err(format!("{} is too short for a ring", path.display()));
+        }
+        // SAFETY: a shared mapping of the file; every access goes through atomics.
+        let map = unsafe { MmapMut::map_mut(&file) }.map_err(|e| e.to_string())?;
+        // SAFETY: at least a header long (checked above), page-aligned, atomics only.
+        let h = unsafe { &*(map.as_ptr() as *const Header) };
+        let capacity = h.capacity.load(Ordering::Relaxed);
+        if h.magic.load(Ordering::Acquire) != layout::MAGIC
+            || h.version.load(Ordering::Relaxed) != layout::LAYOUT_VERSION
+            || !capacity.is_power_of_two()
+            || layout::file_bytes(capacity) > map.len()
+        {
+            return Err(format!(
+                "{} is not a ring this scalene-rs reads",
+                path.display()
+            ));
+        }
+        if h.producer_pid.load(Ordering::Acquire) != producer {
+            return Err(format!(
+                "the ring {} is not process {producer}'s",
+                path.display()
+            ));
+        }
+        let me = std::process::id() as i32;
+        let reader = h.consumer_pid.load(Ordering::Acquire);
+        if reader != me && crate::error::process_exists(reader) {
+            return Err(format!(
+                "its memory events are read by scalene-rs process {reader} (the `run` that started it)"
+            ));
+        }
+        h.consumer_pid
+            .compare_exchange(reader, me, Ordering::AcqRel, Ordering::Acquire)
+            .map_err(|_| "another profiler took the ring over first".to_string())?;
+        // What the program wrote while nobody read belongs to no recording of ours.
+        h.tail
+            .store(h.head.load(Ordering::Acquire), Ordering::Release);
+        h.consumer_generation.fetch_add(1, Ordering::AcqRel);
+        Ok(Ring {
+            path: path.to_path_buf(),
+            owned: false,
+            map,
+            capacity,
+            stuck_since: None,
+        })
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    pub fn header(&self) -> &Header {
+        // SAFETY: the mapping is page-aligned and at least HEADER_BYTES long; Header is
+        // made of atomics, valid for any bit pattern.
+        unsafe { &*(self.map.as_ptr() as *const Header) }
+    }
+
+    fn slot(&self, ticket: u64) -> &Slot {
+        // Our own capacity, not the header's: the file is writable by the program.
+        let i = (ticket & (self.capacity - 1)) as usize;
+        let off = layout::HEADER_BYTES + i * std::mem::size_of::<Slot>();
+        assert!(off + std::mem::size_of::<Slot>() <= self.map.len());
+        // SAFETY: in bounds (checked above), 64-byte aligned, made of atomics (valid for
+        // any bit pattern).
+        unsafe { &*(self.map.as_ptr().add(off) as *const Slot) }
+    }
+
+    /// The pid of the process that claimed the ring (0: none yet).
+    pub fn producer_pid(&self) -> i32 {
+        self.header().producer_pid.load(Ordering::Acquire)
+    }
+
+    /// Tells producers whether we answer handshakes (read the waiting thread's stack), and
+    /// wakes those waiting for us to get ready.
+    pub fn set_handshake(&self, on: bool) {
+        let h = &self.header().handshake;
+        let v = if on {
+            layout::HANDSHAKE_ON
+        } else {
+            layout::HANDSHAKE_OFF
+        };
+        h.store(v, Ordering::Release);
+        futex(h, libc::FUTEX_WAKE, i32::MAX as u32, None);
+    }
+
+    /// The next event, if one is written. Events come in ticket order; the slot is given
+    /// back to producers at once (call [`Ring::ack`] for events that want an answer before
+    /// the next `next_event`, so the slot is not reused while the producer waits on it).
+    pub fn next_event(&mut self) -> Option<Event> {
+        let tail = self.header().tail.load(Ordering::Acquire);
+        if self.header().head.load(Ordering::Acquire) == tail {
+            self.stuck_since = None;
+            return None;
+        }
+        let Some(d) = self.slot(tail).read(tail) else {
+            // Reserved, not written yet: wait, but not forever.
+            let since = *self.stuck_since.get_or_insert_with(Instant::now);
+            if since.elapsed() >= STUCK_SLOT {
+                self.stuck_since = None;
+                self.header().tail.store(tail + 1, Ordering::Release);
+            }
+            return None;
+        };
+        self.stuck_since = None;
+        let e = Event {
+            kind: d.kind,
+            tid: d.tid,
+            a: d.a,
+            b: d.b,
+            c: d.c,
+            ptr: d.ptr,
+            time_ns: d.time_ns,
+            wants_ack: d.wants_ack,
+            ticket: tail,
+        };
+        if !e.wants_ack {
+            self.header().tail.store(tail + 1, Ordering::Release);
+        }
+        Some(e)
+    }
+
+    /// Answers an event that wants it: wakes its producer and frees the slot.
+    pub fn ack(&mut self, e: &Event) {
+        if !e.wants_ack {
+            return;
+        }
+        let s = self.slot(e.ticket);
+        s.ack.store(1, Ordering::Release);
+        futex(&s.ack, libc::FUTEX_WAKE, i32::MAX as u32, None);
+        self.header().answers.fetch_add(1, Ordering::Release);
+        self.header().tail.store(e.ticket + 1, Ordering::Release);
+    }
+
+    /// Waits up to `timeout` for a producer that wants an answer to ring the doorbell.
+    pub fn wait_doorbell(&self, seen: u32, timeout: Duration) -> u32 {
+        let bell = &self.header().doorbell;
+        if bell.load(Ordering::Acquire) == seen {
+            futex(bell, libc::FUTEX_WAIT, seen, Some(timeout));
+        }
+        bell.load(Ordering::Acquire)
+    }
+
+    pub fn footprint(&self) -> i64 {
+        self.header().footprint.load(Ordering::Acquire)
+    }
+    pub fn peak(&self) -> i64 {
+        self.header().peak.load(Ordering::Acquire)
+    }
+    pub fn dropped(&self) -> u64 {
+        self.header().dropped.load(Ordering::Acquire)
+    }
+    pub fn handshake_timeouts(&self) -> u64 {
+        self.header().handshake_timeouts.load(Ordering::Acquire)
+    }
+}
+
+impl Drop for Ring {
+    fn drop(&mut self) {
+        self.set_handshake(false);
+        if self.owned {
+            let _ = std::fs::remove_file(&self.path);
+        }
+    }
+}
+
+fn futex(word: &AtomicU32, op: i32, val: u32, timeout: Option<Duration>) {
+    let ts = timeout.map(|t| libc::timespec {
+        tv_sec: t.as_secs() as libc::time_t,
+        tv_nsec: t.subsec_nanos() as libc::c_long,
+    });
+    let tsp = ts
+        .as_ref()
+        .map_or(std::ptr::null(), |t| t as *const libc::timespec);
+    // SAFETY: a shared futex operation on a word of our shared mapping; the timeout, when
+    // given, points to a timespec that outlives the call.
+    unsafe { libc::syscall(libc::SYS_futex, word.as_ptr(), op, val, tsp) };
+}
+
+/// Removes rings in `dir` left by profilers of our user that are no longer running.
+/// Returns how many were removed.
+pub fn clean_stale(dir: &Path) -> usize {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return 0;
+    };
+    // SAFETY: getuid has no preconditions.
+    let uid = unsafe { libc::getuid() };
+    let mut removed = 0;
+    for e in entries.flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        let Some(rest) = name.strip_prefix(PREFIX) else {
+            continue;
+        };
+        let Some(pid) = rest.split('-').next().and_then(|p| p.parse::<i32>().ok()) else {
+            continue;
+        };
+        let Ok(meta) = std::fs::symlink_metadata(e.path()) else {
+            continue;
+        };
+        if meta.uid() != uid || !meta.is_file() || crate::error::process_exists(pid) {
+            continue;
+        }
+        if std::fs::remove_file(e.path()).is_ok() {
+            removed += 1;
+        }
+    }
+    removed
+}
+
+#[cfg(test)]
+mod tests;

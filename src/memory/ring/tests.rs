@@ -1,0 +1,171 @@
+//! Ring tests: the producer protocol is the library's own (`layout.rs`), driven here from
+//! threads of the test process.
+
+use super::*;
+use layout::EventData;
+
+fn ring(cap: u64) -> Ring {
+    Ring::create(&std::env::temp_dir(), cap, 1 << 20, 1 << 20).unwrap()
+}
+
+fn produce(r: &Ring, a: u64, wants_ack: bool) -> bool {
+    let h = r.header();
+    match h.reserve() {
+        Some(t) => {
+            // SAFETY: the ring's mapping holds `capacity` slots.
+            let s = unsafe { h.slot(t) };
+            s.publish(
+                t,
+                &EventData {
+                    kind: layout::EV_ALLOC,
+                    tid: 7,
+                    a,
+                    wants_ack,
+                    ..Default::default()
+                },
+            );
+            true
+        }
+        None => false,
+    }
+}
+
+#[test]
+fn file_is_private_and_removed() {
+    let r = ring(8);
+    let meta = std::fs::metadata(r.path()).unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    assert_eq!(meta.permissions().mode() & 0o777, 0o600);
+    assert_eq!(meta.len() as usize, layout::file_bytes(8));
+    let path = r.path().to_path_buf();
+    // A second ring never reuses a name (O_EXCL would fail on an existing file).
+    let r2 = ring(8);
+    assert_ne!(r2.path(), path);
+    drop(r);
+    assert!(!path.exists());
+}
+
+#[test]
+fn events_come_in_order_across_wraps() {
+    let mut r = ring(8);
+    for i in 0..100u64 {
+        assert!(produce(&r, i, false));
+        if i % 3 == 2 {
+            // Read in bursts, so the ring wraps with several events pending.
+            while let Some(e) = r.next_event() {
+                assert_eq!(e.a, e.ticket);
+            }
+        }
+    }
+    let mut last = None;
+    while let Some(e) = r.next_event() {
+        last = Some(e.a);
+    }
+    assert_eq!(last, Some(99));
+    assert_eq!(r.dropped(), 0);
+    assert!(r.header().head.load(Ordering::Relaxed) > 8);
+}
+
+#[test]
+fn full_ring_drops_and_counts() {
+    let mut r = ring(8);
+    for i in 0..8 {
+        assert!(produce(&r, i, false));
+    }
+    assert!(!produce(&r, 8, false));
+    assert!(!produce(&r, 9, false));
+    assert_eq!(r.dropped(), 2);
+    assert_eq!(r.next_event().map(|e| e.a), Some(0));
+    assert!(produce(&r, 10, false));
+    let rest: Vec<u64> = std::iter::from_fn(|| r.next_event()).map(|e| e.a).collect();
+    assert_eq!(rest, vec![1, 2, 3, 4, 5, 6, 7, 10]);
+}
+
+#[test]
+fn an_event_waiting_for_its_answer_keeps_its_slot() {
+    let mut r = ring(8);
+    assert!(produce(&r, 1, true));
+    assert!(produce(&r, 2, false));
+    let e = r.next_event().unwrap();
+    assert!(e.wants_ack);
+    // Not answered: the same event again, and its slot is not free.
+    assert_eq!(r.next_event().map(|e| e.ticket), Some(e.ticket));
+    assert_eq!(r.header().tail.load(Ordering::Relaxed), 0);
+    r.ack(&e);
+    // SAFETY: ticket 0's slot is inside the mapping.
+    assert_eq!(unsafe { r.header().slot(0) }.ack.load(Ordering::Relaxed), 1);
+    assert_eq!(r.next_event().map(|e| e.a), Some(2));
+}
+
+#[test]
+fn many_producers_lose_nothing_they_did_not_count() {
+    let mut r = ring(256);
+    const THREADS: u64 = 4;
+    const EACH: u64 = 20_000;
+    let hdr = r.header() as *const Header as usize;
+    let producers: Vec<_> = (0..THREADS)
+        .map(|t| {
+            std::thread::spawn(move || {
+                // SAFETY: the ring outlives the threads (joined below before it drops).
+                let h = unsafe { &*(hdr as *const Header) };
+                for i in 0..EACH {
+                    if let Some(k) = h.reserve() {
+                        // SAFETY: as above.
+                        let s = unsafe { h.slot(k) };
+                        s.publish(
+                            k,
+                            &EventData {
+                                kind: layout::EV_COPY,
+                                tid: t as i32,
+                                a: i,
+                                ..Default::default()
+                            },
+                        );
+                    }
+                }
+            })
+        })
+        .collect();
+    let mut got = 0u64;
+    let mut last = [None::<u64>; THREADS as usize];
+    let mut check = |e: Event| {
+        let prev = &mut last[e.tid as usize];
+        assert!(
+            prev.is_none_or(|p| e.a > p),
+            "out of order for one producer"
+        );
+        *prev = Some(e.a);
+    };
+    while producers.iter().any(|p| !p.is_finished()) {
+        while let Some(e) = r.next_event() {
+            check(e);
+            got += 1;
+        }
+    }
+    for p in producers {
+        p.join().unwrap();
+    }
+    while let Some(e) = r.next_event() {
+        check(e);
+        got += 1;
+    }
+    assert_eq!(got + r.dropped(), THREADS * EACH);
+    assert!(got > 0);
+}
+
+#[test]
+fn stale_rings_of_dead_profilers_are_removed() {
+    let dir = std::env::temp_dir().join(format!("scalene-rs-ring-test-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    // A pid above the kernel's limit is never running.
+    let dead = dir.join(format!("{PREFIX}99999999-0.ring"));
+    let live = dir.join(format!("{PREFIX}{}-0.ring", std::process::id()));
+    let other = dir.join("unrelated-99999999-0.ring");
+    for f in [&dead, &live, &other] {
+        std::fs::write(f, b"x").unwrap();
+    }
+    assert_eq!(clean_stale(&dir), 1);
+    assert!(!dead.exists());
+    assert!(live.exists() && other.exists());
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -1,0 +1,326 @@
+//! The preload library and memory accounting, against every interpreter on the machine:
+//! programs run unchanged under the library (Python or not), many threads allocating at
+//! once neither crash nor deadlock, `run` injects the library without replacing the user's
+//! LD_PRELOAD, a forked child keeps working, and a program outlives a killed profiler.
+
+mod common;
+
+use scalene_rs::memory::preload::PreloadFile;
+use scalene_rs::memory::ring::{Ring, RING_ENV};
+use std::io::Read;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+const BIN: &str = env!("CARGO_BIN_EXE_scalene-rs");
+
+fn interpreters() -> Vec<common::Interpreter> {
+    let all = common::interpreters();
+    assert!(!all.is_empty(), "no Python interpreter found");
+    all
+}
+
+/// The library and a ring no profiler reads (nobody answers handshakes).
+fn library_and_ring() -> (PreloadFile, Ring) {
+    let lib = PreloadFile::write(&std::env::temp_dir()).unwrap();
+    let ring = Ring::create(&std::env::temp_dir(), 1024, 1 << 20, 1 << 20).unwrap();
+    ring.set_handshake(false);
+    (lib, ring)
+}
+
+fn output(mut cmd: Command) -> (String, i32) {
+    let out = cmd.stderr(Stdio::inherit()).output().unwrap();
+    (
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        out.status.code().unwrap_or(-1),
+    )
+}
+
+#[test]
+fn programs_that_are_not_python_are_unaffected() {
+    let (lib, ring) = library_and_ring();
+    for args in [
+        vec!["ls", "-la", "/"],
+        vec!["sh", "-c", "echo hi; sort -r /etc/passwd | head -3; exit 3"],
+    ] {
+        let plain = {
+            let mut c = Command::new(args[0]);
+            c.args(&args[1..]);
+            output(c)
+        };
+        let mut c = Command::new(args[0]);
+        c.args(&args[1..])
+            .env("LD_PRELOAD", lib.path())
+            .env(RING_ENV, ring.path());
+        assert_eq!(output(c), plain, "{args:?}");
+    }
+    // Not Python: the ring was not claimed.
+    assert_eq!(ring.producer_pid(), 0);
+}
+
+#[test]
+fn eight_threads_churning_neither_crash_nor_deadlock() {
+    for py in interpreters() {
+        let (lib, ring) = library_and_ring();
+        let start = Instant::now();
+        let mut c = Command::new(&py.path);
+        c.arg(common::fixture("memory/churn_threads.py"))
+            .env("LD_PRELOAD", lib.path())
+            .env("PYTHONMALLOC", "malloc")
+            .env(RING_ENV, ring.path());
+        let (out, code) = output(c);
+        assert_eq!(code, 0, "{}: {out}", py.label);
+        assert!(out.starts_with("ok 8 "), "{}: {out}", py.label);
+        // The Python process claimed the ring and wrote events into it: a small ring that
+        // nobody reads fills, and the rest are dropped and counted, never waited for.
+        assert_ne!(ring.producer_pid(), 0, "{}", py.label);
+        let written = ring
+            .header()
+            .head
+            .load(std::sync::atomic::Ordering::Relaxed);
+        assert_eq!(written, 1024, "{}", py.label);
+        assert!(ring.dropped() > 0, "{}", py.label);
+        eprintln!(
+            "{}: {:?}, {} dropped",
+            py.label,
+            start.elapsed(),
+            ring.dropped()
+        );
+    }
+}
+
+#[test]
+fn eight_threads_churning_while_profiled() {
+    for py in interpreters() {
+        let json = std::env::temp_dir().join(format!("scalene-rs-churn-{}.json", py.label));
+        let out = Command::new(BIN)
+            .args(["run", "-o"])
+            .arg(&json)
+            .arg("--")
+            .arg(&py.path)
+            .arg(common::fixture("memory/churn_threads.py"))
+            .arg("200000")
+            .stderr(Stdio::inherit())
+            .output()
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(out.status.success(), "{}: {stdout}", py.label);
+        assert!(stdout.starts_with("ok 8 "), "{}: {stdout}", py.label);
+        let p: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+        let m = &p["memory"];
+        // 8 threads × 200 allocations of 1 MiB, all freed again.
+        let alloc = m["alloc_mb"].as_f64().unwrap();
+        assert!(alloc >= 800.0, "{}: {alloc} MB sampled", py.label);
+        let _ = std::fs::remove_file(&json);
+    }
+}
+
+#[test]
+fn run_appends_to_the_users_ld_preload_and_cpu_only_injects_nothing() {
+    let py = &interpreters()[0];
+    // A harmless library of the user's: libc itself.
+    let user = "libc.so.6";
+    let run = |extra: &[&str]| {
+        let out = Command::new(BIN)
+            .arg("run")
+            .args(extra)
+            .args(["--format", "json", "-o", "/dev/null", "--"])
+            .arg(&py.path)
+            .arg(common::fixture("memory/env_report.py"))
+            .env("LD_PRELOAD", user)
+            .stderr(Stdio::null())
+            .output()
+            .unwrap();
+        assert!(out.status.success());
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let with = run(&[]);
+    let preload = with
+        .lines()
+        .next()
+        .unwrap()
+        .strip_prefix("LD_PRELOAD=")
+        .unwrap();
+    let parts: Vec<&str> = preload.split(':').collect();
+    assert_eq!(parts.len(), 2, "{with}");
+    assert_eq!(parts[0], user);
+    assert!(parts[1].ends_with("libscalene_preload.so"), "{with}");
+    assert!(with.contains("PYTHONMALLOC=malloc"), "{with}");
+    // The written library is gone once the run is over.
+    assert!(!std::path::Path::new(parts[1]).exists());
+
+    let without = run(&["--cpu-only"]);
+    assert!(
+        without.contains(&format!("LD_PRELOAD={user}\n")),
+        "{without}"
+    );
+    assert!(without.contains("PYTHONMALLOC=\n"), "{without}");
+}
+
+#[test]
+fn a_forked_child_keeps_working() {
+    for py in interpreters() {
+        let out = Command::new(BIN)
+            .args(["run", "--format", "json", "-o", "/dev/null", "--"])
+            .arg(&py.path)
+            .arg(common::fixture("memory/fork_child.py"))
+            .stderr(Stdio::null())
+            .output()
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(out.status.success(), "{}: {stdout}", py.label);
+        assert!(stdout.contains("child 64"), "{}: {stdout}", py.label);
+        assert!(
+            stdout.contains("parent 16 child-exit 7"),
+            "{}: {stdout}",
+            py.label
+        );
+    }
+}
+
+/// The profiler is SIGKILLed while the program allocates: the program finishes with the
+/// output and exit status it has unprofiled, and is not held up by the handshake (each
+/// wait is bounded, and after a few unanswered ones the library stops waiting).
+#[test]
+fn the_program_outlives_a_killed_profiler() {
+    let py = interpreters().pop().unwrap();
+    let script = common::fixture("memory/alloc_loop.py");
+    let plain = Command::new(&py.path)
+        .arg(&script)
+        .arg("0.5")
+        .output()
+        .unwrap();
+    // The program writes its exit status where we can see it after its parent is gone.
+    let status_file =
+        std::env::temp_dir().join(format!("scalene-rs-killed-{}", std::process::id()));
+    let shell = format!(
+        "{} {} 2; echo $? > {}",
+        py.path.display(),
+        script.display(),
+        status_file.display()
+    );
+    let mut prof = Command::new(BIN)
+        .args(["run", "-o", "/dev/null", "--", "sh", "-c", &shell])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(700));
+    prof.kill().unwrap();
+    let killed_at = Instant::now();
+    prof.wait().unwrap();
+    // The program keeps our stdout pipe open until it ends.
+    let mut out = String::new();
+    prof.stdout
+        .take()
+        .unwrap()
+        .read_to_string(&mut out)
+        .unwrap();
+    let after_kill = killed_at.elapsed();
+    assert_eq!(out.as_bytes(), &plain.stdout[..]);
+    let status = std::fs::read_to_string(&status_file).unwrap();
+    assert_eq!(status.trim(), plain.status.code().unwrap().to_string());
+    let _ = std::fs::remove_file(&status_file);
+    // It had about 1.3 s left to run; a program stuck on handshakes would take far longer
+    // (each of its ~thousand windows would wait).
+    assert!(after_kill < Duration::from_secs(10), "{after_kill:?}");
+}
+
+fn wait_for_pid_file(path: &std::path::Path) -> i32 {
+    let until = Instant::now() + Duration::from_secs(20);
+    loop {
+        if let Some(pid) = std::fs::read_to_string(path)
+            .ok()
+            .and_then(|s| s.trim().parse().ok())
+        {
+            return pid;
+        }
+        assert!(Instant::now() < until, "the program never wrote its pid");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn attach_json(pid: i32, json: &std::path::Path) -> (Value, String) {
+    let out = Command::new(BIN)
+        .args(["attach", &pid.to_string(), "--duration", "1.5", "-o"])
+        .arg(json)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(out.status.success(), "{stderr}");
+    let p = serde_json::from_str(&std::fs::read_to_string(json).unwrap()).unwrap();
+    let _ = std::fs::remove_file(json);
+    (p, stderr)
+}
+
+use serde_json::Value;
+
+#[test]
+fn attach_without_the_library_says_memory_needs_run() {
+    let py = interpreters().pop().unwrap();
+    let pid_file = std::env::temp_dir().join(format!("scalene-rs-att0-{}", std::process::id()));
+    let _ = std::fs::remove_file(&pid_file);
+    let mut prog = Command::new(&py.path)
+        .arg(common::fixture("memory/pid_alloc_loop.py"))
+        .arg(&pid_file)
+        .arg("4")
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    let pid = wait_for_pid_file(&pid_file);
+    let json = pid_file.with_extension("json");
+    let (p, stderr) = attach_json(pid, &json);
+    prog.wait().unwrap();
+    let _ = std::fs::remove_file(&pid_file);
+    assert!(p.get("memory").is_none());
+    assert!(
+        stderr.contains("memory accounting needs `scalene-rs run`"),
+        "{stderr}"
+    );
+}
+
+/// A program started under `run` whose profiler was killed: `attach` takes its ring over,
+/// and its allocations are tied to their line again.
+#[test]
+fn attach_reads_the_ring_of_a_program_whose_profiler_is_gone() {
+    let py = interpreters().pop().unwrap();
+    let fx = "memory/pid_alloc_loop.py";
+    let pid_file = std::env::temp_dir().join(format!("scalene-rs-att1-{}", std::process::id()));
+    let _ = std::fs::remove_file(&pid_file);
+    let mut run = Command::new(BIN)
+        .args(["run", "-o", "/dev/null", "--"])
+        .arg(&py.path)
+        .arg(common::fixture(fx))
+        .arg(&pid_file)
+        .arg("6")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let pid = wait_for_pid_file(&pid_file);
+    std::thread::sleep(Duration::from_millis(300));
+    run.kill().unwrap();
+    run.wait().unwrap();
+    let json = pid_file.with_extension("json");
+    let (p, stderr) = attach_json(pid, &json);
+    let _ = std::fs::remove_file(&pid_file);
+    let m = &p["memory"];
+    assert!(m.is_object(), "{stderr}");
+    // About 1 MiB per millisecond for 1.5 s, minus sleeping overhead: hundreds of MB.
+    let alloc = m["alloc_mb"].as_f64().unwrap();
+    assert!(alloc > 100.0, "{alloc} MB");
+    let text = std::fs::read_to_string(common::fixture(fx)).unwrap();
+    let line = text.lines().position(|l| l.ends_with("# ALLOC")).unwrap() as u64 + 1;
+    let on_line: f64 = p["files"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|f| f["lines"].as_array().unwrap())
+        .filter(|l| l["line"].as_u64() == Some(line))
+        .filter_map(|l| l["mem_alloc_mb"].as_f64())
+        .sum();
+    assert!(
+        on_line >= 0.9 * alloc,
+        "{on_line} of {alloc} MB on line {line}"
+    );
+}
