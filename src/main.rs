@@ -231,6 +231,7 @@ impl RecordArgs {
                 ReadMode::Auto
             },
             profile_all: self.profile_all,
+            handshake_file: None,
         }
     }
 }

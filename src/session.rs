@@ -230,6 +230,7 @@ pub fn run(cfg: &RunConfig, progress: &mut dyn FnMut(&Stats)) -> Result<RunOutco
     // The library file stays until the program ends (programs it starts load it too).
     // Lines are tied to allocations of the command's own process; without it (a script
     // that starts Python), nobody reads stacks, so its allocations must not wait for us.
+    let ring_path = memory.as_ref().map(|m| m.ring.path().to_path_buf());
     let (recorder, _library) = match (memory, &cfg.memory) {
         (Some(m), Some(mc)) => {
             let reader = proc.as_ref().and_then(|p| p.reopen().ok());
@@ -245,10 +246,12 @@ pub fn run(cfg: &RunConfig, progress: &mut dyn FnMut(&Stats)) -> Result<RunOutco
     };
     // Every Python process of the program (following children), found as it comes up and
     // again after an exec.
+    let mut sampler_cfg = cfg.sampler.clone();
+    sampler_cfg.handshake_file = ring_path;
     let mut tree = ProcessTree::new(
         pid,
         cfg.follow_children,
-        cfg.sampler.clone(),
+        sampler_cfg,
         LocateOptions::default(),
     );
     if let Some(p) = proc {
@@ -382,9 +385,13 @@ pub fn attach(cfg: &AttachConfig, progress: &mut dyn FnMut(&Stats)) -> Result<(P
     let program = command_line(cfg.pid);
     catch(&[Signal::SIGINT, Signal::SIGTERM, Signal::SIGHUP]);
     let mut notes = Vec::new();
+    let mut ring_path = None;
     let recorder = match &cfg.memory {
         Some(mc) => match crate::memory::consumer::find_ring(cfg.pid) {
-            Ok(ring) => Some(MemoryRecorder::start(ring, proc.reopen().ok(), mc.clone())),
+            Ok(ring) => {
+                ring_path = Some(ring.path().to_path_buf());
+                Some(MemoryRecorder::start(ring, proc.reopen().ok(), mc.clone()))
+            }
             Err(why) => {
                 notes.push(format!("no memory data: {why}"));
                 None
@@ -396,10 +403,12 @@ pub fn attach(cfg: &AttachConfig, progress: &mut dyn FnMut(&Stats)) -> Result<(P
         .ok()
         .map(|p| p.to_string_lossy().into_owned());
     let start = Instant::now();
+    let mut sampler_cfg = cfg.sampler.clone();
+    sampler_cfg.handshake_file = ring_path;
     let mut tree = ProcessTree::new(
         cfg.pid,
         cfg.follow_children,
-        cfg.sampler.clone(),
+        sampler_cfg,
         cfg.locate.clone(),
     )
     .with_located(proc);

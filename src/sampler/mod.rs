@@ -30,6 +30,10 @@ pub struct SamplerConfig {
     pub mode: ReadMode,
     /// Keep stdlib / site-packages lines instead of charging them to the calling user line.
     pub profile_all: bool,
+    /// The memory ring file (see `memory`): a thread blocked in a futex on it is waiting for
+    /// us to read its stack (the allocation handshake), not sleeping in the program, so its
+    /// CPU time is charged to where it is.
+    pub handshake_file: Option<std::path::PathBuf>,
 }
 
 impl Default for SamplerConfig {
@@ -40,6 +44,7 @@ impl Default for SamplerConfig {
             gil_only: false,
             mode: ReadMode::Auto,
             profile_all: false,
+            handshake_file: None,
         }
     }
 }
@@ -112,6 +117,8 @@ pub struct Sampler {
     tids_listed: Option<(Instant, Vec<i32>)>,
     /// Each thread's last `stat` reading: when, state, user and system ticks.
     stat_cache: HashMap<i32, (Instant, char, u64, u64)>,
+    /// Where the memory ring is mapped in the target (see [`SamplerConfig::handshake_file`]).
+    handshake_range: Option<(u64, u64)>,
 }
 
 /// How long a thread's user/system tick counts are reused: they advance in whole clock
@@ -141,7 +148,9 @@ impl Sampler {
             sources: HashMap::new(),
             tids_listed: None,
             stat_cache: HashMap::new(),
+            handshake_range: None,
         }
+        .with_handshake_range()
     }
 
     /// Takes one sample of every thread. Errors that lose only this sample are counted, not
@@ -262,7 +271,7 @@ impl Sampler {
             };
             // Holding the GIL, or on a CPU right after its stack was read: a thread that went
             // to sleep must not have its CPU charged to the line it sleeps on.
-            let running = t.holds_gil || state == 'R';
+            let running = t.holds_gil || state == 'R' || self.in_handshake(tid);
             // CPU time since the last sample: where the thread is now if it is running,
             // else where it was last seen running (it used that CPU before it slept).
             let (cpu_frames, cpu_activity) = match (running, self.last_running.get(&tid)) {
@@ -363,6 +372,33 @@ impl Sampler {
     ) -> Result<()> {
         let rate = self.cfg.rate_hz;
         drive(self, rate, stop, progress)
+    }
+
+    fn with_handshake_range(mut self) -> Self {
+        if let Some(file) = &self.cfg.handshake_file {
+            self.handshake_range = mapping_of(self.proc.pid, file);
+        }
+        self
+    }
+
+    /// Whether thread `tid` is blocked in the memory handshake (a futex wait on the ring
+    /// mapping, from /proc/PID/task/TID/syscall): it is then waiting for us, on its way
+    /// through an allocation of the line it is on.
+    fn in_handshake(&self, tid: i32) -> bool {
+        let Some((lo, hi)) = self.handshake_range else {
+            return false;
+        };
+        let Ok(text) =
+            std::fs::read_to_string(format!("/proc/{}/task/{tid}/syscall", self.proc.pid))
+        else {
+            return false;
+        };
+        let mut it = text.split_ascii_whitespace();
+        let nr = it.next().and_then(|n| n.parse::<i64>().ok());
+        let addr = it
+            .next()
+            .and_then(|a| u64::from_str_radix(a.trim_start_matches("0x"), 16).ok());
+        nr == Some(libc::SYS_futex) && addr.is_some_and(|a| (lo..hi).contains(&a))
     }
 
     /// What has been folded so far.
@@ -484,6 +520,25 @@ pub fn drive(
     }
     t.stats_mut().elapsed = start.elapsed();
     Ok(())
+}
+
+/// The address range where `pid` maps `file` (all its mappings together).
+fn mapping_of(pid: i32, file: &std::path::Path) -> Option<(u64, u64)> {
+    let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).ok()?;
+    let name = file.to_string_lossy();
+    let mut range: Option<(u64, u64)> = None;
+    for line in maps
+        .lines()
+        .filter(|l| l.trim_end_matches(" (deleted)").ends_with(&*name))
+    {
+        let (lo, hi) = line.split_whitespace().next()?.split_once('-')?;
+        let (lo, hi) = (
+            u64::from_str_radix(lo, 16).ok()?,
+            u64::from_str_radix(hi, 16).ok()?,
+        );
+        range = Some(range.map_or((lo, hi), |(a, b)| (a.min(lo), b.max(hi))));
+    }
+    range
 }
 
 /// The target's working directory as the target sees it: /proc/PID/cwd is written from our
