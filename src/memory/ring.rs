@@ -315,7 +315,17 @@ fn futex(word: &AtomicU32, op: i32, val: u32, timeout: Option<Duration>) {
     unsafe { libc::syscall(libc::SYS_futex, word.as_ptr(), op, val, tsp) };
 }
 
-/// Removes rings in `dir` left by profilers of our user that are no longer running.
+/// The producer pid written in a ring file's header (0 when unclaimed).
+fn producer_of(path: &Path) -> Option<i32> {
+    use std::io::Read;
+    let mut head = [0u8; std::mem::offset_of!(Header, producer_pid) + 4];
+    std::fs::File::open(path).ok()?.read_exact(&mut head).ok()?;
+    let at = std::mem::offset_of!(Header, producer_pid);
+    Some(i32::from_ne_bytes(head[at..at + 4].try_into().ok()?))
+}
+
+/// Removes rings in `dir` left by profilers of our user that are no longer running, whose
+/// programs are gone too.
 /// Returns how many were removed.
 pub fn clean_stale(dir: &Path) -> usize {
     let Ok(entries) = std::fs::read_dir(dir) else {
@@ -336,6 +346,11 @@ pub fn clean_stale(dir: &Path) -> usize {
             continue;
         };
         if meta.uid() != uid || !meta.is_file() || crate::error::process_exists(pid) {
+            continue;
+        }
+        // Its profiler is gone but its program may live on: `attach` can take the ring
+        // over, so it stays until the program is gone too.
+        if producer_of(&e.path()).is_some_and(|p| p > 0 && crate::error::process_exists(p)) {
             continue;
         }
         if std::fs::remove_file(e.path()).is_ok() {

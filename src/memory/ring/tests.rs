@@ -164,8 +164,20 @@ fn stale_rings_of_dead_profilers_are_removed() {
     for f in [&dead, &live, &other] {
         std::fs::write(f, b"x").unwrap();
     }
-    assert_eq!(clean_stale(&dir), 1);
-    assert!(!dead.exists());
-    assert!(live.exists() && other.exists());
+    // A dead profiler's ring whose program (its producer, here: us) still runs: `attach`
+    // may take it over, so it stays. The same ring of a dead program goes.
+    let header = |producer: i32| {
+        let mut h = vec![0u8; std::mem::size_of::<Header>()];
+        let at = std::mem::offset_of!(Header, producer_pid);
+        h[at..at + 4].copy_from_slice(&producer.to_ne_bytes());
+        h
+    };
+    let orphan = dir.join(format!("{PREFIX}99999998-0.ring"));
+    let finished = dir.join(format!("{PREFIX}99999997-0.ring"));
+    std::fs::write(&orphan, header(std::process::id() as i32)).unwrap();
+    std::fs::write(&finished, header(99999996)).unwrap();
+    assert_eq!(clean_stale(&dir), 2);
+    assert!(!dead.exists() && !finished.exists());
+    assert!(live.exists() && other.exists() && orphan.exists());
     std::fs::remove_dir_all(&dir).unwrap();
 }
