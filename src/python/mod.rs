@@ -334,13 +334,8 @@ fn read_nonblocking(
     let cache = ptrace::PageCache::new(&proc.mem);
     cache.prefetch_pages(&walker.page_hint);
     for attempt in 0..opts.retries.max(1) {
-        let fresh;
-        let mem: &dyn ProcessMemory = if attempt == 0 {
-            &cache
-        } else {
-            fresh = ptrace::PageCache::new(&proc.mem);
-            &fresh
-        };
+        let fresh = ptrace::PageCache::new(&proc.mem);
+        let mem = first_then_fresh(attempt, &cache, &fresh);
         let read = interp_head_checked(proc, mem)
             .and_then(|head| walker.threads(mem, head, gil_current(proc, mem)?));
         match read {
@@ -371,13 +366,8 @@ fn read_nonblocking(
             }
             let tries = attempt + 1;
             // A retry reads afresh: the shared cache may hold what changed.
-            let fresh;
-            let mem: &dyn ProcessMemory = if attempt == 0 {
-                &cache
-            } else {
-                fresh = ptrace::PageCache::new(&proc.mem);
-                &fresh
-            };
+            let fresh = ptrace::PageCache::new(&proc.mem);
+            let mem = first_then_fresh(attempt, &cache, &fresh);
             let walk = walker.walk(mem, t.top_frame).and_then(|mut w| {
                 let same = walker.verify(&proc.mem, t.tstate, t.top_frame, &mut w)?;
                 Ok((w, same))
@@ -406,6 +396,20 @@ fn read_nonblocking(
     }
     walker.page_hint = hint_from(&cache);
     Ok(out)
+}
+
+/// The shared, pre-filled cache for a first attempt; an empty one for a retry (the shared
+/// one may hold what changed). An unused cache costs nothing: pages are read on demand.
+fn first_then_fresh<'a>(
+    attempt: usize,
+    shared: &'a ptrace::PageCache<'a>,
+    fresh: &'a ptrace::PageCache<'a>,
+) -> &'a dyn ProcessMemory {
+    if attempt == 0 {
+        shared
+    } else {
+        fresh
+    }
 }
 
 /// The pages worth fetching up front next time: those `cache` read this time (bounded).

@@ -418,24 +418,13 @@ impl Sampler {
 
     /// The finished profile.
     pub fn finish(&self, program: String) -> Profile {
-        let secs = self.stats.elapsed.as_secs_f64();
-        let meta = ProfileMeta {
+        let meta = profile_meta(
+            &self.cfg,
             program,
-            pid: self.proc.pid,
-            python_version: self.proc.version.to_string(),
-            duration_s: secs,
-            samples: self.stats.samples,
-            missed_samples: self.stats.missed,
-            errors: self.stats.errors,
-            rate_hz: if secs > 0.0 {
-                self.stats.samples as f64 / secs
-            } else {
-                0.0
-            },
-            requested_rate_hz: self.cfg.rate_hz,
-            mode: if self.cfg.wall { "wall" } else { "cpu" }.into(),
-            profile_all: self.cfg.profile_all,
-        };
+            self.proc.pid,
+            self.proc.version.to_string(),
+            &self.stats,
+        );
         let mut cache = self.sources.clone();
         let pid = self.proc.pid;
         let cwd = self.cwd.clone();
@@ -445,6 +434,34 @@ impl Sampler {
                 .or_insert_with(|| read_source(pid, &absolute(file, cwd.as_deref())))
                 .clone()
         })
+    }
+}
+
+/// The facts about a recording that head its profile.
+pub fn profile_meta(
+    cfg: &SamplerConfig,
+    program: String,
+    pid: i32,
+    python_version: String,
+    stats: &Stats,
+) -> ProfileMeta {
+    let secs = stats.elapsed.as_secs_f64();
+    ProfileMeta {
+        program,
+        pid,
+        python_version,
+        duration_s: secs,
+        samples: stats.samples,
+        missed_samples: stats.missed,
+        errors: stats.errors,
+        rate_hz: if secs > 0.0 {
+            stats.samples as f64 / secs
+        } else {
+            0.0
+        },
+        requested_rate_hz: cfg.rate_hz,
+        mode: if cfg.wall { "wall" } else { "cpu" }.into(),
+        profile_all: cfg.profile_all,
     }
 }
 

@@ -8,7 +8,7 @@
 
 use super::{Sampler, SamplerConfig, Stats, Ticker};
 use crate::error::{Error, Result};
-use crate::profile::{Aggregator, ProcessProfile, Profile, ProfileMeta};
+use crate::profile::{Aggregator, ProcessProfile, Profile};
 use crate::python::{LocateOptions, PythonProcess};
 use std::collections::{BTreeMap, HashMap};
 use std::time::{Duration, Instant};
@@ -338,7 +338,6 @@ impl ProcessTree {
         for pid in pids {
             self.retire(pid);
         }
-        let secs = self.stats.elapsed.as_secs_f64();
         let mut agg = Aggregator::new();
         let mut versions: Vec<String> = Vec::new();
         let mut views: Vec<(i32, Option<String>)> = Vec::new();
@@ -367,23 +366,13 @@ impl ProcessTree {
                 0.0
             };
         }
-        let meta = ProfileMeta {
+        let meta = super::profile_meta(
+            &self.cfg,
             program,
-            pid: self.root,
-            python_version: versions.join(", "),
-            duration_s: secs,
-            samples: self.stats.samples,
-            missed_samples: self.stats.missed,
-            errors: self.stats.errors,
-            rate_hz: if secs > 0.0 {
-                self.stats.samples as f64 / secs
-            } else {
-                0.0
-            },
-            requested_rate_hz: self.cfg.rate_hz,
-            mode: if self.cfg.wall { "wall" } else { "cpu" }.into(),
-            profile_all: self.cfg.profile_all,
-        };
+            self.root,
+            versions.join(", "),
+            &self.stats,
+        );
         // A file's source as the first process that can read it sees it.
         let mut cache: HashMap<String, Option<Vec<String>>> = HashMap::new();
         for d in &self.done {
