@@ -400,8 +400,14 @@ impl StackWalker {
                 return Ok(false);
             }
             if let Some((code, line)) = step.frame {
+                // The innermost frame is the one executing: its instruction moves on between
+                // the two reads. With its code, its link and everything below unchanged, the
+                // line the walk saw is one it was on while the rest of the stack was this.
+                let executing = i == 0;
                 let same = w.frames.get(frames).is_some_and(|f| {
-                    f.line == line && f.function == code.function && f.filename == code.filename
+                    (f.line == line || executing)
+                        && f.function == code.function
+                        && f.filename == code.filename
                 });
                 if !same {
                     return Ok(false);
