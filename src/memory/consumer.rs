@@ -11,7 +11,6 @@ use super::aggregate::{LineKey, MemoryAggregator, RingTotals};
 use super::preload::{preload_env, PreloadFile};
 use super::ring::{self, layout, Ring};
 use crate::python::{self, Frame, PythonProcess, StackWalker};
-use crate::sampler::is_library_file;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -174,14 +173,7 @@ fn consume(
 /// The line of a stack: its innermost frame, or with library folding the innermost frame
 /// of the user's code.
 fn line_of(frames: &[Frame], profile_all: bool) -> Option<LineKey> {
-    let f = if profile_all {
-        frames.first()
-    } else {
-        frames
-            .iter()
-            .find(|f| !is_library_file(&f.filename))
-            .or(frames.first())
-    }?;
+    let f = crate::sampler::charged_frame(frames, profile_all)?;
     Some((f.filename.to_string(), f.line?))
 }
 

@@ -94,6 +94,19 @@ pub fn is_library_file(path: &str) -> bool {
     false
 }
 
+/// The frame a stack's time (or allocation) is charged to: the innermost frame, or with
+/// library folding (`profile_all` off) the innermost frame of the user's own code (else the
+/// innermost frame).
+pub fn charged_frame(frames: &[Frame], profile_all: bool) -> Option<&Frame> {
+    if profile_all {
+        return frames.first();
+    }
+    frames
+        .iter()
+        .find(|f| !is_library_file(&f.filename))
+        .or(frames.first())
+}
+
 /// Samples one process.
 pub struct Sampler {
     pub proc: PythonProcess,
@@ -348,13 +361,7 @@ impl Sampler {
     /// The frame time is charged to: the innermost frame, or with library folding, the
     /// innermost frame of the user's own code (else the innermost frame).
     fn attribution<'f>(&self, frames: &'f [Frame]) -> Option<&'f Frame> {
-        if self.cfg.profile_all {
-            return frames.first();
-        }
-        frames
-            .iter()
-            .find(|f| !is_library_file(&f.filename))
-            .or(frames.first())
+        charged_frame(frames, self.cfg.profile_all)
     }
 
     fn count_error(&mut self, msg: &str) {
