@@ -186,3 +186,14 @@ pub const fn file_bytes(capacity: u64) -> usize {
 
 const _: () = assert!(core::mem::size_of::<Header>() <= HEADER_BYTES);
 const _: () = assert!(core::mem::size_of::<Slot>() == 64);
+
+/// CLOCK_MONOTONIC in nanoseconds: the clock events are stamped with, read by both sides.
+pub fn now_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: fills a timespec we own.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}

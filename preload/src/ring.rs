@@ -144,16 +144,6 @@ pub fn footprint(delta: i64) {
     h.peak.fetch_max(now, Ordering::AcqRel);
 }
 
-fn now_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: fills a timespec we own.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
-}
-
 /// Longest the program waits, once, for the profiler to get ready to read stacks (it
 /// locates the interpreter while the program starts).
 const STARTUP_WAIT_NS: u64 = 2_000_000_000;
@@ -170,7 +160,7 @@ fn wait_for_profiler(h: &Header) -> bool {
     if STARTUP_DONE.load(Ordering::Relaxed) {
         return false;
     }
-    let now = now_ns();
+    let now = layout::now_ns();
     let _ = STARTUP_DEADLINE.compare_exchange(
         0,
         now + STARTUP_WAIT_NS,
@@ -186,7 +176,7 @@ fn wait_for_profiler(h: &Header) -> bool {
                 return state == layout::HANDSHAKE_ON;
             }
         }
-        let now = now_ns();
+        let now = layout::now_ns();
         if now >= deadline || profiler_gone(h) {
             STARTUP_DONE.store(true, Ordering::Relaxed);
             return false;
@@ -236,7 +226,7 @@ pub fn emit(kind: u32, tid: i32, a: u64, b: u64, c: u64, ptr: u64, wait: bool) {
             b,
             c,
             ptr,
-            time_ns: now_ns(),
+            time_ns: layout::now_ns(),
             wants_ack: wait,
         },
     );
@@ -245,13 +235,13 @@ pub fn emit(kind: u32, tid: i32, a: u64, b: u64, c: u64, ptr: u64, wait: bool) {
     }
     h.doorbell.fetch_add(1, Ordering::AcqRel);
     futex_wake(&h.doorbell);
-    let deadline = now_ns() + HANDSHAKE_WAIT_NS as u64;
+    let deadline = layout::now_ns() + HANDSHAKE_WAIT_NS as u64;
     loop {
         if s.ack.load(Ordering::Acquire) != 0 {
             TIMEOUTS.store(0, Ordering::Relaxed);
             return;
         }
-        let now = now_ns();
+        let now = layout::now_ns();
         if now >= deadline {
             break;
         }

@@ -154,7 +154,7 @@ fn consume(
         }
         if last_footprint.elapsed() >= Duration::from_millis(10) {
             last_footprint = Instant::now();
-            agg.footprint_at(now_ns(), ring.footprint());
+            agg.footprint_at(layout::now_ns(), ring.footprint());
         }
         bell = ring.wait_doorbell(bell, Duration::from_millis(2));
     }
@@ -175,14 +175,4 @@ fn consume(
 fn line_of(frames: &[Frame], profile_all: bool) -> Option<LineKey> {
     let f = crate::sampler::charged_frame(frames, profile_all)?;
     Some((f.filename.to_string(), f.line?))
-}
-
-fn now_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: fills a timespec we own (the same clock the library stamps events with).
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
