@@ -18,6 +18,7 @@
 //! CPU, the CPU time does not. Report medians, never a single run: the machine is shared
 //! and noisy.
 
+use scalene_rs::ptrace::ProcessMemory;
 use scalene_rs::python::{self, LocateOptions, PythonProcess, SnapshotOptions, StackWalker};
 use scalene_rs::sampler::{ReadMode, Sampler, SamplerConfig};
 use std::io::{BufRead, BufReader};
@@ -181,6 +182,25 @@ fn main() {
             });
             assert_eq!(depth, DEPTH, "the target's stack is {DEPTH} frames deep");
             report(&label, times);
+        }
+        // The floor under any sample on this machine: the system calls no sample can do
+        // without (one read of the target's memory, one read of a thread's CPU time).
+        let floor_label = format!("{state} floor: one process_vm_readv (4 KiB)");
+        if wanted(&floor_label) {
+            let addr = proc.interp_head().unwrap();
+            let mut page = vec![0u8; 4096];
+            let times = time_it(iters, || {
+                proc.mem.read(addr & !4095, &mut page).unwrap();
+            });
+            report(&floor_label, times);
+        }
+        let floor_label = format!("{state} floor: one pread of schedstat");
+        if wanted(&floor_label) {
+            let mut files = scalene_rs::sampler::cputime::ThreadFiles::new();
+            let times = time_it(iters, || {
+                files.read_sched(pid, pid).unwrap();
+            });
+            report(&floor_label, times);
         }
         // One whole sample as `run`/`attach` take it: thread list, CPU times from /proc,
         // stacks, native tag, aggregation.

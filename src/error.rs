@@ -59,6 +59,11 @@ pub enum Error {
         why: String,
     },
 
+    /// What was read does not hold together (a pointer to the wrong type, a loop, a size
+    /// out of range): memory that changed while it was read, or is not what we expect.
+    #[error("inconsistent data at {addr:#x}: {why}")]
+    Inconsistent { addr: u64, why: String },
+
     /// Anything else from the OS.
     #[error("{context}: {source}")]
     Io {
@@ -77,7 +82,10 @@ impl Error {
             Error::PermissionDenied { .. } => exit::PERMISSION,
             Error::NotPython { .. } => exit::NOT_PYTHON,
             Error::UnsupportedVersion { .. } => exit::UNSUPPORTED_VERSION,
-            Error::BadState { .. } | Error::Read { .. } | Error::Io { .. } => exit::OTHER,
+            Error::BadState { .. }
+            | Error::Read { .. }
+            | Error::Inconsistent { .. }
+            | Error::Io { .. } => exit::OTHER,
         }
     }
 

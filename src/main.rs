@@ -310,6 +310,12 @@ fn loss_summary(s: &Stats) {
             s.missed
         );
     }
+    if s.paused_reads > 0 {
+        eprintln!(
+            "scalene-rs: {} thread stacks were read with their thread briefly paused (they changed too fast to be read without stopping it)",
+            s.paused_reads
+        );
+    }
     if s.errors > 0 {
         eprintln!("scalene-rs: {} thread samples lost:", s.errors);
         for (why, n) in &s.error_kinds {

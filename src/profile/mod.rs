@@ -280,6 +280,10 @@ pub struct ProfileMeta {
     pub missed_samples: u64,
     /// Thread stacks that could not be read consistently, by reason.
     pub errors: u64,
+    /// Thread stacks read with the thread paused, after reads without pausing could not be
+    /// validated (they changed too fast); 0 in `--blocking` mode, where every read pauses.
+    #[serde(default)]
+    pub paused_reads: u64,
     pub rate_hz: f64,
     pub requested_rate_hz: f64,
     /// "cpu" or "wall".

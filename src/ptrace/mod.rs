@@ -265,18 +265,33 @@ const CACHE_PAGE: u64 = 4096;
 /// Most pages one cache keeps (a walk touches a handful; this bounds a runaway walk).
 const CACHE_MAX_PAGES: usize = 256;
 
-/// A read-through cache of whole pages over another [`ProcessMemory`], for the reads of
-/// one snapshot: reading a whole page costs one system call like a small read does, and
-/// the structures one walk touches (frames in 3.11+'s frame stack, a frame and its
-/// neighbours, a code object and its name) often share pages. Only valid while what it
-/// read cannot change (threads paused) or for one walk whose result is checked by other
-/// means (nonblocking double walks use a fresh cache each); never keep one across samples.
+/// A read-through cache of pages over another [`ProcessMemory`], for the reads of one
+/// snapshot: one system call costs about the same for a small read as for a page, and the
+/// structures one walk touches (frames in 3.11+'s frame stack, a frame and its neighbours,
+/// a code object and its name) often share pages. A page may hold only part of its bytes:
+/// a prefetch reads just the ranges asked for (copying whole pages costs the kernel time
+/// too), and a read outside what a page holds fetches the whole page. The cache also notes
+/// which bytes of each page were used ([`PageCache::used_ranges`]): the next snapshot's
+/// prefetch. Only valid while what it read cannot change (threads paused) or for one walk
+/// whose result is checked by other means; never keep one across samples.
 pub struct PageCache<'a> {
     inner: &'a dyn ProcessMemory,
-    pages: std::cell::RefCell<Vec<(u64, Page)>>,
+    pages: std::cell::RefCell<Vec<CachedPage>>,
 }
 
 type Page = Box<[u8; CACHE_PAGE as usize]>;
+
+/// One page of a [`PageCache`]: the bytes `valid` hold what the process had; `used` are
+/// the bytes reads were served from (an empty range when `.0 >= .1`).
+struct CachedPage {
+    addr: u64,
+    buf: Page,
+    valid: (u32, u32),
+    used: (u32, u32),
+}
+
+const WHOLE: (u32, u32) = (0, CACHE_PAGE as u32);
+const UNUSED: (u32, u32) = (u32::MAX, 0);
 
 thread_local! {
     /// Page buffers of dropped caches, reused by the next ones: a sampler makes a few caches
@@ -292,17 +307,21 @@ fn take_page() -> Page {
         .unwrap_or_else(|| Box::new([0u8; CACHE_PAGE as usize]))
 }
 
+fn give_back(pages: impl IntoIterator<Item = Page>) {
+    SPARE_PAGES.with(|s| {
+        let mut spare = s.borrow_mut();
+        for p in pages {
+            if spare.len() < CACHE_MAX_PAGES {
+                spare.push(p);
+            }
+        }
+    });
+}
+
 impl Drop for PageCache<'_> {
     fn drop(&mut self) {
         let pages = std::mem::take(&mut *self.pages.borrow_mut());
-        SPARE_PAGES.with(|s| {
-            let mut spare = s.borrow_mut();
-            for (_, p) in pages {
-                if spare.len() < CACHE_MAX_PAGES {
-                    spare.push(p);
-                }
-            }
-        });
+        give_back(pages.into_iter().map(|p| p.buf));
     }
 }
 
@@ -314,62 +333,90 @@ impl<'a> PageCache<'a> {
         }
     }
 
-    /// Fetches the pages at `pages` (page-aligned addresses) in one request: a sampler
-    /// passes the pages the previous sample needed, which are nearly always the ones this
-    /// sample needs (a dozen separate reads become one). Pages that cannot be read are left
-    /// to be read when asked for.
-    pub fn prefetch_pages(&self, pages: &[u64]) {
-        let ranges: Vec<(u64, usize)> = pages
+    /// The bytes reads were served from, one range per page, in the order the pages were
+    /// fetched: what the next snapshot will most likely read, for its prefetch.
+    pub fn used_ranges(&self) -> Vec<(u64, usize)> {
+        self.pages
+            .borrow()
             .iter()
-            .filter(|&&p| p % CACHE_PAGE == 0)
-            .map(|&p| (p, CACHE_PAGE as usize))
-            .collect();
-        self.prefetch(&ranges);
-    }
-
-    /// The pages this cache holds, in the order they were fetched.
-    pub fn pages(&self) -> Vec<u64> {
-        self.pages.borrow().iter().map(|(a, _)| *a).collect()
+            .filter(|p| p.used.0 < p.used.1)
+            .map(|p| (p.addr + p.used.0 as u64, (p.used.1 - p.used.0) as usize))
+            .collect()
     }
 
     /// Copies what `page` holds at `[from, from + out.len())` into `out`, reading the
-    /// page first if needed. False when the whole page cannot be read (its end is not
-    /// mapped, say): the caller then reads the exact range.
+    /// whole page first if the cache does not hold those bytes. False when the whole page
+    /// cannot be read (its end is not mapped, say): the caller then reads the exact range.
     fn copy_from_page(&self, page: u64, from: usize, out: &mut [u8]) -> bool {
+        let (lo, hi) = (from as u32, (from + out.len()) as u32);
         let mut pages = self.pages.borrow_mut();
-        if let Some((_, p)) = pages.iter().find(|(a, _)| *a == page) {
-            out.copy_from_slice(&p[from..from + out.len()]);
+        let at = pages.iter().position(|p| p.addr == page);
+        if let Some(i) = at {
+            let p = &mut pages[i];
+            if p.valid.0 > lo || p.valid.1 < hi {
+                if self.inner.read(page, &mut p.buf[..]).is_err() {
+                    return false;
+                }
+                p.valid = WHOLE;
+            }
+            out.copy_from_slice(&p.buf[from..from + out.len()]);
+            p.used = (p.used.0.min(lo), p.used.1.max(hi));
             return true;
         }
         if pages.len() >= CACHE_MAX_PAGES {
             return false;
         }
-        let mut p = take_page();
-        if self.inner.read(page, &mut p[..]).is_err() {
-            SPARE_PAGES.with(|s| s.borrow_mut().push(p));
+        let mut buf = take_page();
+        if self.inner.read(page, &mut buf[..]).is_err() {
+            give_back([buf]);
             return false;
         }
-        out.copy_from_slice(&p[from..from + out.len()]);
-        pages.push((page, p));
+        out.copy_from_slice(&buf[from..from + out.len()]);
+        pages.push(CachedPage {
+            addr: page,
+            buf,
+            valid: WHOLE,
+            used: (lo, hi),
+        });
         true
     }
 }
 
 impl ProcessMemory for PageCache<'_> {
+    /// Reads the parts of pages that `ranges` cover (one span per page) in one request.
     fn prefetch(&self, ranges: &[(u64, usize)]) {
-        let mut want: Vec<u64> = Vec::new();
+        // (page, from, to) to read: per page, the span covering every range on it (and
+        // what the page already holds, so that it stays one span).
+        let mut want: Vec<(u64, u32, u32)> = Vec::new();
         {
             let pages = self.pages.borrow();
             for &(addr, len) in ranges {
                 if len == 0 || len as u64 > CACHE_PAGE || addr > u64::MAX - 3 * CACHE_PAGE {
                     continue;
                 }
+                let end = addr + len as u64;
                 let mut page = addr & !(CACHE_PAGE - 1);
-                while page < addr + len as u64 {
-                    if !pages.iter().any(|(a, _)| *a == page) && !want.contains(&page) {
-                        want.push(page);
-                    }
+                while page < end {
+                    let this = page;
                     page += CACHE_PAGE;
+                    let lo = (addr.max(this) - this) as u32;
+                    let hi = (end.min(page) - this) as u32;
+                    let page = this;
+                    let held = pages.iter().find(|p| p.addr == page).map(|p| p.valid);
+                    if held.is_some_and(|v| v.0 <= lo && v.1 >= hi) {
+                        continue;
+                    }
+                    let (lo, hi) = match held {
+                        Some(v) => (lo.min(v.0), hi.max(v.1)),
+                        None => (lo, hi),
+                    };
+                    match want.iter_mut().find(|w| w.0 == page) {
+                        Some(w) => {
+                            w.1 = w.1.min(lo);
+                            w.2 = w.2.max(hi);
+                        }
+                        None => want.push((page, lo, hi)),
+                    }
                 }
             }
             let room = CACHE_MAX_PAGES.saturating_sub(pages.len());
@@ -382,16 +429,28 @@ impl ProcessMemory for PageCache<'_> {
         let mut reqs: Vec<(u64, &mut [u8])> = want
             .iter()
             .zip(bufs.iter_mut())
-            .map(|(&a, b)| (a, &mut b[..]))
+            .map(|(&(a, lo, hi), b)| (a + lo as u64, &mut b[lo as usize..hi as usize]))
             .collect();
         let done = self.inner.read_many(&mut reqs);
         drop(reqs);
         let mut pages = self.pages.borrow_mut();
         let mut bufs = bufs.into_iter();
-        for (addr, buf) in want.into_iter().zip(bufs.by_ref()).take(done) {
-            pages.push((addr, buf));
+        for ((addr, lo, hi), buf) in want.into_iter().zip(bufs.by_ref()).take(done) {
+            match pages.iter_mut().find(|p| p.addr == addr) {
+                Some(p) => {
+                    let old = std::mem::replace(&mut p.buf, buf);
+                    p.valid = (lo, hi);
+                    give_back([old]);
+                }
+                None => pages.push(CachedPage {
+                    addr,
+                    buf,
+                    valid: (lo, hi),
+                    used: UNUSED,
+                }),
+            }
         }
-        SPARE_PAGES.with(|s| s.borrow_mut().extend(bufs));
+        give_back(bufs);
     }
 
     fn prefetches(&self) -> bool {
@@ -529,6 +588,39 @@ mod tests {
         let mut reqs: Vec<(u64, &mut [u8])> =
             vec![(base, &mut one), (8, &mut two), (base + 16, &mut three)];
         assert_eq!(m.read_many(&mut reqs), 1);
+    }
+
+    #[test]
+    fn prefetch_reads_only_the_ranges_and_notes_what_was_used() {
+        let bytes: Vec<u8> = (0..2 * CACHE_PAGE).map(|i| (i * 13 % 251) as u8).collect();
+        let base = 0x40000u64;
+        let m = BufferMemory {
+            base,
+            bytes: bytes.clone(),
+        };
+        let c = PageCache::new(&m);
+        // Two ranges on the first page and one across into the second: one span per page.
+        c.prefetch(&[(base + 100, 16), (base + 300, 8), (base + 4090, 12)]);
+        {
+            let pages = c.pages.borrow();
+            assert_eq!(pages.len(), 2);
+            assert_eq!(pages[0].valid, (100, 4096));
+            assert_eq!(pages[1].valid, (0, 6));
+        }
+        assert!(c.used_ranges().is_empty(), "nothing served yet");
+        // Inside what was fetched: served as is.
+        assert_eq!(c.read_vec(base + 104, 8).unwrap(), bytes[104..112]);
+        assert_eq!(c.pages.borrow()[0].valid, (100, 4096));
+        // Outside it on the same page: the whole page is fetched, the data still right.
+        assert_eq!(c.read_vec(base + 20, 8).unwrap(), bytes[20..28]);
+        assert_eq!(c.pages.borrow()[0].valid, (0, CACHE_PAGE as u32));
+        // Across the boundary.
+        assert_eq!(c.read_vec(base + 4092, 8).unwrap(), bytes[4092..4100]);
+        // What was used, per page: the next prefetch.
+        assert_eq!(
+            c.used_ranges(),
+            vec![(base + 20, 4096 - 20), (base + 4096, 4)]
+        );
     }
 
     #[test]

@@ -49,22 +49,24 @@ impl PausedThreads {
         Self::pause_from(pid, &[])
     }
 
+    /// Stops exactly the threads `tids` of `pid` (threads that exit meanwhile are skipped):
+    /// for re-reading one thread's own stack, which only that thread changes. Other threads
+    /// run on, and the thread list is not read again.
+    pub fn pause_threads(pid: i32, tids: &[i32]) -> Result<PausedThreads> {
+        let mut paused = PausedThreads::new_masked();
+        for &tid in tids {
+            paused.seize_one(pid, tid)?;
+        }
+        if paused.seized.is_empty() {
+            return Err(paused.none_paused(pid));
+        }
+        Ok(paused)
+    }
+
     /// Like [`PausedThreads::pause`], starting with threads the caller has just listed (it
     /// saves listing them again); the list is still read afterwards until it is stable.
     pub fn pause_from(pid: i32, known: &[i32]) -> Result<PausedThreads> {
-        let mut old = SigSet::empty();
-        // Blocking signals cannot fail with a valid set; if it does, go on unblocked.
-        let old_mask = nix::sys::signal::pthread_sigmask(
-            SigmaskHow::SIG_BLOCK,
-            Some(&termination_signals()),
-            Some(&mut old),
-        )
-        .ok()
-        .map(|_| old);
-        let mut paused = PausedThreads {
-            seized: Vec::new(),
-            old_mask,
-        };
+        let mut paused = PausedThreads::new_masked();
         // Drop (detach + unmask) runs if anything below returns early.
         for round in 0..8 {
             let tids = if round == 0 && !known.is_empty() {
@@ -85,16 +87,38 @@ impl PausedThreads {
             }
         }
         if paused.seized.is_empty() {
-            return Err(if crate::error::process_exists(pid) {
-                Error::BadState {
-                    pid,
-                    why: "no thread could be paused".into(),
-                }
-            } else {
-                Error::ProcessExited(pid)
-            });
+            return Err(paused.none_paused(pid));
         }
         Ok(paused)
+    }
+
+    /// Nothing seized yet, with the termination signals blocked until drop.
+    fn new_masked() -> PausedThreads {
+        let mut old = SigSet::empty();
+        // Blocking signals cannot fail with a valid set; if it does, go on unblocked.
+        let old_mask = nix::sys::signal::pthread_sigmask(
+            SigmaskHow::SIG_BLOCK,
+            Some(&termination_signals()),
+            Some(&mut old),
+        )
+        .ok()
+        .map(|_| old);
+        PausedThreads {
+            seized: Vec::new(),
+            old_mask,
+        }
+    }
+
+    /// The error when no thread could be paused.
+    fn none_paused(&self, pid: i32) -> Error {
+        if crate::error::process_exists(pid) {
+            Error::BadState {
+                pid,
+                why: "no thread could be paused".into(),
+            }
+        } else {
+            Error::ProcessExited(pid)
+        }
     }
 
     fn seize_one(&mut self, pid: i32, tid: i32) -> Result<()> {

@@ -72,6 +72,10 @@ pub struct ThreadSnapshot {
     pub error: Option<String>,
     /// Index of the interpreter the thread belongs to (0 = main).
     pub interpreter: usize,
+    /// Read with the threads paused after a read without pausing could not be validated
+    /// (the "auto" mode's fallback).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub read_paused: bool,
 }
 
 /// Every thread of a Python process at one moment.
@@ -139,7 +143,7 @@ pub fn take_snapshot_with_states(
             // Nothing changes while paused: one page cache serves the whole snapshot,
             // starting with the pages the last snapshot needed, fetched in one request.
             let cache = ptrace::PageCache::new(&proc.mem);
-            cache.prefetch_pages(&walker.page_hint);
+            cache.prefetch(&walker.page_hint);
             let read = read_all(proc, &cache, walker).map(|mut t| {
                 tag_native(&cache, opcodes, &mut t);
                 t
@@ -194,9 +198,9 @@ pub fn take_snapshot_with_states(
                 .and_then(|t| states.get(&t))
                 .map(|&s| s == 'R')
                 .unwrap_or(false);
-            let (frames, truncated, error) = match frames {
-                Ok(w) => (w.frames, w.truncated, None),
-                Err(e) => (Vec::new(), false, Some(e)),
+            let (frames, truncated, read_paused, error) = match frames {
+                Ok(w) => (w.frames, w.truncated, w.paused, None),
+                Err(e) => (Vec::new(), false, false, Some(e)),
             };
             ThreadSnapshot {
                 thread_id: raw.thread_id,
@@ -212,6 +216,7 @@ pub fn take_snapshot_with_states(
                 truncated,
                 error,
                 interpreter: raw.interp_index,
+                read_paused,
             }
         })
         .collect();
@@ -332,7 +337,7 @@ fn read_nonblocking(
     // One page cache for the thread list and every thread's first walk, filled at once
     // with the pages the last snapshot needed: what it holds is checked by `verify`.
     let cache = ptrace::PageCache::new(&proc.mem);
-    cache.prefetch_pages(&walker.page_hint);
+    cache.prefetch(&walker.page_hint);
     for attempt in 0..opts.retries.max(1) {
         let fresh = ptrace::PageCache::new(&proc.mem);
         let mem = first_then_fresh(attempt, &cache, &fresh);
@@ -412,35 +417,72 @@ fn first_then_fresh<'a>(
     }
 }
 
-/// The pages worth fetching up front next time: those `cache` read this time (bounded).
-fn hint_from(cache: &ptrace::PageCache) -> Vec<u64> {
+/// What is worth fetching up front next time: the bytes `cache` served this time, one
+/// range per page (bounded).
+fn hint_from(cache: &ptrace::PageCache) -> Vec<(u64, usize)> {
     const MAX_HINT_PAGES: usize = 64;
-    let mut pages = cache.pages();
-    pages.truncate(MAX_HINT_PAGES);
-    pages
+    let mut ranges = cache.used_ranges();
+    ranges.truncate(MAX_HINT_PAGES);
+    ranges
 }
 
 /// Reads again, with the threads paused, the stacks that a read without pausing could not
-/// validate (they kept changing). The checks of a strict walk stay on: they hold for any
-/// consistent stack. A failure to pause leaves the results as they were (unreadable).
+/// validate (they kept changing). Paused, nothing is torn: the strict checks (meant to catch
+/// torn reads) are off, as in `--blocking` — they would reject the transitional states a
+/// thread can be stopped in (a generator marked suspended one instruction before its frame
+/// leaves the chain). A failure to pause leaves the results as they were (unreadable).
 fn reread_paused(
     proc: &PythonProcess,
     walker: &mut StackWalker,
     tids: &[i32],
     threads: &mut [ThreadResult],
 ) -> Result<()> {
-    let _paused = match PausedThreads::pause_from(proc.pid, tids) {
+    // Only a thread itself changes its stack: pausing the threads to re-read is enough,
+    // when their kernel ids are known (3.8+); else every thread is paused.
+    let inner: Option<Vec<i32>> = threads
+        .iter()
+        .filter(|(_, w, _)| w.is_err())
+        .map(|(t, _, _)| t.native_id)
+        .collect();
+    let only = inner.and_then(|inner| {
+        if !proc.tids.translates() {
+            return Some(inner);
+        }
+        let map = proc.tids.inner_to_ours(tids);
+        inner.iter().map(|i| map.get(i).copied()).collect()
+    });
+    let paused = match &only {
+        Some(ours) if ours.iter().all(|t| tids.contains(t)) => {
+            PausedThreads::pause_threads(proc.pid, ours)
+        }
+        _ => PausedThreads::pause_from(proc.pid, tids),
+    };
+    let _paused = match paused {
         Ok(p) => p,
         Err(e) if e.is_process_gone() => return Err(e),
         Err(_) => return Ok(()),
     };
+    // What the reads without pausing needed, fetched in one request.
     let cache = ptrace::PageCache::new(&proc.mem);
+    cache.prefetch(&walker.page_hint);
+    let strict = std::mem::replace(&mut walker.strict, false);
+    let result = reread_each(walker, &cache, threads);
+    walker.strict = strict;
+    result
+}
+
+/// The paused re-read proper of [`reread_paused`].
+fn reread_each(
+    walker: &mut StackWalker,
+    cache: &ptrace::PageCache,
+    threads: &mut [ThreadResult],
+) -> Result<()> {
     for (t, walk, _) in threads.iter_mut().filter(|(_, w, _)| w.is_err()) {
         let read = walker
-            .current_top_frame(&cache, t.tstate)
+            .current_top_frame(cache, t.tstate)
             .and_then(|top| {
                 t.top_frame = top;
-                walker.walk(&cache, top)
+                walker.walk(cache, top)
             })
             .map(|mut w| {
                 // The opcode too, while the thread cannot move on.
@@ -450,12 +492,13 @@ fn reread_paused(
                         w.top_op = Some(op[0]);
                     }
                 }
+                w.paused = true;
                 w
             });
         match read {
             Ok(w) => *walk = Ok(w),
             Err(e) if e.is_process_gone() => return Err(e),
-            Err(e) => *walk = Err(format!("unreadable even with the threads paused: {e}")),
+            Err(e) => *walk = Err(format!("unreadable even with the thread paused: {e}")),
         }
     }
     Ok(())

@@ -64,6 +64,8 @@ pub struct Walk {
     pub top_op: Option<u8>,
     /// Addresses of every frame the walk went through (hidden ones too), innermost first.
     pub chain: Vec<u64>,
+    /// Read with the thread paused after reads without pausing kept failing validation.
+    pub paused: bool,
 }
 
 /// The address ranges `[start, end)` that cover objects of `size` bytes at `addrs`, joining
@@ -130,8 +132,9 @@ pub struct StackWalker {
     /// run through a generator frame that was suspended meanwhile: that read is torn).
     pub strict: bool,
     code_cache: HashMap<u64, Arc<CodeInfo>, ahash::RandomState>,
-    /// Pages the last snapshot read (see [`crate::ptrace::PageCache::prefetch_pages`]).
-    pub page_hint: Vec<u64>,
+    /// What the last snapshot read, one range per page (see
+    /// [`crate::ptrace::PageCache::used_ranges`]): the next one prefetches it.
+    pub page_hint: Vec<(u64, usize)>,
     /// Code objects already validated during the current walk (a recursive function's
     /// code is checked once, not once per frame). Empty outside a walk.
     validated: Vec<u64>,
@@ -143,10 +146,8 @@ const MAX_THREADS: usize = 1 << 16;
 const CODE_CACHE_LIMIT: usize = 100_000;
 
 fn torn(addr: u64, why: impl Into<String>) -> Error {
-    Error::Read {
-        pid: 0,
+    Error::Inconsistent {
         addr,
-        len: 0,
         why: why.into(),
     }
 }
@@ -546,7 +547,10 @@ impl StackWalker {
                 break;
             };
             let code = field_u64(&buf, f.code) & !7;
-            if code != 0 && !codes.iter().any(|&(c, _)| c == code) {
+            // 3.12+: a frame owned by the C stack is not read as Python (see `step`).
+            let c_owned =
+                self.layout.version >= (3, 12) && f.owner.is_some_and(|o| field_u8(&buf, o) >= 3);
+            if code != 0 && !c_owned && !codes.iter().any(|&(c, _)| c == code) {
                 codes.push((code, self.layout.code.size));
             }
             addr = field_u64(&buf, f.back);

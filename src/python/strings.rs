@@ -14,10 +14,8 @@ pub const MAX_STRING_CHARS: u64 = 16 * 1024;
 pub const MAX_BYTES: u64 = 16 * 1024 * 1024;
 
 fn bad(addr: u64, why: impl Into<String>) -> Error {
-    Error::Read {
-        pid: 0,
+    Error::Inconsistent {
         addr,
-        len: 0,
         why: why.into(),
     }
 }

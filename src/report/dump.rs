@@ -138,6 +138,7 @@ mod tests {
                 truncated: false,
                 error: None,
                 interpreter: 0,
+                read_paused: false,
             }],
         }
     }

@@ -367,6 +367,14 @@ impl Renderer<'_> {
                 m.errors
             ));
         }
+        if m.paused_reads > 0 {
+            let text = format!(
+                "{} thread stacks read with their thread briefly paused: they changed too \
+                 fast to be read without stopping it (--nonblocking never pauses, and drops them).",
+                m.paused_reads
+            );
+            self.field(out, "Paused:", &text, None);
+        }
         if lost.is_empty() {
             self.field(
                 out,

@@ -71,6 +71,9 @@ pub struct Stats {
     pub errors: u64,
     /// Error messages (first line) and how often each happened.
     pub error_kinds: BTreeMap<String, u64>,
+    /// Thread stacks read with the thread paused because reads without pausing could not
+    /// be validated (the default "auto" mode's fallback).
+    pub paused_reads: u64,
     pub elapsed: Duration,
     /// Things the user should know about the recording (e.g. why there is no memory data).
     pub notes: Vec<String>,
@@ -235,6 +238,7 @@ impl Sampler {
             self.tids_listed = None;
         }
         for t in &snap.threads {
+            self.stats.paused_reads += t.read_paused as u64;
             let Some(tid) = t.native_id else { continue };
             let Some(&ns) = run_ns.get(&tid) else {
                 continue;
@@ -461,6 +465,7 @@ pub fn profile_meta(
         samples: stats.samples,
         missed_samples: stats.missed,
         errors: stats.errors,
+        paused_reads: stats.paused_reads,
         rate_hz: if secs > 0.0 {
             stats.samples as f64 / secs
         } else {

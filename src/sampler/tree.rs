@@ -276,6 +276,7 @@ impl ProcessTree {
     /// The running samplers' and finished ones' statistics, summed into `self.stats`.
     fn sum_stats(&mut self) {
         let mut errors = 0;
+        let mut paused = 0;
         let mut kinds: BTreeMap<String, u64> = BTreeMap::new();
         let live = self.tracked.values().filter_map(|t| match t {
             Tracked::Sampling { sampler, .. } => Some(&sampler.stats),
@@ -283,11 +284,13 @@ impl ProcessTree {
         });
         for st in live.chain(self.done.iter().map(|d| &d.sampler.stats)) {
             errors += st.errors;
+            paused += st.paused_reads;
             for (k, n) in &st.error_kinds {
                 *kinds.entry(k.clone()).or_insert(0) += n;
             }
         }
         self.stats.errors = errors;
+        self.stats.paused_reads = paused;
         self.stats.error_kinds = kinds;
     }
 
