@@ -128,10 +128,9 @@ pub fn process_exists(pid: i32) -> bool {
         Ok(s) => {
             // Fields after the parenthesised command name: state (3), ppid, pgrp, session,
             // tty_nr, tpgid, flags (9).
-            let Some(rest) = s.rfind(')').map(|i| &s[i + 1..]) else {
+            let Some(mut fields) = crate::ptrace::stat_fields(&s) else {
                 return false;
             };
-            let mut fields = rest.split_ascii_whitespace();
             let state = fields.next().and_then(|f| f.chars().next());
             let flags: u64 = fields.nth(5).and_then(|f| f.parse().ok()).unwrap_or(0);
             !matches!(state, Some('Z') | Some('X') | None) && flags & PF_EXITING == 0

@@ -23,11 +23,11 @@
 
 mod common;
 
-use common::Interpreter;
+use common::{drain, Interpreter, Run};
 use serde::Deserialize;
 use std::collections::{BTreeMap, BTreeSet};
 use std::ffi::OsString;
-use std::io::{BufRead, BufReader, Read};
+use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
@@ -100,67 +100,11 @@ fn show_frames(frames: &[Frame]) -> String {
 // ---------------------------------------------------------------------------------------
 // Running things.
 
-/// Output of one run of the binary.
-struct Run {
-    code: Option<i32>,
-    stdout: String,
-    stderr: String,
-    timed_out: bool,
-}
-
-impl Run {
-    fn describe(&self) -> String {
-        format!(
-            "exit {:?}{}, stderr: {:?}",
-            self.code,
-            if self.timed_out {
-                " (timed out, killed)"
-            } else {
-                ""
-            },
-            self.stderr.trim_end()
-        )
-    }
-}
-
 /// Runs `scalene-rs ARGS` with a time limit, draining stdout and stderr.
 fn run_bin(args: &[String]) -> Run {
-    let mut child = Command::new(BIN)
-        .args(args)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap_or_else(|e| panic!("cannot start {BIN}: {e}"));
-    let out = drain(child.stdout.take().unwrap());
-    let err = drain(child.stderr.take().unwrap());
-    let deadline = Instant::now() + DUMP_TIMEOUT;
-    let mut timed_out = false;
-    let status = loop {
-        if let Some(s) = child.try_wait().expect("try_wait") {
-            break s;
-        }
-        if Instant::now() > deadline {
-            timed_out = true;
-            let _ = child.kill();
-            break child.wait().expect("wait");
-        }
-        std::thread::sleep(Duration::from_millis(2));
-    };
-    Run {
-        code: status.code(),
-        stdout: out.join().unwrap_or_default(),
-        stderr: err.join().unwrap_or_default(),
-        timed_out,
-    }
-}
-
-fn drain<R: Read + Send + 'static>(mut r: R) -> JoinHandle<String> {
-    std::thread::spawn(move || {
-        let mut buf = Vec::new();
-        let _ = r.read_to_end(&mut buf);
-        String::from_utf8_lossy(&buf).into_owned()
-    })
+    let mut cmd = Command::new(BIN);
+    cmd.args(args);
+    common::run_limited(cmd, DUMP_TIMEOUT)
 }
 
 /// A fixture process; killed and reaped when dropped, whatever happened in between.

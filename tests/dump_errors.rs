@@ -10,8 +10,8 @@
 
 mod common;
 
-use common::Interpreter;
-use std::io::{BufRead, BufReader, Read};
+use common::{drain, Interpreter, Run};
+use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
@@ -24,65 +24,9 @@ const DUMP_TIMEOUT: Duration = Duration::from_secs(60);
 /// Dumps of short-lived processes in `exiting_processes`.
 const EXITING_ROUNDS: usize = 200;
 
-struct Run {
-    code: Option<i32>,
-    stdout: String,
-    stderr: String,
-    timed_out: bool,
-}
-
-impl Run {
-    fn describe(&self) -> String {
-        format!(
-            "exit {:?}{}, stderr: {:?}",
-            self.code,
-            if self.timed_out {
-                " (timed out, killed)"
-            } else {
-                ""
-            },
-            self.stderr
-        )
-    }
-}
-
-fn drain<R: Read + Send + 'static>(mut r: R) -> JoinHandle<String> {
-    std::thread::spawn(move || {
-        let mut buf = Vec::new();
-        let _ = r.read_to_end(&mut buf);
-        String::from_utf8_lossy(&buf).into_owned()
-    })
-}
-
 /// Runs a command with a time limit, draining stdout and stderr.
-fn run_cmd(mut cmd: Command) -> Run {
-    let mut child = cmd
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap_or_else(|e| panic!("cannot start {cmd:?}: {e}"));
-    let out = drain(child.stdout.take().unwrap());
-    let err = drain(child.stderr.take().unwrap());
-    let deadline = Instant::now() + DUMP_TIMEOUT;
-    let mut timed_out = false;
-    let status = loop {
-        if let Some(s) = child.try_wait().expect("try_wait") {
-            break s;
-        }
-        if Instant::now() > deadline {
-            timed_out = true;
-            let _ = child.kill();
-            break child.wait().expect("wait");
-        }
-        std::thread::sleep(Duration::from_millis(1));
-    };
-    Run {
-        code: status.code(),
-        stdout: out.join().unwrap_or_default(),
-        stderr: err.join().unwrap_or_default(),
-        timed_out,
-    }
+fn run_cmd(cmd: Command) -> Run {
+    common::run_limited(cmd, DUMP_TIMEOUT)
 }
 
 fn dump(args: &[&str]) -> Run {

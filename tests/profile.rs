@@ -129,16 +129,6 @@ fn function_total(p: &Value, name: &str) -> f64 {
 }
 
 /// Runs `check` for every interpreter and fails at the end with every failure.
-fn for_each_interpreter(check: impl Fn(&common::Interpreter) -> Result<String, String>) {
-    let mut failures = Vec::new();
-    for py in common::interpreters() {
-        match check(&py) {
-            Ok(summary) => eprintln!("{}: {summary}", py.label),
-            Err(e) => failures.push(format!("{}: {e}", py.label)),
-        }
-    }
-    assert!(failures.is_empty(), "{}", failures.join("\n"));
-}
 
 #[test]
 fn python_and_native_lines_get_their_share_and_their_split() {
@@ -148,7 +138,7 @@ fn python_and_native_lines_get_their_share_and_their_split() {
     // CPU accounting only: this is the CPU profiler's accuracy (memory's is
     // tests/memory_accuracy.rs; with memory on, the native line's allocations wait in the
     // handshake and the shares here drift by up to ~5 points on this 2-core machine).
-    for_each_interpreter(|py| {
+    common::for_each_interpreter(|py| {
         let mut summaries = Vec::new();
         for mode in [&["--cpu-only"][..], &["--cpu-only", "--blocking"][..]] {
             let label = mode.get(1).copied().unwrap_or("default");
@@ -190,7 +180,7 @@ fn python_and_native_lines_get_their_share_and_their_split() {
 fn a_syscall_heavy_line_is_mostly_system_time() {
     let fx = common::fixture("cpu/system.py");
     let l = mark(&fx, "system");
-    for_each_interpreter(|py| {
+    common::for_each_interpreter(|py| {
         let p = profile(py, &fx, &["1.5"], &[]);
         let (pyt, nat, sys) = line(&p, &fx, l);
         let total = pyt + nat + sys;
@@ -208,7 +198,7 @@ fn a_syscall_heavy_line_is_mostly_system_time() {
 #[test]
 fn four_equal_threads_get_a_quarter_each() {
     let fx = common::fixture("cpu/threads.py");
-    for_each_interpreter(|py| {
+    common::for_each_interpreter(|py| {
         let (p, out) = profile_and_output(py, &fx, &["4000000"], &[]);
         let t = truth(&out);
         let truth_sum: f64 = t.iter().map(|x| x.1).sum();
@@ -234,7 +224,7 @@ fn four_equal_threads_get_a_quarter_each() {
 fn a_sleeping_line_counts_only_in_wall_mode() {
     let fx = common::fixture("cpu/sleepy.py");
     let (busy, sleep) = (mark(&fx, "busy"), mark(&fx, "sleep"));
-    for_each_interpreter(|py| {
+    common::for_each_interpreter(|py| {
         let cpu = profile(py, &fx, &["2"], &[]);
         let wall = profile(py, &fx, &["2"], &["--wall"]);
         let s_cpu = {
@@ -265,7 +255,7 @@ fn a_sleeping_line_counts_only_in_wall_mode() {
 fn attach_finds_the_same_hot_lines_as_run() {
     let fx = common::fixture("cpu/split.py");
     let (lp, ln) = (mark(&fx, "python"), mark(&fx, "native"));
-    for_each_interpreter(|py| {
+    common::for_each_interpreter(|py| {
         let mut child = Command::new(&py.path)
             .arg(&fx)
             .arg("30")

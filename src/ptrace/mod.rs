@@ -495,11 +495,17 @@ pub fn threads(pid: i32) -> Result<Vec<i32>> {
     Ok(tids)
 }
 
+/// The fields of a /proc `stat` line from field 3 (the state) on: `.nth(n - 3)` is field
+/// `n` as proc(5) numbers them. The command name (field 2) may hold spaces and parentheses,
+/// so the fields start after its last ')'.
+pub fn stat_fields(stat: &str) -> Option<std::str::SplitAsciiWhitespace<'_>> {
+    Some(stat.get(stat.rfind(')')? + 1..)?.split_ascii_whitespace())
+}
+
 /// Scheduler state of one thread from /proc/PID/task/TID/stat: ('R', 'S', 'D', 't', ...).
 pub fn thread_state(pid: i32, tid: i32) -> Option<char> {
     let s = std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/stat")).ok()?;
-    let i = s.rfind(')')?;
-    s[i + 1..].trim_start().chars().next()
+    stat_fields(&s)?.next()?.chars().next()
 }
 
 /// The OS name of a thread (/proc/PID/task/TID/comm).

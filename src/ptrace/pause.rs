@@ -272,8 +272,7 @@ fn reap_died(tids: &[Pid]) {
         let is_our_child_leader = std::fs::read_to_string(format!("/proc/{tid}/stat"))
             .ok()
             .and_then(|s| {
-                let rest = s.get(s.rfind(')')? + 1..)?.to_string();
-                let ppid: i32 = rest.split_ascii_whitespace().nth(1)?.parse().ok()?;
+                let ppid: i32 = super::stat_fields(&s)?.nth(1)?.parse().ok()?;
                 Some(ppid == me)
             })
             .unwrap_or(false);

@@ -109,9 +109,7 @@ fn exe_of(pid: i32) -> Option<String> {
 fn image_of(pid: i32) -> Option<String> {
     let exe = exe_of(pid)?;
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // Fields after the parenthesised name start at field 3.
-    let rest = stat.get(stat.rfind(')')? + 1..)?;
-    let fields: Vec<&str> = rest.split_ascii_whitespace().collect();
+    let fields: Vec<&str> = crate::ptrace::stat_fields(&stat)?.collect();
     let at = |n: usize| fields.get(n - 3).copied().unwrap_or("");
     Some(format!(
         "{exe}\0{}\0{}\0{}",

@@ -127,3 +127,83 @@ pub fn repo_root() -> PathBuf {
 pub fn fixture(name: &str) -> PathBuf {
     repo_root().join("fixtures").join(name)
 }
+
+/// Output of one command run with [`run_limited`].
+pub struct Run {
+    pub code: Option<i32>,
+    pub stdout: String,
+    pub stderr: String,
+    pub timed_out: bool,
+}
+
+impl Run {
+    /// Exit status, whether it was killed for taking too long, and its stderr.
+    pub fn describe(&self) -> String {
+        format!(
+            "exit {:?}{}, stderr: {:?}",
+            self.code,
+            if self.timed_out {
+                " (timed out, killed)"
+            } else {
+                ""
+            },
+            self.stderr.trim_end()
+        )
+    }
+}
+
+/// Reads all of `r` on a thread of its own (a child's pipe, so that it never blocks on a
+/// full pipe while we wait for it).
+pub fn drain<R: std::io::Read + Send + 'static>(mut r: R) -> std::thread::JoinHandle<String> {
+    std::thread::spawn(move || {
+        let mut buf = Vec::new();
+        let _ = r.read_to_end(&mut buf);
+        String::from_utf8_lossy(&buf).into_owned()
+    })
+}
+
+/// Runs `cmd` (stdin empty, stdout and stderr captured) and kills it when it takes longer
+/// than `limit`.
+pub fn run_limited(mut cmd: Command, limit: std::time::Duration) -> Run {
+    use std::process::Stdio;
+    let mut child = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot start {cmd:?}: {e}"));
+    let out = drain(child.stdout.take().unwrap());
+    let err = drain(child.stderr.take().unwrap());
+    let deadline = std::time::Instant::now() + limit;
+    let mut timed_out = false;
+    let status = loop {
+        if let Some(s) = child.try_wait().expect("try_wait") {
+            break s;
+        }
+        if std::time::Instant::now() > deadline {
+            timed_out = true;
+            let _ = child.kill();
+            break child.wait().expect("wait");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    };
+    Run {
+        code: status.code(),
+        stdout: out.join().unwrap_or_default(),
+        stderr: err.join().unwrap_or_default(),
+        timed_out,
+    }
+}
+
+/// Runs `check` on every interpreter, printing each one's summary, and fails with every
+/// interpreter's error at the end (not at the first).
+pub fn for_each_interpreter(check: impl Fn(&Interpreter) -> Result<String, String>) {
+    let mut failures = Vec::new();
+    for py in interpreters() {
+        match check(&py) {
+            Ok(summary) => eprintln!("{}: {summary}", py.label),
+            Err(e) => failures.push(format!("{}: {e}", py.label)),
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
