@@ -539,6 +539,38 @@ fn check_module_bottom(
 /// Checks every fixture shares: process fields, the thread list against the roles, native
 /// ids, names, GIL, idleness, and the stacks of blocked threads against the interpreter's
 /// own view. `busy` roles may be running.
+/// Dumps `case` paused and with `--nonblocking`, and checks that each time its main thread's
+/// stack is exactly `exp` (innermost first).
+fn check_main_is_exactly(case: &Case, exp: &[Exp], errs: &mut Vec<String>) {
+    for extra in [&[][..], &["--nonblocking"][..]] {
+        let mode = if extra.is_empty() {
+            "--json"
+        } else {
+            "--json --nonblocking"
+        };
+        let dump = match case.dump(extra) {
+            Ok(d) => d,
+            Err(e) => {
+                errs.push(e);
+                continue;
+            }
+        };
+        check_common(case, &dump, &[], mode, errs);
+        let Some(t) = case.thread(&dump, "main") else {
+            errs.push(format!("{mode}: no main thread"));
+            continue;
+        };
+        check_top(&format!("{mode}: main"), &t.frames, exp, errs);
+        if t.frames.len() != exp.len() {
+            errs.push(format!(
+                "{mode}: main has {} frames, expected {}",
+                t.frames.len(),
+                exp.len()
+            ));
+        }
+    }
+}
+
 fn check_common(case: &Case, dump: &Dump, busy: &[&str], mode: &str, errs: &mut Vec<String>) {
     let pid = case.pid();
     let interp = &case.interp;
@@ -1304,32 +1336,7 @@ fn dump_unicode_names() {
             }
             other => errs.push(format!("fixture printed no valid `names` line: {other:?}")),
         }
-        for extra in [&[][..], &["--nonblocking"][..]] {
-            let mode = if extra.is_empty() {
-                "--json"
-            } else {
-                "--json --nonblocking"
-            };
-            match case.dump(extra) {
-                Err(e) => errs.push(e),
-                Ok(dump) => {
-                    check_common(&case, &dump, &[], mode, &mut errs);
-                    match case.thread(&dump, "main") {
-                        None => errs.push(format!("{mode}: no main thread")),
-                        Some(t) => {
-                            check_top(&format!("{mode}: main"), &t.frames, &exp, &mut errs);
-                            if t.frames.len() != exp.len() {
-                                errs.push(format!(
-                                    "{mode}: main has {} frames, expected {}",
-                                    t.frames.len(),
-                                    exp.len()
-                                ));
-                            }
-                        }
-                    }
-                }
-            }
-        }
+        check_main_is_exactly(&case, &exp, &mut errs);
         errs
     });
 }
@@ -1353,32 +1360,7 @@ fn dump_unicode_path() {
                 f("main", "main_call"),
                 f("<module>", "module_call"),
             ];
-            for extra in [&[][..], &["--nonblocking"][..]] {
-                let mode = if extra.is_empty() {
-                    "--json"
-                } else {
-                    "--json --nonblocking"
-                };
-                match case.dump(extra) {
-                    Err(e) => errs.push(e),
-                    Ok(dump) => {
-                        check_common(&case, &dump, &[], mode, &mut errs);
-                        match case.thread(&dump, "main") {
-                            None => errs.push(format!("{mode}: no main thread")),
-                            Some(t) => {
-                                check_top(&format!("{mode}: main"), &t.frames, &exp, &mut errs);
-                                if t.frames.len() != exp.len() {
-                                    errs.push(format!(
-                                        "{mode}: main has {} frames, expected {}",
-                                        t.frames.len(),
-                                        exp.len()
-                                    ));
-                                }
-                            }
-                        }
-                    }
-                }
-            }
+            check_main_is_exactly(&case, &exp, &mut errs);
             errs
         },
     );
@@ -1438,32 +1420,7 @@ fn dump_big_line_numbers() {
                 f("far_main", "far_call"),
                 f("<module>", "module_call"),
             ];
-            for extra in [&[][..], &["--nonblocking"][..]] {
-                let mode = if extra.is_empty() {
-                    "--json"
-                } else {
-                    "--json --nonblocking"
-                };
-                match case.dump(extra) {
-                    Err(e) => errs.push(e),
-                    Ok(dump) => {
-                        check_common(&case, &dump, &[], mode, &mut errs);
-                        match case.thread(&dump, "main") {
-                            None => errs.push(format!("{mode}: no main thread")),
-                            Some(t) => {
-                                check_top(&format!("{mode}: main"), &t.frames, &exp, &mut errs);
-                                if t.frames.len() != exp.len() {
-                                    errs.push(format!(
-                                        "{mode}: main has {} frames, expected {}",
-                                        t.frames.len(),
-                                        exp.len()
-                                    ));
-                                }
-                            }
-                        }
-                    }
-                }
-            }
+            check_main_is_exactly(&case, &exp, &mut errs);
             errs
         },
     );
