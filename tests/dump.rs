@@ -315,6 +315,8 @@ struct Case {
     truth: BTreeMap<u64, Vec<Frame>>,
     /// Other lines printed before `ready` (`names ...`).
     other: Vec<String>,
+    /// Roles of threads that compute rather than block.
+    busy: Vec<&'static str>,
 }
 
 fn start_case(interp: &Interpreter, script: &Path, args: &[OsString]) -> Result<Case, String> {
@@ -359,6 +361,7 @@ fn start_case(interp: &Interpreter, script: &Path, args: &[OsString]) -> Result<
         roles,
         truth,
         other,
+        busy: Vec::new(),
     })
 }
 
@@ -367,8 +370,38 @@ impl Case {
         self.target.pid
     }
 
+    /// Waits (bounded) until every blocked role's thread is asleep in the kernel ('S' or
+    /// 'D'). A thread is runnable for a moment after each blocking dump detaches from it
+    /// (its interrupted system call restarts), and on a loaded machine that moment lasts:
+    /// a dump right after one would rightly call it active. What the tests check is how
+    /// a dump reports blocked threads, so each dump starts when they are blocked again.
+    fn settle(&self) {
+        let tids: Vec<i64> = self
+            .roles
+            .iter()
+            .filter(|(role, _)| !self.busy.contains(&role.as_str()))
+            .filter_map(|(_, (_, native))| *native)
+            .collect();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < deadline {
+            let asleep = tids.iter().all(|t| {
+                let stat = std::fs::read_to_string(format!("/proc/{}/task/{t}/stat", self.pid()))
+                    .unwrap_or_default();
+                let state = stat
+                    .rfind(')')
+                    .and_then(|i| stat[i + 1..].trim_start().chars().next());
+                matches!(state, Some('S') | Some('D') | None)
+            });
+            if asleep {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
     /// `scalene-rs dump PID --json [extra]`, parsed.
     fn dump(&self, extra: &[&str]) -> Result<Dump, String> {
+        self.settle();
         let mut args = vec![
             "dump".to_string(),
             self.pid().to_string(),
@@ -943,6 +976,7 @@ fn dump_shapes() {
 /// header `Thread NATIVE_ID "NAME" (idle...)` followed by `#i function (file:line)` lines.
 fn check_text(case: &Case, dump: &Dump, errs: &mut Vec<String>) {
     let args = vec!["dump".to_string(), case.pid().to_string()];
+    case.settle();
     let run = run_bin(&args);
     if let Err(e) = check_no_panic(&run, &args) {
         errs.push(e);
@@ -1048,10 +1082,11 @@ fn dump_busy() {
         |_| None,
         |interp| {
             let mut errs = Vec::new();
-            let case = match start_case(interp, &script, &[]) {
+            let mut case = match start_case(interp, &script, &[]) {
                 Ok(c) => c,
                 Err(e) => return vec![e],
             };
+            case.busy = vec!["spinner"];
             let m = marks_of(&script);
             let f = |q: &str, label: &str| at(interp, q, &script, mark(&m, label));
             let exps: Vec<(&str, Vec<Exp>)> = vec![
