@@ -10,6 +10,7 @@ use crate::error::{Error, Result};
 use crate::memory::aggregate::{MemoryAggregator, RingTotals};
 use crate::memory::consumer::{MemoryConfig, MemorySetup};
 use crate::memory::fleet::Fleet;
+use crate::memory::ring;
 use crate::profile::Profile;
 use crate::python::{LocateOptions, PythonProcess};
 use crate::sampler::tree::{command_line, ProcessTree};
@@ -118,7 +119,8 @@ pub fn run(cfg: &RunConfig, progress: &mut dyn FnMut(&Stats)) -> Result<RunOutco
     if let Some(m) = &memory {
         // Following children, each Python process of the program other than the one that
         // claims this ring makes its own beside it.
-        m.ring.set_follow_children(cfg.follow_children);
+        m.ring
+            .set_child_rings(cfg.follow_children.then_some(ring::CHILD_CAPACITY));
         command.envs(m.env());
     }
     let mut child = command.spawn().map_err(|e| Error::Io {

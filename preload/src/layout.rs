@@ -25,7 +25,7 @@ pub const HEADER_BYTES: usize = 4096;
 pub const RING_ENV: &str = "SCALENE_RS_RING";
 /// A Python process of the program other than the one that claimed the ring named by
 /// [`RING_ENV`] makes a ring of its own, named that path followed by this separator and
-/// its pid (`...ring.4242`), when the header's `follow_children` says so.
+/// its pid (`...ring.4242`), when the header's `child_capacity` says so.
 pub const CHILD_RING_SEP: u8 = b'.';
 
 /// A thread allocated a window's worth of bytes: `a` = `b` = the bytes, `c` = of which by
@@ -84,10 +84,11 @@ pub struct Header {
     /// Next ticket to read (the consumer), on its own cache line.
     pub tail: AtomicU64,
     pub _pad2: [u64; 7],
-    /// 1: the profiler follows the program's other Python processes, and each of them
-    /// makes a ring of its own (see [`CHILD_RING_SEP`]), its header filled like this one.
-    /// Added at the end: a ring of a profiler that predates it reads 0 (no children).
-    pub follow_children: AtomicU32,
+    /// Not 0: the profiler follows the program's other Python processes, and each of them
+    /// makes a ring of its own of this many slots (a power of two; see
+    /// [`CHILD_RING_SEP`]), its header filled like this one. Added at the end: a ring of a
+    /// profiler that predates it reads 0 (no rings of their own).
+    pub child_capacity: AtomicU64,
 }
 
 /// One event. `seq` = ticket + 1 once the event is written (release); the consumer reads a

@@ -6,7 +6,7 @@
 //! Owns: [`open`] (once, from the constructor), [`emit`], the footprint and peak in the
 //! header, the fork rule (a forked child never writes to its parent's ring), and the rings
 //! of the program's other processes: when the profiler follows them (the header's
-//! `follow_children`), a Python process that finds the profiler's ring claimed — an
+//! `child_capacity`), a Python process that finds the profiler's ring claimed — an
 //! exec'd or spawned child, a subprocess, this very process after an `exec` — and a
 //! forked child make a ring of their own, `<the profiler's ring>.<pid>`, at their first
 //! event.
@@ -101,10 +101,16 @@ pub fn open(python: Option<(usize, usize)>) {
     if cw > 0 {
         COPY_WINDOW.store(cw, Ordering::Relaxed);
     }
-    CAPACITY.store(h.capacity.load(Ordering::Relaxed), Ordering::Relaxed);
-    CONSUMER.store(h.consumer_pid.load(Ordering::Relaxed), Ordering::Relaxed);
-    let follow = h.follow_children.load(Ordering::Relaxed) != 0;
+    let children = h.child_capacity.load(Ordering::Relaxed);
+    let follow = children.is_power_of_two();
     FOLLOW.store(follow, Ordering::Relaxed);
+    let own_capacity = if follow {
+        children
+    } else {
+        h.capacity.load(Ordering::Relaxed)
+    };
+    CAPACITY.store(own_capacity, Ordering::Relaxed);
+    CONSUMER.store(h.consumer_pid.load(Ordering::Relaxed), Ordering::Relaxed);
     // SAFETY: `name` is NUL-terminated (see above).
     remember_path(unsafe { core::ffi::CStr::from_ptr(name) }.to_bytes());
     // SAFETY: getpid has no preconditions.
@@ -338,8 +344,9 @@ fn make_own_ring() -> Option<(*mut Header, usize)> {
         .store(WINDOW.load(Ordering::Relaxed), Ordering::Relaxed);
     h.copy_window
         .store(COPY_WINDOW.load(Ordering::Relaxed), Ordering::Relaxed);
-    h.follow_children
-        .store(FOLLOW.load(Ordering::Relaxed) as u32, Ordering::Relaxed);
+    if FOLLOW.load(Ordering::Relaxed) {
+        h.child_capacity.store(cap, Ordering::Relaxed);
+    }
     h.python_lo
         .store(PY_LO.load(Ordering::Relaxed), Ordering::Relaxed);
     h.python_hi
@@ -545,4 +552,70 @@ fn futex_wake(word: &AtomicU32) {
 fn errno() -> i32 {
     // SAFETY: reads this thread's errno.
     unsafe { *libc::__errno_location() }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn decimal() {
+        let mut b = [0u8; 12];
+        assert_eq!(write_decimal(&mut b, 0), 1);
+        assert_eq!(&b[..1], b"0");
+        assert_eq!(write_decimal(&mut b, 4194304), 7);
+        assert_eq!(&b[..7], b"4194304");
+        assert_eq!(write_decimal(&mut b, u32::MAX), 10);
+        assert_eq!(&b[..10], b"4294967295");
+    }
+
+    /// The ring a process makes for itself: `<profiler's ring>.<pid>`, private, sized for
+    /// its slots, its header complete and claimed by us; a stale file at that name (a
+    /// process that had our pid before, our own image before an exec) is replaced.
+    #[test]
+    fn own_ring_is_made_like_the_profilers() {
+        use std::os::unix::fs::MetadataExt;
+        let main = std::env::temp_dir().join(format!(
+            "scalene-rs-preload-test-{}.ring",
+            std::process::id()
+        ));
+        remember_path(main.as_os_str().as_encoded_bytes());
+        CAPACITY.store(256, Ordering::Relaxed);
+        // SAFETY: getpid has no preconditions.
+        let pid = unsafe { libc::getpid() };
+        CONSUMER.store(pid, Ordering::Relaxed);
+        let own = std::path::PathBuf::from(format!("{}.{pid}", main.display()));
+        std::fs::write(&own, b"stale").unwrap();
+        let (hdr, bytes) = make_own_ring().expect("made");
+        let meta = std::fs::metadata(&own).unwrap();
+        assert_eq!(meta.mode() & 0o777, 0o600);
+        assert_eq!(meta.len() as usize, layout::file_bytes(256));
+        assert_eq!(bytes, layout::file_bytes(256));
+        // SAFETY: the mapping just made.
+        let h = unsafe { &*hdr };
+        assert_eq!(h.magic.load(Ordering::Relaxed), layout::MAGIC);
+        assert_eq!(h.version.load(Ordering::Relaxed), layout::LAYOUT_VERSION);
+        assert_eq!(h.capacity.load(Ordering::Relaxed), 256);
+        assert_eq!(h.producer_pid.load(Ordering::Relaxed), pid);
+        assert_eq!(h.consumer_pid.load(Ordering::Relaxed), pid);
+        assert_eq!(
+            h.handshake.load(Ordering::Relaxed),
+            layout::HANDSHAKE_STARTING
+        );
+        assert_eq!(
+            h.window.load(Ordering::Relaxed),
+            WINDOW.load(Ordering::Relaxed)
+        );
+        // SAFETY: unmapping what make_own_ring mapped.
+        unsafe { libc::munmap(hdr as *mut libc::c_void, bytes) };
+        std::fs::remove_file(&own).unwrap();
+        // A symbolic link at the name is never followed nor removed.
+        std::os::unix::fs::symlink("/nonexistent", &own).unwrap();
+        assert!(make_own_ring().is_none());
+        assert!(std::fs::symlink_metadata(&own)
+            .unwrap()
+            .file_type()
+            .is_symlink());
+        std::fs::remove_file(&own).unwrap();
+    }
 }

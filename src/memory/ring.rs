@@ -27,6 +27,10 @@ const PREFIX: &str = "scalene-rs-ring-";
 
 /// Default number of slots (64 bytes each: 4 MiB).
 pub const DEFAULT_CAPACITY: u64 = 1 << 16;
+/// Slots of the rings the program's other processes make (1 MiB each): each has a reader
+/// of its own, so it needs less slack than the first process's ring, and a pool of many
+/// workers keeps its shared memory small.
+pub const CHILD_CAPACITY: u64 = 1 << 14;
 
 /// What one event says (see the `EV_*` constants of the layout).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -249,11 +253,12 @@ impl Ring {
     }
 
     /// Says whether the program's other Python processes make rings of their own (see
-    /// [`child_path`]); set before the program starts.
-    pub fn set_follow_children(&self, on: bool) {
-        self.header()
-            .follow_children
-            .store(on as u32, Ordering::Release);
+    /// [`child_path`]), and of how many slots (a power of two); set before the program
+    /// starts.
+    pub fn set_child_rings(&self, capacity: Option<u64>) {
+        let cap = capacity.unwrap_or(0);
+        assert!(cap == 0 || cap.is_power_of_two());
+        self.header().child_capacity.store(cap, Ordering::Release);
     }
 
     /// The file stays when this handle is dropped.
