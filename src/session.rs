@@ -303,9 +303,7 @@ pub fn run(cfg: &RunConfig, progress: &mut dyn FnMut(&Stats)) -> Result<RunOutco
     let stats = tree.stats.clone();
     let mut profile = tree.finish(cfg.command.join(" "));
     if let Some((agg, totals)) = memory {
-        agg.merge_into(&mut profile, totals, &mut |file| {
-            crate::sampler::read_source(pid, &crate::sampler::absolute(file, cwd.as_deref()))
-        });
+        merge_memory(&mut profile, agg, totals, pid, cwd.as_deref());
     }
     Ok(RunOutcome {
         profile: Some(profile),
@@ -361,6 +359,25 @@ fn sync_memory(tree: &mut ProcessTree, fleet: &mut Fleet) {
         if let Some(path) = found {
             tree.set_handshake_file(pid, path);
         }
+    }
+}
+
+/// Puts the program's memory into `profile` (sources read as the root process `pid` sees
+/// them); a process whose ring was never read (it allocated less than a window) allocated
+/// nothing we saw.
+fn merge_memory(
+    profile: &mut Profile,
+    agg: MemoryAggregator,
+    totals: RingTotals,
+    pid: i32,
+    cwd: Option<&str>,
+) {
+    agg.merge_into(profile, totals, &mut |file| {
+        crate::sampler::read_source(pid, &crate::sampler::absolute(file, cwd))
+    });
+    for p in &mut profile.processes {
+        p.mem_peak_mb.get_or_insert(0.0);
+        p.mem_alloc_mb.get_or_insert(0.0);
     }
 }
 
@@ -496,10 +513,7 @@ pub fn attach(cfg: &AttachConfig, progress: &mut dyn FnMut(&Stats)) -> Result<(P
     let mut stats = tree.stats.clone();
     let mut profile = tree.finish(program);
     if let Some((agg, totals)) = memory {
-        let pid = cfg.pid;
-        agg.merge_into(&mut profile, totals, &mut |file| {
-            crate::sampler::read_source(pid, &crate::sampler::absolute(file, cwd.as_deref()))
-        });
+        merge_memory(&mut profile, agg, totals, cfg.pid, cwd.as_deref());
     }
     stats.notes = notes;
     Ok((profile, stats))

@@ -342,3 +342,95 @@ fn a_killed_profiler_harms_no_worker_and_its_rings_are_cleaned() {
         ))
     });
 }
+
+/// `attach --subprocesses` to a pool started under `run` whose profiler was killed: every
+/// process's ring (the profiler's, which the pool's parent claimed, and each worker's own)
+/// is taken over, and the workers' allocations are tied to their line again.
+#[test]
+fn attach_takes_over_the_ring_of_every_process() {
+    for_each_interpreter(|py| {
+        let method = if py.is_py2() { "fork" } else { "spawn" };
+        let mut prof = Command::new(BIN)
+            .args(["run", "-o", "/dev/null", "--"])
+            .arg(&py.path)
+            .args([&fx("mp_churn.py"), method, "6", "4"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .map_err(|e| e.to_string())?;
+        let profiler = prof.id();
+        // The profiler's ring and the 4 workers' own (not counting the resource tracker's
+        // that a spawning pool starts too).
+        let dir = scalene_rs::memory::ring::ring_dir();
+        let ours = || {
+            rings_of(profiler)
+                .into_iter()
+                .filter(|r| {
+                    let producer = scalene_rs::memory::ring::producer_of(&dir.join(r));
+                    let cmd = std::fs::read(format!("/proc/{}/cmdline", producer.unwrap_or(0)))
+                        .unwrap_or_default();
+                    !String::from_utf8_lossy(&cmd).contains("_tracker")
+                })
+                .collect::<Vec<_>>()
+        };
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while ours().len() < 5 && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let rings = ours();
+        let main = rings.iter().find(|r| r.ends_with(".ring")).cloned();
+        prof.kill().map_err(|e| e.to_string())?;
+        prof.wait().map_err(|e| e.to_string())?;
+        let (Some(main), 5..) = (main, rings.len()) else {
+            return Err(format!("rings before the kill: {rings:?}"));
+        };
+        let main = dir.join(main);
+        let root = scalene_rs::memory::ring::producer_of(&main).unwrap_or(0);
+        let json = std::env::temp_dir().join(format!(
+            "scalene-rs-memkids-attach-{}-{}.json",
+            std::process::id(),
+            py.label
+        ));
+        let r = Command::new(BIN)
+            .args([
+                "attach",
+                &root.to_string(),
+                "--subprocesses",
+                "--duration",
+                "1.5",
+            ])
+            .arg("-o")
+            .arg(&json)
+            .output()
+            .map_err(|e| e.to_string())?;
+        // The program runs to its end (a few seconds) whatever happened.
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while scalene_rs::error::process_exists(root) && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        if !r.status.success() {
+            return Err(format!(
+                "attach {root} failed: {}",
+                String::from_utf8_lossy(&r.stderr)
+            ));
+        }
+        let p: Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap_or_default())
+            .map_err(|e| e.to_string())?;
+        let _ = std::fs::remove_file(&json);
+        let line = line_field(
+            &p,
+            "mp_churn.py",
+            marked_line("mp_churn.py", "CHURN"),
+            "mem_alloc_mb",
+        );
+        let total = p["memory"]["alloc_mb"].as_f64().unwrap_or(0.0);
+        let workers = processes(&p).iter().filter(|x| x.3 > 10.0).count();
+        let summary =
+            format!("CHURN line {line:.0} of {total:.0} MB, {workers} processes with memory");
+        // Each worker allocates ~1 MiB per iteration the whole time.
+        if workers < 4 || line < 100.0 || line < 0.9 * total {
+            return Err(summary);
+        }
+        Ok(summary)
+    });
+}

@@ -96,10 +96,10 @@ pub fn take_over_ring(main: &Path, pid: i32) -> Result<Option<Ring>, String> {
     if own.exists() {
         return Ring::take_over(&own, pid).map(Some);
     }
-    match Ring::take_over(main, pid) {
-        Ok(r) => Ok(Some(r)),
-        Err(_) if ring::producer_of(main).is_some_and(|p| p != pid) => Ok(None),
-        Err(e) => Err(e),
+    match ring::producer_of(main) {
+        // Another process's (or nobody's yet): look again later.
+        Some(p) if p != pid => Ok(None),
+        _ => Ring::take_over(main, pid).map(Some),
     }
 }
 
