@@ -346,6 +346,15 @@ fn sync_memory(tree: &mut ProcessTree, fleet: &mut Fleet) {
             tree.set_process_memory(serial, f.peak_mb, f.alloc_mb);
         }
     }
+    let refused: Vec<i32> = tree
+        .notes
+        .keys()
+        .copied()
+        .filter(|&pid| !tree.sampling().any(|(p, _, _)| p == pid))
+        .collect();
+    for pid in refused {
+        fleet.refuse(pid);
+    }
     let pending: Vec<(i32, u64)> = tree
         .sampling()
         .filter(|&(_, serial, _)| !fleet.settled(serial))

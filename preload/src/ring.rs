@@ -311,7 +311,7 @@ fn make_own_ring() -> Option<(*mut Header, usize)> {
     let bytes = layout::file_bytes(cap);
     // SAFETY: plain calls on the descriptor we just created; the mapping is fresh.
     let p = unsafe {
-        if libc::fchmod(fd, 0o600) != 0 || libc::ftruncate(fd, bytes as libc::off_t) != 0 {
+        if libc::fchmod(fd, 0o600) != 0 || !reserve(fd, bytes) {
             libc::MAP_FAILED
         } else {
             libc::mmap(
@@ -355,6 +355,30 @@ fn make_own_ring() -> Option<(*mut Header, usize)> {
     // The magic last: the profiler reads a ring only once it sees a complete header.
     h.magic.store(layout::MAGIC, Ordering::Release);
     Some((hdr, bytes))
+}
+
+/// Gives the new file `fd` its `bytes`, allocated now: a ring whose pages could not be
+/// had later (a full /dev/shm) would kill the program with SIGBUS at its next event, and a
+/// size above the process's file size limit with SIGXFSZ now. False: no ring.
+fn reserve(fd: i32, bytes: usize) -> bool {
+    // SAFETY: getrlimit fills a struct we own.
+    let mut lim: libc::rlimit = unsafe { core::mem::zeroed() };
+    // SAFETY: as above.
+    if unsafe { libc::getrlimit(libc::RLIMIT_FSIZE, &mut lim) } != 0
+        || (lim.rlim_cur != libc::RLIM_INFINITY && lim.rlim_cur < bytes as libc::rlim_t)
+    {
+        return false;
+    }
+    // SAFETY: plain calls on a descriptor of ours.
+    match unsafe { libc::fallocate(fd, 0, 0, bytes as libc::off_t) } {
+        0 => true,
+        // A file system that cannot reserve (not tmpfs): sized only, as the profiler's.
+        // SAFETY: as above.
+        _ if errno() == libc::EOPNOTSUPP => unsafe {
+            libc::ftruncate(fd, bytes as libc::off_t) == 0
+        },
+        _ => false,
+    }
 }
 
 /// A file already at our own ring's name is stale (a process that had our pid before us,

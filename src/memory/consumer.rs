@@ -146,6 +146,10 @@ impl MemoryRecorder {
     }
 }
 
+/// Longest wait for the doorbell after reading events, and after finding none.
+const BUSY_NAP: Duration = Duration::from_millis(2);
+const IDLE_NAP: Duration = Duration::from_millis(10);
+
 fn consume(
     ring: &mut Ring,
     proc: Option<PythonProcess>,
@@ -190,7 +194,10 @@ fn consume(
             last_footprint = Instant::now();
             agg.footprint_at(layout::now_ns(), ring.footprint());
         }
-        bell = ring.wait_doorbell(bell, Duration::from_millis(2));
+        // A producer that waits rings the doorbell: idle, we look at other events (frees)
+        // less often. A program of many processes has a reader per process, mostly idle.
+        let nap = if any { BUSY_NAP } else { IDLE_NAP };
+        bell = ring.wait_doorbell(bell, nap);
     }
     ring.set_handshake(false);
     let h = ring.header();

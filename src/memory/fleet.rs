@@ -170,6 +170,18 @@ impl Fleet {
         Some(path)
     }
 
+    /// Process `pid` of the program cannot be sampled (an unsupported interpreter, no
+    /// permission): its ring, once it has one, must not make it wait for us.
+    pub fn refuse(&mut self, pid: i32) {
+        if let Source::Run { main, main_path } = &mut self.source {
+            if let Some(m) = main.as_ref().filter(|m| m.producer_pid() == pid) {
+                m.set_handshake(false);
+            }
+            // Dropped at once: told not to wait, and removed.
+            let _ = Ring::open_child(&ring::child_path(main_path, pid), pid);
+        }
+    }
+
     /// Image `serial` is over (its process ended or exec'd): reads what is left of its ring
     /// and stops. Returns its own figures, when its ring was read.
     pub fn retire(&mut self, serial: u64) -> Option<ProcessFigures> {

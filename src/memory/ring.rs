@@ -15,6 +15,7 @@ pub mod layout;
 
 use layout::{Header, Slot};
 use memmap2::MmapMut;
+use std::os::fd::AsRawFd;
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -105,8 +106,17 @@ impl Ring {
             let _ = std::fs::remove_file(&path);
             e
         };
-        file.set_len(layout::file_bytes(capacity) as u64)
-            .map_err(cleanup)?;
+        // Its pages allocated now: a ring whose pages could not be had later (a full
+        // /dev/shm) would kill the program with SIGBUS at its next event.
+        let bytes = layout::file_bytes(capacity) as libc::off_t;
+        // SAFETY: fallocate on a descriptor of ours.
+        if unsafe { libc::fallocate(file.as_raw_fd(), 0, 0, bytes) } != 0 {
+            let e = std::io::Error::last_os_error();
+            if e.raw_os_error() != Some(libc::EOPNOTSUPP) {
+                return Err(cleanup(e));
+            }
+            file.set_len(bytes as u64).map_err(cleanup)?;
+        }
         // SAFETY: a shared mapping of a file we just created; the other side only touches
         // it through atomics of the layout, and every read here is of atomics too.
         let map = unsafe { MmapMut::map_mut(&file) }.map_err(cleanup)?;
