@@ -231,20 +231,28 @@ impl Fleet {
     }
 }
 
-/// Whether `ring` was claimed by the image `proc` reads: the interpreter's image starts
-/// where the ring's header says (an `exec` maps it afresh). True when either is unknown.
+/// Whether `ring` was claimed by the image `proc` reads: the library wrote where the
+/// interpreter's image (libpython, or a static executable) starts in its process, and the
+/// process maps a file starting just there now (an `exec` maps everything afresh, at other
+/// addresses). True when either is unknown.
 fn of_this_image(ring: &Ring, proc: &PythonProcess) -> bool {
     use std::sync::atomic::Ordering;
     let lo = ring.header().python_lo.load(Ordering::Acquire);
-    lo == 0 || image_start(proc.pid, &proc.binary).is_none_or(|start| start == lo)
-}
-
-/// Where `pid` maps the first byte of `file`.
-fn image_start(pid: i32, file: &str) -> Option<u64> {
-    crate::elf::maps::read_maps(pid)
-        .ok()?
+    let Ok(maps) = crate::elf::maps::read_maps(proc.pid) else {
+        return true;
+    };
+    let Some(path) = maps
         .iter()
-        .filter(|m| m.path.as_deref() == Some(file))
-        .map(|m| m.start)
-        .min()
+        .find(|m| (m.start..m.end).contains(&lo))
+        .and_then(|m| m.path.as_deref())
+    else {
+        return lo == 0;
+    };
+    lo == 0
+        || maps
+            .iter()
+            .filter(|m| m.path.as_deref() == Some(path))
+            .map(|m| m.start)
+            .min()
+            == Some(lo)
 }
