@@ -4,7 +4,7 @@
 //!
 //! Owns: [`MemoryRecorder`] (the thread, its stop, its result), the memory side of
 //! `run`: the ring and the written library ([`MemorySetup`]), and finding the rings of a
-//! program whose `run` is gone, for `attach` ([`find_ring`]).
+//! program whose `run` is gone, for `attach` ([`ring_of_program`], [`take_over_ring`]).
 //! Must not: pause the target's threads (only the allocating thread waits, in its own
 //! futex) or take longer than needed per event: the program waits for our answer.
 
@@ -101,17 +101,6 @@ pub fn take_over_ring(main: &Path, pid: i32) -> Result<Option<Ring>, String> {
         Some(p) if p != pid => Ok(None),
         _ => Ring::take_over(main, pid).map(Some),
     }
-}
-
-/// The ring of a process started under `run` whose profiler is gone (`attach`); see
-/// [`ring_of_program`] and [`take_over_ring`].
-pub fn find_ring(pid: i32) -> Result<Ring, String> {
-    let main = ring_of_program(pid)?;
-    take_over_ring(&main, pid)?.ok_or_else(|| {
-        "the process has no memory ring of its own (yet), and another process of its \
-         program has the one the profiler made"
-            .into()
-    })
 }
 
 /// The running consumer thread.

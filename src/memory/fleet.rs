@@ -94,14 +94,6 @@ impl Fleet {
         }
     }
 
-    /// The profiler's ring, while no process has been found to read it for.
-    pub fn main_ring(&self) -> Option<&Ring> {
-        match &self.source {
-            Source::Run { main, .. } => main.as_ref(),
-            Source::Attach => None,
-        }
-    }
-
     /// Whether image `serial` needs no more looking at (its ring is read, or will never come).
     pub fn settled(&self, serial: u64) -> bool {
         self.live.contains_key(&serial) || self.settled.contains(&serial)
