@@ -7,11 +7,14 @@
 //! Must not: render reports (the caller does) or change anything in the target.
 
 use crate::error::{Error, Result};
-use crate::memory::consumer::{MemoryConfig, MemoryRecorder, MemorySetup};
+use crate::memory::aggregate::{MemoryAggregator, RingTotals};
+use crate::memory::consumer::{MemoryConfig, MemorySetup};
+use crate::memory::fleet::Fleet;
+use crate::memory::ring;
 use crate::profile::Profile;
 use crate::python::{LocateOptions, PythonProcess};
 use crate::sampler::tree::{command_line, ProcessTree};
-use crate::sampler::{SamplerConfig, Stats};
+use crate::sampler::{SamplerConfig, Stats, Ticker};
 use nix::sys::signal::{self, SaFlags, SigAction, SigHandler, SigSet, Signal};
 use std::process::{Command, ExitStatus};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -114,6 +117,10 @@ pub fn run(cfg: &RunConfig, progress: &mut dyn FnMut(&Stats)) -> Result<RunOutco
     let mut command = Command::new(prog);
     command.args(args);
     if let Some(m) = &memory {
+        // Following children, each Python process of the program other than the one that
+        // claims this ring makes its own beside it.
+        m.ring
+            .set_child_rings(cfg.follow_children.then_some(ring::CHILD_CAPACITY));
         command.envs(m.env());
     }
     let mut child = command.spawn().map_err(|e| Error::Io {
@@ -142,9 +149,9 @@ pub fn run(cfg: &RunConfig, progress: &mut dyn FnMut(&Stats)) -> Result<RunOutco
     while status.is_none() && proc.is_none() {
         forward(pid);
         // The ring was claimed by a Python process that is not the one we follow (the
-        // command forked it, e.g. `sh -c 'python app.py; true'`): we will never read its
-        // stacks, so it must not wait for us.
-        if let Some(m) = &memory {
+        // command forked it, e.g. `sh -c 'python app.py; true'`, and we do not follow
+        // children): we will never read its stacks, so it must not wait for us.
+        if let Some(m) = memory.as_ref().filter(|_| !cfg.follow_children) {
             let producer = m.ring.producer_pid();
             if producer != 0 && producer != pid {
                 m.ring.set_handshake(false);
@@ -228,37 +235,38 @@ pub fn run(cfg: &RunConfig, progress: &mut dyn FnMut(&Stats)) -> Result<RunOutco
         .ok()
         .map(|p| p.to_string_lossy().into_owned());
     // The library file stays until the program ends (programs it starts load it too).
-    // Lines are tied to allocations of the command's own process; without it (a script
-    // that starts Python), nobody reads stacks, so its allocations must not wait for us.
-    let ring_path = memory.as_ref().map(|m| m.ring.path().to_path_buf());
-    let (recorder, _library) = match (memory, &cfg.memory) {
+    // Each process's allocations are tied to lines by a consumer of its own ring, started
+    // when the process tree finds the process and its ring. Without the command's own
+    // process (a script that starts Python) and without following children, nobody reads
+    // stacks, so its allocations must not wait for us.
+    let (mut fleet, _library) = match (memory, &cfg.memory) {
         (Some(m), Some(mc)) => {
-            let reader = proc.as_ref().and_then(|p| p.reopen().ok());
-            if reader.is_none() {
+            if proc.is_none() && !cfg.follow_children {
                 m.ring.set_handshake(false);
             }
-            (
-                Some(MemoryRecorder::start(m.ring, reader, mc.clone())),
-                Some(m.library),
-            )
+            (Some(Fleet::for_run(m.ring, mc.clone())), Some(m.library))
         }
         _ => (None, None),
     };
     // Every Python process of the program (following children), found as it comes up and
     // again after an exec.
-    let mut sampler_cfg = cfg.sampler.clone();
-    sampler_cfg.handshake_file = ring_path;
     let mut tree = ProcessTree::new(
         pid,
         cfg.follow_children,
-        sampler_cfg,
+        cfg.sampler.clone(),
         LocateOptions::default(),
     );
     if let Some(p) = proc {
         tree = tree.with_located(p);
     }
     let mut exited = None;
-    let result = tree.run(
+    let rate = cfg.sampler.rate_hz;
+    let result = crate::sampler::drive(
+        &mut Recording {
+            tree: &mut tree,
+            fleet: fleet.as_mut(),
+        },
+        rate,
         &mut || {
             forward(pid);
             match try_wait_exit(&child) {
@@ -275,7 +283,7 @@ pub fn run(cfg: &RunConfig, progress: &mut dyn FnMut(&Stats)) -> Result<RunOutco
         Some(s) => s,
         None => wait_forwarding(&mut child, &forward)?,
     };
-    let memory = recorder.map(MemoryRecorder::finish);
+    let memory = finish_memory(&mut tree, fleet);
     result?;
     if tree.profiled() == 0 {
         let note = match tree.notes.values().next() {
@@ -295,9 +303,7 @@ pub fn run(cfg: &RunConfig, progress: &mut dyn FnMut(&Stats)) -> Result<RunOutco
     let stats = tree.stats.clone();
     let mut profile = tree.finish(cfg.command.join(" "));
     if let Some((agg, totals)) = memory {
-        agg.merge_into(&mut profile, totals, &mut |file| {
-            crate::sampler::read_source(pid, &crate::sampler::absolute(file, cwd.as_deref()))
-        });
+        merge_memory(&mut profile, agg, totals, pid, cwd.as_deref());
     }
     Ok(RunOutcome {
         profile: Some(profile),
@@ -305,6 +311,99 @@ pub fn run(cfg: &RunConfig, progress: &mut dyn FnMut(&Stats)) -> Result<RunOutco
         stats,
         note: None,
     })
+}
+
+/// The process tree, sampled on its schedule, and the memory consumers of its processes:
+/// after each scan, a process the tree found gets its ring read once it has one, and the
+/// ring of a process that ended (or exec'd) is read to its end.
+struct Recording<'a> {
+    tree: &'a mut ProcessTree,
+    fleet: Option<&'a mut Fleet>,
+}
+
+impl Ticker for Recording<'_> {
+    fn tick(&mut self) -> Result<bool> {
+        let more = self.tree.tick()?;
+        if let Some(fleet) = self.fleet.as_deref_mut() {
+            sync_memory(self.tree, fleet);
+        }
+        Ok(more)
+    }
+    fn stats_mut(&mut self) -> &mut Stats {
+        &mut self.tree.stats
+    }
+}
+
+/// Tells `fleet` what `tree` found (new images to read the rings of; images that are over)
+/// and `tree` what the fleet found (each process's ring, each finished image's figures).
+fn sync_memory(tree: &mut ProcessTree, fleet: &mut Fleet) {
+    let retired = tree.take_retired();
+    if !tree.take_scanned() && retired.is_empty() {
+        return;
+    }
+    for (_, serial) in retired {
+        if let Some(f) = fleet.retire(serial) {
+            tree.set_process_memory(serial, f.peak_mb, f.alloc_mb);
+        }
+    }
+    let refused: Vec<i32> = tree
+        .notes
+        .keys()
+        .copied()
+        .filter(|&pid| !tree.sampling().any(|(p, _, _)| p == pid))
+        .collect();
+    for pid in refused {
+        fleet.refuse(pid);
+    }
+    let pending: Vec<(i32, u64)> = tree
+        .sampling()
+        .filter(|&(_, serial, _)| !fleet.settled(serial))
+        .map(|(pid, serial, _)| (pid, serial))
+        .collect();
+    for (pid, serial) in pending {
+        let found = tree
+            .sampling()
+            .find(|&(_, s, _)| s == serial)
+            .and_then(|(_, _, proc)| fleet.adopt(pid, serial, proc));
+        if let Some(path) = found {
+            tree.set_handshake_file(pid, path);
+        }
+    }
+}
+
+/// Puts the program's memory into `profile` (sources read as the root process `pid` sees
+/// them); a process whose ring was never read (it allocated less than a window) allocated
+/// nothing we saw.
+fn merge_memory(
+    profile: &mut Profile,
+    agg: MemoryAggregator,
+    totals: RingTotals,
+    pid: i32,
+    cwd: Option<&str>,
+) {
+    agg.merge_into(profile, totals, &mut |file| {
+        crate::sampler::read_source(pid, &crate::sampler::absolute(file, cwd))
+    });
+    for p in &mut profile.processes {
+        p.mem_peak_mb.get_or_insert(0.0);
+        p.mem_alloc_mb.get_or_insert(0.0);
+    }
+}
+
+/// Ends the recording's memory side: every image is over, every ring read to its end, the
+/// processes' results merged.
+fn finish_memory(
+    tree: &mut ProcessTree,
+    fleet: Option<Fleet>,
+) -> Option<(MemoryAggregator, RingTotals)> {
+    let mut fleet = fleet?;
+    tree.retire_all();
+    for (_, serial) in tree.take_retired() {
+        if let Some(f) = fleet.retire(serial) {
+            tree.set_process_memory(serial, f.peak_mb, f.alloc_mb);
+        }
+    }
+    fleet.finish()
 }
 
 /// The program's exit status if it has ended, without blocking. Not `Child::try_wait`: we
@@ -385,47 +484,45 @@ pub fn attach(cfg: &AttachConfig, progress: &mut dyn FnMut(&Stats)) -> Result<(P
     let program = command_line(cfg.pid);
     catch(&[Signal::SIGINT, Signal::SIGTERM, Signal::SIGHUP]);
     let mut notes = Vec::new();
-    let mut ring_path = None;
-    let recorder = match &cfg.memory {
-        Some(mc) => match crate::memory::consumer::find_ring(cfg.pid) {
-            Ok(ring) => {
-                ring_path = Some(ring.path().to_path_buf());
-                Some(MemoryRecorder::start(ring, proc.reopen().ok(), mc.clone()))
-            }
-            Err(why) => {
-                notes.push(format!("no memory data: {why}"));
-                None
-            }
-        },
-        None => None,
-    };
+    // Memory: each process's ring, taken over from the `run` that started the program.
+    let mut fleet = cfg.memory.clone().map(Fleet::for_attach);
     let cwd = std::fs::read_link(format!("/proc/{}/cwd", cfg.pid))
         .ok()
         .map(|p| p.to_string_lossy().into_owned());
     let start = Instant::now();
-    let mut sampler_cfg = cfg.sampler.clone();
-    sampler_cfg.handshake_file = ring_path;
     let mut tree = ProcessTree::new(
         cfg.pid,
         cfg.follow_children,
-        sampler_cfg,
+        cfg.sampler.clone(),
         cfg.locate.clone(),
     )
     .with_located(proc);
     let duration = cfg.duration;
-    let result = tree.run(
+    let result = crate::sampler::drive(
+        &mut Recording {
+            tree: &mut tree,
+            fleet: fleet.as_mut(),
+        },
+        cfg.sampler.rate_hz,
         &mut || !take_pending().is_empty() || duration.is_some_and(|d| start.elapsed() >= d),
         progress,
     );
-    let memory = recorder.map(MemoryRecorder::finish);
+    let why_not = fleet.as_ref().and_then(|f| {
+        f.notes
+            .iter()
+            .find(|(p, _)| *p == cfg.pid)
+            .map(|(_, why)| why.clone())
+    });
+    let memory = finish_memory(&mut tree, fleet);
     result?;
+    if cfg.memory.is_some() && memory.is_none() {
+        let why = why_not.unwrap_or_else(|| "no memory ring of the program was found".into());
+        notes.push(format!("no memory data: {why}"));
+    }
     let mut stats = tree.stats.clone();
     let mut profile = tree.finish(program);
     if let Some((agg, totals)) = memory {
-        let pid = cfg.pid;
-        agg.merge_into(&mut profile, totals, &mut |file| {
-            crate::sampler::read_source(pid, &crate::sampler::absolute(file, cwd.as_deref()))
-        });
+        merge_memory(&mut profile, agg, totals, cfg.pid, cwd.as_deref());
     }
     stats.notes = notes;
     Ok((profile, stats))

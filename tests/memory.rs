@@ -38,6 +38,8 @@ fn output(mut cmd: Command) -> (String, i32) {
 #[test]
 fn programs_that_are_not_python_are_unaffected() {
     let (lib, ring) = library_and_ring();
+    // Even when the profiler follows a program's processes, these make no ring of their own.
+    ring.set_child_rings(Some(scalene_rs::memory::ring::CHILD_CAPACITY));
     for args in [
         vec!["ls", "-la", "/"],
         vec!["sh", "-c", "echo hi; sort -r /etc/passwd | head -3; exit 3"],
@@ -53,8 +55,15 @@ fn programs_that_are_not_python_are_unaffected() {
             .env(RING_ENV, ring.path());
         assert_eq!(output(c), plain, "{args:?}");
     }
-    // Not Python: the ring was not claimed.
+    // Not Python: the ring was not claimed, and no ring was made beside it.
     assert_eq!(ring.producer_pid(), 0);
+    let own = format!("{}.", ring.path().file_name().unwrap().to_string_lossy());
+    let made: Vec<_> = std::fs::read_dir(ring.path().parent().unwrap())
+        .unwrap()
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().starts_with(&own))
+        .collect();
+    assert!(made.is_empty(), "{made:?}");
 }
 
 #[test]

@@ -23,6 +23,10 @@ pub const LAYOUT_VERSION: u32 = 1;
 pub const HEADER_BYTES: usize = 4096;
 /// Environment variable that names the ring file for the library.
 pub const RING_ENV: &str = "SCALENE_RS_RING";
+/// A Python process of the program other than the one that claimed the ring named by
+/// [`RING_ENV`] makes a ring of its own, named that path followed by this separator and
+/// its pid (`...ring.4242`), when the header's `child_capacity` says so.
+pub const CHILD_RING_SEP: u8 = b'.';
 
 /// A thread allocated a window's worth of bytes: `a` = `b` = the bytes, `c` = of which by
 /// the interpreter's own image, `ptr` = the allocation that filled the window (it is
@@ -36,7 +40,9 @@ pub const EV_COPY: u32 = 3;
 pub const EV_SAMPLED_FREE: u32 = 4;
 
 /// The ring file's header. The profiler creates the file and fills the constant fields;
-/// the one process that claims it (`producer_pid`) produces events.
+/// the one process that claims it (`producer_pid`) produces events. A ring of one of the
+/// program's other processes is created and filled the same way by that process's library
+/// (the constant fields copied from the profiler's ring), already claimed.
 #[repr(C)]
 pub struct Header {
     pub magic: AtomicU64,
@@ -78,6 +84,11 @@ pub struct Header {
     /// Next ticket to read (the consumer), on its own cache line.
     pub tail: AtomicU64,
     pub _pad2: [u64; 7],
+    /// Not 0: the profiler follows the program's other Python processes, and each of them
+    /// makes a ring of its own of this many slots (a power of two; see
+    /// [`CHILD_RING_SEP`]), its header filled like this one. Added at the end: a ring of a
+    /// profiler that predates it reads 0 (no rings of their own).
+    pub child_capacity: AtomicU64,
 }
 
 /// One event. `seq` = ticket + 1 once the event is written (release); the consumer reads a

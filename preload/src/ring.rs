@@ -1,14 +1,22 @@
 //! The producer side of the shared-memory ring: claiming the ring file the profiler made,
-//! writing events without locks, and the bounded handshake that lets the profiler read an
-//! allocating thread's stack while that thread waits.
+//! or making this process's own ring, writing events without locks, and the bounded
+//! handshake that lets the profiler read an allocating thread's stack while that thread
+//! waits.
 //!
 //! Owns: [`open`] (once, from the constructor), [`emit`], the footprint and peak in the
-//! header, the fork rule (a forked child never writes to its parent's ring).
+//! header, the fork rule (a forked child never writes to its parent's ring), and the rings
+//! of the program's other processes: when the profiler follows them (the header's
+//! `child_capacity`), a Python process that finds the profiler's ring claimed — an
+//! exec'd or spawned child, a subprocess, this very process after an `exec` — and a
+//! forked child make a ring of their own, `<the profiler's ring>.<pid>`, at their first
+//! event.
 //! Must not: allocate, block longer than [`HANDSHAKE_WAIT_NS`], or wait again once the
 //! profiler has stopped answering.
 
 use crate::layout::{self, EventData, Header, Slot};
-use core::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicU64, Ordering};
+use core::sync::atomic::{
+    AtomicBool, AtomicI32, AtomicPtr, AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering,
+};
 
 /// Longest a thread waits for the profiler to read its stack.
 pub const HANDSHAKE_WAIT_NS: i64 = 5_000_000;
@@ -19,7 +27,9 @@ pub const HANDSHAKE_WAIT_NS: i64 = 5_000_000;
 const MAX_TIMEOUTS_IN_A_ROW: u32 = 16;
 
 static RING: AtomicPtr<Header> = AtomicPtr::new(core::ptr::null_mut());
-/// Sampling is on: a ring is claimed and this is the process that claimed it.
+/// Bytes of the mapping at `RING`.
+static RING_BYTES: AtomicUsize = AtomicUsize::new(0);
+/// Sampling is on: a ring is claimed (or one of our own is to be made) for this process.
 pub static ACTIVE: AtomicBool = AtomicBool::new(false);
 static WAIT: AtomicBool = AtomicBool::new(true);
 /// The ring's consumer generation when we stopped waiting.
@@ -30,10 +40,44 @@ static ANSWERS_SEEN: AtomicU64 = AtomicU64::new(0);
 pub static WINDOW: AtomicU64 = AtomicU64::new(1 << 20);
 pub static COPY_WINDOW: AtomicU64 = AtomicU64::new(1 << 20);
 
-/// Opens and claims the ring named by the environment, when this process is Python and
-/// the file is ours (same uid, no access for others). Called once before main.
+// ---- This process's own ring (a process of the program that did not claim the
+// profiler's): what its header gets, copied from the profiler's ring. ----
+
+/// No own ring to make (none needed, or making it failed).
+const OWN_NONE: u32 = 0;
+/// Make one at the next event.
+const OWN_PENDING: u32 = 1;
+/// A thread is making it (events meanwhile are not written).
+const OWN_MAKING: u32 = 2;
+/// Made: `RING` points to it.
+const OWN_READY: u32 = 3;
+static OWN: AtomicU32 = AtomicU32::new(OWN_NONE);
+/// The profiler follows the program's other processes: they (and our fork children) make
+/// rings of their own.
+static FOLLOW: AtomicBool = AtomicBool::new(false);
+/// This process is a fork child: thread ids the library cached per thread before the fork
+/// are its parent's, so events carry the id asked of the kernel instead.
+static FORKED: AtomicBool = AtomicBool::new(false);
+static CAPACITY: AtomicU64 = AtomicU64::new(0);
+static CONSUMER: AtomicI32 = AtomicI32::new(0);
+static PY_LO: AtomicU64 = AtomicU64::new(0);
+static PY_HI: AtomicU64 = AtomicU64::new(0);
+/// The profiler's ring's path (our own ring's name starts with it); written once before
+/// main, read when the ring is made. Longer paths (never ours: rings live in /dev/shm or
+/// a runtime directory) get no rings of their own; the name is built on the stack of the
+/// allocating thread, so it stays small.
+const PATH_MAX: usize = 512;
+static MAIN_PATH: [AtomicU8; PATH_MAX] = [const { AtomicU8::new(0) }; PATH_MAX];
+static MAIN_LEN: AtomicUsize = AtomicUsize::new(0);
+
+/// Opens the ring named by the environment, when this process is Python and the file is
+/// ours (same uid, no access for others): claims it if nobody has, else (when the
+/// profiler follows the program's processes, or it is our own image's from before an
+/// `exec`) gets ready to make a ring of its own. Called once before main.
 pub fn open(python: Option<(usize, usize)>) {
     let Some((lo, hi)) = python else { return };
+    PY_LO.store(lo as u64, Ordering::Relaxed);
+    PY_HI.store(hi as u64, Ordering::Relaxed);
     let name = ring_name();
     if name.is_null() {
         return;
@@ -43,22 +87,12 @@ pub fn open(python: Option<(usize, usize)>) {
     if fd < 0 {
         return;
     }
-    let hdr = map(fd);
+    let mapped = map(fd);
     // SAFETY: closing our own descriptor; the mapping stays.
     unsafe { libc::close(fd) };
-    let Some(hdr) = hdr else { return };
+    let Some((hdr, bytes)) = mapped else { return };
     // SAFETY: `map` checked the file holds at least a header and the magic.
     let h = unsafe { &*hdr };
-    // SAFETY: getpid has no preconditions.
-    let pid = unsafe { libc::getpid() };
-    if h.producer_pid
-        .compare_exchange(0, pid, Ordering::AcqRel, Ordering::Acquire)
-        .is_err()
-    {
-        return;
-    }
-    h.python_lo.store(lo as u64, Ordering::Relaxed);
-    h.python_hi.store(hi as u64, Ordering::Relaxed);
     let w = h.window.load(Ordering::Relaxed);
     if w > 0 {
         WINDOW.store(w, Ordering::Relaxed);
@@ -67,15 +101,88 @@ pub fn open(python: Option<(usize, usize)>) {
     if cw > 0 {
         COPY_WINDOW.store(cw, Ordering::Relaxed);
     }
-    RING.store(hdr, Ordering::Release);
+    let children = h.child_capacity.load(Ordering::Relaxed);
+    let follow = children.is_power_of_two();
+    FOLLOW.store(follow, Ordering::Relaxed);
+    let own_capacity = if follow {
+        children
+    } else {
+        h.capacity.load(Ordering::Relaxed)
+    };
+    CAPACITY.store(own_capacity, Ordering::Relaxed);
+    CONSUMER.store(h.consumer_pid.load(Ordering::Relaxed), Ordering::Relaxed);
+    // SAFETY: `name` is NUL-terminated (see above).
+    remember_path(unsafe { core::ffi::CStr::from_ptr(name) }.to_bytes());
+    // SAFETY: getpid has no preconditions.
+    let pid = unsafe { libc::getpid() };
+    match h
+        .producer_pid
+        .compare_exchange(0, pid, Ordering::AcqRel, Ordering::Acquire)
+    {
+        Ok(_) => {
+            h.python_lo.store(lo as u64, Ordering::Relaxed);
+            h.python_hi.store(hi as u64, Ordering::Relaxed);
+            RING_BYTES.store(bytes, Ordering::Relaxed);
+            RING.store(hdr, Ordering::Release);
+        }
+        Err(owner) => {
+            // SAFETY: unmapping the mapping made above; nothing refers to it.
+            unsafe { libc::munmap(hdr as *mut libc::c_void, bytes) };
+            // Another process of the program has it; or we had it, before an `exec`
+            // (the profiler reads our new image with a new ring).
+            if !(follow || owner == pid) || MAIN_LEN.load(Ordering::Relaxed) == 0 {
+                return;
+            }
+            OWN.store(OWN_PENDING, Ordering::Release);
+        }
+    }
     // SAFETY: registering a plain function as the child's fork handler.
     unsafe { libc::pthread_atfork(None, None, Some(after_fork_in_child)) };
     ACTIVE.store(true, Ordering::Release);
 }
 
+/// Runs in a forked child, single-threaded, before `fork` returns: nothing here may
+/// allocate or lock.
 extern "C" fn after_fork_in_child() {
-    // The ring belongs to the parent: the child runs on, unsampled.
-    ACTIVE.store(false, Ordering::Release);
+    // The ring is the parent's: never write to it (another thread of the parent may have
+    // been in the middle of an event; that thread is not in the child).
+    let parent = RING.swap(core::ptr::null_mut(), Ordering::AcqRel);
+    if !parent.is_null() {
+        // SAFETY: the parent's mapping, of that size; no thread of the child uses it (the
+        // one thread here is in fork, not in `emit`).
+        unsafe {
+            libc::munmap(
+                parent as *mut libc::c_void,
+                RING_BYTES.load(Ordering::Relaxed),
+            )
+        };
+    }
+    if !FOLLOW.load(Ordering::Relaxed) || !ACTIVE.load(Ordering::Relaxed) {
+        // The child runs on, unsampled.
+        OWN.store(OWN_NONE, Ordering::Release);
+        ACTIVE.store(false, Ordering::Release);
+        return;
+    }
+    // A fresh start: the child's own ring at its first event, its own handshake state.
+    FORKED.store(true, Ordering::Relaxed);
+    WAIT.store(true, Ordering::Relaxed);
+    TIMEOUTS.store(0, Ordering::Relaxed);
+    ANSWERS_SEEN.store(0, Ordering::Relaxed);
+    GAVE_UP_AT.store(0, Ordering::Relaxed);
+    STARTUP_DONE.store(false, Ordering::Relaxed);
+    STARTUP_DEADLINE.store(0, Ordering::Relaxed);
+    OWN.store(OWN_PENDING, Ordering::Release);
+}
+
+fn remember_path(path: &[u8]) {
+    // Room for the separator, a pid and the NUL.
+    if path.len() + 16 > PATH_MAX {
+        return;
+    }
+    for (slot, &b) in MAIN_PATH.iter().zip(path) {
+        slot.store(b, Ordering::Relaxed);
+    }
+    MAIN_LEN.store(path.len(), Ordering::Release);
 }
 
 fn ring_name() -> *const libc::c_char {
@@ -86,8 +193,9 @@ fn ring_name() -> *const libc::c_char {
     unsafe { libc::getenv(key.as_ptr() as *const libc::c_char) }
 }
 
-/// Maps the ring file after checking it is private to our user and well-formed.
-fn map(fd: i32) -> Option<*mut Header> {
+/// Maps the ring file after checking it is private to our user and well-formed; returns
+/// the mapping and its length.
+fn map(fd: i32) -> Option<(*mut Header, usize)> {
     // SAFETY: fstat fills a stat struct we own.
     let mut st: libc::stat = unsafe { core::mem::zeroed() };
     // SAFETY: as above.
@@ -128,13 +236,186 @@ fn map(fd: i32) -> Option<*mut Header> {
         unsafe { libc::munmap(p, size) };
         return None;
     }
-    Some(hdr)
+    Some((hdr, size))
 }
 
+/// The ring events go to; our own is made here at the first event that needs it.
+#[inline]
 fn header() -> Option<&'static Header> {
     let p = RING.load(Ordering::Acquire);
-    // SAFETY: once set, the mapping lives as long as the process.
-    (!p.is_null()).then(|| unsafe { &*p })
+    if !p.is_null() {
+        // SAFETY: once set, the mapping lives as long as the process (a fork child drops
+        // its parent's in the fork handler, before any of its threads runs).
+        return Some(unsafe { &*p });
+    }
+    if OWN.load(Ordering::Acquire) != OWN_PENDING {
+        return None;
+    }
+    own_ring()
+}
+
+/// Makes this process's own ring (one thread does; events of other threads meanwhile are
+/// not written). On failure, or when the profiler is gone, sampling stops.
+#[cold]
+fn own_ring() -> Option<&'static Header> {
+    if OWN
+        .compare_exchange(OWN_PENDING, OWN_MAKING, Ordering::AcqRel, Ordering::Acquire)
+        .is_err()
+    {
+        return None;
+    }
+    let consumer = CONSUMER.load(Ordering::Relaxed);
+    // SAFETY: kill with signal 0 only checks that the process exists.
+    let gone = consumer <= 0 || unsafe { libc::kill(consumer, 0) } != 0 && errno() == libc::ESRCH;
+    let made = if gone { None } else { make_own_ring() };
+    let Some((hdr, bytes)) = made else {
+        OWN.store(OWN_NONE, Ordering::Release);
+        ACTIVE.store(false, Ordering::Release);
+        return None;
+    };
+    RING_BYTES.store(bytes, Ordering::Relaxed);
+    RING.store(hdr, Ordering::Release);
+    OWN.store(OWN_READY, Ordering::Release);
+    // SAFETY: just mapped, as large as its header says.
+    Some(unsafe { &*hdr })
+}
+
+/// Creates `<profiler's ring>.<pid>` (O_EXCL, O_NOFOLLOW, mode 0600), sizes and maps it,
+/// and fills its header like the profiler fills its own, claimed by us, the magic last.
+fn make_own_ring() -> Option<(*mut Header, usize)> {
+    let len = MAIN_LEN.load(Ordering::Acquire);
+    let cap = CAPACITY.load(Ordering::Relaxed);
+    if len == 0 || !cap.is_power_of_two() {
+        return None;
+    }
+    // SAFETY: getpid has no preconditions.
+    let pid = unsafe { libc::getpid() };
+    let mut name = [0u8; PATH_MAX];
+    for (b, slot) in name.iter_mut().zip(&MAIN_PATH[..len]) {
+        *b = slot.load(Ordering::Relaxed);
+    }
+    name[len] = layout::CHILD_RING_SEP;
+    let end = len + 1 + write_decimal(&mut name[len + 1..], pid as u32);
+    name[end] = 0;
+    let path = name.as_ptr() as *const libc::c_char;
+    let flags = libc::O_RDWR | libc::O_CREAT | libc::O_EXCL | libc::O_NOFOLLOW | libc::O_CLOEXEC;
+    // SAFETY: `path` is NUL-terminated.
+    let mut fd = unsafe { libc::open(path, flags, 0o600 as libc::c_uint) };
+    if fd < 0 && errno() == libc::EEXIST && stale_own_name(path) {
+        // SAFETY: as above.
+        fd = unsafe { libc::open(path, flags, 0o600 as libc::c_uint) };
+    }
+    if fd < 0 {
+        return None;
+    }
+    let bytes = layout::file_bytes(cap);
+    // SAFETY: plain calls on the descriptor we just created; the mapping is fresh.
+    let p = unsafe {
+        if libc::fchmod(fd, 0o600) != 0 || !reserve(fd, bytes) {
+            libc::MAP_FAILED
+        } else {
+            libc::mmap(
+                core::ptr::null_mut(),
+                bytes,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                fd,
+                0,
+            )
+        }
+    };
+    // SAFETY: closing our descriptor; the mapping (if any) stays.
+    unsafe { libc::close(fd) };
+    if p == libc::MAP_FAILED {
+        // SAFETY: removing the file we created.
+        unsafe { libc::unlink(path) };
+        return None;
+    }
+    let hdr = p as *mut Header;
+    // SAFETY: a fresh mapping of `bytes` ≥ a header, zero-filled.
+    let h = unsafe { &*hdr };
+    h.version.store(layout::LAYOUT_VERSION, Ordering::Relaxed);
+    h.slot_bytes
+        .store(core::mem::size_of::<Slot>() as u32, Ordering::Relaxed);
+    h.capacity.store(cap, Ordering::Relaxed);
+    h.consumer_pid
+        .store(CONSUMER.load(Ordering::Relaxed), Ordering::Relaxed);
+    h.window
+        .store(WINDOW.load(Ordering::Relaxed), Ordering::Relaxed);
+    h.copy_window
+        .store(COPY_WINDOW.load(Ordering::Relaxed), Ordering::Relaxed);
+    if FOLLOW.load(Ordering::Relaxed) {
+        h.child_capacity.store(cap, Ordering::Relaxed);
+    }
+    h.python_lo
+        .store(PY_LO.load(Ordering::Relaxed), Ordering::Relaxed);
+    h.python_hi
+        .store(PY_HI.load(Ordering::Relaxed), Ordering::Relaxed);
+    h.producer_pid.store(pid, Ordering::Relaxed);
+    // The magic last: the profiler reads a ring only once it sees a complete header.
+    h.magic.store(layout::MAGIC, Ordering::Release);
+    Some((hdr, bytes))
+}
+
+/// Gives the new file `fd` its `bytes`, allocated now: a ring whose pages could not be
+/// had later (a full /dev/shm) would kill the program with SIGBUS at its next event, and a
+/// size above the process's file size limit with SIGXFSZ now. False: no ring.
+fn reserve(fd: i32, bytes: usize) -> bool {
+    // SAFETY: getrlimit fills a struct we own.
+    let mut lim: libc::rlimit = unsafe { core::mem::zeroed() };
+    // SAFETY: as above.
+    if unsafe { libc::getrlimit(libc::RLIMIT_FSIZE, &mut lim) } != 0
+        || (lim.rlim_cur != libc::RLIM_INFINITY && lim.rlim_cur < bytes as libc::rlim_t)
+    {
+        return false;
+    }
+    // SAFETY: plain calls on a descriptor of ours.
+    match unsafe { libc::fallocate(fd, 0, 0, bytes as libc::off_t) } {
+        0 => true,
+        // A file system that cannot reserve (not tmpfs): sized only, as the profiler's.
+        // SAFETY: as above.
+        _ if errno() == libc::EOPNOTSUPP => unsafe {
+            libc::ftruncate(fd, bytes as libc::off_t) == 0
+        },
+        _ => false,
+    }
+}
+
+/// A file already at our own ring's name is stale (a process that had our pid before us,
+/// or our own image before an `exec`: pids name one live process at a time): removes it
+/// when it is our user's plain file. Returns whether it did.
+fn stale_own_name(path: *const libc::c_char) -> bool {
+    // SAFETY: lstat fills a stat struct we own; `path` is NUL-terminated.
+    let mut st: libc::stat = unsafe { core::mem::zeroed() };
+    // SAFETY: as above.
+    if unsafe { libc::lstat(path, &mut st) } != 0 {
+        return false;
+    }
+    // SAFETY: getuid has no preconditions.
+    let uid = unsafe { libc::getuid() };
+    if st.st_uid != uid || st.st_mode & libc::S_IFMT != libc::S_IFREG {
+        return false;
+    }
+    // SAFETY: removing a file of ours at a NUL-terminated path.
+    unsafe { libc::unlink(path) == 0 }
+}
+
+/// Writes `n` in decimal at the start of `out`; returns the digits written.
+fn write_decimal(out: &mut [u8], mut n: u32) -> usize {
+    let mut digits = [0u8; 10];
+    let mut k = 0;
+    loop {
+        digits[k] = b'0' + (n % 10) as u8;
+        k += 1;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    for (o, d) in out.iter_mut().zip(digits[..k].iter().rev()) {
+        *o = *d;
+    }
+    k
 }
 
 /// Moves the footprint by `delta` bytes and raises the peak.
@@ -199,6 +480,12 @@ fn profiler_gone(h: &Header) -> bool {
 /// it has read this thread's stack. A full ring drops the event and counts it.
 pub fn emit(kind: u32, tid: i32, a: u64, b: u64, c: u64, ptr: u64, wait: bool) {
     let Some(h) = header() else { return };
+    let tid = if FORKED.load(Ordering::Relaxed) {
+        // SAFETY: gettid has no preconditions.
+        unsafe { libc::syscall(libc::SYS_gettid) as i32 }
+    } else {
+        tid
+    };
     let Some(ticket) = h.reserve() else { return };
     if wait
         && !WAIT.load(Ordering::Relaxed)
@@ -289,4 +576,70 @@ fn futex_wake(word: &AtomicU32) {
 fn errno() -> i32 {
     // SAFETY: reads this thread's errno.
     unsafe { *libc::__errno_location() }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn decimal() {
+        let mut b = [0u8; 12];
+        assert_eq!(write_decimal(&mut b, 0), 1);
+        assert_eq!(&b[..1], b"0");
+        assert_eq!(write_decimal(&mut b, 4194304), 7);
+        assert_eq!(&b[..7], b"4194304");
+        assert_eq!(write_decimal(&mut b, u32::MAX), 10);
+        assert_eq!(&b[..10], b"4294967295");
+    }
+
+    /// The ring a process makes for itself: `<profiler's ring>.<pid>`, private, sized for
+    /// its slots, its header complete and claimed by us; a stale file at that name (a
+    /// process that had our pid before, our own image before an exec) is replaced.
+    #[test]
+    fn own_ring_is_made_like_the_profilers() {
+        use std::os::unix::fs::MetadataExt;
+        let main = std::env::temp_dir().join(format!(
+            "scalene-rs-preload-test-{}.ring",
+            std::process::id()
+        ));
+        remember_path(main.as_os_str().as_encoded_bytes());
+        CAPACITY.store(256, Ordering::Relaxed);
+        // SAFETY: getpid has no preconditions.
+        let pid = unsafe { libc::getpid() };
+        CONSUMER.store(pid, Ordering::Relaxed);
+        let own = std::path::PathBuf::from(format!("{}.{pid}", main.display()));
+        std::fs::write(&own, b"stale").unwrap();
+        let (hdr, bytes) = make_own_ring().expect("made");
+        let meta = std::fs::metadata(&own).unwrap();
+        assert_eq!(meta.mode() & 0o777, 0o600);
+        assert_eq!(meta.len() as usize, layout::file_bytes(256));
+        assert_eq!(bytes, layout::file_bytes(256));
+        // SAFETY: the mapping just made.
+        let h = unsafe { &*hdr };
+        assert_eq!(h.magic.load(Ordering::Relaxed), layout::MAGIC);
+        assert_eq!(h.version.load(Ordering::Relaxed), layout::LAYOUT_VERSION);
+        assert_eq!(h.capacity.load(Ordering::Relaxed), 256);
+        assert_eq!(h.producer_pid.load(Ordering::Relaxed), pid);
+        assert_eq!(h.consumer_pid.load(Ordering::Relaxed), pid);
+        assert_eq!(
+            h.handshake.load(Ordering::Relaxed),
+            layout::HANDSHAKE_STARTING
+        );
+        assert_eq!(
+            h.window.load(Ordering::Relaxed),
+            WINDOW.load(Ordering::Relaxed)
+        );
+        // SAFETY: unmapping what make_own_ring mapped.
+        unsafe { libc::munmap(hdr as *mut libc::c_void, bytes) };
+        std::fs::remove_file(&own).unwrap();
+        // A symbolic link at the name is never followed nor removed.
+        std::os::unix::fs::symlink("/nonexistent", &own).unwrap();
+        assert!(make_own_ring().is_none());
+        assert!(std::fs::symlink_metadata(&own)
+            .unwrap()
+            .file_type()
+            .is_symlink());
+        std::fs::remove_file(&own).unwrap();
+    }
 }

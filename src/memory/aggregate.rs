@@ -3,7 +3,9 @@
 //! Owns: [`MemoryAggregator`] — each sampled allocation window charged to the line that
 //! made it, the line's live footprint (a sampled allocation stands for its window's bytes
 //! until its pointer is freed), copy volume, the program's footprint over time, and the
-//! leak score; and merging all that into a finished [`Profile`].
+//! leak score; merging the aggregators of a program's processes into one
+//! ([`MemoryAggregator::merge_processes`]); and merging all that into a finished
+//! [`Profile`].
 //! Must not: read process memory or format output.
 
 use super::ring::layout::{EV_ALLOC, EV_COPY, EV_FREE, EV_SAMPLED_FREE};
@@ -144,6 +146,92 @@ impl MemoryAggregator {
             EV_FREE => {}
             _ => {}
         }
+    }
+
+    /// Bytes allocated in all (its sampled windows).
+    pub fn alloc_bytes(&self) -> f64 {
+        self.total_alloc
+    }
+
+    /// One aggregator for a program of several processes, from each process's aggregator,
+    /// its ring's totals, and when its recording ended (its process ended or exec'd; its
+    /// memory is gone from then on). Events of all processes share one clock
+    /// (CLOCK_MONOTONIC). Sums: bytes allocated and copied, per line and in all, stacks,
+    /// dropped events and late handshakes. Footprints (a line's, and the program's) add
+    /// up over time: at each moment, the sum of each process's footprint then, 0 after
+    /// its end; their peaks are the peaks of those sums. The program's peak is the larger
+    /// of that and the largest peak of one process (its ring's own, exact). One process
+    /// comes back unchanged; none gives an empty aggregator with `defaults`.
+    pub fn merge_processes(
+        mut parts: Vec<(MemoryAggregator, RingTotals, u64)>,
+        defaults: RingTotals,
+    ) -> (MemoryAggregator, RingTotals) {
+        if parts.len() <= 1 {
+            return parts
+                .pop()
+                .map(|(a, t, _)| (a, t))
+                .unwrap_or((MemoryAggregator::new(), defaults));
+        }
+        let mut out = MemoryAggregator::new();
+        let mut totals = RingTotals {
+            window: parts[0].1.window,
+            copy_window: parts[0].1.copy_window,
+            ..RingTotals::default()
+        };
+        let mut footprints = Vec::new();
+        let mut lines: HashMap<LineKey, Vec<(LineAcc, u64)>> = HashMap::new();
+        for (agg, t, end) in parts {
+            totals.peak_bytes = totals.peak_bytes.max(t.peak_bytes);
+            totals.dropped += t.dropped;
+            totals.handshake_timeouts += t.handshake_timeouts;
+            out.start_ns = match (out.start_ns, agg.start_ns) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            };
+            out.last_ns = out.last_ns.max(agg.last_ns);
+            out.total_alloc += agg.total_alloc;
+            out.total_python += agg.total_python;
+            out.total_window_alloc += agg.total_window_alloc;
+            out.total_copy += agg.total_copy;
+            out.unattributed_mb += agg.unattributed_mb;
+            for (frames, bytes) in agg.stacks {
+                *out.stacks.entry(frames).or_insert(0.0) += bytes;
+            }
+            footprints.push((agg.footprint.0, end));
+            for (key, acc) in agg.lines {
+                lines.entry(key).or_default().push((acc, end));
+            }
+        }
+        out.footprint = sum_over_time(footprints);
+        let top = out.footprint.0.iter().map(|p| p.1).fold(0.0, f64::max);
+        totals.peak_bytes = totals.peak_bytes.max(top as i64);
+        for (key, accs) in lines {
+            let mut m = LineAcc::default();
+            let mut timelines = Vec::new();
+            for (acc, end) in accs {
+                m.alloc += acc.alloc;
+                m.window_alloc += acc.window_alloc;
+                m.window_python += acc.window_python;
+                m.copied += acc.copied;
+                m.peak = m.peak.max(acc.peak);
+                m.sampled_at.extend(acc.sampled_at);
+                m.freed_at.extend(acc.freed_at);
+                if !acc.timeline.0.is_empty() {
+                    timelines.push((acc.timeline.0, end));
+                }
+            }
+            m.sampled_at.sort_unstable();
+            m.freed_at.sort_unstable();
+            m.timeline = sum_over_time(timelines);
+            for &(_, v) in &m.timeline.0 {
+                m.peak = m.peak.max(v);
+                m.sum += v;
+                m.n += 1;
+            }
+            m.current = m.timeline.0.last().map_or(0.0, |p| p.1);
+            out.lines.insert(key, m);
+        }
+        (out, totals)
     }
 
     /// Charges an allocation event's bytes to the full stack that made it.
@@ -311,6 +399,36 @@ impl MemoryAggregator {
         });
         v
     }
+}
+
+/// The sum over time of step functions (each `(ns, value)` point holds until the next;
+/// each function is 0 before its first point and from its `end` on).
+fn sum_over_time(parts: Vec<(Vec<(u64, f64)>, u64)>) -> Timeline {
+    let mut changes: Vec<(u64, usize, f64)> = Vec::new();
+    for (i, (points, end)) in parts.iter().enumerate() {
+        let mut last = 0;
+        for &(t, v) in points {
+            changes.push((t, i, v));
+            last = last.max(t);
+        }
+        if !points.is_empty() {
+            changes.push(((*end).max(last), i, 0.0));
+        }
+    }
+    // Stable: a function's own points keep their order at equal times.
+    changes.sort_by_key(|c| c.0);
+    let mut now = vec![0.0f64; parts.len()];
+    let mut out = Timeline::default();
+    let mut k = 0;
+    while k < changes.len() {
+        let t = changes[k].0;
+        while k < changes.len() && changes[k].0 == t {
+            now[changes[k].1] = changes[k].2;
+            k += 1;
+        }
+        out.push(t, now.iter().sum());
+    }
+    out
 }
 
 /// What the ring's header says at the end.

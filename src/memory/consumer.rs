@@ -2,8 +2,9 @@
 //! thread's Python stack while that thread waits in the handshake, answers it, and folds
 //! the events.
 //!
-//! Owns: [`MemoryRecorder`] (the thread, its stop, its result) and the memory side of
-//! `run`: the ring and the written library ([`MemorySetup`]).
+//! Owns: [`MemoryRecorder`] (the thread, its stop, its result), the memory side of
+//! `run`: the ring and the written library ([`MemorySetup`]), and finding the rings of a
+//! program whose `run` is gone, for `attach` ([`ring_of_program`], [`take_over_ring`]).
 //! Must not: pause the target's threads (only the allocating thread waits, in its own
 //! futex) or take longer than needed per event: the program waits for our answer.
 
@@ -12,6 +13,7 @@ use super::preload::{preload_env, PreloadFile};
 use super::ring::{self, layout, Ring};
 use crate::python::{self, Frame, PythonProcess, StackWalker};
 use std::collections::HashMap;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -62,10 +64,10 @@ impl MemorySetup {
     }
 }
 
-/// The ring of a process started under `run` whose profiler is gone (`attach`): the preload
-/// library must be loaded in it and its environment must name the ring. The error says why
-/// memory cannot be recorded, for the user.
-pub fn find_ring(pid: i32) -> Result<Ring, String> {
+/// The ring the profiler made for the program `pid` belongs to (named in its environment),
+/// when the preload library is loaded in it: the program was started under `run`. The
+/// error says why memory cannot be recorded, for the user.
+pub fn ring_of_program(pid: i32) -> Result<PathBuf, String> {
     let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap_or_default();
     if !maps.contains("libscalene_preload.so") {
         return Err(
@@ -76,12 +78,29 @@ pub fn find_ring(pid: i32) -> Result<Ring, String> {
     }
     let environ = std::fs::read(format!("/proc/{pid}/environ")).unwrap_or_default();
     let key = format!("{}=", ring::RING_ENV);
-    let path = environ
+    environ
         .split(|&b| b == 0)
         .find_map(|kv| kv.strip_prefix(key.as_bytes()))
-        .map(|v| std::path::PathBuf::from(String::from_utf8_lossy(v).into_owned()))
-        .ok_or("the preload library is loaded but its ring is not named in the environment")?;
-    Ring::take_over(&path, pid)
+        .map(|v| PathBuf::from(String::from_utf8_lossy(v).into_owned()))
+        .ok_or_else(|| {
+            "the preload library is loaded but its ring is not named in the environment".into()
+        })
+}
+
+/// Process `pid`'s ring, of a program started under `run` whose profiler is gone
+/// (`attach`), taken over: the one it made for itself (`<main>.<pid>`), else the
+/// profiler's ring `main` if it is the process that claimed it. `Ok(None)`: neither (yet:
+/// a process makes its own at its first sampled event).
+pub fn take_over_ring(main: &Path, pid: i32) -> Result<Option<Ring>, String> {
+    let own = ring::child_path(main, pid);
+    if own.exists() {
+        return Ring::take_over(&own, pid).map(Some);
+    }
+    match ring::producer_of(main) {
+        // Another process's (or nobody's yet): look again later.
+        Some(p) if p != pid => Ok(None),
+        _ => Ring::take_over(main, pid).map(Some),
+    }
 }
 
 /// The running consumer thread.
@@ -96,8 +115,12 @@ impl MemoryRecorder {
     pub fn start(mut ring: Ring, proc: Option<PythonProcess>, cfg: MemoryConfig) -> MemoryRecorder {
         let stop = Arc::new(AtomicBool::new(false));
         let stop2 = stop.clone();
+        let name = match ring.producer_pid() {
+            0 => "memory".to_string(),
+            pid => format!("memory-{pid}"),
+        };
         let handle = std::thread::Builder::new()
-            .name("memory".into())
+            .name(name)
             .spawn(move || consume(&mut ring, proc, &cfg, &stop2))
             .expect("spawning the memory thread");
         MemoryRecorder { stop, handle }
@@ -111,6 +134,10 @@ impl MemoryRecorder {
             .unwrap_or_else(|_| (MemoryAggregator::new(), RingTotals::default()))
     }
 }
+
+/// Longest wait for the doorbell after reading events, and after finding none.
+const BUSY_NAP: Duration = Duration::from_millis(2);
+const IDLE_NAP: Duration = Duration::from_millis(10);
 
 fn consume(
     ring: &mut Ring,
@@ -156,7 +183,10 @@ fn consume(
             last_footprint = Instant::now();
             agg.footprint_at(layout::now_ns(), ring.footprint());
         }
-        bell = ring.wait_doorbell(bell, Duration::from_millis(2));
+        // A producer that waits rings the doorbell: idle, we look at other events (frees)
+        // less often. A program of many processes has a reader per process, mostly idle.
+        let nap = if any { BUSY_NAP } else { IDLE_NAP };
+        bell = ring.wait_doorbell(bell, nap);
     }
     ring.set_handshake(false);
     let h = ring.header();

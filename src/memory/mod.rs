@@ -2,10 +2,12 @@
 //!
 //! Owns: the embedded preload library and writing it out privately ([`preload`]), creating,
 //! reading and removing rings ([`ring`]), the consumer thread that ties events to lines
-//! ([`consumer`]) and folding events into per-line results ([`aggregate`]).
+//! ([`consumer`]), one ring and consumer per process of the program ([`fleet`]) and
+//! folding events into per-line results ([`aggregate`]).
 //! Must not: pause the target or format output.
 
 pub mod aggregate;
 pub mod consumer;
+pub mod fleet;
 pub mod preload;
 pub mod ring;

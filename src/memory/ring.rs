@@ -2,8 +2,10 @@
 //! preload library in the program claims it and writes events, and we read them here.
 //!
 //! Owns: [`Ring`] (create with O_EXCL and mode 0600 in a private place, map, read events
-//! in order, answer handshakes, remove the file), [`clean_stale`] (rings left by profilers
-//! that died). The format itself is `preload/src/layout.rs`, compiled into both sides.
+//! in order, answer handshakes, remove the file), opening the rings the program's other
+//! processes make ([`Ring::open_child`], named by [`child_path`]), [`clean_stale`] (rings
+//! left by profilers that died). The format itself is `preload/src/layout.rs`, compiled
+//! into both sides.
 //! Must not: block the producer (a full ring is the producer's to drop), or trust the
 //! file's contents beyond bounds-checked slot indices.
 
@@ -13,6 +15,7 @@ pub mod layout;
 
 use layout::{Header, Slot};
 use memmap2::MmapMut;
+use std::os::fd::AsRawFd;
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -25,6 +28,10 @@ const PREFIX: &str = "scalene-rs-ring-";
 
 /// Default number of slots (64 bytes each: 4 MiB).
 pub const DEFAULT_CAPACITY: u64 = 1 << 16;
+/// Slots of the rings the program's other processes make (1 MiB each): each has a reader
+/// of its own, so it needs less slack than the first process's ring, and a pool of many
+/// workers keeps its shared memory small.
+pub const CHILD_CAPACITY: u64 = 1 << 14;
 
 /// What one event says (see the `EV_*` constants of the layout).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -45,8 +52,15 @@ pub struct Event {
 /// (`attach`).
 pub struct Ring {
     path: PathBuf,
-    /// We created the file (and remove it when done).
+    /// We created the file, or it is a ring of the program's made for us to read: we
+    /// remove it when done (if the name still holds this file: a process that `exec`s
+    /// replaces its old ring with a new one of the same name).
     owned: bool,
+    /// The file's device and inode.
+    id: (u64, u64),
+    /// We are its reader (made it, took it over, or were named its reader): when done,
+    /// we tell its producer not to wait for us any more.
+    reader: bool,
     map: MmapMut,
     capacity: u64,
     /// Since when the slot at `tail` has been reserved but not yet written.
@@ -92,14 +106,26 @@ impl Ring {
             let _ = std::fs::remove_file(&path);
             e
         };
-        file.set_len(layout::file_bytes(capacity) as u64)
-            .map_err(cleanup)?;
+        // Its pages allocated now: a ring whose pages could not be had later (a full
+        // /dev/shm) would kill the program with SIGBUS at its next event.
+        let bytes = layout::file_bytes(capacity) as libc::off_t;
+        // SAFETY: fallocate on a descriptor of ours.
+        if unsafe { libc::fallocate(file.as_raw_fd(), 0, 0, bytes) } != 0 {
+            let e = std::io::Error::last_os_error();
+            if e.raw_os_error() != Some(libc::EOPNOTSUPP) {
+                return Err(cleanup(e));
+            }
+            file.set_len(bytes as u64).map_err(cleanup)?;
+        }
         // SAFETY: a shared mapping of a file we just created; the other side only touches
         // it through atomics of the layout, and every read here is of atomics too.
         let map = unsafe { MmapMut::map_mut(&file) }.map_err(cleanup)?;
+        let meta = file.metadata().map_err(cleanup)?;
         let ring = Ring {
             path,
             owned: true,
+            id: (meta.dev(), meta.ino()),
+            reader: true,
             map,
             capacity,
             stuck_since: None,
@@ -122,6 +148,69 @@ impl Ring {
     /// that profiler is gone. The file must be ours and private (mode 0600), well-formed,
     /// and claimed by `producer` (the process being attached to).
     pub fn take_over(path: &Path, producer: i32) -> Result<Ring, String> {
+        let mut ring = Ring::open_checked(path, producer)?;
+        ring.owned = false;
+        let h = ring.header();
+        let me = std::process::id() as i32;
+        let reader = h.consumer_pid.load(Ordering::Acquire);
+        if reader != me && crate::error::process_exists(reader) {
+            return Err(format!(
+                "its memory events are read by scalene-rs process {reader} (the `run` that started it)"
+            ));
+        }
+        h.consumer_pid
+            .compare_exchange(reader, me, Ordering::AcqRel, Ordering::Acquire)
+            .map_err(|_| "another profiler took the ring over first".to_string())?;
+        // What the program wrote while nobody read belongs to no recording of ours.
+        h.tail
+            .store(h.head.load(Ordering::Acquire), Ordering::Release);
+        h.consumer_generation.fetch_add(1, Ordering::AcqRel);
+        ring.reader = true;
+        Ok(ring)
+    }
+
+    /// Opens the ring that process `producer` of the program we run made for us
+    /// ([`child_path`]): ours, private, well-formed, claimed by `producer`, and naming us
+    /// as its reader. We remove it when done. `Ok(None)`: there is none (yet).
+    pub fn open_child(path: &Path, producer: i32) -> Result<Option<Ring>, String> {
+        match std::fs::symlink_metadata(path) {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(format!("{}: {e}", path.display())),
+            Ok(_) => {}
+        }
+        let mut ring = match Ring::open_checked(path, producer) {
+            Ok(r) => r,
+            // Being made (not sized, or its header not complete yet): look again later.
+            Err(_) if Ring::incomplete(path) => return Ok(None),
+            Err(e) => return Err(e),
+        };
+        let me = std::process::id() as i32;
+        let reader = ring.header().consumer_pid.load(Ordering::Acquire);
+        if reader != me {
+            return Err(format!(
+                "{} names scalene-rs process {reader} as its reader, not us",
+                path.display()
+            ));
+        }
+        ring.owned = true;
+        ring.reader = true;
+        Ok(Some(ring))
+    }
+
+    /// A ring file that is still being made: shorter than a header, or no magic yet.
+    fn incomplete(path: &Path) -> bool {
+        use std::io::Read;
+        let mut magic = [0u8; 8];
+        match std::fs::File::open(path).and_then(|mut f| f.read_exact(&mut magic)) {
+            Ok(()) => u64::from_ne_bytes(magic) != layout::MAGIC,
+            Err(e) => e.kind() == std::io::ErrorKind::UnexpectedEof,
+        }
+    }
+
+    /// Opens and maps an existing ring after checking it: a private file of our user (no
+    /// symbolic link), a header of this layout, slots inside the file, claimed by
+    /// `producer`. Not owned.
+    fn open_checked(path: &Path, producer: i32) -> Result<Ring, String> {
         let file = std::fs::OpenOptions::new()
             .read(true)
             .write(true)
@@ -131,7 +220,7 @@ impl Ring {
         let meta = file.metadata().map_err(|e| e.to_string())?;
         // SAFETY: getuid has no preconditions.
         let uid = unsafe { libc::getuid() };
-        if meta.uid() != uid || meta.mode() & 0o077 != 0 {
+        if meta.uid() != uid || meta.mode() & 0o077 != 0 || !meta.is_file() {
             return Err(format!(
                 "{} is not a private file of ours; not reading it",
                 path.display()
@@ -147,6 +236,7 @@ impl Ring {
         let capacity = h.capacity.load(Ordering::Relaxed);
         if h.magic.load(Ordering::Acquire) != layout::MAGIC
             || h.version.load(Ordering::Relaxed) != layout::LAYOUT_VERSION
+            || h.slot_bytes.load(Ordering::Relaxed) as usize != std::mem::size_of::<Slot>()
             || !capacity.is_power_of_two()
             || layout::file_bytes(capacity) > map.len()
         {
@@ -161,27 +251,29 @@ impl Ring {
                 path.display()
             ));
         }
-        let me = std::process::id() as i32;
-        let reader = h.consumer_pid.load(Ordering::Acquire);
-        if reader != me && crate::error::process_exists(reader) {
-            return Err(format!(
-                "its memory events are read by scalene-rs process {reader} (the `run` that started it)"
-            ));
-        }
-        h.consumer_pid
-            .compare_exchange(reader, me, Ordering::AcqRel, Ordering::Acquire)
-            .map_err(|_| "another profiler took the ring over first".to_string())?;
-        // What the program wrote while nobody read belongs to no recording of ours.
-        h.tail
-            .store(h.head.load(Ordering::Acquire), Ordering::Release);
-        h.consumer_generation.fetch_add(1, Ordering::AcqRel);
         Ok(Ring {
             path: path.to_path_buf(),
             owned: false,
+            id: (meta.dev(), meta.ino()),
+            reader: false,
             map,
             capacity,
             stuck_since: None,
         })
+    }
+
+    /// Says whether the program's other Python processes make rings of their own (see
+    /// [`child_path`]), and of how many slots (a power of two); set before the program
+    /// starts.
+    pub fn set_child_rings(&self, capacity: Option<u64>) {
+        let cap = capacity.unwrap_or(0);
+        assert!(cap == 0 || cap.is_power_of_two());
+        self.header().child_capacity.store(cap, Ordering::Release);
+    }
+
+    /// The file stays when this handle is dropped.
+    pub fn keep_file(&mut self) {
+        self.owned = false;
     }
 
     pub fn path(&self) -> &Path {
@@ -295,11 +387,51 @@ impl Ring {
 
 impl Drop for Ring {
     fn drop(&mut self) {
-        self.set_handshake(false);
-        if self.owned {
+        if self.reader {
+            self.set_handshake(false);
+        }
+        let ours =
+            std::fs::symlink_metadata(&self.path).is_ok_and(|m| (m.dev(), m.ino()) == self.id);
+        if self.owned && ours {
             let _ = std::fs::remove_file(&self.path);
         }
     }
+}
+
+/// The ring process `pid` of the program makes for itself when `main` (the ring the
+/// profiler made) is claimed by another process: `<main>.<pid>`.
+pub fn child_path(main: &Path, pid: i32) -> PathBuf {
+    let mut name = main.as_os_str().to_owned();
+    name.push(format!("{}{pid}", layout::CHILD_RING_SEP as char));
+    PathBuf::from(name)
+}
+
+/// Removes the rings processes of the program made beside `main` (`<main>.<pid>`) that
+/// are still there (processes we never read: they ended before we found them, or were
+/// never followed). Returns how many were removed.
+pub fn remove_children_of(main: &Path) -> usize {
+    let (Some(dir), Some(name)) = (main.parent(), main.file_name()) else {
+        return 0;
+    };
+    let mut prefix = name.to_string_lossy().into_owned();
+    prefix.push(layout::CHILD_RING_SEP as char);
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return 0;
+    };
+    // SAFETY: getuid has no preconditions.
+    let uid = unsafe { libc::getuid() };
+    let mut removed = 0;
+    for e in entries.flatten() {
+        let n = e.file_name().to_string_lossy().into_owned();
+        let is_child = n
+            .strip_prefix(&prefix)
+            .is_some_and(|pid| !pid.is_empty() && pid.bytes().all(|b| b.is_ascii_digit()));
+        let mine = std::fs::symlink_metadata(e.path()).is_ok_and(|m| m.uid() == uid && m.is_file());
+        if is_child && mine && std::fs::remove_file(e.path()).is_ok() {
+            removed += 1;
+        }
+    }
+    removed
 }
 
 fn futex(word: &AtomicU32, op: i32, val: u32, timeout: Option<Duration>) {
@@ -316,7 +448,7 @@ fn futex(word: &AtomicU32, op: i32, val: u32, timeout: Option<Duration>) {
 }
 
 /// The producer pid written in a ring file's header (0 when unclaimed).
-fn producer_of(path: &Path) -> Option<i32> {
+pub fn producer_of(path: &Path) -> Option<i32> {
     use std::io::Read;
     let mut head = [0u8; std::mem::offset_of!(Header, producer_pid) + 4];
     std::fs::File::open(path).ok()?.read_exact(&mut head).ok()?;

@@ -468,6 +468,12 @@ pub struct ProcessProfile {
     pub samples: u64,
     /// Its share of the program's time, in percent.
     pub cpu_pct: f64,
+    /// Peak of its own sampled live footprint, MB (with memory accounting).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mem_peak_mb: Option<f64>,
+    /// MB it allocated (its sampled windows; with memory accounting).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mem_alloc_mb: Option<f64>,
 }
 
 #[cfg(test)]

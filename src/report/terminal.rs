@@ -317,7 +317,13 @@ impl Renderer<'_> {
                 );
                 break;
             }
-            let text = format!("pid {:<8} {:>5.1}%  {}", p.pid, p.cpu_pct, p.command);
+            let text = match p.mem_peak_mb {
+                Some(peak) => format!(
+                    "pid {:<8} {:>5.1}%  peak {:>6.1} MB  {}",
+                    p.pid, p.cpu_pct, peak, p.command
+                ),
+                None => format!("pid {:<8} {:>5.1}%  {}", p.pid, p.cpu_pct, p.command),
+            };
             let label = if i == 0 { "Processes:" } else { "" };
             self.field(
                 out,

@@ -385,6 +385,13 @@ impl Sampler {
         drive(self, rate, stop, progress)
     }
 
+    /// The memory ring of this process, known once it has one (see
+    /// [`SamplerConfig::handshake_file`]).
+    pub fn set_handshake_file(&mut self, file: std::path::PathBuf) {
+        self.handshake_range = mapping_of(self.proc.pid, &file);
+        self.cfg.handshake_file = Some(file);
+    }
+
     fn with_handshake_range(mut self) -> Self {
         if let Some(file) = &self.cfg.handshake_file {
             self.handshake_range = mapping_of(self.proc.pid, file);

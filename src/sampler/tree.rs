@@ -3,7 +3,10 @@
 //!
 //! Owns: [`ProcessTree`] — finding descendants (/proc/PID/task/TID/children), locating the
 //! interpreter of each new process (and again after an `exec`), sampling them all on one
-//! schedule, and merging their aggregates (times are seconds, so sums are the program's).
+//! schedule, and merging their aggregates (times are seconds, so sums are the program's);
+//! telling whoever records more per process (memory) which images of which processes are
+//! sampled and which are over ([`ProcessTree::sampling`], [`ProcessTree::take_retired`]),
+//! each image by a serial number of its own.
 //! Must not: start or wait for processes (the session does), or format output.
 
 use super::{Sampler, SamplerConfig, Stats, Ticker};
@@ -35,6 +38,7 @@ enum Tracked {
         sampler: Box<Sampler>,
         exe: String,
         command: String,
+        serial: u64,
     },
 }
 
@@ -42,6 +46,7 @@ enum Tracked {
 struct Done {
     sampler: Box<Sampler>,
     command: String,
+    serial: u64,
 }
 
 /// Samples a root process and, when following, every descendant that runs Python.
@@ -53,6 +58,15 @@ pub struct ProcessTree {
     tracked: BTreeMap<i32, Tracked>,
     done: Vec<Done>,
     last_scan: Option<Instant>,
+    /// Serial of the next image sampled.
+    next_serial: u64,
+    /// Images retired and not yet taken by [`ProcessTree::take_retired`].
+    retired: Vec<(i32, u64)>,
+    /// A scan happened since [`ProcessTree::take_scanned`].
+    scanned: bool,
+    /// Memory figures of images, by serial: peak and allocated MB
+    /// ([`ProcessTree::set_process_memory`]).
+    memory: HashMap<u64, (f64, f64)>,
     /// Ticks of the shared schedule (`samples`), missed ticks, and the sum of every
     /// process's lost thread samples.
     pub stats: Stats,
@@ -143,6 +157,10 @@ impl ProcessTree {
             tracked: BTreeMap::new(),
             done: Vec::new(),
             last_scan: None,
+            next_serial: 0,
+            retired: Vec::new(),
+            scanned: false,
+            memory: HashMap::new(),
             stats: Stats::default(),
             notes: BTreeMap::new(),
         }
@@ -152,15 +170,66 @@ impl ProcessTree {
     pub fn with_located(mut self, proc: PythonProcess) -> Self {
         let pid = proc.pid;
         let exe = image_of(pid).unwrap_or_default();
+        self.start_sampling(proc, exe);
+        self
+    }
+
+    fn start_sampling(&mut self, proc: PythonProcess, exe: String) {
+        let pid = proc.pid;
+        let serial = self.next_serial;
+        self.next_serial += 1;
         self.tracked.insert(
             pid,
             Tracked::Sampling {
                 sampler: Box::new(Sampler::new(proc, self.cfg.clone())),
                 exe,
                 command: command_line(pid),
+                serial,
             },
         );
-        self
+    }
+
+    /// The images being sampled: pid, serial, and the located interpreter.
+    pub fn sampling(&self) -> impl Iterator<Item = (i32, u64, &PythonProcess)> {
+        self.tracked.iter().filter_map(|(&pid, t)| match t {
+            Tracked::Sampling {
+                sampler, serial, ..
+            } => Some((pid, *serial, &sampler.proc)),
+            Tracked::Other { .. } => None,
+        })
+    }
+
+    /// The images that ended (their process ended or exec'd) since the last call: pid and
+    /// serial, in the order they ended.
+    pub fn take_retired(&mut self) -> Vec<(i32, u64)> {
+        std::mem::take(&mut self.retired)
+    }
+
+    /// Whether the processes were listed again since the last call.
+    pub fn take_scanned(&mut self) -> bool {
+        std::mem::replace(&mut self.scanned, false)
+    }
+
+    /// Where process `pid`'s memory ring is mapped from: a thread of it blocked in a futex
+    /// there waits for us (see [`SamplerConfig::handshake_file`]).
+    pub fn set_handshake_file(&mut self, pid: i32, file: std::path::PathBuf) {
+        if let Some(Tracked::Sampling { sampler, .. }) = self.tracked.get_mut(&pid) {
+            sampler.set_handshake_file(file);
+        }
+    }
+
+    /// Image `serial`'s own memory figures (peak and allocated MB), for the per-process
+    /// breakdown.
+    pub fn set_process_memory(&mut self, serial: u64, peak_mb: f64, alloc_mb: f64) {
+        self.memory.insert(serial, (peak_mb, alloc_mb));
+    }
+
+    /// Ends every image (the recording is over): see [`ProcessTree::take_retired`].
+    pub fn retire_all(&mut self) {
+        let pids: Vec<i32> = self.tracked.keys().copied().collect();
+        for pid in pids {
+            self.retire(pid);
+        }
     }
 
     /// Processes sampled so far, running or finished.
@@ -175,11 +244,19 @@ impl ProcessTree {
 
     fn retire(&mut self, pid: i32) {
         if let Some(Tracked::Sampling {
-            sampler, command, ..
+            sampler,
+            command,
+            serial,
+            ..
         }) = self.tracked.remove(&pid)
         {
+            self.retired.push((pid, serial));
             if sampler.stats.samples > 0 {
-                self.done.push(Done { sampler, command });
+                self.done.push(Done {
+                    sampler,
+                    command,
+                    serial,
+                });
             }
         }
     }
@@ -188,6 +265,7 @@ impl ProcessTree {
     fn scan(&mut self) {
         let now = Instant::now();
         self.last_scan = Some(now);
+        self.scanned = true;
         let pids = if self.follow {
             descendants(self.root)
         } else {
@@ -241,14 +319,7 @@ impl ProcessTree {
             let backoff = (STARTING_RETRY * 2u32.saturating_pow(tries.min(16))).min(OTHER_RETRY);
             let next = match located {
                 Ok(p) if matches!(p.interp_head(), Ok(h) if h != 0) => {
-                    self.tracked.insert(
-                        pid,
-                        Tracked::Sampling {
-                            sampler: Box::new(Sampler::new(p, self.cfg.clone())),
-                            exe,
-                            command: command_line(pid),
-                        },
-                    );
+                    self.start_sampling(p, exe);
                     continue;
                 }
                 Ok(_) => now + STARTING_RETRY,
@@ -335,10 +406,7 @@ impl ProcessTree {
 
     /// The merged profile of every process sampled.
     pub fn finish(mut self, program: String) -> Profile {
-        let pids: Vec<i32> = self.tracked.keys().copied().collect();
-        for pid in pids {
-            self.retire(pid);
-        }
+        self.retire_all();
         let mut agg = Aggregator::new();
         let mut versions: Vec<String> = Vec::new();
         let mut views: Vec<(i32, Option<String>)> = Vec::new();
@@ -351,12 +419,15 @@ impl ProcessTree {
                 versions.push(v.clone());
             }
             views.push((s.proc.pid, s.cwd().map(str::to_string)));
+            let mem = self.memory.get(&d.serial);
             processes.push(ProcessProfile {
                 pid: s.proc.pid,
                 command: d.command.clone(),
                 python_version: v,
                 samples: s.stats.samples,
                 cpu_pct: s.aggregator().total_s(),
+                mem_peak_mb: mem.map(|m| m.0),
+                mem_alloc_mb: mem.map(|m| m.1),
             });
         }
         let total = agg.total_s();

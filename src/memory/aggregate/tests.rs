@@ -101,3 +101,92 @@ fn timelines_stay_bounded() {
         (3 * MAX_POINTS - 1) as f64
     );
 }
+
+#[test]
+fn processes_merge_lines_and_footprints_over_time() {
+    let ms = 1_000_000u64;
+    // Process A keeps 4 windows on line 3 from 0 to 10 ms and ends at 30 ms; process B
+    // keeps 2 windows on line 3 and 1 on line 5 from 20 ms, and ends at 50 ms.
+    let mut a = MemoryAggregator::new();
+    for i in 0..4u64 {
+        a.add(&ev(EV_ALLOC, M, M, M, 0x1000 + i, i * ms), key(3));
+        a.footprint_at(i * ms, ((i + 1) * M) as i64);
+    }
+    let mut b = MemoryAggregator::new();
+    for i in 0..2u64 {
+        b.add(&ev(EV_ALLOC, M, M, 0, 0x1000 + i, 20 * ms + i * ms), key(3));
+        b.footprint_at(20 * ms + i * ms, ((i + 1) * M) as i64);
+    }
+    b.add(&ev(EV_ALLOC, M, M, 0, 0x2000, 25 * ms), key(5));
+    b.footprint_at(25 * ms, (3 * M) as i64);
+    let ta = RingTotals {
+        peak_bytes: (4 * M) as i64,
+        dropped: 1,
+        ..Default::default()
+    };
+    let tb = RingTotals {
+        peak_bytes: (3 * M) as i64,
+        handshake_timeouts: 2,
+        ..Default::default()
+    };
+    let (m, t) = MemoryAggregator::merge_processes(
+        vec![(a, ta, 30 * ms), (b, tb, 50 * ms)],
+        RingTotals::default(),
+    );
+    // Both alive from 20 to 30 ms: 4 + 3 MiB at the top; the sums of the counters.
+    assert_eq!(t.peak_bytes, (7 * M) as i64);
+    assert_eq!((t.dropped, t.handshake_timeouts), (1, 2));
+    assert_eq!(m.alloc_bytes(), (7 * M) as f64);
+    let mut p = profile();
+    m.merge_into(&mut p, t, &mut |_| None);
+    let line = |n: u32| {
+        p.files[0]
+            .lines
+            .iter()
+            .find(|l| l.line == n)
+            .unwrap()
+            .memory
+            .clone()
+            .unwrap()
+    };
+    // Line 3: 4 + 2 windows; live together 4 + 2 MiB (A's bytes go when A ends at 30 ms).
+    assert!((line(3).mem_alloc_mb - 6.0).abs() < 1e-9);
+    assert!((line(3).mem_peak_mb - 6.0).abs() < 1e-9);
+    assert!((line(3).mem_python_pct - 100.0 * 4.0 / 6.0).abs() < 1e-9);
+    assert!((line(5).mem_peak_mb - 1.0).abs() < 1e-9);
+    let mem = p.memory.as_ref().unwrap();
+    assert!((mem.peak_mb - 7.0).abs() < 1e-9);
+    // The program's footprint: A's 4 MiB until 30 ms, B's 3 then, nothing after 50 ms.
+    let at = |s: f64| {
+        mem.timeline
+            .iter()
+            .take_while(|p| p[0] <= s + 1e-12)
+            .last()
+            .map_or(0.0, |p| p[1])
+    };
+    assert_eq!(at(0.010), 4.0);
+    assert_eq!(at(0.026), 7.0);
+    assert_eq!(at(0.035), 3.0);
+    assert_eq!(at(0.060), 0.0);
+}
+
+#[test]
+fn one_process_merges_unchanged_and_none_is_empty() {
+    let mut a = MemoryAggregator::new();
+    a.add(&ev(EV_ALLOC, M, M, M, 0x1000, 5), key(3));
+    a.footprint_at(5, M as i64);
+    let t = RingTotals {
+        peak_bytes: 9 * M as i64,
+        ..Default::default()
+    };
+    let (m, t2) = MemoryAggregator::merge_processes(vec![(a, t, 100)], RingTotals::default());
+    assert_eq!(t2.peak_bytes, t.peak_bytes);
+    assert_eq!(m.footprint.0, vec![(5, M as f64)]);
+    let defaults = RingTotals {
+        window: 77,
+        ..Default::default()
+    };
+    let (m, t3) = MemoryAggregator::merge_processes(Vec::new(), defaults);
+    assert_eq!(m.alloc_bytes(), 0.0);
+    assert_eq!(t3.window, 77);
+}

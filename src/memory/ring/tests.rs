@@ -3,6 +3,7 @@
 
 use super::*;
 use layout::EventData;
+use std::os::unix::fs::OpenOptionsExt;
 
 fn ring(cap: u64) -> Ring {
     Ring::create(&std::env::temp_dir(), cap, 1 << 20, 1 << 20).unwrap()
@@ -176,8 +177,109 @@ fn stale_rings_of_dead_profilers_are_removed() {
     let finished = dir.join(format!("{PREFIX}99999997-0.ring"));
     std::fs::write(&orphan, header(std::process::id() as i32)).unwrap();
     std::fs::write(&finished, header(99999996)).unwrap();
-    assert_eq!(clean_stale(&dir), 2);
-    assert!(!dead.exists() && !finished.exists());
-    assert!(live.exists() && other.exists() && orphan.exists());
+    // The rings the program's processes made beside their profiler's go by the same rule.
+    let child_alive = child_path(&orphan, std::process::id() as i32);
+    let child_gone = child_path(&orphan, 99999995);
+    std::fs::write(&child_alive, header(std::process::id() as i32)).unwrap();
+    std::fs::write(&child_gone, header(99999995)).unwrap();
+    assert_eq!(clean_stale(&dir), 3);
+    assert!(!dead.exists() && !finished.exists() && !child_gone.exists());
+    assert!(live.exists() && other.exists() && orphan.exists() && child_alive.exists());
     std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// A ring as a process of the program makes it for itself (the library's `make_own_ring`):
+/// the profiler's header fields, claimed by `producer`, read by `reader`.
+fn child_ring(path: &Path, producer: i32, reader: i32, mode: u32) {
+    let cap = 16u64;
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create_new(true)
+        .mode(mode)
+        .open(path)
+        .unwrap();
+    file.set_len(layout::file_bytes(cap) as u64).unwrap();
+    // SAFETY: a fresh mapping of the file just made; atomics only.
+    let map = unsafe { MmapMut::map_mut(&file) }.unwrap();
+    // SAFETY: page-aligned and a header long.
+    let h = unsafe { &*(map.as_ptr() as *const Header) };
+    h.version.store(layout::LAYOUT_VERSION, Ordering::Relaxed);
+    h.slot_bytes
+        .store(std::mem::size_of::<Slot>() as u32, Ordering::Relaxed);
+    h.capacity.store(cap, Ordering::Relaxed);
+    h.consumer_pid.store(reader, Ordering::Relaxed);
+    h.producer_pid.store(producer, Ordering::Relaxed);
+    h.magic.store(layout::MAGIC, Ordering::Release);
+}
+
+#[test]
+fn rings_of_the_programs_processes_are_found_checked_and_removed() {
+    let main = ring(8);
+    main.set_child_rings(Some(CHILD_CAPACITY));
+    assert_eq!(
+        main.header().child_capacity.load(Ordering::Relaxed),
+        CHILD_CAPACITY
+    );
+    let me = std::process::id() as i32;
+    let path = child_path(main.path(), 4242);
+    assert_eq!(
+        path.file_name().unwrap().to_string_lossy(),
+        format!(
+            "{}.4242",
+            main.path().file_name().unwrap().to_string_lossy()
+        )
+    );
+    // Not there yet, then being made (no header yet): looked at again later.
+    assert!(Ring::open_child(&path, 4242).unwrap().is_none());
+    std::fs::File::create(&path).unwrap();
+    assert!(Ring::open_child(&path, 4242).unwrap().is_none());
+    std::fs::remove_file(&path).unwrap();
+    // Readable by others, or another process's, or another profiler's: refused.
+    child_ring(&path, 4242, me, 0o644);
+    assert!(Ring::open_child(&path, 4242).is_err());
+    std::fs::remove_file(&path).unwrap();
+    child_ring(&path, 4242, me, 0o600);
+    assert!(Ring::open_child(&path, 4243).is_err());
+    std::fs::remove_file(&path).unwrap();
+    child_ring(&path, 4242, 1, 0o600);
+    assert!(Ring::open_child(&path, 4242).is_err());
+    std::fs::remove_file(&path).unwrap();
+    // Ours: read, and removed when done...
+    child_ring(&path, 4242, me, 0o600);
+    let r = Ring::open_child(&path, 4242).unwrap().unwrap();
+    assert_eq!(r.producer_pid(), 4242);
+    drop(r);
+    assert!(!path.exists());
+    // ... unless the name holds another file by then (the process exec'd and made a new
+    // ring): that one stays for its reader.
+    child_ring(&path, 4242, me, 0o600);
+    let r = Ring::open_child(&path, 4242).unwrap().unwrap();
+    std::fs::remove_file(&path).unwrap();
+    child_ring(&path, 4242, me, 0o600);
+    drop(r);
+    assert!(path.exists());
+    // The end of a run removes what its processes made and nobody read; only those.
+    let other = main.path().with_extension("ring.x1");
+    std::fs::write(&other, b"x").unwrap();
+    child_ring(&child_path(main.path(), 7), 7, me, 0o600);
+    assert_eq!(remove_children_of(main.path()), 2);
+    assert!(!path.exists() && other.exists() && main.path().exists());
+    std::fs::remove_file(&other).unwrap();
+}
+
+#[test]
+fn a_failed_take_over_leaves_the_ring_alone() {
+    let r = ring(8);
+    r.set_handshake(true);
+    // Claimed by us as the producer, read by us (alive): taking it over fails, and the
+    // failed attempt must not tell the producer to stop waiting for its reader.
+    let me = std::process::id() as i32;
+    r.header().producer_pid.store(me, Ordering::Relaxed);
+    r.header().consumer_pid.store(1, Ordering::Relaxed);
+    assert!(Ring::take_over(r.path(), me).is_err());
+    assert_eq!(
+        r.header().handshake.load(Ordering::Relaxed),
+        layout::HANDSHAKE_ON
+    );
 }

@@ -1,0 +1,250 @@
+//! Memory of a program of several processes: each Python process has a ring of its own,
+//! read by a consumer of its own, and their results merge into one.
+//!
+//! Owns: [`Fleet`] — finding the ring of each process the process tree samples (the ring
+//! the profiler made, which the program's first Python process claims, or the one another
+//! process made for itself at its first event: `<ring>.<pid>`), checking it belongs to the
+//! image being sampled (a process that `exec`s gets a new ring), running a
+//! [`MemoryRecorder`] per ring (one thread each: a process's allocating thread never waits
+//! on a consumer busy with another process's handshake), finishing it when its process
+//! ends or execs, each process's own figures, and the merged result.
+//! Must not: look for processes (the process tree does, and tells us), read stacks itself
+//! (the recorders do), or format output.
+
+use super::aggregate::{MemoryAggregator, RingTotals};
+use super::consumer::{self, MemoryConfig, MemoryRecorder};
+use super::ring::{self, layout, Ring};
+use crate::python::PythonProcess;
+use std::collections::{HashMap, HashSet};
+use std::path::PathBuf;
+
+const MB: f64 = 1024.0 * 1024.0;
+
+/// One process's own memory figures (the per-process breakdown of the profile).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct ProcessFigures {
+    /// Peak of its sampled live footprint, MB.
+    pub peak_mb: f64,
+    /// MB it allocated (its sampled windows).
+    pub alloc_mb: f64,
+}
+
+/// Where rings come from.
+enum Source {
+    /// `run`: the profiler's ring (until the process that claimed it is found), and the
+    /// rings processes make beside it, which we remove when done.
+    Run {
+        main: Option<Ring>,
+        main_path: PathBuf,
+    },
+    /// `attach` to a program whose `run` is gone: each process's ring is taken over; the
+    /// profiler's ring's path comes from each process's environment.
+    Attach,
+}
+
+/// A finished recorder's results.
+struct Finished {
+    agg: MemoryAggregator,
+    totals: RingTotals,
+    end_ns: u64,
+}
+
+/// The rings of a program's processes and their consumers, by the process tree's serial
+/// of each sampled image of a process.
+pub struct Fleet {
+    cfg: MemoryConfig,
+    source: Source,
+    live: HashMap<u64, MemoryRecorder>,
+    /// Images whose ring will never come (attach: no library in the process).
+    settled: HashSet<u64>,
+    /// `attach`: the profiler's ring as named in each image's environment.
+    mains: HashMap<u64, PathBuf>,
+    done: Vec<Finished>,
+    /// Why a process's memory cannot be recorded (`attach`), by pid.
+    pub notes: Vec<(i32, String)>,
+}
+
+impl Fleet {
+    /// For `run`: `main` is the ring the profiler made and named to the program.
+    pub fn for_run(main: Ring, cfg: MemoryConfig) -> Fleet {
+        let main_path = main.path().to_path_buf();
+        Fleet::new(
+            Source::Run {
+                main: Some(main),
+                main_path,
+            },
+            cfg,
+        )
+    }
+
+    /// For `attach`: rings are found through each process's environment.
+    pub fn for_attach(cfg: MemoryConfig) -> Fleet {
+        Fleet::new(Source::Attach, cfg)
+    }
+
+    fn new(source: Source, cfg: MemoryConfig) -> Fleet {
+        Fleet {
+            cfg,
+            source,
+            live: HashMap::new(),
+            settled: HashSet::new(),
+            mains: HashMap::new(),
+            done: Vec::new(),
+            notes: Vec::new(),
+        }
+    }
+
+    /// Whether image `serial` needs no more looking at (its ring is read, or will never come).
+    pub fn settled(&self, serial: u64) -> bool {
+        self.live.contains_key(&serial) || self.settled.contains(&serial)
+    }
+
+    /// Image `serial` of process `pid` is sampled through `proc`: when its ring is there,
+    /// starts reading it (its handshakes are answered from then on) and returns its path
+    /// (where a thread blocked in the handshake waits). Call again on later scans until
+    /// [`Fleet::settled`]: a process makes its ring at its first sampled event.
+    pub fn adopt(&mut self, pid: i32, serial: u64, proc: &PythonProcess) -> Option<PathBuf> {
+        if self.settled(serial) {
+            return None;
+        }
+        let found = match &mut self.source {
+            Source::Run { main, main_path } => {
+                match Ring::open_child(&ring::child_path(main_path, pid), pid) {
+                    Ok(Some(r)) => Some(r),
+                    // The profiler's ring, if this is the process that claimed it. Its file
+                    // stays until the end: the program's later processes read their
+                    // settings from it.
+                    Ok(None) if main.as_ref().is_some_and(|m| m.producer_pid() == pid) => {
+                        main.take().map(|mut m| {
+                            m.keep_file();
+                            m
+                        })
+                    }
+                    Ok(None) | Err(_) => None,
+                }
+            }
+            Source::Attach => {
+                let main = match self.mains.get(&serial) {
+                    Some(m) => m.clone(),
+                    None => match consumer::ring_of_program(pid) {
+                        Ok(m) => {
+                            self.mains.insert(serial, m.clone());
+                            m
+                        }
+                        Err(why) => {
+                            self.settled.insert(serial);
+                            self.notes.push((pid, why));
+                            return None;
+                        }
+                    },
+                };
+                match consumer::take_over_ring(&main, pid) {
+                    Ok(r) => r,
+                    Err(why) => {
+                        self.settled.insert(serial);
+                        self.notes.push((pid, why));
+                        return None;
+                    }
+                }
+            }
+        };
+        let mut ring = found?;
+        if !of_this_image(&ring, proc) {
+            // The ring of this process's image before an `exec` (the new image makes its
+            // own, replacing it): not ours to remove; nobody waits on it any more.
+            ring.keep_file();
+            return None;
+        }
+        let path = ring.path().to_path_buf();
+        let reader = proc.reopen().ok();
+        let recorder = MemoryRecorder::start(ring, reader, self.cfg.clone());
+        self.live.insert(serial, recorder);
+        Some(path)
+    }
+
+    /// Process `pid` of the program cannot be sampled (an unsupported interpreter, no
+    /// permission): its ring, once it has one, must not make it wait for us.
+    pub fn refuse(&mut self, pid: i32) {
+        if let Source::Run { main, main_path } = &mut self.source {
+            if let Some(m) = main.as_ref().filter(|m| m.producer_pid() == pid) {
+                m.set_handshake(false);
+            }
+            // Dropped at once: told not to wait, and removed.
+            let _ = Ring::open_child(&ring::child_path(main_path, pid), pid);
+        }
+    }
+
+    /// Image `serial` is over (its process ended or exec'd): reads what is left of its ring
+    /// and stops. Returns its own figures, when its ring was read.
+    pub fn retire(&mut self, serial: u64) -> Option<ProcessFigures> {
+        self.settled.remove(&serial);
+        self.mains.remove(&serial);
+        let (agg, totals) = self.live.remove(&serial)?.finish();
+        let figures = ProcessFigures {
+            peak_mb: totals.peak_bytes.max(0) as f64 / MB,
+            alloc_mb: agg.alloc_bytes() / MB,
+        };
+        self.done.push(Finished {
+            agg,
+            totals,
+            end_ns: layout::now_ns(),
+        });
+        Some(figures)
+    }
+
+    /// Stops every reader and merges every process's memory (see
+    /// [`MemoryAggregator::merge_processes`]). `run` always has a result (the program's
+    /// memory was recorded, if only as nothing); `attach` only when some ring was read.
+    /// The rings `run` made or was given are removed, also those of processes never read.
+    pub fn finish(mut self) -> Option<(MemoryAggregator, RingTotals)> {
+        let serials: Vec<u64> = self.live.keys().copied().collect();
+        for s in serials {
+            self.retire(s);
+        }
+        let defaults = RingTotals {
+            window: self.cfg.window,
+            copy_window: self.cfg.copy_window,
+            ..RingTotals::default()
+        };
+        if let Source::Run { main, main_path } = &mut self.source {
+            // Never read: its program's processes no longer wait for us.
+            drop(main.take());
+            let _ = std::fs::remove_file(&*main_path);
+            ring::remove_children_of(main_path);
+        } else if self.done.is_empty() {
+            return None;
+        }
+        let parts = self
+            .done
+            .into_iter()
+            .map(|f| (f.agg, f.totals, f.end_ns))
+            .collect();
+        Some(MemoryAggregator::merge_processes(parts, defaults))
+    }
+}
+
+/// Whether `ring` was claimed by the image `proc` reads: the library wrote where the
+/// interpreter's image (libpython, or a static executable) starts in its process, and the
+/// process maps a file starting just there now (an `exec` maps everything afresh, at other
+/// addresses). True when either is unknown.
+fn of_this_image(ring: &Ring, proc: &PythonProcess) -> bool {
+    use std::sync::atomic::Ordering;
+    let lo = ring.header().python_lo.load(Ordering::Acquire);
+    let Ok(maps) = crate::elf::maps::read_maps(proc.pid) else {
+        return true;
+    };
+    let Some(path) = maps
+        .iter()
+        .find(|m| (m.start..m.end).contains(&lo))
+        .and_then(|m| m.path.as_deref())
+    else {
+        return lo == 0;
+    };
+    lo == 0
+        || maps
+            .iter()
+            .filter(|m| m.path.as_deref() == Some(path))
+            .map(|m| m.start)
+            .min()
+            == Some(lo)
+}
