@@ -2,12 +2,14 @@
 //! bootstrap heap that serves allocations made while they are being found (glibc's dlsym
 //! may call calloc for its error buffer).
 //!
-//! Owns: resolution once, [`Real`] function pointers, the static bootstrap buffer.
+//! Owns: resolution once, the real function pointers, the static bootstrap buffer, and
+//! [`block_size`]: a block's usable size read from glibc's chunk header when the real
+//! allocator is glibc's (checked once, see [`check_glibc_chunks`]).
 //! Must not: account or sample anything (that is `lib.rs`), or ever hand a bootstrap
 //! pointer to the real `free`.
 
 use core::ffi::c_void;
-use core::sync::atomic::{AtomicPtr, AtomicU8, AtomicUsize, Ordering};
+use core::sync::atomic::{AtomicBool, AtomicPtr, AtomicU8, AtomicUsize, Ordering};
 
 type Fn1 = unsafe extern "C" fn(usize) -> *mut c_void;
 type Fn2 = unsafe extern "C" fn(usize, usize) -> *mut c_void;
@@ -128,6 +130,86 @@ caller!(memalign, MEMALIGN, Fn2, (align: usize, size: usize) -> *mut c_void, boo
 caller!(valloc, VALLOC, Fn1, (size: usize) -> *mut c_void, boot_alloc(size, 4096));
 caller!(pvalloc, PVALLOC, Fn1, (size: usize) -> *mut c_void, boot_alloc(size, 4096));
 caller!(usable_size, USABLE, UsableFn, (p: *mut c_void) -> usize, 0);
+
+/// The real allocator is glibc's and its chunk headers read as [`block_size`] expects.
+static GLIBC_CHUNKS: AtomicBool = AtomicBool::new(false);
+
+/// The usable size of a live block of the real allocator (what `malloc_usable_size` says).
+/// With glibc's allocator it is read from the chunk header in front of the block (the size
+/// word: chunk size | flags, 2 = mmapped): the same word glibc's own `malloc_usable_size`
+/// reads, without the call through a pointer and the look at the next chunk's header it
+/// also makes (which only matters for a block that is not live). Every block this is asked
+/// about is live: just returned by the allocator, or about to be freed.
+#[inline(always)]
+pub fn block_size(p: *mut c_void) -> usize {
+    if GLIBC_CHUNKS.load(Ordering::Relaxed) {
+        // SAFETY: `p` is a live block of glibc's allocator (see above), which always keeps
+        // its chunk's size word in the 8 bytes before the block.
+        let word = unsafe { (p as *const usize).sub(1).read() };
+        chunk_usable(word)
+    } else {
+        usable_size(p)
+    }
+}
+
+/// Whether [`block_size`] reads glibc's chunk headers.
+pub fn reads_glibc_chunks() -> bool {
+    GLIBC_CHUNKS.load(Ordering::Relaxed)
+}
+
+/// glibc: a chunk's usable bytes from its size word (mmapped chunks have a two-word header,
+/// others use the next chunk's first word as well).
+#[inline(always)]
+fn chunk_usable(word: usize) -> usize {
+    let size = word & !7;
+    let overhead = if word & 2 != 0 {
+        2 * core::mem::size_of::<usize>()
+    } else {
+        core::mem::size_of::<usize>()
+    };
+    size.saturating_sub(overhead)
+}
+
+/// Turns [`block_size`]'s header reading on when the real `malloc` and
+/// `malloc_usable_size` are glibc's (in libc.so) and agree with the header on blocks of
+/// every kind (small, large, mmapped, aligned, calloc'd). Called once from the constructor,
+/// after [`init`]; anything unexpected leaves the plain call to `malloc_usable_size`.
+#[cold]
+pub fn check_glibc_chunks() {
+    let in_libc = |f: *mut c_void| {
+        // SAFETY: Dl_info is plain data; dladdr fills it or returns 0.
+        let mut info: libc::Dl_info = unsafe { core::mem::zeroed() };
+        // SAFETY: dladdr only looks `f` up among the loaded objects.
+        if f.is_null() || unsafe { libc::dladdr(f, &mut info) } == 0 || info.dli_fname.is_null() {
+            return false;
+        }
+        // SAFETY: dli_fname is a NUL-terminated path owned by the dynamic linker.
+        let path = unsafe { core::ffi::CStr::from_ptr(info.dli_fname) }.to_bytes();
+        let base = path.rsplit(|&c| c == b'/').next().unwrap_or(path);
+        base.starts_with(b"libc.so") || base.starts_with(b"libc-2.")
+    };
+    if !in_libc(MALLOC.load(Ordering::Acquire)) || !in_libc(USABLE.load(Ordering::Acquire)) {
+        return;
+    }
+    let agrees = |p: *mut c_void| {
+        if p.is_null() {
+            return true;
+        }
+        // SAFETY: `p` was just returned by glibc's allocator.
+        let word = unsafe { (p as *const usize).sub(1).read() };
+        let ok = chunk_usable(word) == usable_size(p);
+        free(p);
+        ok
+    };
+    let mut ok = true;
+    for size in [1, 24, 100, 1000, 5000, 70_000, 1 << 20, 4 << 20] {
+        ok &= agrees(malloc(size));
+        ok &= agrees(calloc(1, size));
+        ok &= agrees(memalign(64, size));
+        ok &= agrees(aligned_alloc(4096, size.next_multiple_of(4096)));
+    }
+    GLIBC_CHUNKS.store(ok, Ordering::Relaxed);
+}
 caller!(memcpy, MEMCPY, CopyFn, (d: *mut c_void, s: *const c_void, n: usize) -> *mut c_void,
     slow_copy(d, s, n));
 caller!(memmove, MEMMOVE, CopyFn, (d: *mut c_void, s: *const c_void, n: usize) -> *mut c_void,
