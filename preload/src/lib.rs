@@ -10,6 +10,7 @@
 //! Must not: allocate, take a lock, or panic on any path reachable from an entry point
 //! (the crate is built with panic = "abort"), or block except the bounded handshake.
 
+mod arenas;
 pub mod layout;
 mod maps;
 mod real;

@@ -19,6 +19,8 @@ type FreeFn = unsafe extern "C" fn(*mut c_void);
 type PosixMemalignFn = unsafe extern "C" fn(*mut *mut c_void, usize, usize) -> i32;
 type UsableFn = unsafe extern "C" fn(*mut c_void) -> usize;
 type CopyFn = unsafe extern "C" fn(*mut c_void, *const c_void, usize) -> *mut c_void;
+type MmapFn = unsafe extern "C" fn(*mut c_void, usize, i32, i32, i32, i64) -> *mut c_void;
+type MunmapFn = unsafe extern "C" fn(*mut c_void, usize) -> i32;
 
 macro_rules! slots {
     ($($name:ident),*) => {
@@ -38,7 +40,10 @@ slots!(
     PVALLOC,
     USABLE,
     MEMCPY,
-    MEMMOVE
+    MEMMOVE,
+    MMAP,
+    MMAP64,
+    MUNMAP
 );
 
 /// 0 = not resolved, 1 = resolving, 2 = resolved.
@@ -60,6 +65,9 @@ pub fn init() -> bool {
     };
     find(&MEMCPY, c"memcpy");
     find(&MEMMOVE, c"memmove");
+    find(&MMAP, c"mmap");
+    find(&MMAP64, c"mmap64");
+    find(&MUNMAP, c"munmap");
     find(&MALLOC, c"malloc");
     find(&CALLOC, c"calloc");
     find(&REALLOC, c"realloc");
@@ -214,6 +222,34 @@ caller!(memcpy, MEMCPY, CopyFn, (d: *mut c_void, s: *const c_void, n: usize) -> 
     slow_copy(d, s, n));
 caller!(memmove, MEMMOVE, CopyFn, (d: *mut c_void, s: *const c_void, n: usize) -> *mut c_void,
     slow_copy(d, s, n));
+
+caller!(mmap, MMAP, MmapFn,
+    (addr: *mut c_void, len: usize, prot: i32, flags: i32, fd: i32, off: i64) -> *mut c_void,
+    sys_mmap(addr, len, prot, flags, fd, off));
+caller!(mmap64, MMAP64, MmapFn,
+    (addr: *mut c_void, len: usize, prot: i32, flags: i32, fd: i32, off: i64) -> *mut c_void,
+    sys_mmap(addr, len, prot, flags, fd, off));
+caller!(munmap, MUNMAP, MunmapFn, (addr: *mut c_void, len: usize) -> i32, sys_munmap(addr, len));
+
+/// mmap without libc's wrapper, for calls made before the real function is known (glibc's
+/// `syscall` returns -1 = MAP_FAILED and sets errno on failure).
+fn sys_mmap(
+    addr: *mut c_void,
+    len: usize,
+    prot: i32,
+    flags: i32,
+    fd: i32,
+    off: i64,
+) -> *mut c_void {
+    // SAFETY: the caller's own arguments, passed to the kernel unchanged.
+    unsafe { libc::syscall(libc::SYS_mmap, addr, len, prot, flags, fd, off) as *mut c_void }
+}
+
+/// munmap without libc's wrapper, for calls made before the real function is known.
+fn sys_munmap(addr: *mut c_void, len: usize) -> i32 {
+    // SAFETY: the caller's own arguments, passed to the kernel unchanged.
+    unsafe { libc::syscall(libc::SYS_munmap, addr, len) as i32 }
+}
 
 /// Byte-by-byte copy for calls made before the real functions are known. Volatile
 /// accesses keep the compiler from turning this loop back into a call to memcpy.
