@@ -9,7 +9,9 @@
 //! - `accounting`: a ring claimed, events drained by a thread, handshakes off (the per-call
 //!   accounting and the sampled events, nobody reading stacks);
 //! - `full`: `scalene-rs run -o /dev/null` (adds the handshakes and the CPU sampler);
-//!   `cpu-only` (`run --cpu-only`) is measured beside it.
+//!   `cpu-only` (`run --cpu-only`) is measured beside it;
+//! - `acct-pymalloc` and `full-pymalloc`: `accounting` and `full` with Python's small-object
+//!   allocator left on (`run --keep-pymalloc`).
 //!
 //!   cargo bench --bench memory_overhead -- [--rounds N] [--python PY] [WORKLOAD.py ...]
 //!
@@ -43,9 +45,11 @@ enum Variant {
     OtherLib,
     CpuOnly,
     Full,
+    AccountingPymalloc,
+    FullPymalloc,
 }
 
-const VARIANTS: [(Variant, &str); 7] = [
+const VARIANTS: [(Variant, &str); 9] = [
     (Variant::Bare, "bare"),
     (Variant::PymallocOff, "pymalloc-off"),
     (Variant::LibIdle, "lib-idle"),
@@ -53,6 +57,8 @@ const VARIANTS: [(Variant, &str); 7] = [
     (Variant::OtherLib, "other-lib"),
     (Variant::CpuOnly, "cpu-only"),
     (Variant::Full, "full"),
+    (Variant::AccountingPymalloc, "acct-pymalloc"),
+    (Variant::FullPymalloc, "full-pymalloc"),
 ];
 
 /// Runs `cmd` to its end; returns its exit status and the CPU seconds (user + system) of
@@ -106,11 +112,14 @@ fn run_accounting(lib: &Path, cmd: &mut Command) -> (std::process::ExitStatus, f
 /// Wall and CPU seconds of one run.
 fn timed(v: Variant, python: &str, script: &Path, lib: &Path, other: Option<&Path>) -> (f64, f64) {
     let mut cmd = match v {
-        Variant::CpuOnly | Variant::Full => {
+        Variant::CpuOnly | Variant::Full | Variant::FullPymalloc => {
             let mut c = Command::new(BIN);
             c.args(["run", "-o", "/dev/null"]);
             if v == Variant::CpuOnly {
                 c.arg("--cpu-only");
+            }
+            if v == Variant::FullPymalloc {
+                c.arg("--keep-pymalloc");
             }
             c.arg("--").arg(python).arg(script).stderr(Stdio::null());
             c
@@ -133,7 +142,7 @@ fn timed(v: Variant, python: &str, script: &Path, lib: &Path, other: Option<&Pat
     }
     let start = Instant::now();
     let (status, cpu) = match (v, other) {
-        (Variant::Accounting, _) => {
+        (Variant::Accounting | Variant::AccountingPymalloc, _) => {
             let (s, c, _) = run_accounting(lib, &mut cmd);
             (s, c)
         }
@@ -228,7 +237,7 @@ fn main() {
             let r = ratios(&wall, i);
             let (lo, hi) = spread(&r);
             let mut line = format!("  {label:<13} {:.3} [{lo:.2}–{hi:.2}]", median(r));
-            if !matches!(v, Variant::CpuOnly | Variant::Full) {
+            if !matches!(v, Variant::CpuOnly | Variant::Full | Variant::FullPymalloc) {
                 let r = ratios(&cpu, i);
                 let (lo, hi) = spread(&r);
                 line += &format!("  (CPU {:.3} [{lo:.2}–{hi:.2}])", median(r));
