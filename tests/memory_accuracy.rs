@@ -40,7 +40,7 @@ fn profile_with(py: &common::Interpreter, fixture: &str, extra: &[&str]) -> (Val
     ));
     let out = Command::new(BIN)
         .arg("run")
-        .args(from_env.split_whitespace())
+        .args(from_env.split_whitespace().filter(|a| !extra.contains(a)))
         .args(extra)
         .arg("-o")
         .arg(&json)
