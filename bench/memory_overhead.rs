@@ -63,6 +63,8 @@ const VARIANTS: [(Variant, &str); 9] = [
 
 /// Runs `cmd` to its end; returns its exit status and the CPU seconds (user + system) of
 /// it and its waited-for descendants.
+// The child is reaped by wait4 (which also gives its rusage), not by Child::wait.
+#[allow(clippy::zombie_processes)]
 fn run_with_cpu(cmd: &mut Command) -> (std::process::ExitStatus, f64) {
     use std::os::unix::process::ExitStatusExt;
     let child = cmd.spawn().expect("running the workload");

@@ -161,6 +161,7 @@ pub fn block_size(p: *mut c_void) -> usize {
 }
 
 /// Whether [`block_size`] reads glibc's chunk headers.
+#[cfg(test)]
 pub fn reads_glibc_chunks() -> bool {
     GLIBC_CHUNKS.load(Ordering::Relaxed)
 }
