@@ -1,10 +1,12 @@
 //! scalene-rs's preload library: loaded into the profiled program with LD_PRELOAD, it
-//! interposes the malloc family, memcpy and memmove, counts bytes per thread and writes a
+//! interposes the malloc family, memcpy and memmove (and mmap/munmap, for pymalloc's arenas:
+//! `arenas.rs`), counts bytes per thread (`tls.rs`) and writes a
 //! sampled event into the profiler's shared-memory ring each time a thread has allocated a
 //! window's worth of bytes, freed a window's worth, copied a copy window's worth, or freed
 //! a sampled allocation.
 //!
-//! Owns: the interposed entry points and the per-thread accounting. Every entry point
+//! Owns: the interposed entry points and the per-thread accounting, whose common path is a
+//! few instructions (the sampled path is out of line). Every entry point
 //! delegates to the real function (`real.rs`); accounting happens only when a ring was
 //! claimed (`ring.rs`), so a program that is not Python runs unchanged.
 //! Must not: allocate, take a lock, or panic on any path reachable from an entry point
