@@ -164,6 +164,11 @@ fn run_appends_to_the_users_ld_preload_and_cpu_only_injects_nothing() {
         "{without}"
     );
     assert!(without.contains("PYTHONMALLOC=\n"), "{without}");
+
+    // --keep-pymalloc: our library, Python's own allocator.
+    let kept = run(&["--keep-pymalloc"]);
+    assert!(kept.contains("libscalene_preload.so"), "{kept}");
+    assert!(kept.contains("PYTHONMALLOC=\n"), "{kept}");
 }
 
 #[test]

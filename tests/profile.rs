@@ -134,14 +134,25 @@ fn function_total(p: &Value, name: &str) -> f64 {
 fn python_and_native_lines_get_their_share_and_their_split() {
     let fx = common::fixture("cpu/split.py");
     let (lp, ln) = (mark(&fx, "python"), mark(&fx, "native"));
-    // Both ways of reading stacks: the default (without pausing, validated) and --blocking.
-    // CPU accounting only: this is the CPU profiler's accuracy (memory's is
-    // tests/memory_accuracy.rs; with memory on, the native line's allocations wait in the
-    // handshake and the shares here drift by up to ~5 points on this 2-core machine).
+    // Both ways of reading stacks: the default (without pausing, validated) and --blocking,
+    // with CPU accounting only; then `run`'s default, memory on. With memory on, threads
+    // wait in the allocation handshake while we read their stacks; the sampler leaves the
+    // CPU of a thread caught waiting for its next sample (src/sampler), else a handshake at
+    // the native line's first allocation takes the Python line's CPU along (the shares here
+    // drifted by 3 points on 2.7, 6 with answers 2 ms slow). Same tolerance for all three:
+    // the sampling noise of a 3 s run at 100 Hz (±3 points seen) is what it must allow.
     common::for_each_interpreter(|py| {
         let mut summaries = Vec::new();
-        for mode in [&["--cpu-only"][..], &["--cpu-only", "--blocking"][..]] {
-            let label = mode.get(1).copied().unwrap_or("default");
+        for mode in [
+            &["--cpu-only"][..],
+            &["--cpu-only", "--blocking"][..],
+            &[][..],
+        ] {
+            let label = match mode {
+                [] => "memory on",
+                [_] => "default",
+                [_, m, ..] => m,
+            };
             let (p, out) = profile_and_output(py, &fx, &["3"], mode);
             let t = truth(&out);
             let truth_py = 100.0 * t[0].1 / (t[0].1 + t[1].1);
@@ -169,6 +180,10 @@ fn python_and_native_lines_get_their_share_and_their_split() {
             }
             if a.0 < 0.9 * ta || b.1 < 0.9 * tb {
                 return Err(format!("split below 90%: {summary}"));
+            }
+            // Memory on means allocations were sampled (each window waited for us).
+            if mode.is_empty() && p["memory"]["alloc_mb"].as_f64().unwrap_or(0.0) <= 0.0 {
+                return Err(format!("memory on but nothing recorded: {summary}"));
             }
             summaries.push(summary);
         }

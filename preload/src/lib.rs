@@ -1,23 +1,27 @@
 //! scalene-rs's preload library: loaded into the profiled program with LD_PRELOAD, it
-//! interposes the malloc family, memcpy and memmove, counts bytes per thread and writes a
+//! interposes the malloc family, memcpy and memmove (and mmap/munmap, for pymalloc's arenas:
+//! `arenas.rs`), counts bytes per thread (`tls.rs`) and writes a
 //! sampled event into the profiler's shared-memory ring each time a thread has allocated a
 //! window's worth of bytes, freed a window's worth, copied a copy window's worth, or freed
 //! a sampled allocation.
 //!
-//! Owns: the interposed entry points and the per-thread accounting. Every entry point
+//! Owns: the interposed entry points and the per-thread accounting, whose common path is a
+//! few instructions (the sampled path is out of line). Every entry point
 //! delegates to the real function (`real.rs`); accounting happens only when a ring was
 //! claimed (`ring.rs`), so a program that is not Python runs unchanged.
 //! Must not: allocate, take a lock, or panic on any path reachable from an entry point
 //! (the crate is built with panic = "abort"), or block except the bounded handshake.
 
+mod arenas;
 pub mod layout;
 mod maps;
 mod real;
 mod ring;
+mod tls;
 
-use core::cell::Cell;
 use core::ffi::c_void;
-use core::sync::atomic::{AtomicUsize, Ordering};
+use core::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
+use tls::ThreadState;
 
 /// The interpreter image's address range (`[lo, hi)`); zero when not Python.
 static PY_LO: AtomicUsize = AtomicUsize::new(0);
@@ -26,6 +30,7 @@ static PY_HI: AtomicUsize = AtomicUsize::new(0);
 /// Runs before `main` (and before the interpreter starts).
 extern "C" fn constructor() {
     real::init();
+    real::check_glibc_chunks();
     let range = maps::interpreter_range();
     if let Some((lo, hi)) = range {
         PY_LO.store(lo, Ordering::Relaxed);
@@ -37,33 +42,6 @@ extern "C" fn constructor() {
 #[used]
 #[link_section = ".init_array"]
 static CONSTRUCTOR: extern "C" fn() = constructor;
-
-/// One thread's counters since its last events. Const-initialised and without a destructor:
-/// access never allocates and works until the thread is gone.
-struct ThreadState {
-    /// Inside our own accounting (an event being written): calls pass straight through.
-    busy: Cell<bool>,
-    /// Bytes allocated since the last alloc event, and of those, by the interpreter.
-    allocated: Cell<u64>,
-    python: Cell<u64>,
-    /// Bytes freed since the last free event.
-    freed: Cell<u64>,
-    copied: Cell<u64>,
-    tid: Cell<i32>,
-}
-
-thread_local! {
-    static T: ThreadState = const {
-        ThreadState {
-            busy: Cell::new(false),
-            allocated: Cell::new(0),
-            python: Cell::new(0),
-            freed: Cell::new(0),
-            copied: Cell::new(0),
-            tid: Cell::new(0),
-        }
-    };
-}
 
 fn tid(t: &ThreadState) -> i32 {
     let mut id = t.tid.get();
@@ -94,7 +72,7 @@ fn in_python(ret: usize) -> bool {
 /// difference.
 #[inline(always)]
 fn on_alloc(p: *mut c_void, bytes: usize, ret: usize) {
-    T.with(|t| {
+    tls::with(|t| {
         if t.busy.get() {
             return;
         }
@@ -103,78 +81,104 @@ fn on_alloc(p: *mut c_void, bytes: usize, ret: usize) {
             t.python.set(t.python.get() + bytes as u64);
         }
         if allocated >= ring::WINDOW.load(Ordering::Relaxed) {
-            t.busy.set(true);
-            t.allocated.set(0);
-            ring::footprint(allocated as i64);
-            let watched = if watch(p as usize) { p as u64 } else { 0 };
-            ring::emit(
-                layout::EV_ALLOC,
-                tid(t),
-                allocated,
-                allocated,
-                t.python.replace(0),
-                watched,
-                true,
-            );
-            t.busy.set(false);
+            alloc_window_full(t, p, allocated);
         } else {
             t.allocated.set(allocated);
         }
     })
 }
 
+/// The sampled (rare) part of [`on_alloc`]: out of line, so the common path stays a few
+/// instructions inlined into each entry point.
+#[cold]
+#[inline(never)]
+fn alloc_window_full(t: &ThreadState, p: *mut c_void, allocated: u64) {
+    t.busy.set(true);
+    t.allocated.set(0);
+    ring::footprint(allocated as i64);
+    let watched = if watch(p as usize) { p as u64 } else { 0 };
+    ring::emit(
+        layout::EV_ALLOC,
+        tid(t),
+        allocated,
+        allocated,
+        t.python.replace(0),
+        watched,
+        true,
+    );
+    t.busy.set(false);
+}
+
 /// Counts `bytes` freed at `p` (null: a block shrunk in place).
 #[inline(always)]
 fn on_free(p: *mut c_void, bytes: usize) {
-    T.with(|t| {
+    tls::with(|t| {
         if t.busy.get() {
             return;
         }
         let sampled = unwatch(p as usize);
         let freed = t.freed.get() + bytes as u64;
-        let full = freed >= ring::WINDOW.load(Ordering::Relaxed);
-        if sampled || full {
-            t.busy.set(true);
-            if sampled {
-                ring::emit(layout::EV_SAMPLED_FREE, tid(t), 0, 0, 0, p as u64, false);
-            }
-            if full {
-                ring::footprint(-(freed as i64));
-                ring::emit(layout::EV_FREE, tid(t), freed, 0, 0, 0, false);
-                t.freed.set(0);
-            } else {
-                t.freed.set(freed);
-            }
-            t.busy.set(false);
+        if sampled || freed >= ring::WINDOW.load(Ordering::Relaxed) {
+            free_sampled(t, p, sampled, freed);
         } else {
             t.freed.set(freed);
         }
     })
 }
 
+/// The sampled (rare) part of [`on_free`]: a watched block was freed, or the free window
+/// is full.
+#[cold]
+#[inline(never)]
+fn free_sampled(t: &ThreadState, p: *mut c_void, sampled: bool, freed: u64) {
+    t.busy.set(true);
+    if sampled {
+        ring::emit(layout::EV_SAMPLED_FREE, tid(t), 0, 0, 0, p as u64, false);
+    }
+    if freed >= ring::WINDOW.load(Ordering::Relaxed) {
+        ring::footprint(-(freed as i64));
+        ring::emit(layout::EV_FREE, tid(t), freed, 0, 0, 0, false);
+        t.freed.set(0);
+    } else {
+        t.freed.set(freed);
+    }
+    t.busy.set(false);
+}
+
 /// Counts `n` bytes copied.
 #[inline(always)]
 fn on_copy(n: usize) {
-    T.with(|t| {
+    tls::with(|t| {
         if t.busy.get() {
             return;
         }
         let c = t.copied.get() + n as u64;
         if c >= ring::COPY_WINDOW.load(Ordering::Relaxed) {
-            t.busy.set(true);
-            t.copied.set(0);
-            ring::emit(layout::EV_COPY, tid(t), c, 0, 0, 0, true);
-            t.busy.set(false);
+            copy_window_full(t, c);
         } else {
             t.copied.set(c);
         }
     })
 }
 
+/// The sampled (rare) part of [`on_copy`].
+#[cold]
+#[inline(never)]
+fn copy_window_full(t: &ThreadState, copied: u64) {
+    t.busy.set(true);
+    t.copied.set(0);
+    ring::emit(layout::EV_COPY, tid(t), copied, 0, 0, 0, true);
+    t.busy.set(false);
+}
+
 // ---- Sampled allocations: a small lock-free table of pointers. ----
 //
-// A pointer lives in one bucket of 8 slots: one aligned cache line, so the check every
-// free makes costs one line's load.
+// A pointer lives in one bucket of 8 slots: one aligned cache line. Every free of the
+// program asks whether its pointer is watched, so the answer must usually come without
+// touching the table (32 KiB, cold: it would cost a cache miss per free): a 4 KiB filter
+// counts, per 12-bit hash, the pointers watched under it (never fewer than are there:
+// raised before an insertion, lowered after a removal), and only a non-zero count sends
+// the free to the bucket.
 
 const WATCH_SLOTS: usize = 4096;
 const BUCKET: usize = 8;
@@ -184,18 +188,26 @@ struct Table([AtomicUsize; WATCH_SLOTS]);
 #[allow(clippy::declare_interior_mutable_const)]
 const EMPTY: AtomicUsize = AtomicUsize::new(0);
 static TABLE: Table = Table([EMPTY; WATCH_SLOTS]);
+#[repr(C, align(64))]
+struct Filter([AtomicU8; WATCH_SLOTS]);
+#[allow(clippy::declare_interior_mutable_const)]
+const ZERO: AtomicU8 = AtomicU8::new(0);
+static FILTER: Filter = Filter([ZERO; WATCH_SLOTS]);
 
-/// The first slot of `p`'s bucket.
-fn bucket(p: usize) -> usize {
-    let h = (p >> 4).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> (usize::BITS - 12);
-    h & !(BUCKET - 1)
+/// `p`'s 12-bit hash: its filter entry; its bucket starts at the hash with the low 3 bits
+/// cleared.
+#[inline(always)]
+fn hash(p: usize) -> usize {
+    (p >> 4).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> (usize::BITS - 12)
 }
 
 fn watch(p: usize) -> bool {
     if p == 0 {
         return false;
     }
-    let b = bucket(p);
+    let h = hash(p);
+    FILTER.0[h].fetch_add(1, Ordering::AcqRel);
+    let b = h & !(BUCKET - 1);
     for s in &TABLE.0[b..b + BUCKET] {
         if s.compare_exchange(0, p, Ordering::AcqRel, Ordering::Relaxed)
             .is_ok()
@@ -204,6 +216,7 @@ fn watch(p: usize) -> bool {
             return true;
         }
     }
+    FILTER.0[h].fetch_sub(1, Ordering::AcqRel);
     false
 }
 
@@ -212,12 +225,23 @@ fn unwatch(p: usize) -> bool {
     if WATCHED.load(Ordering::Relaxed) == 0 || p == 0 {
         return false;
     }
-    let b = bucket(p);
+    let h = hash(p);
+    if FILTER.0[h].load(Ordering::Acquire) == 0 {
+        return false;
+    }
+    unwatch_slow(p, h)
+}
+
+#[cold]
+#[inline(never)]
+fn unwatch_slow(p: usize, h: usize) -> bool {
+    let b = h & !(BUCKET - 1);
     for s in &TABLE.0[b..b + BUCKET] {
         if s.load(Ordering::Relaxed) == p
             && s.compare_exchange(p, 0, Ordering::AcqRel, Ordering::Relaxed)
                 .is_ok()
         {
+            FILTER.0[h].fetch_sub(1, Ordering::AcqRel);
             WATCHED.fetch_sub(1, Ordering::Relaxed);
             return true;
         }
@@ -232,7 +256,7 @@ fn usable(p: *mut c_void) -> usize {
     if real::is_boot(p) {
         real::boot_size(p)
     } else {
-        real::usable_size(p)
+        real::block_size(p)
     }
 }
 
@@ -358,7 +382,7 @@ pub extern "C" fn free(p: *mut c_void) {
         return;
     }
     if active() {
-        on_free(p, real::usable_size(p));
+        on_free(p, real::block_size(p));
     }
     real::free(p)
 }
@@ -368,7 +392,11 @@ pub extern "C" fn malloc_usable_size(p: *mut c_void) -> usize {
     if p.is_null() {
         return 0;
     }
-    usable(p)
+    if real::is_boot(p) {
+        real::boot_size(p)
+    } else {
+        real::usable_size(p)
+    }
 }
 
 #[no_mangle]
@@ -489,7 +517,41 @@ mod tests {
             assert!(!unwatch(p), "{p:#x} found twice");
         }
         assert_eq!(WATCHED.load(Ordering::Relaxed), 0);
+        assert!(
+            FILTER.0.iter().all(|c| c.load(Ordering::Relaxed) == 0),
+            "the filter counts what the table holds"
+        );
         assert!(!watch(0));
+        // A full bucket: the pointer is not watched, and the filter says so.
+        let h = hash(0x7f00_0000_0000);
+        let same: Vec<usize> = (0..1usize << 20)
+            .map(|i| 0x7f00_0000_0000 + (i << 4))
+            .filter(|&p| hash(p) & !(BUCKET - 1) == h & !(BUCKET - 1))
+            .take(BUCKET + 1)
+            .collect();
+        for &p in &same[..BUCKET] {
+            assert!(watch(p));
+        }
+        assert!(!watch(same[BUCKET]), "the bucket is full");
+        assert!(!unwatch(same[BUCKET]));
+        for &p in &same[..BUCKET] {
+            assert!(unwatch(p));
+        }
+        assert!(FILTER.0.iter().all(|c| c.load(Ordering::Relaxed) == 0));
+    }
+
+    #[test]
+    fn block_sizes_read_from_glibc_headers_match_malloc_usable_size() {
+        // The constructor ran in this test binary too, against glibc's allocator.
+        real::check_glibc_chunks();
+        assert_eq!(real::reads_glibc_chunks(), cfg!(target_env = "gnu"));
+        for size in [0, 1, 17, 512, 4000, 200_000, 3 << 20] {
+            let p = real::malloc(size);
+            assert_eq!(real::block_size(p), real::usable_size(p), "{size}");
+            let q = real::realloc(p, size * 2 + 1);
+            assert_eq!(real::block_size(q), real::usable_size(q), "{size}");
+            real::free(q);
+        }
     }
 
     #[test]

@@ -2,12 +2,14 @@
 //! bootstrap heap that serves allocations made while they are being found (glibc's dlsym
 //! may call calloc for its error buffer).
 //!
-//! Owns: resolution once, [`Real`] function pointers, the static bootstrap buffer.
+//! Owns: resolution once, the real function pointers, the static bootstrap buffer, and
+//! [`block_size`]: a block's usable size read from glibc's chunk header when the real
+//! allocator is glibc's (checked once, see [`check_glibc_chunks`]).
 //! Must not: account or sample anything (that is `lib.rs`), or ever hand a bootstrap
 //! pointer to the real `free`.
 
 use core::ffi::c_void;
-use core::sync::atomic::{AtomicPtr, AtomicU8, AtomicUsize, Ordering};
+use core::sync::atomic::{AtomicBool, AtomicPtr, AtomicU8, AtomicUsize, Ordering};
 
 type Fn1 = unsafe extern "C" fn(usize) -> *mut c_void;
 type Fn2 = unsafe extern "C" fn(usize, usize) -> *mut c_void;
@@ -17,6 +19,8 @@ type FreeFn = unsafe extern "C" fn(*mut c_void);
 type PosixMemalignFn = unsafe extern "C" fn(*mut *mut c_void, usize, usize) -> i32;
 type UsableFn = unsafe extern "C" fn(*mut c_void) -> usize;
 type CopyFn = unsafe extern "C" fn(*mut c_void, *const c_void, usize) -> *mut c_void;
+type MmapFn = unsafe extern "C" fn(*mut c_void, usize, i32, i32, i32, i64) -> *mut c_void;
+type MunmapFn = unsafe extern "C" fn(*mut c_void, usize) -> i32;
 
 macro_rules! slots {
     ($($name:ident),*) => {
@@ -36,7 +40,10 @@ slots!(
     PVALLOC,
     USABLE,
     MEMCPY,
-    MEMMOVE
+    MEMMOVE,
+    MMAP,
+    MMAP64,
+    MUNMAP
 );
 
 /// 0 = not resolved, 1 = resolving, 2 = resolved.
@@ -58,6 +65,9 @@ pub fn init() -> bool {
     };
     find(&MEMCPY, c"memcpy");
     find(&MEMMOVE, c"memmove");
+    find(&MMAP, c"mmap");
+    find(&MMAP64, c"mmap64");
+    find(&MUNMAP, c"munmap");
     find(&MALLOC, c"malloc");
     find(&CALLOC, c"calloc");
     find(&REALLOC, c"realloc");
@@ -128,10 +138,119 @@ caller!(memalign, MEMALIGN, Fn2, (align: usize, size: usize) -> *mut c_void, boo
 caller!(valloc, VALLOC, Fn1, (size: usize) -> *mut c_void, boot_alloc(size, 4096));
 caller!(pvalloc, PVALLOC, Fn1, (size: usize) -> *mut c_void, boot_alloc(size, 4096));
 caller!(usable_size, USABLE, UsableFn, (p: *mut c_void) -> usize, 0);
+
+/// The real allocator is glibc's and its chunk headers read as [`block_size`] expects.
+static GLIBC_CHUNKS: AtomicBool = AtomicBool::new(false);
+
+/// The usable size of a live block of the real allocator (what `malloc_usable_size` says).
+/// With glibc's allocator it is read from the chunk header in front of the block (the size
+/// word: chunk size | flags, 2 = mmapped): the same word glibc's own `malloc_usable_size`
+/// reads, without the call through a pointer and the look at the next chunk's header it
+/// also makes (which only matters for a block that is not live). Every block this is asked
+/// about is live: just returned by the allocator, or about to be freed.
+#[inline(always)]
+pub fn block_size(p: *mut c_void) -> usize {
+    if GLIBC_CHUNKS.load(Ordering::Relaxed) {
+        // SAFETY: `p` is a live block of glibc's allocator (see above), which always keeps
+        // its chunk's size word in the 8 bytes before the block.
+        let word = unsafe { (p as *const usize).sub(1).read() };
+        chunk_usable(word)
+    } else {
+        usable_size(p)
+    }
+}
+
+/// Whether [`block_size`] reads glibc's chunk headers.
+#[cfg(test)]
+pub fn reads_glibc_chunks() -> bool {
+    GLIBC_CHUNKS.load(Ordering::Relaxed)
+}
+
+/// glibc: a chunk's usable bytes from its size word (mmapped chunks have a two-word header,
+/// others use the next chunk's first word as well).
+#[inline(always)]
+fn chunk_usable(word: usize) -> usize {
+    let size = word & !7;
+    let overhead = if word & 2 != 0 {
+        2 * core::mem::size_of::<usize>()
+    } else {
+        core::mem::size_of::<usize>()
+    };
+    size.saturating_sub(overhead)
+}
+
+/// Turns [`block_size`]'s header reading on when the real `malloc` and
+/// `malloc_usable_size` are glibc's (in libc.so) and agree with the header on blocks of
+/// every kind (small, large, mmapped, aligned, calloc'd). Called once from the constructor,
+/// after [`init`]; anything unexpected leaves the plain call to `malloc_usable_size`.
+#[cold]
+pub fn check_glibc_chunks() {
+    let in_libc = |f: *mut c_void| {
+        // SAFETY: Dl_info is plain data; dladdr fills it or returns 0.
+        let mut info: libc::Dl_info = unsafe { core::mem::zeroed() };
+        // SAFETY: dladdr only looks `f` up among the loaded objects.
+        if f.is_null() || unsafe { libc::dladdr(f, &mut info) } == 0 || info.dli_fname.is_null() {
+            return false;
+        }
+        // SAFETY: dli_fname is a NUL-terminated path owned by the dynamic linker.
+        let path = unsafe { core::ffi::CStr::from_ptr(info.dli_fname) }.to_bytes();
+        let base = path.rsplit(|&c| c == b'/').next().unwrap_or(path);
+        base.starts_with(b"libc.so") || base.starts_with(b"libc-2.")
+    };
+    if !in_libc(MALLOC.load(Ordering::Acquire)) || !in_libc(USABLE.load(Ordering::Acquire)) {
+        return;
+    }
+    let agrees = |p: *mut c_void| {
+        if p.is_null() {
+            return true;
+        }
+        // SAFETY: `p` was just returned by glibc's allocator.
+        let word = unsafe { (p as *const usize).sub(1).read() };
+        let ok = chunk_usable(word) == usable_size(p);
+        free(p);
+        ok
+    };
+    let mut ok = true;
+    for size in [1, 24, 100, 1000, 5000, 70_000, 1 << 20, 4 << 20] {
+        ok &= agrees(malloc(size));
+        ok &= agrees(calloc(1, size));
+        ok &= agrees(memalign(64, size));
+        ok &= agrees(aligned_alloc(4096, size.next_multiple_of(4096)));
+    }
+    GLIBC_CHUNKS.store(ok, Ordering::Relaxed);
+}
 caller!(memcpy, MEMCPY, CopyFn, (d: *mut c_void, s: *const c_void, n: usize) -> *mut c_void,
     slow_copy(d, s, n));
 caller!(memmove, MEMMOVE, CopyFn, (d: *mut c_void, s: *const c_void, n: usize) -> *mut c_void,
     slow_copy(d, s, n));
+
+caller!(mmap, MMAP, MmapFn,
+    (addr: *mut c_void, len: usize, prot: i32, flags: i32, fd: i32, off: i64) -> *mut c_void,
+    sys_mmap(addr, len, prot, flags, fd, off));
+caller!(mmap64, MMAP64, MmapFn,
+    (addr: *mut c_void, len: usize, prot: i32, flags: i32, fd: i32, off: i64) -> *mut c_void,
+    sys_mmap(addr, len, prot, flags, fd, off));
+caller!(munmap, MUNMAP, MunmapFn, (addr: *mut c_void, len: usize) -> i32, sys_munmap(addr, len));
+
+/// mmap without libc's wrapper, for calls made before the real function is known (glibc's
+/// `syscall` returns -1 = MAP_FAILED and sets errno on failure).
+fn sys_mmap(
+    addr: *mut c_void,
+    len: usize,
+    prot: i32,
+    flags: i32,
+    fd: i32,
+    off: i64,
+) -> *mut c_void {
+    // SAFETY: the caller's own arguments, passed to the kernel unchanged.
+    unsafe { libc::syscall(libc::SYS_mmap, addr, len, prot, flags, fd, off) as *mut c_void }
+}
+
+/// munmap without libc's wrapper, for calls made before the real function is known.
+fn sys_munmap(addr: *mut c_void, len: usize) -> i32 {
+    // SAFETY: the caller's own arguments, passed to the kernel unchanged.
+    unsafe { libc::syscall(libc::SYS_munmap, addr, len) as i32 }
+}
 
 /// Byte-by-byte copy for calls made before the real functions are known. Volatile
 /// accesses keep the compiler from turning this loop back into a call to memcpy.

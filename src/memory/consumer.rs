@@ -28,6 +28,9 @@ pub struct MemoryConfig {
     pub copy_window: u64,
     /// Keep stdlib / site-packages lines (else their bytes go to the calling user line).
     pub profile_all: bool,
+    /// Leave Python's small-object allocator on (no `PYTHONMALLOC=malloc`): objects of up to
+    /// 512 bytes are then counted by the arenas the interpreter maps for them.
+    pub keep_pymalloc: bool,
 }
 
 impl Default for MemoryConfig {
@@ -36,6 +39,7 @@ impl Default for MemoryConfig {
             window: 1 << 20,
             copy_window: 1 << 20,
             profile_all: false,
+            keep_pymalloc: false,
         }
     }
 }
@@ -44,6 +48,7 @@ impl Default for MemoryConfig {
 pub struct MemorySetup {
     pub ring: Ring,
     pub library: PreloadFile,
+    keep_pymalloc: bool,
 }
 
 impl MemorySetup {
@@ -54,13 +59,22 @@ impl MemorySetup {
         // Not /dev/shm: it may be mounted noexec, and the library must be mapped executable.
         super::preload::clean_stale(&std::env::temp_dir());
         let library = PreloadFile::write(&std::env::temp_dir())?;
-        Ok(MemorySetup { ring, library })
+        Ok(MemorySetup {
+            ring,
+            library,
+            keep_pymalloc: cfg.keep_pymalloc,
+        })
     }
 
     /// The environment the program gets (our LD_PRELOAD after the user's own).
     pub fn env(&self) -> Vec<(String, String)> {
         let user = std::env::var("LD_PRELOAD").ok();
-        preload_env(user.as_deref(), self.library.path(), self.ring.path())
+        preload_env(
+            user.as_deref(),
+            self.library.path(),
+            self.ring.path(),
+            self.keep_pymalloc,
+        )
     }
 }
 

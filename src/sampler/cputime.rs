@@ -154,6 +154,13 @@ impl CpuTracker {
         }
     }
 
+    /// Seconds of CPU (schedstat) `tid` used since its last reading, left for its next
+    /// [`delta`](Self::delta); None for a thread not read before.
+    pub fn pending_s(&self, tid: i32, run_ns: u64) -> Option<f64> {
+        let (prev, _) = self.last.get(&tid)?;
+        Some(run_ns.saturating_sub(prev.run_ns) as f64 * 1e-9)
+    }
+
     /// The time `tid` spent since its last reading. The first reading of a thread yields
     /// zero (we do not know when its interval began).
     ///
