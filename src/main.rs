@@ -101,6 +101,16 @@ struct RunArgs {
     /// is counted.
     #[arg(long, conflicts_with = "cpu_only")]
     keep_pymalloc: bool,
+    /// Bytes a thread allocates (and, apart, frees) between two sampled memory events: each
+    /// sample records the line that allocated and waits for us to read its stack. Smaller
+    /// windows see smaller allocations and cost more handshakes.
+    #[arg(long, value_name = "BYTES", default_value_t = MemoryConfig::default().window,
+          value_parser = window_bytes, conflicts_with = "cpu_only")]
+    memory_window: u64,
+    /// Bytes a thread copies (memcpy/memmove) between two sampled copy events.
+    #[arg(long, value_name = "BYTES", default_value_t = MemoryConfig::default().copy_window,
+          value_parser = window_bytes, conflicts_with = "cpu_only")]
+    copy_window: u64,
     /// The command to run, after `--`.
     #[arg(required = true, last = true, value_name = "COMMAND")]
     command: Vec<String>,
@@ -331,15 +341,46 @@ fn loss_summary(s: &Stats) {
     }
 }
 
+/// A window size: a positive byte count, with an optional K/M/G suffix (powers of 1024).
+fn window_bytes(s: &str) -> Result<u64, String> {
+    let t = s.trim();
+    let (digits, unit) = match t.char_indices().find(|(_, c)| !c.is_ascii_digit()) {
+        Some((i, _)) => t.split_at(i),
+        None => (t, ""),
+    };
+    let scale: u64 = match unit
+        .to_ascii_uppercase()
+        .trim_end_matches("IB")
+        .trim_end_matches('B')
+    {
+        "" => 1,
+        "K" => 1 << 10,
+        "M" => 1 << 20,
+        "G" => 1 << 30,
+        _ => return Err(format!("`{s}`: expected bytes, e.g. 1048576, 512K or 4M")),
+    };
+    let n: u64 = digits
+        .parse()
+        .map_err(|_| format!("`{s}`: expected bytes, e.g. 1048576, 512K or 4M"))?;
+    match n.checked_mul(scale) {
+        Some(b) if b >= 4096 => Ok(b),
+        Some(_) => Err(format!(
+            "`{s}`: a window under 4 KiB would make every allocation an event"
+        )),
+        None => Err(format!("`{s}`: too large")),
+    }
+}
+
 fn run(args: RunArgs) -> anyhow::Result<i32> {
     let cfg = session::RunConfig {
         command: args.command.clone(),
         sampler: args.record.sampler(),
         follow_children: !args.no_subprocesses,
-        memory: (!args.cpu_only).then(|| MemoryConfig {
+        memory: (!args.cpu_only).then_some(MemoryConfig {
             profile_all: args.record.profile_all,
             keep_pymalloc: args.keep_pymalloc,
-            ..MemoryConfig::default()
+            window: args.memory_window,
+            copy_window: args.copy_window,
         }),
     };
     let live = std::io::stderr().is_terminal();

@@ -405,6 +405,8 @@ fn memory() -> Profile {
         copy_window_bytes: 1 << 20,
         dropped_events: 3,
         handshake_timeouts: 1,
+        handshakes: 512,
+        handshake_wait_ms: 41.5,
         stacks: vec![
             MemoryStack {
                 frames: vec![

@@ -347,7 +347,6 @@ fn a_killed_profiler_harms_no_worker_and_its_rings_are_cleaned() {
 /// process's ring (the profiler's, which the pool's parent claimed, and each worker's own)
 /// is taken over, and the workers' allocations are tied to their line again.
 #[test]
-#[ignore = "fails under load (fresh-clone CI, debug build: CHURN line 67-83% of the allocated total on 4 of 10 interpreters, 100% when run alone); open bug, see the session note: run with --ignored"]
 fn attach_takes_over_the_ring_of_every_process() {
     for_each_interpreter(|py| {
         let method = if py.is_py2() { "fork" } else { "spawn" };

@@ -97,15 +97,17 @@ fn alloc_window_full(t: &ThreadState, p: *mut c_void, allocated: u64) {
     t.allocated.set(0);
     ring::footprint(allocated as i64);
     let watched = if watch(p as usize) { p as u64 } else { 0 };
-    ring::emit(
+    let wait = handshake_allowed(t);
+    let answered = ring::emit(
         layout::EV_ALLOC,
         tid(t),
         allocated,
         allocated,
         t.python.replace(0),
         watched,
-        true,
+        wait,
     );
+    spend(t, answered);
     t.busy.set(false);
 }
 
@@ -167,8 +169,53 @@ fn on_copy(n: usize) {
 fn copy_window_full(t: &ThreadState, copied: u64) {
     t.busy.set(true);
     t.copied.set(0);
-    ring::emit(layout::EV_COPY, tid(t), copied, 0, 0, 0, true);
+    let wait = handshake_allowed(t);
+    let answered = ring::emit(layout::EV_COPY, tid(t), copied, 0, 0, 0, wait);
+    spend(t, answered);
     t.busy.set(false);
+}
+
+// ---- The handshake budget ----
+//
+// A handshake costs the thread the profiler's answer time (40–150 µs). A thread that
+// allocates a window every few microseconds (churn of small objects, a loop of large
+// temporary buffers) would spend most of its time waiting, and its waits, all on the
+// allocating lines, would skew the CPU shares the sampler sees. So a thread earns one
+// handshake per HANDSHAKE_PERIOD_NS of time, banking at most HANDSHAKE_BANK of them; an
+// event finding none left is sent without waiting, and the profiler ties it to the stack
+// of the thread's latest handshake (at most a few milliseconds old in such a stretch).
+// Counting handshakes, not their time, keeps what gets a handshake independent of how
+// fast the profiler answers.
+
+/// One handshake earned per 5 ms: at most 200 a second once the bank is spent (1–3% of
+/// the thread's time at the answer times above).
+const HANDSHAKE_PERIOD_NS: i64 = 5_000_000;
+/// Handshakes banked while the thread allocates little: a burst of this many exact events
+/// (a program building its data, a worker starting up) after a quiet spell.
+const HANDSHAKE_BANK: i64 = 256;
+
+/// Whether this event may wait for the profiler's answer: the thread's account, credited
+/// for the time since it was last updated, holds a handshake.
+fn handshake_allowed(t: &ThreadState) -> bool {
+    const FULL: i64 = HANDSHAKE_BANK * HANDSHAKE_PERIOD_NS;
+    let now = layout::now_ns();
+    let last = t.credit_at.get();
+    let credit = if last == 0 {
+        FULL
+    } else {
+        let earned = now.saturating_sub(last).min(FULL as u64) as i64;
+        t.credit.get().saturating_add(earned).min(FULL)
+    };
+    t.credit.set(credit);
+    t.credit_at.set(now);
+    credit >= HANDSHAKE_PERIOD_NS
+}
+
+/// Charges an answered handshake to the thread's account.
+fn spend(t: &ThreadState, answered: bool) {
+    if answered {
+        t.credit.set(t.credit.get() - HANDSHAKE_PERIOD_NS);
+    }
 }
 
 // ---- Sampled allocations: a small lock-free table of pointers. ----

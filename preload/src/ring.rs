@@ -26,6 +26,14 @@ pub const HANDSHAKE_WAIT_NS: i64 = 5_000_000;
 /// the first unanswered one; one that answers late (a loaded machine) keeps it going.
 const MAX_TIMEOUTS_IN_A_ROW: u32 = 16;
 
+/// How long a waiting thread polls for the answer (yielding its CPU to anyone who wants it)
+/// before it sleeps in a futex. Answers take 40–150 µs here (the profiler's wake-up, then
+/// its read of the stack). A thread asleep in the handshake would be off the CPU at the
+/// line that allocated while the sampler's clock runs on: on fixtures/cpu/split.py that
+/// skewed the lines' CPU shares by 2 points (6 under load); polled, the wait is CPU time of
+/// that line, as the program's own clock sees it too.
+const SPIN_NS: u64 = 500_000;
+
 static RING: AtomicPtr<Header> = AtomicPtr::new(core::ptr::null_mut());
 /// Bytes of the mapping at `RING`.
 static RING_BYTES: AtomicUsize = AtomicUsize::new(0);
@@ -477,16 +485,21 @@ fn profiler_gone(h: &Header) -> bool {
 }
 
 /// Writes one event; when `wait` and the profiler answers handshakes, waits (bounded) until
-/// it has read this thread's stack. A full ring drops the event and counts it.
-pub fn emit(kind: u32, tid: i32, a: u64, b: u64, c: u64, ptr: u64, wait: bool) {
-    let Some(h) = header() else { return };
+/// it has read this thread's stack. A full ring drops the event and counts it. Returns
+/// whether the profiler answered (a wait that timed out returns false: unanswered waits
+/// are bounded by [`MAX_TIMEOUTS_IN_A_ROW`], not by the thread's handshake budget, so that
+/// a profiler still starting its reader gets its chance).
+pub fn emit(kind: u32, tid: i32, a: u64, b: u64, c: u64, ptr: u64, wait: bool) -> bool {
+    let Some(h) = header() else { return false };
     let tid = if FORKED.load(Ordering::Relaxed) {
         // SAFETY: gettid has no preconditions.
         unsafe { libc::syscall(libc::SYS_gettid) as i32 }
     } else {
         tid
     };
-    let Some(ticket) = h.reserve() else { return };
+    let Some(ticket) = h.reserve() else {
+        return false;
+    };
     if wait
         && !WAIT.load(Ordering::Relaxed)
         && h.consumer_generation.load(Ordering::Acquire) != GAVE_UP_AT.load(Ordering::Relaxed)
@@ -518,15 +531,25 @@ pub fn emit(kind: u32, tid: i32, a: u64, b: u64, c: u64, ptr: u64, wait: bool) {
         },
     );
     if !wait {
-        return;
+        return false;
     }
     h.doorbell.fetch_add(1, Ordering::AcqRel);
     futex_wake(&h.doorbell);
-    let deadline = layout::now_ns() + HANDSHAKE_WAIT_NS as u64;
+    let start = layout::now_ns();
+    let deadline = start + HANDSHAKE_WAIT_NS as u64;
+    // The answer usually comes within tens of microseconds: wait for it on the CPU first
+    // (sleeping in the kernel and being woken costs as much again, and off the CPU the
+    // thread would look idle to the sampler), then sleep for the rest of the bound.
+    let spin_until = start + SPIN_NS;
+    while s.ack.load(Ordering::Acquire) == 0 && layout::now_ns() < spin_until {
+        // SAFETY: sched_yield has no preconditions; on a busy machine it lets the
+        // profiler (or anyone else) have this CPU.
+        unsafe { libc::sched_yield() };
+    }
     loop {
         if s.ack.load(Ordering::Acquire) != 0 {
             TIMEOUTS.store(0, Ordering::Relaxed);
-            return;
+            return true;
         }
         let now = layout::now_ns();
         if now >= deadline {
@@ -548,6 +571,7 @@ pub fn emit(kind: u32, tid: i32, a: u64, b: u64, c: u64, ptr: u64, wait: bool) {
         );
         WAIT.store(false, Ordering::Relaxed);
     }
+    false
 }
 
 fn futex_wait(word: &AtomicU32, expected: u32, timeout_ns: i64) {

@@ -27,6 +27,10 @@ pub struct ThreadState {
     /// Bytes freed since the last free event.
     pub freed: Cell<u64>,
     pub copied: Cell<u64>,
+    /// Handshake budget: the handshakes this thread may still have, in ns of earning time
+    /// (see `handshake_allowed`), as of `credit_at` (monotonic ns; 0: never used).
+    pub credit: Cell<i64>,
+    pub credit_at: Cell<u64>,
     /// The thread's kernel id, once asked for (0: not yet).
     pub tid: Cell<i32>,
     /// Inside our own accounting (an event being written): calls pass straight through.

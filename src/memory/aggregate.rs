@@ -184,6 +184,8 @@ impl MemoryAggregator {
             totals.peak_bytes = totals.peak_bytes.max(t.peak_bytes);
             totals.dropped += t.dropped;
             totals.handshake_timeouts += t.handshake_timeouts;
+            totals.handshakes += t.handshakes;
+            totals.handshake_wait_ns += t.handshake_wait_ns;
             out.start_ns = match (out.start_ns, agg.start_ns) {
                 (Some(a), Some(b)) => Some(a.min(b)),
                 (a, b) => a.or(b),
@@ -237,7 +239,13 @@ impl MemoryAggregator {
     /// Charges an allocation event's bytes to the full stack that made it.
     pub fn add_stack(&mut self, e: &Event, frames: &[Frame]) {
         if e.kind == EV_ALLOC {
-            *self.stacks.entry(frames.to_vec()).or_insert(0.0) += e.a as f64;
+            // Copy the stack only the first time it is seen.
+            match self.stacks.get_mut(frames) {
+                Some(b) => *b += e.a as f64,
+                None => {
+                    self.stacks.insert(frames.to_vec(), e.a as f64);
+                }
+            }
         }
     }
 
@@ -378,6 +386,8 @@ impl MemoryAggregator {
             copy_window_bytes: ring.copy_window,
             dropped_events: ring.dropped,
             handshake_timeouts: ring.handshake_timeouts,
+            handshakes: ring.handshakes,
+            handshake_wait_ms: ring.handshake_wait_ns as f64 / 1e6,
             stacks: self.memory_stacks(),
         });
     }
@@ -439,6 +449,9 @@ pub struct RingTotals {
     pub copy_window: u64,
     pub dropped: u64,
     pub handshake_timeouts: u64,
+    /// Handshakes answered, and the time their threads waited for the answers in all.
+    pub handshakes: u64,
+    pub handshake_wait_ns: u64,
 }
 
 /// Laplace's rule of succession for "the next sampled allocation of this line is not

@@ -166,6 +166,10 @@ fn consume(
     });
     ring.set_handshake(reader.is_some());
     let mut bell = 0;
+    // Handshakes answered, and how long their threads waited in all (from the event's
+    // time to our answer): the program's time spent waiting for us.
+    let (mut handshakes, mut waited_ns) = (0u64, 0u64);
+    let mut carried = HashMap::new();
     let mut last_footprint = Instant::now();
     loop {
         let stopping = stop.load(Ordering::Acquire);
@@ -173,14 +177,16 @@ fn consume(
         while let Some(e) = ring.next_event() {
             any = true;
             let frames = match e.kind {
-                layout::EV_ALLOC | layout::EV_COPY => reader.as_mut().and_then(|(p, w, pt)| {
-                    python::stack_of_blocked_thread(p, w, e.tid, pt)
-                        .ok()
-                        .flatten()
-                }),
+                layout::EV_ALLOC | layout::EV_COPY => {
+                    stack_of_event(&e, reader.as_mut(), &mut carried)
+                }
                 _ => None,
             };
             ring.ack(&e);
+            if e.wants_ack {
+                handshakes += 1;
+                waited_ns += layout::now_ns().saturating_sub(e.time_ns);
+            }
             let line = frames.as_deref().and_then(|f| line_of(f, cfg.profile_all));
             agg.add(&e, line);
             if let Some(f) = &frames {
@@ -210,8 +216,51 @@ fn consume(
         copy_window: h.copy_window.load(Ordering::Relaxed),
         dropped: ring.dropped(),
         handshake_timeouts: ring.handshake_timeouts(),
+        handshakes,
+        handshake_wait_ns: waited_ns,
     };
     (agg, totals)
+}
+
+/// How long the stack read at a thread's handshake stands for its events sent without
+/// waiting (see [`stack_of_event`]).
+const CARRY_FOR_NS: u64 = 1_000_000_000;
+
+/// Reader of a process's stacks: the process, a walker, and the ≤3.7 thread map.
+type StackReader = (PythonProcess, StackWalker, HashMap<u64, i32>);
+
+/// The stack an allocation or copy event is tied to. A thread that waits (the handshake)
+/// is read where it waits: exact. The preload library sends a thread's events without
+/// waiting once it has used its handshakes (at most 200 a second after a bank of 256: a
+/// thread that allocates a window every few microseconds); such an event gets the stack of
+/// that thread's latest handshake,
+/// recent by construction (one is earned every 5 ms), and so a random
+/// sample's line among the events of such a dense stretch. A thread with no recent
+/// handshake (the profiler was not answering) is read as it runs, kept only if its stack
+/// did not change during the read.
+fn stack_of_event(
+    e: &ring::Event,
+    reader: Option<&mut StackReader>,
+    carried: &mut HashMap<i32, (u64, Vec<Frame>)>,
+) -> Option<Vec<Frame>> {
+    if !e.wants_ack {
+        if let Some((at, f)) = carried.get(&e.tid) {
+            if e.time_ns.saturating_sub(*at) < CARRY_FOR_NS {
+                return Some(f.clone());
+            }
+        }
+    }
+    let (p, w, pt) = reader?;
+    let frames = python::stack_of_blocked_thread(p, w, e.tid, pt, !e.wants_ack)
+        .ok()
+        .flatten()?;
+    if e.wants_ack {
+        if carried.len() > 4096 {
+            carried.clear();
+        }
+        carried.insert(e.tid, (e.time_ns, frames.clone()));
+    }
+    Some(frames)
 }
 
 /// The line of a stack: its innermost frame, or with library folding the innermost frame

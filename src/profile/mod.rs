@@ -346,6 +346,12 @@ pub struct MemorySummary {
     /// Events lost because the ring was full, and handshakes the program gave up on.
     pub dropped_events: u64,
     pub handshake_timeouts: u64,
+    /// Handshakes answered (allocations tied to their line while their thread waited), and
+    /// the program's time spent waiting for those answers, ms (all threads together).
+    #[serde(default)]
+    pub handshakes: u64,
+    #[serde(default)]
+    pub handshake_wait_ms: f64,
     /// Every distinct full stack that allocated, with its bytes (the allocation flame
     /// graph), most first.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]

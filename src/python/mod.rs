@@ -559,7 +559,9 @@ fn pthread_to_tid(
 
 /// The stack of one thread, by kernel id, read without pausing anything: for a thread that
 /// is known to be blocked (the preload library's handshake holds it in a futex while we
-/// read), one walk is consistent. Ok(None) when no Python thread has that id. `pthreads`
+/// read), one walk is consistent; a `running` one's walk is kept only if its stack is
+/// unchanged when read again after it. Ok(None) when no Python thread has that id, or the
+/// running thread's stack changed while we read. `pthreads`
 /// caches `pthread_t` → kernel id for ≤3.7, whose thread states lack the kernel id (kept by
 /// the caller between calls: finding it scans memory).
 pub fn stack_of_blocked_thread(
@@ -567,6 +569,7 @@ pub fn stack_of_blocked_thread(
     walker: &mut StackWalker,
     tid: i32,
     pthreads: &mut HashMap<u64, i32>,
+    running: bool,
 ) -> Result<Option<Vec<Frame>>> {
     let head = interp_head_checked(proc, &proc.mem)?;
     let raw = walker.threads(&proc.mem, head, gil_current(proc, &proc.mem)?)?;
@@ -587,6 +590,11 @@ pub fn stack_of_blocked_thread(
     };
     let Some(t) = t else { return Ok(None) };
     walker.strict = false;
-    let w = walker.walk(&ptrace::PageCache::new(&proc.mem), t.top_frame)?;
+    let mut w = walker.walk(&ptrace::PageCache::new(&proc.mem), t.top_frame)?;
+    // A thread that did not wait for us may have moved on while we read: keep its stack
+    // only if it is still the one we read (then it was so for the whole read).
+    if running && !walker.verify(&proc.mem, t.tstate, t.top_frame, &mut w)? {
+        return Ok(None);
+    }
     Ok(Some(w.frames))
 }

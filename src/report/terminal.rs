@@ -411,6 +411,13 @@ impl Renderer<'_> {
                 m.copy_mb,
                 bytes_text(m.window_bytes)
             );
+            if m.handshakes > 0 {
+                text.push_str(&format!(
+                    "; the program waited {} for {} of them to be tied to their lines",
+                    seconds(m.handshake_wait_ms / 1e3),
+                    m.handshakes
+                ));
+            }
             let spark = sparkline(&m.timeline.iter().map(|p| p[1]).collect::<Vec<_>>(), 40);
             if !spark.is_empty() {
                 text.push_str(&format!("; footprint over time {spark}"));
