@@ -13,22 +13,6 @@ use std::time::{Duration, Instant};
 
 const BIN: &str = env!("CARGO_BIN_EXE_scalene-rs");
 
-/// One test at a time: each starts several allocating processes, and every one of them
-/// must have its handshakes answered within a few milliseconds.
-static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
-
-fn for_each_interpreter(check: impl Fn(&common::Interpreter) -> Result<String, String>) {
-    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
-    let mut failures = Vec::new();
-    for py in common::interpreters() {
-        match check(&py) {
-            Ok(summary) => eprintln!("{}: {summary}", py.label),
-            Err(e) => failures.push(format!("{}: {e}", py.label)),
-        }
-    }
-    assert!(failures.is_empty(), "{}", failures.join("\n"));
-}
-
 fn fx(name: &str) -> String {
     common::fixture(&format!("memory/{name}"))
         .to_string_lossy()
@@ -148,7 +132,7 @@ fn check_workers(py: &common::Interpreter, method: &str, kind: &str) -> Result<S
 
 #[test]
 fn workers_under_every_start_method_have_their_own_memory() {
-    for_each_interpreter(|py| {
+    common::for_each_interpreter_alone(|py| {
         let runs: &[(&str, &str)] = if py.is_py2() {
             &[("fork", "pool"), ("fork", "process")]
         } else {
@@ -172,7 +156,7 @@ fn workers_under_every_start_method_have_their_own_memory() {
 /// child makes no ring and is not in the report.
 #[test]
 fn a_subprocess_has_its_own_ring_unless_not_followed() {
-    for_each_interpreter(|py| {
+    common::for_each_interpreter_alone(|py| {
         let path = py.path.to_string_lossy();
         let n = marked_line("child_alloc.py", "CHILD");
         let (p, out) = run(&[], &[&path, &fx("subproc_alloc.py")], 0)?;
@@ -213,7 +197,7 @@ fn a_subprocess_has_its_own_ring_unless_not_followed() {
 /// the child's line has the 64 MiB, the parent's line its 16 and none of the child's.
 #[test]
 fn a_forked_child_does_not_write_into_its_parents_ring() {
-    for_each_interpreter(|py| {
+    common::for_each_interpreter_alone(|py| {
         let path = py.path.to_string_lossy();
         let (p, out) = run(&[], &[&path, &fx("fork_child.py")], 0)?;
         if !out.contains("child 64") || !out.contains("parent 16 child-exit 7") {
@@ -259,7 +243,7 @@ fn rings_of(profiler: u32) -> Vec<String> {
 /// run.
 #[test]
 fn a_killed_profiler_harms_no_worker_and_its_rings_are_cleaned() {
-    for_each_interpreter(|py| {
+    common::for_each_interpreter_alone(|py| {
         let method = if py.is_py2() { "fork" } else { "spawn" };
         let script = fx("mp_churn.py");
         let plain = Command::new(&py.path)
@@ -348,7 +332,7 @@ fn a_killed_profiler_harms_no_worker_and_its_rings_are_cleaned() {
 /// is taken over, and the workers' allocations are tied to their line again.
 #[test]
 fn attach_takes_over_the_ring_of_every_process() {
-    for_each_interpreter(|py| {
+    common::for_each_interpreter_alone(|py| {
         let method = if py.is_py2() { "fork" } else { "spawn" };
         let mut prof = Command::new(BIN)
             .args(["run", "-o", "/dev/null", "--"])

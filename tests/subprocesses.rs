@@ -78,10 +78,6 @@ fn processes(p: &Value) -> Vec<(i64, String, f64)> {
         .unwrap_or_default()
 }
 
-/// The tests of this file one at a time: each runs pools of busy workers, and shares are
-/// only meaningful when the workers do not compete with another test's.
-static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
-
 /// The direct children of `pid`.
 fn children(pid: u32) -> Vec<u32> {
     std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children"))
@@ -91,18 +87,6 @@ fn children(pid: u32) -> Vec<u32> {
                 .collect()
         })
         .unwrap_or_default()
-}
-
-fn for_each_interpreter(check: impl Fn(&common::Interpreter) -> Result<String, String>) {
-    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
-    let mut failures = Vec::new();
-    for py in common::interpreters() {
-        match check(&py) {
-            Ok(summary) => eprintln!("{}: {summary}", py.label),
-            Err(e) => failures.push(format!("{}: {e}", py.label)),
-        }
-    }
-    assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
 
 fn fx(name: &str) -> String {
@@ -142,7 +126,7 @@ fn check_pool(p: &Value, what: &str) -> Result<String, String> {
 
 #[test]
 fn a_pool_of_workers_under_every_start_method() {
-    for_each_interpreter(|py| {
+    common::for_each_interpreter_alone(|py| {
         let methods: &[&str] = if py.is_py2() {
             &["fork"]
         } else {
@@ -160,7 +144,7 @@ fn a_pool_of_workers_under_every_start_method() {
 
 #[test]
 fn subprocess_exec_and_shell_script() {
-    for_each_interpreter(|py| {
+    common::for_each_interpreter_alone(|py| {
         let path = py.path.to_string_lossy().into_owned();
         // subprocess: the parent waits, the child works.
         let p = run(&[], &[&path, &fx("subproc.py"), "0.8"])?;
@@ -203,7 +187,7 @@ fn subprocess_exec_and_shell_script() {
 
 #[test]
 fn attach_follows_the_workers_of_a_running_pool() {
-    for_each_interpreter(|py| {
+    common::for_each_interpreter_alone(|py| {
         let mut target = Command::new(&py.path)
             .args([&fx("pool.py"), "fork", "4"])
             .stdout(Stdio::null())

@@ -195,6 +195,16 @@ pub fn run_limited(mut cmd: Command, limit: std::time::Duration) -> Run {
     }
 }
 
+/// Like [`for_each_interpreter`], with no other test of the same test binary calling this
+/// at the same time: for tests that start several busy processes each, whose numbers mean
+/// something only when they do not compete with another test's.
+#[allow(dead_code)]
+pub fn for_each_interpreter_alone(check: impl Fn(&Interpreter) -> Result<String, String>) {
+    static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    for_each_interpreter(check)
+}
+
 /// Runs `check` on every interpreter, printing each one's summary, and fails with every
 /// interpreter's error at the end (not at the first).
 pub fn for_each_interpreter(check: impl Fn(&Interpreter) -> Result<String, String>) {
