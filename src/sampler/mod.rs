@@ -237,7 +237,7 @@ impl Sampler {
         }) {
             self.tids_listed = None;
         }
-        for t in &snap.threads {
+        for t in snap.threads {
             self.stats.paused_reads += t.read_paused as u64;
             let Some(tid) = t.native_id else { continue };
             let Some(&ns) = run_ns.get(&tid) else {
@@ -309,13 +309,15 @@ impl Sampler {
             let running = t.holds_gil || state == 'R' || self.in_handshake(tid);
             // CPU time since the last sample: where the thread is now if it is running,
             // else where it was last seen running (it used that CPU before it slept).
-            let (cpu_frames, cpu_activity) = match (running, self.last_running.get(&tid)) {
-                (false, Some((f, a))) => (f.clone(), *a),
-                _ => (t.frames.clone(), activity),
+            // (The stacks are moved, not copied: this runs for every thread of every sample.)
+            let before = self.last_running.remove(&tid);
+            let (cpu_frames, cpu_activity) = match (running, &before) {
+                (false, Some((f, a))) => (&f[..], *a),
+                _ => (&t.frames[..], activity),
             };
             self.charge(
                 tid,
-                &cpu_frames,
+                cpu_frames,
                 cpu_activity,
                 delta.user_s,
                 delta.system_s,
@@ -323,8 +325,14 @@ impl Sampler {
             );
             // Time off the CPU (wall mode): where the thread waits now.
             self.charge(tid, &t.frames, activity, 0.0, 0.0, idle_s);
-            if running {
-                self.last_running.insert(tid, (t.frames.clone(), activity));
+            match (running, before) {
+                (true, _) => {
+                    self.last_running.insert(tid, (t.frames, activity));
+                }
+                (false, Some(b)) => {
+                    self.last_running.insert(tid, b);
+                }
+                (false, None) => {}
             }
         }
         self.last_running.retain(|t, _| tids.contains(t));
