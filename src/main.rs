@@ -477,3 +477,21 @@ fn main() {
         std::process::exit(e.exit_code());
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::window_bytes;
+
+    #[test]
+    fn window_sizes_take_bytes_and_binary_suffixes() {
+        assert_eq!(window_bytes("1048576"), Ok(1 << 20));
+        assert_eq!(window_bytes("4M"), Ok(4 << 20));
+        assert_eq!(window_bytes("512KiB"), Ok(512 << 10));
+        assert_eq!(window_bytes("2g"), Ok(2 << 30));
+        assert_eq!(window_bytes("64kb"), Ok(64 << 10));
+        for bad in ["", "M", "1.5M", "-4M", "4Q", "3K", "4095"] {
+            assert!(window_bytes(bad).is_err(), "{bad:?} was accepted");
+        }
+        assert!(window_bytes("99999999999G").is_err());
+    }
+}

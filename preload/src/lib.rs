@@ -197,8 +197,12 @@ const HANDSHAKE_BANK: i64 = 256;
 /// Whether this event may wait for the profiler's answer: the thread's account, credited
 /// for the time since it was last updated, holds a handshake.
 fn handshake_allowed(t: &ThreadState) -> bool {
+    handshake_allowed_at(t, layout::now_ns())
+}
+
+/// [`handshake_allowed`] at monotonic time `now` (ns, > 0).
+fn handshake_allowed_at(t: &ThreadState, now: u64) -> bool {
     const FULL: i64 = HANDSHAKE_BANK * HANDSHAKE_PERIOD_NS;
-    let now = layout::now_ns();
     let last = t.credit_at.get();
     let credit = if last == 0 {
         FULL
@@ -551,6 +555,47 @@ extern "C" fn pvalloc_shim(size: usize, ret: usize) -> *mut c_void {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn fresh_thread() -> ThreadState {
+        // SAFETY: all-zero is a ThreadState's initial state (Cells of integers and a bool).
+        unsafe { core::mem::zeroed() }
+    }
+
+    #[test]
+    fn the_handshake_budget_banks_a_burst_then_allows_one_per_period() {
+        let t = fresh_thread();
+        let start = 1_000_000_000u64;
+        // A burst at one instant: the whole bank, then nothing.
+        let mut granted = 0;
+        while handshake_allowed_at(&t, start) {
+            spend(&t, true);
+            granted += 1;
+            assert!(granted <= HANDSHAKE_BANK, "the bank never runs out");
+        }
+        assert_eq!(granted, HANDSHAKE_BANK);
+        // Unanswered waits cost nothing.
+        spend(&t, false);
+        assert!(!handshake_allowed_at(&t, start + 1));
+        // Then one per period, however often the thread asks.
+        let mut now = start;
+        let mut granted = 0;
+        for _ in 0..1000 {
+            now += HANDSHAKE_PERIOD_NS as u64 / 10;
+            if handshake_allowed_at(&t, now) {
+                spend(&t, true);
+                granted += 1;
+            }
+        }
+        assert_eq!(granted, 100, "1000 asks over 100 periods");
+        // A long quiet spell refills the bank, no more.
+        now += 3600 * 1_000_000_000;
+        let mut granted = 0;
+        while handshake_allowed_at(&t, now) {
+            spend(&t, true);
+            granted += 1;
+        }
+        assert_eq!(granted, HANDSHAKE_BANK);
+    }
 
     #[test]
     fn watched_pointers_are_found_once() {
