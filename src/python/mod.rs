@@ -310,7 +310,7 @@ fn read_all(
     let raw = walker.threads(mem, head, gil_current(proc, mem)?)?;
     let mut out = Vec::with_capacity(raw.len());
     for t in raw {
-        let walk = match walker.walk(mem, t.top_frame) {
+        let walk = match walker.walk_still(mem, t.tstate, t.top_frame) {
             Ok(w) => Ok(w),
             Err(e) if e.is_process_gone() => return Err(e),
             Err(e) => Err(e.to_string()),
@@ -482,7 +482,7 @@ fn reread_each(
             .current_top_frame(cache, t.tstate)
             .and_then(|top| {
                 t.top_frame = top;
-                walker.walk(cache, top)
+                walker.walk_still(cache, t.tstate, top)
             })
             .map(|mut w| {
                 // The opcode too, while the thread cannot move on.
@@ -590,7 +590,12 @@ pub fn stack_of_blocked_thread(
     };
     let Some(t) = t else { return Ok(None) };
     walker.strict = false;
-    let mut w = walker.walk(&ptrace::PageCache::new(&proc.mem), t.top_frame)?;
+    let cache = ptrace::PageCache::new(&proc.mem);
+    let mut w = if running {
+        walker.walk(&cache, t.top_frame)?
+    } else {
+        walker.walk_still(&cache, t.tstate, t.top_frame)?
+    };
     // A thread that did not wait for us may have moved on while we read: keep its stack
     // only if it is still the one we read (then it was so for the whole read).
     if running && !walker.verify(&proc.mem, t.tstate, t.top_frame, &mut w)? {

@@ -276,6 +276,45 @@ impl StackWalker {
         self.top_frame_from(mem, field)
     }
 
+    /// Walks a thread that cannot move (paused, or known to be blocked) from `top`, read
+    /// from its thread state `tstate`. On 3.11/3.12 a thread entering the evaluation loop
+    /// installs a new `_PyCFrame` (on its C stack) before it writes that C frame's
+    /// `current_frame`: caught in between, `current_frame` is whatever the stack held, and
+    /// the walk fails. The thread's stack is then its caller's C frame's: the frame being
+    /// pushed is not linked yet. So a failed walk is retried from
+    /// `cframe->previous->current_frame` (when that differs); the first error is returned
+    /// if that fails too.
+    pub fn walk_still(&mut self, mem: &dyn ProcessMemory, tstate: u64, top: u64) -> Result<Walk> {
+        let first = match self.walk(mem, top) {
+            Ok(w) => return Ok(w),
+            Err(e) => e,
+        };
+        if first.is_process_gone() {
+            return Err(first);
+        }
+        match self.caller_cframe_top(mem, tstate) {
+            Some(outer) if outer != top => self.walk(mem, outer).map_err(|_| first),
+            _ => Err(first),
+        }
+    }
+
+    /// 3.11/3.12: `tstate->cframe->previous->current_frame` (0: the thread has no frame
+    /// there); None on other versions or when it cannot be read.
+    fn caller_cframe_top(&self, mem: &dyn ProcessMemory, tstate: u64) -> Option<u64> {
+        let (cur, prev) = (
+            self.layout.thread.cframe_current_frame?,
+            self.layout.thread.cframe_previous?,
+        );
+        let cframe = mem
+            .read_u64(tstate.wrapping_add(self.layout.thread.frame as u64))
+            .ok()?;
+        let previous = mem.read_u64(cframe.wrapping_add(prev as u64)).ok()?;
+        if previous == 0 {
+            return None;
+        }
+        mem.read_u64(previous.wrapping_add(cur as u64)).ok()
+    }
+
     /// The frames of one thread, innermost first, and whether the stack was truncated.
     pub fn frames(&mut self, mem: &dyn ProcessMemory, top: u64) -> Result<(Vec<Frame>, bool)> {
         self.walk(mem, top).map(|w| (w.frames, w.truncated))
@@ -743,6 +782,55 @@ impl StackWalker {
 #[cfg(test)]
 mod tests {
     use super::spans;
+    use super::StackWalker;
+    use crate::ptrace::BufferMemory;
+    use crate::python::strings::TypeAddrs;
+
+    /// A 3.11 thread caught between installing a new `_PyCFrame` and writing its
+    /// `current_frame` (garbage): the still walk reads the caller's C frame instead, and
+    /// only when there is one.
+    #[test]
+    fn a_thread_caught_installing_a_c_frame_is_read_from_the_callers() {
+        for (major, minor) in [(3, 11), (3, 12)] {
+            let layout = *crate::python_bindings::generated(major, minor).unwrap();
+            let t = layout.thread;
+            let (cur, prev) = (t.cframe_current_frame.unwrap(), t.cframe_previous.unwrap());
+            let base = 0x10_0000u64;
+            let (tstate, cframe, caller) = (base, base + 0x1000, base + 0x2000);
+            let mut bytes = vec![0u8; 0x3000];
+            let mut put = |at: u64, v: u64| {
+                let o = (at - base) as usize;
+                bytes[o..o + 8].copy_from_slice(&v.to_le_bytes());
+            };
+            put(tstate + t.frame as u64, cframe);
+            // The new C frame's current_frame: stack garbage, unreadable.
+            put(cframe + cur as u64, 0xe839_4de8_894c_0000);
+            put(cframe + prev as u64, caller);
+            // The caller's C frame: the thread had no Python frame yet (0).
+            put(caller + cur as u64, 0);
+            let mem = BufferMemory {
+                base,
+                bytes: bytes.clone(),
+            };
+            let types = TypeAddrs {
+                code: 1,
+                frame: 2,
+                unicode: 3,
+                bytes: 4,
+            };
+            let mut w = StackWalker::new(layout, types);
+            let top = w.current_top_frame(&mem, tstate).unwrap();
+            assert_eq!(top, 0xe839_4de8_894c_0000);
+            assert!(w.walk(&mem, top).is_err(), "{major}.{minor}");
+            let still = w.walk_still(&mem, tstate, top).unwrap();
+            assert!(still.frames.is_empty(), "{major}.{minor}");
+            // No caller C frame (the root one): the walk's own error stands.
+            let o = (cframe + prev as u64 - base) as usize;
+            bytes[o..o + 8].copy_from_slice(&0u64.to_le_bytes());
+            let mem = BufferMemory { base, bytes };
+            assert!(w.walk_still(&mem, tstate, top).is_err(), "{major}.{minor}");
+        }
+    }
 
     #[test]
     fn spans_join_near_frames_and_keep_far_ones_apart() {

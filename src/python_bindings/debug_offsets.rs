@@ -385,6 +385,7 @@ pub fn parse(bytes: &[u8], fallback: &Layout) -> Result<Layout, DebugOffsetsErro
             interp: f.us("thread_state.interp"),
             frame: f.us("thread_state.current_frame"),
             cframe_current_frame: None,
+            cframe_previous: None,
             thread_id: f.us("thread_state.thread_id"),
             native_thread_id: Some(f.us("thread_state.native_thread_id")),
         },

@@ -91,6 +91,10 @@ pub struct ThreadLayout {
     pub frame: usize,
     /// 3.11/3.12 only: offset of `current_frame` inside `_PyCFrame`.
     pub cframe_current_frame: Option<usize>,
+    /// 3.11/3.12 only: offset of `previous` inside `_PyCFrame` (the caller's C frame: the
+    /// thread's stack while a new `_PyCFrame` is installed but its `current_frame` not yet
+    /// written).
+    pub cframe_previous: Option<usize>,
     /// `thread_id` (the `pthread_t` of the thread, as an unsigned long).
     pub thread_id: usize,
     /// 3.11+: `native_thread_id` (the kernel tid).

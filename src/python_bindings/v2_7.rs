@@ -20,6 +20,7 @@ pub(crate) const LAYOUT: Layout = Layout {
         interp: 8,
         frame: 16,
         cframe_current_frame: None,
+        cframe_previous: None,
         thread_id: 144,
         native_thread_id: None,
     },

@@ -20,6 +20,7 @@ pub(crate) const LAYOUT: Layout = Layout {
         interp: 16,
         frame: 56,
         cframe_current_frame: Some(8),
+        cframe_previous: Some(16),
         thread_id: 152,
         native_thread_id: Some(160),
     },

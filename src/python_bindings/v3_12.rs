@@ -20,6 +20,7 @@ pub(crate) const LAYOUT: Layout = Layout {
         interp: 16,
         frame: 56,
         cframe_current_frame: Some(0),
+        cframe_previous: Some(8),
         thread_id: 136,
         native_thread_id: Some(144),
     },

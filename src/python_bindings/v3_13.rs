@@ -20,6 +20,7 @@ pub(crate) const LAYOUT: Layout = Layout {
         interp: 16,
         frame: 72,
         cframe_current_frame: None,
+        cframe_previous: None,
         thread_id: 152,
         native_thread_id: Some(160),
     },

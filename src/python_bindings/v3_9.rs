@@ -20,6 +20,7 @@ pub(crate) const LAYOUT: Layout = Layout {
         interp: 16,
         frame: 24,
         cframe_current_frame: None,
+        cframe_previous: None,
         thread_id: 176,
         native_thread_id: None,
     },
