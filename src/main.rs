@@ -343,6 +343,7 @@ fn loss_summary(s: &Stats) {
 
 /// A window size: a positive byte count, with an optional K/M/G suffix (powers of 1024).
 fn window_bytes(s: &str) -> Result<u64, String> {
+    let expected = || format!("`{s}`: expected bytes, e.g. 1048576, 512K or 4M");
     let t = s.trim();
     let (digits, unit) = match t.char_indices().find(|(_, c)| !c.is_ascii_digit()) {
         Some((i, _)) => t.split_at(i),
@@ -357,11 +358,9 @@ fn window_bytes(s: &str) -> Result<u64, String> {
         "K" => 1 << 10,
         "M" => 1 << 20,
         "G" => 1 << 30,
-        _ => return Err(format!("`{s}`: expected bytes, e.g. 1048576, 512K or 4M")),
+        _ => return Err(expected()),
     };
-    let n: u64 = digits
-        .parse()
-        .map_err(|_| format!("`{s}`: expected bytes, e.g. 1048576, 512K or 4M"))?;
+    let n: u64 = digits.parse().map_err(|_| expected())?;
     match n.checked_mul(scale) {
         Some(b) if b >= 4096 => Ok(b),
         Some(_) => Err(format!(

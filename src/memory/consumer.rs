@@ -233,11 +233,10 @@ type StackReader = (PythonProcess, StackWalker, HashMap<u64, i32>);
 /// is read where it waits: exact. The preload library sends a thread's events without
 /// waiting once it has used its handshakes (at most 200 a second after a bank of 256: a
 /// thread that allocates a window every few microseconds); such an event gets the stack of
-/// that thread's latest handshake,
-/// recent by construction (one is earned every 5 ms), and so a random
-/// sample's line among the events of such a dense stretch. A thread with no recent
-/// handshake (the profiler was not answering) is read as it runs, kept only if its stack
-/// did not change during the read.
+/// that thread's latest handshake, recent by construction (one is earned every 5 ms), and
+/// so a random sample's line among the events of such a dense stretch. A thread with no
+/// recent handshake (the profiler was not answering) is read as it runs, kept only if its
+/// stack did not change during the read.
 fn stack_of_event(
     e: &ring::Event,
     reader: Option<&mut StackReader>,
