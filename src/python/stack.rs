@@ -64,6 +64,8 @@ pub struct Walk {
     pub top_op: Option<u8>,
     /// Addresses of every frame the walk went through (hidden ones too), innermost first.
     pub chain: Vec<u64>,
+    /// For each entry of `chain`: whether it gave one of `frames` (hidden frames do not).
+    pub shown: Vec<bool>,
     /// Read with the thread paused after reads without pausing kept failing validation.
     pub paused: bool,
 }
@@ -355,8 +357,9 @@ impl StackWalker {
                 return Err(torn(addr, "the frame chain loops"));
             }
             mem.read(addr, &mut buf)?;
-            let step = self.step(mem, addr, &buf, false)?;
+            let step = self.step(mem, addr, &buf, false, w.chain.is_empty())?;
             w.chain.push(addr);
+            w.shown.push(step.frame.is_some());
             if let Some((code, line)) = step.frame {
                 if w.frames.is_empty() {
                     w.top_instr = step.instr;
@@ -432,9 +435,18 @@ impl StackWalker {
             }
             &[]
         };
+        // Where the thread's stack stands now (its innermost frame, read after every frame).
+        let now = self.top_frame_from(mem, u64::from_le_bytes(field))?;
+        if now == 0 {
+            return Ok(false);
+        }
+        // `k`: the first frame of the chain that is still on the stack. A frame that
+        // returned (or a generator that yielded) since the walk leaves the frames below it:
+        // the stack is then `chain[k..]` as the second read shows it.
+        let k = w.chain.iter().position(|&a| a == now).unwrap_or(0);
         let mut frames = 0;
-        for (i, &addr) in w.chain.iter().enumerate() {
-            let step = self.step(mem, addr, locate(addr), true)?;
+        for (i, &addr) in w.chain.iter().enumerate().skip(k) {
+            let step = self.step(mem, addr, locate(addr), true, i == k)?;
             let expected_back = w.chain.get(i + 1).copied().unwrap_or(0);
             if step.back != expected_back && !(w.truncated && i + 1 == n) {
                 return Ok(false);
@@ -443,8 +455,9 @@ impl StackWalker {
                 // The innermost frame is the one executing: its instruction moves on between
                 // the two reads. With its code, its link and everything below unchanged, the
                 // line the walk saw is one it was on while the rest of the stack was this.
-                let executing = i == 0;
-                let same = w.frames.get(frames).is_some_and(|f| {
+                let executing = i == k;
+                let at = w.shown[..i].iter().filter(|&&b| b).count();
+                let same = w.frames.get(at).is_some_and(|f| {
                     (f.line == line || executing)
                         && f.function == code.function
                         && f.filename == code.filename
@@ -455,27 +468,57 @@ impl StackWalker {
                 frames += 1;
             }
         }
-        if frames != w.frames.len() {
+        let dropped = w.shown[..k].iter().filter(|&&b| b).count();
+        if dropped + frames != w.frames.len() {
+            return Ok(false);
+        }
+        if now == top {
+            if w.top_instr.is_some() {
+                w.top_op = Some(op[0]);
+            }
+            return Ok(true);
+        }
+        if k > 0 {
+            // The frames above `chain[k]` left since the walk (a return, a generator's
+            // yield), everything from `chain[k]` down is unchanged: the walk's stack is the
+            // one the thread had when its top-frame pointer was read. (Reporting the stack
+            // left behind instead would favour the caller's state, a CALL: native time.)
+            if w.top_instr.is_some() {
+                w.top_op = Some(op[0]);
+            }
+            return Ok(true);
+        }
+        // A frame not on the chain is innermost now: accepted when it was pushed right
+        // on top of the walk's innermost frame (a call, or a generator resumed), which the
+        // walk saw with everything below it unchanged.
+        let mut back = [0u8; 8];
+        mem.read(now.wrapping_add(self.layout.frame.back as u64), &mut back)?;
+        if u64::from_le_bytes(back) != top {
             return Ok(false);
         }
         if w.top_instr.is_some() {
             w.top_op = Some(op[0]);
         }
-        let now = self.top_frame_from(mem, u64::from_le_bytes(field))?;
-        Ok(now == top)
+        Ok(true)
     }
 
     /// Decodes one frame from its bytes `buf` (read at `addr`): its link, its code object
     /// and, when it is a Python frame of the program, the frame itself. `trust_cache`: use a
     /// cached code object without reading its header again (only right after a walk that
-    /// validated it).
+    /// validated it). `innermost`: the frame the thread's top-frame pointer named; it was
+    /// executing when that pointer was read, so the strict "is it executing" checks (meant
+    /// for frames reached through links) do not apply to it: a generator that yields between
+    /// the two reads would otherwise fail the sample exactly when Python code was running,
+    /// and biased the profile towards native time.
     fn step(
         &mut self,
         mem: &dyn ProcessMemory,
         addr: u64,
         buf: &[u8],
         trust_cache: bool,
+        innermost: bool,
     ) -> Result<FrameStep> {
+        let check_executing = self.strict && !innermost;
         let f = self.layout.frame;
         let back = field_u64(buf, f.back);
         let code_addr = match f.model {
@@ -503,7 +546,7 @@ impl StackWalker {
                 if self.strict && field_u64(buf, 0) == 0 {
                     return Err(torn(addr, "a frame on the chain was freed"));
                 }
-                if self.strict {
+                if check_executing {
                     let suspended = match (f.stacktop, f.executing, f.state, f.executing_state) {
                         (Some(o), _, _, _) => field_u64(buf, o) != 0,
                         (_, Some(o), _, _) => field_u8(buf, o) == 0,
@@ -543,7 +586,7 @@ impl StackWalker {
                     Some(state),
                     Some(exec),
                 ) = (
-                    self.strict,
+                    check_executing,
                     owner,
                     f.gen_iframe,
                     f.gen_frame_state,
