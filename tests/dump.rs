@@ -319,9 +319,39 @@ struct Case {
     busy: Vec<&'static str>,
 }
 
+/// After `ready` the reporter thread still has to return from `print` and reach its
+/// `time.sleep` (MARK reporter); with a busy thread holding the GIL (2.7) it may wait for
+/// the GIL a while first, and a dump then finds it on the `print` line. Wait until the
+/// kernel shows it blocked in a system call other than a futex wait (the GIL's), at most a
+/// few seconds; a fixture whose threads cannot be found by name is not waited for.
+fn wait_reporter_asleep(pid: i32) {
+    if cfg!(not(target_arch = "x86_64")) {
+        std::thread::sleep(Duration::from_millis(200));
+        return;
+    }
+    const FUTEX: &str = "202";
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while Instant::now() < deadline {
+        let tasks = std::fs::read_dir(format!("/proc/{pid}/task"));
+        let reporter = tasks
+            .into_iter()
+            .flatten()
+            .flatten()
+            .find(|e| read_trim(e.path().join("comm")).as_deref() == Some("reporter"));
+        let Some(task) = reporter else { return };
+        let call = read_trim(task.path().join("syscall")).unwrap_or_default();
+        let nr = call.split(' ').next().unwrap_or("");
+        if nr.parse::<u32>().is_ok() && nr != FUTEX {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
 fn start_case(interp: &Interpreter, script: &Path, args: &[OsString]) -> Result<Case, String> {
     let mut target = Target::spawn(interp, script, args)?;
     let lines = target.wait_ready()?;
+    wait_reporter_asleep(target.pid);
     let mut roles = BTreeMap::new();
     let mut truth = BTreeMap::new();
     let mut other = Vec::new();

@@ -335,9 +335,13 @@ fn read_nonblocking(
     let mut last_err = None;
     let mut raw = None;
     // One page cache for the thread list and every thread's first walk, filled at once
-    // with the pages the last snapshot needed: what it holds is checked by `verify`.
+    // with the pages the last snapshot needed: what it holds is checked by `verify`. The
+    // same request reads the last snapshot's frames and top-frame fields a second time
+    // (`second`): a first walk that found everything in the cache is verified against that,
+    // microseconds after what it read, without another system call.
     let cache = ptrace::PageCache::new(&proc.mem);
-    cache.prefetch(&walker.page_hint);
+    let second = cache.prefetch_with_second_look(&walker.page_hint, &walker.recheck_hint);
+    let mut clean = false;
     for attempt in 0..opts.retries.max(1) {
         let fresh = ptrace::PageCache::new(&proc.mem);
         let mem = first_then_fresh(attempt, &cache, &fresh);
@@ -345,6 +349,7 @@ fn read_nonblocking(
             .and_then(|head| walker.threads(mem, head, gil_current(proc, mem)?));
         match read {
             Ok(r) => {
+                clean = attempt == 0 && cache.misses() == 0;
                 raw = Some(r);
                 break;
             }
@@ -355,6 +360,7 @@ fn read_nonblocking(
     let Some(raw) = raw else {
         return Err(last_err.expect("at least one try"));
     };
+    let mut recheck = Recheck::default();
     let mut out = Vec::with_capacity(raw.len());
     for mut t in raw {
         let mut result = Err(String::from("not read"));
@@ -373,12 +379,19 @@ fn read_nonblocking(
             // A retry reads afresh: the shared cache may hold what changed.
             let fresh = ptrace::PageCache::new(&proc.mem);
             let mem = first_then_fresh(attempt, &cache, &fresh);
+            let misses = cache.misses();
             let walk = walker.walk(mem, t.top_frame).and_then(|mut w| {
-                let same = walker.verify(&proc.mem, t.tstate, t.top_frame, &mut w)?;
+                // Everything this walk read came from the prefetch: the second look, taken
+                // after it, can verify it. Otherwise (a miss was read after the second look)
+                // the process is read again now.
+                let early = attempt == 0 && clean && cache.misses() == misses;
+                let again: &dyn ProcessMemory = if early { &second } else { &proc.mem };
+                let same = walker.verify(again, t.tstate, t.top_frame, &mut w, Some(mem))?;
                 Ok((w, same))
             });
             match walk {
                 Ok((w, true)) => {
+                    recheck.add(walker, t.tstate, &w);
                     result = Ok(w);
                     break;
                 }
@@ -400,7 +413,60 @@ fn read_nonblocking(
         out.push((t, result, None));
     }
     walker.page_hint = hint_from(&cache);
+    walker.recheck_hint = recheck.ranges();
     Ok(out)
+}
+
+/// What the next snapshot's second look reads: every verified thread's frames (the ranges
+/// its verification read), then the fields that name its innermost frame, in that order
+/// (verification reads the frames before the field). Bounded.
+#[derive(Default)]
+struct Recheck {
+    frames: Vec<(u64, usize)>,
+    fields: Vec<(u64, usize)>,
+}
+
+impl Recheck {
+    const MAX_RANGES: usize = 64;
+    const MAX_BYTES: usize = 64 * 1024;
+
+    fn add(&mut self, walker: &StackWalker, tstate: u64, w: &Walk) {
+        let l = &walker.layout;
+        let size = l.frame.size as u64;
+        // 3.11+ keeps frames side by side in a frame stack that grows upwards: a little
+        // room above the innermost one covers a stack one or two calls deeper next time.
+        let room = if matches!(
+            l.frame.model,
+            crate::python_bindings::FrameModel::Interpreter
+        ) {
+            4 * size
+        } else {
+            0
+        };
+        for (start, end) in stack::spans(&w.chain, size) {
+            self.frames.push((start, (end - start + room) as usize));
+        }
+        self.fields
+            .push((tstate.wrapping_add(l.thread.frame as u64), 8));
+        if let (Some(off), Some(cframe)) = (l.thread.cframe_current_frame, w.top_field) {
+            if cframe != 0 {
+                self.fields.push((cframe.wrapping_add(off as u64), 8));
+            }
+        }
+    }
+
+    fn ranges(self) -> Vec<(u64, usize)> {
+        let mut out = Vec::new();
+        let mut bytes = 0;
+        for r in self.frames.into_iter().chain(self.fields) {
+            if out.len() >= Self::MAX_RANGES || bytes + r.1 > Self::MAX_BYTES {
+                break;
+            }
+            bytes += r.1;
+            out.push(r);
+        }
+        out
+    }
 }
 
 /// The shared, pre-filled cache for a first attempt; an empty one for a retry (the shared
@@ -598,7 +664,7 @@ pub fn stack_of_blocked_thread(
     };
     // A thread that did not wait for us may have moved on while we read: keep its stack
     // only if it is still the one we read (then it was so for the whole read).
-    if running && !walker.verify(&proc.mem, t.tstate, t.top_frame, &mut w)? {
+    if running && !walker.verify(&proc.mem, t.tstate, t.top_frame, &mut w, None)? {
         return Ok(None);
     }
     Ok(Some(w.frames))

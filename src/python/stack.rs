@@ -68,11 +68,14 @@ pub struct Walk {
     pub shown: Vec<bool>,
     /// Read with the thread paused after reads without pausing kept failing validation.
     pub paused: bool,
+    /// The value of the thread state's top-frame field when [`StackWalker::verify`] read it
+    /// (3.11/3.12: the address of the current `_PyCFrame`).
+    pub top_field: Option<u64>,
 }
 
 /// The address ranges `[start, end)` that cover objects of `size` bytes at `addrs`, joining
 /// objects less than a page apart.
-fn spans(addrs: &[u64], size: u64) -> Vec<(u64, u64)> {
+pub(crate) fn spans(addrs: &[u64], size: u64) -> Vec<(u64, u64)> {
     const JOIN: u64 = 4096;
     let mut sorted: Vec<u64> = addrs.to_vec();
     sorted.sort_unstable();
@@ -137,6 +140,9 @@ pub struct StackWalker {
     /// What the last snapshot read, one range per page (see
     /// [`crate::ptrace::PageCache::used_ranges`]): the next one prefetches it.
     pub page_hint: Vec<(u64, usize)>,
+    /// What the last snapshot's verification read (each thread's frames, then its
+    /// top-frame fields): the next one reads it a second time right after its prefetch.
+    pub recheck_hint: Vec<(u64, usize)>,
     /// Code objects already validated during the current walk (a recursive function's
     /// code is checked once, not once per frame). Empty outside a walk.
     validated: Vec<u64>,
@@ -163,6 +169,7 @@ impl StackWalker {
             strict: false,
             code_cache: HashMap::default(),
             page_hint: Vec::new(),
+            recheck_hint: Vec::new(),
             validated: Vec::new(),
         }
     }
@@ -386,7 +393,9 @@ impl StackWalker {
     /// give the same frame, line and link, and then the thread's innermost frame must still
     /// be `top`. This is what a second walk would establish, without following the chain
     /// again: the addresses are known, so one `read_many` fetches them all. Also reads the
-    /// opcode at the innermost instruction (into `w.top_op`) in the same request.
+    /// opcode at the innermost instruction (into `w.top_op`) in the same request, or, with
+    /// `op_mem`, from there afterwards (an instruction's opcode does not depend on when it
+    /// is read: the walk's own cache serves it without another system call).
     /// Ok(false): the stack changed; Err: a read failed.
     pub fn verify(
         &mut self,
@@ -394,6 +403,7 @@ impl StackWalker {
         tstate: u64,
         top: u64,
         w: &mut Walk,
+        op_mem: Option<&dyn ProcessMemory>,
     ) -> Result<bool> {
         let size = self.layout.frame.size;
         let n = w.chain.len();
@@ -413,7 +423,7 @@ impl StackWalker {
                 reqs.push((start, head));
                 rest = tail;
             }
-            if let Some(at) = w.top_instr {
+            if let (Some(at), None) = (w.top_instr, op_mem) {
                 reqs.push((at, &mut op[..]));
             }
             // Last: the thread state is read after every frame.
@@ -435,7 +445,11 @@ impl StackWalker {
             }
             &[]
         };
+        if let (Some(at), Some(m)) = (w.top_instr, op_mem) {
+            m.read(at, &mut op)?;
+        }
         // Where the thread's stack stands now (its innermost frame, read after every frame).
+        w.top_field = Some(u64::from_le_bytes(field));
         let now = self.top_frame_from(mem, u64::from_le_bytes(field))?;
         if now == 0 {
             return Ok(false);
@@ -491,8 +505,11 @@ impl StackWalker {
         // A frame not on the chain is innermost now: accepted when it was pushed right
         // on top of the walk's innermost frame (a call, or a generator resumed), which the
         // walk saw with everything below it unchanged.
+        // (Read now, from the process: a copy taken before the field was read may hold
+        // what that slot held before the frame was pushed.)
+        let live = mem.live().unwrap_or(mem);
         let mut back = [0u8; 8];
-        mem.read(now.wrapping_add(self.layout.frame.back as u64), &mut back)?;
+        live.read(now.wrapping_add(self.layout.frame.back as u64), &mut back)?;
         if u64::from_le_bytes(back) != top {
             return Ok(false);
         }
