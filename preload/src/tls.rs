@@ -89,6 +89,8 @@ thread_local! {
             python: Cell::new(0),
             freed: Cell::new(0),
             copied: Cell::new(0),
+            credit: Cell::new(0),
+            credit_at: Cell::new(0),
             tid: Cell::new(0),
             busy: Cell::new(false),
         }
