@@ -333,6 +333,12 @@ fn loss_summary(s: &Stats) {
             s.paused_reads
         );
     }
+    if s.thinned > 0 {
+        eprintln!(
+            "scalene-rs: {} sampling ticks were skipped to pause the target at most 200 times a second",
+            s.thinned
+        );
+    }
     if s.errors > 0 {
         eprintln!("scalene-rs: {} thread samples lost:", s.errors);
         for (why, n) in &s.error_kinds {

@@ -284,6 +284,10 @@ pub struct ProfileMeta {
     /// validated (they changed too fast); 0 in `--blocking` mode, where every read pauses.
     #[serde(default)]
     pub paused_reads: u64,
+    /// Sampling ticks left without a sample to keep such pauses at most 200 a second
+    /// (stacks that change too fast to read without pausing, at rates above 200 Hz).
+    #[serde(default)]
+    pub thinned_samples: u64,
     pub rate_hz: f64,
     pub requested_rate_hz: f64,
     /// "cpu" or "wall".

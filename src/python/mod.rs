@@ -30,6 +30,12 @@ pub struct SnapshotOptions {
     /// With `nonblocking`: a thread whose stack keeps changing is read once more with the
     /// threads paused, instead of being reported as unreadable.
     pub pause_fallback: bool,
+    /// With `pause_fallback`: a thread whose first read fails is read paused at once, not
+    /// tried again without pausing. A profile wants this: which states fail to read depends
+    /// on the state (one that lasts less than a read fails more often), so retries drawn
+    /// until one succeeds favour the states that are easy to read, whereas a paused read is
+    /// a fresh draw that favours none.
+    pub pause_at_first_failure: bool,
 }
 
 impl Default for SnapshotOptions {
@@ -39,6 +45,7 @@ impl Default for SnapshotOptions {
             retries: 5,
             thread_names: true,
             pause_fallback: false,
+            pause_at_first_failure: false,
         }
     }
 }
@@ -362,9 +369,14 @@ fn read_nonblocking(
     };
     let mut recheck = Recheck::default();
     let mut out = Vec::with_capacity(raw.len());
+    let stack_tries = if opts.pause_fallback && opts.pause_at_first_failure {
+        1
+    } else {
+        opts.retries.max(1)
+    };
     for mut t in raw {
         let mut result = Err(String::from("not read"));
-        for attempt in 0..opts.retries.max(1) {
+        for attempt in 0..stack_tries {
             if attempt > 0 {
                 match walker.current_top_frame(&proc.mem, t.tstate) {
                     Ok(top) => t.top_frame = top,
@@ -386,7 +398,7 @@ fn read_nonblocking(
                 // the process is read again now.
                 let early = attempt == 0 && clean && cache.misses() == misses;
                 let again: &dyn ProcessMemory = if early { &second } else { &proc.mem };
-                let same = walker.verify(again, t.tstate, t.top_frame, &mut w, Some(mem))?;
+                let same = walker.verify(again, t.tstate, &mut w, Some(mem))?;
                 Ok((w, same))
             });
             match walk {
@@ -664,7 +676,7 @@ pub fn stack_of_blocked_thread(
     };
     // A thread that did not wait for us may have moved on while we read: keep its stack
     // only if it is still the one we read (then it was so for the whole read).
-    if running && !walker.verify(&proc.mem, t.tstate, t.top_frame, &mut w, None)? {
+    if running && !walker.verify(&proc.mem, t.tstate, &mut w, None)? {
         return Ok(None);
     }
     Ok(Some(w.frames))

@@ -381,6 +381,14 @@ impl Renderer<'_> {
             );
             self.field(out, "Paused:", &text, None);
         }
+        if m.thinned_samples > 0 {
+            let text = format!(
+                "{} sampling ticks skipped to pause the target at most 200 times a second \
+                 (their CPU time went to the next sample).",
+                m.thinned_samples
+            );
+            self.field(out, "Thinned:", &text, None);
+        }
         if lost.is_empty() {
             self.field(
                 out,

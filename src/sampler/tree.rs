@@ -346,6 +346,7 @@ impl ProcessTree {
     fn sum_stats(&mut self) {
         let mut errors = 0;
         let mut paused = 0;
+        let mut thinned = 0;
         let mut kinds: BTreeMap<String, u64> = BTreeMap::new();
         let live = self.tracked.values().filter_map(|t| match t {
             Tracked::Sampling { sampler, .. } => Some(&sampler.stats),
@@ -354,12 +355,14 @@ impl ProcessTree {
         for st in live.chain(self.done.iter().map(|d| &d.sampler.stats)) {
             errors += st.errors;
             paused += st.paused_reads;
+            thinned += st.thinned;
             for (k, n) in &st.error_kinds {
                 *kinds.entry(k.clone()).or_insert(0) += n;
             }
         }
         self.stats.errors = errors;
         self.stats.paused_reads = paused;
+        self.stats.thinned = thinned;
         self.stats.error_kinds = kinds;
     }
 
@@ -373,8 +376,11 @@ impl ProcessTree {
         let mut sampled = false;
         for (&pid, t) in self.tracked.iter_mut() {
             if let Tracked::Sampling { sampler, .. } = t {
+                let before = sampler.stats.samples;
                 match sampler.sample_once() {
-                    Ok(()) => sampled = true,
+                    // A tick a sampler left without a sample (it thins paused samples)
+                    // is not a sample.
+                    Ok(()) => sampled |= sampler.stats.samples > before,
                     Err(e) if e.is_process_gone() => ended.push(pid),
                     Err(e) => return Err(e),
                 }
