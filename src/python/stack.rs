@@ -73,6 +73,10 @@ pub struct Walk {
     pub top_field: Option<u64>,
 }
 
+/// Links followed from a thread's new innermost frame, when verifying a walk, to find where
+/// its stack joins the walk's.
+const MAX_JOIN_LINKS: usize = 3;
+
 /// The address ranges `[start, end)` that cover objects of `size` bytes at `addrs`, joining
 /// objects less than a page apart.
 pub(crate) fn spans(addrs: &[u64], size: u64) -> Vec<(u64, u64)> {
@@ -510,9 +514,36 @@ impl StackWalker {
         while j > 0 && steady[j - 1] && (j == n || same_line[j]) {
             j -= 1;
         }
-        if j == n || k.is_some_and(|k| j > k) {
-            // Not even the outermost frame is as it was, or the thread's innermost frame
-            // is one of the walk's frames that changed.
+        // Where the thread's stack now joins the walk's: `now` itself, or (a frame pushed
+        // since) the first of the walk's frames that the links from `now` reach, read
+        // from the process now, a few links at most (3.12+ puts a C-stack entry frame
+        // between a generator resumed from C and its caller). A part of the walk's chain
+        // that reads as unchanged proves nothing unless the thread's stack runs through
+        // it: a dead generator's frames hold still too.
+        let joined = match k {
+            Some(k) => Some(k),
+            None => {
+                let live = mem.live().unwrap_or(mem);
+                let mut at = now;
+                let mut found = None;
+                for _ in 0..MAX_JOIN_LINKS {
+                    let mut back = [0u8; 8];
+                    live.read(at.wrapping_add(self.layout.frame.back as u64), &mut back)?;
+                    at = u64::from_le_bytes(back);
+                    if at == 0 {
+                        break;
+                    }
+                    if let Some(m) = w.chain.iter().position(|&a| a == at) {
+                        found = Some(m);
+                        break;
+                    }
+                }
+                found
+            }
+        };
+        if !joined.is_some_and(|m| j <= m) {
+            // The thread's stack does not run through a part of the walk's that held
+            // still: the walk may be torn.
             return Ok(false);
         }
         if w.top_instr.is_some() {
