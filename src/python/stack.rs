@@ -541,7 +541,7 @@ impl StackWalker {
                 found
             }
         };
-        if !joined.is_some_and(|m| j <= m) {
+        if joined.is_none_or(|m| j > m) {
             // The thread's stack does not run through a part of the walk's that held
             // still: the walk may be torn.
             return Ok(false);
