@@ -166,8 +166,12 @@ impl PausedThreads {
             // here when it is the thread-group leader.
             match peek_exit(t) {
                 Ok(true) => {
-                    if tid != pid {
-                        // A non-leader thread: reap it so no zombie thread lingers.
+                    if tid != pid || !is_our_child(t) {
+                        // A non-leader thread: reap it so no zombie thread lingers. A
+                        // leader that is not our child: reaping it as its tracer hands its
+                        // exit on to its parent, which otherwise waits for it forever (a
+                        // multiprocessing worker that exited in a pause hung its parent's
+                        // join, fixtures/memory/mp_keep.py on 3.6).
                         let _ = waitpid(t, Some(WaitPidFlag::__WALL));
                     }
                     return Ok(());
@@ -266,17 +270,9 @@ impl Drop for PausedThreads {
 /// reaps it with its exit status once the other threads are gone. Waits at most ~200 ms
 /// for a dying thread to become a zombie.
 fn reap_died(tids: &[Pid]) {
-    let me = std::process::id() as i32;
     let deadline = std::time::Instant::now() + std::time::Duration::from_millis(200);
     for &tid in tids {
-        let is_our_child_leader = std::fs::read_to_string(format!("/proc/{tid}/stat"))
-            .ok()
-            .and_then(|s| {
-                let ppid: i32 = super::stat_fields(&s)?.nth(1)?.parse().ok()?;
-                Some(ppid == me)
-            })
-            .unwrap_or(false);
-        if is_our_child_leader {
+        if is_our_child(tid) {
             continue;
         }
         loop {
@@ -289,6 +285,18 @@ fn reap_died(tids: &[Pid]) {
             }
         }
     }
+}
+
+/// Whether `tid` is a process we started (its status is ours to wait for: `run`'s program).
+fn is_our_child(tid: Pid) -> bool {
+    let me = std::process::id() as i32;
+    std::fs::read_to_string(format!("/proc/{tid}/stat"))
+        .ok()
+        .and_then(|s| {
+            let ppid: i32 = super::stat_fields(&s)?.nth(1)?.parse().ok()?;
+            Some(ppid == me)
+        })
+        .unwrap_or(false)
 }
 
 /// Reaps every thread of `pid` (except its leader) that died while traced by us and is

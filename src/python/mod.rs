@@ -36,6 +36,8 @@ pub struct SnapshotOptions {
     /// until one succeeds favour the states that are easy to read, whereas a paused read is
     /// a fresh draw that favours none.
     pub pause_at_first_failure: bool,
+    /// With `pause_fallback`: threads (by `thread_id`) read paused without a try first.
+    pub pause_these: Vec<u64>,
 }
 
 impl Default for SnapshotOptions {
@@ -46,6 +48,7 @@ impl Default for SnapshotOptions {
             thread_names: true,
             pause_fallback: false,
             pause_at_first_failure: false,
+            pause_these: Vec::new(),
         }
     }
 }
@@ -375,6 +378,10 @@ fn read_nonblocking(
         opts.retries.max(1)
     };
     for mut t in raw {
+        if opts.pause_fallback && opts.pause_these.contains(&t.thread_id) {
+            out.push((t, Err(String::from("to be read paused")), None));
+            continue;
+        }
         let mut result = Err(String::from("not read"));
         for attempt in 0..stack_tries {
             if attempt > 0 {

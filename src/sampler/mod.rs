@@ -139,17 +139,26 @@ pub struct Sampler {
     stat_cache: HashMap<i32, (Instant, char, u64, u64)>,
     /// Where the memory ring is mapped in the target (see [`SamplerConfig::handshake_file`]).
     handshake_range: Option<(u64, u64)>,
-    /// Default mode: the recent share of samples whose read without pausing failed (a
-    /// moving average), and how many samples are still to be taken paused (see
-    /// [`UNSETTLED_LIMIT`]).
-    unsettled: f64,
-    paused_stretch: u32,
-    /// When the last sample of a paused stretch was taken.
+    /// Default mode, per thread (by `thread_id`): the recent share of its samples whose
+    /// read without pausing failed, and how many of its samples are still to be taken
+    /// paused (see [`UNSETTLED_LIMIT`]).
+    unsettled: HashMap<u64, Unsettled>,
+    /// When the last sample with a thread in a paused stretch was taken.
     last_paused: Option<Instant>,
 }
 
-/// Default mode: when more than this share of recent samples could not be read without
-/// pausing, the next [`PAUSED_STRETCH`] samples are taken paused. A sample whose read
+/// One thread's record for [`UNSETTLED_LIMIT`].
+#[derive(Default, Clone, Copy)]
+struct Unsettled {
+    /// Moving average of "its read without pausing failed".
+    failed: f64,
+    /// Samples still to be taken paused.
+    stretch: u32,
+}
+
+/// Default mode: when more than this share of a thread's recent samples could not be read
+/// without pausing, its next [`PAUSED_STRETCH`] samples are taken paused (that thread only:
+/// the others are read as before). A sample whose read
 /// without pausing fails is read paused, a fresh draw; the samples that read cleanly are
 /// the states that hold still long enough to be read, so they under-count states that
 /// last less than a read (a generator resumed by C code every few hundred nanoseconds, as
@@ -195,8 +204,7 @@ impl Sampler {
             tids_listed: None,
             stat_cache: HashMap::new(),
             handshake_range: None,
-            unsettled: 0.0,
-            paused_stretch: 0,
+            unsettled: HashMap::new(),
             last_paused: None,
         }
         .with_handshake_range()
@@ -208,7 +216,16 @@ impl Sampler {
         let pid = self.proc.pid;
         let now = Instant::now();
         let auto = self.cfg.mode == ReadMode::Auto;
-        let stretch = auto && self.paused_stretch > 0;
+        let pause_these: Vec<u64> = if auto {
+            self.unsettled
+                .iter()
+                .filter(|(_, u)| u.stretch > 0)
+                .map(|(&id, _)| id)
+                .collect()
+        } else {
+            Vec::new()
+        };
+        let stretch = !pause_these.is_empty();
         if stretch
             && self
                 .last_paused
@@ -253,13 +270,13 @@ impl Sampler {
             .map(|&t| (t, self.stat_cache.get(&t).map_or('R', |s| s.1)))
             .collect();
         if stretch {
-            self.paused_stretch -= 1;
             self.last_paused = Some(now);
         }
         let opts = SnapshotOptions {
-            nonblocking: self.cfg.mode != ReadMode::Paused && !stretch,
+            nonblocking: self.cfg.mode != ReadMode::Paused,
             pause_fallback: auto,
             pause_at_first_failure: auto,
+            pause_these,
             thread_names: false,
             ..Default::default()
         };
@@ -285,14 +302,25 @@ impl Sampler {
         }) {
             self.tids_listed = None;
         }
-        if stretch {
-            self.stats.paused_reads += snap.threads.len() as u64;
-        } else if auto {
-            let failed = snap.threads.iter().any(|t| t.read_paused);
-            self.unsettled += UNSETTLED_WEIGHT * (f64::from(u8::from(failed)) - self.unsettled);
-            if self.unsettled > UNSETTLED_LIMIT {
-                self.paused_stretch = PAUSED_STRETCH;
-                self.unsettled = 0.0;
+        if auto {
+            if self.unsettled.len() > snap.threads.len() {
+                let present: std::collections::HashSet<u64> =
+                    snap.threads.iter().map(|t| t.thread_id).collect();
+                self.unsettled.retain(|id, _| present.contains(id));
+            }
+            for t in &snap.threads {
+                let u = self.unsettled.entry(t.thread_id).or_default();
+                if u.stretch > 0 {
+                    u.stretch -= 1;
+                    continue;
+                }
+                u.failed += UNSETTLED_WEIGHT * (f64::from(u8::from(t.read_paused)) - u.failed);
+                if u.failed > UNSETTLED_LIMIT {
+                    *u = Unsettled {
+                        failed: 0.0,
+                        stretch: PAUSED_STRETCH,
+                    };
+                }
             }
         }
         for t in snap.threads {
@@ -603,7 +631,15 @@ pub fn drive(
     // SAFETY: PR_SET_TIMERSLACK only changes this thread's timer slack.
     unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, 1 as libc::c_ulong, 0, 0, 0) };
     let start = Instant::now();
-    let mut next = start;
+    // Ticks are stratified: one per period, each at a random point of its period. Ticks
+    // at exact multiples of the period keep one phase against anything periodic for the
+    // whole run: the kernel's timer tick, which splits a thread's CPU time into user and
+    // system by where the thread is when it fires (--blocking at 1 kHz on
+    // fixtures/cpu/flip.py put 55% of that CPU-bound line in the kernel in one run of
+    // nine: the pauses kept landing on the tick), or a program's own timed loop.
+    let mut jitter = Jitter::new();
+    // The start of the period of the next tick (the first tick is taken at once).
+    let mut slot = start;
     let mut last_progress = start;
     let mut last_stop_check: Option<Instant> = None;
     loop {
@@ -618,20 +654,23 @@ pub fn drive(
         if !t.tick()? {
             break;
         }
-        next += period;
+        slot += period;
         let now = Instant::now();
-        if now > next {
-            // Fell behind. Ticks stay on their schedule (start + k·period): every tick
-            // whose successor is also already due is missed and counted; the latest due
-            // one is taken at once. (Restarting the schedule from `now` would drop the
+        if now >= slot + period {
+            // Fell behind. Periods stay on their schedule (start + k·period): every tick
+            // whose period has passed is missed and counted; the tick of the period under
+            // way is taken at once. (Restarting the schedule from `now` would drop the
             // fraction of a period lost on every late sample: a sampler needing 130 µs at
             // 10 kHz would take 7.7 kHz while counting almost nothing as missed.)
-            let behind = now.duration_since(next).as_secs_f64() / period.as_secs_f64();
+            let behind = now.duration_since(slot).as_secs_f64() / period.as_secs_f64();
             let skipped = behind.floor() as u64;
             t.stats_mut().missed += skipped;
-            next += period.mul_f64(skipped as f64);
+            slot += period.mul_f64(skipped as f64);
         } else {
-            std::thread::sleep(next - now);
+            let at = slot + period.mul_f64(jitter.unit());
+            if at > now {
+                std::thread::sleep(at - now);
+            }
         }
         t.stats_mut().elapsed = start.elapsed();
         if last_progress.elapsed() >= Duration::from_millis(250) {
@@ -641,6 +680,28 @@ pub fn drive(
     }
     t.stats_mut().elapsed = start.elapsed();
     Ok(())
+}
+
+/// Uniform numbers in [0, 1) for the tick times: xorshift64*, seeded from the clock and
+/// our pid (statistical quality is all that is needed).
+struct Jitter(u64);
+
+impl Jitter {
+    fn new() -> Jitter {
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos() as u64);
+        Jitter((nanos ^ (u64::from(std::process::id()) << 32)) | 1)
+    }
+
+    fn unit(&mut self) -> f64 {
+        let mut x = self.0;
+        x ^= x >> 12;
+        x ^= x << 25;
+        x ^= x >> 27;
+        self.0 = x;
+        (x.wrapping_mul(0x2545_F491_4F6C_DD1D) >> 11) as f64 / (1u64 << 53) as f64
+    }
 }
 
 /// The address range where `pid` maps `file` (all its mappings together).
@@ -748,6 +809,73 @@ mod tests {
             "app.py",
         ] {
             assert!(!is_library_file(user), "{user}");
+        }
+    }
+
+    /// Records when each tick came.
+    struct Clock {
+        ticks: Vec<Instant>,
+        stats: Stats,
+        limit: usize,
+    }
+
+    impl Ticker for Clock {
+        fn tick(&mut self) -> Result<bool> {
+            self.ticks.push(Instant::now());
+            Ok(self.ticks.len() < self.limit)
+        }
+        fn stats_mut(&mut self) -> &mut Stats {
+            &mut self.stats
+        }
+    }
+
+    #[test]
+    fn ticks_come_once_per_period_at_a_random_point_of_it() {
+        let period = Duration::from_millis(2);
+        let mut c = Clock {
+            ticks: Vec::new(),
+            stats: Stats::default(),
+            limit: 200,
+        };
+        let start = Instant::now();
+        drive(&mut c, 500.0, &mut || false, &mut |_| {}).unwrap();
+        assert_eq!(c.ticks.len(), 200);
+        // Tick k (k ≥ 1) falls in period k, [start + k·period, start + (k+1)·period),
+        // unless the machine made us late (then it is missed or taken late and counted).
+        let offsets: Vec<f64> = c.ticks[1..]
+            .iter()
+            .enumerate()
+            .map(|(i, t)| {
+                let k = (i + 1) as f64;
+                t.duration_since(start).as_secs_f64() / period.as_secs_f64() - k
+            })
+            .collect();
+        let on_time = offsets
+            .iter()
+            .filter(|&&o| (0.0..1.05).contains(&o))
+            .count();
+        assert!(
+            on_time >= 100,
+            "{on_time} of 199 ticks in their period, {} missed",
+            c.stats.missed
+        );
+        // Spread over the period, not at one phase: some in each half.
+        let early = offsets.iter().filter(|&&o| (0.0..0.5).contains(&o)).count();
+        let late = offsets.iter().filter(|&&o| (0.5..1.0).contains(&o)).count();
+        assert!(early >= 25 && late >= 25, "{early} early, {late} late");
+    }
+
+    #[test]
+    fn jitter_is_uniform_in_the_unit_interval() {
+        let mut j = Jitter::new();
+        let v: Vec<f64> = (0..10_000).map(|_| j.unit()).collect();
+        assert!(v.iter().all(|&x| (0.0..1.0).contains(&x)));
+        let mean = v.iter().sum::<f64>() / v.len() as f64;
+        assert!((mean - 0.5).abs() < 0.02, "{mean}");
+        for q in 0..4 {
+            let lo = q as f64 / 4.0;
+            let n = v.iter().filter(|&&x| x >= lo && x < lo + 0.25).count();
+            assert!((2200..2800).contains(&n), "quarter {q}: {n}");
         }
     }
 }
