@@ -631,15 +631,7 @@ pub fn drive(
     // SAFETY: PR_SET_TIMERSLACK only changes this thread's timer slack.
     unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, 1 as libc::c_ulong, 0, 0, 0) };
     let start = Instant::now();
-    // Ticks are stratified: one per period, each at a random point of its period. Ticks
-    // at exact multiples of the period keep one phase against anything periodic for the
-    // whole run: the kernel's timer tick, which splits a thread's CPU time into user and
-    // system by where the thread is when it fires (--blocking at 1 kHz on
-    // fixtures/cpu/flip.py put 55% of that CPU-bound line in the kernel in one run of
-    // nine: the pauses kept landing on the tick), or a program's own timed loop.
-    let mut jitter = Jitter::new();
-    // The start of the period of the next tick (the first tick is taken at once).
-    let mut slot = start;
+    let mut next = start;
     let mut last_progress = start;
     let mut last_stop_check: Option<Instant> = None;
     loop {
@@ -654,23 +646,20 @@ pub fn drive(
         if !t.tick()? {
             break;
         }
-        slot += period;
+        next += period;
         let now = Instant::now();
-        if now >= slot + period {
-            // Fell behind. Periods stay on their schedule (start + k·period): every tick
-            // whose period has passed is missed and counted; the tick of the period under
-            // way is taken at once. (Restarting the schedule from `now` would drop the
+        if now > next {
+            // Fell behind. Ticks stay on their schedule (start + k·period): every tick
+            // whose successor is also already due is missed and counted; the latest due
+            // one is taken at once. (Restarting the schedule from `now` would drop the
             // fraction of a period lost on every late sample: a sampler needing 130 µs at
             // 10 kHz would take 7.7 kHz while counting almost nothing as missed.)
-            let behind = now.duration_since(slot).as_secs_f64() / period.as_secs_f64();
+            let behind = now.duration_since(next).as_secs_f64() / period.as_secs_f64();
             let skipped = behind.floor() as u64;
             t.stats_mut().missed += skipped;
-            slot += period.mul_f64(skipped as f64);
+            next += period.mul_f64(skipped as f64);
         } else {
-            let at = slot + period.mul_f64(jitter.unit());
-            if at > now {
-                std::thread::sleep(at - now);
-            }
+            std::thread::sleep(next - now);
         }
         t.stats_mut().elapsed = start.elapsed();
         if last_progress.elapsed() >= Duration::from_millis(250) {
@@ -680,28 +669,6 @@ pub fn drive(
     }
     t.stats_mut().elapsed = start.elapsed();
     Ok(())
-}
-
-/// Uniform numbers in [0, 1) for the tick times: xorshift64*, seeded from the clock and
-/// our pid (statistical quality is all that is needed).
-struct Jitter(u64);
-
-impl Jitter {
-    fn new() -> Jitter {
-        let nanos = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_nanos() as u64);
-        Jitter((nanos ^ (u64::from(std::process::id()) << 32)) | 1)
-    }
-
-    fn unit(&mut self) -> f64 {
-        let mut x = self.0;
-        x ^= x >> 12;
-        x ^= x << 25;
-        x ^= x >> 27;
-        self.0 = x;
-        (x.wrapping_mul(0x2545_F491_4F6C_DD1D) >> 11) as f64 / (1u64 << 53) as f64
-    }
 }
 
 /// The address range where `pid` maps `file` (all its mappings together).
@@ -809,73 +776,6 @@ mod tests {
             "app.py",
         ] {
             assert!(!is_library_file(user), "{user}");
-        }
-    }
-
-    /// Records when each tick came.
-    struct Clock {
-        ticks: Vec<Instant>,
-        stats: Stats,
-        limit: usize,
-    }
-
-    impl Ticker for Clock {
-        fn tick(&mut self) -> Result<bool> {
-            self.ticks.push(Instant::now());
-            Ok(self.ticks.len() < self.limit)
-        }
-        fn stats_mut(&mut self) -> &mut Stats {
-            &mut self.stats
-        }
-    }
-
-    #[test]
-    fn ticks_come_once_per_period_at_a_random_point_of_it() {
-        let period = Duration::from_millis(2);
-        let mut c = Clock {
-            ticks: Vec::new(),
-            stats: Stats::default(),
-            limit: 200,
-        };
-        let start = Instant::now();
-        drive(&mut c, 500.0, &mut || false, &mut |_| {}).unwrap();
-        assert_eq!(c.ticks.len(), 200);
-        // Tick k (k ≥ 1) falls in period k, [start + k·period, start + (k+1)·period),
-        // unless the machine made us late (then it is missed or taken late and counted).
-        let offsets: Vec<f64> = c.ticks[1..]
-            .iter()
-            .enumerate()
-            .map(|(i, t)| {
-                let k = (i + 1) as f64;
-                t.duration_since(start).as_secs_f64() / period.as_secs_f64() - k
-            })
-            .collect();
-        let on_time = offsets
-            .iter()
-            .filter(|&&o| (0.0..1.05).contains(&o))
-            .count();
-        assert!(
-            on_time >= 100,
-            "{on_time} of 199 ticks in their period, {} missed",
-            c.stats.missed
-        );
-        // Spread over the period, not at one phase: some in each half.
-        let early = offsets.iter().filter(|&&o| (0.0..0.5).contains(&o)).count();
-        let late = offsets.iter().filter(|&&o| (0.5..1.0).contains(&o)).count();
-        assert!(early >= 25 && late >= 25, "{early} early, {late} late");
-    }
-
-    #[test]
-    fn jitter_is_uniform_in_the_unit_interval() {
-        let mut j = Jitter::new();
-        let v: Vec<f64> = (0..10_000).map(|_| j.unit()).collect();
-        assert!(v.iter().all(|&x| (0.0..1.0).contains(&x)));
-        let mean = v.iter().sum::<f64>() / v.len() as f64;
-        assert!((mean - 0.5).abs() < 0.02, "{mean}");
-        for q in 0..4 {
-            let lo = q as f64 / 4.0;
-            let n = v.iter().filter(|&&x| x >= lo && x < lo + 0.25).count();
-            assert!((2200..2800).contains(&n), "quarter {q}: {n}");
         }
     }
 }
