@@ -267,7 +267,7 @@ impl ProcessMemory for BufferMemory {
 }
 
 /// Page size of the read cache.
-const CACHE_PAGE: u64 = 4096;
+pub(crate) const CACHE_PAGE: u64 = 4096;
 /// Most pages one cache keeps (a walk touches a handful; this bounds a runaway walk).
 const CACHE_MAX_PAGES: usize = 256;
 

@@ -377,8 +377,10 @@ fn read_nonblocking(
     } else {
         opts.retries.max(1)
     };
+    let mut skipped = false;
     for mut t in raw {
         if opts.pause_fallback && opts.pause_these.contains(&t.thread_id) {
+            skipped = true;
             out.push((t, Err(String::from("to be read paused")), None));
             continue;
         }
@@ -431,7 +433,14 @@ fn read_nonblocking(
         }
         out.push((t, result, None));
     }
-    walker.page_hint = hint_from(&cache);
+    // A thread left to be read paused used nothing here: the pages it needs stay in the
+    // hint for that read, right after.
+    let hint = hint_from(&cache);
+    walker.page_hint = if skipped {
+        with_hint(hint, std::mem::take(&mut walker.page_hint))
+    } else {
+        hint
+    };
     walker.recheck_hint = recheck.ranges();
     Ok(out)
 }
@@ -502,13 +511,32 @@ fn first_then_fresh<'a>(
     }
 }
 
+/// Most pages a snapshot's prefetch asks for.
+const MAX_HINT_PAGES: usize = 64;
+
 /// What is worth fetching up front next time: the bytes `cache` served this time, one
 /// range per page (bounded).
 fn hint_from(cache: &ptrace::PageCache) -> Vec<(u64, usize)> {
-    const MAX_HINT_PAGES: usize = 64;
     let mut ranges = cache.used_ranges();
     ranges.truncate(MAX_HINT_PAGES);
     ranges
+}
+
+/// `hint` and `more` together, one range per page as each of them is (on a page both
+/// name, the span covering both ranges), bounded.
+fn with_hint(mut hint: Vec<(u64, usize)>, more: Vec<(u64, usize)>) -> Vec<(u64, usize)> {
+    let page = |a: u64| a & !(ptrace::CACHE_PAGE - 1);
+    for (addr, len) in more {
+        let end = addr + len as u64;
+        if let Some(h) = hint.iter_mut().find(|h| page(h.0) == page(addr)) {
+            let start = h.0.min(addr);
+            h.1 = ((h.0 + h.1 as u64).max(end) - start) as usize;
+            h.0 = start;
+        } else if hint.len() < MAX_HINT_PAGES {
+            hint.push((addr, len));
+        }
+    }
+    hint
 }
 
 /// Reads again, with the threads paused, the stacks that a read without pausing could not
@@ -553,6 +581,13 @@ fn reread_paused(
     let strict = std::mem::replace(&mut walker.strict, false);
     let result = reread_each(walker, &cache, threads);
     walker.strict = strict;
+    drop(_paused);
+    // The next snapshot's prefetch: what this paused read used as well as what the read
+    // without pausing did (which, for a thread read paused without a try, is only the
+    // thread list: the next paused read would fetch every frame page on its own, one
+    // system call each, while the thread waits).
+    let kept = std::mem::take(&mut walker.page_hint);
+    walker.page_hint = with_hint(hint_from(&cache), kept);
     result
 }
 
