@@ -225,6 +225,10 @@ fn main() {
             let times = time_it(iters, || sampler.sample_once().unwrap());
             assert_eq!(sampler.stats.errors, 0, "{:?}", sampler.stats.error_kinds);
             report(&label, times);
+            println!(
+                "    ({} samples, {} read paused, {} ticks thinned)",
+                sampler.stats.samples, sampler.stats.paused_reads, sampler.stats.thinned
+            );
         }
     }
     if std::env::var("SCALENE_RS_BENCH_SUSTAINED").as_deref() != Ok("0") {

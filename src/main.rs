@@ -335,8 +335,9 @@ fn loss_summary(s: &Stats) {
     }
     if s.thinned > 0 {
         eprintln!(
-            "scalene-rs: {} sampling ticks were skipped to pause the target at most 200 times a second",
-            s.thinned
+            "scalene-rs: {} sampling ticks were skipped to pause the target at most {} times a second",
+            s.thinned,
+            scalene_rs::sampler::PAUSED_MAX_HZ
         );
     }
     if s.errors > 0 {

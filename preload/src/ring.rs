@@ -35,8 +35,9 @@ const MAX_TIMEOUTS_IN_A_ROW: u32 = 16;
 /// it stops at the slowest usual answer: fixtures/cpu/threads.py (4 threads, 1814
 /// handshakes) waited 91–104 ms in all with 150 µs as with 500 µs, and sleeping outright
 /// waited 200 ms and cost julia 1.29x against 1.21x (one 5-round run); a slow profiler
-/// (500 µs answers) cost each handshake 500 µs of the thread's CPU before: the likely reason one of four
-/// equal threads (tests/profile.rs) once measured 40% of the program's CPU.
+/// (500 µs answers) cost each handshake 500 µs of the thread's CPU before: the likely
+/// reason one of four equal threads (tests/profile.rs) once measured 40% of the program's
+/// CPU.
 const SPIN_NS: u64 = 150_000;
 
 static RING: AtomicPtr<Header> = AtomicPtr::new(core::ptr::null_mut());

@@ -383,9 +383,10 @@ impl Renderer<'_> {
         }
         if m.thinned_samples > 0 {
             let text = format!(
-                "{} sampling ticks skipped to pause the target at most 200 times a second \
+                "{} sampling ticks skipped to pause the target at most {} times a second \
                  (their CPU time went to the next sample).",
-                m.thinned_samples
+                m.thinned_samples,
+                crate::sampler::PAUSED_MAX_HZ
             );
             self.field(out, "Thinned:", &text, None);
         }
