@@ -513,6 +513,16 @@ pub fn attach(cfg: &AttachConfig, progress: &mut dyn FnMut(&Stats)) -> Result<(P
             .find(|(p, _)| *p == cfg.pid)
             .map(|(_, why)| why.clone())
     });
+    // Another process of the program whose memory cannot be recorded: said once each (its
+    // figures would read as a process that allocated nothing).
+    if let Some(f) = fleet.as_ref() {
+        let mut told = std::collections::BTreeSet::new();
+        for (pid, why) in f.notes.iter().filter(|(p, _)| *p != cfg.pid) {
+            if told.insert(*pid) {
+                notes.push(format!("no memory data for process {pid}: {why}"));
+            }
+        }
+    }
     let memory = finish_memory(&mut tree, fleet);
     result?;
     if cfg.memory.is_some() && memory.is_none() {

@@ -76,6 +76,26 @@ fn line_field(p: &Value, name: &str, line: u64, field: &str) -> f64 {
         .sum()
 }
 
+/// (file, line, value) of every line whose `field` is over `floor`: where memory went.
+fn lines_with(p: &Value, field: &str, floor: f64) -> Vec<(String, u64, f64)> {
+    p["files"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .flat_map(|f| {
+            let name = f["filename"].as_str().unwrap_or("?").to_string();
+            f["lines"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(move |l| {
+                    let v = l[field].as_f64()?;
+                    (v > floor).then(|| (name.clone(), l["line"].as_u64().unwrap_or(0), v))
+                })
+        })
+        .collect()
+}
+
 /// (pid, command, mem_peak_mb, mem_alloc_mb) of each process of the breakdown.
 fn processes(p: &Value) -> Vec<(i64, String, f64, f64)> {
     p["processes"]
@@ -413,7 +433,12 @@ fn attach_takes_over_the_ring_of_every_process() {
             format!("CHURN line {line:.0} of {total:.0} MB, {workers} processes with memory");
         // Each worker allocates ~1 MiB per iteration the whole time.
         if workers < 4 || line < 100.0 || line < 0.9 * total {
-            return Err(summary);
+            return Err(format!(
+                "{summary}; the rest: {:?}; processes (pid, command, peak, alloc): {:?}; attach said: {}",
+                lines_with(&p, "mem_alloc_mb", 1.0),
+                processes(&p),
+                String::from_utf8_lossy(&r.stderr)
+            ));
         }
         Ok(summary)
     });

@@ -21,10 +21,17 @@ use core::sync::atomic::{
 /// Longest a thread waits for the profiler to read its stack.
 pub const HANDSHAKE_WAIT_NS: i64 = 5_000_000;
 /// Unanswered handshakes in a row (with no answer at all in between, even a late one) after
-/// which the library never waits again although the profiler still runs: a hung profiler
-/// costs the program at most this many waits. A profiler that is gone ends the waiting at
-/// the first unanswered one; one that answers late (a loaded machine) keeps it going.
+/// which the library stops waiting although the profiler still runs: a hung profiler costs
+/// the program at most this many waits. A profiler that is gone ends the waiting at the
+/// first unanswered one; one that answers late (a loaded machine) keeps it going.
 const MAX_TIMEOUTS_IN_A_ROW: u32 = 16;
+/// After stopping with the profiler still there, waiting starts again once the profiler
+/// has read every event written up to then (it was behind, not hung: on a loaded machine
+/// its reader can be off the CPU for the 80 ms of those waits) and this long has passed,
+/// doubled at each such stop (at most [`MAX_RESUME_SHIFT`] times): a profiler that is
+/// always too slow costs the program 16 waits per period, a vanishing share.
+const RESUME_AFTER_NS: u64 = 500_000_000;
+const MAX_RESUME_SHIFT: u32 = 7;
 
 /// How long a waiting thread polls for the answer (yielding its CPU to anyone who wants it)
 /// before it sleeps in a futex. Answers take 40–150 µs here (the profiler's wake-up, then
@@ -51,6 +58,11 @@ static GAVE_UP_AT: AtomicU64 = AtomicU64::new(0);
 static TIMEOUTS: AtomicU32 = AtomicU32::new(0);
 /// The profiler's answer count at the last unanswered handshake.
 static ANSWERS_SEEN: AtomicU64 = AtomicU64::new(0);
+/// When waiting stopped with the profiler still there (0: it did not), the ticket reserved
+/// then, and how many times that happened (see [`RESUME_AFTER_NS`]).
+static SLOW_SINCE_NS: AtomicU64 = AtomicU64::new(0);
+static SLOW_TICKET: AtomicU64 = AtomicU64::new(0);
+static SLOW_STOPS: AtomicU32 = AtomicU32::new(0);
 pub static WINDOW: AtomicU64 = AtomicU64::new(1 << 20);
 pub static COPY_WINDOW: AtomicU64 = AtomicU64::new(1 << 20);
 
@@ -183,6 +195,8 @@ extern "C" fn after_fork_in_child() {
     TIMEOUTS.store(0, Ordering::Relaxed);
     ANSWERS_SEEN.store(0, Ordering::Relaxed);
     GAVE_UP_AT.store(0, Ordering::Relaxed);
+    SLOW_SINCE_NS.store(0, Ordering::Relaxed);
+    SLOW_STOPS.store(0, Ordering::Relaxed);
     STARTUP_DONE.store(false, Ordering::Relaxed);
     STARTUP_DEADLINE.store(0, Ordering::Relaxed);
     OWN.store(OWN_PENDING, Ordering::Release);
@@ -508,10 +522,12 @@ pub fn emit(kind: u32, tid: i32, a: u64, b: u64, c: u64, ptr: u64, wait: bool) -
     };
     if wait
         && !WAIT.load(Ordering::Relaxed)
-        && h.consumer_generation.load(Ordering::Acquire) != GAVE_UP_AT.load(Ordering::Relaxed)
+        && (h.consumer_generation.load(Ordering::Acquire) != GAVE_UP_AT.load(Ordering::Relaxed)
+            || caught_up(h))
     {
-        // A new profiler took the ring over: give it a chance.
+        // A new profiler took the ring over, or the slow one caught up: give it a chance.
         TIMEOUTS.store(0, Ordering::Relaxed);
+        SLOW_SINCE_NS.store(0, Ordering::Relaxed);
         WAIT.store(true, Ordering::Relaxed);
     }
     let wait = wait
@@ -575,9 +591,31 @@ pub fn emit(kind: u32, tid: i32, a: u64, b: u64, c: u64, ptr: u64, wait: bool) -
             h.consumer_generation.load(Ordering::Acquire),
             Ordering::Relaxed,
         );
+        if !gone {
+            SLOW_TICKET.store(h.head.load(Ordering::Acquire), Ordering::Relaxed);
+            SLOW_SINCE_NS.store(layout::now_ns().max(1), Ordering::Relaxed);
+            SLOW_STOPS.fetch_add(1, Ordering::Relaxed);
+        }
         WAIT.store(false, Ordering::Relaxed);
     }
     false
+}
+
+/// Waiting stopped because the profiler answered too late, and it has since read every
+/// event written up to then, and the back-off has passed (see [`RESUME_AFTER_NS`]).
+#[cold]
+fn caught_up(h: &Header) -> bool {
+    let since = SLOW_SINCE_NS.load(Ordering::Relaxed);
+    if since == 0 {
+        return false;
+    }
+    let shift = SLOW_STOPS
+        .load(Ordering::Relaxed)
+        .saturating_sub(1)
+        .min(MAX_RESUME_SHIFT);
+    layout::now_ns().saturating_sub(since) >= RESUME_AFTER_NS << shift
+        && h.tail.load(Ordering::Acquire) >= SLOW_TICKET.load(Ordering::Relaxed)
+        && !profiler_gone(h)
 }
 
 fn futex_wait(word: &AtomicU32, expected: u32, timeout_ns: i64) {
@@ -626,8 +664,86 @@ mod tests {
     /// The ring a process makes for itself: `<profiler's ring>.<pid>`, private, sized for
     /// its slots, its header complete and claimed by us; a stale file at that name (a
     /// process that had our pid before, our own image before an exec) is replaced.
+    /// The tests that set the library's process-wide state (its ring's path, its ring).
+    static GLOBALS: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+    /// A profiler that answers nothing for 16 handshakes in a row, yet is there, is waited
+    /// for no more (the 17th event is sent without waiting); once it has read every event
+    /// written up to then and the back-off has passed, an event waits again and gets its
+    /// answer.
+    #[test]
+    fn waiting_stops_for_a_profiler_too_slow_and_starts_again_when_it_caught_up() {
+        let _g = GLOBALS.lock().unwrap_or_else(|e| e.into_inner());
+        let main = std::env::temp_dir().join(format!(
+            "scalene-rs-preload-slow-{}.ring",
+            std::process::id()
+        ));
+        remember_path(main.as_os_str().as_encoded_bytes());
+        CAPACITY.store(256, Ordering::Relaxed);
+        // SAFETY: getpid has no preconditions.
+        let pid = unsafe { libc::getpid() };
+        // The "profiler" is this process: there, and answering nothing.
+        CONSUMER.store(pid, Ordering::Relaxed);
+        let (hdr, bytes) = make_own_ring().expect("made");
+        // SAFETY: the mapping just made; it stays until the end of the test.
+        let h: &'static Header = unsafe { &*hdr };
+        h.handshake.store(layout::HANDSHAKE_ON, Ordering::Release);
+        RING.store(hdr, Ordering::Release);
+        let took = |wait: bool| {
+            let t = std::time::Instant::now();
+            let answered = emit(layout::EV_ALLOC, 1, 1, 1, 0, 0, wait);
+            (answered, t.elapsed())
+        };
+        let bound = std::time::Duration::from_nanos(HANDSHAKE_WAIT_NS as u64);
+        for i in 0..MAX_TIMEOUTS_IN_A_ROW {
+            let (answered, waited) = took(true);
+            assert!(
+                !answered && waited >= bound,
+                "wait {i}: {answered} {waited:?}"
+            );
+        }
+        let (answered, waited) = took(true);
+        assert!(
+            !answered && waited < bound / 5,
+            "not waited for: {waited:?}"
+        );
+        // It reads everything up to now, and the back-off passes.
+        h.tail
+            .store(h.head.load(Ordering::Acquire), Ordering::Release);
+        std::thread::sleep(std::time::Duration::from_nanos(RESUME_AFTER_NS));
+        let want = h.head.load(Ordering::Acquire);
+        let answer = std::thread::spawn(move || {
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+            while std::time::Instant::now() < deadline {
+                // SAFETY: the ring's mapping holds `capacity` slots.
+                let s = unsafe { h.slot(want) };
+                if h.head.load(Ordering::Acquire) > want && s.wants_ack.load(Ordering::Acquire) == 1
+                {
+                    s.ack.store(1, Ordering::Release);
+                    return true;
+                }
+                std::thread::yield_now();
+            }
+            false
+        });
+        let (answered, _) = took(true);
+        assert!(
+            answer.join().unwrap() && answered,
+            "waiting did not start again"
+        );
+        RING.store(core::ptr::null_mut(), Ordering::Release);
+        WAIT.store(true, Ordering::Relaxed);
+        SLOW_SINCE_NS.store(0, Ordering::Relaxed);
+        SLOW_STOPS.store(0, Ordering::Relaxed);
+        TIMEOUTS.store(0, Ordering::Relaxed);
+        // SAFETY: unmapping what make_own_ring mapped; nothing refers to it any more.
+        unsafe { libc::munmap(hdr as *mut libc::c_void, bytes) };
+        let _ = std::fs::remove_file(format!("{}.{pid}", main.display()));
+    }
+
     #[test]
     fn own_ring_is_made_like_the_profilers() {
+        let _g = GLOBALS.lock().unwrap_or_else(|e| e.into_inner());
         use std::os::unix::fs::MetadataExt;
         let main = std::env::temp_dir().join(format!(
             "scalene-rs-preload-test-{}.ring",

@@ -171,10 +171,18 @@ fn consume(
     let (mut handshakes, mut waited_ns) = (0u64, 0u64);
     let mut carried = HashMap::new();
     let mut last_footprint = Instant::now();
+    // Once told to stop, the events reserved by then are the recording's last: a process
+    // that goes on allocating must not keep the recording (and our answers) going.
+    let mut end: Option<u64> = None;
     loop {
-        let stopping = stop.load(Ordering::Acquire);
+        if end.is_none() && stop.load(Ordering::Acquire) {
+            // New events no longer wait for us; those in the ring are still answered.
+            ring.set_handshake(false);
+            end = Some(ring.tickets().1);
+        }
         let mut any = false;
-        while let Some(e) = ring.next_event() {
+        while end.is_none_or(|end| ring.tickets().0 < end) {
+            let Some(e) = ring.next_event() else { break };
             any = true;
             let frames = match e.kind {
                 layout::EV_ALLOC | layout::EV_COPY => {
@@ -196,8 +204,12 @@ fn consume(
                 agg.footprint_at(e.time_ns, ring.footprint());
             }
         }
-        if stopping && !any {
-            break;
+        if let Some(end) = end {
+            // Drained to the end, or what is left was reserved and not written (a stuck
+            // slot: its producer died or stopped mid-event).
+            if !any || ring.tickets().0 >= end {
+                break;
+            }
         }
         if last_footprint.elapsed() >= Duration::from_millis(10) {
             last_footprint = Instant::now();
@@ -226,6 +238,14 @@ fn consume(
 /// waiting (see [`stack_of_event`]).
 const CARRY_FOR_NS: u64 = 1_000_000_000;
 
+/// A carried stack younger than this is used as it is; an older one is first replaced by
+/// reading the running thread, when that read holds: twice the period at which a thread
+/// earns handshakes, so a thread that uses its handshakes is never read running, and one
+/// whose handshakes stopped (the profiler answered too late and the library gave up on
+/// waiting) is read at most this often, not at each of its events (thousands a second,
+/// each a full stack read that would put us further behind).
+const FRESH_FOR_NS: u64 = 10_000_000;
+
 /// Reader of a process's stacks: the process, a walker, and the ≤3.7 thread map.
 type StackReader = (PythonProcess, StackWalker, HashMap<u64, i32>);
 
@@ -234,32 +254,39 @@ type StackReader = (PythonProcess, StackWalker, HashMap<u64, i32>);
 /// waiting once it has used its handshakes (at most 200 a second after a bank of 256: a
 /// thread that allocates a window every few microseconds); such an event gets the stack of
 /// that thread's latest handshake, recent by construction (one is earned every 5 ms), and
-/// so a random sample's line among the events of such a dense stretch. A thread with no
-/// recent handshake (the profiler was not answering) is read as it runs, kept only if its
-/// stack did not change during the read.
+/// so a random sample's line among the events of such a dense stretch. When that stack is
+/// older than [`FRESH_FOR_NS`] (no handshakes: the profiler was not answering), the
+/// thread is read as it runs, and the read kept (and carried) only if its stack did not
+/// change during the read; failing that, a stack younger than [`CARRY_FOR_NS`] stands.
 fn stack_of_event(
     e: &ring::Event,
     reader: Option<&mut StackReader>,
     carried: &mut HashMap<i32, (u64, Vec<Frame>)>,
 ) -> Option<Vec<Frame>> {
-    if !e.wants_ack {
-        if let Some((at, f)) = carried.get(&e.tid) {
-            if e.time_ns.saturating_sub(*at) < CARRY_FOR_NS {
-                return Some(f.clone());
+    let age = |c: &HashMap<i32, (u64, Vec<Frame>)>| {
+        c.get(&e.tid).map(|(at, _)| e.time_ns.saturating_sub(*at))
+    };
+    if !e.wants_ack && age(carried).is_some_and(|a| a < FRESH_FOR_NS) {
+        return carried.get(&e.tid).map(|(_, f)| f.clone());
+    }
+    let read = reader.and_then(|(p, w, pt)| {
+        python::stack_of_blocked_thread(p, w, e.tid, pt, !e.wants_ack)
+            .ok()
+            .flatten()
+    });
+    match read {
+        Some(frames) => {
+            if carried.len() > 4096 {
+                carried.clear();
             }
+            carried.insert(e.tid, (e.time_ns, frames.clone()));
+            Some(frames)
         }
-    }
-    let (p, w, pt) = reader?;
-    let frames = python::stack_of_blocked_thread(p, w, e.tid, pt, !e.wants_ack)
-        .ok()
-        .flatten()?;
-    if e.wants_ack {
-        if carried.len() > 4096 {
-            carried.clear();
+        None if !e.wants_ack && age(carried).is_some_and(|a| a < CARRY_FOR_NS) => {
+            carried.get(&e.tid).map(|(_, f)| f.clone())
         }
-        carried.insert(e.tid, (e.time_ns, frames.clone()));
+        None => None,
     }
-    Some(frames)
 }
 
 /// The line of a stack: its innermost frame, or with library folding the innermost frame
@@ -267,4 +294,67 @@ fn stack_of_event(
 fn line_of(frames: &[Frame], profile_all: bool) -> Option<LineKey> {
     let f = crate::sampler::charged_frame(frames, profile_all)?;
     Some((f.filename.to_string(), f.line?))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::AtomicU64;
+
+    /// A process that never stops allocating does not keep the recording going: `finish`
+    /// returns with the events written before it was called (a recording of `attach
+    /// --duration` once ran on for the rest of the worker's 6 s task).
+    #[test]
+    fn finish_returns_while_the_process_goes_on_writing() {
+        let ring = Ring::create(&std::env::temp_dir(), 1024, 1 << 20, 1 << 20).unwrap();
+        let path = ring.path().to_path_buf();
+        // The producer: this process, through a second mapping of the same file.
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(&path)
+            .unwrap();
+        // SAFETY: a shared mapping of the ring file; every access goes through atomics.
+        let map = unsafe { memmap2::MmapMut::map_mut(&file) }.unwrap();
+        let recorder = MemoryRecorder::start(ring, None, MemoryConfig::default());
+        let stop = Arc::new(AtomicBool::new(false));
+        let written = Arc::new(AtomicU64::new(0));
+        let producer = {
+            let (stop, written) = (stop.clone(), written.clone());
+            std::thread::spawn(move || {
+                // SAFETY: the mapping starts with the header and holds its slots.
+                let h = unsafe { &*(map.as_ptr() as *const layout::Header) };
+                while !stop.load(Ordering::Relaxed) {
+                    if let Some(t) = h.reserve() {
+                        // SAFETY: as above.
+                        let s = unsafe { h.slot(t) };
+                        s.publish(
+                            t,
+                            &layout::EventData {
+                                kind: layout::EV_ALLOC,
+                                tid: 1,
+                                a: 1 << 20,
+                                b: 1 << 20,
+                                ..Default::default()
+                            },
+                        );
+                        written.fetch_add(1, Ordering::Relaxed);
+                    }
+                    std::hint::spin_loop();
+                }
+            })
+        };
+        while written.load(Ordering::Relaxed) < 10_000 {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        let asked = Instant::now();
+        let (agg, _) = recorder.finish();
+        let took = asked.elapsed();
+        let before = written.load(Ordering::Relaxed);
+        stop.store(true, Ordering::Relaxed);
+        producer.join().unwrap();
+        assert!(took < Duration::from_secs(1), "finish took {took:?}");
+        assert!(agg.alloc_bytes() > 0.0);
+        assert!(agg.alloc_bytes() <= before as f64 * (1u64 << 20) as f64);
+    }
 }

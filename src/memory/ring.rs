@@ -350,6 +350,16 @@ impl Ring {
         Some(e)
     }
 
+    /// The ticket of the next event to read, and the next ticket a producer will reserve:
+    /// the events written or being written are those between.
+    pub fn tickets(&self) -> (u64, u64) {
+        let h = self.header();
+        (
+            h.tail.load(Ordering::Acquire),
+            h.head.load(Ordering::Acquire),
+        )
+    }
+
     /// Answers an event that wants it: wakes its producer and frees the slot.
     pub fn ack(&mut self, e: &Event) {
         if !e.wants_ack {
