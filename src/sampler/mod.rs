@@ -769,6 +769,45 @@ pub fn read_source(pid: i32, file: &str) -> Option<Vec<String>> {
 mod tests {
     use super::*;
 
+    /// Records when each tick came.
+    struct Clock {
+        ticks: Vec<Instant>,
+        want: usize,
+        stats: Stats,
+    }
+
+    impl Ticker for Clock {
+        fn tick(&mut self) -> Result<bool> {
+            self.ticks.push(Instant::now());
+            Ok(self.ticks.len() < self.want)
+        }
+        fn stats_mut(&mut self) -> &mut Stats {
+            &mut self.stats
+        }
+    }
+
+    /// At 1 kHz the ticks fall at every phase of a 4 ms grid (the kernel's clock tick at
+    /// HZ=250), not at the same four: their offsets from the first tick, modulo 4 ms, fill
+    /// most of its forty 0.1 ms bins. (Exact 1 ms ticks fill four, and a few beside them
+    /// by wake-up delay.)
+    #[test]
+    fn ticks_sweep_the_phase_of_a_kernel_tick() {
+        let mut c = Clock {
+            ticks: Vec::new(),
+            want: 400,
+            stats: Stats::default(),
+        };
+        drive(&mut c, 1000.0, &mut || false, &mut |_| {}).unwrap();
+        let first = c.ticks[0];
+        let mut bins = [0u32; 40];
+        for t in &c.ticks {
+            let us = t.duration_since(first).as_micros() as u64 % 4000;
+            bins[(us / 100) as usize] += 1;
+        }
+        let filled = bins.iter().filter(|&&b| b > 0).count();
+        assert!(filled >= 30, "{filled} of 40 phase bins: {bins:?}");
+    }
+
     #[test]
     fn library_files() {
         for lib in [
