@@ -667,6 +667,21 @@ mod tests {
     /// The tests that set the library's process-wide state (its ring's path, its ring).
     static GLOBALS: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
+    /// Sets the library up as `run` would, with this process as the profiler, a ring of
+    /// 256 slots and a profiler's ring path of its own (`tag`): that path and our pid.
+    fn as_if_run_by_us(tag: &str) -> (std::path::PathBuf, i32) {
+        let main = std::env::temp_dir().join(format!(
+            "scalene-rs-preload-{tag}-{}.ring",
+            std::process::id()
+        ));
+        remember_path(main.as_os_str().as_encoded_bytes());
+        CAPACITY.store(256, Ordering::Relaxed);
+        // SAFETY: getpid has no preconditions.
+        let pid = unsafe { libc::getpid() };
+        CONSUMER.store(pid, Ordering::Relaxed);
+        (main, pid)
+    }
+
     /// A profiler that answers nothing for 16 handshakes in a row, yet is there, is waited
     /// for no more (the 17th event is sent without waiting); once it has read every event
     /// written up to then and the back-off has passed, an event waits again and gets its
@@ -674,16 +689,8 @@ mod tests {
     #[test]
     fn waiting_stops_for_a_profiler_too_slow_and_starts_again_when_it_caught_up() {
         let _g = GLOBALS.lock().unwrap_or_else(|e| e.into_inner());
-        let main = std::env::temp_dir().join(format!(
-            "scalene-rs-preload-slow-{}.ring",
-            std::process::id()
-        ));
-        remember_path(main.as_os_str().as_encoded_bytes());
-        CAPACITY.store(256, Ordering::Relaxed);
-        // SAFETY: getpid has no preconditions.
-        let pid = unsafe { libc::getpid() };
         // The "profiler" is this process: there, and answering nothing.
-        CONSUMER.store(pid, Ordering::Relaxed);
+        let (main, pid) = as_if_run_by_us("slow");
         let (hdr, bytes) = make_own_ring().expect("made");
         // SAFETY: the mapping just made; it stays until the end of the test.
         let h: &'static Header = unsafe { &*hdr };
@@ -745,15 +752,7 @@ mod tests {
     fn own_ring_is_made_like_the_profilers() {
         let _g = GLOBALS.lock().unwrap_or_else(|e| e.into_inner());
         use std::os::unix::fs::MetadataExt;
-        let main = std::env::temp_dir().join(format!(
-            "scalene-rs-preload-test-{}.ring",
-            std::process::id()
-        ));
-        remember_path(main.as_os_str().as_encoded_bytes());
-        CAPACITY.store(256, Ordering::Relaxed);
-        // SAFETY: getpid has no preconditions.
-        let pid = unsafe { libc::getpid() };
-        CONSUMER.store(pid, Ordering::Relaxed);
+        let (main, pid) = as_if_run_by_us("test");
         let own = std::path::PathBuf::from(format!("{}.{pid}", main.display()));
         std::fs::write(&own, b"stale").unwrap();
         let (hdr, bytes) = make_own_ring().expect("made");
