@@ -661,9 +661,6 @@ mod tests {
         assert_eq!(&b[..10], b"4294967295");
     }
 
-    /// The ring a process makes for itself: `<profiler's ring>.<pid>`, private, sized for
-    /// its slots, its header complete and claimed by us; a stale file at that name (a
-    /// process that had our pid before, our own image before an exec) is replaced.
     /// The tests that set the library's process-wide state (its ring's path, its ring).
     static GLOBALS: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
@@ -748,6 +745,9 @@ mod tests {
         let _ = std::fs::remove_file(format!("{}.{pid}", main.display()));
     }
 
+    /// The ring a process makes for itself: `<profiler's ring>.<pid>`, private, sized for
+    /// its slots, its header complete and claimed by us; a stale file at that name (a
+    /// process that had our pid before, our own image before an exec) is replaced.
     #[test]
     fn own_ring_is_made_like_the_profilers() {
         let _g = GLOBALS.lock().unwrap_or_else(|e| e.into_inner());

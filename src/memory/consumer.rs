@@ -220,7 +220,7 @@ fn consume(
         let nap = if any { BUSY_NAP } else { IDLE_NAP };
         bell = ring.wait_doorbell(bell, nap);
     }
-    ring.set_handshake(false);
+    // Handshakes were turned off at the stop (the only way out of the loop).
     let h = ring.header();
     let totals = RingTotals {
         peak_bytes: ring.peak(),
@@ -263,10 +263,10 @@ fn stack_of_event(
     reader: Option<&mut StackReader>,
     carried: &mut HashMap<i32, (u64, Vec<Frame>)>,
 ) -> Option<Vec<Frame>> {
-    let age = |c: &HashMap<i32, (u64, Vec<Frame>)>| {
-        c.get(&e.tid).map(|(at, _)| e.time_ns.saturating_sub(*at))
-    };
-    if !e.wants_ack && age(carried).is_some_and(|a| a < FRESH_FOR_NS) {
+    let age = carried
+        .get(&e.tid)
+        .map(|(at, _)| e.time_ns.saturating_sub(*at));
+    if !e.wants_ack && age.is_some_and(|a| a < FRESH_FOR_NS) {
         return carried.get(&e.tid).map(|(_, f)| f.clone());
     }
     let read = reader.and_then(|(p, w, pt)| {
@@ -282,7 +282,7 @@ fn stack_of_event(
             carried.insert(e.tid, (e.time_ns, frames.clone()));
             Some(frames)
         }
-        None if !e.wants_ack && age(carried).is_some_and(|a| a < CARRY_FOR_NS) => {
+        None if !e.wants_ack && age.is_some_and(|a| a < CARRY_FOR_NS) => {
             carried.get(&e.tid).map(|(_, f)| f.clone())
         }
         None => None,
