@@ -202,6 +202,49 @@ fn main() {
             });
             report(&floor_label, times);
         }
+        // The kernel's part of a default sample: the one request that reads the ranges a
+        // nonblocking snapshot of this target reads (its prefetch and its second look, as
+        // the next snapshot would ask for them) and one pread of schedstat; no decoding.
+        let floor_label = format!("{state} floor: a sample's own reads");
+        if wanted(&floor_label) {
+            let opts = SnapshotOptions {
+                nonblocking: true,
+                ..Default::default()
+            };
+            for _ in 0..10 {
+                python::take_snapshot(&proc, &mut walker, &opts).unwrap();
+            }
+            let ranges: Vec<(u64, usize)> = walker
+                .page_hint
+                .iter()
+                .chain(&walker.recheck_hint)
+                .copied()
+                .collect();
+            let bytes: usize = ranges.iter().map(|r| r.1).sum();
+            let pages: std::collections::HashSet<u64> = ranges
+                .iter()
+                .flat_map(|&(a, n)| (a >> 12)..=((a + n as u64 - 1) >> 12))
+                .collect();
+            let mut bufs: Vec<Vec<u8>> = ranges.iter().map(|r| vec![0u8; r.1]).collect();
+            let mut files = scalene_rs::sampler::cputime::ThreadFiles::new();
+            let times = time_it(iters, || {
+                let mut reqs: Vec<(u64, &mut [u8])> = ranges
+                    .iter()
+                    .zip(bufs.iter_mut())
+                    .map(|(r, b)| (r.0, &mut b[..]))
+                    .collect();
+                let want = reqs.len();
+                assert_eq!(proc.mem.read_many(&mut reqs), want);
+                files.read_sched(pid, pid).unwrap();
+            });
+            report(&floor_label, times);
+            println!(
+                "    ({} ranges, {} bytes on {} pages, in one process_vm_readv; then one pread)",
+                ranges.len(),
+                bytes,
+                pages.len()
+            );
+        }
         // One whole sample as `run`/`attach` take it: thread list, CPU times from /proc,
         // stacks, native tag, aggregation.
         for nonblocking in [false, true] {

@@ -11,7 +11,7 @@
 use super::aggregate::{LineKey, MemoryAggregator, RingTotals};
 use super::preload::{preload_env, PreloadFile};
 use super::ring::{self, layout, Ring};
-use crate::python::{self, Frame, PythonProcess, StackWalker};
+use crate::python::{Frame, PythonProcess, ThreadReader};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -161,8 +161,8 @@ fn consume(
 ) -> (MemoryAggregator, RingTotals) {
     let mut agg = MemoryAggregator::new();
     let mut reader = proc.map(|p| {
-        let w = StackWalker::new(p.layout, p.addrs.types);
-        (p, w, HashMap::new())
+        let r = ThreadReader::new(&p);
+        (p, r)
     });
     ring.set_handshake(reader.is_some());
     let mut bell = 0;
@@ -246,8 +246,8 @@ const CARRY_FOR_NS: u64 = 1_000_000_000;
 /// each a full stack read that would put us further behind).
 const FRESH_FOR_NS: u64 = 10_000_000;
 
-/// Reader of a process's stacks: the process, a walker, and the ≤3.7 thread map.
-type StackReader = (PythonProcess, StackWalker, HashMap<u64, i32>);
+/// Reader of a process's stacks.
+type StackReader = (PythonProcess, ThreadReader);
 
 /// The stack an allocation or copy event is tied to. A thread that waits (the handshake)
 /// is read where it waits: exact. The preload library sends a thread's events without
@@ -269,11 +269,7 @@ fn stack_of_event(
     if !e.wants_ack && age.is_some_and(|a| a < FRESH_FOR_NS) {
         return carried.get(&e.tid).map(|(_, f)| f.clone());
     }
-    let read = reader.and_then(|(p, w, pt)| {
-        python::stack_of_blocked_thread(p, w, e.tid, pt, !e.wants_ack)
-            .ok()
-            .flatten()
-    });
+    let read = reader.and_then(|(p, r)| r.stack_of(p, e.tid, !e.wants_ack).ok().flatten());
     match read {
         Some(frames) => {
             if carried.len() > 4096 {

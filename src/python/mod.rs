@@ -677,49 +677,99 @@ fn pthread_to_tid(
         .collect()
 }
 
-/// The stack of one thread, by kernel id, read without pausing anything: for a thread that
-/// is known to be blocked (the preload library's handshake holds it in a futex while we
-/// read), one walk is consistent; a `running` one's walk is kept only if its stack is
-/// unchanged when read again after it. Ok(None) when no Python thread has that id, or the
-/// running thread's stack changed while we read. `pthreads`
-/// caches `pthread_t` → kernel id for ≤3.7, whose thread states lack the kernel id (kept by
-/// the caller between calls: finding it scans memory).
-pub fn stack_of_blocked_thread(
-    proc: &PythonProcess,
-    walker: &mut StackWalker,
-    tid: i32,
-    pthreads: &mut HashMap<u64, i32>,
-    running: bool,
-) -> Result<Option<Vec<Frame>>> {
-    let head = interp_head_checked(proc, &proc.mem)?;
-    let raw = walker.threads(&proc.mem, head, gil_current(proc, &proc.mem)?)?;
-    let t = if raw.iter().any(|t| t.native_id.is_some()) {
-        raw.into_iter().find(|t| t.native_id == Some(tid))
-    } else {
-        // ≤3.7: match through glibc's `struct pthread`, found once per new thread.
-        if !pthreads.values().any(|&t| t == tid) {
-            let tids = ptrace::threads(proc.pid)?;
-            let results: Vec<ThreadResult> = raw
-                .iter()
-                .map(|t| (t.clone(), Err(String::new()), None))
-                .collect();
-            *pthreads = pthread_to_tid(&proc.mem, &tids, &results);
+/// Reads single threads' stacks by kernel id, without pausing anything, for the memory
+/// recorder (the preload library's handshake holds a thread in a futex while we read it).
+/// Keeps what makes such reads cheap from one to the next: a walker (its code cache), for
+/// each thread the pages its last read used (fetched in one request at the next, instead
+/// of one system call per object), and on ≤3.7 the `pthread_t` → kernel id map.
+pub struct ThreadReader {
+    pub walker: StackWalker,
+    /// ≤3.7 thread states lack the kernel id: matched through glibc's `struct pthread`
+    /// (found by scanning memory, so only when a Python thread is not in the map yet).
+    pthreads: HashMap<u64, i32>,
+    /// The Python threads (`pthread_t`) there were when `pthreads` was made.
+    mapped: Vec<u64>,
+    /// Per kernel id, the pages its last read used.
+    hints: HashMap<i32, Vec<(u64, usize)>>,
+}
+
+/// Threads whose page hints a [`ThreadReader`] keeps (beyond, it starts afresh).
+const MAX_HINTED_THREADS: usize = 1024;
+
+impl ThreadReader {
+    pub fn new(proc: &PythonProcess) -> ThreadReader {
+        ThreadReader {
+            walker: StackWalker::new(proc.layout, proc.addrs.types),
+            pthreads: HashMap::new(),
+            mapped: Vec::new(),
+            hints: HashMap::new(),
         }
-        raw.into_iter()
-            .find(|t| pthreads.get(&t.thread_id) == Some(&tid))
-    };
-    let Some(t) = t else { return Ok(None) };
-    walker.strict = false;
-    let cache = ptrace::PageCache::new(&proc.mem);
-    let mut w = if running {
-        walker.walk(&cache, t.top_frame)?
-    } else {
-        walker.walk_still(&cache, t.tstate, t.top_frame)?
-    };
-    // A thread that did not wait for us may have moved on while we read: keep its stack
-    // only if it is still the one we read (then it was so for the whole read).
-    if running && !walker.verify(&proc.mem, t.tstate, &mut w, None)? {
-        return Ok(None);
     }
-    Ok(Some(w.frames))
+
+    /// The stack of thread `tid`: for a thread known to be blocked one walk is
+    /// consistent; a `running` one's walk is kept only if its stack is unchanged when read
+    /// again after it. Ok(None) when no Python thread has that id, or the running thread's
+    /// stack changed while we read.
+    pub fn stack_of(
+        &mut self,
+        proc: &PythonProcess,
+        tid: i32,
+        running: bool,
+    ) -> Result<Option<Vec<Frame>>> {
+        // Everything the thread list and the walk need, as the last read of this thread
+        // found it, in one request; what moved since is read on its own.
+        let cache = ptrace::PageCache::new(&proc.mem);
+        if let Some(hint) = self.hints.get(&tid) {
+            cache.prefetch(hint);
+        }
+        let result = self.read(proc, &cache, tid, running);
+        if self.hints.len() >= MAX_HINTED_THREADS && !self.hints.contains_key(&tid) {
+            self.hints.clear();
+        }
+        self.hints.insert(tid, hint_from(&cache));
+        result
+    }
+
+    fn read(
+        &mut self,
+        proc: &PythonProcess,
+        cache: &ptrace::PageCache,
+        tid: i32,
+        running: bool,
+    ) -> Result<Option<Vec<Frame>>> {
+        let walker = &mut self.walker;
+        let head = interp_head_checked(proc, cache)?;
+        let raw = walker.threads(cache, head, gil_current(proc, cache)?)?;
+        let t = if raw.iter().any(|t| t.native_id.is_some()) {
+            raw.into_iter().find(|t| t.native_id == Some(tid))
+        } else {
+            // ≤3.7: map again only when a Python thread came since the last mapping (a
+            // thread that is not Python, say a native library's, would otherwise cost a
+            // scan of every thread's memory at each of its events).
+            if raw.iter().any(|t| !self.mapped.contains(&t.thread_id)) {
+                self.mapped = raw.iter().map(|t| t.thread_id).collect();
+                let tids = ptrace::threads(proc.pid)?;
+                let results: Vec<ThreadResult> = raw
+                    .iter()
+                    .map(|t| (t.clone(), Err(String::new()), None))
+                    .collect();
+                self.pthreads = pthread_to_tid(&proc.mem, &tids, &results);
+            }
+            raw.into_iter()
+                .find(|t| self.pthreads.get(&t.thread_id) == Some(&tid))
+        };
+        let Some(t) = t else { return Ok(None) };
+        walker.strict = false;
+        let mut w = if running {
+            walker.walk(cache, t.top_frame)?
+        } else {
+            walker.walk_still(cache, t.tstate, t.top_frame)?
+        };
+        // A thread that did not wait for us may have moved on while we read: keep its
+        // stack only if it is still the one we read (then it was so for the whole read).
+        if running && !walker.verify(&proc.mem, t.tstate, &mut w, None)? {
+            return Ok(None);
+        }
+        Ok(Some(w.frames))
+    }
 }
