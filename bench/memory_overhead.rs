@@ -11,7 +11,9 @@
 //! - `full`: `scalene-rs run -o /dev/null` (adds the handshakes and the CPU sampler);
 //!   `cpu-only` (`run --cpu-only`) is measured beside it;
 //! - `acct-pymalloc` and `full-pymalloc`: `accounting` and `full` with Python's small-object
-//!   allocator left on (`run --keep-pymalloc`).
+//!   allocator left on (`run --keep-pymalloc`);
+//! - `acct-wrapped`: `accounting` with pymalloc wrapped by the library, as `full` (run's
+//!   default) has it on 3.8+; `full-malloc`: `run --python-allocator malloc`.
 //!
 //!   cargo bench --bench memory_overhead -- [--rounds N] [--python PY] [WORKLOAD.py ...]
 //!
@@ -26,7 +28,7 @@
 //! machine it moves much less than wall time, so it attributes per-call costs better.
 
 use scalene_rs::memory::preload::PreloadFile;
-use scalene_rs::memory::ring::{Ring, RING_ENV};
+use scalene_rs::memory::ring::{layout, Ring, RING_ENV};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -47,9 +49,13 @@ enum Variant {
     Full,
     AccountingPymalloc,
     FullPymalloc,
+    /// `Accounting` with pymalloc wrapped by the library (run's default on 3.8+).
+    AccountingWrapped,
+    /// `run --python-allocator malloc`.
+    FullMalloc,
 }
 
-const VARIANTS: [(Variant, &str); 9] = [
+const VARIANTS: [(Variant, &str); 11] = [
     (Variant::Bare, "bare"),
     (Variant::PymallocOff, "pymalloc-off"),
     (Variant::LibIdle, "lib-idle"),
@@ -59,6 +65,8 @@ const VARIANTS: [(Variant, &str); 9] = [
     (Variant::Full, "full"),
     (Variant::AccountingPymalloc, "acct-pymalloc"),
     (Variant::FullPymalloc, "full-pymalloc"),
+    (Variant::AccountingWrapped, "acct-wrapped"),
+    (Variant::FullMalloc, "full-malloc"),
 ];
 
 /// Runs `cmd` to its end; returns its exit status and the CPU seconds (user + system) of
@@ -114,7 +122,7 @@ fn run_accounting(lib: &Path, cmd: &mut Command) -> (std::process::ExitStatus, f
 /// Wall and CPU seconds of one run.
 fn timed(v: Variant, python: &str, script: &Path, lib: &Path, other: Option<&Path>) -> (f64, f64) {
     let mut cmd = match v {
-        Variant::CpuOnly | Variant::Full | Variant::FullPymalloc => {
+        Variant::CpuOnly | Variant::Full | Variant::FullPymalloc | Variant::FullMalloc => {
             let mut c = Command::new(BIN);
             c.args(["run", "-o", "/dev/null"]);
             if v == Variant::CpuOnly {
@@ -122,6 +130,9 @@ fn timed(v: Variant, python: &str, script: &Path, lib: &Path, other: Option<&Pat
             }
             if v == Variant::FullPymalloc {
                 c.arg("--keep-pymalloc");
+            }
+            if v == Variant::FullMalloc {
+                c.args(["--python-allocator", "malloc"]);
             }
             c.arg("--").arg(python).arg(script).stderr(Stdio::null());
             c
@@ -142,9 +153,14 @@ fn timed(v: Variant, python: &str, script: &Path, lib: &Path, other: Option<&Pat
     if v == Variant::LibIdle {
         cmd.env("LD_PRELOAD", lib);
     }
+    if v == Variant::AccountingWrapped {
+        // As `run` asks for it: the library drops PYTHONMALLOC where it wraps pymalloc.
+        cmd.env("PYTHONMALLOC", "malloc")
+            .env(layout::PYMEM_ENV, layout::PYMEM_HOOK);
+    }
     let start = Instant::now();
     let (status, cpu) = match (v, other) {
-        (Variant::Accounting | Variant::AccountingPymalloc, _) => {
+        (Variant::Accounting | Variant::AccountingPymalloc | Variant::AccountingWrapped, _) => {
             let (s, c, _) = run_accounting(lib, &mut cmd);
             (s, c)
         }

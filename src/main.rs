@@ -3,7 +3,7 @@
 
 use clap::{Parser, Subcommand};
 use scalene_rs::error::exit;
-use scalene_rs::memory::consumer::MemoryConfig;
+use scalene_rs::memory::consumer::{MemoryConfig, PythonAllocator};
 use scalene_rs::profile::Profile;
 use scalene_rs::python::{self, LocateOptions, PythonProcess, SnapshotOptions, StackWalker};
 use scalene_rs::report::{self, Format, RenderOptions};
@@ -94,12 +94,24 @@ struct RunArgs {
     /// CPU time only: no memory or copy accounting (the preload library is not injected).
     #[arg(long)]
     cpu_only: bool,
-    /// Leave Python's small-object allocator (pymalloc) on: lower overhead on programs that
-    /// make many small objects, which are then counted by the arenas the interpreter maps
-    /// for them (1 MiB each, 256 KiB before 3.10): a line's growth is seen, its churn of small
-    /// objects is not. By default the program runs with PYTHONMALLOC=malloc and every object
-    /// is counted.
-    #[arg(long, conflicts_with = "cpu_only")]
+    /// How Python's own objects are counted. `wrapped` (default): Python's small-object
+    /// allocator (pymalloc) stays on and the preload library wraps it, counting every object
+    /// (CPython 3.8+; older interpreters run with PYTHONMALLOC=malloc). `malloc`:
+    /// PYTHONMALLOC=malloc for every interpreter (every object through the C allocator,
+    /// its frees counted too; slower on programs that make many small objects).
+    /// `pymalloc`: pymalloc untouched, small objects counted by the arenas it maps for them
+    /// (1 MiB each, 256 KiB before 3.10): a line's growth is seen, its churn of small
+    /// objects is not.
+    #[arg(
+        long,
+        value_enum,
+        value_name = "HOW",
+        default_value = "wrapped",
+        conflicts_with = "cpu_only"
+    )]
+    python_allocator: PythonAllocator,
+    /// Same as `--python-allocator pymalloc`.
+    #[arg(long, conflicts_with_all = ["cpu_only", "python_allocator"])]
     keep_pymalloc: bool,
     /// Bytes a thread allocates (and, apart, frees) between two sampled memory events: each
     /// sample records the line that allocated and waits for us to read its stack. Smaller
@@ -384,7 +396,11 @@ fn run(args: RunArgs) -> anyhow::Result<i32> {
         follow_children: !args.no_subprocesses,
         memory: (!args.cpu_only).then_some(MemoryConfig {
             profile_all: args.record.profile_all,
-            keep_pymalloc: args.keep_pymalloc,
+            python_allocator: if args.keep_pymalloc {
+                PythonAllocator::Pymalloc
+            } else {
+                args.python_allocator
+            },
             window: args.memory_window,
             copy_window: args.copy_window,
         }),

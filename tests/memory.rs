@@ -154,7 +154,6 @@ fn run_appends_to_the_users_ld_preload_and_cpu_only_injects_nothing() {
     assert_eq!(parts.len(), 2, "{with}");
     assert_eq!(parts[0], user);
     assert!(parts[1].ends_with("libscalene_preload.so"), "{with}");
-    assert!(with.contains("PYTHONMALLOC=malloc"), "{with}");
     // The written library is gone once the run is over.
     assert!(!std::path::Path::new(parts[1]).exists());
 
@@ -169,6 +168,67 @@ fn run_appends_to_the_users_ld_preload_and_cpu_only_injects_nothing() {
     let kept = run(&["--keep-pymalloc"]);
     assert!(kept.contains("libscalene_preload.so"), "{kept}");
     assert!(kept.contains("PYTHONMALLOC=\n"), "{kept}");
+}
+
+/// What each `--python-allocator` mode gives the program, on every interpreter: `wrapped`
+/// (the default) keeps pymalloc serving objects and drops `PYTHONMALLOC` on 3.8+ (the
+/// library wraps the allocator; that every object is then counted is checked in
+/// memory_accuracy), and runs older interpreters with `PYTHONMALLOC=malloc`; `malloc` sends
+/// every interpreter's objects to malloc; `pymalloc` leaves Python alone. A PYTHONMALLOC of
+/// the user's own stays.
+#[test]
+fn each_python_allocator_mode_reaches_the_program() {
+    for py in interpreters() {
+        let report = |extra: &[&str], env: Option<&str>| {
+            let mut c = Command::new(BIN);
+            c.arg("run")
+                .args(extra)
+                .args(["--format", "json", "-o", "/dev/null", "--"])
+                .arg(&py.path)
+                .arg(common::fixture("memory/env_report.py"))
+                .env_remove("PYTHONMALLOC")
+                .stderr(Stdio::null());
+            if let Some(v) = env {
+                c.env("PYTHONMALLOC", v);
+            }
+            let out = c.output().unwrap();
+            assert!(out.status.success(), "{}: {extra:?}", py.label);
+            let text = String::from_utf8_lossy(&out.stdout).into_owned();
+            let get = |k: &str| {
+                text.lines()
+                    .find_map(|l| l.strip_prefix(k))
+                    .unwrap_or_else(|| panic!("{}: no {k} in {text}", py.label))
+                    .to_string()
+            };
+            (get("PYTHONMALLOC="), get("PYMALLOC_SERVES="))
+        };
+        // 2.7 has neither PYTHONMALLOC nor a way to ask who serves objects (always pymalloc).
+        let py3 = !py.is_py2();
+        let wrapped = py.version() >= (3, 8);
+        let (env, serves) = report(&[], None);
+        assert_eq!(
+            env,
+            if wrapped { "" } else { "malloc" },
+            "{}: default",
+            py.label
+        );
+        if py3 {
+            let want = if wrapped { "yes" } else { "no" };
+            assert_eq!(serves, want, "{}: default", py.label);
+        }
+        let (env, serves) = report(&["--python-allocator", "malloc"], None);
+        assert_eq!(env, "malloc", "{}: malloc", py.label);
+        if py3 {
+            assert_eq!(serves, "no", "{}: malloc", py.label);
+        }
+        let (env, serves) = report(&["--python-allocator", "pymalloc"], None);
+        assert_eq!(env, "", "{}: pymalloc", py.label);
+        if py3 {
+            assert_eq!(serves, "yes", "{}: pymalloc", py.label);
+        }
+        let (env, _) = report(&[], Some("pymalloc_debug"));
+        assert_eq!(env, "pymalloc_debug", "{}: the user's own", py.label);
+    }
 }
 
 #[test]

@@ -1,8 +1,8 @@
 //! Memory accuracy against programs whose truth is known by construction
 //! (fixtures/memory/), on every interpreter on the machine: kept bytes and their Python
 //! share, native allocations (numpy, where it is installed), copy volume, leaks, and two
-//! threads allocating on different lines; small objects (pymalloc's kind) in both allocator
-//! modes. `SCALENE_RS_ACCURACY_RUN_ARGS` adds options to every `run` (e.g.
+//! threads allocating on different lines; small objects (pymalloc's kind) in every
+//! `--python-allocator` mode. `SCALENE_RS_ACCURACY_RUN_ARGS` adds options to every `run` (e.g.
 //! `--keep-pymalloc`, to check the other mode against the same truths).
 
 mod common;
@@ -240,23 +240,33 @@ fn small_objects_are_seen_with_either_allocator() {
             py.label
         );
         assert!(python >= 90.0, "{}: {python}% Python", py.label);
-        // Default (PYTHONMALLOC=malloc): every object is counted, so the churn is seen too
-        // (each line made ~1.2 M strings of ~72 bytes: ≥ 80 MB); the keeping line's peak is
-        // a sampled estimate (the blocks that filled windows and stayed) and its truth
-        // includes glibc's holes, hence only a floor.
-        let (p, out) = profile_with(&py, fx, &[]);
-        let want = truth(&out);
-        let l = line(&p, fx, keep);
-        let (peak, python) = (field(l, "mem_peak_mb"), field(l, "mem_python_pct"));
-        assert!(
-            peak >= 0.5 * want,
-            "{}: default: peak {peak} MB, grew {want} MB",
-            py.label
-        );
-        assert!(python >= 90.0, "{}: {python}% Python", py.label);
-        if !pymalloc_only {
-            let churned = field(line(&p, fx, churn), "mem_alloc_mb");
-            assert!(churned >= 80.0, "{}: churn line {churned} MB", py.label);
+        // Default (pymalloc wrapped on 3.8+, PYTHONMALLOC=malloc before) and `malloc`:
+        // every object is counted, so the churn is seen too (each line made ~1.2 M strings
+        // of ~70 bytes: ≥ 80 MB); the keeping line's peak is a sampled estimate (the blocks
+        // that filled windows and stayed) and its truth includes the allocator's holes,
+        // hence only a floor.
+        for (mode, args) in [
+            ("default", &[][..]),
+            ("malloc", &["--python-allocator", "malloc"][..]),
+        ] {
+            let (p, out) = profile_with(&py, fx, args);
+            let want = truth(&out);
+            let l = line(&p, fx, keep);
+            let (peak, python) = (field(l, "mem_peak_mb"), field(l, "mem_python_pct"));
+            assert!(
+                peak >= 0.5 * want,
+                "{}: {mode}: peak {peak} MB, grew {want} MB",
+                py.label
+            );
+            assert!(python >= 90.0, "{}: {mode}: {python}% Python", py.label);
+            if !pymalloc_only {
+                let churned = field(line(&p, fx, churn), "mem_alloc_mb");
+                assert!(
+                    churned >= 80.0,
+                    "{}: {mode}: churn line {churned} MB",
+                    py.label
+                );
+            }
         }
     }
 }

@@ -1,17 +1,18 @@
-//! pymalloc's arenas: when the program keeps Python's small-object allocator (`run
-//! --keep-pymalloc`), objects of up to 512 bytes come from arenas the interpreter maps
-//! itself (anonymous private `mmap`s of 256 KiB up to 3.9, 1 MiB since 3.10, unmapped once
-//! empty), not from malloc. Those mappings are counted as allocations (and their unmapping
-//! as frees) of the interpreter, so a line that grows small objects is seen, one arena at a
-//! time; objects allocated and freed inside arenas already mapped are not. Under
-//! `PYTHONMALLOC=malloc` (run's default) the interpreter maps no arenas and nothing here
-//! counts.
+//! pymalloc's arenas: while Python's small-object allocator serves the program's objects
+//! of up to 512 bytes, they come from arenas the interpreter maps itself (anonymous private
+//! `mmap`s of 256 KiB up to 3.9, 1 MiB since 3.10, unmapped once empty), not from malloc.
+//! With pymalloc left alone (`run --python-allocator pymalloc`) those mappings are counted
+//! as allocations (and their unmapping as frees) of the interpreter, so a line that grows
+//! small objects is seen, one arena at a time; objects allocated and freed inside arenas
+//! already mapped are not. With pymalloc wrapped (`pymem.rs`) the objects themselves are
+//! counted, so the arenas count only in the footprint (the objects' frees are not sized).
+//! Under `PYTHONMALLOC=malloc` the interpreter maps no arenas and nothing here counts.
 //!
 //! Owns: the interposed `mmap`, `mmap64` and `munmap`, and what counts as an arena.
 //! Must not: count any mapping that is not one (files, stacks, other sizes, other callers:
 //! they are not heap memory, and their unmapping must not be subtracted either).
 
-use crate::{active, in_python, on_alloc, on_free, real};
+use crate::{active, in_python, on_alloc, on_free, pymem, real, ring};
 use core::ffi::c_void;
 
 /// The arena sizes of every supported interpreter.
@@ -31,7 +32,12 @@ fn mapped(p: *mut c_void, len: usize, flags: i32, ret: usize) {
         && flags & libc::MAP_PRIVATE != 0
         && flags & libc::MAP_FIXED == 0;
     if p != libc::MAP_FAILED && anonymous_private && active() && is_arena(len, ret) {
-        on_alloc(p, len, ret);
+        if pymem::hooked() {
+            // The objects in it are counted one by one: the arena is footprint only.
+            ring::footprint(len as i64);
+        } else {
+            on_alloc(p, len, ret);
+        }
     }
 }
 
@@ -67,7 +73,11 @@ extern "C" fn munmap_shim(addr: *mut c_void, len: usize, ret: usize) -> i32 {
     // Counted before the real call: once unmapped, the address may be mapped again by
     // another thread and counted anew.
     if !addr.is_null() && active() && is_arena(len, ret) {
-        on_free(addr, len);
+        if pymem::hooked() {
+            ring::footprint(-(len as i64));
+        } else {
+            on_free(addr, len);
+        }
     }
     real::munmap(addr, len)
 }

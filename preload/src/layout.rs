@@ -27,6 +27,10 @@ pub const RING_ENV: &str = "SCALENE_RS_RING";
 /// [`RING_ENV`] makes a ring of its own, named that path followed by this separator and
 /// its pid (`...ring.4242`), when the header's `child_capacity` says so.
 pub const CHILD_RING_SEP: u8 = b'.';
+/// Environment variable by which the profiler asks for Python's allocator to be wrapped
+/// where the interpreter allows it ([`PYMEM_HOOK`]), `PYTHONMALLOC=malloc` elsewhere.
+pub const PYMEM_ENV: &str = "SCALENE_RS_PYMEM";
+pub const PYMEM_HOOK: &str = "hook";
 
 /// A thread allocated a window's worth of bytes: `a` = `b` = the bytes, `c` = of which by
 /// the interpreter's own image, `ptr` = the allocation that filled the window (it is
@@ -38,6 +42,9 @@ pub const EV_FREE: u32 = 2;
 pub const EV_COPY: u32 = 3;
 /// A watched (sampled) allocation was freed: `ptr`.
 pub const EV_SAMPLED_FREE: u32 = 4;
+/// A watched (sampled) allocation was moved by realloc: `ptr` = where it was, `a` = where
+/// it is now (it stays watched there: the memory it stands for is still live).
+pub const EV_SAMPLED_MOVE: u32 = 5;
 
 /// The ring file's header. The profiler creates the file and fills the constant fields;
 /// the one process that claims it (`producer_pid`) produces events. A ring of one of the

@@ -27,6 +27,9 @@ pub struct ThreadState {
     /// Bytes freed since the last free event.
     pub freed: Cell<u64>,
     pub copied: Cell<u64>,
+    /// Of `allocated`, the small objects the wrapped Python allocator counted (not part of
+    /// the footprint).
+    pub small: Cell<u64>,
     /// Handshake budget: the handshakes this thread may still have, in ns of earning time
     /// (see `handshake_allowed`), as of `credit_at` (monotonic ns; 0: never used).
     pub credit: Cell<i64>,
@@ -35,6 +38,11 @@ pub struct ThreadState {
     pub tid: Cell<i32>,
     /// Inside our own accounting (an event being written): calls pass straight through.
     pub busy: Cell<bool>,
+    /// Inside the interpreter's wrapped allocator (`pymem.rs`), which may hand the request
+    /// to the C allocator: what it allocates there is the interpreter's, whatever the
+    /// return address says (pymalloc reaches malloc through tail calls, so the return
+    /// address is the wrapper's, in this library).
+    pub in_pymem: Cell<bool>,
 }
 
 /// Bytes of the assembly TLS block; the state must fit.
@@ -89,10 +97,12 @@ thread_local! {
             python: Cell::new(0),
             freed: Cell::new(0),
             copied: Cell::new(0),
+            small: Cell::new(0),
             credit: Cell::new(0),
             credit_at: Cell::new(0),
             tid: Cell::new(0),
             busy: Cell::new(false),
+            in_pymem: Cell::new(false),
         }
     };
 }

@@ -8,7 +8,7 @@
 //! [`Profile`].
 //! Must not: read process memory or format output.
 
-use super::ring::layout::{EV_ALLOC, EV_COPY, EV_FREE, EV_SAMPLED_FREE};
+use super::ring::layout::{EV_ALLOC, EV_COPY, EV_FREE, EV_SAMPLED_FREE, EV_SAMPLED_MOVE};
 use super::ring::Event;
 use crate::profile::{
     FileProfile, Leak, LineMemory, LineProfile, MemoryStack, MemorySummary, Profile,
@@ -124,6 +124,12 @@ impl MemoryAggregator {
                 if e.ptr != 0 {
                     l.sampled_at.push(e.time_ns);
                     self.watched.insert(e.ptr, (key, bytes));
+                }
+            }
+            EV_SAMPLED_MOVE => {
+                // The block lives on at `a`: its watch (line and bytes) goes with it.
+                if let Some(w) = self.watched.remove(&e.ptr) {
+                    self.watched.insert(e.a, w);
                 }
             }
             EV_SAMPLED_FREE => {

@@ -28,9 +28,23 @@ pub struct MemoryConfig {
     pub copy_window: u64,
     /// Keep stdlib / site-packages lines (else their bytes go to the calling user line).
     pub profile_all: bool,
-    /// Leave Python's small-object allocator on (no `PYTHONMALLOC=malloc`): objects of up to
-    /// 512 bytes are then counted by the arenas the interpreter maps for them.
-    pub keep_pymalloc: bool,
+    /// How the program's Python objects are counted.
+    pub python_allocator: PythonAllocator,
+}
+
+/// How the interpreter's own allocations reach the preload library.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum PythonAllocator {
+    /// pymalloc stays on, its allocator wrapped by the library so that every object is
+    /// counted (CPython 3.8+); `PYTHONMALLOC=malloc` for older interpreters.
+    Wrapped,
+    /// `PYTHONMALLOC=malloc` for every interpreter: every object goes through the C
+    /// allocator (its frees are counted too, so small objects count in the footprint
+    /// exactly; slower: glibc's malloc is slower than pymalloc on small objects).
+    Malloc,
+    /// pymalloc untouched: small objects are counted by the arenas the interpreter maps for
+    /// them (a line's growth is seen, its churn of small objects is not). Cheapest.
+    Pymalloc,
 }
 
 impl Default for MemoryConfig {
@@ -39,7 +53,7 @@ impl Default for MemoryConfig {
             window: 1 << 20,
             copy_window: 1 << 20,
             profile_all: false,
-            keep_pymalloc: false,
+            python_allocator: PythonAllocator::Wrapped,
         }
     }
 }
@@ -48,7 +62,7 @@ impl Default for MemoryConfig {
 pub struct MemorySetup {
     pub ring: Ring,
     pub library: PreloadFile,
-    keep_pymalloc: bool,
+    python_allocator: PythonAllocator,
 }
 
 impl MemorySetup {
@@ -62,18 +76,20 @@ impl MemorySetup {
         Ok(MemorySetup {
             ring,
             library,
-            keep_pymalloc: cfg.keep_pymalloc,
+            python_allocator: cfg.python_allocator,
         })
     }
 
     /// The environment the program gets (our LD_PRELOAD after the user's own).
     pub fn env(&self) -> Vec<(String, String)> {
         let user = std::env::var("LD_PRELOAD").ok();
+        let user_pythonmalloc = std::env::var("PYTHONMALLOC").ok();
         preload_env(
             user.as_deref(),
+            user_pythonmalloc.as_deref(),
             self.library.path(),
             self.ring.path(),
-            self.keep_pymalloc,
+            self.python_allocator,
         )
     }
 }

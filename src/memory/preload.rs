@@ -5,6 +5,8 @@
 //! profiled program gets ([`preload_env`]).
 //! Must not: replace the user's own LD_PRELOAD (ours is appended).
 
+use super::consumer::PythonAllocator;
+use super::ring::layout;
 use std::io::Write;
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
@@ -102,20 +104,30 @@ pub fn ld_preload_value(user: Option<&str>, ours: &Path) -> String {
 }
 
 /// The environment variables a program profiled with memory accounting gets: our library,
-/// the ring's name, and unless `keep_pymalloc`, `PYTHONMALLOC=malloc` (every object through
-/// malloc, where the library sees it).
+/// the ring's name, and how Python's objects are to be counted: by default
+/// `PYTHONMALLOC=malloc` and the request to wrap pymalloc instead where the interpreter
+/// allows it (the library then drops `PYTHONMALLOC` in that process; see its `pymem.rs`);
+/// `PYTHONMALLOC=malloc` alone; or nothing (pymalloc, counted by its arenas). A
+/// `PYTHONMALLOC` of the user's own (`user_pythonmalloc`) is theirs: it stays, unwrapped.
 pub fn preload_env(
     user_ld_preload: Option<&str>,
+    user_pythonmalloc: Option<&str>,
     lib: &Path,
     ring: &Path,
-    keep_pymalloc: bool,
+    python_allocator: PythonAllocator,
 ) -> Vec<(String, String)> {
     let mut env = vec![
         ("LD_PRELOAD".into(), ld_preload_value(user_ld_preload, lib)),
         (super::ring::RING_ENV.into(), ring.display().to_string()),
     ];
-    if !keep_pymalloc {
+    if user_pythonmalloc.is_some_and(|v| !v.is_empty()) {
+        return env;
+    }
+    if python_allocator != PythonAllocator::Pymalloc {
         env.push(("PYTHONMALLOC".into(), "malloc".into()));
+    }
+    if python_allocator == PythonAllocator::Wrapped {
+        env.push((layout::PYMEM_ENV.into(), layout::PYMEM_HOOK.into()));
     }
     env
 }
@@ -123,6 +135,31 @@ pub fn preload_env(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn python_allocator_modes_set_the_environment_unless_the_user_chose() {
+        let (lib, ring) = (Path::new("/l.so"), Path::new("/r"));
+        let get = |env: &[(String, String)], k: &str| {
+            env.iter().find(|(key, _)| key == k).map(|(_, v)| v.clone())
+        };
+        let wrapped = preload_env(None, None, lib, ring, PythonAllocator::Wrapped);
+        assert_eq!(get(&wrapped, "PYTHONMALLOC").as_deref(), Some("malloc"));
+        assert_eq!(
+            get(&wrapped, layout::PYMEM_ENV).as_deref(),
+            Some(layout::PYMEM_HOOK)
+        );
+        let malloc = preload_env(None, None, lib, ring, PythonAllocator::Malloc);
+        assert_eq!(get(&malloc, "PYTHONMALLOC").as_deref(), Some("malloc"));
+        assert_eq!(get(&malloc, layout::PYMEM_ENV), None);
+        let kept = preload_env(None, None, lib, ring, PythonAllocator::Pymalloc);
+        assert_eq!(get(&kept, "PYTHONMALLOC"), None);
+        assert_eq!(get(&kept, layout::PYMEM_ENV), None);
+        // The user's own choice stands (and is not wrapped).
+        let theirs = preload_env(None, Some("debug"), lib, ring, PythonAllocator::Wrapped);
+        assert_eq!(get(&theirs, "PYTHONMALLOC"), None);
+        assert_eq!(get(&theirs, layout::PYMEM_ENV), None);
+        assert!(get(&theirs, "LD_PRELOAD").is_some());
+    }
 
     #[test]
     fn user_preload_is_kept_first() {

@@ -687,8 +687,10 @@ pub struct ThreadReader {
     /// ≤3.7 thread states lack the kernel id: matched through glibc's `struct pthread`
     /// (found by scanning memory, so only when a Python thread is not in the map yet).
     pthreads: HashMap<u64, i32>,
-    /// The Python threads (`pthread_t`) there were when `pthreads` was made.
+    /// The Python threads (`pthread_t`) and the kernel's threads there were when `pthreads`
+    /// was made.
     mapped: Vec<u64>,
+    mapped_tids: Vec<i32>,
     /// Per kernel id, the pages its last read used.
     hints: HashMap<i32, Vec<(u64, usize)>>,
 }
@@ -702,6 +704,7 @@ impl ThreadReader {
             walker: StackWalker::new(proc.layout, proc.addrs.types),
             pthreads: HashMap::new(),
             mapped: Vec::new(),
+            mapped_tids: Vec::new(),
             hints: HashMap::new(),
         }
     }
@@ -743,12 +746,19 @@ impl ThreadReader {
         let t = if raw.iter().any(|t| t.native_id.is_some()) {
             raw.into_iter().find(|t| t.native_id == Some(tid))
         } else {
-            // ≤3.7: map again only when a Python thread came since the last mapping (a
-            // thread that is not Python, say a native library's, would otherwise cost a
-            // scan of every thread's memory at each of its events).
-            if raw.iter().any(|t| !self.mapped.contains(&t.thread_id)) {
+            // ≤3.7: map again when the thread is not in the map and either it is newer than
+            // the last mapping or a Python thread came since (glibc reuses a dead thread's
+            // `struct pthread`, so a new thread may have an old `pthread_t`). A thread that
+            // was there and is still not mapped is not Python (a native library's, say):
+            // mapping again at each of its events would scan every thread's memory.
+            let mapped = self.pthreads.values().any(|&t| t == tid);
+            if !mapped
+                && (!self.mapped_tids.contains(&tid)
+                    || raw.iter().any(|t| !self.mapped.contains(&t.thread_id)))
+            {
                 self.mapped = raw.iter().map(|t| t.thread_id).collect();
                 let tids = ptrace::threads(proc.pid)?;
+                self.mapped_tids = tids.clone();
                 let results: Vec<ThreadResult> = raw
                     .iter()
                     .map(|t| (t.clone(), Err(String::new()), None))

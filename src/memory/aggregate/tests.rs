@@ -190,3 +190,20 @@ fn one_process_merges_unchanged_and_none_is_empty() {
     assert_eq!(m.alloc_bytes(), 0.0);
     assert_eq!(t3.window, 77);
 }
+
+#[test]
+fn a_watched_block_moved_by_realloc_stays_live_until_its_new_address_is_freed() {
+    let mut agg = MemoryAggregator::new();
+    let line = key(3).unwrap();
+    agg.add(&ev(EV_ALLOC, M, M, M, 0x10, 1), key(3));
+    agg.add(&ev(EV_SAMPLED_MOVE, 0x20, 0, 0, 0x10, 2), None);
+    // The old address is nobody's now (its free is pymalloc reusing the slot, say).
+    agg.add(&ev(EV_SAMPLED_FREE, 0, 0, 0, 0x10, 3), None);
+    assert_eq!(agg.lines[&line].current, M as f64);
+    agg.add(&ev(EV_SAMPLED_FREE, 0, 0, 0, 0x20, 4), None);
+    assert_eq!(agg.lines[&line].current, 0.0);
+    assert_eq!(agg.lines[&line].peak, M as f64);
+    // A move of a block that is not watched changes nothing.
+    agg.add(&ev(EV_SAMPLED_MOVE, 0x40, 0, 0, 0x30, 5), None);
+    assert!(agg.watched.is_empty());
+}
