@@ -75,6 +75,7 @@ pub fn hooked() -> bool {
     HOOKED.load(Ordering::Relaxed)
 }
 
+const PYMEM_DOMAIN_RAW: i32 = 0;
 const PYMEM_DOMAIN_MEM: i32 = 1;
 const PYMEM_DOMAIN_OBJ: i32 = 2;
 
@@ -136,6 +137,8 @@ fn install() -> bool {
     unsafe {
         let slots = &mut *SLOTS.0.get();
         let (inner, outer) = slots.split_at_mut(2);
+        let mut raw = EMPTY;
+        get(PYMEM_DOMAIN_RAW, &mut raw);
         for (i, domain) in [PYMEM_DOMAIN_MEM, PYMEM_DOMAIN_OBJ].into_iter().enumerate() {
             get(domain, &mut inner[i]);
             if inner[i].malloc.is_none()
@@ -145,6 +148,13 @@ fn install() -> bool {
             {
                 return false;
             }
+        }
+        // An interpreter built without pymalloc serves objects with its raw (malloc)
+        // allocator: the interposed malloc sees them all already (wrapping would count
+        // them twice), as under PYTHONMALLOC=malloc.
+        let fn_addr = |a: &Allocator| a.malloc.map(|f| f as usize);
+        if fn_addr(&inner[1]) == fn_addr(&raw) {
+            return false;
         }
         for (i, domain) in [PYMEM_DOMAIN_MEM, PYMEM_DOMAIN_OBJ].into_iter().enumerate() {
             outer[i] = Allocator {
