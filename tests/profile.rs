@@ -232,8 +232,14 @@ fn four_equal_threads_get_a_quarter_each() {
             let truth_pct = 100.0 * secs / truth_sum;
             let ours_pct = 100.0 * share / ours_sum.max(1e-9);
             summary += &format!("{name} ours {ours_pct:.1}% truth {truth_pct:.1}%; ");
-            // Within ±5 points of the thread's real share, which is about 25% by construction.
-            bad |= (ours_pct - truth_pct).abs() > 5.0 || (ours_pct - 25.0).abs() > 10.0;
+            // Within ±5 points of the thread's real share (its CPU time, measured by the
+            // thread itself), which is about 25% by construction on Python 3. On 2.7 it need
+            // not be: on 2 cores the old GIL's hand-offs burn CPU unevenly in the threads
+            // waiting for it (runs of the fixture alone, under this and the previous build,
+            // gave one thread 36-40% of the CPU now and then; the profile matched it, 35.9%
+            // against 35.6%), so there the thread's own time is the only truth.
+            bad |= (ours_pct - truth_pct).abs() > 5.0
+                || (!py.is_py2() && (ours_pct - 25.0).abs() > 10.0);
         }
         if bad || ours_sum < 85.0 {
             return Err(format!("{summary}(the four functions hold {ours_sum:.1}%)"));
