@@ -94,14 +94,7 @@ struct RunArgs {
     /// CPU time only: no memory or copy accounting (the preload library is not injected).
     #[arg(long)]
     cpu_only: bool,
-    /// How Python's own objects are counted. `wrapped` (default): Python's small-object
-    /// allocator (pymalloc) stays on and the preload library wraps it, counting every object
-    /// (CPython 3.8+; older interpreters run with PYTHONMALLOC=malloc). `malloc`:
-    /// PYTHONMALLOC=malloc for every interpreter (every object through the C allocator,
-    /// its frees counted too; slower on programs that make many small objects).
-    /// `pymalloc`: pymalloc untouched, small objects counted by the arenas it maps for them
-    /// (1 MiB each, 256 KiB before 3.10): a line's growth is seen, its churn of small
-    /// objects is not.
+    /// How Python's own objects (those pymalloc serves: up to 512 bytes) are counted.
     #[arg(
         long,
         value_enum,
