@@ -74,13 +74,37 @@ pub(crate) fn in_python(ret: usize) -> bool {
 /// difference.
 #[inline(always)]
 fn on_alloc(p: *mut c_void, bytes: usize, ret: usize) {
+    count_alloc(p, bytes, |t| in_python(ret) || t.in_pymem.get(), false)
+}
+
+/// Counts a small object (at most `pymem::SMALL` bytes) that the interpreter's wrapped
+/// allocator (pymalloc) made: the interpreter's by definition, and in the allocation
+/// window but not the footprint (see `pymem.rs`).
+#[inline(always)]
+pub(crate) fn on_alloc_small(p: *mut c_void, bytes: usize) {
+    count_alloc(p, bytes, |_| true, true)
+}
+
+/// The common path of [`on_alloc`] and [`on_alloc_small`] (each inlines it with its own
+/// constants): `python` tells whether the interpreter allocated, `small` whether the bytes
+/// stay out of the footprint.
+#[inline(always)]
+fn count_alloc(
+    p: *mut c_void,
+    bytes: usize,
+    python: impl FnOnce(&ThreadState) -> bool,
+    small: bool,
+) {
     tls::with(|t| {
         if t.busy.get() {
             return;
         }
         let allocated = t.allocated.get() + bytes as u64;
-        if in_python(ret) || t.in_pymem.get() {
+        if python(t) {
             t.python.set(t.python.get() + bytes as u64);
+        }
+        if small {
+            t.small.set(t.small.get() + bytes as u64);
         }
         if allocated >= ring::WINDOW.load(Ordering::Relaxed) {
             alloc_window_full(t, p, allocated);
@@ -113,26 +137,6 @@ fn alloc_window_full(t: &ThreadState, p: *mut c_void, allocated: u64) {
     );
     spend(t, answered);
     t.busy.set(false);
-}
-
-/// Counts a small object (at most `pymem::SMALL` bytes) that the interpreter's wrapped
-/// allocator (pymalloc) made: the interpreter's by definition, and in the allocation
-/// window but not the footprint (see `pymem.rs`).
-#[inline(always)]
-pub(crate) fn on_alloc_small(p: *mut c_void, bytes: usize) {
-    tls::with(|t| {
-        if t.busy.get() {
-            return;
-        }
-        let allocated = t.allocated.get() + bytes as u64;
-        t.python.set(t.python.get() + bytes as u64);
-        t.small.set(t.small.get() + bytes as u64);
-        if allocated >= ring::WINDOW.load(Ordering::Relaxed) {
-            alloc_window_full(t, p, allocated);
-        } else {
-            t.allocated.set(allocated);
-        }
-    })
 }
 
 /// A block freed through the interpreter's wrapped allocator: only a watched one counts

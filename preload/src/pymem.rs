@@ -58,12 +58,12 @@ const EMPTY: Allocator = Allocator {
     free: None,
 };
 
-/// The interpreter's own allocators of `PYMEM_DOMAIN_MEM` (1) and `PYMEM_DOMAIN_OBJ` (2),
-/// and ours; written once before `main` (one thread), read-only afterwards.
-struct Slots(UnsafeCell<[Allocator; 4]>);
+/// The interpreter's own allocators of `PYMEM_DOMAIN_MEM` (1) and `PYMEM_DOMAIN_OBJ` (2)
+/// (our wrappers' `ctx`); written once before `main` (one thread), read-only afterwards.
+struct Slots(UnsafeCell<[Allocator; 2]>);
 // SAFETY: written only by the constructor before any other thread exists; read-only after.
 unsafe impl Sync for Slots {}
-static SLOTS: Slots = Slots(UnsafeCell::new([EMPTY, EMPTY, EMPTY, EMPTY]));
+static SLOTS: Slots = Slots(UnsafeCell::new([EMPTY, EMPTY]));
 
 /// The wrappers are in.
 static HOOKED: AtomicBool = AtomicBool::new(false);
@@ -135,8 +135,7 @@ fn install() -> bool {
     // SAFETY: one thread before main (see SLOTS); the interpreter fills and reads the
     // structs we pass, and keeps a copy of ours.
     unsafe {
-        let slots = &mut *SLOTS.0.get();
-        let (inner, outer) = slots.split_at_mut(2);
+        let inner = &mut *SLOTS.0.get();
         let mut raw = EMPTY;
         get(PYMEM_DOMAIN_RAW, &mut raw);
         for (i, domain) in [PYMEM_DOMAIN_MEM, PYMEM_DOMAIN_OBJ].into_iter().enumerate() {
@@ -157,14 +156,14 @@ fn install() -> bool {
             return false;
         }
         for (i, domain) in [PYMEM_DOMAIN_MEM, PYMEM_DOMAIN_OBJ].into_iter().enumerate() {
-            outer[i] = Allocator {
+            let mut ours = Allocator {
                 ctx: &mut inner[i] as *mut Allocator as *mut c_void,
                 malloc: Some(wrapped_malloc),
                 calloc: Some(wrapped_calloc),
                 realloc: Some(wrapped_realloc),
                 free: Some(wrapped_free),
             };
-            set(domain, &mut outer[i]);
+            set(domain, &mut ours);
         }
     }
     HOOKED.store(true, Ordering::Release);
@@ -221,16 +220,12 @@ unsafe extern "C" fn wrapped_realloc(ctx: *mut c_void, p: *mut c_void, n: usize)
     let a = inner(ctx);
     // The block may be (or become) one of the C allocator's, whatever `n` is; and what the
     // call copies (through the interposed memcpy) tells what was there before.
-    let (q, copied) = tls::with(|t| {
-        let was = t.in_pymem.replace(true);
-        let before = t.copied.get();
-        // SAFETY: as in `wrapped_malloc`.
-        let q = (a.realloc.unwrap_unchecked())(a.ctx, p, n);
-        let after = t.copied.get();
-        t.in_pymem.set(was);
-        // None when a copy window filled meanwhile (the counter restarted).
-        (q, after.checked_sub(before))
-    });
+    let copied = || tls::with(|t| t.copied.get());
+    let before = copied();
+    // SAFETY: as in `wrapped_malloc`.
+    let q = inside(true, || (a.realloc.unwrap_unchecked())(a.ctx, p, n));
+    // None when a copy window filled meanwhile (the counter restarted).
+    let copied = copied().checked_sub(before);
     // pymalloc keeps a small block in place when the new size is of the same size class
     // (nothing allocated); otherwise it moves it: allocates, copies what the old block
     // held (up to the new size), frees the old one. The block lives on, so a watch on it

@@ -683,7 +683,7 @@ fn pthread_to_tid(
 /// each thread the pages its last read used (fetched in one request at the next, instead
 /// of one system call per object), and on ≤3.7 the `pthread_t` → kernel id map.
 pub struct ThreadReader {
-    pub walker: StackWalker,
+    walker: StackWalker,
     /// ≤3.7 thread states lack the kernel id: matched through glibc's `struct pthread`
     /// (found by scanning memory, so only when a Python thread is not in the map yet).
     pthreads: HashMap<u64, i32>,
@@ -757,13 +757,12 @@ impl ThreadReader {
                     || raw.iter().any(|t| !self.mapped.contains(&t.thread_id)))
             {
                 self.mapped = raw.iter().map(|t| t.thread_id).collect();
-                let tids = ptrace::threads(proc.pid)?;
-                self.mapped_tids = tids.clone();
+                self.mapped_tids = ptrace::threads(proc.pid)?;
                 let results: Vec<ThreadResult> = raw
                     .iter()
                     .map(|t| (t.clone(), Err(String::new()), None))
                     .collect();
-                self.pthreads = pthread_to_tid(&proc.mem, &tids, &results);
+                self.pthreads = pthread_to_tid(&proc.mem, &self.mapped_tids, &results);
             }
             raw.into_iter()
                 .find(|t| self.pthreads.get(&t.thread_id) == Some(&tid))
