@@ -7,7 +7,7 @@ walker reads and measures the bit positions of the unicode `state` bitfield, com
 cc, runs it, and renders the Rust table. Nothing in the output is typed by hand.
 
 Usage:
-    python3 tools/gen_bindings.py                  # every $(pyenv root)/versions/* interpreter
+    python3 tools/gen_bindings.py                  # pyenv's interpreters and tools/pythons.sh's
     python3 tools/gen_bindings.py --python /path/to/python3.12
     python3 tools/gen_bindings.py --check          # exit 1 (and print a diff) when a table differs
     python3 tools/gen_bindings.py --out DIR        # write the tables elsewhere
@@ -25,6 +25,9 @@ import shutil
 import subprocess
 import sys
 import tempfile
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from interpreters import Interpreter, all_interpreters, host_path  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 OUT_DIR = os.path.normpath(os.path.join(HERE, "..", "src", "python_bindings"))
@@ -154,39 +157,47 @@ def probe_source(version):
 
 def interpreter_info(python):
     code = ("import sys, sysconfig, json; print(json.dumps({'version': list(sys.version_info[:3]),"
-            " 'include': sysconfig.get_paths()['include']}))")
-    return json.loads(subprocess.check_output([python, "-c", code]).decode())
+            " 'include': sysconfig.get_paths()['include'],"
+            " 'free_threaded': bool(sysconfig.get_config_var('Py_GIL_DISABLED'))}))")
+    return json.loads(subprocess.check_output([python.exe, "-c", code]).decode())
 
 
 def probe(python):
+    """(version, include dir, free-threaded, values) of one interpreter's headers."""
     info = interpreter_info(python)
     full = tuple(info["version"])
     version = full[:2]
-    inc = info["include"]
+    inc = host_path(python, info["include"])
+    if not os.path.isdir(inc):
+        return full, inc, info["free_threaded"], None
     tmp = tempfile.mkdtemp(prefix="scalene-rs-probe-")
     try:
         src = os.path.join(tmp, "probe.c")
         exe = os.path.join(tmp, "probe")
         with open(src, "w") as f:
             f.write(probe_source(version))
-        cmd = [os.environ.get("CC", "cc"), "-w", "-I", inc, "-I", os.path.join(inc, "internal"),
-               src, "-o", exe]
+        cmd = [os.environ.get("CC", "cc"), "-w", "-I", inc, "-I", os.path.join(inc, "internal")]
+        if python.root not in ("", "/"):
+            # A root's own headers (Debian keeps pyconfig.h under its multiarch directory),
+            # after this machine's C library's.
+            cmd += ["-idirafter", os.path.join(python.root, "usr", "include")]
+        cmd += [src, "-o", exe]
         p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
         out, _ = p.communicate()
         if p.returncode != 0:
-            sys.exit("probe for %s did not compile:\n%s" % (python, out.decode(errors="replace")))
+            sys.exit("probe for %s did not compile:\n%s" % (python.label, out.decode(errors="replace")))
         values = json.loads(subprocess.check_output([exe]).decode())
     finally:
         shutil.rmtree(tmp)
     values.pop("end")
-    return full, inc, values
+    return full, inc, info["free_threaded"], values
 
 
 def opt(values, key):
     return "Some(%d)" % values[key] if key in values else "None"
 
 
-def render(full, inc, v):
+def render(full, inc, free_threaded, v):
     major, minor = full[0], full[1]
     version = (major, minor)
     if version <= (3, 10):
@@ -213,6 +224,7 @@ use super::*;
 
 pub(crate) const LAYOUT: Layout = Layout {{
     version: ({major}, {minor}),
+    free_threaded: {ft},
     runtime: RuntimeLayout {{
         interpreters_head: {rt_head},
         gilstate_tstate_current: {rt_gil},
@@ -276,7 +288,8 @@ pub(crate) const LAYOUT: Layout = Layout {{
     }},
 }};
 """.format(
-        full="%d.%d.%d" % full, inc=os.path.basename(inc), major=major, minor=minor,
+        full="%d.%d.%d%s" % (full + ("t" if free_threaded else "",)), inc=os.path.basename(inc),
+        major=major, minor=minor, ft="true" if free_threaded else "false",
         rt_head=opt(v, "runtime.interpreters_head"),
         rt_gil=opt(v, "runtime.gilstate_tstate_current"),
         i_next=v["interp.next"], i_head=v["interp.tstate_head"],
@@ -318,37 +331,30 @@ def rustfmt(text):
     return out.decode()
 
 
-def pyenv_interpreters():
-    root = os.environ.get("PYENV_ROOT")
-    if not root:
-        try:
-            root = subprocess.check_output(["pyenv", "root"]).decode().strip()
-        except (OSError, subprocess.CalledProcessError):
-            root = os.path.expanduser("~/.pyenv")
-    found = []
-    for d in glob.glob(os.path.join(root, "versions", "*")):
-        parts = os.path.basename(d).split(".")
-        if len(parts) >= 2 and parts[0].isdigit() and parts[1].isdigit():
-            exe = os.path.join(d, "bin", "python%s.%s" % (parts[0], parts[1]))
-            if os.path.exists(exe):
-                found.append(((int(parts[0]), int(parts[1]), os.path.basename(d)), exe))
-    return [exe for _, exe in sorted(found)]
-
-
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--python", action="append", help="interpreter(s) to probe")
+    ap.add_argument("--python", action="append",
+                    help="interpreter(s) to probe (default: pyenv's and tools/pythons.sh's)")
     ap.add_argument("--check", action="store_true", help="compare with the checked-in tables")
     ap.add_argument("--out", default=OUT_DIR, help="output directory")
     args = ap.parse_args()
-    pythons = args.python or pyenv_interpreters()
+    pythons = ([Interpreter(p, p, "/") for p in args.python] if args.python
+               else all_interpreters())
     if not pythons:
         sys.exit("no interpreters found (pass --python)")
     stale = []
+    done = set()
     for python in pythons:
-        full, inc, values = probe(python)
-        text = rustfmt(render(full, inc, values))
-        path = os.path.join(args.out, "v%d_%d.rs" % full[:2])
+        full, inc, free_threaded, values = probe(python)
+        name = "v%d_%d%s.rs" % (full[0], full[1], "t" if free_threaded else "")
+        if name in done:
+            continue  # one table per minor version (and build kind): the first found
+        if values is None:
+            print("%s: no headers under %s, skipped" % (python.label, inc), file=sys.stderr)
+            continue
+        done.add(name)
+        text = rustfmt(render(full, inc, free_threaded, values))
+        path = os.path.join(args.out, name)
         if args.check:
             old = open(path).read() if os.path.exists(path) else ""
             if old != text:

@@ -5,18 +5,20 @@ EXTENDED_ARG, CACHE and HAVE_ARGUMENT, read from each interpreter's own `opcode`
 modules. The sampler uses them to tell "interpreting Python" from "inside a native call".
 
 Usage:
-    python3 tools/gen_opcodes.py            # every interpreter under $(pyenv root)/versions
+    python3 tools/gen_opcodes.py            # pyenv's interpreters and tools/pythons.sh's
     python3 tools/gen_opcodes.py --check    # exit 1 if the checked-in file differs
 """
 from __future__ import print_function
 
 import argparse
 import difflib
-import glob
 import json
 import os
 import subprocess
 import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from interpreters import all_interpreters  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 OUT = os.path.join(HERE, "..", "src", "python_bindings", "opcodes.rs")
@@ -46,20 +48,12 @@ print(json.dumps({
 
 
 def interpreters():
-    root = os.environ.get("PYENV_ROOT")
-    if not root:
-        try:
-            root = subprocess.check_output(["pyenv", "root"]).decode().strip()
-        except (OSError, subprocess.CalledProcessError):
-            root = os.path.expanduser("~/.pyenv")
+    """One interpreter per minor version: pyenv's first, then those tools/pythons.sh made."""
     found = {}
-    for d in sorted(glob.glob(os.path.join(root, "versions", "*"))):
-        parts = os.path.basename(d).split(".")
-        if len(parts) < 2 or not parts[0].isdigit() or not parts[1].isdigit():
-            continue
-        exe = os.path.join(d, "bin", "python%s.%s" % (parts[0], parts[1]))
-        if os.path.exists(exe):
-            found[(int(parts[0]), int(parts[1]))] = exe
+    for interp in all_interpreters():
+        out = subprocess.check_output([interp.exe, "-c", "import sys; sys.stdout.write('%d %d\\n' % sys.version_info[:2])"])
+        major, minor = (int(x) for x in out.split())
+        found.setdefault((major, minor), interp.exe)
     return found
 
 
@@ -141,7 +135,7 @@ def main():
         print("%d.%d: %d call opcodes" % (major, minor, len(rows[(major, minor)]["calls"])),
               file=sys.stderr)
     if not rows:
-        sys.exit("no interpreters found under $(pyenv root)/versions")
+        sys.exit("no interpreters found (pyenv, tools/pythons.sh)")
     text = rustfmt(wrap_comments(render(rows)))
     if args.check:
         with open(OUT) as f:

@@ -146,13 +146,6 @@ impl PythonProcess {
         }
 
         let base = maps::basename(&binary).to_string();
-        if Version::file_name_is_free_threaded(&base) {
-            return Err(Error::UnsupportedVersion {
-                pid,
-                version: format!("{base} (a free-threaded build)"),
-                supported: python_bindings::supported_versions(),
-            });
-        }
         let (version, version_source) = detect_version(pid, &mem, &elf, &base, &avma, opts)?;
         let (layout, untested) = choose_layout(pid, &mem, &version, avma("_PyRuntime"))?;
 
@@ -341,18 +334,22 @@ fn choose_layout(
     version: &Version,
     runtime: Option<u64>,
 ) -> Result<(Layout, bool)> {
-    let generated = python_bindings::generated(version.major, version.minor);
     if (version.major, version.minor) >= (3, 13) {
-        let newest = python_bindings::GENERATED
-            .last()
-            .copied()
-            .expect("at least one generated layout");
-        let parsed = match runtime {
+        let (parsed, generated) = match runtime {
             Some(rt) => {
                 let bytes = mem.read_vec(rt, DEBUG_OFFSETS_READ)?;
-                debug_offsets::parse(&bytes, newest).map_err(|e| e.to_string())
+                let parsed = debug_offsets::parse(&bytes, debug_offsets::fallback_for(&bytes))
+                    .map_err(|e| e.to_string());
+                let ft = parsed.as_ref().is_ok_and(|l| l.free_threaded);
+                (
+                    parsed,
+                    python_bindings::generated(version.major, version.minor, ft),
+                )
             }
-            None => Err("no _PyRuntime symbol".to_string()),
+            None => (
+                Err("no _PyRuntime symbol".to_string()),
+                python_bindings::generated(version.major, version.minor, false),
+            ),
         };
         return match (parsed, generated) {
             (Ok(layout), _) if layout.version == (version.major, version.minor) => {
@@ -376,12 +373,12 @@ fn choose_layout(
             }),
         };
     }
-    match generated {
+    match python_bindings::generated(version.major, version.minor, false) {
         Some(l) => Ok((*l, false)),
         None => Err(Error::UnsupportedVersion {
             pid,
             version: version.to_string(),
-            supported: python_bindings::supported_versions() + ", and 3.14+ untested",
+            supported: python_bindings::supported_versions() + ", and 3.16+ untested",
         }),
     }
 }

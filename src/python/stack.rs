@@ -885,7 +885,7 @@ mod tests {
     #[test]
     fn a_thread_caught_installing_a_c_frame_is_read_from_the_callers() {
         for (major, minor) in [(3, 11), (3, 12)] {
-            let layout = *crate::python_bindings::generated(major, minor).unwrap();
+            let layout = *crate::python_bindings::generated(major, minor, false).unwrap();
             let t = layout.thread;
             let (cur, prev) = (t.cframe_current_frame.unwrap(), t.cframe_previous.unwrap());
             let base = 0x10_0000u64;

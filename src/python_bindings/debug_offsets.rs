@@ -17,6 +17,7 @@
 //! Owns: [`parse`], which turns the first bytes of `_PyRuntime` into a [`Layout`].
 //! Must not: read process memory (the caller passes the bytes).
 
+pub use super::debug_offsets_fields::{FIELDS_3_13, FIELDS_3_14, FIELDS_3_15};
 use super::{
     CodeLayout, FrameLayout, FrameModel, InterpLayout, Layout, LineTableFormat, RuntimeLayout,
     StringLayout, StringModel, ThreadLayout,
@@ -38,10 +39,6 @@ pub enum DebugOffsetsError {
     Truncated { got: usize, need: usize },
     #[error("_Py_DebugOffsets carries version {0:#x}, which is not a CPython 3.13+ version")]
     BadVersion(u64),
-    #[error(
-        "free-threaded builds are not supported yet (Python {0} was built with --disable-gil)"
-    )]
-    FreeThreaded(String),
     #[error(
         "Python {0} is not supported: its _Py_DebugOffsets layout is unknown to this build \
          (known: {1})"
@@ -71,184 +68,16 @@ pub const TABLES: &[OffsetsTable] = &[
     },
     OffsetsTable {
         minor: 14,
-        source: "from the 3.14 headers (Include/internal/pycore_debug_offsets.h of the 3.14 \
-                 branch, 3.14.0b4+), untested here",
+        source:
+            "CPython 3.14 Include/internal/pycore_debug_offsets.h; tested against Debian's 3.14",
         fields: FIELDS_3_14,
     },
-];
-
-/// CPython 3.13 (`Include/internal/pycore_runtime.h`).
-pub const FIELDS_3_13: &[&str] = &[
-    "runtime_state.size",
-    "runtime_state.finalizing",
-    "runtime_state.interpreters_head",
-    "interpreter_state.size",
-    "interpreter_state.id",
-    "interpreter_state.next",
-    "interpreter_state.threads_head",
-    "interpreter_state.gc",
-    "interpreter_state.imports_modules",
-    "interpreter_state.sysdict",
-    "interpreter_state.builtins",
-    "interpreter_state.ceval_gil",
-    "interpreter_state.gil_runtime_state",
-    "interpreter_state.gil_runtime_state_enabled",
-    "interpreter_state.gil_runtime_state_locked",
-    "interpreter_state.gil_runtime_state_holder",
-    "thread_state.size",
-    "thread_state.prev",
-    "thread_state.next",
-    "thread_state.interp",
-    "thread_state.current_frame",
-    "thread_state.thread_id",
-    "thread_state.native_thread_id",
-    "thread_state.datastack_chunk",
-    "thread_state.status",
-    "interpreter_frame.size",
-    "interpreter_frame.previous",
-    "interpreter_frame.executable",
-    "interpreter_frame.instr_ptr",
-    "interpreter_frame.localsplus",
-    "interpreter_frame.owner",
-    "code_object.size",
-    "code_object.filename",
-    "code_object.name",
-    "code_object.qualname",
-    "code_object.linetable",
-    "code_object.firstlineno",
-    "code_object.argcount",
-    "code_object.localsplusnames",
-    "code_object.localspluskinds",
-    "code_object.co_code_adaptive",
-    "pyobject.size",
-    "pyobject.ob_type",
-    "type_object.size",
-    "type_object.tp_name",
-    "type_object.tp_repr",
-    "type_object.tp_flags",
-    "tuple_object.size",
-    "tuple_object.ob_item",
-    "tuple_object.ob_size",
-    "list_object.size",
-    "list_object.ob_item",
-    "list_object.ob_size",
-    "dict_object.size",
-    "dict_object.ma_keys",
-    "dict_object.ma_values",
-    "float_object.size",
-    "float_object.ob_fval",
-    "long_object.size",
-    "long_object.lv_tag",
-    "long_object.ob_digit",
-    "bytes_object.size",
-    "bytes_object.ob_size",
-    "bytes_object.ob_sval",
-    "unicode_object.size",
-    "unicode_object.state",
-    "unicode_object.length",
-    "unicode_object.asciiobject_size",
-    "gc.size",
-    "gc.collecting",
-];
-
-/// CPython 3.14, from the 3.14 headers (`Include/internal/pycore_debug_offsets.h`), untested
-/// here: 3.14 adds `interpreter_state.threads_main`, `code_object_generation`,
-/// `tlbc_generation`, `interpreter_frame.stackpointer` / `tlbc_index`, `code_object.co_tlbc`,
-/// the `set_object` section (between list and dict) and, after `gc`, the `gen_object`,
-/// `llist_node` and `debugger_support` sections.
-pub const FIELDS_3_14: &[&str] = &[
-    "runtime_state.size",
-    "runtime_state.finalizing",
-    "runtime_state.interpreters_head",
-    "interpreter_state.size",
-    "interpreter_state.id",
-    "interpreter_state.next",
-    "interpreter_state.threads_head",
-    "interpreter_state.threads_main",
-    "interpreter_state.gc",
-    "interpreter_state.imports_modules",
-    "interpreter_state.sysdict",
-    "interpreter_state.builtins",
-    "interpreter_state.ceval_gil",
-    "interpreter_state.gil_runtime_state",
-    "interpreter_state.gil_runtime_state_enabled",
-    "interpreter_state.gil_runtime_state_locked",
-    "interpreter_state.gil_runtime_state_holder",
-    "interpreter_state.code_object_generation",
-    "interpreter_state.tlbc_generation",
-    "thread_state.size",
-    "thread_state.prev",
-    "thread_state.next",
-    "thread_state.interp",
-    "thread_state.current_frame",
-    "thread_state.thread_id",
-    "thread_state.native_thread_id",
-    "thread_state.datastack_chunk",
-    "thread_state.status",
-    "interpreter_frame.size",
-    "interpreter_frame.previous",
-    "interpreter_frame.executable",
-    "interpreter_frame.instr_ptr",
-    "interpreter_frame.localsplus",
-    "interpreter_frame.owner",
-    "interpreter_frame.stackpointer",
-    "interpreter_frame.tlbc_index",
-    "code_object.size",
-    "code_object.filename",
-    "code_object.name",
-    "code_object.qualname",
-    "code_object.linetable",
-    "code_object.firstlineno",
-    "code_object.argcount",
-    "code_object.localsplusnames",
-    "code_object.localspluskinds",
-    "code_object.co_code_adaptive",
-    "code_object.co_tlbc",
-    "pyobject.size",
-    "pyobject.ob_type",
-    "type_object.size",
-    "type_object.tp_name",
-    "type_object.tp_repr",
-    "type_object.tp_flags",
-    "tuple_object.size",
-    "tuple_object.ob_item",
-    "tuple_object.ob_size",
-    "list_object.size",
-    "list_object.ob_item",
-    "list_object.ob_size",
-    "set_object.size",
-    "set_object.used",
-    "set_object.table",
-    "set_object.mask",
-    "dict_object.size",
-    "dict_object.ma_keys",
-    "dict_object.ma_values",
-    "float_object.size",
-    "float_object.ob_fval",
-    "long_object.size",
-    "long_object.lv_tag",
-    "long_object.ob_digit",
-    "bytes_object.size",
-    "bytes_object.ob_size",
-    "bytes_object.ob_sval",
-    "unicode_object.size",
-    "unicode_object.state",
-    "unicode_object.length",
-    "unicode_object.asciiobject_size",
-    "gc.size",
-    "gc.collecting",
-    "gen_object.size",
-    "gen_object.gi_name",
-    "gen_object.gi_iframe",
-    "gen_object.gi_frame_state",
-    "llist_node.next",
-    "llist_node.prev",
-    "debugger_support.eval_breaker",
-    "debugger_support.remote_debugger_support",
-    "debugger_support.remote_debugging_enabled",
-    "debugger_support.debugger_pending_call",
-    "debugger_support.debugger_script_path",
-    "debugger_support.debugger_script_path_size",
+    OffsetsTable {
+        minor: 15,
+        source:
+            "CPython 3.15 Include/internal/pycore_debug_offsets.h; tested against Debian's 3.15",
+        fields: FIELDS_3_15,
+    },
 ];
 
 /// Offsets that may legitimately be 0 or lie outside their section's `size` (values that are
@@ -259,6 +88,26 @@ const NOT_CHECKED: &[&str] = &[
     "interpreter_frame.tlbc_index",
     "code_object.co_tlbc",
 ];
+
+/// The generated table that supplies what `_Py_DebugOffsets` does not carry for the struct
+/// in `bytes`: the same version and build kind's when we have it, else the newest of the
+/// same build kind (free-threaded or not), else the newest.
+pub fn fallback_for(bytes: &[u8]) -> &'static Layout {
+    let newest = |ft: bool| {
+        super::GENERATED
+            .iter()
+            .rev()
+            .copied()
+            .find(|l| l.free_threaded == ft)
+    };
+    let ft = bytes.len() >= HEADER && read_u64(bytes, 16) != 0;
+    let minor = version_hex(bytes).and_then(|h| check_version(h).ok());
+    minor
+        .and_then(|m| super::generated(3, m, ft))
+        .or_else(|| newest(ft))
+        .or_else(|| super::GENERATED.last().copied())
+        .expect("at least one generated layout")
+}
 
 /// The `PY_VERSION_HEX` in the header, when the cookie is there.
 pub fn version_hex(bytes: &[u8]) -> Option<u64> {
@@ -319,11 +168,15 @@ impl Fields<'_> {
     fn us(&self, name: &str) -> usize {
         self.get(name) as usize
     }
+    fn has(&self, name: &str) -> bool {
+        self.table.fields.contains(&name)
+    }
 }
 
 /// Builds a [`Layout`] from the first bytes of `_PyRuntime` (at least the whole
 /// `_Py_DebugOffsets`). Fields the debug offsets do not carry (the compact unicode size, the
-/// legacy unicode data offset, the `state` bit positions) come from `fallback`, the newest
+/// legacy unicode data offset, the `state` bit positions) come from `fallback` (see
+/// [`fallback_for`]), the newest
 /// generated table; `co_code` and `_co_firsttraceable` do not exist in 3.13+ and are `None`.
 pub fn parse(bytes: &[u8], fallback: &Layout) -> Result<Layout, DebugOffsetsError> {
     if bytes.len() < HEADER {
@@ -338,9 +191,7 @@ pub fn parse(bytes: &[u8], fallback: &Layout) -> Result<Layout, DebugOffsetsErro
     let hex = version_hex(bytes).ok_or(DebugOffsetsError::NoCookie)?;
     let minor = check_version(hex)?;
     let version = version_string(hex);
-    if read_u64(bytes, 16) != 0 {
-        return Err(DebugOffsetsError::FreeThreaded(version));
-    }
+    let free_threaded = read_u64(bytes, 16) != 0;
     let table = table(minor).ok_or_else(|| {
         let known = TABLES
             .iter()
@@ -357,14 +208,30 @@ pub fn parse(bytes: &[u8], fallback: &Layout) -> Result<Layout, DebugOffsetsErro
         });
     }
     let f = Fields { table, bytes };
-    check_invariants(&f).map_err(|why| DebugOffsetsError::UnknownLayout(version, why))?;
+    check_invariants(&f, free_threaded)
+        .map_err(|why| DebugOffsetsError::UnknownLayout(version, why))?;
+    // Sizes the struct does not carry before 3.15, from the fallback's distances to what it
+    // does carry (a compact string's header adds the same fields to an ASCII one's whatever
+    // the object header's size).
+    let ascii_size = f.us("unicode_object.asciiobject_size");
+    let compact_size = if f.has("unicode_object.compactunicodeobject_size") {
+        f.us("unicode_object.compactunicodeobject_size")
+    } else {
+        ascii_size + (fallback.string.compact_size - fallback.string.ascii_size)
+    };
+    let unicode_data_any =
+        compact_size + (fallback.string.unicode_data_any - fallback.string.compact_size);
 
     // `gil_runtime_state_locked` / `_holder` are offsets inside PyInterpreterState of the
     // interpreter's own `_gil` struct's fields; we need them relative to the struct that
     // `ceval.gil` points to (which is the start of a `_gil_runtime_state`).
     let gil_base = f.get("interpreter_state.gil_runtime_state");
+    // A free-threaded build has no GIL to read (one can be turned on at run time, which we
+    // do not follow: every thread then reads as not holding it).
+    let gil = |name: &str| (!free_threaded).then(|| (f.get(name) - gil_base) as usize);
     Ok(Layout {
         version: (3, minor),
+        free_threaded,
         runtime: RuntimeLayout {
             interpreters_head: Some(f.us("runtime_state.interpreters_head")),
             gilstate_tstate_current: None,
@@ -372,13 +239,9 @@ pub fn parse(bytes: &[u8], fallback: &Layout) -> Result<Layout, DebugOffsetsErro
         interp: InterpLayout {
             next: f.us("interpreter_state.next"),
             tstate_head: f.us("interpreter_state.threads_head"),
-            ceval_gil: Some(f.us("interpreter_state.ceval_gil")),
-            gil_locked: Some(
-                (f.get("interpreter_state.gil_runtime_state_locked") - gil_base) as usize,
-            ),
-            gil_last_holder: Some(
-                (f.get("interpreter_state.gil_runtime_state_holder") - gil_base) as usize,
-            ),
+            ceval_gil: (!free_threaded).then(|| f.us("interpreter_state.ceval_gil")),
+            gil_locked: gil("interpreter_state.gil_runtime_state_locked"),
+            gil_last_holder: gil("interpreter_state.gil_runtime_state_holder"),
         },
         thread: ThreadLayout {
             next: f.us("thread_state.next"),
@@ -414,12 +277,9 @@ pub fn parse(bytes: &[u8], fallback: &Layout) -> Result<Layout, DebugOffsetsErro
             co_code: None,
             code_adaptive: Some(f.us("code_object.co_code_adaptive")),
             firsttraceable: None,
-            // Not in _Py_DebugOffsets: the generated table's, for the same version only.
-            flags: if fallback.version == (3, minor) {
-                fallback.code.flags
-            } else {
-                usize::MAX
-            },
+            // Not in _Py_DebugOffsets: `int co_flags` sits right before `int co_argcount`
+            // in every 3.11+ code object (checked against each generated table by tests).
+            flags: f.us("code_object.argcount") - 4,
             size: f.us("code_object.size"),
         },
         string: StringLayout {
@@ -429,7 +289,9 @@ pub fn parse(bytes: &[u8], fallback: &Layout) -> Result<Layout, DebugOffsetsErro
             bytes_sval: f.us("bytes_object.ob_sval"),
             unicode_length: f.us("unicode_object.length"),
             unicode_state: f.us("unicode_object.state"),
-            ascii_size: f.us("unicode_object.asciiobject_size"),
+            ascii_size,
+            compact_size,
+            unicode_data_any,
             ..fallback.string
         },
     })
@@ -438,7 +300,7 @@ pub fn parse(bytes: &[u8], fallback: &Layout) -> Result<Layout, DebugOffsetsErro
 /// Checks that the bytes read with this table make sense: every offset of a sized section
 /// lies inside that section's struct, and the sizes are in sane ranges. Bytes of another
 /// layout (a table chosen wrongly, a misread address) fail here.
-fn check_invariants(f: &Fields) -> Result<(), String> {
+fn check_invariants(f: &Fields, free_threaded: bool) -> Result<(), String> {
     let sections = [
         ("runtime_state", 1024..16 << 20),
         ("interpreter_state", 1024..16 << 20),
@@ -480,8 +342,14 @@ fn check_invariants(f: &Fields) -> Result<(), String> {
             ));
         }
     }
-    if f.get("pyobject.ob_type") != 8 {
-        return Err("PyObject.ob_type is not at offset 8".into());
+    // The object header: refcount then type (16 bytes), or a free-threaded build's owner
+    // thread, flags, local and shared refcounts then type (32 bytes).
+    let ob_type = if free_threaded { 24 } else { 8 };
+    if f.get("pyobject.ob_type") != ob_type {
+        return Err(format!("PyObject.ob_type is not at offset {ob_type}"));
+    }
+    if f.get("code_object.argcount") < 4 + ob_type + 8 {
+        return Err("PyCodeObject.co_argcount lies inside the object header".into());
     }
     if f.get("unicode_object.asciiobject_size") <= f.get("unicode_object.state") {
         return Err("sizeof(PyASCIIObject) does not cover its state field".into());
@@ -543,6 +411,7 @@ mod tests {
     fn the_tables_are_consistent() {
         assert_eq!(FIELDS_3_13.len(), 70);
         assert_eq!(FIELDS_3_14.len(), 92);
+        assert_eq!(FIELDS_3_15.len(), 108);
         for t in TABLES {
             for (i, a) in t.fields.iter().enumerate() {
                 assert!(a.contains('.'), "{a}");
@@ -647,19 +516,56 @@ mod tests {
     }
 
     #[test]
-    fn rejects_free_threaded_builds() {
+    fn reads_free_threaded_builds() {
+        // A free-threaded 3.13: 32-byte object headers, so every object field is 16 further.
+        let t = table(13).unwrap();
+        let mut b = build(
+            t,
+            0x030d00f0,
+            &[
+                ("pyobject.size", 32),
+                ("pyobject.ob_type", 24),
+                ("unicode_object.state", 48),
+                ("unicode_object.asciiobject_size", 56),
+            ],
+        );
+        b[16] = 1;
+        let l = parse(&b, &fallback()).unwrap();
+        assert!(l.free_threaded);
+        assert_eq!(l.string.ob_type, 24);
+        assert_eq!(l.string.ascii_size, 56);
+        let f = fallback();
+        assert_eq!(
+            l.string.compact_size,
+            56 + f.string.compact_size - f.string.ascii_size
+        );
+        // No GIL to read.
+        assert_eq!(
+            (
+                l.interp.ceval_gil,
+                l.interp.gil_locked,
+                l.interp.gil_last_holder
+            ),
+            (None, None, None)
+        );
+        assert_eq!(
+            l.code.flags,
+            slot(t, "code_object.argcount") - 4,
+            "co_flags is the int before co_argcount"
+        );
+        // A free-threaded header with a 16-byte object header is not a layout we know.
         let mut b = sample();
         b[16] = 1;
-        let err = parse(&b, &fallback()).unwrap_err();
-        assert_eq!(err, DebugOffsetsError::FreeThreaded("3.13.0".into()));
-        assert!(err
-            .to_string()
-            .contains("free-threaded builds are not supported yet"));
-        // Even when only the header could be read.
-        assert_eq!(
-            parse(&b[..HEADER], &fallback()),
-            Err(DebugOffsetsError::FreeThreaded("3.13.0".into()))
-        );
+        assert!(matches!(
+            parse(&b, &fallback()),
+            Err(DebugOffsetsError::UnknownLayout(..))
+        ));
+        // The fallback for a free-threaded 3.13 is the generated 3.13t table.
+        let mut b = sample();
+        b[16] = 1;
+        let fb = fallback_for(&b);
+        assert_eq!((fb.version, fb.free_threaded), ((3, 13), true));
+        assert_eq!(fallback_for(&sample()).free_threaded, false);
     }
 
     #[test]
@@ -685,13 +591,13 @@ mod tests {
     #[test]
     fn names_an_unsupported_newer_version() {
         let mut b = sample();
-        b[8..16].copy_from_slice(&0x030f00a2u64.to_le_bytes());
+        b[8..16].copy_from_slice(&0x031000a2u64.to_le_bytes());
         let err = parse(&b, &fallback()).unwrap_err();
         assert_eq!(
             err,
-            DebugOffsetsError::UnsupportedVersion("3.15.0a2".into(), "3.13, 3.14".into())
+            DebugOffsetsError::UnsupportedVersion("3.16.0a2".into(), "3.13, 3.14, 3.15".into())
         );
-        assert!(err.to_string().contains("Python 3.15.0a2 is not supported"));
+        assert!(err.to_string().contains("Python 3.16.0a2 is not supported"));
     }
 
     #[test]

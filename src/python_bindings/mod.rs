@@ -10,6 +10,7 @@
 //! Must not: read process memory (that is `crate::python`'s job) or know about output.
 
 pub mod debug_offsets;
+mod debug_offsets_fields;
 pub mod opcodes;
 
 mod v2_7;
@@ -17,6 +18,9 @@ mod v3_10;
 mod v3_11;
 mod v3_12;
 mod v3_13;
+mod v3_13t;
+mod v3_14;
+mod v3_15;
 mod v3_6;
 mod v3_7;
 mod v3_8;
@@ -185,6 +189,9 @@ pub struct StringLayout {
 pub struct Layout {
     /// (major, minor) this table was generated for.
     pub version: (u32, u32),
+    /// A free-threaded build (`--disable-gil`, 3.13+): 32-byte object headers, no GIL to
+    /// read (the `interp` GIL fields are then not used).
+    pub free_threaded: bool,
     pub runtime: RuntimeLayout,
     pub interp: InterpLayout,
     pub thread: ThreadLayout,
@@ -204,14 +211,17 @@ pub const GENERATED: &[&Layout] = &[
     &v3_11::LAYOUT,
     &v3_12::LAYOUT,
     &v3_13::LAYOUT,
+    &v3_13t::LAYOUT,
+    &v3_14::LAYOUT,
+    &v3_15::LAYOUT,
 ];
 
-/// The generated table for `major.minor`, if we have one.
-pub fn generated(major: u32, minor: u32) -> Option<&'static Layout> {
+/// The generated table for `major.minor` (free-threaded or not), if we have one.
+pub fn generated(major: u32, minor: u32, free_threaded: bool) -> Option<&'static Layout> {
     GENERATED
         .iter()
         .copied()
-        .find(|l| l.version == (major, minor))
+        .find(|l| l.version == (major, minor) && l.free_threaded == free_threaded)
 }
 
 /// The opcode table of `major.minor`, if we have one.
@@ -221,11 +231,14 @@ pub fn opcodes(major: u32, minor: u32) -> Option<&'static opcodes::Opcodes> {
         .find(|o| o.version == (major, minor))
 }
 
-/// Minor versions with a generated table, as "2.7, 3.6, ..." for messages.
+/// Minor versions with a generated table, as "2.7, 3.6, ..., 3.13t, ..." for messages.
 pub fn supported_versions() -> String {
     GENERATED
         .iter()
-        .map(|l| format!("{}.{}", l.version.0, l.version.1))
+        .map(|l| {
+            let t = if l.free_threaded { "t" } else { "" };
+            format!("{}.{}{t}", l.version.0, l.version.1)
+        })
         .collect::<Vec<_>>()
         .join(", ")
 }

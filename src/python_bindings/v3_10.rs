@@ -4,6 +4,7 @@ use super::*;
 
 pub(crate) const LAYOUT: Layout = Layout {
     version: (3, 10),
+    free_threaded: false,
     runtime: RuntimeLayout {
         interpreters_head: Some(32),
         gilstate_tstate_current: Some(568),

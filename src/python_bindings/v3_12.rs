@@ -4,6 +4,7 @@ use super::*;
 
 pub(crate) const LAYOUT: Layout = Layout {
     version: (3, 12),
+    free_threaded: false,
     runtime: RuntimeLayout {
         interpreters_head: Some(40),
         gilstate_tstate_current: None,

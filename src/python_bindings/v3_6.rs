@@ -4,6 +4,7 @@ use super::*;
 
 pub(crate) const LAYOUT: Layout = Layout {
     version: (3, 6),
+    free_threaded: false,
     runtime: RuntimeLayout {
         interpreters_head: None,
         gilstate_tstate_current: None,

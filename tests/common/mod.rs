@@ -1,8 +1,11 @@
 //! Shared test support: finding every CPython interpreter on the machine.
 //!
-//! The matrix is discovered at run time: every `$(pyenv root)/versions/*/bin/pythonX.Y` and
-//! every `/usr/bin/pythonX.Y`. It must never silently shrink: an empty matrix fails, and
-//! `SCALENE_RS_MIN_PYTHONS=N` (set by `.ci/run`) fails the run when fewer than N are found.
+//! The matrix is discovered at run time: every `$(pyenv root)/versions/*/bin/pythonX.Y`, every
+//! `/usr/bin/pythonX.Y`, and every interpreter `tools/pythons.sh` made (its manifest,
+//! `$SCALENE_RS_CACHE/interpreters.txt`: Debian's own 3.13–3.15 run chrooted in a Debian
+//! unstable root, shared-libpython 3.14/3.15, free-threaded builds). It must never silently
+//! shrink: an empty matrix fails, and `SCALENE_RS_MIN_PYTHONS=N` (set by `.ci/run`) fails the
+//! run when fewer than N are found.
 #![allow(dead_code)]
 
 use std::path::{Path, PathBuf};
@@ -16,6 +19,11 @@ pub struct Interpreter {
     pub path: PathBuf,
     pub major: u32,
     pub minor: u32,
+    /// Built with `--disable-gil` (`python3.13t`).
+    pub free_threaded: bool,
+    /// The directory it runs chrooted in (`path` is then a wrapper that enters it): the
+    /// interpreter's own files are visible only through /proc/PID/root, like a container's.
+    pub root: Option<PathBuf>,
 }
 
 impl Interpreter {
@@ -25,6 +33,48 @@ impl Interpreter {
     pub fn is_py2(&self) -> bool {
         self.major == 2
     }
+}
+
+/// Where `tools/pythons.sh` keeps what it makes.
+pub fn cache_dir() -> PathBuf {
+    match std::env::var_os("SCALENE_RS_CACHE") {
+        Some(d) => PathBuf::from(d),
+        None => Path::new(&std::env::var("HOME").unwrap_or_else(|_| "/root".into()))
+            .join(".cache/scalene-rs"),
+    }
+}
+
+/// "…python3.14-shared" → (3, 14, false), "python3.13t" → (3, 13, true).
+fn version_in_name(name: &str) -> Option<(u32, u32, bool)> {
+    let rest = &name[name.rfind("python")? + "python".len()..];
+    let (maj, rest) = rest.split_once('.')?;
+    let digits: String = rest.chars().take_while(char::is_ascii_digit).collect();
+    let free_threaded = rest[digits.len()..].starts_with('t');
+    Some((maj.parse().ok()?, digits.parse().ok()?, free_threaded))
+}
+
+/// The interpreters listed in `tools/pythons.sh`'s manifest ("label<TAB>path<TAB>root").
+fn made_interpreters() -> Vec<Interpreter> {
+    let Ok(text) = std::fs::read_to_string(cache_dir().join("interpreters.txt")) else {
+        return Vec::new();
+    };
+    text.lines()
+        .filter_map(|line| {
+            let mut cols = line.split('\t');
+            let (label, path) = (cols.next()?, PathBuf::from(cols.next()?));
+            let root = cols.next().filter(|r| *r != "/").map(PathBuf::from);
+            let name = path.file_name()?.to_string_lossy().into_owned();
+            let (major, minor, free_threaded) = version_in_name(&name)?;
+            path.is_file().then(|| Interpreter {
+                label: label.to_string(),
+                path,
+                major,
+                minor,
+                free_threaded,
+                root,
+            })
+        })
+        .collect()
 }
 
 fn pyenv_root() -> Option<PathBuf> {
@@ -74,6 +124,8 @@ pub fn interpreters() -> Vec<Interpreter> {
                         path: exe,
                         major: maj,
                         minor: min,
+                        free_threaded: false,
+                        root: None,
                     });
                 }
             }
@@ -101,9 +153,12 @@ pub fn interpreters() -> Vec<Interpreter> {
                 path,
                 major: maj,
                 minor: min,
+                free_threaded: false,
+                root: None,
             });
         }
     }
+    found.extend(made_interpreters());
     found.sort_by(|a, b| (a.major, a.minor, &a.label).cmp(&(b.major, b.minor, &b.label)));
     let min: usize = std::env::var("SCALENE_RS_MIN_PYTHONS")
         .ok()
@@ -115,6 +170,16 @@ pub fn interpreters() -> Vec<Interpreter> {
         found.len(),
         found.iter().map(|i| &i.label).collect::<Vec<_>>()
     );
+    // For working on one interpreter: SCALENE_RS_ONLY_PYTHONS=debian-3.15,3.13.15t keeps the
+    // interpreters whose label contains one of the words (after the count check above).
+    if let Ok(only) = std::env::var("SCALENE_RS_ONLY_PYTHONS") {
+        let words: Vec<&str> = only.split(',').filter(|w| !w.is_empty()).collect();
+        found.retain(|i| words.iter().any(|w| i.label.contains(w)));
+        assert!(
+            !found.is_empty(),
+            "SCALENE_RS_ONLY_PYTHONS={only} matches no interpreter"
+        );
+    }
     found
 }
 
