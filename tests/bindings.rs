@@ -1,8 +1,10 @@
-//! The layout tables: generated ones match the headers, and for 3.13 the run-time
-//! `_Py_DebugOffsets` agrees with the generated table.
+//! The layout tables: generated ones match the headers, and for every 3.13+ interpreter of
+//! the matrix (free-threaded and Debian's own builds included) the run-time
+//! `_Py_DebugOffsets` agrees with the generated table, read from the file and from a live
+//! process.
 //!
-//! The 3.13 checks need a CPython 3.13 shared build under pyenv (`$PYENV_ROOT`, `pyenv root`
-//! or `~/.pyenv`); without one they fail, unless `SCALENE_RS_ALLOW_MISSING_313=1` is set.
+//! The checks need at least one CPython 3.13+ in the matrix; without one they fail, unless
+//! `SCALENE_RS_ALLOW_MISSING_313=1` is set.
 
 mod common;
 
@@ -71,24 +73,35 @@ fn assert_agrees(from_debug: &Layout, generated: &Layout, what: &str) {
     assert_eq!(d, g, "{what}: whole layout");
 }
 
-fn python313() -> Option<common::Interpreter> {
-    common::interpreters()
+/// Every 3.13+ interpreter of the matrix (none only when explicitly allowed).
+fn pythons_313_plus() -> Vec<common::Interpreter> {
+    let found: Vec<_> = common::interpreters()
         .into_iter()
-        .find(|i| i.version() == (3, 13) && i.label.starts_with("pyenv"))
-}
-
-fn require_313() -> Option<common::Interpreter> {
-    let found = python313();
-    if found.is_none() {
+        .filter(|i| i.version() >= (3, 13))
+        .collect();
+    if found.is_empty() {
         assert!(
             std::env::var_os("SCALENE_RS_ALLOW_MISSING_313").is_some(),
-            "no pyenv CPython 3.13 found: the _Py_DebugOffsets checks cannot run \
-             (install one with `PYTHON_CONFIGURE_OPTS=--enable-shared pyenv install 3.13`, \
-             or set SCALENE_RS_ALLOW_MISSING_313=1 to skip)"
+            "no CPython 3.13+ found: the _Py_DebugOffsets checks cannot run \
+             (run tools/pythons.sh, or set SCALENE_RS_ALLOW_MISSING_313=1 to skip)"
         );
-        eprintln!("skipped: no CPython 3.13 on this machine");
+        eprintln!("skipped: no CPython 3.13+ on this machine");
     }
     found
+}
+
+/// The ELF file that holds `_PyRuntime` for `py`: its libpython (a shared build), or the
+/// executable itself (Debian's static builds), seen from this machine.
+fn runtime_file(py: &common::Interpreter) -> std::path::PathBuf {
+    let t = if py.free_threaded { "t" } else { "" };
+    let lib = format!("libpython{}.{}{t}.so.1.0", py.major, py.minor);
+    match &py.root {
+        Some(root) if py.label.ends_with("-shared") => {
+            root.join("usr/lib/x86_64-linux-gnu").join(lib)
+        }
+        Some(root) => root.join(format!("usr/bin/python{}.{}", py.major, py.minor)),
+        None => py.path.parent().unwrap().parent().unwrap().join("lib").join(lib),
+    }
 }
 
 /// The bytes of `_PyRuntime` in an ELF file: from the `_PyRuntime` symbol, which must be the
@@ -96,7 +109,7 @@ fn require_313() -> Option<common::Interpreter> {
 fn runtime_bytes_from_file(lib: &Path) -> Vec<u8> {
     let data = std::fs::read(lib).unwrap_or_else(|e| {
         panic!(
-            "{}: {e} (the 3.13 checks need a shared build: --enable-shared)",
+            "{}: {e} (the file that holds _PyRuntime)",
             lib.display()
         )
     });
@@ -108,7 +121,7 @@ fn runtime_bytes_from_file(lib: &Path) -> Vec<u8> {
         .chain(elf.syms.iter().map(|s| (s, elf.strtab.get_at(s.st_name))))
         .find(|(_, name)| *name == Some("_PyRuntime"))
         .map(|(s, _)| s)
-        .expect("libpython3.13 exports _PyRuntime");
+        .unwrap_or_else(|| panic!("{} has no _PyRuntime symbol", lib.display()));
     let section = elf
         .section_headers
         .iter()
@@ -135,59 +148,70 @@ fn runtime_bytes_from_file(lib: &Path) -> Vec<u8> {
 }
 
 #[test]
-fn debug_offsets_in_the_313_library_file_agree_with_the_generated_table() {
-    let Some(py) = require_313() else { return };
-    let lib = py
-        .path
-        .parent()
-        .unwrap()
-        .parent()
-        .unwrap()
-        .join("lib/libpython3.13.so.1.0");
-    let bytes = runtime_bytes_from_file(&lib);
-    let hex = debug_offsets::version_hex(&bytes).expect("_PyRuntime starts with the cookie");
-    assert_eq!(hex >> 16, 0x030d, "version in _Py_DebugOffsets: {hex:#x}");
-    let gen = generated(3, 13).expect("a generated 3.13 table");
-    let parsed = debug_offsets::parse(&bytes, gen).unwrap();
-    assert_agrees(&parsed, gen, "libpython3.13 file");
+fn debug_offsets_in_every_313_plus_file_agree_with_the_generated_table() {
+    for py in pythons_313_plus() {
+        let file = runtime_file(&py);
+        let bytes = runtime_bytes_from_file(&file);
+        let what = format!("{} ({})", py.label, file.display());
+        let hex = debug_offsets::version_hex(&bytes).expect("_PyRuntime starts with the cookie");
+        assert_eq!(
+            (hex >> 24, (hex >> 16) & 0xff),
+            (py.major as u64, py.minor as u64),
+            "{what}: version in _Py_DebugOffsets: {hex:#x}"
+        );
+        let gen = generated(py.major, py.minor, py.free_threaded)
+            .unwrap_or_else(|| panic!("{what}: no generated table"));
+        let parsed = debug_offsets::parse(&bytes, debug_offsets::fallback_for(&bytes))
+            .unwrap_or_else(|e| panic!("{what}: {e}"));
+        assert_eq!(parsed.free_threaded, py.free_threaded, "{what}");
+        assert_agrees(&parsed, gen, &what);
+        eprintln!("{what}: agrees");
+    }
 }
 
 #[test]
-fn debug_offsets_read_from_a_live_313_process_agree_with_the_generated_table() {
-    let Some(py) = require_313() else { return };
-    let mut child = Command::new(&py.path)
-        .args([
-            "-c",
-            "import sys, time; print('ready'); sys.stdout.flush(); time.sleep(60)",
-        ])
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    BufReader::new(child.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    let located = PythonProcess::locate(child.id() as i32, &LocateOptions::default());
-    let _ = child.kill();
-    let _ = child.wait();
-    let proc = located.unwrap();
-    assert!(
-        !proc.untested,
-        "3.13 has a generated table: it is a tested version"
-    );
-    assert_agrees(&proc.layout, generated(3, 13).unwrap(), "live 3.13 process");
+fn debug_offsets_read_from_every_live_313_plus_process_agree_with_the_generated_table() {
+    for py in pythons_313_plus() {
+        let mut child = Command::new(&py.path)
+            .args([
+                "-c",
+                "import sys, time; print('ready'); sys.stdout.flush(); time.sleep(60)",
+            ])
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        let located = PythonProcess::locate(child.id() as i32, &LocateOptions::default());
+        let _ = child.kill();
+        let _ = child.wait();
+        let proc = located.unwrap_or_else(|e| panic!("{}: {e}", py.label));
+        assert!(
+            !proc.untested,
+            "{}: a generated table exists: it is a tested version",
+            py.label
+        );
+        let gen = generated(py.major, py.minor, py.free_threaded).unwrap();
+        assert_agrees(&proc.layout, gen, &format!("live {} process", py.label));
+    }
 }
 
 /// Structural checks on every generated table: the models match the version, and each
 /// `size` covers the fields the walker reads with it.
 #[test]
 fn generated_tables_are_self_consistent() {
-    let mut previous = (0, 0);
+    let mut previous = ((0, 0), false);
     for l in GENERATED {
         let v = l.version;
-        assert!(v > previous, "GENERATED is oldest first: {v:?}");
-        previous = v;
-        let what = format!("{}.{}", v.0, v.1);
+        assert!(
+            (v, l.free_threaded) > previous,
+            "GENERATED is oldest first, a version's free-threaded table after its own: {v:?}"
+        );
+        previous = (v, l.free_threaded);
+        let t = if l.free_threaded { "t" } else { "" };
+        let what = format!("{}.{}{t}", v.0, v.1);
         match l.frame.model {
             FrameModel::Object {
                 lasti_in_code_units,
@@ -228,6 +252,7 @@ fn generated_tables_are_self_consistent() {
         );
         assert_eq!(l.runtime.interpreters_head.is_some(), v >= (3, 7), "{what}");
         assert_eq!(l.interp.ceval_gil.is_some(), v >= (3, 12), "{what}");
+        assert!(!l.free_threaded || v >= (3, 13), "{what}: free-threading began in 3.13");
         assert_eq!(
             l.code.firsttraceable.is_some(),
             ((3, 11)..=(3, 12)).contains(&v),
@@ -258,7 +283,9 @@ fn generated_tables_are_self_consistent() {
         if let Some(adaptive) = l.code.code_adaptive {
             assert!(adaptive < l.code.size, "{what}: co_code_adaptive");
         }
-        assert_eq!(l.string.ob_type, 8, "{what}: ob_type");
+        // 16-byte object header; 32 bytes in a free-threaded build.
+        let ob_type = if l.free_threaded { 24 } else { 8 };
+        assert_eq!(l.string.ob_type, ob_type, "{what}: ob_type");
         if l.string.model == StringModel::Pep393 {
             let s = &l.string;
             assert!(s.unicode_state + 4 <= s.ascii_size, "{what}: state");
@@ -298,10 +325,15 @@ fn generated_opcode_tables_match_the_interpreters() {
 }
 
 #[test]
+fn debug_offsets_field_orders_match_the_headers() {
+    run_generator_check("gen_debug_offsets.py");
+}
+
+#[test]
 fn every_interpreter_of_the_matrix_has_a_table() {
     for py in common::interpreters() {
         assert!(
-            generated(py.major, py.minor).is_some(),
+            generated(py.major, py.minor, py.free_threaded).is_some(),
             "{}: no generated layout",
             py.label
         );

@@ -148,7 +148,7 @@ fn check_interpreter(py: &common::Interpreter) -> Checked {
     };
 
     let format = expected_format(py.major, py.minor);
-    if let Some(layout) = python_bindings::generated(py.major, py.minor) {
+    if let Some(layout) = python_bindings::generated(py.major, py.minor, py.free_threaded) {
         if layout.code.linetable_format != format {
             fail(
                 &mut failures,

@@ -226,9 +226,9 @@ pub fn parse(bytes: &[u8], fallback: &Layout) -> Result<Layout, DebugOffsetsErro
     // interpreter's own `_gil` struct's fields; we need them relative to the struct that
     // `ceval.gil` points to (which is the start of a `_gil_runtime_state`).
     let gil_base = f.get("interpreter_state.gil_runtime_state");
-    // A free-threaded build has no GIL to read (one can be turned on at run time, which we
-    // do not follow: every thread then reads as not holding it).
-    let gil = |name: &str| (!free_threaded).then(|| (f.get(name) - gil_base) as usize);
+    // A free-threaded build has the same GIL state, unused (never locked) unless the GIL is
+    // turned on at run time (PYTHON_GIL=1): reading it gives no holder, or the real one.
+    let gil = |name: &str| Some((f.get(name) - gil_base) as usize);
     Ok(Layout {
         version: (3, minor),
         free_threaded,
@@ -239,7 +239,7 @@ pub fn parse(bytes: &[u8], fallback: &Layout) -> Result<Layout, DebugOffsetsErro
         interp: InterpLayout {
             next: f.us("interpreter_state.next"),
             tstate_head: f.us("interpreter_state.threads_head"),
-            ceval_gil: (!free_threaded).then(|| f.us("interpreter_state.ceval_gil")),
+            ceval_gil: Some(f.us("interpreter_state.ceval_gil")),
             gil_locked: gil("interpreter_state.gil_runtime_state_locked"),
             gil_last_holder: gil("interpreter_state.gil_runtime_state_holder"),
         },
@@ -539,15 +539,8 @@ mod tests {
             l.string.compact_size,
             56 + f.string.compact_size - f.string.ascii_size
         );
-        // No GIL to read.
-        assert_eq!(
-            (
-                l.interp.ceval_gil,
-                l.interp.gil_locked,
-                l.interp.gil_last_holder
-            ),
-            (None, None, None)
-        );
+        // The GIL state is read as in a GIL build (it is never locked while the GIL is off).
+        assert_eq!(l.interp.gil_locked, Some(16));
         assert_eq!(
             l.code.flags,
             slot(t, "code_object.argcount") - 4,

@@ -189,8 +189,8 @@ pub struct StringLayout {
 pub struct Layout {
     /// (major, minor) this table was generated for.
     pub version: (u32, u32),
-    /// A free-threaded build (`--disable-gil`, 3.13+): 32-byte object headers, no GIL to
-    /// read (the `interp` GIL fields are then not used).
+    /// A free-threaded build (`--disable-gil`, 3.13+): 32-byte object headers, and a GIL
+    /// that is off unless turned on at run time (`PYTHON_GIL=1`).
     pub free_threaded: bool,
     pub runtime: RuntimeLayout,
     pub interp: InterpLayout,
