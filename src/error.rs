@@ -44,6 +44,13 @@ pub enum Error {
         supported: String,
     },
 
+    /// `--gil` asked of a free-threaded build, which has no GIL to follow.
+    #[error(
+        "--gil: Python {version} in process {pid} is a free-threaded build: it has no GIL \
+         (sample every thread without --gil)"
+    )]
+    NoGil { pid: i32, version: String },
+
     /// The interpreter is there but not in a state we can read (starting up, finalizing,
     /// or memory that does not look like what the layout promises).
     #[error("cannot read the Python interpreter of process {pid}: {why}")]
@@ -81,7 +88,7 @@ impl Error {
             Error::ProcessExited(_) => exit::PROCESS_EXITED,
             Error::PermissionDenied { .. } => exit::PERMISSION,
             Error::NotPython { .. } => exit::NOT_PYTHON,
-            Error::UnsupportedVersion { .. } => exit::UNSUPPORTED_VERSION,
+            Error::UnsupportedVersion { .. } | Error::NoGil { .. } => exit::UNSUPPORTED_VERSION,
             Error::BadState { .. }
             | Error::Read { .. }
             | Error::Inconsistent { .. }

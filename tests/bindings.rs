@@ -100,19 +100,22 @@ fn runtime_file(py: &common::Interpreter) -> std::path::PathBuf {
             root.join("usr/lib/x86_64-linux-gnu").join(lib)
         }
         Some(root) => root.join(format!("usr/bin/python{}.{}", py.major, py.minor)),
-        None => py.path.parent().unwrap().parent().unwrap().join("lib").join(lib),
+        None => py
+            .path
+            .parent()
+            .unwrap()
+            .parent()
+            .unwrap()
+            .join("lib")
+            .join(lib),
     }
 }
 
 /// The bytes of `_PyRuntime` in an ELF file: from the `_PyRuntime` symbol, which must be the
 /// start of the `.PyRuntime` section when the library has one.
 fn runtime_bytes_from_file(lib: &Path) -> Vec<u8> {
-    let data = std::fs::read(lib).unwrap_or_else(|e| {
-        panic!(
-            "{}: {e} (the file that holds _PyRuntime)",
-            lib.display()
-        )
-    });
+    let data = std::fs::read(lib)
+        .unwrap_or_else(|e| panic!("{}: {e} (the file that holds _PyRuntime)", lib.display()));
     let elf = goblin::elf::Elf::parse(&data).unwrap();
     let sym = elf
         .dynsyms
@@ -252,7 +255,10 @@ fn generated_tables_are_self_consistent() {
         );
         assert_eq!(l.runtime.interpreters_head.is_some(), v >= (3, 7), "{what}");
         assert_eq!(l.interp.ceval_gil.is_some(), v >= (3, 12), "{what}");
-        assert!(!l.free_threaded || v >= (3, 13), "{what}: free-threading began in 3.13");
+        assert!(
+            !l.free_threaded || v >= (3, 13),
+            "{what}: free-threading began in 3.13"
+        );
         assert_eq!(
             l.code.firsttraceable.is_some(),
             ((3, 11)..=(3, 12)).contains(&v),

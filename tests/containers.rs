@@ -55,7 +55,7 @@ use ns_target::*;
 fn shared_lib(interp: &Interpreter) -> Option<(PathBuf, String)> {
     let prefix = interp.path.parent()?.parent()?.to_path_buf();
     let (maj, min) = interp.version();
-    ["", "m"].iter().find_map(|abi| {
+    ["", "m", "t"].iter().find_map(|abi| {
         let name = format!("libpython{maj}.{min}{abi}.so.1.0");
         prefix
             .join("lib")

@@ -211,6 +211,8 @@ fn basic() -> Profile {
             requested_rate_hz: 100.0,
             mode: "cpu".into(),
             profile_all: false,
+            free_threaded: false,
+            split_unavailable: None,
         },
         total_s: 10.0,
         files: vec![main, modele, decoder, frozen],
@@ -275,6 +277,8 @@ fn wall() -> Profile {
             requested_rate_hz: 100.0,
             mode: "wall".into(),
             profile_all: true,
+            free_threaded: false,
+            split_unavailable: None,
         },
         total_s: 60.0,
         files: vec![server, odd],
@@ -334,6 +338,8 @@ fn empty() -> Profile {
             requested_rate_hz: 100.0,
             mode: "cpu".into(),
             profile_all: false,
+            free_threaded: false,
+            split_unavailable: None,
         },
         total_s: 0.0,
         files: vec![],
@@ -686,6 +692,36 @@ fn terminal_shows_what_matters() {
     assert!(wall.contains('…'));
     let empty = terminal::render_without_source(&empty(), &plain(100, 2));
     assert!(empty.contains("No time was attributed"));
+}
+
+/// A free-threaded build is named in the header; a version with no opcode table has its
+/// Python and native time in one column, the native column reading "n/a", never 0%.
+#[test]
+fn terminal_names_a_free_threaded_build_and_an_unavailable_split() {
+    let mut p = basic();
+    p.meta.free_threaded = true;
+    p.meta.split_unavailable = Some(
+        "no table of CALL opcodes for Python 3.16.0a1: time is not split into Python and native"
+            .into(),
+    );
+    let text = terminal::render_without_source(&p, &plain(120, 2));
+    assert!(
+        text.contains("3.12.1 (free-threaded: no GIL), pid 4242"),
+        "{text}"
+    );
+    assert!(text.contains("Split:"), "{text}");
+    assert!(
+        text.contains("no table of CALL opcodes for Python 3.16.0a1"),
+        "{text}"
+    );
+    assert!(text.contains("Py + native │ native"), "{text}");
+    assert!(
+        text.contains("    11 │         30% │    n/a │     5% │"),
+        "{text}"
+    );
+    assert!(!text.contains("Time Python"), "{text}");
+    let plain_text = terminal::render_without_source(&basic(), &plain(120, 2));
+    assert!(!plain_text.contains("free-threaded") && !plain_text.contains("n/a"));
 }
 
 #[test]

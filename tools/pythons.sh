@@ -117,7 +117,7 @@ set -e
 R=\$1; shift
 mount --rbind /dev "\$R/dev"
 mount --rbind /proc "\$R/proc"
-mount --bind /tmp "\$R/tmp"
+mount --rbind /tmp "\$R/tmp"
 old_ifs=\$IFS; IFS=:
 for d in "\$PWD" \${SCALENE_RS_ROOT_BIND:-}; do
     [ -d "\$d" ] && [ "\$d" != / ] || continue

@@ -7,6 +7,9 @@
 //! already mapped are not. With pymalloc wrapped (`pymem.rs`) the objects themselves are
 //! counted, so the arenas count only in the footprint (the objects' frees are not sized).
 //! Under `PYTHONMALLOC=malloc` the interpreter maps no arenas and nothing here counts.
+//! A free-threaded build's mimalloc maps its own memory for objects of every size, but in
+//! reservations (1 GiB at a time) that say nothing of what is used: nothing it maps counts
+//! (its objects are counted by the wrappers, `pymem.rs`).
 //!
 //! Owns: the interposed `mmap`, `mmap64` and `munmap`, and what counts as an arena.
 //! Must not: count any mapping that is not one (files, stacks, other sizes, other callers:
@@ -19,10 +22,10 @@ use core::ffi::c_void;
 const ARENA_SIZES: [usize; 2] = [256 << 10, 1 << 20];
 
 /// Whether a mapping of `len` bytes made or unmapped by a call returning to `ret` is one of
-/// the interpreter's arenas.
+/// the interpreter's arenas (pymalloc's, of their sizes; mimalloc's, of any).
 #[inline(always)]
 fn is_arena(len: usize, ret: usize) -> bool {
-    ARENA_SIZES.contains(&len) && in_python(ret)
+    ARENA_SIZES.contains(&len) && in_python(ret) && !pymem::mimalloc_maps()
 }
 
 /// Counts the mapping `p` (`len` bytes, `flags`) just made by a call returning to `ret`.

@@ -28,9 +28,13 @@ pub const RING_ENV: &str = "SCALENE_RS_RING";
 /// its pid (`...ring.4242`), when the header's `child_capacity` says so.
 pub const CHILD_RING_SEP: u8 = b'.';
 /// Environment variable by which the profiler asks for Python's allocator to be wrapped
-/// where the interpreter allows it ([`PYMEM_HOOK`]), `PYTHONMALLOC=malloc` elsewhere.
+/// where the interpreter allows it ([`PYMEM_HOOK`]), `PYTHONMALLOC=malloc` elsewhere; or
+/// says that the `PYTHONMALLOC=malloc` it set is its own ([`PYMEM_MALLOC`]). Either way a
+/// free-threaded interpreter, which refuses to start with `PYTHONMALLOC=malloc` (its object
+/// allocator must be mimalloc), drops it and is wrapped.
 pub const PYMEM_ENV: &str = "SCALENE_RS_PYMEM";
 pub const PYMEM_HOOK: &str = "hook";
+pub const PYMEM_MALLOC: &str = "malloc";
 
 /// A thread allocated a window's worth of bytes: `a` = `b` = the bytes, `c` = of which by
 /// the interpreter's own image, `ptr` = the allocation that filled the window (it is

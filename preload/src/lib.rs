@@ -85,6 +85,31 @@ pub(crate) fn on_alloc_small(p: *mut c_void, bytes: usize) {
     count_alloc(p, bytes, |_| true, true)
 }
 
+/// Counts an object that a free-threaded build's wrapped mimalloc made (any size): the
+/// interpreter's, and in the footprint, which its sampled frees take back one window each
+/// (mimalloc cannot tell a block's size at its free; see `pymem.rs`).
+#[inline(always)]
+pub(crate) fn on_alloc_mimalloc(p: *mut c_void, bytes: usize) {
+    count_alloc(p, bytes, |_| true, false)
+}
+
+/// A block freed through a free-threaded build's wrapped mimalloc: a watched one stood for
+/// a whole window of the footprint.
+#[inline(always)]
+pub(crate) fn on_free_mimalloc(p: *mut c_void) {
+    if !unwatch(p as usize) {
+        return;
+    }
+    tls::with(|t| {
+        if !t.busy.get() {
+            t.busy.set(true);
+            ring::footprint(-(ring::WINDOW.load(Ordering::Relaxed) as i64));
+            t.busy.set(false);
+            free_sampled(t, p, true, t.freed.get());
+        }
+    })
+}
+
 /// The common path of [`on_alloc`] and [`on_alloc_small`] (each inlines it with its own
 /// constants): `python` tells whether the interpreter allocated, `small` whether the bytes
 /// stay out of the footprint.

@@ -28,10 +28,21 @@
 //! sets `PYTHONMALLOC=malloc` for itself and whatever it starts, so a Python child of any
 //! version gets one or the other.
 //!
+//! Free-threaded builds (3.13t+) serve objects with mimalloc, whose heaps the garbage
+//! collector walks, and refuse to start with `PYTHONMALLOC=malloc`: there the library drops
+//! the `PYTHONMALLOC=malloc` that `run` set (whatever the mode), and the wrappers forward
+//! every request to mimalloc on the calling thread (the heap it picked for the object's
+//! kind is untouched, so the collector still finds every object). mimalloc serves large
+//! requests itself (from its own mappings, not malloc), so there the wrappers count every
+//! request, whatever its size.
+//!
 //! Owns: the wrappers, their installation, and the environment decision above.
 //! Must not: allocate, lock, or touch a block's bytes.
 
-use crate::{active, layout, on_alloc_small, on_free_small, on_move, tls};
+use crate::{
+    active, layout, on_alloc_mimalloc, on_alloc_small, on_free_mimalloc, on_free_small, on_move,
+    tls,
+};
 use core::cell::UnsafeCell;
 use core::ffi::c_void;
 use core::sync::atomic::{AtomicBool, Ordering};
@@ -68,6 +79,37 @@ static SLOTS: Slots = Slots(UnsafeCell::new([EMPTY, EMPTY]));
 /// The wrappers are in.
 static HOOKED: AtomicBool = AtomicBool::new(false);
 
+/// The wrapped allocator serves every size itself (a free-threaded build's mimalloc), not
+/// only the small requests (pymalloc): the wrappers count every request.
+static SERVES_ALL: AtomicBool = AtomicBool::new(false);
+
+/// Requests up to this many bytes are the wrapped allocator's to count ([`SMALL`], or every
+/// size under mimalloc).
+#[inline(always)]
+fn counted_up_to() -> usize {
+    if SERVES_ALL.load(Ordering::Relaxed) {
+        usize::MAX
+    } else {
+        SMALL
+    }
+}
+
+/// Whether the interpreter in this process is a free-threaded build: only those export
+/// the helpers of their split reference count.
+pub fn free_threaded() -> bool {
+    !symbol(c"_Py_MergeZeroLocalRefcount").is_null()
+}
+
+/// The interpreter in this process is a free-threaded build (set before main).
+static FREE_THREADED: AtomicBool = AtomicBool::new(false);
+
+/// Whether this process's interpreter is a free-threaded build, whose mimalloc maps its own
+/// memory for objects of every size (see `arenas.rs`).
+#[inline(always)]
+pub fn mimalloc_maps() -> bool {
+    FREE_THREADED.load(Ordering::Relaxed)
+}
+
 /// Whether the wrappers count the interpreter's small objects (then arenas count only as
 /// footprint).
 #[inline(always)]
@@ -84,13 +126,26 @@ type GetSet = unsafe extern "C" fn(i32, *mut Allocator);
 /// Called once by the constructor, after the ring was opened (`accounting`: this process
 /// counts into a ring).
 pub fn choose(accounting: bool) {
+    let free_threaded = free_threaded();
+    FREE_THREADED.store(free_threaded, Ordering::Release);
     let want = getenv(layout::PYMEM_ENV);
-    if want.is_null() {
+    // SAFETY: a NUL-terminated string from getenv.
+    let want = (!want.is_null()).then(|| unsafe { core::ffi::CStr::from_ptr(want) }.to_bytes());
+    if free_threaded {
+        // mimalloc is the only object allocator it accepts, and wrapping it is the only way
+        // to see its objects (its mappings are reservations), whatever the mode asked.
+        if want.is_some() {
+            // Our PYTHONMALLOC=malloc would stop this interpreter before it starts.
+            // SAFETY: before main, one thread: nothing else reads the environment now.
+            unsafe { libc::unsetenv(c"PYTHONMALLOC".as_ptr()) };
+        }
+        // A PYTHONMALLOC of the user's own (mimalloc_debug, say) is left unwrapped.
+        if accounting && getenv("PYTHONMALLOC").is_null() && install() {
+            SERVES_ALL.store(true, Ordering::Release);
+        }
         return;
     }
-    // SAFETY: a NUL-terminated string from getenv.
-    let want = unsafe { core::ffi::CStr::from_ptr(want) }.to_bytes();
-    if want != layout::PYMEM_HOOK.as_bytes() {
+    if want != Some(layout::PYMEM_HOOK.as_bytes()) {
         return;
     }
     if accounting && install() {
@@ -197,21 +252,33 @@ fn inside<R>(large: bool, f: impl FnOnce() -> R) -> R {
 unsafe extern "C" fn wrapped_malloc(ctx: *mut c_void, n: usize) -> *mut c_void {
     let a = inner(ctx);
     // SAFETY: `install` checked every function of the wrapped allocator is there.
-    let p = inside(n > SMALL, || (a.malloc.unwrap_unchecked())(a.ctx, n));
-    if n <= SMALL && !p.is_null() && active() {
-        on_alloc_small(p, n);
+    let small = n <= counted_up_to();
+    let p = inside(!small, || (a.malloc.unwrap_unchecked())(a.ctx, n));
+    if small && !p.is_null() && active() {
+        counted(p, n);
     }
     p
+}
+
+/// Counts what the wrapped allocator made: a small object of pymalloc's (its frees not
+/// sized), or any object of a free-threaded build's mimalloc (in the footprint).
+#[inline(always)]
+fn counted(p: *mut c_void, n: usize) {
+    if mimalloc_maps() {
+        on_alloc_mimalloc(p, n)
+    } else {
+        on_alloc_small(p, n)
+    }
 }
 
 unsafe extern "C" fn wrapped_calloc(ctx: *mut c_void, k: usize, n: usize) -> *mut c_void {
     let a = inner(ctx);
     let bytes = k.checked_mul(n);
-    let small = bytes.is_some_and(|b| b <= SMALL);
+    let small = bytes.is_some_and(|b| b <= counted_up_to());
     // SAFETY: as in `wrapped_malloc`.
     let p = inside(!small, || (a.calloc.unwrap_unchecked())(a.ctx, k, n));
     if let (true, Some(bytes)) = (small && !p.is_null() && active(), bytes) {
-        on_alloc_small(p, bytes);
+        counted(p, bytes);
     }
     p
 }
@@ -236,10 +303,10 @@ unsafe extern "C" fn wrapped_realloc(ctx: *mut c_void, p: *mut c_void, n: usize)
         if !p.is_null() {
             on_move(p, q);
         }
-        if n <= SMALL {
+        if n <= counted_up_to() {
             let grown = copied.map_or(n, |c| n.saturating_sub(c as usize));
             if grown > 0 {
-                on_alloc_small(q, grown);
+                counted(q, grown);
             }
         }
     }
@@ -249,7 +316,11 @@ unsafe extern "C" fn wrapped_realloc(ctx: *mut c_void, p: *mut c_void, n: usize)
 unsafe extern "C" fn wrapped_free(ctx: *mut c_void, p: *mut c_void) {
     let a = inner(ctx);
     if !p.is_null() && active() {
-        on_free_small(p);
+        if mimalloc_maps() {
+            on_free_mimalloc(p);
+        } else {
+            on_free_small(p);
+        }
     }
     // SAFETY: as in `wrapped_malloc`.
     (a.free.unwrap_unchecked())(a.ctx, p)

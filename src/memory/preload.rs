@@ -126,8 +126,12 @@ pub fn preload_env(
     if python_allocator != PythonAllocator::Pymalloc {
         env.push(("PYTHONMALLOC".into(), "malloc".into()));
     }
-    if python_allocator == PythonAllocator::Wrapped {
-        env.push((layout::PYMEM_ENV.into(), layout::PYMEM_HOOK.into()));
+    match python_allocator {
+        PythonAllocator::Wrapped => env.push((layout::PYMEM_ENV.into(), layout::PYMEM_HOOK.into())),
+        PythonAllocator::Malloc => {
+            env.push((layout::PYMEM_ENV.into(), layout::PYMEM_MALLOC.into()))
+        }
+        PythonAllocator::Pymalloc => {}
     }
     env
 }
@@ -150,7 +154,10 @@ mod tests {
         );
         let malloc = preload_env(None, None, lib, ring, PythonAllocator::Malloc);
         assert_eq!(get(&malloc, "PYTHONMALLOC").as_deref(), Some("malloc"));
-        assert_eq!(get(&malloc, layout::PYMEM_ENV), None);
+        assert_eq!(
+            get(&malloc, layout::PYMEM_ENV).as_deref(),
+            Some(layout::PYMEM_MALLOC)
+        );
         let kept = preload_env(None, None, lib, ring, PythonAllocator::Pymalloc);
         assert_eq!(get(&kept, "PYTHONMALLOC"), None);
         assert_eq!(get(&kept, layout::PYMEM_ENV), None);

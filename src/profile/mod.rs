@@ -294,6 +294,14 @@ pub struct ProfileMeta {
     pub mode: String,
     /// Whether stdlib and site-packages frames were kept (`--profile-all`).
     pub profile_all: bool,
+    /// A free-threaded build (no GIL) ran the program (or one of its processes).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub free_threaded: bool,
+    /// Set when time could not be split into Python and native (no table of CALL opcodes
+    /// for the interpreter's version): why. Lines' time is then all in `cpu_python_pct`,
+    /// which means "Python or native" and is shown so.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub split_unavailable: Option<String>,
 }
 
 /// One line's share of the program's time, in percent of the total.

@@ -96,6 +96,9 @@ pub struct Snapshot {
     pub version_source: version::VersionSource,
     /// No generated layout for this version: read through `_Py_DebugOffsets`, untested.
     pub untested_version: bool,
+    /// A free-threaded build (no GIL).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub free_threaded: bool,
     pub executable: String,
     pub threads: Vec<ThreadSnapshot>,
 }
@@ -235,6 +238,7 @@ pub fn take_snapshot_with_states(
         python_version: proc.version.to_string(),
         version_source: proc.version_source,
         untested_version: proc.untested,
+        free_threaded: proc.layout.free_threaded,
         executable: proc.executable.clone(),
         threads,
     })

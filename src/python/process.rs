@@ -222,6 +222,18 @@ impl PythonProcess {
         })
     }
 
+    /// `--gil` (sample only the thread holding the GIL) cannot be followed in a
+    /// free-threaded build: an error that says so.
+    pub fn check_gil_request(&self, gil_only: bool) -> Result<()> {
+        if gil_only && self.layout.free_threaded {
+            return Err(Error::NoGil {
+                pid: self.pid,
+                version: self.version.to_string(),
+            });
+        }
+        Ok(())
+    }
+
     /// Address of the first `PyInterpreterState`, or 0 when the interpreter is not running
     /// (not yet initialized, or finalized).
     pub fn interp_head(&self) -> Result<u64> {

@@ -389,6 +389,16 @@ impl StackWalker {
             }
             addr = step.back;
         }
+        if self.strict && w.frames.is_empty() && !w.chain.is_empty() {
+            // A thread has no frame but C-stack entry frames only for an instant (starting
+            // or ending); a read without pausing that sees that was most likely misled by
+            // an entry frame already gone from the C stack, its memory reused (seen on
+            // 3.14). The paused read that follows says what the thread really has.
+            return Err(torn(
+                top,
+                "the chain holds no Python frame (an entry frame that was gone?)",
+            ));
+        }
         Ok(w)
     }
 

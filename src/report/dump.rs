@@ -46,6 +46,9 @@ pub fn to_text(s: &Snapshot) -> String {
         s.python_version,
         s.version_source.describe()
     );
+    if s.free_threaded {
+        let _ = write!(out, ", free-threaded build (no GIL)");
+    }
     if s.untested_version {
         let _ = write!(
             out,
@@ -114,6 +117,7 @@ mod tests {
             python_version: "3.12.1".into(),
             version_source: VersionSource::PyVersionSymbol,
             untested_version: false,
+            free_threaded: false,
             executable: "/usr/bin/python3.12".into(),
             threads: vec![ThreadSnapshot {
                 thread_id: 0x7f00,

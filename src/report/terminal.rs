@@ -100,6 +100,9 @@ const DIM: &str = "\x1b[2m";
 const HOT: &str = "\x1b[1;31m";
 const RESET: &str = "\x1b[0m";
 
+/// The heading of the time column when it holds Python and native time together.
+const TIME_UNSPLIT: &str = "Py + native";
+
 /// Width of the `Line │ Time Python │ native │ system │ ` prefix, in columns.
 const PREFIX: usize = 41;
 /// Narrowest space left for source text or a function's name.
@@ -297,12 +300,25 @@ impl Renderer<'_> {
             &m.python_version
         };
         let procs = &self.p.processes;
-        let who = if procs.len() > 1 {
-            format!("{python}, {} processes (root pid {})", procs.len(), m.pid)
+        let build = if m.free_threaded {
+            " (free-threaded: no GIL)"
         } else {
-            format!("{python}, pid {}", m.pid)
+            ""
+        };
+        let who = if procs.len() > 1 {
+            format!(
+                "{python}{build}, {} processes (root pid {})",
+                procs.len(),
+                m.pid
+            )
+        } else {
+            format!("{python}{build}, pid {}", m.pid)
         };
         self.field(out, "Python:", &who, None);
+        if let Some(why) = &m.split_unavailable {
+            let text = format!("{why}; the \"{TIME_UNSPLIT}\" column is both");
+            self.field(out, "Split:", &text, None);
+        }
         // The processes, busiest first (at most ten lines).
         let mut busiest: Vec<_> = procs.iter().filter(|_| procs.len() > 1).collect();
         busiest.sort_by(|a, b| b.cpu_pct.total_cmp(&a.cpu_pct).then(a.pid.cmp(&b.pid)));
@@ -548,7 +564,7 @@ impl Renderer<'_> {
                 out,
                 "{:>6} │ {:>11} │ {:>6} │ {:>6} │ {:>13} │ {:>6} │ {:<10} │ {:>9} │ source",
                 "Line",
-                "Time Python",
+                self.time_label(),
                 "native",
                 "system",
                 "Memory Python",
@@ -561,7 +577,10 @@ impl Renderer<'_> {
             let _ = writeln!(
                 out,
                 "{:>6} │ {:>11} │ {:>6} │ {:>6} │ source",
-                "Line", "Time Python", "native", "system"
+                "Line",
+                self.time_label(),
+                "native",
+                "system"
             );
             let _ = writeln!(out, "{}", self.rule(&[7, 13, 8, 8]));
         }
@@ -629,7 +648,7 @@ impl Renderer<'_> {
             let (py, nat, sys, total) = match line {
                 Some(l) => (
                     pct_cell(l.cpu_python_pct),
-                    pct_cell(l.cpu_native_pct),
+                    self.native_cell(l.cpu_native_pct),
                     pct_cell(l.cpu_system_pct),
                     l.total_pct(),
                 ),
@@ -727,7 +746,10 @@ impl Renderer<'_> {
         let _ = writeln!(
             out,
             "{:>11} │ {:>6} │ {:>6} │ {:>6} │ {head}",
-            "Time Python", "native", "system", "total"
+            self.time_label(),
+            "native",
+            "system",
+            "total"
         );
         let _ = writeln!(out, "{}", self.rule(&[12, 8, 8, 8]));
         for (file, g) in &all[..n] {
@@ -741,7 +763,7 @@ impl Renderer<'_> {
                 out,
                 "{:>11} │ {:>6} │ {:>6} │ {:>6} │ {label}",
                 pct_cell(g.cpu_python_pct),
-                pct_cell(g.cpu_native_pct),
+                self.native_cell(g.cpu_native_pct),
                 pct_cell(g.cpu_system_pct),
                 pct_cell(g.total_pct())
             );
@@ -750,6 +772,25 @@ impl Renderer<'_> {
             let more = all.len() - n;
             let s = if more == 1 { "" } else { "s" };
             let _ = writeln!(out, "({more} more function{s} not shown)");
+        }
+    }
+
+    /// The heading of the Python time column: "Python or native" when the split is not
+    /// available (no opcode table for the version).
+    fn time_label(&self) -> &'static str {
+        if self.p.meta.split_unavailable.is_some() {
+            TIME_UNSPLIT
+        } else {
+            "Time Python"
+        }
+    }
+
+    /// A native-time cell: "n/a" when the split is not available (never a 0).
+    fn native_cell(&self, pct: f64) -> String {
+        if self.p.meta.split_unavailable.is_some() {
+            "n/a".to_string()
+        } else {
+            pct_cell(pct)
         }
     }
 
@@ -762,7 +803,12 @@ impl Renderer<'_> {
         let _ = writeln!(
             out,
             "{:>8} │ {:>8} │ {:>11} │ {:>6} │ {:>6} │ {:>6} │ name",
-            "TID", "samples", "Time Python", "native", "system", "total"
+            "TID",
+            "samples",
+            self.time_label(),
+            "native",
+            "system",
+            "total"
         );
         let _ = writeln!(out, "{}", self.rule(&[9, 10, 13, 8, 8, 8]));
         // TID, samples and the four shares come first, the name takes what is left.
@@ -779,7 +825,7 @@ impl Renderer<'_> {
                 t.native_id,
                 t.samples,
                 pct_cell(t.cpu_python_pct),
-                pct_cell(t.cpu_native_pct),
+                self.native_cell(t.cpu_native_pct),
                 pct_cell(t.cpu_system_pct),
                 pct_cell(t.cpu_python_pct + t.cpu_native_pct + t.cpu_system_pct)
             );

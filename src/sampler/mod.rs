@@ -552,7 +552,7 @@ impl Sampler {
             &self.cfg,
             program,
             self.proc.pid,
-            self.proc.version.to_string(),
+            &[&self.proc],
             &self.stats,
         );
         let mut cache = self.sources.clone();
@@ -567,19 +567,40 @@ impl Sampler {
     }
 }
 
-/// The facts about a recording that head its profile.
+/// The facts about a recording that head its profile; `procs`: the Python processes it
+/// sampled (their versions, joined, and their kinds of build).
 pub fn profile_meta(
     cfg: &SamplerConfig,
     program: String,
     pid: i32,
-    python_version: String,
+    procs: &[&PythonProcess],
     stats: &Stats,
 ) -> ProfileMeta {
     let secs = stats.elapsed.as_secs_f64();
+    let mut versions: Vec<String> = Vec::new();
+    let mut no_split: Vec<String> = Vec::new();
+    for p in procs {
+        let v = p.version.to_string();
+        let has_opcodes =
+            crate::python_bindings::opcodes(p.version.major, p.version.minor).is_some();
+        if !has_opcodes && !no_split.contains(&v) {
+            no_split.push(v.clone());
+        }
+        if !versions.contains(&v) {
+            versions.push(v);
+        }
+    }
     ProfileMeta {
         program,
         pid,
-        python_version,
+        python_version: versions.join(", "),
+        free_threaded: procs.iter().any(|p| p.layout.free_threaded),
+        split_unavailable: (!no_split.is_empty()).then(|| {
+            format!(
+                "no table of CALL opcodes for Python {}: time is not split into Python and native",
+                no_split.join(", ")
+            )
+        }),
         duration_s: secs,
         samples: stats.samples,
         missed_samples: stats.missed,

@@ -317,13 +317,18 @@ impl ProcessTree {
                 None => PythonProcess::locate(pid, &self.locate),
             };
             let backoff = (STARTING_RETRY * 2u32.saturating_pow(tries.min(16))).min(OTHER_RETRY);
+            let located = located.and_then(|p| p.check_gil_request(self.cfg.gil_only).map(|_| p));
             let next = match located {
                 Ok(p) if matches!(p.interp_head(), Ok(h) if h != 0) => {
                     self.start_sampling(p, exe);
                     continue;
                 }
                 Ok(_) => now + STARTING_RETRY,
-                Err(e @ (Error::UnsupportedVersion { .. } | Error::PermissionDenied { .. })) => {
+                Err(
+                    e @ (Error::UnsupportedVersion { .. }
+                    | Error::PermissionDenied { .. }
+                    | Error::NoGil { .. }),
+                ) => {
                     self.notes.insert(pid, e.to_string());
                     now + Duration::from_secs(3600)
                 }
@@ -414,16 +419,12 @@ impl ProcessTree {
     pub fn finish(mut self, program: String) -> Profile {
         self.retire_all();
         let mut agg = Aggregator::new();
-        let mut versions: Vec<String> = Vec::new();
         let mut views: Vec<(i32, Option<String>)> = Vec::new();
         let mut processes = Vec::new();
         for d in &self.done {
             let s = &d.sampler;
             agg.absorb(s.aggregator());
             let v = s.proc.version.to_string();
-            if !versions.contains(&v) {
-                versions.push(v.clone());
-            }
             views.push((s.proc.pid, s.cwd().map(str::to_string)));
             let mem = self.memory.get(&d.serial);
             processes.push(ProcessProfile {
@@ -444,13 +445,8 @@ impl ProcessTree {
                 0.0
             };
         }
-        let meta = super::profile_meta(
-            &self.cfg,
-            program,
-            self.root,
-            versions.join(", "),
-            &self.stats,
-        );
+        let procs: Vec<&PythonProcess> = self.done.iter().map(|d| &d.sampler.proc).collect();
+        let meta = super::profile_meta(&self.cfg, program, self.root, &procs, &self.stats);
         // A file's source as the first process that can read it sees it.
         let mut cache: HashMap<String, Option<Vec<String>>> = HashMap::new();
         for d in &self.done {

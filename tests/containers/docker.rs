@@ -23,7 +23,7 @@ fn docker(args: &[&str]) -> Result<String, String> {
 pub fn static_interpreter() -> Option<Interpreter> {
     common::interpreters()
         .into_iter()
-        .find(|i| shared_lib(i).is_none())
+        .find(|i| shared_lib(i).is_none() && i.root.is_none())
 }
 
 /// Makes `<d>/rootfs`, a root file system like a container image's: the static
