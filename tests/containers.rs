@@ -129,6 +129,18 @@ fn script_path_absent(
     let py = d.s("mnt/py");
     let mut s = namespace_prelude(d, &[fixture, "dump_support.py"]);
     let fixture = Path::new(fixture).file_name().unwrap().to_string_lossy();
+    if let Some((inside, holder)) = rooted_files(interp) {
+        // Its wrapper runs it chrooted in its own root already: its path inside (the
+        // executable's) is not ours; the fixture is on the namespace's tmpfs, which the
+        // wrapper binds (with /tmp) into the root.
+        s += &format!(
+            "exec {} {}/app/{fixture} {args}\n",
+            sh_quote(&interp.path.to_string_lossy()),
+            sh_quote(&d.s("mnt"))
+        );
+        let _ = inside;
+        return (s, holder_exe(interp), holder);
+    }
     let exe = format!("{py}/bin/{}", exe_name(interp));
     let holder = match shared_lib(interp) {
         Some((prefix, lib)) => {
@@ -155,6 +167,32 @@ fn script_path_absent(
         sh_quote(&d.s("mnt"))
     );
     (s, exe, holder)
+}
+
+/// For an interpreter that runs chrooted in a root of its own (Debian's, made by
+/// tools/pythons.sh): the path of its executable inside the root, and the file that holds
+/// the interpreter as our side sees it (the root's executable, or its libpython).
+fn rooted_files(interp: &Interpreter) -> Option<(String, String)> {
+    let root = interp.root.as_ref()?;
+    let name = exe_name(interp).trim_start_matches("debian-").to_string();
+    let inside = format!("/usr/bin/{name}");
+    let holder = if name.ends_with("-shared") {
+        format!(
+            "{}/usr/lib/x86_64-linux-gnu/libpython{}.{}.so.1.0",
+            root.display(),
+            interp.major,
+            interp.minor
+        )
+    } else {
+        format!("{}{inside}", root.display())
+    };
+    Some((inside, holder))
+}
+
+/// The executable of a rooted interpreter as `dump` names it (its path from our side).
+fn holder_exe(interp: &Interpreter) -> String {
+    let (inside, _) = rooted_files(interp).expect("a rooted interpreter");
+    format!("{}{inside}", interp.root.as_ref().unwrap().display())
 }
 
 /// Another interpreter's libpython: an ELF file with CPython's symbols, of the nearest
@@ -379,7 +417,13 @@ fn dump_a_namespaced_process_whose_interpreter_path_is_absent_on_host() {
         let (script, exe, holder) = script_path_absent(interp, &d, "dump_shapes.py", "");
         let t = NsTarget::start(&script, true)?;
         check_mapped(&t, &holder)?;
-        for p in [&exe, &holder, &d.s("mnt/app/dump_shapes.py")] {
+        // A rooted interpreter's file is ours to see at the root's path: what the target
+        // uses, its path inside, is not.
+        let absent = match rooted_files(interp) {
+            Some((inside, _)) => vec![inside, d.s("mnt/app/dump_shapes.py")],
+            None => vec![exe.clone(), holder.clone(), d.s("mnt/app/dump_shapes.py")],
+        };
+        for p in &absent {
             if Path::new(p).exists() {
                 return Err(format!("{p} exists on our side: the case tests nothing"));
             }
@@ -395,8 +439,13 @@ fn dump_a_namespaced_process_whose_interpreter_path_is_absent_on_host() {
                 .map_err(|e| e.to_string())?;
             Ok(s)
         };
-        if !ns::root_is_namespace_root(t.pid) {
-            return Err("root_is_namespace_root: false for a target that is not chrooted".into());
+        // (A rooted interpreter is chrooted by its wrapper.)
+        if ns::root_is_namespace_root(t.pid) != interp.root.is_none() {
+            return Err(format!(
+                "root_is_namespace_root: {} for a target {}chrooted",
+                !interp.root.is_none(),
+                if interp.root.is_none() { "not " } else { "" }
+            ));
         }
         let only = read(ns::open_via_setns(
             t.pid,
@@ -424,6 +473,14 @@ fn dump_a_namespaced_process_whose_interpreter_path_is_absent_on_host() {
 fn dump_a_namespaced_process_whose_interpreter_path_holds_another_build_on_host() {
     require_namespaces!("same_path_other_build_on_host");
     for_each_interpreter("same_path_other_build_on_host", |interp, all| {
+        if interp.root.is_some() {
+            // Its files are at paths inside its own root that we do not have (the case
+            // above): no file of ours at them could be a decoy short of writing into the
+            // host's /usr/bin.
+            return Ok(
+                "SKIPPED: runs chrooted in a root of its own (see path_absent_on_host)".into(),
+            );
+        }
         let Some(decoy) = decoy_for(interp, all) else {
             return Ok("SKIPPED: no other CPython version's libpython to put on our side".into());
         };
@@ -507,9 +564,26 @@ fn dump_a_process_chrooted_inside_its_namespace() {
             j = sh_quote(&jail)
         );
         let t = NsTarget::start(&script, true)?;
-        let real = match shared_lib(interp) {
-            Some((prefix, lib)) => prefix.join("lib").join(lib),
-            None => interp.path.clone(),
+        // The file holding the interpreter, and its path from the target's own root (a
+        // rooted interpreter's wrapper chroots it once more, into its Debian root).
+        let (real, from_own_root, exe) = match (rooted_files(interp), shared_lib(interp)) {
+            (Some((_, holder)), _) => {
+                let own = holder
+                    .strip_prefix(&*interp.root.as_ref().unwrap().to_string_lossy())
+                    .unwrap()
+                    .to_string();
+                (PathBuf::from(holder), own, holder_exe(interp))
+            }
+            (None, Some((prefix, lib))) => {
+                let real = prefix.join("lib").join(lib);
+                let own = real.to_string_lossy().into_owned();
+                (real, own, interp.path.to_string_lossy().into_owned())
+            }
+            (None, None) => (
+                interp.path.clone(),
+                interp.path.to_string_lossy().into_owned(),
+                interp.path.to_string_lossy().into_owned(),
+            ),
         };
         let holder = format!("{jail}{}", real.display());
         check_mapped(&t, &holder)?;
@@ -522,10 +596,7 @@ fn dump_a_process_chrooted_inside_its_namespace() {
         let want = std::fs::metadata(&real).unwrap();
         for (path, from) in [
             (holder.clone(), ns::Resolve::NamespaceRoot),
-            (
-                real.to_string_lossy().into_owned(),
-                ns::Resolve::ProcessRoot,
-            ),
+            (from_own_root, ns::Resolve::ProcessRoot),
         ] {
             let f = ns::open_via_setns(t.pid, &path, from).map_err(|e| format!("{path}: {e}"))?;
             let m = f.metadata().unwrap();
@@ -535,11 +606,7 @@ fn dump_a_process_chrooted_inside_its_namespace() {
                 ));
             }
         }
-        check_dump(
-            &t,
-            &full_version(interp),
-            &format!("{jail}{}", interp.path.display()),
-        )?;
+        check_dump(&t, &full_version(interp), &format!("{jail}{exe}"))?;
         Ok(format!("interpreter mapped from {holder}"))
     });
 }
