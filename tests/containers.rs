@@ -443,7 +443,7 @@ fn dump_a_namespaced_process_whose_interpreter_path_is_absent_on_host() {
         if ns::root_is_namespace_root(t.pid) != interp.root.is_none() {
             return Err(format!(
                 "root_is_namespace_root: {} for a target {}chrooted",
-                !interp.root.is_none(),
+                interp.root.is_some(),
                 if interp.root.is_none() { "not " } else { "" }
             ));
         }
