@@ -244,7 +244,8 @@ pub fn run(cfg: &RunConfig, progress: &mut dyn FnMut(&Stats)) -> Result<RunOutco
             if proc.is_none() && !cfg.follow_children {
                 m.ring.set_handshake(false);
             }
-            (Some(Fleet::for_run(m.ring, mc.clone())), Some(m.library))
+            let fleet = Fleet::for_run(m.ring, mc.clone(), m.library.path());
+            (Some(fleet), Some(m.library))
         }
         _ => (None, None),
     };
@@ -283,8 +284,19 @@ pub fn run(cfg: &RunConfig, progress: &mut dyn FnMut(&Stats)) -> Result<RunOutco
         Some(s) => s,
         None => wait_forwarding(&mut child, &forward)?,
     };
+    // Processes whose memory could not be recorded, said once each with the reason.
+    let mut memory_notes = Vec::new();
+    if let Some(f) = fleet.as_ref() {
+        let mut told = std::collections::BTreeSet::new();
+        for (pid, why) in &f.notes {
+            if told.insert(*pid) {
+                memory_notes.push(format!("process {pid}: {why}"));
+            }
+        }
+    }
     let memory = finish_memory(&mut tree, fleet);
     result?;
+    tree.stats.notes.extend(memory_notes);
     if tree.profiled() == 0 {
         let note = match tree.notes.values().next() {
             Some(why) => format!("not profiled: {why}"),

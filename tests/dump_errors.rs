@@ -629,3 +629,43 @@ fn exiting_processes() {
         failures.join("\n")
     );
 }
+
+/// A free-threaded build has no GIL: `attach --gil` is refused with one line naming it (exit
+/// 6), and `dump` says what the build is (in its JSON only for such a build).
+#[test]
+fn gil_questions_to_a_free_threaded_build() {
+    let mut free_threaded = 0;
+    for_each_interpreter("gil_questions_to_a_free_threaded_build", |interp| {
+        let target = start(interp, "dump_recursion.py")?;
+        let pid = target.pid.to_string();
+        let run = dump(&["dump", pid.as_str(), "--json"]);
+        if run.code != Some(0) {
+            return Err(format!("dump --json: {}", run.describe()));
+        }
+        let said = run.stdout.contains("\"free_threaded\": true")
+            || run.stdout.contains("\"free_threaded\":true");
+        if said != interp.free_threaded {
+            return Err(format!(
+                "dump --json says free_threaded {said}, the build is {}",
+                interp.free_threaded
+            ));
+        }
+        if !interp.free_threaded {
+            return Ok(());
+        }
+        let text = dump(&["dump", pid.as_str()]);
+        if !text.stdout.contains("free-threaded build (no GIL)") {
+            return Err(format!("dump does not name the build: {}", text.stdout));
+        }
+        let args = ["attach", pid.as_str(), "--gil", "--duration", "1"];
+        let line = expect_error(&args.join(" "), &dump(&args), 6)?;
+        if !(line.contains("--gil") && line.contains("free-threaded")) {
+            return Err(format!("the message should say why: {line:?}"));
+        }
+        Ok(())
+    });
+    for interp in common::interpreters() {
+        free_threaded += usize::from(interp.free_threaded);
+    }
+    println!("{free_threaded} free-threaded interpreter(s) refused --gil");
+}

@@ -16,7 +16,7 @@ use super::consumer::{self, MemoryConfig, MemoryRecorder};
 use super::ring::{self, layout, Ring};
 use crate::python::PythonProcess;
 use std::collections::{HashMap, HashSet};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 const MB: f64 = 1024.0 * 1024.0;
 
@@ -60,21 +60,30 @@ pub struct Fleet {
     /// `attach`: the profiler's ring as named in each image's environment.
     mains: HashMap<u64, PathBuf>,
     done: Vec<Finished>,
-    /// Why a process's memory cannot be recorded (`attach`), by pid.
+    /// Why a process's memory cannot be recorded, by pid.
     pub notes: Vec<(i32, String)>,
+    /// `run`: the file name of the preload library (every process of the program that
+    /// allocates through it maps it), and the images already checked for it.
+    library: Option<String>,
+    checked: HashSet<u64>,
 }
 
 impl Fleet {
     /// For `run`: `main` is the ring the profiler made and named to the program.
-    pub fn for_run(main: Ring, cfg: MemoryConfig) -> Fleet {
+    /// `library`: the preload library the program was given.
+    pub fn for_run(main: Ring, cfg: MemoryConfig, library: &Path) -> Fleet {
         let main_path = main.path().to_path_buf();
-        Fleet::new(
+        let mut fleet = Fleet::new(
             Source::Run {
                 main: Some(main),
                 main_path,
             },
             cfg,
-        )
+        );
+        fleet.library = library
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned());
+        fleet
     }
 
     /// For `attach`: rings are found through each process's environment.
@@ -91,6 +100,8 @@ impl Fleet {
             mains: HashMap::new(),
             done: Vec::new(),
             notes: Vec::new(),
+            library: None,
+            checked: HashSet::new(),
         }
     }
 
@@ -106,6 +117,13 @@ impl Fleet {
     pub fn adopt(&mut self, pid: i32, serial: u64, proc: &PythonProcess) -> Option<PathBuf> {
         if self.settled(serial) {
             return None;
+        }
+        if self.checked.insert(serial) {
+            if let Some(why) = self.unreachable(pid) {
+                self.settled.insert(serial);
+                self.notes.push((pid, why));
+                return None;
+            }
         }
         let found = match &mut self.source {
             Source::Run { main, main_path } => {
@@ -162,6 +180,39 @@ impl Fleet {
         Some(path)
     }
 
+    /// `run`: why process `pid` can record no memory, when it cannot: the preload library
+    /// is not in it (its dynamic loader could not open the file: a chroot or a mount
+    /// namespace of its own without our temporary directory), or the ring is not visible
+    /// from its root. Its figures would otherwise read as a process that allocated nothing.
+    fn unreachable(&self, pid: i32) -> Option<String> {
+        let Source::Run { main_path, .. } = &self.source else {
+            return None;
+        };
+        let library = self.library.as_deref()?;
+        let maps = crate::elf::maps::read_maps(pid).ok()?;
+        let loaded = maps
+            .iter()
+            .filter_map(|m| m.path.as_deref())
+            .any(|p| crate::elf::maps::basename(p) == library);
+        if !loaded {
+            return Some(format!(
+                "memory not recorded: the preload library is not in the process (its loader \
+                 could not open it: it runs in a root or mount namespace of its own without \
+                 {})",
+                main_path.parent().map_or("".into(), |d| d.display().to_string())
+            ));
+        }
+        let inside = format!("/proc/{pid}/root{}", main_path.display());
+        if !Path::new(&inside).exists() && Path::new(&format!("/proc/{pid}/root")).exists() {
+            return Some(format!(
+                "memory not recorded: the ring {} is not visible from the process's root \
+                 (it runs in a root or mount namespace of its own without it)",
+                main_path.display()
+            ));
+        }
+        None
+    }
+
     /// Process `pid` of the program cannot be sampled (an unsupported interpreter, no
     /// permission): its ring, once it has one, must not make it wait for us.
     pub fn refuse(&mut self, pid: i32) {
@@ -211,6 +262,11 @@ impl Fleet {
             drop(main.take());
             let _ = std::fs::remove_file(&*main_path);
             ring::remove_children_of(main_path);
+            // Nothing recorded, and a process said why: not a program that allocated
+            // nothing.
+            if self.done.is_empty() && !self.notes.is_empty() {
+                return None;
+            }
         } else if self.done.is_empty() {
             return None;
         }
