@@ -455,3 +455,63 @@ fn the_garbage_collector_finds_every_object_while_memory_is_counted() {
         eprintln!("{}: {} ({alloc:.0} MB counted)", py.label, got.trim());
     }
 }
+
+/// A program that cannot see the preload library (here `chroot` into a root of its own,
+/// with no bind of our temporary directory) records no memory: the report says so and
+/// why, with no memory section (never "peak 0.0 MB"), and the program's own output and
+/// exit status are untouched. Runs with every chrooted interpreter of the matrix.
+#[test]
+fn memory_that_could_not_be_recorded_is_said_not_recorded() {
+    let rooted: Vec<_> = interpreters()
+        .into_iter()
+        .filter(|i| i.root.is_some() && !i.label.ends_with("-shared"))
+        .collect();
+    if rooted.is_empty() {
+        eprintln!("no interpreter runs in a root of its own (tools/pythons.sh makes them)");
+        return;
+    }
+    for py in rooted {
+        let root = py.root.as_ref().unwrap();
+        // The fixture inside the root, where the chrooted program finds it.
+        let dir = format!("/tmp/scalene-rs-noring-{}-{}", std::process::id(), py.label);
+        let inside = root.join(dir.trim_start_matches('/'));
+        std::fs::create_dir_all(&inside).unwrap();
+        std::fs::copy(
+            common::fixture("memory/alloc_loop.py"),
+            inside.join("alloc_loop.py"),
+        )
+        .unwrap();
+        let exe = format!("/usr/bin/python{}.{}", py.major, py.minor);
+        let json = std::env::temp_dir().join(format!("scalene-rs-noring-{}.json", py.label));
+        let out = Command::new(BIN)
+            .args(["run", "-o"])
+            .arg(&json)
+            .arg("--")
+            .arg("chroot")
+            .arg(root)
+            .args([exe.as_str(), &format!("{dir}/alloc_loop.py"), "0.5"])
+            .output()
+            .unwrap();
+        let _ = std::fs::remove_dir_all(&inside);
+        let (stdout, stderr) = (
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr),
+        );
+        assert_eq!(out.status.code(), Some(3), "{}: {stderr}", py.label);
+        assert_eq!(stdout, "checksum 3145728\n", "{}", py.label);
+        assert!(
+            stderr.contains("memory not recorded: the preload library is not in the process"),
+            "{}: {stderr}",
+            py.label
+        );
+        let p: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+        let _ = std::fs::remove_file(&json);
+        assert!(
+            p.get("memory").is_none_or(|m| m.is_null()),
+            "{}: a memory section for memory not recorded: {}",
+            py.label,
+            p["memory"]
+        );
+    }
+}

@@ -224,7 +224,10 @@ fn attach_follows_the_workers_of_a_running_pool() {
         let work = file_pct(&p, "pool.py");
         let summary = format!("{} processes, pool.py {work:.0}%", procs.len());
         if procs.len() < 5 || work < 70.0 {
-            return Err(format!("attach --subprocesses: {summary}"));
+            return Err(format!(
+                "attach --subprocesses: {summary}; attach said: {}",
+                String::from_utf8_lossy(&r.stderr).trim_end()
+            ));
         }
         Ok(summary)
     });

@@ -93,23 +93,6 @@ pub(crate) fn on_alloc_mimalloc(p: *mut c_void, bytes: usize) {
     count_alloc(p, bytes, |_| true, false)
 }
 
-/// A block freed through a free-threaded build's wrapped mimalloc: a watched one stood for
-/// a whole window of the footprint.
-#[inline(always)]
-pub(crate) fn on_free_mimalloc(p: *mut c_void) {
-    if !unwatch(p as usize) {
-        return;
-    }
-    tls::with(|t| {
-        if !t.busy.get() {
-            t.busy.set(true);
-            ring::footprint(-(ring::WINDOW.load(Ordering::Relaxed) as i64));
-            t.busy.set(false);
-            free_sampled(t, p, true, t.freed.get());
-        }
-    })
-}
-
 /// The common path of [`on_alloc`] and [`on_alloc_small`] (each inlines it with its own
 /// constants): `python` tells whether the interpreter allocated, `small` whether the bytes
 /// stay out of the footprint.
@@ -166,13 +149,19 @@ fn alloc_window_full(t: &ThreadState, p: *mut c_void, allocated: u64) {
 
 /// A block freed through the interpreter's wrapped allocator: only a watched one counts
 /// (its size is not known; a large block's free reaches the C allocator's `free` too).
+/// `window_back`: the block stood for a whole window of the footprint, which its free
+/// takes back (a free-threaded build's mimalloc, whose objects are all in the footprint;
+/// pymalloc's small objects are there through their arenas instead).
 #[inline(always)]
-pub(crate) fn on_free_small(p: *mut c_void) {
+pub(crate) fn on_free_small(p: *mut c_void, window_back: bool) {
     if !unwatch(p as usize) {
         return;
     }
     tls::with(|t| {
         if !t.busy.get() {
+            if window_back {
+                ring::footprint(-(ring::WINDOW.load(Ordering::Relaxed) as i64));
+            }
             free_sampled(t, p, true, t.freed.get());
         }
     })

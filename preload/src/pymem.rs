@@ -39,10 +39,7 @@
 //! Owns: the wrappers, their installation, and the environment decision above.
 //! Must not: allocate, lock, or touch a block's bytes.
 
-use crate::{
-    active, layout, on_alloc_mimalloc, on_alloc_small, on_free_mimalloc, on_free_small, on_move,
-    tls,
-};
+use crate::{active, layout, on_alloc_mimalloc, on_alloc_small, on_free_small, on_move, tls};
 use core::cell::UnsafeCell;
 use core::ffi::c_void;
 use core::sync::atomic::{AtomicBool, Ordering};
@@ -316,11 +313,7 @@ unsafe extern "C" fn wrapped_realloc(ctx: *mut c_void, p: *mut c_void, n: usize)
 unsafe extern "C" fn wrapped_free(ctx: *mut c_void, p: *mut c_void) {
     let a = inner(ctx);
     if !p.is_null() && active() {
-        if mimalloc_maps() {
-            on_free_mimalloc(p);
-        } else {
-            on_free_small(p);
-        }
+        on_free_small(p, mimalloc_maps());
     }
     // SAFETY: as in `wrapped_malloc`.
     (a.free.unwrap_unchecked())(a.ctx, p)

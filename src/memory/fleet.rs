@@ -62,9 +62,9 @@ pub struct Fleet {
     done: Vec<Finished>,
     /// Why a process's memory cannot be recorded, by pid.
     pub notes: Vec<(i32, String)>,
-    /// `run`: the file name of the preload library (every process of the program that
-    /// allocates through it maps it), and the images already checked for it.
-    library: Option<String>,
+    /// `run`: the preload library (every process of the program that allocates through it
+    /// maps it), and the images already checked for it.
+    library: Option<PathBuf>,
     checked: HashSet<u64>,
 }
 
@@ -80,9 +80,7 @@ impl Fleet {
             },
             cfg,
         );
-        fleet.library = library
-            .file_name()
-            .map(|n| n.to_string_lossy().into_owned());
+        fleet.library = Some(library.to_path_buf());
         fleet
     }
 
@@ -189,17 +187,19 @@ impl Fleet {
             return None;
         };
         let library = self.library.as_deref()?;
+        let name = library.file_name()?.to_string_lossy();
         let maps = crate::elf::maps::read_maps(pid).ok()?;
+        // By name: a root that binds our directory shows the file under another path.
         let loaded = maps
             .iter()
             .filter_map(|m| m.path.as_deref())
-            .any(|p| crate::elf::maps::basename(p) == library);
+            .any(|p| crate::elf::maps::basename(p) == name);
         if !loaded {
             return Some(format!(
                 "memory not recorded: the preload library is not in the process (its loader \
-                 could not open it: it runs in a root or mount namespace of its own without \
-                 {})",
-                main_path.parent().map_or("".into(), |d| d.display().to_string())
+                 could not open {}: it runs in a root or mount namespace of its own without \
+                 that directory)",
+                library.display()
             ));
         }
         let inside = format!("/proc/{pid}/root{}", main_path.display());
