@@ -15,7 +15,7 @@ use std::io::{IsTerminal, Write};
 #[command(
     name = "scalene-rs",
     version,
-    about = "An out-of-process, line-level profiler for Python (CPython 2.7, 3.6–3.13; 3.14+ untested)",
+    about = "An out-of-process, line-level profiler for Python (CPython 2.7, 3.6–3.15, free-threaded 3.13t; 3.16+ untested)",
     after_help = "Exit codes: 0 ok, 1 other error, 2 usage, 3 no such process, 4 not a Python process, \
 5 permission denied, 6 unsupported Python version, 7 the process exited while being read."
 )]

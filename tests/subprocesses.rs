@@ -5,6 +5,7 @@
 //! workers of a running pool. On every interpreter of the matrix (2.7 has only fork).
 mod common;
 use serde_json::Value;
+use std::os::unix::process::CommandExt;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
@@ -78,15 +79,20 @@ fn processes(p: &Value) -> Vec<(i64, String, f64)> {
         .unwrap_or_default()
 }
 
-/// The direct children of `pid`.
-fn children(pid: u32) -> Vec<u32> {
-    std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children"))
-        .map(|t| {
-            t.split_whitespace()
+/// The children of every thread of `pid` (a pool's handler thread forks replacements).
+fn all_children(pid: u32) -> Vec<u32> {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return Vec::new();
+    };
+    tasks
+        .flatten()
+        .filter_map(|t| std::fs::read_to_string(t.path().join("children")).ok())
+        .flat_map(|text| {
+            text.split_whitespace()
                 .filter_map(|c| c.parse().ok())
-                .collect()
+                .collect::<Vec<u32>>()
         })
-        .unwrap_or_default()
+        .collect()
 }
 
 fn fx(name: &str) -> String {
@@ -193,21 +199,39 @@ fn attach_follows_the_workers_of_a_running_pool() {
             .stdout(Stdio::null())
             // Its workers complain on stderr when the test kills the pool under them.
             .stderr(Stdio::null())
+            // A group of its own: the pool and its workers are killed together (orphaned
+            // workers went on burning their task's CPU under the next tests).
+            .process_group(0)
             .spawn()
             .map_err(|e| e.to_string())?;
-        // Attach once the 4 workers are running.
-        let deadline = std::time::Instant::now() + Duration::from_secs(30);
-        while children(target.id()).len() < 4 && std::time::Instant::now() < deadline {
+        let pool = target.id() as i32;
+        let mut kill_pool = move || {
+            // SAFETY: kill(2) on the process group we made; no memory is touched.
+            unsafe { libc::kill(-pool, libc::SIGKILL) };
+            let _ = target.wait();
+        };
+        // Attach once the 4 workers are running. A free-threaded 3.13 can take its time to
+        // start them when the machine is busy (its start-up thread hand-off spins on
+        // sched_yield: ~10 s with three busy loops on two cores, no profiler involved), so
+        // the wait is long, and a pool that did not get there says so instead of making a
+        // profile of its parent alone look like a failure to follow it.
+        let deadline = std::time::Instant::now() + Duration::from_secs(120);
+        let mut workers = 0;
+        while workers < 4 && std::time::Instant::now() < deadline {
             std::thread::sleep(Duration::from_millis(20));
+            workers = all_children(pool as u32).len();
+        }
+        if workers < 4 {
+            kill_pool();
+            return Err(format!("the pool had {workers} workers after 120 s"));
         }
         let out = tempfile("attach");
         let r = Command::new(bin())
-            .args(["attach", &target.id().to_string(), "--subprocesses"])
+            .args(["attach", &pool.to_string(), "--subprocesses"])
             .args(["--duration", "1.5", "-o"])
             .arg(&out)
             .output();
-        let _ = target.kill();
-        let _ = target.wait();
+        kill_pool();
         let r = r.map_err(|e| e.to_string())?;
         if !r.status.success() {
             return Err(format!(

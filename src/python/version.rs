@@ -136,15 +136,6 @@ impl Version {
             suffix: String::new(),
         })
     }
-
-    /// Whether the file name marks a free-threaded build ("libpython3.13t.so").
-    pub fn file_name_is_free_threaded(name: &str) -> bool {
-        let Some(rest) = name.strip_prefix("libpython") else {
-            return false;
-        };
-        let core = rest.split(".so").next().unwrap_or("");
-        core.ends_with('t') || core.ends_with("td")
-    }
 }
 
 impl fmt::Display for Version {
@@ -193,7 +184,5 @@ mod tests {
         assert_eq!(v("python3"), None);
         assert_eq!(v("libpython3.so"), None);
         assert_eq!(v("python3.11-config"), None);
-        assert!(Version::file_name_is_free_threaded("libpython3.13t.so.1.0"));
-        assert!(!Version::file_name_is_free_threaded("libpython3.13.so.1.0"));
     }
 }
