@@ -76,35 +76,32 @@ static SLOTS: Slots = Slots(UnsafeCell::new([EMPTY, EMPTY]));
 /// The wrappers are in.
 static HOOKED: AtomicBool = AtomicBool::new(false);
 
-/// The wrapped allocator serves every size itself (a free-threaded build's mimalloc), not
-/// only the small requests (pymalloc): the wrappers count every request.
-static SERVES_ALL: AtomicBool = AtomicBool::new(false);
-
-/// Requests up to this many bytes are the wrapped allocator's to count ([`SMALL`], or every
-/// size under mimalloc).
-#[inline(always)]
-fn counted_up_to() -> usize {
-    if SERVES_ALL.load(Ordering::Relaxed) {
-        usize::MAX
-    } else {
-        SMALL
-    }
-}
-
 /// Whether the interpreter in this process is a free-threaded build: only those export
 /// the helpers of their split reference count.
-pub fn free_threaded() -> bool {
+fn is_free_threaded_build() -> bool {
     !symbol(c"_Py_MergeZeroLocalRefcount").is_null()
 }
 
 /// The interpreter in this process is a free-threaded build (set before main).
 static FREE_THREADED: AtomicBool = AtomicBool::new(false);
 
-/// Whether this process's interpreter is a free-threaded build, whose mimalloc maps its own
-/// memory for objects of every size (see `arenas.rs`).
+/// Whether this process's interpreter is a free-threaded build, whose objects of every size
+/// come from mimalloc and its own mappings (not pymalloc's arenas, not malloc: see
+/// `arenas.rs`).
 #[inline(always)]
 pub fn mimalloc_maps() -> bool {
     FREE_THREADED.load(Ordering::Relaxed)
+}
+
+/// Requests up to this many bytes are the wrapped allocator's to count: [`SMALL`] under
+/// pymalloc (it hands larger ones to malloc), every size under mimalloc.
+#[inline(always)]
+fn counted_up_to() -> usize {
+    if mimalloc_maps() {
+        usize::MAX
+    } else {
+        SMALL
+    }
 }
 
 /// Whether the wrappers count the interpreter's small objects (then arenas count only as
@@ -123,7 +120,7 @@ type GetSet = unsafe extern "C" fn(i32, *mut Allocator);
 /// Called once by the constructor, after the ring was opened (`accounting`: this process
 /// counts into a ring).
 pub fn choose(accounting: bool) {
-    let free_threaded = free_threaded();
+    let free_threaded = is_free_threaded_build();
     FREE_THREADED.store(free_threaded, Ordering::Release);
     let want = getenv(layout::PYMEM_ENV);
     // SAFETY: a NUL-terminated string from getenv.
@@ -137,8 +134,8 @@ pub fn choose(accounting: bool) {
             unsafe { libc::unsetenv(c"PYTHONMALLOC".as_ptr()) };
         }
         // A PYTHONMALLOC of the user's own (mimalloc_debug, say) is left unwrapped.
-        if accounting && getenv("PYTHONMALLOC").is_null() && install() {
-            SERVES_ALL.store(true, Ordering::Release);
+        if accounting && getenv("PYTHONMALLOC").is_null() {
+            install();
         }
         return;
     }
