@@ -631,7 +631,8 @@ fn exiting_processes() {
 }
 
 /// A free-threaded build has no GIL: `attach --gil` is refused with one line naming it (exit
-/// 6), and `dump` says what the build is (in its JSON only for such a build).
+/// 6), `run --gil` runs the program unsampled and says why, and `dump` says what the build
+/// is (in its JSON only for such a build).
 #[test]
 fn gil_questions_to_a_free_threaded_build() {
     let mut free_threaded = 0;
@@ -661,6 +662,19 @@ fn gil_questions_to_a_free_threaded_build() {
         let line = expect_error(&args.join(" "), &dump(&args), 6)?;
         if !(line.contains("--gil") && line.contains("free-threaded")) {
             return Err(format!("the message should say why: {line:?}"));
+        }
+        // `run --gil`: the program runs as it would (its output, its exit status), not
+        // sampled, and the report says why.
+        let mut cmd = Command::new(BIN);
+        cmd.args(["run", "--gil", "--"])
+            .arg(&interp.path)
+            .args(["-c", "import sys; print('hi'); sys.exit(4)"]);
+        let run = run_cmd(cmd);
+        if run.code != Some(4) || run.stdout != "hi\n" {
+            return Err(format!("run --gil changed the program: {}", run.describe()));
+        }
+        if !run.stderr.contains("not profiled: --gil") {
+            return Err(format!("run --gil does not say why: {:?}", run.stderr));
         }
         Ok(())
     });

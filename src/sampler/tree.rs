@@ -168,6 +168,11 @@ impl ProcessTree {
 
     /// Starts with an interpreter already located (the session found the root's).
     pub fn with_located(mut self, proc: PythonProcess) -> Self {
+        // A process `--gil` cannot follow (a free-threaded build) is left to the scan, which
+        // says why and does not sample it (see `tick`).
+        if proc.check_gil_request(self.cfg.gil_only).is_err() {
+            return self;
+        }
         let pid = proc.pid;
         let exe = image_of(pid).unwrap_or_default();
         self.start_sampling(proc, exe);
