@@ -285,15 +285,12 @@ pub fn run(cfg: &RunConfig, progress: &mut dyn FnMut(&Stats)) -> Result<RunOutco
         None => wait_forwarding(&mut child, &forward)?,
     };
     // Processes whose memory could not be recorded, said once each with the reason.
-    let mut memory_notes = Vec::new();
-    if let Some(f) = fleet.as_ref() {
-        let mut told = std::collections::BTreeSet::new();
-        for (pid, why) in &f.notes {
-            if told.insert(*pid) {
-                memory_notes.push(format!("process {pid}: {why}"));
-            }
-        }
-    }
+    let memory_notes: Vec<String> = fleet.as_ref().map_or_else(Vec::new, |f| {
+        f.first_note_per_process()
+            .into_iter()
+            .map(|(pid, why)| format!("process {pid}: {why}"))
+            .collect()
+    });
     let memory = finish_memory(&mut tree, fleet);
     result?;
     tree.stats.notes.extend(memory_notes);
@@ -520,20 +517,14 @@ pub fn attach(cfg: &AttachConfig, progress: &mut dyn FnMut(&Stats)) -> Result<(P
         &mut || !take_pending().is_empty() || duration.is_some_and(|d| start.elapsed() >= d),
         progress,
     );
-    let why_not = fleet.as_ref().and_then(|f| {
-        f.notes
-            .iter()
-            .find(|(p, _)| *p == cfg.pid)
-            .map(|(_, why)| why.clone())
-    });
+    let mut why_not = None;
     // Another process of the program whose memory cannot be recorded: said once each (its
     // figures would read as a process that allocated nothing).
-    if let Some(f) = fleet.as_ref() {
-        let mut told = std::collections::BTreeSet::new();
-        for (pid, why) in f.notes.iter().filter(|(p, _)| *p != cfg.pid) {
-            if told.insert(*pid) {
-                notes.push(format!("no memory data for process {pid}: {why}"));
-            }
+    for (pid, why) in fleet.iter().flat_map(|f| f.first_note_per_process()) {
+        if pid == cfg.pid {
+            why_not = Some(why.to_string());
+        } else {
+            notes.push(format!("no memory data for process {pid}: {why}"));
         }
     }
     let memory = finish_memory(&mut tree, fleet);

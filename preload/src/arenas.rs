@@ -22,7 +22,8 @@ use core::ffi::c_void;
 const ARENA_SIZES: [usize; 2] = [256 << 10, 1 << 20];
 
 /// Whether a mapping of `len` bytes made or unmapped by a call returning to `ret` is one of
-/// the interpreter's arenas (pymalloc's, of their sizes; mimalloc's, of any).
+/// the interpreter's arenas (pymalloc's; never in a free-threaded build, whose mimalloc
+/// maps reservations, not arenas).
 #[inline(always)]
 fn is_arena(len: usize, ret: usize) -> bool {
     ARENA_SIZES.contains(&len) && in_python(ret) && !pymem::mimalloc_maps()

@@ -178,6 +178,17 @@ impl Fleet {
         Some(path)
     }
 
+    /// The first reason each process's memory cannot be recorded, one per process, in the
+    /// order they came.
+    pub fn first_note_per_process(&self) -> Vec<(i32, &str)> {
+        let mut told = HashSet::new();
+        self.notes
+            .iter()
+            .filter(|(pid, _)| told.insert(*pid))
+            .map(|(pid, why)| (*pid, why.as_str()))
+            .collect()
+    }
+
     /// `run`: why process `pid` can record no memory, when it cannot: the preload library
     /// is not in it (its dynamic loader could not open the file: a chroot or a mount
     /// namespace of its own without our temporary directory), or the ring is not visible
@@ -229,6 +240,7 @@ impl Fleet {
     /// and stops. Returns its own figures, when its ring was read.
     pub fn retire(&mut self, serial: u64) -> Option<ProcessFigures> {
         self.settled.remove(&serial);
+        self.checked.remove(&serial);
         self.mains.remove(&serial);
         let (agg, totals) = self.live.remove(&serial)?.finish();
         let figures = ProcessFigures {

@@ -100,13 +100,18 @@ pub fn fallback_for(bytes: &[u8]) -> &'static Layout {
             .copied()
             .find(|l| l.free_threaded == ft)
     };
-    let ft = bytes.len() >= HEADER && read_u64(bytes, 16) != 0;
+    let ft = free_threaded_flag(bytes);
     let minor = version_hex(bytes).and_then(|h| check_version(h).ok());
     minor
         .and_then(|m| super::generated(3, m, ft))
         .or_else(|| newest(ft))
         .or_else(|| super::GENERATED.last().copied())
         .expect("at least one generated layout")
+}
+
+/// The header's `free_threaded` flag (false when the header is cut short).
+fn free_threaded_flag(bytes: &[u8]) -> bool {
+    bytes.len() >= HEADER && read_u64(bytes, 16) != 0
 }
 
 /// The `PY_VERSION_HEX` in the header, when the cookie is there.
@@ -191,7 +196,7 @@ pub fn parse(bytes: &[u8], fallback: &Layout) -> Result<Layout, DebugOffsetsErro
     let hex = version_hex(bytes).ok_or(DebugOffsetsError::NoCookie)?;
     let minor = check_version(hex)?;
     let version = version_string(hex);
-    let free_threaded = read_u64(bytes, 16) != 0;
+    let free_threaded = free_threaded_flag(bytes);
     let table = table(minor).ok_or_else(|| {
         let known = TABLES
             .iter()
