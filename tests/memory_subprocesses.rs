@@ -381,7 +381,24 @@ fn attach_takes_over_the_ring_of_every_process() {
         while ours().len() < 5 && Instant::now() < deadline {
             std::thread::sleep(Duration::from_millis(10));
         }
+        // And until every worker churns: a free-threaded 3.13 on a busy machine may make its
+        // ring during start-up and get to its task seconds later (its start-up spins on
+        // sched_yield), and an attach window before that would find it allocating nothing.
+        let churning = |r: &String| {
+            r.ends_with(".ring")
+                || scalene_rs::memory::ring::events_of(&dir.join(r)).is_some_and(|n| n >= 50)
+        };
+        let ready = |rings: &Vec<String>| rings.len() >= 5 && rings.iter().all(churning);
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while !ready(&ours()) && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(10));
+        }
         let rings = ours();
+        if !ready(&rings) {
+            let _ = prof.kill();
+            let _ = prof.wait();
+            return Err(format!("workers not allocating after 60 s: {rings:?}"));
+        }
         let main = rings.iter().find(|r| r.ends_with(".ring")).cloned();
         prof.kill().map_err(|e| e.to_string())?;
         prof.wait().map_err(|e| e.to_string())?;

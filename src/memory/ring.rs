@@ -457,13 +457,24 @@ fn futex(word: &AtomicU32, op: i32, val: u32, timeout: Option<Duration>) {
     unsafe { libc::syscall(libc::SYS_futex, word.as_ptr(), op, val, tsp) };
 }
 
+/// `N` bytes at `at` of a ring file's header, read without mapping or claiming it.
+fn header_bytes<const N: usize>(path: &Path, at: usize) -> Option<[u8; N]> {
+    use std::io::{Read, Seek, SeekFrom};
+    let mut f = std::fs::File::open(path).ok()?;
+    f.seek(SeekFrom::Start(at as u64)).ok()?;
+    let mut out = [0u8; N];
+    f.read_exact(&mut out).ok()?;
+    Some(out)
+}
+
 /// The producer pid written in a ring file's header (0 when unclaimed).
 pub fn producer_of(path: &Path) -> Option<i32> {
-    use std::io::Read;
-    let mut head = [0u8; std::mem::offset_of!(Header, producer_pid) + 4];
-    std::fs::File::open(path).ok()?.read_exact(&mut head).ok()?;
-    let at = std::mem::offset_of!(Header, producer_pid);
-    Some(i32::from_ne_bytes(head[at..at + 4].try_into().ok()?))
+    header_bytes(path, std::mem::offset_of!(Header, producer_pid)).map(i32::from_ne_bytes)
+}
+
+/// How many events the producer of a ring file has reserved so far.
+pub fn events_of(path: &Path) -> Option<u64> {
+    header_bytes(path, std::mem::offset_of!(Header, head)).map(u64::from_ne_bytes)
 }
 
 /// Removes rings in `dir` left by profilers of our user that are no longer running, whose
