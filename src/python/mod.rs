@@ -152,18 +152,7 @@ pub fn take_snapshot_with_states(
                 Ok(t)
             })
         } else {
-            let _paused = PausedThreads::pause_from(pid, &tids)?;
-            // Nothing changes while paused: one page cache serves the whole snapshot,
-            // starting with the pages the last snapshot needed, fetched in one request.
-            let cache = ptrace::PageCache::new(&proc.mem);
-            cache.prefetch(&walker.page_hint);
-            let read = read_all(proc, &cache, walker).map(|mut t| {
-                tag_native(&cache, opcodes, &mut t);
-                t
-            });
-            walker.page_hint = hint_from(&cache);
-            read
-            // `_paused` drops here: every thread runs again before we do anything else.
+            read_blocking(proc, walker, &tids, opcodes)
         };
         match read {
             // Python is starting up or shutting down (no interpreter yet, or no more).
@@ -314,7 +303,50 @@ fn interp_head_checked(proc: &PythonProcess, mem: &dyn ProcessMemory) -> Result<
     Ok(head)
 }
 
-/// Reads everything while the threads are paused: a failure is a real failure.
+/// How many times a blocking snapshot pauses the process at most (see [`read_blocking`]).
+const BLOCKING_PAUSES: usize = 3;
+
+/// Pauses every thread and reads them all. A thread can be stopped where its own frame
+/// pointers are half written: 3.11's evaluation loop stores `tstate->cframe` (pointing at
+/// its new C frame) eight instructions before it fills that C frame's `current_frame` and
+/// `previous` (seen in Debian's static 3.11 under load: one dump in ~1,500 read a stale
+/// stack word as a frame), and no memory says where the stack was then. Such a thread has
+/// no stack to report at that instant, so the process runs again and is paused anew, up to
+/// [`BLOCKING_PAUSES`] times in all; what still fails after that is reported as the thread's
+/// error.
+fn read_blocking(
+    proc: &PythonProcess,
+    walker: &mut StackWalker,
+    tids: &[i32],
+    opcodes: Option<&crate::python_bindings::opcodes::Opcodes>,
+) -> Result<Vec<ThreadResult>> {
+    let mut pauses = 0;
+    loop {
+        pauses += 1;
+        let read = {
+            let _paused = PausedThreads::pause_from(proc.pid, tids)?;
+            // Nothing changes while paused: one page cache serves the whole snapshot,
+            // starting with the pages the last snapshot needed, fetched in one request.
+            let cache = ptrace::PageCache::new(&proc.mem);
+            cache.prefetch(&walker.page_hint);
+            let read = read_all(proc, &cache, walker).map(|mut t| {
+                tag_native(&cache, opcodes, &mut t);
+                t
+            });
+            walker.page_hint = hint_from(&cache);
+            read
+            // `_paused` drops here: every thread runs again before we do anything else.
+        };
+        match read {
+            Ok(t) if pauses < BLOCKING_PAUSES && t.iter().any(|(_, w, _)| w.is_err()) => {
+                std::thread::yield_now();
+            }
+            r => return r,
+        }
+    }
+}
+
+/// Reads everything while the threads are paused (one pause).
 fn read_all(
     proc: &PythonProcess,
     mem: &dyn ProcessMemory,
