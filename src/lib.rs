@@ -6,6 +6,7 @@
 pub mod elf;
 pub mod error;
 pub mod memory;
+pub mod proc;
 pub mod profile;
 pub mod ptrace;
 pub mod python;

@@ -221,9 +221,9 @@ impl From<DumpArgs> for DumpConfig {
     }
 }
 
-fn dump(cfg: DumpConfig) -> Result<(), scalene_rs::Error> {
+fn dump(cfg: DumpConfig) -> anyhow::Result<i32> {
     if cfg.pid <= 0 {
-        return Err(scalene_rs::Error::NoSuchProcess(cfg.pid));
+        return Err(scalene_rs::Error::NoSuchProcess(cfg.pid).into());
     }
     let proc = PythonProcess::locate(cfg.pid, &cfg.locate)?;
     let mut walker = StackWalker::new(proc.layout, proc.addrs.types);
@@ -236,7 +236,7 @@ fn dump(cfg: DumpConfig) -> Result<(), scalene_rs::Error> {
     };
     // A closed pipe (`| head`) is not an error worth a message.
     let _ = std::io::stdout().lock().write_all(text.as_bytes());
-    Ok(())
+    Ok(exit::OK)
 }
 
 impl RecordArgs {
@@ -414,7 +414,7 @@ fn run(args: RunArgs) -> anyhow::Result<i32> {
     Ok(session::exit_code(&outcome.status))
 }
 
-fn attach(args: AttachArgs) -> Result<(), scalene_rs::Error> {
+fn attach(args: AttachArgs) -> anyhow::Result<i32> {
     let cfg = session::AttachConfig {
         pid: args.pid,
         duration: args.duration,
@@ -433,29 +433,25 @@ fn attach(args: AttachArgs) -> Result<(), scalene_rs::Error> {
     let (profile, stats) = session::attach(&cfg, &mut status_line(live))?;
     clear_status(live);
     loss_summary(&stats);
-    if let Err(e) = emit(&profile, &args.record.output, args.record.threads) {
-        eprintln!("error: {e}");
-        std::process::exit(exit::OTHER);
-    }
-    Ok(())
+    emit(&profile, &args.record.output, args.record.threads)?;
+    Ok(exit::OK)
 }
 
-fn view(args: ViewArgs) -> anyhow::Result<()> {
+fn view(args: ViewArgs) -> anyhow::Result<i32> {
     let text = std::fs::read_to_string(&args.profile)
         .map_err(|e| anyhow::anyhow!("reading {}: {e}", args.profile.display()))?;
     let profile = report::profile_json::from_json(&text)
         .map_err(|e| anyhow::anyhow!("{}: {e}", args.profile.display()))?;
-    emit(&profile, &args.output, args.threads)
+    emit(&profile, &args.output, args.threads)?;
+    Ok(exit::OK)
 }
 
-/// Prints an error from the anyhow layer and exits with the library error's code if any.
-fn fail(e: anyhow::Error) -> ! {
-    let code = e
-        .downcast_ref::<scalene_rs::Error>()
-        .map(|e| e.exit_code())
-        .unwrap_or(exit::OTHER);
+/// Prints a command's error on one line (newlines inside a message would break scripts
+/// that read stderr) and gives the exit code: the library error's own, else OTHER.
+fn failure(e: anyhow::Error) -> i32 {
     eprintln!("error: {}", e.to_string().replace('\n', " "));
-    std::process::exit(code)
+    e.downcast_ref::<scalene_rs::Error>()
+        .map_or(exit::OTHER, |e| e.exit_code())
 }
 
 fn main() {
@@ -471,26 +467,14 @@ fn main() {
             std::process::exit(code);
         }
     };
+    // Every command gives its exit code or an error; only here does the process exit.
     let result = match cli.command {
         Command::Dump(args) => dump(args.into()),
         Command::Attach(args) => attach(args),
-        Command::Run(args) => match run(args) {
-            Ok(code) => std::process::exit(code),
-            Err(e) => fail(e),
-        },
-        Command::View(args) => {
-            if let Err(e) = view(args) {
-                fail(e);
-            }
-            Ok(())
-        }
+        Command::Run(args) => run(args),
+        Command::View(args) => view(args),
     };
-    if let Err(e) = result {
-        // One line: newlines inside a message would break scripts that read stderr.
-        let msg = e.to_string().replace('\n', " ");
-        eprintln!("error: {msg}");
-        std::process::exit(e.exit_code());
-    }
+    std::process::exit(result.unwrap_or_else(failure))
 }
 
 #[cfg(test)]

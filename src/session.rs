@@ -11,9 +11,10 @@ use crate::memory::aggregate::{MemoryAggregator, RingTotals};
 use crate::memory::consumer::{MemoryConfig, MemorySetup};
 use crate::memory::fleet::Fleet;
 use crate::memory::ring;
+use crate::proc::command_line;
 use crate::profile::Profile;
 use crate::python::{LocateOptions, PythonProcess};
-use crate::sampler::tree::{command_line, ProcessTree};
+use crate::sampler::tree::ProcessTree;
 use crate::sampler::{SamplerConfig, Stats, Ticker};
 use nix::sys::signal::{self, SaFlags, SigAction, SigHandler, SigSet, Signal};
 use std::process::{Command, ExitStatus};
@@ -92,9 +93,11 @@ pub fn exit_code(status: &ExitStatus) -> i32 {
 /// SIGINT and SIGQUIT (which a terminal sends to the whole foreground group, so the program
 /// gets them anyway) do not stop us: we report when the program has exited.
 pub fn run(cfg: &RunConfig, progress: &mut dyn FnMut(&Stats)) -> Result<RunOutcome> {
-    let (prog, args) = cfg.command.split_first().ok_or_else(|| Error::Io {
-        context: "run".into(),
-        source: std::io::Error::new(std::io::ErrorKind::InvalidInput, "no command given"),
+    let (prog, args) = cfg.command.split_first().ok_or_else(|| {
+        Error::io(
+            "run",
+            std::io::Error::new(std::io::ErrorKind::InvalidInput, "no command given"),
+        )
     })?;
     catch(&[
         Signal::SIGINT,
@@ -110,10 +113,7 @@ pub fn run(cfg: &RunConfig, progress: &mut dyn FnMut(&Stats)) -> Result<RunOutco
         .as_ref()
         .map(MemorySetup::new)
         .transpose()
-        .map_err(|e| Error::Io {
-            context: "creating the memory ring".into(),
-            source: e,
-        })?;
+        .map_err(|e| Error::io("creating the memory ring", e))?;
     let mut command = Command::new(prog);
     command.args(args);
     if let Some(m) = &memory {
@@ -123,10 +123,9 @@ pub fn run(cfg: &RunConfig, progress: &mut dyn FnMut(&Stats)) -> Result<RunOutco
             .set_child_rings(cfg.follow_children.then_some(ring::CHILD_CAPACITY));
         command.envs(m.env());
     }
-    let mut child = command.spawn().map_err(|e| Error::Io {
-        context: format!("starting {prog}"),
-        source: e,
-    })?;
+    let mut child = command
+        .spawn()
+        .map_err(|e| Error::io(format!("starting {prog}"), e))?;
     let pid = child.id() as i32;
     let forward = |child_pid: i32| {
         for s in take_pending() {
@@ -157,16 +156,13 @@ pub fn run(cfg: &RunConfig, progress: &mut dyn FnMut(&Stats)) -> Result<RunOutco
                 m.ring.set_handshake(false);
             }
         }
-        if let Some(s) = try_wait_exit(&child).map_err(|e| Error::Io {
-            context: "waiting for the program".into(),
-            source: e,
-        })? {
+        if let Some(s) =
+            try_wait_exit(&child).map_err(|e| Error::io("waiting for the program", e))?
+        {
             status = Some(s);
             break;
         }
-        let exe = std::fs::read_link(format!("/proc/{pid}/exe"))
-            .map(|p| p.to_string_lossy().into_owned())
-            .unwrap_or_default();
+        let exe = crate::proc::exe_path(pid).unwrap_or_default();
         // A new executable (the launcher exec'd Python, or Python exec'd something else).
         if found.as_ref().is_some_and(|(_, e)| *e != exe) {
             found = None;
@@ -197,9 +193,7 @@ pub fn run(cfg: &RunConfig, progress: &mut dyn FnMut(&Stats)) -> Result<RunOutco
                             Instant::now()
                         }
                     };
-                    let ours = std::fs::read_link("/proc/self/exe")
-                        .map(|p| p.to_string_lossy().into_owned())
-                        .unwrap_or_default();
+                    let ours = crate::proc::exe_path(std::process::id() as i32).unwrap_or_default();
                     if exe != ours && since.elapsed() >= NOT_PYTHON_GRACE {
                         break;
                     }
@@ -231,9 +225,7 @@ pub fn run(cfg: &RunConfig, progress: &mut dyn FnMut(&Stats)) -> Result<RunOutco
         });
     }
 
-    let cwd = std::fs::read_link(format!("/proc/{pid}/cwd"))
-        .ok()
-        .map(|p| p.to_string_lossy().into_owned());
+    let cwd = crate::proc::cwd(pid);
     // The library file stays until the program ends (programs it starts load it too).
     // Each process's allocations are tied to lines by a consumer of its own ring, started
     // when the process tree finds the process and its ring. Without the command's own
@@ -453,12 +445,7 @@ fn wait_forwarding(child: &mut std::process::Child, forward: &dyn Fn(i32)) -> Re
                 crate::ptrace::pause::reap_traced_zombies(pid);
                 std::thread::sleep(Duration::from_millis(10));
             }
-            Err(e) => {
-                return Err(Error::Io {
-                    context: "waiting for the program".into(),
-                    source: e,
-                })
-            }
+            Err(e) => return Err(Error::io("waiting for the program", e)),
         }
     }
 }
@@ -496,9 +483,7 @@ pub fn attach(cfg: &AttachConfig, progress: &mut dyn FnMut(&Stats)) -> Result<(P
     let mut notes = Vec::new();
     // Memory: each process's ring, taken over from the `run` that started the program.
     let mut fleet = cfg.memory.clone().map(Fleet::for_attach);
-    let cwd = std::fs::read_link(format!("/proc/{}/cwd", cfg.pid))
-        .ok()
-        .map(|p| p.to_string_lossy().into_owned());
+    let cwd = crate::proc::cwd(cfg.pid);
     let start = Instant::now();
     let mut tree = ProcessTree::new(
         cfg.pid,

@@ -431,7 +431,7 @@ fn dump_a_namespaced_process_whose_interpreter_path_is_absent_on_host() {
         check_dump(&t, &full_version(interp), &exe)?;
 
         // The file helpers, against the same target.
-        use scalene_rs::ptrace::ns;
+        use scalene_rs::proc::ns;
         let read = |f: std::io::Result<std::fs::File>| -> Result<String, String> {
             let mut s = String::new();
             f.map_err(|e| e.to_string())?
@@ -587,7 +587,7 @@ fn dump_a_process_chrooted_inside_its_namespace() {
         };
         let holder = format!("{jail}{}", real.display());
         check_mapped(&t, &holder)?;
-        use scalene_rs::ptrace::ns;
+        use scalene_rs::proc::ns;
         if ns::root_is_namespace_root(t.pid) {
             return Err("root_is_namespace_root: true for a chrooted target".into());
         }

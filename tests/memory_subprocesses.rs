@@ -426,7 +426,7 @@ fn attach_takes_over_the_ring_of_every_process() {
             .map_err(|e| e.to_string())?;
         // The program runs to its end (a few seconds) whatever happened.
         let deadline = Instant::now() + Duration::from_secs(30);
-        while scalene_rs::error::process_exists(root) && Instant::now() < deadline {
+        while scalene_rs::proc::process_exists(root) && Instant::now() < deadline {
             std::thread::sleep(Duration::from_millis(50));
         }
         if !r.status.success() {

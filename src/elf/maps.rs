@@ -6,75 +6,11 @@
 //! Must not: open a path from our own view for a target that has its own.
 
 use super::ElfFile;
-use crate::error::{Error, Result};
-use crate::ptrace::ns::{self, Namespaces};
+use crate::error::Result;
+use crate::proc::ns::{self, Namespaces};
+use crate::proc::{exe_path, MapEntry};
 use std::fs::File;
 use std::path::{Path, PathBuf};
-
-/// One line of /proc/PID/maps.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct MapEntry {
-    pub start: u64,
-    pub end: u64,
-    pub offset: u64,
-    pub readable: bool,
-    pub executable: bool,
-    /// The file path as the target sees it, without a " (deleted)" suffix.
-    pub path: Option<String>,
-}
-
-/// Reads /proc/PID/maps.
-pub fn read_maps(pid: i32) -> Result<Vec<MapEntry>> {
-    let proc = procfs::process::Process::new(pid).map_err(|e| proc_error(pid, e))?;
-    let maps = proc.maps().map_err(|e| proc_error(pid, e))?;
-    Ok(maps
-        .into_iter()
-        .map(|m| {
-            let path = match m.pathname {
-                procfs::process::MMapPath::Path(p) => {
-                    let s = p.to_string_lossy().to_string();
-                    Some(s.strip_suffix(" (deleted)").unwrap_or(&s).to_string())
-                }
-                _ => None,
-            };
-            MapEntry {
-                start: m.address.0,
-                end: m.address.1,
-                offset: m.offset,
-                readable: m.perms.contains(procfs::process::MMPermissions::READ),
-                executable: m.perms.contains(procfs::process::MMPermissions::EXECUTE),
-                path,
-            }
-        })
-        .collect())
-}
-
-fn proc_error(pid: i32, e: procfs::ProcError) -> Error {
-    // Whatever /proc said, a process that is gone (or exiting) by now simply exited.
-    if !crate::error::process_exists(pid) {
-        return Error::ProcessExited(pid);
-    }
-    match e {
-        procfs::ProcError::NotFound(_) => {
-            if crate::error::process_exists(pid) {
-                Error::BadState {
-                    pid,
-                    why: "its /proc entry vanished".into(),
-                }
-            } else {
-                Error::NoSuchProcess(pid)
-            }
-        }
-        procfs::ProcError::PermissionDenied(_) => {
-            crate::error::permission_denied(pid, "reading /proc/PID/maps")
-        }
-        procfs::ProcError::Io(io, _) => Error::from_os(pid, "reading /proc/PID/maps", io),
-        other => Error::BadState {
-            pid,
-            why: format!("reading /proc/PID/maps: {other}"),
-        },
-    }
-}
 
 /// The load bias (AVMA − SVMA) of `elf`, mapped in the target from `path`.
 ///
@@ -144,24 +80,11 @@ pub fn open_target_file(
         (None, Some(h)) => h,
         (None, None) => std::io::Error::from_raw_os_error(libc::ENOENT),
     };
-    Err(Error::from_os(
+    Err(crate::proc::os_error(
         pid,
         &format!("opening {path} as process {pid} sees it"),
         e,
     ))
-}
-
-/// The executable's path as the target sees it (the /proc/PID/exe link).
-pub fn exe_path(pid: i32) -> Result<String> {
-    let link = std::fs::read_link(format!("/proc/{pid}/exe")).map_err(|e| {
-        if !crate::error::process_exists(pid) {
-            Error::NoSuchProcess(pid)
-        } else {
-            Error::from_os(pid, "reading /proc/PID/exe", e)
-        }
-    })?;
-    let s = link.to_string_lossy().to_string();
-    Ok(s.strip_suffix(" (deleted)").unwrap_or(&s).to_string())
 }
 
 /// The basename of a path.
@@ -179,7 +102,7 @@ mod tests {
     #[test]
     fn own_maps_and_bias() {
         let pid = std::process::id() as i32;
-        let maps = read_maps(pid).unwrap();
+        let maps = crate::proc::read_maps(pid).unwrap();
         let exe = exe_path(pid).unwrap();
         let (file, name) = open_target_file(pid, &exe, &maps, Namespaces::host()).unwrap();
         let elf = ElfFile::from_file(&file, &name).unwrap();

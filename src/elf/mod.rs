@@ -66,20 +66,14 @@ impl ElfFile {
     /// Maps and parses an ELF file (mapped, not read: libpython with debug info is tens of
     /// MB and we touch only its headers, symbol tables and .rodata).
     pub fn open(path: &Path) -> Result<ElfFile> {
-        let io = |e| Error::Io {
-            context: format!("reading {}", path.display()),
-            source: e,
-        };
+        let io = |e| Error::io(format!("reading {}", path.display()), e);
         let file = std::fs::File::open(path).map_err(io)?;
         Self::from_file(&file, path)
     }
 
     /// Maps and parses an ELF file that is already open; `path` names it in messages.
     pub fn from_file(file: &std::fs::File, path: &Path) -> Result<ElfFile> {
-        let io = |e| Error::Io {
-            context: format!("reading {}", path.display()),
-            source: e,
-        };
+        let io = |e| Error::io(format!("reading {}", path.display()), e);
         // SAFETY: the mapping is read-only and private; if another process truncates the
         // file while we parse it, reads of the lost pages fault (SIGBUS). Interpreter
         // binaries are not rewritten in place while they run (installers replace them by
@@ -90,9 +84,11 @@ impl ElfFile {
 
     /// Parses ELF bytes that were read from `path`.
     pub fn parse(path: &Path, data: &[u8]) -> Result<ElfFile> {
-        let elf = goblin::elf::Elf::parse(data).map_err(|e| Error::Io {
-            context: format!("parsing ELF file {}", path.display()),
-            source: std::io::Error::new(std::io::ErrorKind::InvalidData, e.to_string()),
+        let elf = goblin::elf::Elf::parse(data).map_err(|e| {
+            Error::invalid_data(
+                format!("parsing ELF file {}", path.display()),
+                e.to_string(),
+            )
         })?;
         let mut symbols = HashMap::new();
         for (syms, strtab) in [(&elf.dynsyms, &elf.dynstrtab), (&elf.syms, &elf.strtab)] {
@@ -128,9 +124,11 @@ impl ElfFile {
             .iter()
             .filter(|p| p.p_type == PT_LOAD)
             .min_by_key(|p| p.p_vaddr)
-            .ok_or_else(|| Error::Io {
-                context: format!("{} has no PT_LOAD segment", path.display()),
-                source: std::io::Error::new(std::io::ErrorKind::InvalidData, "not loadable"),
+            .ok_or_else(|| {
+                Error::invalid_data(
+                    format!("{} has no PT_LOAD segment", path.display()),
+                    "not loadable",
+                )
             })?;
         Ok(ElfFile {
             path: path.to_path_buf(),

@@ -9,6 +9,7 @@
 //! futex) or take longer than needed per event: the program waits for our answer.
 
 use super::aggregate::{LineKey, MemoryAggregator, RingTotals};
+pub use super::config::{MemoryConfig, PythonAllocator};
 use super::preload::{preload_env, PreloadFile};
 use super::ring::{self, layout, Ring};
 use crate::python::{Frame, PythonProcess, ThreadReader};
@@ -18,45 +19,6 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
-
-/// How memory is recorded.
-#[derive(Debug, Clone)]
-pub struct MemoryConfig {
-    /// Net allocation per sampled event, bytes.
-    pub window: u64,
-    /// Copied bytes per sampled event.
-    pub copy_window: u64,
-    /// Keep stdlib / site-packages lines (else their bytes go to the calling user line).
-    pub profile_all: bool,
-    /// How the program's Python objects are counted.
-    pub python_allocator: PythonAllocator,
-}
-
-/// How the interpreter's own allocations reach the preload library.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum PythonAllocator {
-    /// pymalloc stays on, its allocator wrapped by the library so that every object is
-    /// counted (CPython 3.8+); `PYTHONMALLOC=malloc` for older interpreters.
-    Wrapped,
-    /// `PYTHONMALLOC=malloc` for every interpreter: every object goes through the C
-    /// allocator (its frees are counted too, so small objects count in the footprint
-    /// exactly; slower: glibc's malloc is slower than pymalloc on small objects).
-    Malloc,
-    /// pymalloc untouched: small objects are counted by the arenas the interpreter maps for
-    /// them (a line's growth is seen, its churn of small objects is not). Cheapest.
-    Pymalloc,
-}
-
-impl Default for MemoryConfig {
-    fn default() -> Self {
-        MemoryConfig {
-            window: 1 << 20,
-            copy_window: 1 << 20,
-            profile_all: false,
-            python_allocator: PythonAllocator::Wrapped,
-        }
-    }
-}
 
 /// The ring and the library for one `run`, created before the program starts.
 pub struct MemorySetup {
@@ -98,20 +60,16 @@ impl MemorySetup {
 /// when the preload library is loaded in it: the program was started under `run`. The
 /// error says why memory cannot be recorded, for the user.
 pub fn ring_of_program(pid: i32) -> Result<PathBuf, String> {
-    let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap_or_default();
-    if !maps.contains("libscalene_preload.so") {
+    let maps = crate::proc::read_maps(pid).unwrap_or_default();
+    if !crate::proc::maps::maps_file_named(&maps, "libscalene_preload.so") {
         return Err(
             "memory accounting needs `scalene-rs run` (the program must be started \
                     with scalene-rs's preload library)"
                 .into(),
         );
     }
-    let environ = std::fs::read(format!("/proc/{pid}/environ")).unwrap_or_default();
-    let key = format!("{}=", ring::RING_ENV);
-    environ
-        .split(|&b| b == 0)
-        .find_map(|kv| kv.strip_prefix(key.as_bytes()))
-        .map(|v| PathBuf::from(String::from_utf8_lossy(v).into_owned()))
+    crate::proc::environ_var(pid, ring::RING_ENV)
+        .map(PathBuf::from)
         .ok_or_else(|| {
             "the preload library is loaded but its ring is not named in the environment".into()
         })
@@ -304,7 +262,7 @@ fn stack_of_event(
 /// The line of a stack: its innermost frame, or with library folding the innermost frame
 /// of the user's code.
 fn line_of(frames: &[Frame], profile_all: bool) -> Option<LineKey> {
-    let f = crate::sampler::charged_frame(frames, profile_all)?;
+    let f = crate::profile::charged_frame(frames, profile_all)?;
     Some((f.filename.to_string(), f.line?))
 }
 

@@ -199,12 +199,9 @@ impl Fleet {
         };
         let library = self.library.as_deref()?;
         let name = library.file_name()?.to_string_lossy();
-        let maps = crate::elf::maps::read_maps(pid).ok()?;
+        let maps = crate::proc::read_maps(pid).ok()?;
         // By name: a root that binds our directory shows the file under another path.
-        let loaded = maps
-            .iter()
-            .filter_map(|m| m.path.as_deref())
-            .any(|p| crate::elf::maps::basename(p) == name);
+        let loaded = crate::proc::maps::maps_file_named(&maps, &name);
         if !loaded {
             return Some(format!(
                 "memory not recorded: the preload library is not in the process (its loader \
@@ -298,7 +295,7 @@ impl Fleet {
 fn of_this_image(ring: &Ring, proc: &PythonProcess) -> bool {
     use std::sync::atomic::Ordering;
     let lo = ring.header().python_lo.load(Ordering::Acquire);
-    let Ok(maps) = crate::elf::maps::read_maps(proc.pid) else {
+    let Ok(maps) = crate::proc::read_maps(proc.pid) else {
         return true;
     };
     let Some(path) = maps

@@ -1,12 +1,13 @@
 //! Memory accounting: the consumer side of the preload library's shared-memory ring.
 //!
-//! Owns: the embedded preload library and writing it out privately ([`preload`]), creating,
+//! Owns: the user's choices ([`config`]), the embedded preload library and writing it out privately ([`preload`]), creating,
 //! reading and removing rings ([`ring`]), the consumer thread that ties events to lines
 //! ([`consumer`]), one ring and consumer per process of the program ([`fleet`]) and
 //! folding events into per-line results ([`aggregate`]).
 //! Must not: pause the target or format output.
 
 pub mod aggregate;
+pub mod config;
 pub mod consumer;
 pub mod fleet;
 pub mod preload;

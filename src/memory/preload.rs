@@ -5,7 +5,7 @@
 //! profiled program gets ([`preload_env`]).
 //! Must not: replace the user's own LD_PRELOAD (ours is appended).
 
-use super::consumer::PythonAllocator;
+use super::config::PythonAllocator;
 use super::ring::layout;
 use std::io::Write;
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
@@ -82,7 +82,7 @@ pub fn clean_stale(base: &Path) -> usize {
         let Ok(meta) = std::fs::symlink_metadata(e.path()) else {
             continue;
         };
-        if !meta.is_dir() || meta.uid() != uid || crate::error::process_exists(pid) {
+        if !meta.is_dir() || meta.uid() != uid || crate::proc::process_exists(pid) {
             continue;
         }
         // Only what we write there: the library, then the directory.

@@ -153,7 +153,7 @@ impl Ring {
         let h = ring.header();
         let me = std::process::id() as i32;
         let reader = h.consumer_pid.load(Ordering::Acquire);
-        if reader != me && crate::error::process_exists(reader) {
+        if reader != me && crate::proc::process_exists(reader) {
             return Err(format!(
                 "its memory events are read by scalene-rs process {reader} (the `run` that started it)"
             ));
@@ -498,12 +498,12 @@ pub fn clean_stale(dir: &Path) -> usize {
         let Ok(meta) = std::fs::symlink_metadata(e.path()) else {
             continue;
         };
-        if meta.uid() != uid || !meta.is_file() || crate::error::process_exists(pid) {
+        if meta.uid() != uid || !meta.is_file() || crate::proc::process_exists(pid) {
             continue;
         }
         // Its profiler is gone but its program may live on: `attach` can take the ring
         // over, so it stays until the program is gone too.
-        if producer_of(&e.path()).is_some_and(|p| p > 0 && crate::error::process_exists(p)) {
+        if producer_of(&e.path()).is_some_and(|p| p > 0 && crate::proc::process_exists(p)) {
             continue;
         }
         if std::fs::remove_file(e.path()).is_ok() {

@@ -5,7 +5,9 @@
 //! serializable result, whose JSON form is documented in docs/profile-json.md).
 //! Must not: read process memory or format output.
 
-use crate::python::Frame;
+mod frame;
+
+pub use frame::{charged_frame, is_library_file, Frame};
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 use std::sync::Arc;

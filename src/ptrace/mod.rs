@@ -6,7 +6,6 @@
 //! namespaces ([`ns`]: its files as it sees them, its thread ids as we see them).
 //! Must not: know anything about Python.
 
-pub mod ns;
 pub mod pause;
 
 use crate::error::{Error, Result};
@@ -108,7 +107,7 @@ impl RemoteMemory {
     /// Opens the process's memory. Checks that the process exists; permission is checked by
     /// the first read (process_vm_readv asks the kernel's ptrace access check itself).
     pub fn new(pid: i32) -> Result<RemoteMemory> {
-        if !crate::error::process_exists(pid) {
+        if !crate::proc::process_exists(pid) {
             return Err(Error::NoSuchProcess(pid));
         }
         Ok(RemoteMemory {
@@ -135,7 +134,7 @@ impl RemoteMemory {
     /// Switches to /proc/PID/mem (used when process_vm_readv is not allowed by seccomp).
     fn open_mem_file(&mut self) -> Result<()> {
         let f = File::open(format!("/proc/{}/mem", self.pid))
-            .map_err(|e| Error::from_os(self.pid, "opening /proc/PID/mem", e))?;
+            .map_err(|e| crate::proc::os_error(self.pid, "opening /proc/PID/mem", e))?;
         self.mem_file = Some(f);
         Ok(())
     }
@@ -148,7 +147,9 @@ impl RemoteMemory {
         let mut b = [0u8; 1];
         match self.read_vm(addr, &mut b).map_err(|e| e.raw_os_error()) {
             Err(Some(libc::ENOSYS)) => self.open_mem_file(),
-            Err(Some(libc::EPERM)) if crate::error::seccomp_filtered() => self.open_mem_file(),
+            Err(Some(libc::EPERM)) if crate::proc::access::seccomp_filtered() => {
+                self.open_mem_file()
+            }
             _ => Ok(()),
         }
     }
@@ -159,10 +160,10 @@ impl RemoteMemory {
             // (an exiting process loses its memory before it becomes a zombie).
             Some(libc::ESRCH) => Error::ProcessExited(self.pid),
             Some(libc::EPERM) | Some(libc::EACCES) => {
-                crate::error::permission_denied(self.pid, "reading its memory")
+                crate::proc::permission_denied(self.pid, "reading its memory")
             }
             _ => {
-                if !crate::error::process_exists(self.pid) {
+                if !crate::proc::process_exists(self.pid) {
                     return Error::ProcessExited(self.pid);
                 }
                 Error::Read {
@@ -598,43 +599,6 @@ impl ProcessMemory for SecondLook<'_> {
     fn live(&self) -> Option<&dyn ProcessMemory> {
         Some(self.inner)
     }
-}
-
-/// The thread ids (host TIDs) of a process, from /proc/PID/task.
-pub fn threads(pid: i32) -> Result<Vec<i32>> {
-    let dir = std::fs::read_dir(format!("/proc/{pid}/task")).map_err(|e| {
-        if crate::error::process_exists(pid) {
-            Error::from_os(pid, "listing its threads", e)
-        } else {
-            Error::NoSuchProcess(pid)
-        }
-    })?;
-    let mut tids: Vec<i32> = dir
-        .flatten()
-        .filter_map(|e| e.file_name().to_str()?.parse().ok())
-        .collect();
-    tids.sort_unstable();
-    Ok(tids)
-}
-
-/// The fields of a /proc `stat` line from field 3 (the state) on: `.nth(n - 3)` is field
-/// `n` as proc(5) numbers them. The command name (field 2) may hold spaces and parentheses,
-/// so the fields start after its last ')'.
-pub fn stat_fields(stat: &str) -> Option<std::str::SplitAsciiWhitespace<'_>> {
-    Some(stat.get(stat.rfind(')')? + 1..)?.split_ascii_whitespace())
-}
-
-/// Scheduler state of one thread from /proc/PID/task/TID/stat: ('R', 'S', 'D', 't', ...).
-pub fn thread_state(pid: i32, tid: i32) -> Option<char> {
-    let s = std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/stat")).ok()?;
-    stat_fields(&s)?.next()?.chars().next()
-}
-
-/// The OS name of a thread (/proc/PID/task/TID/comm).
-pub fn thread_name(pid: i32, tid: i32) -> Option<String> {
-    std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/comm"))
-        .ok()
-        .map(|s| s.trim_end_matches('\n').to_string())
 }
 
 #[cfg(test)]

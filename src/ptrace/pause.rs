@@ -72,7 +72,7 @@ impl PausedThreads {
             let tids = if round == 0 && !known.is_empty() {
                 known.to_vec()
             } else {
-                super::threads(pid)?
+                crate::proc::threads(pid)?
             };
             let mut new = 0;
             for tid in tids {
@@ -111,7 +111,7 @@ impl PausedThreads {
 
     /// The error when no thread could be paused.
     fn none_paused(&self, pid: i32) -> Error {
-        if crate::error::process_exists(pid) {
+        if crate::proc::process_exists(pid) {
             Error::BadState {
                 pid,
                 why: "no thread could be paused".into(),
@@ -128,14 +128,14 @@ impl PausedThreads {
             // The thread exited between listing and seizing.
             Err(nix::errno::Errno::ESRCH) => return Ok(()),
             Err(nix::errno::Errno::EPERM) => {
-                return Err(if crate::error::process_exists(pid) {
-                    crate::error::permission_denied(pid, "pausing its threads with ptrace")
+                return Err(if crate::proc::process_exists(pid) {
+                    crate::proc::permission_denied(pid, "pausing its threads with ptrace")
                 } else {
                     Error::ProcessExited(pid)
                 });
             }
             Err(e) => {
-                return Err(Error::from_os(
+                return Err(crate::proc::os_error(
                     pid,
                     "PTRACE_SEIZE",
                     std::io::Error::from_raw_os_error(e as i32),
@@ -152,7 +152,7 @@ impl PausedThreads {
             if e == nix::errno::Errno::ESRCH {
                 return Ok(());
             }
-            return Err(Error::from_os(
+            return Err(crate::proc::os_error(
                 pid,
                 "PTRACE_INTERRUPT",
                 std::io::Error::from_raw_os_error(e as i32),
@@ -181,7 +181,7 @@ impl PausedThreads {
                 Err(nix::errno::Errno::ECHILD) => return Ok(()),
                 Err(e) => {
                     self.seized.push(entry);
-                    return Err(Error::from_os(
+                    return Err(crate::proc::os_error(
                         pid,
                         "waiting for a paused thread",
                         std::io::Error::from_raw_os_error(e as i32),
@@ -200,7 +200,7 @@ impl PausedThreads {
                 Err(nix::errno::Errno::ECHILD) => return Ok(()),
                 Err(e) => {
                     self.seized.push(entry);
-                    return Err(Error::from_os(
+                    return Err(crate::proc::os_error(
                         pid,
                         "waiting for a paused thread",
                         std::io::Error::from_raw_os_error(e as i32),
@@ -289,14 +289,7 @@ fn reap_died(tids: &[Pid]) {
 
 /// Whether `tid` is a process we started (its status is ours to wait for: `run`'s program).
 fn is_our_child(tid: Pid) -> bool {
-    let me = std::process::id() as i32;
-    std::fs::read_to_string(format!("/proc/{tid}/stat"))
-        .ok()
-        .and_then(|s| {
-            let ppid: i32 = super::stat_fields(&s)?.nth(1)?.parse().ok()?;
-            Some(ppid == me)
-        })
-        .unwrap_or(false)
+    crate::proc::parent(tid.as_raw()) == Some(std::process::id() as i32)
 }
 
 /// Reaps every thread of `pid` (except its leader) that died while traced by us and is
@@ -304,13 +297,10 @@ fn is_our_child(tid: Pid) -> bool {
 /// process to end call it so a thread that died in one of our pauses cannot hold the
 /// process's exit back.
 pub fn reap_traced_zombies(pid: i32) {
-    let Ok(dir) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+    let Ok(tids) = crate::proc::threads(pid) else {
         return;
     };
-    for e in dir.flatten() {
-        let Some(tid) = e.file_name().to_str().and_then(|s| s.parse::<i32>().ok()) else {
-            continue;
-        };
+    for tid in tids {
         if tid != pid {
             let _ = waitpid(
                 Pid::from_raw(tid),

@@ -129,13 +129,13 @@ pub fn take_snapshot_with_states(
             t.sort_unstable();
             t
         }
-        None => ptrace::threads(pid)?,
+        None => crate::proc::threads(pid)?,
     };
     let states: HashMap<i32, char> = match known_states {
         Some(s) => s.clone(),
         None => tids
             .iter()
-            .filter_map(|&t| Some((t, ptrace::thread_state(pid, t)?)))
+            .filter_map(|&t| Some((t, crate::proc::thread_state(pid, t)?)))
             .collect(),
     };
 
@@ -210,7 +210,7 @@ pub fn take_snapshot_with_states(
                 ns_native_id: inner_id.filter(|_| translate),
                 name: native_id
                     .filter(|_| opts.thread_names)
-                    .and_then(|t| ptrace::thread_name(pid, t)),
+                    .and_then(|t| crate::proc::thread_name(pid, t)),
                 holds_gil: raw.holds_gil,
                 idle: !running && !raw.holds_gil,
                 in_native,
@@ -279,7 +279,7 @@ fn gil_current(proc: &PythonProcess, mem: &dyn ProcessMemory) -> Result<Option<u
 fn settle_uninitialized(proc: &PythonProcess) -> Result<()> {
     let until = std::time::Instant::now() + std::time::Duration::from_millis(200);
     loop {
-        if !crate::error::process_exists(proc.pid) {
+        if !crate::proc::process_exists(proc.pid) {
             return Err(Error::ProcessExited(proc.pid));
         }
         if matches!(proc.interp_head(), Ok(h) if h != 0) {
@@ -457,7 +457,7 @@ fn read_nonblocking(
                         "the stack changed while being read ({tries} tries)"
                     ))
                 }
-                Err(e) if e.is_process_gone() || !crate::error::process_exists(proc.pid) => {
+                Err(e) if e.is_process_gone() || !crate::proc::process_exists(proc.pid) => {
                     return Err(Error::ProcessExited(proc.pid))
                 }
                 Err(e) => {
@@ -793,7 +793,7 @@ impl ThreadReader {
                     || raw.iter().any(|t| !self.mapped.contains(&t.thread_id)))
             {
                 self.mapped = raw.iter().map(|t| t.thread_id).collect();
-                self.mapped_tids = ptrace::threads(proc.pid)?;
+                self.mapped_tids = crate::proc::threads(proc.pid)?;
                 let results: Vec<ThreadResult> = raw
                     .iter()
                     .map(|t| (t.clone(), Err(String::new()), None))

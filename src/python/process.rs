@@ -9,10 +9,11 @@
 
 use super::strings::TypeAddrs;
 use super::version::{Version, VersionSource};
-use crate::elf::maps::{self, MapEntry};
+use crate::elf::maps;
 use crate::elf::ElfFile;
 use crate::error::{Error, Result};
-use crate::ptrace::ns::{Namespaces, TidMap};
+use crate::proc::ns::{Namespaces, TidMap};
+use crate::proc::{self, MapEntry};
 use crate::ptrace::{ProcessMemory, RemoteMemory};
 use crate::python_bindings::{self, debug_offsets, Layout};
 
@@ -85,7 +86,7 @@ impl PythonProcess {
         match Self::locate_once(pid, opts) {
             // An exiting process loses its mappings and memory before it is gone: what looks
             // like "not Python" or a failed read is then the process ending, and says so.
-            Err(e) if !e.is_process_gone() && !crate::error::process_exists(pid) => {
+            Err(e) if !e.is_process_gone() && !crate::proc::process_exists(pid) => {
                 Err(Error::ProcessExited(pid))
             }
             r => r,
@@ -94,8 +95,8 @@ impl PythonProcess {
 
     fn locate_once(pid: i32, opts: &LocateOptions) -> Result<PythonProcess> {
         let mut mem = RemoteMemory::new(pid)?;
-        let maps = maps::read_maps(pid)?;
-        let executable = maps::exe_path(pid)?;
+        let maps = proc::read_maps(pid)?;
+        let executable = proc::exe_path(pid)?;
 
         // Prefer a mapped libpython (shared build); else the executable (static build).
         let mut chosen: Option<(String, ElfFile)> = None;

@@ -19,19 +19,7 @@ use crate::python_bindings::{FrameModel, Layout};
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
-/// One Python frame.
-#[derive(
-    Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
-)]
-pub struct Frame {
-    /// Qualified name on 3.11+ (`Class.method`, `outer.<locals>.inner`), `co_name` before.
-    /// Shared with the code-object cache: cloning a frame copies no text.
-    pub function: Arc<str>,
-    /// `co_filename`, as the interpreter has it.
-    pub filename: Arc<str>,
-    /// Current line; None when the instruction has no line (3.10+ artificial code).
-    pub line: Option<u32>,
-}
+pub use crate::profile::Frame;
 
 /// One thread state as found in the interpreter.
 #[derive(Debug, Clone)]

@@ -12,7 +12,7 @@
 //! Must not: read process memory or files.
 
 use crate::profile::Profile;
-use crate::python::Frame;
+use crate::profile::Frame;
 use std::collections::BTreeMap;
 use std::io::{self, Write};
 

@@ -75,7 +75,9 @@ pub struct RenderOptions {
 }
 
 /// Renders `profile` in `format`.
-pub fn render(profile: &Profile, format: Format, opts: &RenderOptions) -> anyhow::Result<Vec<u8>> {
+/// Errors: a memory rendering of a profile without memory data, a flame graph of an empty
+/// profile (`InvalidData`, with what is missing).
+pub fn render(profile: &Profile, format: Format, opts: &RenderOptions) -> std::io::Result<Vec<u8>> {
     Ok(match format {
         Format::Terminal => {
             let t = terminal::TerminalOptions {
@@ -95,8 +97,9 @@ pub fn render(profile: &Profile, format: Format, opts: &RenderOptions) -> anyhow
         Format::Flamegraph => flamegraph::render(profile)?,
         Format::Collapsed if opts.memory => {
             let lines = collapsed::memory_lines(profile).ok_or_else(|| {
-                anyhow::anyhow!(
-                    "the profile has no memory data (recorded with `run`, without --cpu-only)"
+                std::io::Error::new(
+                    std::io::ErrorKind::InvalidData,
+                    "the profile has no memory data (recorded with `run`, without --cpu-only)",
                 )
             })?;
             let mut s = lines.join("\n");

@@ -11,7 +11,7 @@
 //! Must not: read process memory or files.
 
 use crate::profile::Profile;
-use crate::python::Frame;
+use crate::profile::Frame;
 use serde::Serialize;
 use std::collections::HashMap;
 use std::io::{self, Write};

@@ -39,7 +39,7 @@ pub fn tick_seconds() -> f64 {
 
 /// Parses the fields we need out of `/proc/PID/task/TID/stat`.
 pub fn parse_stat(stat: &str) -> Option<(char, u64, u64)> {
-    let mut it = crate::ptrace::stat_fields(stat)?;
+    let mut it = crate::proc::stat_fields(stat)?;
     let state = it.next()?.chars().next()?;
     // After the state (field 3) come fields 4..; utime is field 14, stime field 15.
     let mut it = it.skip(10);

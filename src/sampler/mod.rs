@@ -11,7 +11,6 @@ pub mod tree;
 
 use crate::error::Result;
 use crate::profile::{Activity, Aggregator, Profile, ProfileMeta, ThreadSample};
-use crate::ptrace;
 use crate::python::{self, Frame, PythonProcess, SnapshotOptions, StackWalker};
 use cputime::{CpuReading, CpuTracker};
 use std::collections::{BTreeMap, HashMap};
@@ -81,37 +80,6 @@ pub struct Stats {
     pub elapsed: Duration,
     /// Things the user should know about the recording (e.g. why there is no memory data).
     pub notes: Vec<String>,
-}
-
-/// Whether a file belongs to the Python installation or to installed packages rather than to
-/// the user's program.
-pub fn is_library_file(path: &str) -> bool {
-    if path.starts_with("<frozen ") {
-        return true;
-    }
-    if path.contains("/site-packages/") || path.contains("/dist-packages/") {
-        return true;
-    }
-    // <prefix>/lib/pythonX.Y/...
-    if let Some(i) = path.find("/lib/python") {
-        let rest = &path[i + "/lib/python".len()..];
-        let ver: String = rest.chars().take_while(|c| *c != '/').collect();
-        return !ver.is_empty() && ver.chars().all(|c| c.is_ascii_digit() || c == '.');
-    }
-    false
-}
-
-/// The frame a stack's time (or allocation) is charged to: the innermost frame, or with
-/// library folding (`profile_all` off) the innermost frame of the user's own code (else the
-/// innermost frame).
-pub fn charged_frame(frames: &[Frame], profile_all: bool) -> Option<&Frame> {
-    if profile_all {
-        return frames.first();
-    }
-    frames
-        .iter()
-        .find(|f| !is_library_file(&f.filename))
-        .or(frames.first())
 }
 
 /// Samples one process.
@@ -188,7 +156,7 @@ const RELIST_INTERVAL: Duration = Duration::from_millis(50);
 impl Sampler {
     pub fn new(proc: PythonProcess, cfg: SamplerConfig) -> Sampler {
         let walker = StackWalker::new(proc.layout, proc.addrs.types);
-        let cwd = target_cwd(proc.pid);
+        let cwd = crate::proc::cwd(proc.pid);
         Sampler {
             proc,
             walker,
@@ -241,7 +209,7 @@ impl Sampler {
         self.last_wall = Some(now);
         let tids = match self.thread_list(pid) {
             Ok(t) => t,
-            Err(e) if e.is_process_gone() || !crate::error::process_exists(pid) => {
+            Err(e) if e.is_process_gone() || !crate::proc::process_exists(pid) => {
                 return Err(crate::Error::ProcessExited(pid))
             }
             Err(e) => {
@@ -433,7 +401,7 @@ impl Sampler {
                 return Ok(tids.clone());
             }
         }
-        let tids = ptrace::threads(pid)?;
+        let tids = crate::proc::threads(pid)?;
         self.tids_listed = Some((Instant::now(), tids.clone()));
         Ok(tids)
     }
@@ -477,7 +445,7 @@ impl Sampler {
     /// The frame time is charged to: the innermost frame, or with library folding, the
     /// innermost frame of the user's own code (else the innermost frame).
     fn attribution<'f>(&self, frames: &'f [Frame]) -> Option<&'f Frame> {
-        charged_frame(frames, self.cfg.profile_all)
+        crate::profile::charged_frame(frames, self.cfg.profile_all)
     }
 
     fn count_error(&mut self, msg: &str) {
@@ -518,17 +486,8 @@ impl Sampler {
         let Some((lo, hi)) = self.handshake_range else {
             return false;
         };
-        let Ok(text) =
-            std::fs::read_to_string(format!("/proc/{}/task/{tid}/syscall", self.proc.pid))
-        else {
-            return false;
-        };
-        let mut it = text.split_ascii_whitespace();
-        let nr = it.next().and_then(|n| n.parse::<i64>().ok());
-        let addr = it
-            .next()
-            .and_then(|a| u64::from_str_radix(a.trim_start_matches("0x"), 16).ok());
-        nr == Some(libc::SYS_futex) && addr.is_some_and(|a| (lo..hi).contains(&a))
+        crate::proc::blocked_syscall(self.proc.pid, tid)
+            .is_some_and(|(nr, addr)| nr == libc::SYS_futex && (lo..hi).contains(&addr))
     }
 
     /// What has been folded so far.
@@ -705,45 +664,8 @@ pub fn drive(
 
 /// The address range where `pid` maps `file` (all its mappings together).
 fn mapping_of(pid: i32, file: &std::path::Path) -> Option<(u64, u64)> {
-    let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).ok()?;
-    let name = file.to_string_lossy();
-    let mut range: Option<(u64, u64)> = None;
-    for line in maps
-        .lines()
-        .filter(|l| l.trim_end_matches(" (deleted)").ends_with(&*name))
-    {
-        let (lo, hi) = line.split_whitespace().next()?.split_once('-')?;
-        let (lo, hi) = (
-            u64::from_str_radix(lo, 16).ok()?,
-            u64::from_str_radix(hi, 16).ok()?,
-        );
-        range = Some(range.map_or((lo, hi), |(a, b)| (a.min(lo), b.max(hi))));
-    }
-    range
-}
-
-/// The target's working directory as the target sees it: /proc/PID/cwd is written from our
-/// root (or its namespace's), so a chrooted target's root directory is taken off its front.
-fn target_cwd(pid: i32) -> Option<String> {
-    let link = |what: &str| {
-        std::fs::read_link(format!("/proc/{pid}/{what}"))
-            .ok()
-            .map(|p| p.to_string_lossy().into_owned())
-    };
-    let cwd = link("cwd")?;
-    match link("root") {
-        Some(root) if root != "/" => cwd
-            .strip_prefix(&root)
-            .filter(|rest| rest.is_empty() || rest.starts_with('/'))
-            .map(|rest| {
-                if rest.is_empty() {
-                    "/".to_string()
-                } else {
-                    rest.to_string()
-                }
-            }),
-        _ => Some(cwd),
-    }
+    let maps = crate::proc::read_maps(pid).ok()?;
+    crate::proc::maps::range_of(&maps, &file.to_string_lossy())
 }
 
 /// `file` made absolute against `cwd` when it is relative (`python app.py` records "app.py").
@@ -765,16 +687,16 @@ pub fn read_source(pid: i32, file: &str) -> Option<Vec<String>> {
         return None;
     }
     let ours = || std::fs::read(file).ok();
-    let bytes = if crate::ptrace::ns::Namespaces::of(pid).same_files {
+    let bytes = if crate::proc::ns::Namespaces::of(pid).same_files {
         ours()?
     } else {
-        match crate::ptrace::ns::open_in_root(pid, file) {
+        match crate::proc::ns::open_in_root(pid, file) {
             Ok(mut f) => {
                 let mut bytes = Vec::new();
                 f.read_to_end(&mut bytes).ok()?;
                 bytes
             }
-            Err(_) if !crate::error::process_exists(pid) => ours()?,
+            Err(_) if !crate::proc::process_exists(pid) => ours()?,
             Err(_) => return None,
         }
     };
@@ -827,26 +749,5 @@ mod tests {
         }
         let filled = bins.iter().filter(|&&b| b > 0).count();
         assert!(filled >= 30, "{filled} of 40 phase bins: {bins:?}");
-    }
-
-    #[test]
-    fn library_files() {
-        for lib in [
-            "/usr/lib/python3.11/threading.py",
-            "/root/.pyenv/versions/3.12.1/lib/python3.12/json/decoder.py",
-            "/venv/lib/python3.12/site-packages/numpy/core/numeric.py",
-            "/usr/lib/python3/dist-packages/yaml/__init__.py",
-            "<frozen importlib._bootstrap>",
-        ] {
-            assert!(is_library_file(lib), "{lib}");
-        }
-        for user in [
-            "/home/me/app.py",
-            "<string>",
-            "/srv/lib/python_tools/x.py",
-            "app.py",
-        ] {
-            assert!(!is_library_file(user), "{user}");
-        }
     }
 }

@@ -74,34 +74,12 @@ pub struct ProcessTree {
     pub notes: BTreeMap<i32, String>,
 }
 
-/// The direct children of every thread of `pid` (fork children hang off the thread that
-/// forked). Empty when the process is gone or the kernel lacks CONFIG_PROC_CHILDREN.
-pub fn children(pid: i32) -> Vec<i32> {
-    let mut out = Vec::new();
-    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
-        return out;
-    };
-    for t in tasks.flatten() {
-        let mut path = t.path();
-        path.push("children");
-        if let Ok(text) = std::fs::read_to_string(&path) {
-            out.extend(
-                text.split_ascii_whitespace()
-                    .filter_map(|c| c.parse::<i32>().ok()),
-            );
-        }
-    }
-    out.sort_unstable();
-    out.dedup();
-    out
-}
-
 /// `root` and all its descendants, parents before children.
 pub fn descendants(root: i32) -> Vec<i32> {
     let mut out = vec![root];
     let mut i = 0;
     while i < out.len() && out.len() < 65536 {
-        for c in children(out[i]) {
+        for c in crate::proc::children(out[i]) {
             if !out.contains(&c) {
                 out.push(c);
             }
@@ -111,39 +89,20 @@ pub fn descendants(root: i32) -> Vec<i32> {
     out
 }
 
-fn exe_of(pid: i32) -> Option<String> {
-    std::fs::read_link(format!("/proc/{pid}/exe"))
-        .ok()
-        .map(|p| p.to_string_lossy().into_owned())
-}
-
 /// What a process is running: its executable, plus what changes on every `exec` even into
 /// the same executable (Python exec'ing Python): where its stack and its arguments start
 /// (`stat` fields 28 and 48, placed afresh by each exec) and its command line.
 fn image_of(pid: i32) -> Option<String> {
-    let exe = exe_of(pid)?;
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    let fields: Vec<&str> = crate::ptrace::stat_fields(&stat)?.collect();
+    let exe = crate::proc::exe_path(pid).ok()?;
+    let stat = crate::proc::stat(pid)?;
+    let fields: Vec<&str> = crate::proc::stat_fields(&stat)?.collect();
     let at = |n: usize| fields.get(n - 3).copied().unwrap_or("");
     Some(format!(
         "{exe}\0{}\0{}\0{}",
         at(28),
         at(48),
-        command_line(pid)
+        crate::proc::command_line(pid)
     ))
-}
-
-/// A process's command line, arguments joined by spaces.
-pub fn command_line(pid: i32) -> String {
-    std::fs::read(format!("/proc/{pid}/cmdline"))
-        .map(|b| {
-            b.split(|&c| c == 0)
-                .filter(|s| !s.is_empty())
-                .map(|s| String::from_utf8_lossy(s).into_owned())
-                .collect::<Vec<_>>()
-                .join(" ")
-        })
-        .unwrap_or_default()
 }
 
 impl ProcessTree {
@@ -188,7 +147,7 @@ impl ProcessTree {
             Tracked::Sampling {
                 sampler: Box::new(Sampler::new(proc, self.cfg.clone())),
                 exe,
-                command: command_line(pid),
+                command: crate::proc::command_line(pid),
                 serial,
             },
         );
@@ -285,7 +244,7 @@ impl ProcessTree {
         for pid in gone {
             self.retire(pid);
         }
-        let own = exe_of(std::process::id() as i32);
+        let own = crate::proc::exe_path(std::process::id() as i32).ok();
         for pid in pids {
             let Some(exe) = image_of(pid) else { continue };
             // Forked by us and not yet exec'd: nothing to look at (and our own binary is
@@ -407,7 +366,7 @@ impl ProcessTree {
             .tracked
             .values()
             .any(|t| matches!(t, Tracked::Sampling { .. }));
-        Ok(sampling || crate::error::process_exists(self.root))
+        Ok(sampling || crate::proc::process_exists(self.root))
     }
 
     /// Samples until `stop()` says so or every process is gone.
@@ -506,7 +465,7 @@ mod tests {
             found = descendants(root);
             let sleeps = found
                 .iter()
-                .filter(|&&p| exe_of(p).is_some_and(|e| e.ends_with("/sleep")))
+                .filter(|&&p| crate::proc::exe_path(p).is_ok_and(|e| e.ends_with("/sleep")))
                 .count();
             if sleeps == 2 {
                 break;

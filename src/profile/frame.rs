@@ -1,0 +1,100 @@
+//! The crate's central datum, a Python frame, and the rule that says which frame of a
+//! stack is charged for its time and its memory.
+//!
+//! Owns: [`Frame`], [`charged_frame`] and what counts as library code ([`is_library_file`]).
+//! Must not: depend on how frames are read (`python`) or sampled (`sampler`).
+
+use std::sync::Arc;
+
+/// One Python frame.
+#[derive(
+    Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
+)]
+pub struct Frame {
+    /// Qualified name on 3.11+ (`Class.method`, `outer.<locals>.inner`), `co_name` before.
+    /// Shared with the code-object cache: cloning a frame copies no text.
+    pub function: Arc<str>,
+    /// `co_filename`, as the interpreter has it.
+    pub filename: Arc<str>,
+    /// Current line; None when the instruction has no line (3.10+ artificial code).
+    pub line: Option<u32>,
+}
+
+/// Whether a file belongs to the Python installation or to installed packages rather than to
+/// the user's program.
+pub fn is_library_file(path: &str) -> bool {
+    if path.starts_with("<frozen ") {
+        return true;
+    }
+    if path.contains("/site-packages/") || path.contains("/dist-packages/") {
+        return true;
+    }
+    // <prefix>/lib/pythonX.Y/...
+    if let Some(i) = path.find("/lib/python") {
+        let rest = &path[i + "/lib/python".len()..];
+        let ver: String = rest.chars().take_while(|c| *c != '/').collect();
+        return !ver.is_empty() && ver.chars().all(|c| c.is_ascii_digit() || c == '.');
+    }
+    false
+}
+
+/// The frame a stack's time (or allocation) is charged to: the innermost frame, or with
+/// library folding (`profile_all` off) the innermost frame of the user's own code (else the
+/// innermost frame).
+pub fn charged_frame(frames: &[Frame], profile_all: bool) -> Option<&Frame> {
+    if profile_all {
+        return frames.first();
+    }
+    frames
+        .iter()
+        .find(|f| !is_library_file(&f.filename))
+        .or(frames.first())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn library_files() {
+        for lib in [
+            "/usr/lib/python3.11/threading.py",
+            "/root/.pyenv/versions/3.12.1/lib/python3.12/json/decoder.py",
+            "/venv/lib/python3.12/site-packages/numpy/core/numeric.py",
+            "/usr/lib/python3/dist-packages/yaml/__init__.py",
+            "<frozen importlib._bootstrap>",
+        ] {
+            assert!(is_library_file(lib), "{lib}");
+        }
+        for user in [
+            "/home/me/app.py",
+            "<string>",
+            "/srv/lib/python_tools/x.py",
+            "app.py",
+        ] {
+            assert!(!is_library_file(user), "{user}");
+        }
+    }
+
+    fn f(file: &str) -> Frame {
+        Frame {
+            function: "f".into(),
+            filename: file.into(),
+            line: Some(1),
+        }
+    }
+
+    #[test]
+    fn library_frames_fold_into_the_calling_user_line() {
+        let stack = [
+            f("/usr/lib/python3.11/json/decoder.py"),
+            f("/home/me/app.py"),
+            f("/home/me/main.py"),
+        ];
+        assert_eq!(charged_frame(&stack, false), Some(&stack[1]));
+        assert_eq!(charged_frame(&stack, true), Some(&stack[0]));
+        let all_library = [f("/usr/lib/python3.11/threading.py")];
+        assert_eq!(charged_frame(&all_library, false), Some(&all_library[0]));
+        assert_eq!(charged_frame(&[], false), None);
+    }
+}
