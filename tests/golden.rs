@@ -6,7 +6,7 @@
 
 use scalene_rs::profile::{
     FileProfile, FunctionProfile, Leak, LineMemory, LineProfile, MemoryStack, MemorySummary,
-    Profile, ProfileMeta, StackProfile, ThreadProfile, PROFILE_SCHEMA_VERSION,
+    Profile, ProfileMeta, StackProfile, ThreadProfile, TimeMode, PROFILE_SCHEMA_VERSION,
 };
 use scalene_rs::python::Frame;
 use scalene_rs::report::terminal::{self, TerminalOptions};
@@ -49,6 +49,7 @@ fn file(name: &str, lines: Vec<LineProfile>, functions: Vec<FunctionProfile>) ->
         cpu_pct: lines.iter().map(LineProfile::total_pct).sum(),
         lines,
         functions,
+        context: Vec::new(),
     }
 }
 
@@ -126,6 +127,7 @@ fn basic() -> Profile {
         cpu_pct: 0.0,
         lines: vec![],
         functions: vec![function("_find_and_load", None, 1.4, 0.0, 0.0)],
+        context: Vec::new(),
     };
     let module = frame("<module>", MAIN, Some(26));
     let mut deep = vec![frame("fib", MAIN, Some(40))];
@@ -209,7 +211,8 @@ fn basic() -> Profile {
             thinned_samples: 0,
             rate_hz: 99.9,
             requested_rate_hz: 100.0,
-            mode: "cpu".into(),
+            mode: TimeMode::Cpu,
+            paused_max_hz: None,
             profile_all: false,
             free_threaded: false,
             split_unavailable: None,
@@ -275,7 +278,8 @@ fn wall() -> Profile {
             thinned_samples: 0,
             rate_hz: 61.2,
             requested_rate_hz: 100.0,
-            mode: "wall".into(),
+            mode: TimeMode::Wall,
+            paused_max_hz: None,
             profile_all: true,
             free_threaded: false,
             split_unavailable: None,
@@ -336,7 +340,8 @@ fn empty() -> Profile {
             thinned_samples: 0,
             rate_hz: 0.0,
             requested_rate_hz: 100.0,
-            mode: "cpu".into(),
+            mode: TimeMode::Cpu,
+            paused_max_hz: None,
             profile_all: false,
             free_threaded: false,
             split_unavailable: None,
@@ -734,6 +739,7 @@ fn terminal_with_functions_but_no_lines() {
         cpu_pct: 0.0,
         lines: vec![],
         functions: vec![function("_find_and_load", None, 100.0, 0.0, 0.0)],
+        context: Vec::new(),
     }];
     let text = terminal::render_without_source(&p, &plain(100, 2));
     assert!(text.contains("No time was attributed to any Python line."));

@@ -369,3 +369,75 @@ fn a_stack_that_flips_faster_than_a_read_gets_the_same_split_as_paused_reads() {
         Ok(summary)
     });
 }
+
+/// A saved profile is read on its own: `view` shows the source text the profile carries
+/// (its lines and the context around them), not whatever the file holds now, and not a
+/// file seen through /proc of whatever process has the recorded pid by then. The script
+/// is rewritten after the recording; the report must still quote the original lines.
+#[test]
+fn a_saved_profile_shows_the_source_it_was_recorded_with() {
+    let py = common::interpreters()
+        .into_iter()
+        .filter(|i| !i.is_py2() && i.root.is_none())
+        .max_by_key(|i| i.version())
+        .expect("a Python 3 interpreter");
+    let dir = tempdir();
+    let script = dir.join("spin.py");
+    let original = "import time\n\
+                    # context above: kept by the profile\n\
+                    def spin(seconds):\n\
+                    \x20   total = 0\n\
+                    \x20   end = time.time() + seconds\n\
+                    \x20   while time.time() < end:\n\
+                    \x20       total += 1  # the hot line\n\
+                    \x20   return total\n\
+                    # context below: kept by the profile\n\
+                    spin(1.0)\n";
+    std::fs::write(&script, original).unwrap();
+    let out = dir.join("p.json");
+    let rec = Command::new(bin())
+        .args(["run", "--cpu-only", "-o"])
+        .arg(&out)
+        .arg("--")
+        .arg(&py.path)
+        .arg(&script)
+        .output()
+        .unwrap();
+    assert!(
+        rec.status.success(),
+        "{}: {}",
+        py.label,
+        String::from_utf8_lossy(&rec.stderr)
+    );
+    let replaced: String = original
+        .lines()
+        .map(|_| "# rewritten after the recording\n")
+        .collect();
+    std::fs::write(&script, replaced).unwrap();
+    let view = Command::new(bin())
+        .arg("view")
+        .arg(&out)
+        .env("COLUMNS", "160")
+        .output()
+        .unwrap();
+    let text =
+        String::from_utf8_lossy(&view.stdout).into_owned() + &String::from_utf8_lossy(&view.stderr);
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(view.status.success(), "{}: view failed: {text}", py.label);
+    for quoted in [
+        "total += 1  # the hot line",
+        "while time.time() < end:",
+        "# context below: kept by the profile",
+    ] {
+        assert!(
+            text.contains(quoted),
+            "{}: `view` should quote {quoted:?} from the profile:\n{text}",
+            py.label
+        );
+    }
+    assert!(
+        !text.contains("rewritten after the recording"),
+        "{}: `view` read the file as it is now:\n{text}",
+        py.label
+    );
+}

@@ -297,6 +297,7 @@ impl MemoryAggregator {
         };
         let peak_t = peak_point.map_or(u64::MAX, |p| p.0);
         let mut leaks = Vec::new();
+        let mut grown = std::collections::BTreeSet::new();
         for l in profile.files.iter_mut().flat_map(|f| f.lines.iter_mut()) {
             l.memory.get_or_insert_with(LineMemory::default);
         }
@@ -333,12 +334,7 @@ impl MemoryAggregator {
             let fi = match profile.files.iter().position(|f| &f.filename == file) {
                 Some(i) => i,
                 None => {
-                    profile.files.push(FileProfile {
-                        filename: file.clone(),
-                        cpu_pct: 0.0,
-                        lines: Vec::new(),
-                        functions: Vec::new(),
-                    });
+                    profile.files.push(FileProfile::new(file));
                     profile.files.len() - 1
                 }
             };
@@ -346,17 +342,10 @@ impl MemoryAggregator {
             match f.lines.iter_mut().find(|l| l.line == *line) {
                 Some(l) => l.memory = Some(mem),
                 None => {
-                    let text = source(file)
-                        .and_then(|src| {
-                            (*line as usize)
-                                .checked_sub(1)
-                                .and_then(|i| src.get(i))
-                                .cloned()
-                        })
-                        .unwrap_or_default();
+                    grown.insert(fi);
                     f.lines.push(LineProfile {
                         line: *line,
-                        source: text,
+                        source: String::new(),
                         cpu_python_pct: 0.0,
                         cpu_native_pct: 0.0,
                         cpu_system_pct: 0.0,
@@ -364,6 +353,13 @@ impl MemoryAggregator {
                     });
                     f.lines.sort_by_key(|l| l.line);
                 }
+            }
+        }
+        // Files that gained lines: their source text and context, once per file.
+        for fi in grown {
+            let f = &mut profile.files[fi];
+            if let Some(src) = source(&f.filename) {
+                f.take_source(&src);
             }
         }
         leaks.sort_by(|a, b| {

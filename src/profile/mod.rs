@@ -214,12 +214,7 @@ impl Aggregator {
                     .then_with(|| a.function.cmp(&b.function))
             });
             if let Some(src) = source(&f.filename) {
-                for l in &mut f.lines {
-                    // Line 0 exists (code without a source line, e.g. generated shims).
-                    if let Some(text) = (l.line as usize).checked_sub(1).and_then(|i| src.get(i)) {
-                        l.source = text.clone();
-                    }
-                }
+                f.take_source(&src);
             }
             f.cpu_pct = f.lines.iter().map(LineProfile::total_pct).sum();
         }
@@ -290,10 +285,14 @@ pub struct ProfileMeta {
     /// (stacks that change too fast to read without pausing, at rates above 200 Hz).
     #[serde(default)]
     pub thinned_samples: u64,
+    /// The most sampling ticks a second that pause the target (above it, ticks are
+    /// thinned: `thinned_samples`); absent in profiles recorded before it was kept.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub paused_max_hz: Option<f64>,
     pub rate_hz: f64,
     pub requested_rate_hz: f64,
-    /// "cpu" or "wall".
-    pub mode: String,
+    /// What time counts.
+    pub mode: TimeMode,
     /// Whether stdlib and site-packages frames were kept (`--profile-all`).
     pub profile_all: bool,
     /// A free-threaded build (no GIL) ran the program (or one of its processes).
@@ -304,6 +303,26 @@ pub struct ProfileMeta {
     /// which means "Python or native" and is shown so.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub split_unavailable: Option<String>,
+}
+
+/// What time a profile counts (`--wall` or not).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum TimeMode {
+    /// Time on a CPU only; system is time in the kernel.
+    #[default]
+    Cpu,
+    /// All elapsed time; system also holds time off the CPU.
+    Wall,
+}
+
+impl std::fmt::Display for TimeMode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            TimeMode::Cpu => "cpu",
+            TimeMode::Wall => "wall",
+        })
+    }
 }
 
 /// One line's share of the program's time, in percent of the total.
@@ -424,16 +443,86 @@ pub struct FileProfile {
     pub cpu_pct: f64,
     pub lines: Vec<LineProfile>,
     pub functions: Vec<FunctionProfile>,
+    /// The source text of the lines within [`SOURCE_CONTEXT`] of a line of `lines` that are
+    /// not lines of `lines` themselves, ascending: a report shows them around its lines
+    /// from the profile alone (the file may be gone, or another by now).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub context: Vec<SourceLine>,
 }
 
+/// One line of a source file that the profile carries for context.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SourceLine {
+    pub line: u32,
+    pub source: String,
+}
+
+/// How many lines above and below each of its lines a profile keeps the source of.
+pub const SOURCE_CONTEXT: usize = 2;
+
 impl FileProfile {
-    fn new(filename: &str) -> FileProfile {
+    pub fn new(filename: &str) -> FileProfile {
         FileProfile {
             filename: filename.to_string(),
             cpu_pct: 0.0,
             lines: Vec::new(),
             functions: Vec::new(),
+            context: Vec::new(),
         }
+    }
+
+    /// Takes what the profile shows of the file's text `src` (its lines, first line first):
+    /// the source of each of its lines that has none yet, and of the lines around them
+    /// ([`FileProfile::context`], made anew).
+    pub fn take_source(&mut self, src: &[String]) {
+        let text = |n: u32| (n as usize).checked_sub(1).and_then(|i| src.get(i));
+        for l in &mut self.lines {
+            // Line 0 exists (code without a source line, e.g. generated shims).
+            if l.source.is_empty() {
+                if let Some(t) = text(l.line) {
+                    l.source = t.clone();
+                }
+            }
+        }
+        let own: std::collections::BTreeSet<u32> = self.lines.iter().map(|l| l.line).collect();
+        let mut wanted = std::collections::BTreeSet::new();
+        let ctx = SOURCE_CONTEXT as u32;
+        for &n in &own {
+            for m in n.saturating_sub(ctx).max(1)..=n.saturating_add(ctx) {
+                if !own.contains(&m) && text(m).is_some() {
+                    wanted.insert(m);
+                }
+            }
+        }
+        self.context = wanted
+            .into_iter()
+            .map(|line| SourceLine {
+                line,
+                source: text(line).cloned().unwrap_or_default(),
+            })
+            .collect();
+    }
+
+    /// The file's text as far as the profile knows it: line `n` at index `n - 1`, empty
+    /// where it carries nothing; None when it carries no text at all.
+    pub fn known_source(&self) -> Option<Vec<String>> {
+        let known = self
+            .lines
+            .iter()
+            .filter(|l| !l.source.is_empty())
+            .map(|l| (l.line, &l.source))
+            .chain(self.context.iter().map(|c| (c.line, &c.source)));
+        let mut out: Vec<String> = Vec::new();
+        for (n, text) in known {
+            let Some(i) = (n as usize).checked_sub(1) else {
+                continue;
+            };
+            if out.len() <= i {
+                out.resize(i + 1, String::new());
+            }
+            out[i] = text.clone();
+        }
+        (!out.is_empty()).then_some(out)
     }
 }
 

@@ -11,8 +11,8 @@
 //!
 //! Must not: read process memory or files.
 
-use crate::profile::Profile;
 use crate::profile::Frame;
+use crate::profile::Profile;
 use std::collections::BTreeMap;
 use std::io::{self, Write};
 

@@ -31,9 +31,7 @@ fn subtitle(p: &Profile) -> String {
     if m.pid != 0 {
         parts.push(format!("pid {}", m.pid));
     }
-    if !m.mode.is_empty() {
-        parts.push(format!("{} mode", m.mode));
-    }
+    parts.push(format!("{} mode", m.mode));
     let samples: u64 = p.stacks.iter().map(|s| s.samples).sum();
     parts.push(format!("{samples} thread samples"));
     parts.push(format!("{:.2} s", m.duration_s));

@@ -83,12 +83,16 @@ pub fn render(profile: &Profile, format: Format, opts: &RenderOptions) -> std::i
             let t = terminal::TerminalOptions {
                 color: opts.color,
                 width: opts.width,
-                context: 2,
+                context: crate::profile::SOURCE_CONTEXT,
                 threads: opts.threads,
             };
-            let pid = profile.meta.pid;
+            // The profile's own text only: the files may be gone, or other files by now.
             terminal::render(profile, &t, &mut |file| {
-                crate::sampler::read_source(pid, file)
+                profile
+                    .files
+                    .iter()
+                    .find(|f| f.filename == file)
+                    .and_then(|f| f.known_source())
             })
             .into_bytes()
         }

@@ -10,8 +10,8 @@
 //!
 //! Must not: read process memory or files.
 
-use crate::profile::Profile;
 use crate::profile::Frame;
+use crate::profile::Profile;
 use serde::Serialize;
 use std::collections::HashMap;
 use std::io::{self, Write};

@@ -21,7 +21,7 @@
 //!
 //! Must not: read process memory; files are read only through the caller's source provider.
 
-use crate::profile::{FileProfile, LineProfile, Profile};
+use crate::profile::{FileProfile, LineProfile, Profile, TimeMode};
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
@@ -359,11 +359,9 @@ impl Renderer<'_> {
             rate.push_str(" - below the requested rate");
         }
         self.field(out, "Recorded:", &rate, None);
-        let mode = match m.mode.as_str() {
-            "cpu" => "cpu: only time on a CPU counts; system = time in the kernel",
-            "wall" => "wall: all elapsed time counts; system = kernel time + time off the CPU (waiting, sleeping, I/O)",
-            "" => "unknown",
-            other => other,
+        let mode = match m.mode {
+            TimeMode::Cpu => "cpu: only time on a CPU counts; system = time in the kernel",
+            TimeMode::Wall => "wall: all elapsed time counts; system = kernel time + time off the CPU (waiting, sleeping, I/O)",
         };
         self.field(out, "Mode:", mode, None);
         let frames = if m.profile_all {
@@ -398,12 +396,18 @@ impl Renderer<'_> {
             self.field(out, "Paused:", &text, None);
         }
         if m.thinned_samples > 0 {
-            let text = format!(
-                "{} sampling ticks skipped to pause the target at most {} times a second \
-                 (their CPU time went to the next sample).",
-                m.thinned_samples,
-                crate::sampler::PAUSED_MAX_HZ
-            );
+            let text = match m.paused_max_hz {
+                Some(hz) => format!(
+                    "{} sampling ticks skipped to pause the target at most {hz} times a \
+                     second (their CPU time went to the next sample).",
+                    m.thinned_samples
+                ),
+                None => format!(
+                    "{} sampling ticks skipped to limit how often the target was paused \
+                     (their CPU time went to the next sample).",
+                    m.thinned_samples
+                ),
+            };
             self.field(out, "Thinned:", &text, None);
         }
         if lost.is_empty() {

@@ -10,7 +10,7 @@ pub mod cputime;
 pub mod tree;
 
 use crate::error::Result;
-use crate::profile::{Activity, Aggregator, Profile, ProfileMeta, ThreadSample};
+use crate::profile::{Activity, Aggregator, Profile, ProfileMeta, ThreadSample, TimeMode};
 use crate::python::{self, Frame, PythonProcess, SnapshotOptions, StackWalker};
 use cputime::{CpuReading, CpuTracker};
 use std::collections::{BTreeMap, HashMap};
@@ -572,7 +572,12 @@ pub fn profile_meta(
             0.0
         },
         requested_rate_hz: cfg.rate_hz,
-        mode: if cfg.wall { "wall" } else { "cpu" }.into(),
+        mode: if cfg.wall {
+            TimeMode::Wall
+        } else {
+            TimeMode::Cpu
+        },
+        paused_max_hz: Some(PAUSED_MAX_HZ),
         profile_all: cfg.profile_all,
     }
 }
