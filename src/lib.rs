@@ -1,7 +1,8 @@
 //! scalene-rs: an out-of-process, line-level Python profiler.
 //!
 //! Data flows one way: `ptrace`/`elf` (reading another process) → `python` (finding the
-//! interpreter, walking stacks) → `report` (rendering). See DESIGN notes in README.md.
+//! interpreter, walking stacks) → `sampler` → `profile` → `report` (rendering); `proc` (what
+//! /proc says) and `error` are below everything. See docs/how-it-works.md.
 
 pub mod elf;
 pub mod error;

@@ -616,6 +616,7 @@ fn exiting_processes() {
         }
         if !reaper.is_finished() {
             failures.push(format!("{what}: the fixture did not exit by itself"));
+            // SAFETY: kill takes plain integers; pid is our own child, not reaped yet.
             unsafe { libc::kill(pid, libc::SIGKILL) };
         }
         let _ = reaper.join();

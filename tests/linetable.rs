@@ -64,7 +64,7 @@ fn expected_format(major: u32, minor: u32) -> LineTableFormat {
 }
 
 fn unhex(s: &str) -> Option<Vec<u8>> {
-    if s.len() % 2 != 0 {
+    if !s.len().is_multiple_of(2) {
         return None;
     }
     (0..s.len())

@@ -239,6 +239,7 @@ mod tests {
     #[test]
     fn open_files_give_fresh_readings() {
         let pid = std::process::id() as i32;
+        // SAFETY: gettid takes no arguments and cannot fail.
         let tid = unsafe { libc::syscall(libc::SYS_gettid) } as i32;
         let mut files = ThreadFiles::new();
         let a = files.read(pid, tid).expect("this thread");
