@@ -161,29 +161,16 @@ impl ElfFile {
         self.sections.get(name).copied()
     }
 
-    /// NUL-terminated strings in `.rodata` that look like a CPython version ("3.9.18",
-    /// "2.7.18+", "3.13.0rc1"), optionally restricted to one `major.minor`.
-    pub fn version_strings(&self, major_minor: Option<(u32, u32)>) -> Vec<String> {
-        let Some((_, bytes)) = &self.rodata else {
-            return Vec::new();
-        };
-        let mut out = Vec::new();
-        for s in bytes.split(|&b| b == 0) {
-            if s.len() < 5 || s.len() > 16 {
-                continue;
-            }
-            let Ok(s) = std::str::from_utf8(s) else {
-                continue;
-            };
-            if let Some(v) = crate::python::version::Version::parse(s) {
-                if major_minor.is_none_or(|mm| mm == (v.major, v.minor))
-                    && !out.contains(&s.to_string())
-                {
-                    out.push(s.to_string());
-                }
-            }
-        }
-        out
+    /// The NUL-terminated UTF-8 strings in `.rodata` whose length is in `len`, in order.
+    pub fn rodata_strings(
+        &self,
+        len: std::ops::RangeInclusive<usize>,
+    ) -> impl Iterator<Item = &str> + '_ {
+        let bytes: &[u8] = self.rodata.as_ref().map_or(&[], |(_, b)| b);
+        bytes
+            .split(|&b| b == 0)
+            .filter(move |s| len.contains(&s.len()))
+            .filter_map(|s| std::str::from_utf8(s).ok())
     }
 }
 

@@ -262,8 +262,7 @@ fn detect_version(
     opts: &LocateOptions,
 ) -> Result<(Version, VersionSource)> {
     if let Some((major, minor)) = opts.version_override {
-        let micro = elf
-            .version_strings(Some((major, minor)))
+        let micro = version_strings(elf, Some((major, minor)))
             .first()
             .and_then(|s| Version::parse(s))
             .and_then(|v| v.micro);
@@ -291,7 +290,7 @@ fn detect_version(
         // sys.version), else from a string the binary carries, when unambiguous.
         let from_buffer =
             version_buffer(mem, elf, avma).filter(|b| (b.major, b.minor) == (v.major, v.minor));
-        let strings = elf.version_strings(Some((v.major, v.minor)));
+        let strings = version_strings(elf, Some((v.major, v.minor)));
         let v = match (from_buffer, strings.as_slice()) {
             (Some(b), _) => b,
             (None, [one]) => Version::parse(one).unwrap_or(v),
@@ -299,7 +298,7 @@ fn detect_version(
         };
         return Ok((v, VersionSource::FileName));
     }
-    let strings = elf.version_strings(None);
+    let strings = version_strings(elf, None);
     let mut minors: Vec<(u32, u32)> = strings
         .iter()
         .filter_map(|s| Version::parse(s))
@@ -394,4 +393,17 @@ fn choose_layout(
             supported: python_bindings::supported_versions() + ", and 3.16+ untested",
         }),
     }
+}
+
+/// The strings in the file's `.rodata` that look like a CPython version ("3.9.18",
+/// "2.7.18+", "3.13.0rc1"), each once, optionally of one `major.minor` only.
+fn version_strings(elf: &ElfFile, major_minor: Option<(u32, u32)>) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    for s in elf.rodata_strings(5..=16) {
+        let Some(v) = Version::parse(s) else { continue };
+        if major_minor.is_none_or(|mm| mm == (v.major, v.minor)) && !out.iter().any(|o| o == s) {
+            out.push(s.to_string());
+        }
+    }
+    out
 }
