@@ -172,7 +172,11 @@ fn main() {
                 continue;
             }
             let opts = SnapshotOptions {
-                nonblocking,
+                mode: if nonblocking {
+                    ReadMode::Nonblocking
+                } else {
+                    ReadMode::Paused
+                },
                 ..Default::default()
             };
             let mut depth = 0;
@@ -208,7 +212,7 @@ fn main() {
         let floor_label = format!("{state} floor: a sample's own reads");
         if wanted(&floor_label) {
             let opts = SnapshotOptions {
-                nonblocking: true,
+                mode: ReadMode::Nonblocking,
                 ..Default::default()
             };
             for _ in 0..10 {

@@ -213,7 +213,11 @@ impl From<DumpArgs> for DumpConfig {
                 version_override: a.python_version,
             },
             snapshot: SnapshotOptions {
-                nonblocking: a.nonblocking,
+                mode: if a.nonblocking {
+                    ReadMode::Nonblocking
+                } else {
+                    ReadMode::Paused
+                },
                 ..Default::default()
             },
             max_depth: a.max_depth as usize,

@@ -21,33 +21,42 @@ use std::collections::HashMap;
 /// How to read.
 #[derive(Debug, Clone)]
 pub struct SnapshotOptions {
-    /// Read without pausing the target (validate and retry instead).
-    pub nonblocking: bool,
-    /// Tries per thread when a stack changes while being read (nonblocking only).
+    /// Whether and when the target is paused. [`ReadMode::Auto`]: a thread whose first
+    /// read without pausing fails is read paused at once, not tried again without pausing.
+    /// A profile wants this: which states fail to read depends on the state (one that lasts
+    /// less than a read fails more often), so retries drawn until one succeeds favour the
+    /// states that are easy to read, whereas a paused read is a fresh draw that favours
+    /// none.
+    pub mode: ReadMode,
+    /// Tries per thread when a stack changes while being read ([`ReadMode::Nonblocking`]).
     pub retries: usize,
     /// Read each thread's OS name from /proc (costs a file read per thread).
     pub thread_names: bool,
-    /// With `nonblocking`: a thread whose stack keeps changing is read once more with the
-    /// threads paused, instead of being reported as unreadable.
-    pub pause_fallback: bool,
-    /// With `pause_fallback`: a thread whose first read fails is read paused at once, not
-    /// tried again without pausing. A profile wants this: which states fail to read depends
-    /// on the state (one that lasts less than a read fails more often), so retries drawn
-    /// until one succeeds favour the states that are easy to read, whereas a paused read is
-    /// a fresh draw that favours none.
-    pub pause_at_first_failure: bool,
-    /// With `pause_fallback`: threads (by `thread_id`) read paused without a try first.
+    /// [`ReadMode::Auto`]: threads (by `thread_id`) read paused without a try first.
     pub pause_these: Vec<u64>,
+}
+
+/// How stacks are read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ReadMode {
+    /// Without pausing; a stack whose read fails validation is read once more with the
+    /// threads paused (a profile's default: the sampler also pauses for a while the
+    /// threads whose reads often fail, at a bounded rate).
+    #[default]
+    Auto,
+    /// Pause every thread for every read (`--blocking`; `dump`'s default).
+    Paused,
+    /// Never pause: a stack that keeps changing is retried, then reported as unreadable
+    /// (`--nonblocking`).
+    Nonblocking,
 }
 
 impl Default for SnapshotOptions {
     fn default() -> Self {
         SnapshotOptions {
-            nonblocking: false,
+            mode: ReadMode::Paused,
             retries: 5,
             thread_names: true,
-            pause_fallback: false,
-            pause_at_first_failure: false,
             pause_these: Vec::new(),
         }
     }
@@ -140,12 +149,13 @@ pub fn take_snapshot_with_states(
     };
 
     let opcodes = crate::python_bindings::opcodes(proc.version.major, proc.version.minor);
-    walker.strict = opts.nonblocking;
+    let nonblocking = opts.mode != ReadMode::Paused;
+    walker.strict = nonblocking;
     let mut threads = None;
     for attempt in 0..2 {
-        let read = if opts.nonblocking {
+        let read = if nonblocking {
             read_nonblocking(proc, walker, opts).and_then(|mut t| {
-                if opts.pause_fallback && t.iter().any(|(_, w, _)| w.is_err()) {
+                if opts.mode == ReadMode::Auto && t.iter().any(|(_, w, _)| w.is_err()) {
                     reread_paused(proc, walker, &tids, &mut t)?;
                 }
                 tag_native(&proc.mem, opcodes, &mut t);
@@ -408,14 +418,11 @@ fn read_nonblocking(
     };
     let mut recheck = Recheck::default();
     let mut out = Vec::with_capacity(raw.len());
-    let stack_tries = if opts.pause_fallback && opts.pause_at_first_failure {
-        1
-    } else {
-        opts.retries.max(1)
-    };
+    let auto = opts.mode == ReadMode::Auto;
+    let stack_tries = if auto { 1 } else { opts.retries.max(1) };
     let mut skipped = false;
     for mut t in raw {
-        if opts.pause_fallback && opts.pause_these.contains(&t.thread_id) {
+        if auto && opts.pause_these.contains(&t.thread_id) {
             skipped = true;
             out.push((t, Err(String::from("to be read paused")), None));
             continue;

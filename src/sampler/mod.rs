@@ -11,6 +11,7 @@ pub mod tree;
 
 use crate::error::Result;
 use crate::profile::{Activity, Aggregator, Profile, ProfileMeta, ThreadSample, TimeMode};
+pub use crate::python::ReadMode;
 use crate::python::{self, Frame, PythonProcess, SnapshotOptions, StackWalker};
 use cputime::{CpuReading, CpuTracker};
 use std::collections::{BTreeMap, HashMap};
@@ -46,21 +47,6 @@ impl Default for SamplerConfig {
             handshake_file: None,
         }
     }
-}
-
-/// How the sampler reads stacks.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum ReadMode {
-    /// Without pausing; a stack whose read fails validation is read once more with the
-    /// threads paused, and while that happens often (see [`UNSETTLED_LIMIT`]) samples are
-    /// taken paused, at most [`PAUSED_MAX_HZ`] a second. The default: a pause costs the
-    /// target tens of microseconds per sample, a validated read nothing.
-    #[default]
-    Auto,
-    /// Pause every thread for every sample (`--blocking`).
-    Paused,
-    /// Never pause; a stack that keeps changing is counted as an error (`--nonblocking`).
-    Nonblocking,
 }
 
 /// Running totals, shown live and in the report.
@@ -241,9 +227,7 @@ impl Sampler {
             self.last_paused = Some(now);
         }
         let opts = SnapshotOptions {
-            nonblocking: self.cfg.mode != ReadMode::Paused,
-            pause_fallback: auto,
-            pause_at_first_failure: auto,
+            mode: self.cfg.mode,
             pause_these,
             thread_names: false,
             ..Default::default()
