@@ -8,8 +8,7 @@
 //! [`Profile`].
 //! Must not: read process memory or format output.
 
-use super::ring::layout::{EV_ALLOC, EV_COPY, EV_FREE, EV_SAMPLED_FREE, EV_SAMPLED_MOVE};
-use super::ring::Event;
+use super::ring::{Event, What};
 use crate::profile::{
     FileProfile, Leak, LineMemory, LineProfile, MemoryStack, MemorySummary, Profile,
 };
@@ -102,38 +101,44 @@ impl MemoryAggregator {
     /// Adds one event; `line` is where its thread was (for allocations and copies).
     pub fn add(&mut self, e: &Event, line: Option<LineKey>) {
         self.clock(e.time_ns);
-        match e.kind {
-            EV_ALLOC => {
-                let bytes = e.a as f64;
+        match e.what {
+            What::Alloc {
+                bytes,
+                window,
+                python,
+                watched,
+            } => {
+                let bytes = bytes as f64;
+                let (window, python) = (window as f64, python as f64);
                 self.total_alloc += bytes;
-                self.total_window_alloc += e.b as f64;
-                self.total_python += e.c as f64;
+                self.total_window_alloc += window;
+                self.total_python += python;
                 let Some(key) = line else {
                     self.unattributed_mb += bytes / MB;
                     return;
                 };
                 let l = self.lines.entry(key.clone()).or_default();
                 l.alloc += bytes;
-                l.window_alloc += e.b as f64;
-                l.window_python += e.c as f64;
+                l.window_alloc += window;
+                l.window_python += python;
                 l.current += bytes;
                 l.peak = l.peak.max(l.current);
                 l.sum += l.current;
                 l.n += 1;
                 l.timeline.push(e.time_ns, l.current);
-                if e.ptr != 0 {
+                if let Some(ptr) = watched {
                     l.sampled_at.push(e.time_ns);
-                    self.watched.insert(e.ptr, (key, bytes));
+                    self.watched.insert(ptr, (key, bytes));
                 }
             }
-            EV_SAMPLED_MOVE => {
-                // The block lives on at `a`: its watch (line and bytes) goes with it.
-                if let Some(w) = self.watched.remove(&e.ptr) {
-                    self.watched.insert(e.a, w);
+            What::SampledMove { from, to } => {
+                // The block lives on at `to`: its watch (line and bytes) goes with it.
+                if let Some(w) = self.watched.remove(&from) {
+                    self.watched.insert(to, w);
                 }
             }
-            EV_SAMPLED_FREE => {
-                if let Some((key, bytes)) = self.watched.remove(&e.ptr) {
+            What::SampledFree { ptr } => {
+                if let Some((key, bytes)) = self.watched.remove(&ptr) {
                     if let Some(l) = self.lines.get_mut(&key) {
                         l.freed_at.push(e.time_ns);
                         l.current = (l.current - bytes).max(0.0);
@@ -143,14 +148,13 @@ impl MemoryAggregator {
                     }
                 }
             }
-            EV_COPY => {
-                self.total_copy += e.a as f64;
+            What::Copy { bytes } => {
+                self.total_copy += bytes as f64;
                 if let Some(key) = line {
-                    self.lines.entry(key).or_default().copied += e.a as f64;
+                    self.lines.entry(key).or_default().copied += bytes as f64;
                 }
             }
-            EV_FREE => {}
-            _ => {}
+            What::Free { .. } | What::Unknown { .. } => {}
         }
     }
 
@@ -244,12 +248,12 @@ impl MemoryAggregator {
 
     /// Charges an allocation event's bytes to the full stack that made it.
     pub fn add_stack(&mut self, e: &Event, frames: &[Frame]) {
-        if e.kind == EV_ALLOC {
+        if let What::Alloc { bytes, .. } = e.what {
             // Copy the stack only the first time it is seen.
             match self.stacks.get_mut(frames) {
-                Some(b) => *b += e.a as f64,
+                Some(b) => *b += bytes as f64,
                 None => {
-                    self.stacks.insert(frames.to_vec(), e.a as f64);
+                    self.stacks.insert(frames.to_vec(), bytes as f64);
                 }
             }
         }

@@ -11,7 +11,7 @@
 use super::aggregate::{LineKey, MemoryAggregator, RingTotals};
 pub use super::config::{MemoryConfig, PythonAllocator};
 use super::preload::{preload_env, PreloadFile};
-use super::ring::{self, layout, Ring};
+use super::ring::{self, layout, Ring, What};
 use crate::python::{Frame, PythonProcess, ThreadReader};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -158,8 +158,8 @@ fn consume(
         while end.is_none_or(|end| ring.tickets().0 < end) {
             let Some(e) = ring.next_event() else { break };
             any = true;
-            let frames = match e.kind {
-                layout::EV_ALLOC | layout::EV_COPY => {
+            let frames = match e.what {
+                What::Alloc { .. } | What::Copy { .. } => {
                     stack_of_event(&e, reader.as_mut(), &mut carried)
                 }
                 _ => None,
@@ -174,7 +174,7 @@ fn consume(
             if let Some(f) = &frames {
                 agg.add_stack(&e, f);
             }
-            if e.kind == layout::EV_ALLOC || e.kind == layout::EV_FREE {
+            if matches!(e.what, What::Alloc { .. } | What::Free { .. }) {
                 agg.footprint_at(e.time_ns, ring.footprint());
             }
         }

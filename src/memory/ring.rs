@@ -33,19 +33,60 @@ pub const DEFAULT_CAPACITY: u64 = 1 << 16;
 /// workers keeps its shared memory small.
 pub const CHILD_CAPACITY: u64 = 1 << 14;
 
-/// What one event says (see the `EV_*` constants of the layout).
+/// One event, decoded: what happened, on which thread, when.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Event {
-    pub kind: u32,
+    pub what: What,
     pub tid: i32,
-    pub a: u64,
-    pub b: u64,
-    pub c: u64,
-    pub ptr: u64,
     pub time_ns: u64,
     /// The producer waits until [`Ring::ack`] is called for this event (bounded).
     pub wants_ack: bool,
     pub ticket: u64,
+}
+
+/// What an event says. The ring's slots carry a kind and three numbers whose meaning
+/// depends on the kind (the `EV_*` constants of the layout); they are decoded here, once.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum What {
+    /// A thread allocated a window's worth of bytes: `bytes` (the window's net allocation,
+    /// `window`, is the same today), `python` of them by the interpreter's own image; the
+    /// allocation that filled the window is watched for its free (None: the watch table
+    /// was full).
+    Alloc {
+        bytes: u64,
+        window: u64,
+        python: u64,
+        watched: Option<u64>,
+    },
+    /// A thread freed a window's worth of bytes.
+    Free { bytes: u64 },
+    /// A thread copied a copy window's worth of bytes (memcpy / memmove).
+    Copy { bytes: u64 },
+    /// A watched allocation was freed.
+    SampledFree { ptr: u64 },
+    /// A watched allocation was moved by realloc from `from` to `to` (it stays watched).
+    SampledMove { from: u64, to: u64 },
+    /// A kind this profiler does not know (a newer library): ignored.
+    Unknown { kind: u32 },
+}
+
+impl What {
+    /// Decodes a slot's kind and numbers.
+    pub fn decode(kind: u32, a: u64, b: u64, c: u64, ptr: u64) -> What {
+        match kind {
+            layout::EV_ALLOC => What::Alloc {
+                bytes: a,
+                window: b,
+                python: c,
+                watched: (ptr != 0).then_some(ptr),
+            },
+            layout::EV_FREE => What::Free { bytes: a },
+            layout::EV_COPY => What::Copy { bytes: a },
+            layout::EV_SAMPLED_FREE => What::SampledFree { ptr },
+            layout::EV_SAMPLED_MOVE => What::SampledMove { from: ptr, to: a },
+            kind => What::Unknown { kind },
+        }
+    }
 }
 
 /// A ring we read: created by us (`run`), or taken over from a profiler that is gone
@@ -334,12 +375,8 @@ impl Ring {
         };
         self.stuck_since = None;
         let e = Event {
-            kind: d.kind,
+            what: What::decode(d.kind, d.a, d.b, d.c, d.ptr),
             tid: d.tid,
-            a: d.a,
-            b: d.b,
-            c: d.c,
-            ptr: d.ptr,
             time_ns: d.time_ns,
             wants_ack: d.wants_ack,
             ticket: tail,

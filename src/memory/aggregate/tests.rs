@@ -1,13 +1,10 @@
 use super::*;
+use crate::memory::ring::layout::{EV_ALLOC, EV_COPY, EV_SAMPLED_FREE, EV_SAMPLED_MOVE};
 
 fn ev(kind: u32, a: u64, b: u64, c: u64, ptr: u64, t: u64) -> Event {
     Event {
-        kind,
+        what: What::decode(kind, a, b, c, ptr),
         tid: 1,
-        a,
-        b,
-        c,
-        ptr,
         time_ns: t,
         wants_ack: false,
         ticket: 0,
