@@ -65,11 +65,20 @@ impl Split {
     }
 }
 
+/// The smaller of two lines, a line being smaller than none.
+fn first_of(a: Option<u32>, b: Option<u32>) -> Option<u32> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    }
+}
+
 /// Folds samples as they come.
 #[derive(Debug, Default)]
 pub struct Aggregator {
     lines: FastMap<(Arc<str>, u32), Split>,
-    functions: FastMap<(Arc<str>, Arc<str>), (Split, u32)>,
+    /// A function's time and its first line seen (None: no line seen yet).
+    functions: FastMap<(Arc<str>, Arc<str>), (Split, Option<u32>)>,
     stacks: FastMap<Vec<Frame>, (u64, f64)>,
     threads: FastMap<i32, (Option<String>, Split, u64)>,
     /// Samples (thread observations) folded in.
@@ -112,11 +121,9 @@ impl Aggregator {
             let e = self
                 .functions
                 .entry((f.filename.clone(), f.function.clone()))
-                .or_insert((Split::default(), u32::MAX));
+                .or_insert((Split::default(), None));
             e.0.add(&split);
-            if let Some(line) = f.line {
-                e.1 = e.1.min(line);
-            }
+            e.1 = first_of(e.1, f.line);
         }
         // Look up by slice first: the stack is copied only the first time it is seen.
         let st = match self.stacks.get_mut(s.frames) {
@@ -145,9 +152,9 @@ impl Aggregator {
             let e = self
                 .functions
                 .entry(k.clone())
-                .or_insert((Split::default(), u32::MAX));
+                .or_insert((Split::default(), None));
             e.0.add(split);
-            e.1 = e.1.min(*first);
+            e.1 = first_of(e.1, *first);
         }
         for (k, (n, secs)) in &other.stacks {
             let e = self.stacks.entry(k.clone()).or_insert((0, 0.0));
@@ -199,7 +206,7 @@ impl Aggregator {
                 .or_insert_with(|| FileProfile::new(file));
             fp.functions.push(FunctionProfile {
                 function: name.to_string(),
-                first_line: (*first != u32::MAX).then_some(*first),
+                first_line: *first,
                 cpu_python_pct: pct(split.python_s),
                 cpu_native_pct: pct(split.native_s),
                 cpu_system_pct: pct(split.system_s),
