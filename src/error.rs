@@ -70,7 +70,7 @@ pub enum Error {
     /// What was read does not hold together (a pointer to the wrong type, a loop, a size
     /// out of range): memory that changed while it was read, or is not what we expect.
     #[error("inconsistent data at {addr:#x}: {why}")]
-    Inconsistent { addr: u64, why: String },
+    Inconsistent { addr: u64, why: &'static str },
 
     /// Anything else from the OS.
     #[error("{context}: {source}")]

@@ -88,7 +88,7 @@ pub struct ThreadSnapshot {
     /// The stack was deeper than the limit and was cut.
     pub truncated: bool,
     /// Set when the stack could not be read consistently; `frames` is then empty.
-    pub error: Option<String>,
+    pub error: Option<ThreadError>,
     /// Index of the interpreter the thread belongs to (0 = main).
     pub interpreter: usize,
     /// Read with the threads paused after a read without pausing could not be validated
@@ -245,9 +245,93 @@ pub fn take_snapshot_with_states(
 
 type ThreadResult = (
     stack::RawThread,
-    std::result::Result<stack::Walk, String>,
+    std::result::Result<stack::Walk, ThreadError>,
     Option<bool>,
 );
+
+/// Why a thread's stack was not read, as a small value: what lost samples are counted by.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Unread {
+    /// Read without pausing, it changed under every try.
+    Changed,
+    /// What was read did not hold together: why.
+    Torn(&'static str),
+    /// A read of its memory failed (an address no longer mapped, a short read).
+    Memory,
+    /// Its thread state could not be read again.
+    ThreadState,
+    /// Left for a read with the thread paused (not a loss unless that read fails too).
+    Deferred,
+    /// The interpreter was not in a state to read (starting, finalizing).
+    Interpreter,
+    /// Anything else the OS said.
+    Other,
+}
+
+impl Unread {
+    /// The kind of a read's error.
+    pub fn of(e: &Error) -> Unread {
+        match e {
+            Error::Inconsistent { why, .. } => Unread::Torn(why),
+            Error::Read { .. } => Unread::Memory,
+            Error::BadState { .. } => Unread::Interpreter,
+            _ => Unread::Other,
+        }
+    }
+}
+
+impl std::fmt::Display for Unread {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Unread::Changed => f.write_str("the stack changed under every read without pausing"),
+            Unread::Torn(why) => write!(f, "inconsistent data: {why}"),
+            Unread::Memory => f.write_str("a read of the target's memory failed"),
+            Unread::ThreadState => f.write_str("the thread state could not be read again"),
+            Unread::Deferred => f.write_str("left for a paused read"),
+            Unread::Interpreter => f.write_str("the interpreter was not in a readable state"),
+            Unread::Other => f.write_str("another error"),
+        }
+    }
+}
+
+/// A thread whose stack was not read: the kind, and the whole story for a person.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ThreadError {
+    pub kind: Unread,
+    pub message: String,
+}
+
+impl ThreadError {
+    fn new(kind: Unread, message: impl Into<String>) -> ThreadError {
+        ThreadError {
+            kind,
+            message: message.into(),
+        }
+    }
+
+    /// `e`, after `context` (what we were doing).
+    fn from_error(context: &str, e: &Error) -> ThreadError {
+        let message = if context.is_empty() {
+            e.to_string()
+        } else {
+            format!("{context}: {e}")
+        };
+        ThreadError::new(Unread::of(e), message)
+    }
+}
+
+impl std::fmt::Display for ThreadError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl serde::Serialize for ThreadError {
+    /// As its message (the dump's JSON has a string).
+    fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+        s.serialize_str(&self.message)
+    }
+}
 
 /// Reads the opcode at each thread's innermost instruction and tags CALLs as native.
 fn tag_native(
@@ -369,7 +453,7 @@ fn read_all(
         let walk = match walker.walk_still(mem, t.tstate, t.top_frame) {
             Ok(w) => Ok(w),
             Err(e) if e.is_process_gone() => return Err(e),
-            Err(e) => Err(e.to_string()),
+            Err(e) => Err(ThreadError::from_error("", &e)),
         };
         out.push((t, walk, None));
     }
@@ -424,17 +508,24 @@ fn read_nonblocking(
     for mut t in raw {
         if auto && opts.pause_these.contains(&t.thread_id) {
             skipped = true;
-            out.push((t, Err(String::from("to be read paused")), None));
+            out.push((
+                t,
+                Err(ThreadError::new(Unread::Deferred, "to be read paused")),
+                None,
+            ));
             continue;
         }
-        let mut result = Err(String::from("not read"));
+        let mut result = Err(ThreadError::new(Unread::Other, "not read"));
         for attempt in 0..stack_tries {
             if attempt > 0 {
                 match walker.current_top_frame(&proc.mem, t.tstate) {
                     Ok(top) => t.top_frame = top,
                     Err(e) if e.is_process_gone() => return Err(e),
                     Err(e) => {
-                        result = Err(format!("thread state unreadable: {e}"));
+                        result = Err(ThreadError::new(
+                            Unread::ThreadState,
+                            format!("thread state unreadable: {e}"),
+                        ));
                         break;
                     }
                 }
@@ -460,16 +551,18 @@ fn read_nonblocking(
                     break;
                 }
                 Ok((_, false)) => {
-                    result = Err(format!(
-                        "the stack changed while being read ({tries} tries)"
+                    result = Err(ThreadError::new(
+                        Unread::Changed,
+                        format!("the stack changed while being read ({tries} tries)"),
                     ))
                 }
                 Err(e) if e.is_process_gone() || !crate::proc::process_exists(proc.pid) => {
                     return Err(Error::ProcessExited(proc.pid))
                 }
                 Err(e) => {
-                    result = Err(format!(
-                        "the stack changed while being read ({tries} tries): {e}"
+                    result = Err(ThreadError::from_error(
+                        &format!("the stack changed while being read ({tries} tries)"),
+                        &e,
                     ))
                 }
             }
@@ -661,7 +754,12 @@ fn reread_each(
         match read {
             Ok(w) => *walk = Ok(w),
             Err(e) if e.is_process_gone() => return Err(e),
-            Err(e) => *walk = Err(format!("unreadable even with the thread paused: {e}")),
+            Err(e) => {
+                *walk = Err(ThreadError::from_error(
+                    "unreadable even with the thread paused",
+                    &e,
+                ))
+            }
         }
     }
     Ok(())
@@ -803,7 +901,7 @@ impl ThreadReader {
                 self.mapped_tids = crate::proc::threads(proc.pid)?;
                 let results: Vec<ThreadResult> = raw
                     .iter()
-                    .map(|t| (t.clone(), Err(String::new()), None))
+                    .map(|t| (t.clone(), Err(ThreadError::new(Unread::Other, "")), None))
                     .collect();
                 self.pthreads = pthread_to_tid(&proc.mem, &self.mapped_tids, &results);
             }

@@ -145,11 +145,8 @@ const MAX_INTERPRETERS: usize = 4096;
 const MAX_THREADS: usize = 1 << 16;
 const CODE_CACHE_LIMIT: usize = 100_000;
 
-fn torn(addr: u64, why: impl Into<String>) -> Error {
-    Error::Inconsistent {
-        addr,
-        why: why.into(),
-    }
+fn torn(addr: u64, why: &'static str) -> Error {
+    Error::Inconsistent { addr, why }
 }
 
 impl StackWalker {

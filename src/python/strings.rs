@@ -13,11 +13,8 @@ pub const MAX_STRING_CHARS: u64 = 16 * 1024;
 /// Largest bytes object we read (line tables of huge modules stay well below this).
 pub const MAX_BYTES: u64 = 16 * 1024 * 1024;
 
-fn bad(addr: u64, why: impl Into<String>) -> Error {
-    Error::Inconsistent {
-        addr,
-        why: why.into(),
-    }
+fn bad(addr: u64, why: &'static str) -> Error {
+    Error::Inconsistent { addr, why }
 }
 
 /// Type objects used to validate what we read; 0 = unknown (not checked).
@@ -34,14 +31,14 @@ fn check_type(
     layout: &StringLayout,
     addr: u64,
     want: u64,
-    what: &str,
+    what: &'static str,
 ) -> Result<()> {
     if want == 0 {
         return Ok(());
     }
     let ty = mem.read_u64(addr.wrapping_add(layout.ob_type as u64))?;
     if ty != want {
-        return Err(bad(addr, format!("object at {addr:#x} is not a {what}")));
+        return Err(bad(addr, what));
     }
     Ok(())
 }
@@ -74,13 +71,13 @@ fn read_unicode(
     // Only the PyASCIIObject header: a short compact string may end right after it.
     let header = mem.read_vec(addr, layout.ascii_size)?;
     if types.unicode != 0 && field_u64(&header, layout.ob_type) != types.unicode {
-        return Err(bad(addr, format!("object at {addr:#x} is not a str")));
+        return Err(bad(addr, "not a str"));
     }
     let length = field_u64(&header, layout.unicode_length);
     if length > MAX_STRING_CHARS {
         return Err(bad(
             addr,
-            format!("string of {length} characters is too long"),
+            "a string too long to be a name (over 16,384 characters)",
         ));
     }
     let state = field_u32(&header, layout.unicode_state);
@@ -90,7 +87,12 @@ fn read_unicode(
     let width = match kind {
         1 | 2 | 4 => kind as u64,
         // Kind 0 is a legacy string not made "ready"; code objects never hold those.
-        _ => return Err(bad(addr, format!("string kind {kind} is not readable"))),
+        _ => {
+            return Err(bad(
+                addr,
+                "a string of a kind not readable (not made ready)",
+            ))
+        }
     };
     if ascii && width != 1 {
         return Err(bad(addr, "ASCII string with a wide kind"));
@@ -134,12 +136,12 @@ pub fn read_bytes(
     if addr == 0 {
         return Err(bad(addr, "NULL bytes pointer"));
     }
-    check_type(mem, layout, addr, types.bytes, "bytes object")?;
+    check_type(mem, layout, addr, types.bytes, "not a bytes object")?;
     let size = mem.read_u64(addr.wrapping_add(layout.bytes_size as u64))?;
     if size > MAX_BYTES {
         return Err(bad(
             addr,
-            format!("bytes object of {size} bytes is too large"),
+            "a bytes object too large to be a line table (over 16 MiB)",
         ));
     }
     mem.read_vec(addr.wrapping_add(layout.bytes_sval as u64), size as usize)

@@ -12,7 +12,7 @@ pub mod tree;
 use crate::error::Result;
 use crate::profile::{Activity, Aggregator, Profile, ProfileMeta, ThreadSample, TimeMode};
 pub use crate::python::ReadMode;
-use crate::python::{self, Frame, PythonProcess, SnapshotOptions, StackWalker};
+use crate::python::{self, Frame, PythonProcess, SnapshotOptions, StackWalker, Unread};
 use cputime::{CpuReading, CpuTracker};
 use std::collections::{BTreeMap, HashMap};
 use std::time::{Duration, Instant};
@@ -56,7 +56,7 @@ pub struct Stats {
     pub missed: u64,
     pub errors: u64,
     /// Error messages (first line) and how often each happened.
-    pub error_kinds: BTreeMap<String, u64>,
+    pub error_kinds: BTreeMap<Unread, u64>,
     /// Thread stacks read with the thread paused because reads without pausing could not
     /// be validated (the default "auto" mode's fallback).
     pub paused_reads: u64,
@@ -199,7 +199,7 @@ impl Sampler {
                 return Err(crate::Error::ProcessExited(pid))
             }
             Err(e) => {
-                self.count_error(&e.to_string());
+                self.count_error(Unread::of(&e));
                 return Ok(());
             }
         };
@@ -241,7 +241,7 @@ impl Sampler {
             Ok(s) => s,
             Err(e) if e.is_process_gone() => return Err(e),
             Err(e) => {
-                self.count_error(&e.to_string());
+                self.count_error(Unread::of(&e));
                 return Ok(());
             }
         };
@@ -326,7 +326,7 @@ impl Sampler {
             };
             let delta = self.cpu.delta(tid, reading);
             if let Some(err) = &t.error {
-                self.count_error(err);
+                self.count_error(err.kind);
                 continue;
             }
             if self.cfg.gil_only && !t.holds_gil {
@@ -432,10 +432,9 @@ impl Sampler {
         crate::profile::charged_frame(frames, self.cfg.profile_all)
     }
 
-    fn count_error(&mut self, msg: &str) {
+    fn count_error(&mut self, kind: Unread) {
         self.stats.errors += 1;
-        let key: String = msg.chars().take(120).collect();
-        *self.stats.error_kinds.entry(key).or_insert(0) += 1;
+        *self.stats.error_kinds.entry(kind).or_insert(0) += 1;
     }
 
     /// Samples until `stop()` says so or the process exits. `progress` is called about

@@ -316,7 +316,7 @@ impl ProcessTree {
         let mut errors = 0;
         let mut paused = 0;
         let mut thinned = 0;
-        let mut kinds: BTreeMap<String, u64> = BTreeMap::new();
+        let mut kinds: BTreeMap<crate::python::Unread, u64> = BTreeMap::new();
         let live = self.tracked.values().filter_map(|t| match t {
             Tracked::Sampling { sampler, .. } => Some(&sampler.stats),
             Tracked::Other { .. } => None,
@@ -326,7 +326,7 @@ impl ProcessTree {
             paused += st.paused_reads;
             thinned += st.thinned;
             for (k, n) in &st.error_kinds {
-                *kinds.entry(k.clone()).or_insert(0) += n;
+                *kinds.entry(*k).or_insert(0) += n;
             }
         }
         self.stats.errors = errors;
