@@ -30,6 +30,8 @@ const UNITS: u32 = 8;
 const OPCODE: u8 = 0x40;
 /// Nowhere in the fake address space.
 const NOWHERE: u64 = 0xdead_0000_0000;
+/// 3.11+ `owner` of a frame that lives in a generator object.
+const FRAME_OWNED_BY_GENERATOR: u8 = 1;
 
 /// Every generated Python 3 layout.
 fn layouts() -> Vec<&'static Layout> {
@@ -187,7 +189,7 @@ impl Space {
             self.put(at, 1); // ob_refcnt
             self.put(at + 8, TYPES.frame);
         }
-        // 3.11+: `owner` 0, owned by the thread. ≤3.10: executing (see `set_executing`).
+        // 3.11+: `owner` 0, owned by the thread. ≤3.10: executing.
         self.set_executing(at, true);
         self.set_unit(at, unit);
     }
@@ -210,22 +212,50 @@ impl Space {
         }
     }
 
-    /// ≤3.10: marks a frame object executing, or suspended (a generator that yielded).
+    /// 3.11/3.12: a frame inside a generator object (owned by it), executing.
+    fn generator_frame(&mut self, code: u64, back: u64, unit: u32) -> u64 {
+        let f = self.l.frame;
+        let iframe = f.gen_iframe.unwrap() as u64;
+        let gen = self.alloc(iframe as usize + f.size);
+        self.fill_frame(gen + iframe, code, back, unit);
+        self.write(
+            gen + iframe + f.owner.unwrap() as u64,
+            &[FRAME_OWNED_BY_GENERATOR],
+        );
+        self.set_executing(gen + iframe, true);
+        gen + iframe
+    }
+
+    /// Marks a frame executing, or suspended (a generator that yielded): ≤3.10 in the frame
+    /// object, 3.11/3.12 in the generator that owns the frame (other frames always execute).
     fn set_executing(&mut self, frame: u64, executing: bool) {
         let f = self.l.frame;
-        match (f.executing, f.state, f.executing_state) {
-            (Some(o), _, _) => self.write(frame + o as u64, &[executing as u8]),
-            // 3.10: FRAME_EXECUTING, or FRAME_SUSPENDED (-1).
-            (None, Some(o), Some(exec)) => {
-                let state = if executing { exec as u8 } else { 0xff };
-                self.write(frame + o as u64, &[state]);
+        // FRAME_EXECUTING, or FRAME_SUSPENDED (-1).
+        let state = |exec: usize| if executing { exec as u8 } else { 0xff };
+        let (at, value) = match (f.model, f.executing, f.state, f.executing_state) {
+            (FrameModel::Object { .. }, Some(o), _, _) => (frame + o as u64, executing as u8),
+            (FrameModel::Object { .. }, None, Some(o), Some(exec)) => {
+                (frame + o as u64, state(exec))
             }
-            _ => assert!(
-                f.model == FrameModel::Interpreter,
-                "{}: no executing flag",
-                name(&self.l)
-            ),
-        }
+            (FrameModel::Interpreter, _, _, Some(exec))
+                if f.owner.is_some_and(|o| {
+                    self.bytes[(frame + o as u64 - BASE) as usize] == FRAME_OWNED_BY_GENERATOR
+                }) =>
+            {
+                let gen = frame - f.gen_iframe.unwrap() as u64;
+                (gen + f.gen_frame_state.unwrap() as u64, state(exec))
+            }
+            (FrameModel::Interpreter, ..) => {
+                assert!(
+                    executing,
+                    "{}: only a generator's frame yields",
+                    name(&self.l)
+                );
+                return;
+            }
+            _ => panic!("{}: no executing flag", name(&self.l)),
+        };
+        self.write(at, &[value]);
     }
 
     /// A thread state whose innermost frame is `top` (behind a `_PyCFrame` on 3.11/3.12).
@@ -262,7 +292,8 @@ const WALKED: [(&str, Option<u32>); 3] = [
     ("outer", Some(12)),
 ];
 
-/// The test thread, running `outer → middle → inner`.
+/// The test thread, running `outer → middle → inner`; on 3.11/3.12, `middle` may be a
+/// generator's frame.
 struct Stack {
     s: Space,
     tstate: u64,
@@ -274,10 +305,20 @@ struct Stack {
 
 impl Stack {
     fn new(l: &Layout) -> Stack {
+        Stack::with_generator(l, false)
+    }
+
+    /// With `generator` (and a layout that has generator-owned frames), `middle` is the
+    /// frame of a generator.
+    fn with_generator(l: &Layout, generator: bool) -> Stack {
         let mut s = Space::new(*l);
         let codes = FUNCTIONS.map(|(function, first, _)| s.code(function, first));
         let outer = s.frame(codes[2], 0, FUNCTIONS[2].2);
-        let middle = s.frame(codes[1], outer, FUNCTIONS[1].2);
+        let middle = if generator && l.frame.gen_iframe.is_some() {
+            s.generator_frame(codes[1], outer, FUNCTIONS[1].2)
+        } else {
+            s.frame(codes[1], outer, FUNCTIONS[1].2)
+        };
         let inner = s.frame(codes[0], middle, FUNCTIONS[0].2);
         let tstate = s.thread(inner);
         Stack {
@@ -317,17 +358,28 @@ fn functions(w: &Walk) -> Vec<(&str, Option<u32>)> {
     w.frames.iter().map(|f| (&*f.function, f.line)).collect()
 }
 
-/// Walks the test thread of `l`, applies `change`, then verifies the walk against the
-/// memory as it is now. `strict` and `max_depth` set the walker up.
-fn verify_with(
-    l: &Layout,
+/// How a test walks: the walker's settings, and whether `middle` is a generator's frame
+/// (where the layout has generator-owned frames: 3.11/3.12).
+#[derive(Debug, Clone, Copy)]
+struct How {
     strict: bool,
     max_depth: usize,
-    change: impl FnOnce(&mut Stack),
-) -> (Result<bool>, Walk) {
-    let mut st = Stack::new(l);
+    generator: bool,
+}
+
+const PLAIN: How = How {
+    strict: false,
+    max_depth: 4096,
+    generator: false,
+};
+
+/// Walks the test thread of `l`, applies `change`, then verifies the walk against the
+/// memory as it is now.
+fn verify_with(l: &Layout, how: How, change: impl FnOnce(&mut Stack)) -> (Result<bool>, Walk) {
+    let max_depth = how.max_depth;
+    let mut st = Stack::with_generator(l, how.generator);
     let mut sw = StackWalker::new(*l, TYPES);
-    sw.strict = strict;
+    sw.strict = how.strict;
     sw.max_depth = max_depth;
     let mem = st.s.mem();
     let top = sw.current_top_frame(&mem, st.tstate).unwrap();
@@ -345,7 +397,7 @@ fn verify_with(
 
 /// [`verify_with`] a plain walker.
 fn verify_after(l: &Layout, change: impl FnOnce(&mut Stack)) -> (Result<bool>, Walk) {
-    verify_with(l, false, 4096, change)
+    verify_with(l, PLAIN, change)
 }
 
 /// Asserts that `verify` accepted (`true`) or rejected (`false`) the walk, and that the
@@ -422,6 +474,12 @@ fn frames_that_returned_since_are_accepted() {
                 st.set_back(0, st.frames[2]);
             },
         );
+        // A frame above the thread's that no longer decodes only changed.
+        expect(l, "inner returned, its code pointer dangling", true, |st| {
+            st.set_top(st.frames[1]);
+            let at = st.frames[0] + l.frame.code as u64;
+            st.s.put(at, NOWHERE);
+        });
         // The thread's frame went on to another line: the walk's stands.
         expect(l, "inner returned, middle went on", true, |st| {
             st.set_top(st.frames[1]);
@@ -585,7 +643,18 @@ fn an_unreadable_thread_state_or_frame_is_an_error() {
 #[test]
 fn a_truncated_walk_is_not_checked_past_its_cut() {
     for l in layouts() {
-        let cut = |change: fn(&mut Stack)| verify_with(l, false, 2, change).0.ok();
+        let cut = |change: fn(&mut Stack)| {
+            verify_with(
+                l,
+                How {
+                    max_depth: 2,
+                    ..PLAIN
+                },
+                change,
+            )
+            .0
+            .ok()
+        };
         assert_eq!(cut(|_| {}), Some(true), "{}: unchanged", name(l));
         // Middle, the last frame walked, links elsewhere: beyond the cut, not checked.
         assert_eq!(
@@ -606,34 +675,42 @@ fn a_truncated_walk_is_not_checked_past_its_cut() {
 
 /// A strict walker checks that every frame reached through a link is executing, but not
 /// the thread's own frame: a generator that yielded between the walk and the second read
-/// still names a stack the thread had. ≤3.10 (frame objects with an executing flag).
+/// still names a stack the thread had. ≤3.10: frame objects' executing flag; 3.11/3.12:
+/// the state of the generator that owns `middle`.
 #[test]
 fn a_strict_walk_excuses_only_the_thread_s_frame_from_executing() {
-    let strict = |l: &Layout, change: fn(&mut Stack)| verify_with(l, true, 4096, change).0.ok();
-    let mut tested = 0;
+    let generator = How {
+        generator: true,
+        ..PLAIN
+    };
+    let strict = How {
+        strict: true,
+        ..generator
+    };
+    let strict = |l: &Layout, change: fn(&mut Stack)| verify_with(l, strict, change).0.ok();
+    let (mut objects, mut generators) = (0, 0);
     for l in layouts() {
-        if l.frame.model == FrameModel::Interpreter {
-            continue;
+        match l.frame.model {
+            FrameModel::Object { .. } => objects += 1,
+            FrameModel::Interpreter if l.frame.gen_iframe.is_some() => generators += 1,
+            FrameModel::Interpreter => continue,
         }
-        tested += 1;
         assert_eq!(strict(l, |_| {}), Some(true), "{}", name(l));
-        let inner_suspended = |st: &mut Stack| st.s.set_executing(st.frames[0], false);
-        assert_eq!(strict(l, inner_suspended), Some(true), "{}", name(l));
         let middle_suspended = |st: &mut Stack| st.s.set_executing(st.frames[1], false);
         assert_eq!(strict(l, middle_suspended), Some(false), "{}", name(l));
         let middle_on_top_suspended = |st: &mut Stack| {
             st.set_top(st.frames[1]);
             st.s.set_executing(st.frames[1], false);
         };
-        assert_eq!(
-            strict(l, middle_on_top_suspended),
-            Some(true),
-            "{}",
-            name(l)
-        );
+        let got = strict(l, middle_on_top_suspended);
+        assert_eq!(got, Some(true), "{}", name(l));
+        if let FrameModel::Object { .. } = l.frame.model {
+            let inner_suspended = |st: &mut Stack| st.s.set_executing(st.frames[0], false);
+            assert_eq!(strict(l, inner_suspended), Some(true), "{}", name(l));
+        }
         // Not strict, a suspended frame is not looked at.
-        let (plain, _) = verify_after(l, middle_suspended);
+        let (plain, _) = verify_with(l, generator, middle_suspended);
         assert_eq!(plain.ok(), Some(true), "{}", name(l));
     }
-    assert!(tested >= 5);
+    assert!(objects >= 5 && generators >= 2, "{objects} {generators}");
 }
