@@ -1,464 +1,109 @@
 //! Golden-file tests of every renderer, plus structural checks of each format.
 //!
-//! The profiles are built by hand (no live process). Each format's output is compared with
-//! `tests/golden/<name>.<ext>`; run with `SCALENE_RS_BLESS=1` to (re)write those files after
-//! a deliberate change, and review the diff.
+//! Each case is a folder, `tests/golden/<case>/`, and a test of its own, `case::<case>`
+//! (the cases are listed in `golden!` below). Its input is `profile.json`: a profile
+//! as `--json` writes it and `scalene-rs view` reads it. Every rendering of that profile
+//! ([`renderings`]) is compared with the file of the same name beside it; `profile.json`
+//! is itself the expected output of the JSON writer (read, then written again, it must come
+//! back byte for byte). A folder holds nothing else but `sources/`: the text of the source
+//! files the profile names, `/<path>` at `sources/<path>`, for context lines.
+//!
+//! Nothing depends on the machine: the profiles hold fixed paths, pids and times, source
+//! text comes from the case's `sources/` (never from the file system's `/`), and the one
+//! value that changes between builds, the crate version in speedscope's `exporter`, is
+//! written as `scalene-rs@VERSION`.
+//!
+//! After a deliberate change, `BLESS=1 cargo test --test golden` (or `SCALENE_RS_BLESS=1`)
+//! writes the renderings into the folders instead of comparing them (`profile.json` too, in
+//! the writer's current form); review the diff. A new case: a folder with a `profile.json`,
+//! a line in `golden!`, then bless.
 
-use scalene_rs::profile::{
-    FileProfile, FunctionProfile, Leak, LineMemory, LineProfile, MemoryStack, MemorySummary,
-    Profile, ProfileMeta, StackProfile, ThreadProfile, TimeMode, PROFILE_SCHEMA_VERSION,
-};
-use scalene_rs::python::Frame;
+use scalene_rs::profile::{FileProfile, FunctionProfile, Profile, PROFILE_SCHEMA_VERSION};
 use scalene_rs::report::terminal::{self, TerminalOptions};
 use scalene_rs::report::{collapsed, flamegraph, profile_json, speedscope};
 use std::io::Write as _;
 use std::path::PathBuf;
 
-fn frame(function: &str, filename: &str, line: Option<u32>) -> Frame {
-    Frame {
-        function: function.into(),
-        filename: filename.into(),
-        line,
-    }
-}
-
-fn line(line: u32, source: &str, py: f64, native: f64, system: f64) -> LineProfile {
-    LineProfile {
-        line,
-        source: source.into(),
-        cpu_python_pct: py,
-        cpu_native_pct: native,
-        cpu_system_pct: system,
-        memory: None,
-    }
-}
-
-fn function(name: &str, first: Option<u32>, py: f64, native: f64, system: f64) -> FunctionProfile {
-    FunctionProfile {
-        function: name.into(),
-        first_line: first,
-        cpu_python_pct: py,
-        cpu_native_pct: native,
-        cpu_system_pct: system,
-    }
-}
-
-fn file(name: &str, lines: Vec<LineProfile>, functions: Vec<FunctionProfile>) -> FileProfile {
-    FileProfile {
-        filename: name.into(),
-        cpu_pct: lines.iter().map(LineProfile::total_pct).sum(),
-        lines,
-        functions,
-        context: Vec::new(),
-    }
-}
-
-fn thread(
-    tid: i32,
-    name: Option<&str>,
-    samples: u64,
-    py: f64,
-    nat: f64,
-    sys: f64,
-) -> ThreadProfile {
-    ThreadProfile {
-        native_id: tid,
-        name: name.map(str::to_string),
-        samples,
-        cpu_python_pct: py,
-        cpu_native_pct: nat,
-        cpu_system_pct: sys,
-    }
-}
-
-const MAIN: &str = "/app/main.py";
-const MODELE: &str = "/app/données/modèle.py";
-const DECODER: &str = "/usr/lib/python3.12/json/decoder.py";
-const FROZEN: &str = "<frozen importlib._bootstrap>";
-
-/// CPU mode: two files that matter, one under 1%, a file known only by a function, a line
-/// with all three kinds of time, non-ASCII names, a frame with no line, a deep stack.
-fn basic() -> Profile {
-    let main = file(
-        MAIN,
-        vec![
-            line(3, "import numpy as np", 0.0, 2.0, 0.5),
-            line(10, "    for i in range(n):", 5.0, 0.0, 0.0),
-            line(11, "        total += compute(i)", 30.0, 10.0, 5.0),
-            line(12, "        log(total)", 0.0, 0.0, 0.3),
-            line(25, "if __name__ == '__main__':", 0.2, 0.0, 0.0),
-            line(26, "    main()", 17.0, 0.0, 0.0),
-        ],
-        vec![
-            function("main", Some(10), 35.0, 10.0, 5.3),
-            function("<module>", Some(3), 17.2, 2.0, 0.5),
-        ],
-    );
-    let modele = file(
-        MODELE,
-        vec![
-            line(6, "    return masse * C ** 2  # E = mc²", 20.0, 0.0, 0.0),
-            line(
-                9,
-                "\tvaleurs = [calcul_énergie(m) for m in range(10)]",
-                8.0,
-                0.0,
-                0.0,
-            ),
-        ],
-        vec![
-            function("calcul_énergie", Some(6), 20.0, 0.0, 0.0),
-            function("<listcomp>", Some(9), 8.0, 0.0, 0.0),
-        ],
-    );
-    let decoder = file(
-        DECODER,
-        vec![line(
-            353,
-            "            obj, end = self.scan_once(s, idx)",
-            0.0,
-            0.6,
-            0.0,
-        )],
-        vec![function("JSONDecoder.raw_decode", Some(353), 0.0, 0.6, 0.0)],
-    );
-    let frozen = FileProfile {
-        filename: FROZEN.into(),
-        cpu_pct: 0.0,
-        lines: vec![],
-        functions: vec![function("_find_and_load", None, 1.4, 0.0, 0.0)],
-        context: Vec::new(),
-    };
-    let module = frame("<module>", MAIN, Some(26));
-    let mut deep = vec![frame("fib", MAIN, Some(40))];
-    for _ in 0..30 {
-        deep.push(frame("fib", MAIN, Some(42)));
-    }
-    deep.push(frame("main", MAIN, Some(11)));
-    deep.push(module.clone());
-    let stacks = vec![
-        StackProfile {
-            frames: vec![frame("main", MAIN, Some(11)), module.clone()],
-            samples: 450,
-            seconds: 4.5,
-        },
-        StackProfile {
-            frames: vec![
-                frame("calcul_énergie", MODELE, Some(6)),
-                frame("<listcomp>", MODELE, Some(9)),
-                frame("<module>", MODELE, Some(9)),
-                frame("main", MAIN, Some(12)),
-                module.clone(),
-            ],
-            samples: 200,
-            seconds: 2.0,
-        },
-        StackProfile {
-            frames: deep,
-            samples: 170,
-            seconds: 1.7,
-        },
-        StackProfile {
-            frames: vec![module.clone()],
-            samples: 80,
-            seconds: 0.8,
-        },
-        StackProfile {
-            frames: vec![
-                frame("<listcomp>", MODELE, Some(9)),
-                frame("<module>", MODELE, Some(9)),
-                frame("main", MAIN, Some(12)),
-                module.clone(),
-            ],
-            samples: 50,
-            seconds: 0.5,
-        },
-        StackProfile {
-            frames: vec![
-                frame("_find_and_load", FROZEN, None),
-                frame("<module>", MAIN, Some(3)),
-            ],
-            samples: 14,
-            seconds: 0.14,
-        },
-        StackProfile {
-            frames: vec![
-                frame("JSONDecoder.raw_decode", DECODER, Some(353)),
-                frame("JSONDecoder.decode", DECODER, Some(338)),
-                frame("loads", "/usr/lib/python3.12/json/__init__.py", Some(346)),
-                frame("<module>", MAIN, Some(3)),
-            ],
-            samples: 6,
-            seconds: 0.06,
-        },
-        StackProfile {
-            frames: vec![frame("<module>", MAIN, Some(3))],
-            samples: 30,
-            seconds: 0.3,
-        },
-    ];
-    Profile {
-        schema_version: PROFILE_SCHEMA_VERSION,
-        meta: ProfileMeta {
-            program: "python3 app/main.py --size 1000".into(),
-            pid: 4242,
-            python_version: "3.12.1".into(),
-            duration_s: 10.5,
-            samples: 1000,
-            missed_samples: 0,
-            errors: 0,
-            paused_reads: 0,
-            thinned_samples: 0,
-            rate_hz: 99.9,
-            requested_rate_hz: 100.0,
-            mode: TimeMode::Cpu,
-            paused_max_hz: None,
-            profile_all: false,
-            free_threaded: false,
-            split_unavailable: None,
-        },
-        total_s: 10.0,
-        files: vec![main, modele, decoder, frozen],
-        stacks,
-        threads: vec![
-            thread(4242, Some("python3"), 900, 70.0, 12.0, 6.0),
-            thread(4250, Some("worker-1 données"), 100, 10.2, 0.6, 0.0),
-            thread(4251, None, 3, 0.0, 0.0, 0.2),
-        ],
-        processes: vec![],
-        memory: None,
-    }
-}
-
+/// File names in the profiles, for the assertions below.
 const SERVER: &str = "/srv/app/server.py";
 const ODD: &str = "/tmp/odd;name.py";
+const FROZEN: &str = "<frozen importlib._bootstrap>";
 
-/// The source of SERVER, for context lines.
-fn server_source() -> Vec<String> {
-    let mut v: Vec<String> = (1..=60).map(|i| format!("# line {i}")).collect();
-    v[19] = "def handle(request):".into();
-    v[20] = "    data = request.read()".into();
-    v[21] = "    time.sleep(0.5)".into();
-    v[22] = "    rows = db.query(\"SELECT * FROM orders WHERE customer_id = %s AND status IN ('open', 'pending', 'held') ORDER BY created_at\", (data.customer,))".into();
-    v[23] = "    return render(rows)".into();
-    v
+/// What a case renders beyond what every case does.
+#[derive(Debug, Clone, Copy)]
+enum Extra {
+    /// `terminal-color.txt`: the terminal report with ANSI colors.
+    Color,
+    /// `terminal-narrow.txt`: 72 columns, no context lines, no thread table.
+    Narrow,
+    /// `terminal-source.txt`: three lines of context around each line, from `sources/`.
+    Source,
 }
 
-/// Wall mode: lost samples and errors, a rate below the requested one, a long source line, a
-/// sampled line with no source text, a file name with `;`, and `--profile-all`.
-fn wall() -> Profile {
-    let src = server_source();
-    let server = file(
-        SERVER,
-        vec![
-            line(21, &src[20], 2.0, 0.0, 0.0),
-            line(22, &src[21], 0.0, 0.0, 55.0),
-            line(23, &src[22], 1.0, 14.0, 8.0),
-            line(24, "", 0.4, 0.0, 0.0),
-        ],
-        vec![function("handle", Some(21), 3.4, 14.0, 63.0)],
-    );
-    let odd = file(
-        ODD,
-        vec![line(1, "x = [i for i in range(10**6)]", 19.6, 0.0, 0.0)],
-        vec![function("<module>", Some(1), 19.6, 0.0, 0.0)],
-    );
-    let handler = frame("handle", SERVER, Some(22));
-    Profile {
-        schema_version: PROFILE_SCHEMA_VERSION,
-        meta: ProfileMeta {
-            program: "python3 -m gunicorn app:server --workers 1".into(),
-            pid: 31337,
-            python_version: "3.11.9".into(),
-            duration_s: 60.25,
-            samples: 3689,
-            missed_samples: 37,
-            errors: 3,
-            paused_reads: 41,
-            thinned_samples: 0,
-            rate_hz: 61.2,
-            requested_rate_hz: 100.0,
-            mode: TimeMode::Wall,
-            paused_max_hz: None,
-            profile_all: true,
-            free_threaded: false,
-            split_unavailable: None,
-        },
-        total_s: 60.0,
-        files: vec![server, odd],
-        stacks: vec![
-            StackProfile {
-                frames: vec![handler.clone(), frame("serve", SERVER, Some(50))],
-                samples: 2000,
-                seconds: 33.0,
-            },
-            StackProfile {
-                frames: vec![
-                    frame("handle", SERVER, Some(23)),
-                    frame("serve", SERVER, Some(50)),
-                ],
-                samples: 1300,
-                seconds: 13.8,
-            },
-            StackProfile {
-                frames: vec![frame("<module>", ODD, Some(1))],
-                samples: 380,
-                seconds: 11.76,
-            },
-            StackProfile {
-                frames: vec![],
-                samples: 9,
-                seconds: 1.44,
-            },
-        ],
-        threads: vec![thread(
-            31337,
-            Some("gunicorn: maste"),
-            3689,
-            23.0,
-            14.0,
-            63.0,
-        )],
-        processes: vec![],
-        memory: None,
-    }
-}
+/// Declares the cases: `name: Extra, ...;` (a case with no extras is just `name;`). Gives
+/// [`CASES`] and one test per case, `case::<name>`.
+macro_rules! golden {
+    ($($case:ident $(: $($extra:ident),+)?;)+) => {
+        /// Every case: its name (its folder) and what it renders beyond what all do.
+        const CASES: &[(&str, &[Extra])] = &[$((stringify!($case), &[$($(Extra::$extra),+)?])),+];
 
-/// Nothing recorded.
-fn empty() -> Profile {
-    Profile {
-        schema_version: PROFILE_SCHEMA_VERSION,
-        meta: ProfileMeta {
-            program: "python3 idle.py".into(),
-            pid: 7,
-            python_version: "3.8.18".into(),
-            duration_s: 0.5,
-            samples: 0,
-            missed_samples: 0,
-            errors: 0,
-            paused_reads: 0,
-            thinned_samples: 0,
-            rate_hz: 0.0,
-            requested_rate_hz: 100.0,
-            mode: TimeMode::Cpu,
-            paused_max_hz: None,
-            profile_all: false,
-            free_threaded: false,
-            split_unavailable: None,
-        },
-        total_s: 0.0,
-        files: vec![],
-        stacks: vec![],
-        threads: vec![],
-        processes: vec![],
-        memory: None,
-    }
-}
-
-/// `basic` recorded with memory: a line that keeps what it allocates (a leak), a line that
-/// allocates natively and frees, a line that only copies, and a line that only allocates
-/// (no CPU samples).
-fn memory() -> Profile {
-    let mut p = basic();
-    let mem = |alloc: f64, py: f64, peak: f64, avg: f64, timeline: Vec<f64>, copy: f64| {
-        Some(LineMemory {
-            mem_alloc_mb: alloc,
-            mem_python_pct: py,
-            mem_peak_mb: peak,
-            mem_avg_mb: avg,
-            mem_timeline: timeline,
-            copy_mb_s: copy,
-        })
-    };
-    for f in &mut p.files {
-        for l in &mut f.lines {
-            l.memory = Some(LineMemory::default());
+        /// One test per case, named after it.
+        mod case {
+            $(
+                #[test]
+                fn $case() {
+                    super::check_case(stringify!($case), &[$($(super::Extra::$extra),+)?]);
+                }
+            )+
         }
-    }
-    let main = &mut p.files[0];
-    main.lines[2].memory = mem(
-        200.0,
-        99.5,
-        200.0,
-        100.0,
-        (1..=20).map(|i| i as f64 * 10.0).collect(),
-        0.0,
-    );
-    main.lines[3].memory = mem(0.0, 0.0, 0.0, 0.0, vec![], 120.0);
-    main.lines[0].memory = mem(
-        800.0,
-        2.0,
-        8.0,
-        4.0,
-        vec![0.0, 8.0, 4.0, 8.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0],
-        0.0,
-    );
-    main.lines.push(LineProfile {
-        line: 14,
-        source: "    cache = [0] * 10**6".into(),
-        cpu_python_pct: 0.0,
-        cpu_native_pct: 0.0,
-        cpu_system_pct: 0.0,
-        memory: mem(7.6, 100.0, 7.6, 7.6, vec![7.6; 20], 0.0),
-    });
-    p.memory = Some(MemorySummary {
-        peak_mb: 215.3,
-        timeline: (0..=10).map(|i| [i as f64, i as f64 * 21.0]).collect(),
-        alloc_mb: 1007.6,
-        python_pct: 21.5,
-        copy_mb: 1260.0,
-        leaks: vec![Leak {
-            filename: MAIN.into(),
-            line: 11,
-            likelihood: 0.995,
-            growth_mb_s: 19.4,
-            sampled_allocs: 200,
-            sampled_frees: 0,
-        }],
-        window_bytes: 1 << 20,
-        copy_window_bytes: 1 << 20,
-        dropped_events: 3,
-        handshake_timeouts: 1,
-        handshakes: 512,
-        handshake_wait_ms: 41.5,
-        stacks: vec![
-            MemoryStack {
-                frames: vec![
-                    frame("main", MAIN, Some(11)),
-                    frame("<module>", MAIN, Some(26)),
-                ],
-                alloc_kib: 204_800,
-            },
-            MemoryStack {
-                frames: vec![
-                    frame(
-                        "ones",
-                        "/venv/lib/python3.12/site-packages/numpy/core/numeric.py",
-                        Some(191),
-                    ),
-                    frame("<module>", MAIN, Some(3)),
-                ],
-                alloc_kib: 819_200,
-            },
-            MemoryStack {
-                frames: vec![
-                    frame("main", MAIN, Some(14)),
-                    frame("<module>", MAIN, Some(26)),
-                ],
-                alloc_kib: 7_782,
-            },
-        ],
-    });
-    p
+    };
 }
 
+golden! {
+    // CPU mode: two files that matter, one under 1%, a file known only by a function, a
+    // line with all three kinds of time, non-ASCII names, a frame with no line, a deep
+    // stack.
+    basic: Color, Narrow;
+    // Wall mode: lost samples and errors, a rate below the requested one, a long source
+    // line, a sampled line with no source text, a file name with `;`, `--profile-all`.
+    wall: Source;
+    // Nothing recorded.
+    empty;
+    // `basic` recorded with memory: a line that keeps what it allocates (a leak), a line
+    // that allocates natively and frees, a line that only copies, and a line that only
+    // allocates (no CPU samples).
+    memory;
+}
+
+fn golden_dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/golden")
+}
+
+fn case_dir(case: &str) -> PathBuf {
+    golden_dir().join(case)
+}
+
+/// The input profile of a case.
+fn load(case: &str) -> Profile {
+    let path = case_dir(case).join("profile.json");
+    let text = std::fs::read_to_string(&path)
+        .unwrap_or_else(|e| panic!("reading {}: {e}", path.display()));
+    profile_json::from_json(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+/// Every case's input profile.
 fn profiles() -> Vec<(&'static str, Profile)> {
-    vec![
-        ("basic", basic()),
-        ("wall", wall()),
-        ("empty", empty()),
-        ("memory", memory()),
-    ]
+    CASES.iter().map(|&(name, _)| (name, load(name))).collect()
+}
+
+/// A case's source provider: the lines of `sources/<path>` for the file `/<path>`, None
+/// when the case has no such file.
+fn source_of(case: &str) -> impl FnMut(&str) -> Option<Vec<String>> {
+    let root = case_dir(case).join("sources");
+    move |path: &str| {
+        let text = std::fs::read_to_string(root.join(path.strip_prefix('/')?)).ok()?;
+        Some(text.lines().map(str::to_string).collect())
+    }
 }
 
 fn plain(width: usize, context: usize) -> TerminalOptions {
@@ -470,55 +115,54 @@ fn plain(width: usize, context: usize) -> TerminalOptions {
     }
 }
 
-/// Every rendering compared with a golden file: (file name, text).
-fn renderings() -> Vec<(String, String)> {
-    let mut out = Vec::new();
-    for (name, p) in profiles() {
-        out.push((
-            format!("{name}.txt"),
-            terminal::render_without_source(&p, &plain(100, 2)),
-        ));
-        out.push((format!("{name}.json"), profile_json::to_json(&p)));
-        out.push((format!("{name}.collapsed"), collapsed::render(&p)));
-        out.push((
-            format!("{name}.speedscope.json"),
-            normalize_version(&speedscope::render(&p)),
-        ));
-        if !p.stacks.is_empty() {
-            out.push((format!("{name}.svg"), svg(&p)));
-        }
-        if let Some(lines) = collapsed::memory_lines(&p) {
-            out.push((format!("{name}-alloc.collapsed"), lines.join("\n") + "\n"));
-            let svg = flamegraph::render_memory(&p).unwrap();
-            out.push((format!("{name}-alloc.svg"), String::from_utf8(svg).unwrap()));
-        }
-    }
-    let b = basic();
-    let color = TerminalOptions {
-        color: true,
-        ..plain(100, 2)
-    };
-    out.push((
-        "basic-color.txt".into(),
-        terminal::render_without_source(&b, &color),
-    ));
-    out.push((
-        "basic-narrow.txt".into(),
-        terminal::render_without_source(
-            &b,
-            &TerminalOptions {
-                threads: false,
-                ..plain(72, 0)
-            },
+/// Every rendering of a case's profile `p`, each compared with the file of its folder:
+/// (file name, text).
+fn renderings(case: &str, p: &Profile, extras: &[Extra]) -> Vec<(&'static str, String)> {
+    let mut out = vec![
+        (
+            "terminal.txt",
+            terminal::render_without_source(p, &plain(100, 2)),
         ),
-    ));
-    let w = wall();
-    out.push((
-        "wall-source.txt".into(),
-        terminal::render(&w, &plain(100, 3), &mut |f: &str| {
-            (f == SERVER).then(server_source)
-        }),
-    ));
+        ("profile.json", profile_json::to_json(p)),
+        ("stacks.collapsed", collapsed::render(p)),
+        ("speedscope.json", normalize_version(&speedscope::render(p))),
+    ];
+    if !p.stacks.is_empty() {
+        out.push(("flamegraph.svg", svg(p)));
+    }
+    if let Some(lines) = collapsed::memory_lines(p) {
+        out.push(("alloc.collapsed", lines.join("\n") + "\n"));
+        let svg = flamegraph::render_memory(p).unwrap();
+        out.push(("alloc.svg", String::from_utf8(svg).unwrap()));
+    }
+    for extra in extras {
+        out.push(match extra {
+            Extra::Color => (
+                "terminal-color.txt",
+                terminal::render_without_source(
+                    p,
+                    &TerminalOptions {
+                        color: true,
+                        ..plain(100, 2)
+                    },
+                ),
+            ),
+            Extra::Narrow => (
+                "terminal-narrow.txt",
+                terminal::render_without_source(
+                    p,
+                    &TerminalOptions {
+                        threads: false,
+                        ..plain(72, 0)
+                    },
+                ),
+            ),
+            Extra::Source => (
+                "terminal-source.txt",
+                terminal::render(p, &plain(100, 3), &mut source_of(case)),
+            ),
+        });
+    }
     out
 }
 
@@ -530,63 +174,140 @@ fn normalize_version(s: &str) -> String {
     )
 }
 
-fn golden_dir() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/golden")
+/// Whether this run writes the expected files instead of comparing with them.
+fn blessing() -> bool {
+    ["BLESS", "SCALENE_RS_BLESS"]
+        .iter()
+        .any(|v| std::env::var(v).is_ok_and(|v| v == "1"))
 }
 
-#[test]
-fn golden_files() {
-    let bless = std::env::var("SCALENE_RS_BLESS").is_ok_and(|v| v == "1");
-    let dir = golden_dir();
+/// Compares every rendering of `case` with its file (or, blessing, writes the files), and
+/// checks that the folder holds no file that no rendering writes.
+fn check_case(case: &str, extras: &[Extra]) {
+    let dir = case_dir(case);
+    let p = load(case);
+    let bless = blessing();
+    let outputs = renderings(case, &p, extras);
     let mut failures = Vec::new();
-    for (name, text) in renderings() {
-        let path = dir.join(&name);
+    for (file, text) in &outputs {
+        let path = dir.join(file);
+        let shown = format!("tests/golden/{case}/{file}");
+        let expected = std::fs::read_to_string(&path);
         if bless {
-            std::fs::create_dir_all(&dir).unwrap();
-            let old = std::fs::read_to_string(&path).ok();
-            if old.as_deref() != Some(text.as_str()) {
-                std::fs::write(&path, &text).unwrap();
+            if expected.ok().as_deref() != Some(text.as_str()) {
+                std::fs::write(&path, text).unwrap();
                 // Straight to stderr, past the test harness's capture.
-                let _ = writeln!(std::io::stderr(), "blessed tests/golden/{name}");
+                let _ = writeln!(std::io::stderr(), "blessed {shown}");
             }
             continue;
         }
-        let expected = match std::fs::read_to_string(&path) {
-            Ok(e) => e,
-            Err(e) => {
-                failures.push(format!(
-                    "tests/golden/{name}: cannot read ({e}); run with SCALENE_RS_BLESS=1"
-                ));
-                continue;
-            }
-        };
-        if expected != text {
-            let (n, want, got) = expected
-                .lines()
-                .map(Some)
-                .chain(std::iter::repeat(None))
-                .zip(text.lines().map(Some).chain(std::iter::repeat(None)))
-                .enumerate()
-                .find(|(_, (a, b))| a != b)
-                .map(|(i, (a, b))| (i + 1, a.unwrap_or("<end>"), b.unwrap_or("<end>")))
-                .unwrap_or((0, "<line endings differ>", ""));
+        match expected {
+            Err(e) => failures.push(format!("{shown}: cannot read ({e})")),
+            Ok(expected) if expected != *text => failures.push(format!(
+                "{shown} differs from the rendering:\n{}",
+                first_difference(&expected, text)
+            )),
+            Ok(_) => {}
+        }
+    }
+    for entry in std::fs::read_dir(&dir).unwrap() {
+        let name = entry.unwrap().file_name();
+        let name = name.to_string_lossy();
+        if name != "sources" && !outputs.iter().any(|(file, _)| *file == name) {
             failures.push(format!(
-                "tests/golden/{name} differs at line {n}:\n  expected: {want:?}\n  got:      {got:?}"
+                "tests/golden/{case}/{name}: no rendering of the case writes it (delete it?)"
             ));
         }
     }
     assert!(
         failures.is_empty(),
-        "{}\n(after a deliberate change: SCALENE_RS_BLESS=1 cargo test --test golden, then review the diff)",
+        "{}\n(after a deliberate change: BLESS=1 cargo test --test golden, then review the diff)",
         failures.join("\n")
     );
 }
 
+/// Where `got` first departs from `expected`: a few lines of each from there, numbered,
+/// with control characters (color escapes) written out as escapes.
+fn first_difference(expected: &str, got: &str) -> String {
+    const SHOWN: usize = 4;
+    let want: Vec<&str> = expected.lines().collect();
+    let have: Vec<&str> = got.lines().collect();
+    let Some(i) = (0..want.len().max(have.len())).find(|&i| want.get(i) != have.get(i)) else {
+        return format!(
+            "  the same lines, but the line endings or the final newline differ \
+             ({} bytes expected, {} got)",
+            expected.len(),
+            got.len()
+        );
+    };
+    // In a long line (an SVG's), show it from a little before its first differing character.
+    let column = match (want.get(i), have.get(i)) {
+        (Some(a), Some(b)) => a.chars().zip(b.chars()).take_while(|(x, y)| x == y).count(),
+        _ => 0,
+    };
+    // Long lines (an SVG's) are cut to 160 characters; the first differing one is shown
+    // from a little before where it differs.
+    let show = |n: usize, l: &str| -> String {
+        let from = if n == i { column.saturating_sub(40) } else { 0 };
+        let mut text = String::new();
+        if from > 0 {
+            text.push('…');
+        }
+        for c in l.chars().skip(from).take(160) {
+            if c.is_control() {
+                text.extend(c.escape_default());
+            } else {
+                text.push(c);
+            }
+        }
+        if l.chars().count() > from + 160 {
+            text.push('…');
+        }
+        text
+    };
+    let mut out = format!(
+        "  first difference at line {} (- expected, {} lines; + got, {} lines):\n",
+        i + 1,
+        want.len(),
+        have.len()
+    );
+    if i > 0 {
+        out += &format!("    {:>5} | {}\n", i, show(i - 1, want[i - 1]));
+    }
+    for (mark, side) in [('-', &want), ('+', &have)] {
+        for (n, l) in side.iter().enumerate().skip(i).take(SHOWN) {
+            out += &format!("  {mark} {:>5} | {}\n", n + 1, show(n, l));
+        }
+        if side.len() <= i {
+            out += &format!("  {mark}       | <end of file>\n");
+        }
+    }
+    out
+}
+
+/// Every folder under tests/golden is a case with a test, and every case has a folder.
+#[test]
+fn every_case_folder_is_tested() {
+    let mut folders: Vec<String> = std::fs::read_dir(golden_dir())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    folders.sort();
+    let mut cases: Vec<String> = CASES.iter().map(|(c, _)| c.to_string()).collect();
+    cases.sort();
+    assert_eq!(folders, cases);
+}
+
 #[test]
 fn every_format_is_deterministic() {
-    let a = renderings();
-    let b = renderings();
-    assert_eq!(a, b);
+    for &(case, extras) in CASES {
+        let p = load(case);
+        assert_eq!(
+            renderings(case, &p, extras),
+            renderings(case, &p, extras),
+            "{case}"
+        );
+    }
 }
 
 #[test]
@@ -602,7 +323,7 @@ fn json_round_trips() {
 
 #[test]
 fn json_refuses_other_schema_versions() {
-    let text = profile_json::to_json(&basic());
+    let text = profile_json::to_json(&load("basic"));
     let mut v: serde_json::Value = serde_json::from_str(&text).unwrap();
     for bad in [
         serde_json::json!(PROFILE_SCHEMA_VERSION + 1),
@@ -622,7 +343,7 @@ fn json_refuses_other_schema_versions() {
     v["schema_version"] = serde_json::json!(1);
     let old = profile_json::from_json(&v.to_string()).unwrap();
     assert!(old.memory.is_none());
-    assert_eq!(old.files, basic().files);
+    assert_eq!(old.files, load("basic").files);
     v.as_object_mut().unwrap().remove("schema_version");
     let msg = profile_json::from_json(&v.to_string())
         .unwrap_err()
@@ -653,16 +374,14 @@ fn terminal_without_color_has_no_escapes() {
         color: true,
         ..plain(100, 2)
     };
-    assert!(terminal::render_without_source(&basic(), &color).contains("\x1b[1;31m"));
+    assert!(terminal::render_without_source(&load("basic"), &color).contains("\x1b[1;31m"));
 }
 
 #[test]
 fn terminal_fits_the_width() {
     for (name, p) in profiles() {
         for width in [72, 80, 100] {
-            let text = terminal::render(&p, &plain(width, 2), &mut |f: &str| {
-                (f == SERVER).then(server_source)
-            });
+            let text = terminal::render(&p, &plain(width, 2), &mut source_of(name));
             for l in text.lines() {
                 assert!(
                     l.chars().count() <= width,
@@ -676,7 +395,7 @@ fn terminal_fits_the_width() {
 
 #[test]
 fn terminal_shows_what_matters() {
-    let text = terminal::render_without_source(&basic(), &plain(100, 2));
+    let text = terminal::render_without_source(&load("basic"), &plain(100, 2));
     // Files in order of their share; the one under 1% is summarized, not shown.
     let main = text.find("/app/main.py: 70.0%").unwrap();
     let modele = text.find("/app/données/modèle.py: 28.0%").unwrap();
@@ -691,11 +410,11 @@ fn terminal_shows_what_matters() {
     // Threads, including the one without a name.
     assert!(text.contains("worker-1 données"));
     assert!(text.contains("    4251 │        3 │             │        │    <1% │    <1% │ -\n"));
-    let wall = terminal::render_without_source(&wall(), &plain(100, 2));
+    let wall = terminal::render_without_source(&load("wall"), &plain(100, 2));
     assert!(wall.contains("37 of 3726 samples missed"));
     assert!(wall.contains("3 thread stacks unreadable"));
     assert!(wall.contains('…'));
-    let empty = terminal::render_without_source(&empty(), &plain(100, 2));
+    let empty = terminal::render_without_source(&load("empty"), &plain(100, 2));
     assert!(empty.contains("No time was attributed"));
 }
 
@@ -703,7 +422,7 @@ fn terminal_shows_what_matters() {
 /// Python and native time in one column, the native column reading "n/a", never 0%.
 #[test]
 fn terminal_names_a_free_threaded_build_and_an_unavailable_split() {
-    let mut p = basic();
+    let mut p = load("basic");
     p.meta.free_threaded = true;
     p.meta.split_unavailable = Some(
         "no table of CALL opcodes for Python 3.16.0a1: time is not split into Python and native"
@@ -725,20 +444,26 @@ fn terminal_names_a_free_threaded_build_and_an_unavailable_split() {
         "{text}"
     );
     assert!(!text.contains("Time Python"), "{text}");
-    let plain_text = terminal::render_without_source(&basic(), &plain(120, 2));
+    let plain_text = terminal::render_without_source(&load("basic"), &plain(120, 2));
     assert!(!plain_text.contains("free-threaded") && !plain_text.contains("n/a"));
 }
 
 #[test]
 fn terminal_with_functions_but_no_lines() {
     // All the time fell on instructions with no line: no line table, but the functions.
-    let mut p = empty();
+    let mut p = load("empty");
     p.total_s = 1.0;
     p.files = vec![FileProfile {
         filename: FROZEN.into(),
         cpu_pct: 0.0,
         lines: vec![],
-        functions: vec![function("_find_and_load", None, 100.0, 0.0, 0.0)],
+        functions: vec![FunctionProfile {
+            function: "_find_and_load".into(),
+            first_line: None,
+            cpu_python_pct: 100.0,
+            cpu_native_pct: 0.0,
+            cpu_system_pct: 0.0,
+        }],
         context: Vec::new(),
     }];
     let text = terminal::render_without_source(&p, &plain(100, 2));
@@ -752,9 +477,7 @@ fn terminal_huge_context_is_bounded_by_the_file() {
         context: usize::MAX,
         ..plain(100, 0)
     };
-    let text = terminal::render(&wall(), &o, &mut |f: &str| {
-        (f == SERVER).then(server_source)
-    });
+    let text = terminal::render(&load("wall"), &o, &mut source_of("wall"));
     // Every line of the 60-line source, and nothing after it.
     assert!(text.contains("    60 │             │        │        │ # line 60\n"));
     assert!(!text.contains("    61 │"));
@@ -763,9 +486,10 @@ fn terminal_huge_context_is_bounded_by_the_file() {
 #[test]
 fn terminal_context_comes_from_the_source_provider() {
     let mut asked = Vec::new();
-    let text = terminal::render(&wall(), &plain(100, 2), &mut |f: &str| {
+    let mut from_files = source_of("wall");
+    let text = terminal::render(&load("wall"), &plain(100, 2), &mut |f: &str| {
         asked.push(f.to_string());
-        (f == SERVER).then(server_source)
+        from_files(f)
     });
     assert_eq!(asked, vec![SERVER.to_string(), ODD.to_string()]);
     // Line 20 is not sampled: it comes from the provider, two lines above line 22.
@@ -803,11 +527,11 @@ fn collapsed_lines_are_well_formed() {
         assert_eq!(sorted, text.lines().collect::<Vec<_>>(), "{name}");
     }
     // Root first, and `;` in a file name does not split the frame.
-    let text = collapsed::render(&wall());
+    let text = collapsed::render(&load("wall"));
     assert!(text.contains("serve (/srv/app/server.py:50);handle (/srv/app/server.py:22) 2000\n"));
     assert!(text.contains("<module> (/tmp/odd,name.py:1) 380\n"));
     assert!(text.contains("[no Python frames] 9\n"));
-    assert!(collapsed::render(&basic())
+    assert!(collapsed::render(&load("basic"))
         .contains(";_find_and_load (<frozen importlib._bootstrap>) 14\n"));
 }
 
@@ -901,7 +625,7 @@ fn speedscope_has_the_required_fields() {
         );
     }
     // Root first: the first stack of `basic` is <module> → main.
-    let v: serde_json::Value = serde_json::from_str(&speedscope::render(&basic())).unwrap();
+    let v: serde_json::Value = serde_json::from_str(&speedscope::render(&load("basic"))).unwrap();
     let frames = v["shared"]["frames"].as_array().unwrap();
     let first: Vec<&str> = v["profiles"][0]["samples"][0]
         .as_array()

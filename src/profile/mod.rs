@@ -65,6 +65,9 @@ impl Split {
     }
 }
 
+/// A function: its file and its name.
+type FunctionKey = (Arc<str>, Arc<str>);
+
 /// The smaller of two lines, a line being smaller than none.
 fn first_of(a: Option<u32>, b: Option<u32>) -> Option<u32> {
     match (a, b) {
@@ -77,8 +80,8 @@ fn first_of(a: Option<u32>, b: Option<u32>) -> Option<u32> {
 #[derive(Debug, Default)]
 pub struct Aggregator {
     lines: FastMap<(Arc<str>, u32), Split>,
-    /// A function's time and its first line seen (None: no line seen yet).
-    functions: FastMap<(Arc<str>, Arc<str>), (Split, Option<u32>)>,
+    /// A function's time and its first line seen (None: no line seen yet), by file and name.
+    functions: FastMap<FunctionKey, (Split, Option<u32>)>,
     stacks: FastMap<Vec<Frame>, (u64, f64)>,
     threads: FastMap<i32, (Option<String>, Split, u64)>,
     /// Samples (thread observations) folded in.

@@ -943,3 +943,7 @@ mod tests {
         assert_eq!(spans(&[u64::MAX - 8], 0x50), vec![(u64::MAX - 8, u64::MAX)]);
     }
 }
+
+#[cfg(test)]
+#[path = "stack_verify_tests.rs"]
+mod verify_tests;
