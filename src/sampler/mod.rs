@@ -6,14 +6,19 @@
 //! folding library frames into the user's calling line, and feeding the [`Aggregator`].
 //! Must not: format output, or keep samples one by one (memory stays bounded).
 
+pub mod attribution;
 pub mod cputime;
+pub mod pauses;
 pub mod tree;
 
 use crate::error::Result;
 use crate::profile::{Activity, Aggregator, Profile, ProfileMeta, ThreadSample, TimeMode};
 pub use crate::python::ReadMode;
-use crate::python::{self, Frame, PythonProcess, SnapshotOptions, StackWalker, Unread};
+use crate::python::{self, PythonProcess, SnapshotOptions, StackWalker, Unread};
+use attribution::{Attribution, Charge, Observation};
 use cputime::{CpuReading, CpuTracker};
+use pauses::PauseSchedule;
+pub use pauses::PAUSED_MAX_HZ;
 use std::collections::{BTreeMap, HashMap};
 use std::time::{Duration, Instant};
 
@@ -81,9 +86,8 @@ pub struct Sampler {
     last_wall: Option<Instant>,
     /// The target's working directory when we started, for relative file names.
     cwd: Option<String>,
-    /// Where each thread was the last time it was seen running: CPU time a thread used
-    /// before it went to sleep belongs there, not to the line it sleeps on.
-    last_running: HashMap<i32, (Vec<Frame>, Activity)>,
+    /// Where each thread's time goes, given what each sample saw.
+    attribution: Attribution,
     /// Source lines read while sampling, by code file name (targets in another mount
     /// namespace only; others are read at the end).
     sources: HashMap<String, Option<Vec<String>>>,
@@ -93,42 +97,9 @@ pub struct Sampler {
     stat_cache: HashMap<i32, (Instant, char, u64, u64)>,
     /// Where the memory ring is mapped in the target (see [`SamplerConfig::handshake_file`]).
     handshake_range: Option<(u64, u64)>,
-    /// Default mode, per thread (by `thread_id`): the recent share of its samples whose
-    /// read without pausing failed, and how many of its samples are still to be taken
-    /// paused (see [`UNSETTLED_LIMIT`]).
-    unsettled: HashMap<u64, Unsettled>,
-    /// When the last sample with a thread in a paused stretch was taken.
-    last_paused: Option<Instant>,
+    /// Default mode: which threads are read paused, and how often.
+    pauses: PauseSchedule,
 }
-
-/// One thread's record for [`UNSETTLED_LIMIT`].
-#[derive(Default, Clone, Copy)]
-struct Unsettled {
-    /// Moving average of "its read without pausing failed".
-    failed: f64,
-    /// Samples still to be taken paused.
-    stretch: u32,
-}
-
-/// Default mode: when more than this share of a thread's recent samples could not be read
-/// without pausing, its next [`PAUSED_STRETCH`] samples are taken paused (that thread only:
-/// the others are read as before). A sample whose read without pausing fails is read
-/// paused, a fresh draw; the samples that read cleanly are the states that hold still long
-/// enough to be read, so they under-count states that last less than a read (a generator
-/// resumed by C code every few hundred nanoseconds, as in bm_mdp's `sum(... for ...)`,
-/// whose Python time then shows as the caller's native time). The bias of such a mix is at
-/// most the share that failed; past this share every sample of the thread is taken paused,
-/// which favours no state, until a probe without pausing finds it readable again.
-const UNSETTLED_LIMIT: f64 = 0.05;
-/// Weight of one sample in [`Sampler::unsettled`].
-const UNSETTLED_WEIGHT: f64 = 1.0 / 64.0;
-/// Samples taken paused once [`UNSETTLED_LIMIT`] is passed, before trying again without.
-const PAUSED_STRETCH: u32 = 400;
-/// At most this many paused samples a second in such a stretch: a pause costs the target
-/// tens of microseconds (bm_mdp with every sample paused at 1 kHz: 1.16× against 1.09×
-/// without pausing, one 7-round run). The ticks between take no sample; the CPU time of
-/// those ticks goes to the next sample, as at a lower rate.
-pub const PAUSED_MAX_HZ: f64 = 200.0;
 
 /// How long a thread's user/system tick counts are reused: they advance in whole clock
 /// ticks (10 ms with the usual USER_HZ of 100), so reading them more often shows nothing new.
@@ -153,13 +124,12 @@ impl Sampler {
             stats: Stats::default(),
             last_wall: None,
             cwd,
-            last_running: HashMap::new(),
+            attribution: Attribution::new(),
             sources: HashMap::new(),
             tids_listed: None,
             stat_cache: HashMap::new(),
             handshake_range: None,
-            unsettled: HashMap::new(),
-            last_paused: None,
+            pauses: PauseSchedule::new(),
         }
         .with_handshake_range()
     }
@@ -167,24 +137,15 @@ impl Sampler {
     /// Takes one sample of every thread. Errors that lose only this sample are counted, not
     /// returned; an error is returned only when the process is gone.
     pub fn sample_once(&mut self) -> Result<()> {
-        let pid = self.proc.pid;
         let now = Instant::now();
         let auto = self.cfg.mode == ReadMode::Auto;
-        let pause_these: Vec<u64> = if auto {
-            self.unsettled
-                .iter()
-                .filter(|(_, u)| u.stretch > 0)
-                .map(|(&id, _)| id)
-                .collect()
+        let pause_these = if auto {
+            self.pauses.pause_these()
         } else {
             Vec::new()
         };
-        let stretch = !pause_these.is_empty();
-        if stretch
-            && self
-                .last_paused
-                .is_some_and(|t| now.duration_since(t).as_secs_f64() < 1.0 / PAUSED_MAX_HZ)
-        {
+        let pausing = !pause_these.is_empty();
+        if self.pauses.thin(pausing, now) {
             self.stats.thinned += 1;
             return Ok(());
         }
@@ -193,6 +154,40 @@ impl Sampler {
             .map(|t| now.duration_since(t).as_secs_f64())
             .unwrap_or(0.0);
         self.last_wall = Some(now);
+        if pausing {
+            self.pauses.paused_at(now);
+        }
+        let Some((seen, tids)) = self.observe(now, wall_s, pause_these)? else {
+            return Ok(());
+        };
+        let Sampler {
+            attribution,
+            agg,
+            sources,
+            proc,
+            cwd,
+            cfg,
+            ..
+        } = self;
+        for o in seen {
+            attribution.observe(o, &mut |c| {
+                charge(agg, sources, proc, cwd.as_deref(), cfg.profile_all, c)
+            });
+        }
+        self.attribution.retain(&tids);
+        Ok(())
+    }
+
+    /// What one sample sees: each thread's stack, activity and CPU time since its last
+    /// sample (threads not to be charged left out: unreadable ones are counted as errors),
+    /// and the target's threads. None: the sample was lost (counted).
+    fn observe(
+        &mut self,
+        now: Instant,
+        wall_s: f64,
+        pause_these: Vec<u64>,
+    ) -> Result<Option<(Vec<Observation>, Vec<i32>)>> {
+        let pid = self.proc.pid;
         let tids = match self.thread_list(pid) {
             Ok(t) => t,
             Err(e) if e.is_process_gone() || !crate::proc::process_exists(pid) => {
@@ -200,32 +195,16 @@ impl Sampler {
             }
             Err(e) => {
                 self.count_error(Unread::of(&e));
-                return Ok(());
+                return Ok(None);
             }
         };
-        // Total CPU time of every thread (schedstat: precise and cheap).
-        let mut run_ns: HashMap<i32, u64> = HashMap::with_capacity(tids.len());
-        for &t in &tids {
-            match self.files.read_sched(pid, t) {
-                Some(ns) => {
-                    run_ns.insert(t, ns);
-                }
-                // A thread exited: list again next time.
-                None => self.tids_listed = None,
-            }
-        }
-        self.cpu.retain(&tids);
-        self.files.retain(&tids);
-        self.stat_cache.retain(|t, _| tids.contains(t));
+        let run_ns = self.cpu_times(&tids);
         // Scheduler states as last read: the snapshot needs the thread list, and uses the
         // states only for its idle flag, which the sampler does not use.
         let states: HashMap<i32, char> = run_ns
             .keys()
             .map(|&t| (t, self.stat_cache.get(&t).map_or('R', |s| s.1)))
             .collect();
-        if stretch {
-            self.last_paused = Some(now);
-        }
         let opts = SnapshotOptions {
             mode: self.cfg.mode,
             pause_these,
@@ -242,7 +221,7 @@ impl Sampler {
             Err(e) if e.is_process_gone() => return Err(e),
             Err(e) => {
                 self.count_error(Unread::of(&e));
-                return Ok(());
+                return Ok(None);
             }
         };
         self.stats.samples += 1;
@@ -254,127 +233,125 @@ impl Sampler {
         }) {
             self.tids_listed = None;
         }
-        if auto {
-            if self.unsettled.len() > snap.threads.len() {
-                let present: std::collections::HashSet<u64> =
-                    snap.threads.iter().map(|t| t.thread_id).collect();
-                self.unsettled.retain(|id, _| present.contains(id));
-            }
-            for t in &snap.threads {
-                let u = self.unsettled.entry(t.thread_id).or_default();
-                if u.stretch > 0 {
-                    u.stretch -= 1;
-                    continue;
-                }
-                u.failed += UNSETTLED_WEIGHT * (f64::from(u8::from(t.read_paused)) - u.failed);
-                if u.failed > UNSETTLED_LIMIT {
-                    *u = Unsettled {
-                        failed: 0.0,
-                        stretch: PAUSED_STRETCH,
-                    };
-                }
-            }
+        if self.cfg.mode == ReadMode::Auto {
+            let outcome: Vec<(u64, bool)> = snap
+                .threads
+                .iter()
+                .map(|t| (t.thread_id, t.read_paused))
+                .collect();
+            self.pauses.update(&outcome);
         }
+        let mut seen = Vec::with_capacity(snap.threads.len());
         for t in snap.threads {
             self.stats.paused_reads += t.read_paused as u64;
             let Some(tid) = t.native_id else { continue };
             let Some(&ns) = run_ns.get(&tid) else {
                 continue;
             };
-            // `stat` (state, user/system ticks) costs four times `schedstat`: read it when
-            // the state is needed (a thread without the GIL may be asleep or may compute in
-            // native code) or when its ticks are older than one tick's worth of time (they
-            // change no faster). A thread holding the GIL is on a CPU or about to be.
-            let fresh = self
-                .stat_cache
-                .get(&tid)
-                .is_some_and(|s| now.duration_since(s.0) < STAT_REFRESH);
-            if !t.holds_gil || !fresh {
-                match self.files.read_stat(pid, tid) {
-                    Some((state, u, st)) => {
-                        self.stat_cache.insert(tid, (now, state, u, st));
-                    }
-                    None => continue,
-                }
-            }
-            let Some(&(_, state, utime, stime)) = self.stat_cache.get(&tid) else {
-                continue;
-            };
-            // A thread blocked in the memory handshake waits for us to read its stack: it
-            // uses no CPU there, and the CPU it used since its last sample was used where it
-            // ran before it blocked, not necessarily on the line it waits on (a handshake at
-            // a line's first allocation would take the previous line's CPU along: on
-            // fixtures/cpu/split.py the Python line lost ~3 points to the native one, 6 when
-            // answers were slow). That CPU is left for the thread's next sample that finds it
-            // off the handshake; such samples fall evenly over its CPU time, so no line gains.
-            // Only a thread that used less CPU than the interval can have blocked: the others
-            // cost no read of /proc.
-            if self.handshake_range.is_some()
-                && self
-                    .cpu
-                    .pending_s(tid, ns)
-                    .is_some_and(|cpu| cpu < 0.95 * wall_s)
-                && self.in_handshake(tid)
-            {
-                continue;
-            }
-            let reading = CpuReading {
-                run_ns: ns,
-                utime,
-                stime,
-                state,
-            };
-            let delta = self.cpu.delta(tid, reading);
-            if let Some(err) = &t.error {
-                self.count_error(err.kind);
-                continue;
-            }
-            if self.cfg.gil_only && !t.holds_gil {
-                continue;
-            }
-            let idle_s = if self.cfg.wall {
-                (wall_s - delta.user_s - delta.system_s).max(0.0)
-            } else {
-                0.0
-            };
-            let activity = if t.in_native == Some(true) {
-                Activity::Native
-            } else {
-                Activity::Python
-            };
-            // Holding the GIL, or on a CPU right after its stack was read: a thread that went
-            // to sleep must not have its CPU charged to the line it sleeps on.
-            let running = t.holds_gil || state == 'R' || self.in_handshake(tid);
-            // CPU time since the last sample: where the thread is now if it is running,
-            // else where it was last seen running (it used that CPU before it slept).
-            // (The stacks are moved, not copied: this runs for every thread of every sample.)
-            let before = self.last_running.remove(&tid);
-            let (cpu_frames, cpu_activity) = match (running, &before) {
-                (false, Some((f, a))) => (&f[..], *a),
-                _ => (&t.frames[..], activity),
-            };
-            self.charge(
-                tid,
-                cpu_frames,
-                cpu_activity,
-                delta.user_s,
-                delta.system_s,
-                0.0,
-            );
-            // Time off the CPU (wall mode): where the thread waits now.
-            self.charge(tid, &t.frames, activity, 0.0, 0.0, idle_s);
-            match (running, before) {
-                (true, _) => {
-                    self.last_running.insert(tid, (t.frames, activity));
-                }
-                (false, Some(b)) => {
-                    self.last_running.insert(tid, b);
-                }
-                (false, None) => {}
+            if let Some(o) = self.observation(t, tid, ns, now, wall_s) {
+                seen.push(o);
             }
         }
-        self.last_running.retain(|t, _| tids.contains(t));
-        Ok(())
+        Ok(Some((seen, tids)))
+    }
+
+    /// Every listed thread's total CPU time (schedstat: precise and cheap), nanoseconds; a
+    /// thread that exited is missing (and the threads are listed again next time).
+    fn cpu_times(&mut self, tids: &[i32]) -> HashMap<i32, u64> {
+        let pid = self.proc.pid;
+        let mut run_ns: HashMap<i32, u64> = HashMap::with_capacity(tids.len());
+        for &t in tids {
+            match self.files.read_sched(pid, t) {
+                Some(ns) => {
+                    run_ns.insert(t, ns);
+                }
+                None => self.tids_listed = None,
+            }
+        }
+        self.cpu.retain(tids);
+        self.files.retain(tids);
+        self.stat_cache.retain(|t, _| tids.contains(t));
+        run_ns
+    }
+
+    /// One thread of a snapshot as an observation, with its CPU time since its last
+    /// sample (`ns`: its total now); None when it is not to be charged: its stack was not
+    /// read (counted as an error), it waits in the memory handshake, it does not hold the
+    /// GIL under `--gil`, or its /proc entry is gone.
+    fn observation(
+        &mut self,
+        t: python::ThreadSnapshot,
+        tid: i32,
+        ns: u64,
+        now: Instant,
+        wall_s: f64,
+    ) -> Option<Observation> {
+        // `stat` (state, user/system ticks) costs four times `schedstat`: read it when the
+        // state is needed (a thread without the GIL may be asleep or may compute in native
+        // code) or when its ticks are older than one tick's worth of time (they change no
+        // faster). A thread holding the GIL is on a CPU or about to be.
+        let fresh = self
+            .stat_cache
+            .get(&tid)
+            .is_some_and(|s| now.duration_since(s.0) < STAT_REFRESH);
+        if !t.holds_gil || !fresh {
+            let (state, u, st) = self.files.read_stat(self.proc.pid, tid)?;
+            self.stat_cache.insert(tid, (now, state, u, st));
+        }
+        let &(_, state, utime, stime) = self.stat_cache.get(&tid)?;
+        // A thread blocked in the memory handshake waits for us to read its stack: it uses
+        // no CPU there, and the CPU it used since its last sample was used where it ran
+        // before it blocked, not necessarily on the line it waits on (a handshake at a
+        // line's first allocation would take the previous line's CPU along, a few points of
+        // fixtures/cpu/split.py's split). That CPU is left for the thread's next sample that
+        // finds it off the handshake; such samples fall evenly over its CPU time, so no line
+        // gains. Only a thread that used less CPU than the interval can have blocked: the
+        // others cost no read of /proc.
+        if self.handshake_range.is_some()
+            && self
+                .cpu
+                .pending_s(tid, ns)
+                .is_some_and(|cpu| cpu < 0.95 * wall_s)
+            && self.in_handshake(tid)
+        {
+            return None;
+        }
+        let reading = CpuReading {
+            run_ns: ns,
+            utime,
+            stime,
+            state,
+        };
+        let delta = self.cpu.delta(tid, reading);
+        if let Some(err) = &t.error {
+            self.count_error(err.kind);
+            return None;
+        }
+        if self.cfg.gil_only && !t.holds_gil {
+            return None;
+        }
+        let idle_s = if self.cfg.wall {
+            (wall_s - delta.user_s - delta.system_s).max(0.0)
+        } else {
+            0.0
+        };
+        let activity = if t.in_native == Some(true) {
+            Activity::Native
+        } else {
+            Activity::Python
+        };
+        // Holding the GIL, or on a CPU right after its stack was read: a thread that went to
+        // sleep must not have its CPU charged to the line it sleeps on.
+        let running = t.holds_gil || state == 'R' || self.in_handshake(tid);
+        Some(Observation {
+            tid,
+            frames: t.frames,
+            activity,
+            running,
+            user_s: delta.user_s,
+            system_s: delta.system_s,
+            idle_s,
+        })
     }
 
     /// The target's threads: listed again from /proc when the last listing is older than
@@ -388,48 +365,6 @@ impl Sampler {
         let tids = crate::proc::threads(pid)?;
         self.tids_listed = Some((Instant::now(), tids.clone()));
         Ok(tids)
-    }
-
-    fn charge(
-        &mut self,
-        tid: i32,
-        frames: &[Frame],
-        activity: Activity,
-        user_s: f64,
-        system_s: f64,
-        idle_s: f64,
-    ) {
-        if user_s + system_s + idle_s <= 0.0 {
-            return;
-        }
-        let sample = ThreadSample {
-            frames,
-            activity,
-            user_s,
-            system_s,
-            idle_s,
-            native_id: Some(tid),
-            thread_name: None,
-        };
-        let attribution = self.attribution(frames);
-        // A target with its own files (a container's): read a source while the process is
-        // there to show it, not at the end (it may have exited, taking its files' view along).
-        if !self.proc.namespaces.same_files {
-            if let Some(f) = attribution {
-                if !self.sources.contains_key(&*f.filename) {
-                    let text =
-                        read_source(self.proc.pid, &absolute(&f.filename, self.cwd.as_deref()));
-                    self.sources.insert(f.filename.to_string(), text);
-                }
-            }
-        }
-        self.agg.add(&sample, attribution);
-    }
-
-    /// The frame time is charged to: the innermost frame, or with library folding, the
-    /// innermost frame of the user's own code (else the innermost frame).
-    fn attribution<'f>(&self, frames: &'f [Frame]) -> Option<&'f Frame> {
-        crate::profile::charged_frame(frames, self.cfg.profile_all)
     }
 
     fn count_error(&mut self, kind: Unread) {
@@ -648,6 +583,42 @@ pub fn drive(
     }
     t.stats_mut().elapsed = start.elapsed();
     Ok(())
+}
+
+/// Folds one charge into `agg` (nothing when it carries no time), charged to the frame
+/// the attribution rule picks. A target with its own files (a container's): a source is
+/// read while the process is there to show it, not at the end (it may have exited, taking
+/// its files' view along).
+fn charge(
+    agg: &mut Aggregator,
+    sources: &mut HashMap<String, Option<Vec<String>>>,
+    proc: &PythonProcess,
+    cwd: Option<&str>,
+    profile_all: bool,
+    c: Charge<'_>,
+) {
+    if c.user_s + c.system_s + c.idle_s <= 0.0 {
+        return;
+    }
+    let sample = ThreadSample {
+        frames: c.frames,
+        activity: c.activity,
+        user_s: c.user_s,
+        system_s: c.system_s,
+        idle_s: c.idle_s,
+        native_id: Some(c.tid),
+        thread_name: None,
+    };
+    let attribution = crate::profile::charged_frame(c.frames, profile_all);
+    if !proc.namespaces.same_files {
+        if let Some(f) = attribution {
+            if !sources.contains_key(&*f.filename) {
+                let text = read_source(proc.pid, &absolute(&f.filename, cwd));
+                sources.insert(f.filename.to_string(), text);
+            }
+        }
+    }
+    agg.add(&sample, attribution);
 }
 
 /// The address range where `pid` maps `file` (all its mappings together).
