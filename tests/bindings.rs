@@ -85,7 +85,10 @@ fn pythons_313_plus() -> Vec<common::Interpreter> {
             "no CPython 3.13+ found: the _Py_DebugOffsets checks cannot run \
              (run tools/pythons.sh, or set SCALENE_RS_ALLOW_MISSING_313=1 to skip)"
         );
-        eprintln!("skipped: no CPython 3.13+ on this machine");
+        common::skip_or_fail(
+            "bindings (3.13+ debug offsets)",
+            "no CPython 3.13+ on this machine (SCALENE_RS_ALLOW_MISSING_313 is set)",
+        );
     }
     found
 }

@@ -23,8 +23,9 @@
 //! The dump must give the exact stacks the interpreter itself reports (`truth` from
 //! fixtures/dump_support.py), the right version, our TIDs (`native_id`, names from /proc)
 //! and the target's own TIDs (`ns_native_id`, as each thread reported itself).
-//! Without root or `unshare` the tests say that they are skipped and why. A Docker test
-//! (containers/docker.rs) runs where `docker info` works. The namespaced target and its
+//! Without root or `unshare` the tests say that they are skipped and why (in CI they fail:
+//! common::skip_or_fail). The Docker test (containers/docker.rs) needs an engine that
+//! answers `docker info` (tools/docker.sh starts one). The namespaced target and its
 //! scratch directory are in containers/ns_target.rs.
 
 mod common;
@@ -280,6 +281,64 @@ fn check_dumps(pid: i32, printed: &[String], version: &str, exe: &str) -> Result
     check_dump_with(pid, printed, version, exe, &["--nonblocking"])
 }
 
+/// The differences between a `dump --json` and the exact frames dump_shapes.py's threads
+/// reported themselves (`printed`: its `truth` line): the interpreter's own view of every
+/// thread but the reporter.
+fn frame_errors(dump: &Value, printed: &[String]) -> Vec<String> {
+    let mut errs = Vec::new();
+    let threads = dump["threads"].as_array().cloned().unwrap_or_default();
+    let by_ident: BTreeMap<String, &Value> = threads
+        .iter()
+        .map(|t| (t["thread_id"].to_string(), t))
+        .collect();
+    let truth = printed_json(printed, "truth");
+    for (ident, stack) in truth.as_object().unwrap() {
+        let Some(th) = by_ident.get(ident) else {
+            errs.push(format!("thread {ident} missing from the dump"));
+            continue;
+        };
+        let got: Vec<Value> = th["frames"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|f| serde_json::json!([f["function"], f["filename"], f["line"]]))
+            .collect();
+        if got != *stack.as_array().unwrap() {
+            errs.push(format!(
+                "thread {ident}: frames {got:?}, the interpreter says {stack}"
+            ));
+        }
+    }
+    errs
+}
+
+/// Waits until no thread of `pid` is running or runnable (state R in /proc).
+fn wait_all_asleep(pid: i32) -> Result<(), String> {
+    let deadline = Instant::now() + READY_TIMEOUT;
+    loop {
+        let mut running = Vec::new();
+        let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).map_err(|e| e.to_string())?;
+        for t in tasks.flatten() {
+            let stat = std::fs::read_to_string(t.path().join("stat")).unwrap_or_default();
+            let state = stat
+                .rsplit_once(')')
+                .and_then(|(_, r)| r.trim_start().chars().next());
+            if state == Some('R') {
+                running.push(t.file_name().to_string_lossy().into_owned());
+            }
+        }
+        if running.is_empty() {
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            return Err(format!(
+                "threads {running:?} of {pid} still running {READY_TIMEOUT:?} after `ready`"
+            ));
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
 fn check_dump_with(
     pid: i32,
     printed: &[String],
@@ -287,6 +346,11 @@ fn check_dump_with(
     exe: &str,
     extra: &[&str],
 ) -> Result<(), String> {
+    // Every thread of the fixture blocks for good once it printed `ready`, but a dump that
+    // paused them (the previous one) leaves each runnable for a moment as it restarts its
+    // system call: on a busy machine, long enough for the next dump to find it running,
+    // rightly reported active. What `idle` is checked against is that they are asleep.
+    wait_all_asleep(pid)?;
     let pid = pid.to_string();
     let mut args = vec!["dump", pid.as_str(), "--json"];
     args.extend_from_slice(extra);
@@ -308,30 +372,12 @@ fn check_dump_with(
             dump["executable"]
         ));
     }
+    errs.extend(frame_errors(&dump, printed));
     let threads = dump["threads"].as_array().cloned().unwrap_or_default();
     let by_ident: BTreeMap<String, &Value> = threads
         .iter()
         .map(|t| (t["thread_id"].to_string(), t))
         .collect();
-    // Exact frames: the interpreter's own view of every thread but the reporter.
-    let truth = printed_json(printed, "truth");
-    for (ident, stack) in truth.as_object().unwrap() {
-        let Some(th) = by_ident.get(ident) else {
-            errs.push(format!("thread {ident} missing from the dump"));
-            continue;
-        };
-        let got: Vec<Value> = th["frames"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|f| serde_json::json!([f["function"], f["filename"], f["line"]]))
-            .collect();
-        if got != *stack.as_array().unwrap() {
-            errs.push(format!(
-                "thread {ident}: frames {got:?}, the interpreter says {stack}"
-            ));
-        }
-    }
     // Thread ids: ours (in /proc/PID/task, with the thread's own id as NSpid) and its own.
     let roles = printed_json(printed, "threads");
     for (role, v) in roles.as_object().unwrap() {
@@ -396,6 +442,10 @@ fn for_each_interpreter(
     let mut failures = Vec::new();
     for interp in &all {
         match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| case(interp, &all))) {
+            // What did not run shows even when the test passes.
+            Ok(Ok(note)) if note.starts_with("SKIPPED") || note.starts_with("not run") => {
+                common::say(&format!("{test} [{}]: {note}", interp.label))
+            }
             Ok(Ok(note)) => println!("{test} [{}]: {note}", interp.label),
             Ok(Err(e)) => failures.push(format!("[{}] {e}", interp.label)),
             Err(_) => failures.push(format!("[{}] panicked", interp.label)),
@@ -478,11 +528,19 @@ fn dump_a_namespaced_process_whose_interpreter_path_holds_another_build_on_host(
             // above): no file of ours at them could be a decoy short of writing into the
             // host's /usr/bin.
             return Ok(
-                "SKIPPED: runs chrooted in a root of its own (see path_absent_on_host)".into(),
+                "not run (does not apply): runs chrooted in a root of its own (see \
+                 path_absent_on_host)"
+                    .into(),
             );
         }
         let Some(decoy) = decoy_for(interp, all) else {
-            return Ok("SKIPPED: no other CPython version's libpython to put on our side".into());
+            let why = "no other CPython version's libpython to put on our side";
+            if common::ci_mode() {
+                return Err(format!(
+                    "cannot run in CI: {why} (tools/pythons.sh makes them)"
+                ));
+            }
+            return Ok(format!("SKIPPED: {why}"));
         };
         let d = prepare_scratch(&format!("other-{}", interp.label));
         let (script, exe, holder) = script_other_build(interp, &d, &decoy);
@@ -614,25 +672,7 @@ fn dump_a_process_chrooted_inside_its_namespace() {
 #[test]
 fn attach_to_a_namespaced_process_charges_its_hot_lines() {
     require_namespaces!("attach_namespaced");
-    let fx = common::fixture("cpu/split.py");
-    let mark = |label: &str| -> u64 {
-        let text = std::fs::read_to_string(&fx).unwrap();
-        text.lines()
-            .position(|l| l.contains(&format!("# MARK: {label}")))
-            .map(|i| i as u64 + 1)
-            .unwrap()
-    };
-    let (lp, ln) = (mark("python"), mark("native"));
-    let quoted = std::fs::read_to_string(&fx)
-        .unwrap()
-        .lines()
-        .nth(lp as usize - 1)
-        .unwrap()
-        .split('#')
-        .next()
-        .unwrap()
-        .trim()
-        .to_string();
+    let (lp, ln, quoted) = split_marks();
     for_each_interpreter("attach_namespaced", |interp, _| {
         // As in path_absent_on_host.
         let d = prepare_scratch(&format!("attach-{}", interp.label));
@@ -659,6 +699,22 @@ fn attach_to_a_namespaced_process_charges_its_hot_lines() {
         let chrooted = attach_and_check(&script, &d, &file, (lp, ln), &quoted)?;
         Ok(format!("{plain}; chrooted: {chrooted}"))
     });
+}
+
+/// cpu/split.py's hot lines, Python then native (their MARK comments), and the Python
+/// line's code as `view` must quote it.
+fn split_marks() -> (u64, u64, String) {
+    let text = std::fs::read_to_string(common::fixture("cpu/split.py")).unwrap();
+    let mark = |label: &str| -> u64 {
+        text.lines()
+            .position(|l| l.contains(&format!("# MARK: {label}")))
+            .map(|i| i as u64 + 1)
+            .unwrap()
+    };
+    let (lp, ln) = (mark("python"), mark("native"));
+    let quoted = text.lines().nth(lp as usize - 1).unwrap();
+    let quoted = quoted.split('#').next().unwrap().trim().to_string();
+    (lp, ln, quoted)
 }
 
 /// How long the attach fixture runs (seconds, as its argument).
@@ -693,6 +749,19 @@ fn attach_and_check(
         .lines
         .recv_timeout(READY_TIMEOUT)
         .map_err(|e| format!("no truth line: {e}"))?;
+    check_split_profile(&out, file, &truth_line, (lp, ln), quoted)
+}
+
+/// Checks the profile `out` that `attach` wrote for cpu/split.py, run as `file`, against
+/// the `truth ...` line the fixture printed last: its hot lines `lp` (Python) and `ln`
+/// (native) take most of the time, split as the fixture measured; `view` quotes `quoted`.
+fn check_split_profile(
+    out: &str,
+    file: &str,
+    truth_line: &str,
+    (lp, ln): (u64, u64),
+    quoted: &str,
+) -> Result<String, String> {
     let truth: Vec<f64> = truth_line
         .strip_prefix("truth ")
         .map(|r| {
@@ -704,7 +773,7 @@ fn attach_and_check(
     let [py_s, native_s] = truth[..] else {
         return Err(format!("unexpected truth line {truth_line:?}"));
     };
-    let p: Value = serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
+    let p: Value = serde_json::from_str(&std::fs::read_to_string(out).unwrap()).unwrap();
     let f = p["files"]
         .as_array()
         .unwrap()
@@ -725,7 +794,7 @@ fn attach_and_check(
             })
             .unwrap_or(0.0)
     };
-    let (code, view_out, view_err) = run_bin(&["view", &out]);
+    let (code, view_out, view_err) = run_bin(&["view", out]);
     if code != Some(0) || !(view_out.clone() + &view_err).contains(quoted) {
         return Err(format!(
             "`view` should quote {quoted:?}; exit {code:?}, got:\n{view_out}{view_err}"
@@ -751,10 +820,10 @@ fn attach_and_check(
 fn dump_a_process_in_a_root_file_system_of_its_own() {
     require_namespaces!("own_root_file_system");
     let Some(interp) = docker::static_interpreter() else {
-        println!(
-            "own_root_file_system: SKIPPED: no static CPython build to put in a root file system"
+        return common::skip_or_fail(
+            "own_root_file_system",
+            "no static CPython build to put in a root file system",
         );
-        return;
     };
     let d = prepare_scratch("rootfs");
     let root = docker::build_rootfs(&interp, &d);
@@ -787,29 +856,8 @@ fn dump_a_process_in_a_root_file_system_of_its_own() {
 
 #[test]
 fn dump_a_process_in_a_docker_container() {
-    let info = Command::new("docker")
-        .arg("info")
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .output();
-    match info {
-        Ok(o) if o.status.success() => {}
-        Ok(o) => {
-            let why = String::from_utf8_lossy(&o.stderr);
-            let why = why
-                .lines()
-                .find(|l| !l.trim().is_empty())
-                .unwrap_or("")
-                .trim();
-            println!(
-                "docker: SKIPPED: `docker info` fails, no Docker engine to run a container: {why}"
-            );
-            return;
-        }
-        Err(e) => {
-            println!("docker: SKIPPED: no docker command ({e})");
-            return;
-        }
+    if let Some(why) = docker::engine_missing() {
+        return common::skip_or_fail("docker", &why);
     }
     docker::dump_in_container();
 }

@@ -269,11 +269,12 @@ fn for_each_interpreter(
     let mut ran = Vec::new();
     for interp in common::interpreters() {
         if let Some(why) = skip(&interp) {
-            println!(
-                "{test}: skipped {} ({}): {why}",
+            // A case that does not apply to this interpreter (not a missing resource).
+            common::say(&format!(
+                "{test}: not run on {} ({}): {why}",
                 interp.label,
                 interp.path.display()
-            );
+            ));
             continue;
         }
         ran.push(interp.label.clone());

@@ -281,35 +281,86 @@ fn world_executable_copy() -> PathBuf {
     bin
 }
 
+/// The unprivileged user the permission tests run the profiler as: `SCALENE_RS_TEST_USER`,
+/// by default `scalene-rs-test`, which tools/test_user.sh creates (.ci/run calls it).
+/// Its (name, uid), or why there is none to use.
+fn test_user() -> Result<(String, u32), String> {
+    let name = std::env::var("SCALENE_RS_TEST_USER").unwrap_or_else(|_| "scalene-rs-test".into());
+    match nix::unistd::User::from_name(&name) {
+        Ok(Some(u)) if !u.uid.is_root() => Ok((name, u.uid.as_raw())),
+        Ok(Some(_)) => Err(format!(
+            "user {name} is root: no permission could be denied"
+        )),
+        Ok(None) => Err(format!("no user {name} (tools/test_user.sh creates it)")),
+        Err(e) => Err(format!("cannot look up user {name}: {e}")),
+    }
+}
+
+/// Whether `setpriv` (util-linux) runs here.
+fn setpriv_missing() -> Option<String> {
+    match Command::new("setpriv").arg("--version").output() {
+        Ok(o) if o.status.success() => None,
+        Ok(o) => Some(format!("`setpriv --version` exits {:?}", o.status.code())),
+        Err(e) => Some(format!("no setpriv (util-linux): {e}")),
+    }
+}
+
+/// The profiler run by an unprivileged user (through `setpriv`, as root) against a
+/// root-owned Python process: the kernel's own EPERM, and the message must say what is
+/// missing and how to get it.
 #[test]
 fn permission_denied() {
-    use std::os::unix::process::CommandExt;
+    const TEST: &str = "permission_denied";
     if !nix::unistd::geteuid().is_root() {
-        println!(
-            "permission_denied: SKIPPED: not running as root (euid {}); the case needs a root-owned \
-             Python process and an unprivileged user (uid 65534) to dump it",
-            nix::unistd::geteuid()
+        return common::skip_or_fail(
+            TEST,
+            &format!(
+                "not running as root (euid {}); the case needs a root-owned Python process and \
+                 an unprivileged user to dump it",
+                nix::unistd::geteuid()
+            ),
         );
-        return;
+    }
+    let (user, uid) = match test_user() {
+        Ok(u) => u,
+        Err(why) => return common::skip_or_fail(TEST, &why),
+    };
+    if let Some(why) = setpriv_missing() {
+        return common::skip_or_fail(TEST, &why);
     }
     let bin = world_executable_copy();
-    for_each_interpreter("permission_denied", |interp| {
+    let bin_s = bin.to_string_lossy().into_owned();
+    for_each_interpreter(TEST, |interp| {
         let target = start(interp, "dump_recursion.py")?;
         let pid = target.pid.to_string();
-        let mut cmd = Command::new(&bin);
-        cmd.args(["dump", &pid, "--json"])
-            .uid(65534)
-            .gid(65534)
+        for sub in ["dump", "attach"] {
+            let mut cmd = Command::new("setpriv");
+            cmd.args([
+                &format!("--reuid={user}"),
+                &format!("--regid={user}"),
+                "--init-groups",
+                "--",
+                &bin_s,
+                sub,
+                &pid,
+            ])
             .current_dir("/");
-        let run = run_cmd(cmd);
-        let line = expect_error(&format!("dump {pid} as uid 65534"), &run, 5)?;
-        let names_capability =
-            line.contains("CAP_SYS_PTRACE") || line.to_lowercase().contains("ptrace");
-        let has_fix = line.contains("sudo") || line.contains("root") || line.contains("--cap-add");
-        if !line.contains(&pid) || !names_capability || !has_fix {
-            return Err(format!(
-                "the message should name the PID, the missing permission (CAP_SYS_PTRACE / ptrace) and a fix: {line:?}"
-            ));
+            if sub == "attach" {
+                cmd.args(["--duration", "1"]);
+            }
+            let run = run_cmd(cmd);
+            let what = format!("{sub} {pid} as {user} (uid {uid})");
+            let line = expect_error(&what, &run, 5)?;
+            let names_capability =
+                line.contains("CAP_SYS_PTRACE") || line.to_lowercase().contains("ptrace");
+            let has_fix =
+                line.contains("sudo") || line.contains("root") || line.contains("--cap-add");
+            if !line.contains(&pid) || !names_capability || !has_fix {
+                return Err(format!(
+                    "{what}: the message should name the PID, the missing permission \
+                     (CAP_SYS_PTRACE / ptrace) and a fix: {line:?}"
+                ));
+            }
         }
         Ok(())
     });
@@ -321,15 +372,12 @@ fn permission_denied() {
 /// but that one, against a root-owned target whose capabilities it no longer covers.
 #[test]
 fn permission_denied_without_cap_sys_ptrace() {
+    const TEST: &str = "permission_denied_without_cap_sys_ptrace";
     if !nix::unistd::geteuid().is_root() {
-        println!("permission_denied_without_cap_sys_ptrace: SKIPPED: not running as root");
-        return;
+        return common::skip_or_fail(TEST, "not running as root");
     }
-    if Command::new("setpriv").arg("--version").output().is_err() {
-        println!(
-            "permission_denied_without_cap_sys_ptrace: SKIPPED: no setpriv (util-linux) to drop CAP_SYS_PTRACE"
-        );
-        return;
+    if let Some(why) = setpriv_missing() {
+        return common::skip_or_fail(TEST, &format!("cannot drop CAP_SYS_PTRACE: {why}"));
     }
     for_each_interpreter("permission_denied_without_cap_sys_ptrace", |interp| {
         let target = start(interp, "dump_recursion.py")?;

@@ -282,3 +282,35 @@ pub fn for_each_interpreter(check: impl Fn(&Interpreter) -> Result<String, Strin
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
+
+/// Whether this run is CI's (`CI=true`, as CI services set it, or `SCALENE_RS_CI=1`, which
+/// `.ci/run` exports): there every test must run, and a test that cannot is a failure.
+pub fn ci_mode() -> bool {
+    let on = |var: &str| {
+        std::env::var(var)
+            .map(|v| matches!(v.trim().to_ascii_lowercase().as_str(), "1" | "true" | "yes"))
+            .unwrap_or(false)
+    };
+    on("CI") || on("SCALENE_RS_CI")
+}
+
+/// For a test that cannot run on this machine (`why`): outside CI it says so, on stderr
+/// written directly so that it shows without `--nocapture`, and the caller returns; in CI
+/// ([`ci_mode`]) it panics, since `.ci/run` provides everything the tests need and a skip
+/// there would be a check that silently never ran.
+pub fn skip_or_fail(test: &str, why: &str) {
+    if ci_mode() {
+        panic!(
+            "{test}: cannot run ({why}), and CI (CI=true or SCALENE_RS_CI=1) must run every \
+             test: .ci/run is meant to provide what it needs"
+        );
+    }
+    say(&format!("{test}: SKIPPED: {why}"));
+}
+
+/// Writes `msg` to stderr directly, so that it shows in `cargo test`'s output even when the
+/// test passes (the print macros' output is captured and shown only for a failure).
+pub fn say(msg: &str) {
+    use std::io::Write;
+    let _ = writeln!(std::io::stderr().lock(), "{msg}");
+}

@@ -25,8 +25,7 @@ pub fn cannot_make_namespaces() -> Option<String> {
 macro_rules! require_namespaces {
     ($test:expr) => {
         if let Some(why) = cannot_make_namespaces() {
-            println!("{}: SKIPPED: {why}", $test);
-            return;
+            return common::skip_or_fail($test, &why);
         }
     };
 }
