@@ -109,7 +109,7 @@ mod tests {
         // Thread 1 reads cleanly; thread 2's reads fail one in ten (over the 5% limit).
         let mut i = 0u32;
         while s.pause_these().is_empty() {
-            s.update(&[(1, false), (2, i % 10 == 0)]);
+            s.update(&[(1, false), (2, i.is_multiple_of(10))]);
             i += 1;
             assert!(i < 1000, "no stretch after {i} samples");
         }
@@ -126,7 +126,7 @@ mod tests {
     fn rare_failures_never_pause() {
         let mut s = PauseSchedule::new();
         for i in 0..10_000u32 {
-            s.update(&[(1, i % 50 == 0)]);
+            s.update(&[(1, i.is_multiple_of(50))]);
             // One in 50 (2%): the moving average peaks near 2.9%, under the 5% limit.
             assert!(s.pause_these().is_empty(), "sample {i}");
         }
