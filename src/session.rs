@@ -17,7 +17,7 @@ use crate::python::{LocateOptions, PythonProcess};
 use crate::sampler::tree::ProcessTree;
 use crate::sampler::{SamplerConfig, Stats, Ticker};
 use nix::sys::signal::{self, SaFlags, SigAction, SigHandler, SigSet, Signal};
-use std::process::{Command, ExitStatus};
+use std::process::{Child, Command, ExitStatus};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
@@ -93,12 +93,6 @@ pub fn exit_code(status: &ExitStatus) -> i32 {
 /// SIGINT and SIGQUIT (which a terminal sends to the whole foreground group, so the program
 /// gets them anyway) do not stop us: we report when the program has exited.
 pub fn run(cfg: &RunConfig, progress: &mut dyn FnMut(&Stats)) -> Result<RunOutcome> {
-    let (prog, args) = cfg.command.split_first().ok_or_else(|| {
-        Error::io(
-            "run",
-            std::io::Error::new(std::io::ErrorKind::InvalidInput, "no command given"),
-        )
-    })?;
     catch(&[
         Signal::SIGINT,
         Signal::SIGQUIT,
@@ -107,6 +101,42 @@ pub fn run(cfg: &RunConfig, progress: &mut dyn FnMut(&Stats)) -> Result<RunOutco
         Signal::SIGUSR1,
         Signal::SIGUSR2,
     ]);
+    let (mut child, memory) = start(cfg)?;
+    let unprofiled = |status, note: &str| RunOutcome {
+        profile: None,
+        status,
+        stats: Stats::default(),
+        note: Some(note.to_string()),
+    };
+    let proc = match await_interpreter(cfg, &mut child, memory.as_ref())? {
+        Awaited::Ready(proc) => proc,
+        Awaited::Exited(status) => {
+            return Ok(unprofiled(
+                status,
+                "no Python interpreter was found in the program's process",
+            ))
+        }
+        Awaited::Unprofilable(e) => {
+            // Cannot profile it: let it run to its end unprofiled, and say why.
+            if let Some(m) = &memory {
+                m.ring.set_handshake(false);
+            }
+            let status = wait_forwarding(&mut child)?;
+            return Ok(unprofiled(status, &format!("not profiled: {e}")));
+        }
+    };
+    record(cfg, child, memory, proc, progress)
+}
+
+/// Starts the program, with the memory ring and the preload library named in its
+/// environment unless `--cpu-only`.
+fn start(cfg: &RunConfig) -> Result<(Child, Option<MemorySetup>)> {
+    let (prog, args) = cfg.command.split_first().ok_or_else(|| {
+        Error::io(
+            "run",
+            std::io::Error::new(std::io::ErrorKind::InvalidInput, "no command given"),
+        )
+    })?;
     // Memory: a private ring and the library, named to the program through its environment.
     let memory = cfg
         .memory
@@ -123,44 +153,61 @@ pub fn run(cfg: &RunConfig, progress: &mut dyn FnMut(&Stats)) -> Result<RunOutco
             .set_child_rings(cfg.follow_children.then_some(ring::CHILD_CAPACITY));
         command.envs(m.env());
     }
-    let mut child = command
+    let child = command
         .spawn()
         .map_err(|e| Error::io(format!("starting {prog}"), e))?;
-    let pid = child.id() as i32;
-    let forward = |child_pid: i32| {
-        for s in take_pending() {
-            if matches!(s, Signal::SIGINT | Signal::SIGQUIT) {
-                continue;
-            }
-            let _ = signal::kill(nix::unistd::Pid::from_raw(child_pid), s);
-        }
-    };
+    Ok((child, memory))
+}
 
-    // Wait for the command's own interpreter: it may be a launcher that execs Python.
-    // Locating (parsing ELF files) happens once per executable; until the interpreter is
-    // initialized we only poll one pointer, so sampling starts as soon as Python runs.
-    // Following children, a command that stays something else (a shell script) is not
-    // waited for: the process tree finds the Pythons it starts.
-    let mut status = None;
+/// Signals we caught, passed on to the program (not SIGINT and SIGQUIT: see [`run`]).
+fn forward_signals(child_pid: i32) {
+    for s in take_pending() {
+        if matches!(s, Signal::SIGINT | Signal::SIGQUIT) {
+            continue;
+        }
+        let _ = signal::kill(nix::unistd::Pid::from_raw(child_pid), s);
+    }
+}
+
+/// How the wait for the command's own interpreter ended.
+enum Awaited {
+    /// Its interpreter is up (None: it is no Python, and the process tree looks for the
+    /// Pythons it starts).
+    Ready(Option<PythonProcess>),
+    /// The program ended first.
+    Exited(ExitStatus),
+    /// It is a Python we cannot profile (an unsupported version, no permission).
+    Unprofilable(Error),
+}
+
+/// Waits for the command's own interpreter: it may be a launcher that execs Python.
+/// Locating (parsing ELF files) happens once per executable; until the interpreter is
+/// initialized only one pointer is polled, so sampling starts as soon as Python runs.
+/// Following children, a command that stays something else (a shell script) is not waited
+/// for: the process tree finds the Pythons it starts.
+fn await_interpreter(
+    cfg: &RunConfig,
+    child: &mut Child,
+    memory: Option<&MemorySetup>,
+) -> Result<Awaited> {
+    let pid = child.id() as i32;
     let mut not_python_since: Option<(String, Instant)> = None;
     let mut found: Option<(PythonProcess, String)> = None;
-    let mut proc = None;
-    while status.is_none() && proc.is_none() {
-        forward(pid);
+    loop {
+        forward_signals(pid);
         // The ring was claimed by a Python process that is not the one we follow (the
         // command forked it, e.g. `sh -c 'python app.py; true'`, and we do not follow
         // children): we will never read its stacks, so it must not wait for us.
-        if let Some(m) = memory.as_ref().filter(|_| !cfg.follow_children) {
+        if let Some(m) = memory.filter(|_| !cfg.follow_children) {
             let producer = m.ring.producer_pid();
             if producer != 0 && producer != pid {
                 m.ring.set_handshake(false);
             }
         }
         if let Some(s) =
-            try_wait_exit(&child).map_err(|e| Error::io("waiting for the program", e))?
+            try_wait_exit(child).map_err(|e| Error::io("waiting for the program", e))?
         {
-            status = Some(s);
-            break;
+            return Ok(Awaited::Exited(s));
         }
         let exe = crate::proc::exe_path(pid).unwrap_or_default();
         // A new executable (the launcher exec'd Python, or Python exec'd something else).
@@ -171,17 +218,7 @@ pub fn run(cfg: &RunConfig, progress: &mut dyn FnMut(&Stats)) -> Result<RunOutco
             match PythonProcess::locate(pid, &LocateOptions::default()) {
                 Ok(p) => found = Some((p, exe)),
                 Err(e @ (Error::UnsupportedVersion { .. } | Error::PermissionDenied { .. })) => {
-                    // Cannot profile it: let it run to its end unprofiled, and say why.
-                    if let Some(m) = &memory {
-                        m.ring.set_handshake(false);
-                    }
-                    let status = wait_forwarding(&mut child, &forward)?;
-                    return Ok(RunOutcome {
-                        profile: None,
-                        status,
-                        stats: Stats::default(),
-                        note: Some(format!("not profiled: {e}")),
-                    });
+                    return Ok(Awaited::Unprofilable(e));
                 }
                 Err(Error::NotPython { .. }) if cfg.follow_children => {
                     // Give a just-exec'd Python time to map libpython; then leave it to
@@ -195,7 +232,7 @@ pub fn run(cfg: &RunConfig, progress: &mut dyn FnMut(&Stats)) -> Result<RunOutco
                     };
                     let ours = crate::proc::exe_path(std::process::id() as i32).unwrap_or_default();
                     if exe != ours && since.elapsed() >= NOT_PYTHON_GRACE {
-                        break;
+                        return Ok(Awaited::Ready(None));
                     }
                     std::thread::sleep(Duration::from_millis(5));
                     continue;
@@ -210,21 +247,23 @@ pub fn run(cfg: &RunConfig, progress: &mut dyn FnMut(&Stats)) -> Result<RunOutco
             .as_ref()
             .is_some_and(|(p, _)| matches!(p.interp_head(), Ok(h) if h != 0));
         if ready {
-            proc = found.take().map(|(p, _)| p);
-        } else {
-            std::thread::sleep(Duration::from_millis(1));
+            return Ok(Awaited::Ready(found.take().map(|(p, _)| p)));
         }
+        std::thread::sleep(Duration::from_millis(1));
     }
-    if let Some(s) = status {
-        // The program ended before its interpreter came up.
-        return Ok(RunOutcome {
-            profile: None,
-            status: s,
-            stats: Stats::default(),
-            note: Some("no Python interpreter was found in the program's process".into()),
-        });
-    }
+}
 
+/// Records the program from its first interpreter (`proc`, when the command is one) to its
+/// end: the process tree sampled on its schedule, each process's memory read from its
+/// ring, then the profile with its memory merged in.
+fn record(
+    cfg: &RunConfig,
+    mut child: Child,
+    memory: Option<MemorySetup>,
+    proc: Option<PythonProcess>,
+    progress: &mut dyn FnMut(&Stats),
+) -> Result<RunOutcome> {
+    let pid = child.id() as i32;
     let cwd = crate::proc::cwd(pid);
     // The library file stays until the program ends (programs it starts load it too).
     // Each process's allocations are tied to lines by a consumer of its own ring, started
@@ -261,7 +300,7 @@ pub fn run(cfg: &RunConfig, progress: &mut dyn FnMut(&Stats)) -> Result<RunOutco
         },
         rate,
         &mut || {
-            forward(pid);
+            forward_signals(pid);
             match try_wait_exit(&child) {
                 Ok(Some(s)) => {
                     exited = Some(s);
@@ -274,7 +313,7 @@ pub fn run(cfg: &RunConfig, progress: &mut dyn FnMut(&Stats)) -> Result<RunOutco
     );
     let status = match exited {
         Some(s) => s,
-        None => wait_forwarding(&mut child, &forward)?,
+        None => wait_forwarding(&mut child)?,
     };
     // Processes whose memory could not be recorded, said once each with the reason.
     let memory_notes: Vec<String> = fleet.as_ref().map_or_else(Vec::new, |f| {
@@ -435,10 +474,10 @@ fn try_wait_exit(child: &std::process::Child) -> std::io::Result<Option<ExitStat
     }
 }
 
-fn wait_forwarding(child: &mut std::process::Child, forward: &dyn Fn(i32)) -> Result<ExitStatus> {
+fn wait_forwarding(child: &mut Child) -> Result<ExitStatus> {
     let pid = child.id() as i32;
     loop {
-        forward(pid);
+        forward_signals(pid);
         match try_wait_exit(child) {
             Ok(Some(s)) => return Ok(s),
             Ok(None) => {
