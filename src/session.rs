@@ -125,7 +125,7 @@ pub fn run(cfg: &RunConfig, progress: &mut dyn FnMut(&Stats)) -> Result<RunOutco
             return Ok(unprofiled(status, &format!("not profiled: {e}")));
         }
     };
-    record(cfg, child, memory, proc, progress)
+    record(cfg, child, memory, proc.map(|p| *p), progress)
 }
 
 /// Starts the program, with the memory ring and the preload library named in its
@@ -173,7 +173,7 @@ fn forward_signals(child_pid: i32) {
 enum Awaited {
     /// Its interpreter is up (None: it is no Python, and the process tree looks for the
     /// Pythons it starts).
-    Ready(Option<PythonProcess>),
+    Ready(Option<Box<PythonProcess>>),
     /// The program ended first.
     Exited(ExitStatus),
     /// It is a Python we cannot profile (an unsupported version, no permission).
@@ -247,7 +247,7 @@ fn await_interpreter(
             .as_ref()
             .is_some_and(|(p, _)| matches!(p.interp_head(), Ok(h) if h != 0));
         if ready {
-            return Ok(Awaited::Ready(found.take().map(|(p, _)| p)));
+            return Ok(Awaited::Ready(found.take().map(|(p, _)| Box::new(p))));
         }
         std::thread::sleep(Duration::from_millis(1));
     }
