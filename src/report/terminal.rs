@@ -103,8 +103,104 @@ const RESET: &str = "\x1b[0m";
 /// The heading of the time column when it holds Python and native time together.
 const TIME_UNSPLIT: &str = "Py + native";
 
+/// A table's columns before its free text (source, name): each a width and an alignment,
+/// written `cell │ ` one after the other. Every table's widths are defined here, once.
+struct Table(&'static [(usize, Align)]);
+
+#[derive(Clone, Copy, PartialEq)]
+enum Align {
+    Right,
+    Left,
+}
+
+/// `Line │ Time Python │ native │ system │`.
+const LINES: Table = Table(&[
+    (6, Align::Right),
+    (11, Align::Right),
+    (6, Align::Right),
+    (6, Align::Right),
+]);
+/// `Memory Python │ peak │ timeline │ Copy MB/s │`, after [`LINES`].
+const MEMORY: Table = Table(&[
+    (13, Align::Right),
+    (6, Align::Right),
+    (TIMELINE_WIDTH, Align::Left),
+    (9, Align::Right),
+]);
+/// `Time Python │ native │ system │ total │`.
+const FUNCTIONS: Table = Table(&[
+    (11, Align::Right),
+    (6, Align::Right),
+    (6, Align::Right),
+    (6, Align::Right),
+]);
+/// `TID │ samples │ Time Python │ native │ system │ total │`.
+const THREADS: Table = Table(&[
+    (8, Align::Right),
+    (8, Align::Right),
+    (11, Align::Right),
+    (6, Align::Right),
+    (6, Align::Right),
+    (6, Align::Right),
+]);
+
+impl Table {
+    /// Columns the cells take, separators and the space before the text included.
+    const fn width(&self) -> usize {
+        let mut sum = 0;
+        let mut i = 0;
+        while i < self.0.len() {
+            sum += self.0[i].0 + 3;
+            i += 1;
+        }
+        sum
+    }
+
+    /// `s` padded to column `i`'s width (by characters: a cell holds no escape codes).
+    fn pad(&self, i: usize, s: &str) -> String {
+        let (w, align) = self.0[i];
+        let fill = " ".repeat(w.saturating_sub(s.chars().count()));
+        match align {
+            Align::Right => format!("{fill}{s}"),
+            Align::Left => format!("{s}{fill}"),
+        }
+    }
+
+    /// The cells, padded, as `a │ b │ … │`.
+    fn row<S: AsRef<str>>(&self, cells: &[S]) -> String {
+        let padded: Vec<String> = cells
+            .iter()
+            .enumerate()
+            .map(|(i, c)| self.pad(i, c.as_ref()))
+            .collect();
+        Table::join(&padded)
+    }
+
+    /// Cells already padded (and painted), as `a │ b │ … │`.
+    fn join(cells: &[String]) -> String {
+        let mut out = String::new();
+        for (i, c) in cells.iter().enumerate() {
+            if i > 0 {
+                out.push(' ');
+            }
+            out.push_str(c);
+            out.push_str(" │");
+        }
+        out
+    }
+
+    /// The widths of the rule's segments under the columns (each up to its `┼`).
+    fn rule_cells(&self, first: bool) -> Vec<usize> {
+        self.0
+            .iter()
+            .enumerate()
+            .map(|(i, &(w, _))| if i == 0 && first { w + 1 } else { w + 2 })
+            .collect()
+    }
+}
+
 /// Width of the `Line │ Time Python │ native │ system │ ` prefix, in columns.
-const PREFIX: usize = 41;
+const PREFIX: usize = LINES.width();
 /// Narrowest space left for source text or a function's name.
 const MIN_TEXT: usize = 16;
 
@@ -174,7 +270,7 @@ pub fn sparkline(values: &[f64], width: usize) -> String {
 }
 
 /// Width of the memory columns `Memory Python │ peak │ timeline │ Copy MB/s │ `.
-const MEM_PREFIX: usize = 16 + 9 + 13 + 12;
+const MEM_PREFIX: usize = MEMORY.width();
 const TIMELINE_WIDTH: usize = 10;
 
 /// A percentage cell: blank for nothing, `<1%` for a sliver, else rounded.
@@ -566,27 +662,20 @@ impl Renderer<'_> {
         if mem {
             let _ = writeln!(
                 out,
-                "{:>6} │ {:>11} │ {:>6} │ {:>6} │ {:>13} │ {:>6} │ {:<10} │ {:>9} │ source",
-                "Line",
-                self.time_label(),
-                "native",
-                "system",
-                "Memory Python",
-                "peak",
-                "timeline",
-                "Copy MB/s"
+                "{} {} source",
+                LINES.row(&["Line", self.time_label(), "native", "system"]),
+                MEMORY.row(&["Memory Python", "peak", "timeline", "Copy MB/s"])
             );
-            let _ = writeln!(out, "{}", self.rule(&[7, 13, 8, 8, 15, 8, 12, 11]));
+            let mut rule = LINES.rule_cells(true);
+            rule.extend(MEMORY.rule_cells(false));
+            let _ = writeln!(out, "{}", self.rule(&rule));
         } else {
             let _ = writeln!(
                 out,
-                "{:>6} │ {:>11} │ {:>6} │ {:>6} │ source",
-                "Line",
-                self.time_label(),
-                "native",
-                "system"
+                "{} source",
+                LINES.row(&["Line", self.time_label(), "native", "system"])
             );
-            let _ = writeln!(out, "{}", self.rule(&[7, 13, 8, 8]));
+            let _ = writeln!(out, "{}", self.rule(&LINES.rule_cells(true)));
         }
 
         // Lines that anchor context: those that matter, or every sampled one if none does.
@@ -631,9 +720,9 @@ impl Renderer<'_> {
         let mut prev: Option<u32> = None;
         for n in wanted {
             if prev.is_some_and(|p| n > p + 1) {
-                let gap = format!("{:>6} │ {:>11} │ {:>6} │ {:>6} │", "...", "", "", "");
+                let gap = LINES.row(&["...", "", "", ""]);
                 let gap = if mem {
-                    format!("{gap} {:>13} │ {:>6} │ {:<10} │ {:>9} │", "", "", "", "")
+                    format!("{gap} {}", MEMORY.row(&["", "", "", ""]))
                 } else {
                     gap
                 };
@@ -662,15 +751,17 @@ impl Renderer<'_> {
                 && (total >= HOT_PCT || self.hottest == Some((f.filename.as_str(), n)));
             let lm = line.and_then(|l| l.memory.as_ref());
             let context_only = total < 0.005 && lm.is_none_or(|m| m.is_empty());
-            let cell = |s: &str, w: usize| {
-                let pad = " ".repeat(w.saturating_sub(s.chars().count()));
+            // A cell of `table`'s column `i`, padded, then painted when the line is hot.
+            let cell = |table: &Table, i: usize, s: &str| {
+                let padded = table.pad(i, s);
                 if hot {
+                    let pad = &padded[..padded.len() - s.len()];
                     format!("{pad}{}", self.paint(HOT, s))
                 } else {
-                    format!("{pad}{s}")
+                    padded
                 }
             };
-            let num = format!("{n:>6}");
+            let num = LINES.pad(0, &n.to_string());
             let (num, src) = if hot {
                 (self.paint(BOLD, &num), self.paint(BOLD, &src))
             } else if context_only {
@@ -696,23 +787,23 @@ impl Renderer<'_> {
                     ),
                     _ => Default::default(),
                 };
-                let pad = TIMELINE_WIDTH.saturating_sub(spark.chars().count());
-                format!(
-                    " {} │ {} │ {spark}{} │ {} │",
-                    cell(&mpy, 13),
-                    cell(&peak, 6),
-                    " ".repeat(pad),
-                    cell(&copy, 9)
-                )
+                let cells = [
+                    cell(&MEMORY, 0, &mpy),
+                    cell(&MEMORY, 1, &peak),
+                    MEMORY.pad(2, &spark),
+                    cell(&MEMORY, 3, &copy),
+                ];
+                format!(" {}", Table::join(&cells))
             } else {
                 String::new()
             };
-            let row = format!(
-                "{num} │ {} │ {} │ {} │{mem_cells} {src}",
-                cell(&py, 11),
-                cell(&nat, 6),
-                cell(&sys, 6)
-            );
+            let cells = [
+                num,
+                cell(&LINES, 1, &py),
+                cell(&LINES, 2, &nat),
+                cell(&LINES, 3, &sys),
+            ];
+            let row = format!("{}{mem_cells} {src}", Table::join(&cells));
             let _ = writeln!(out, "{}", row.trim_end());
         }
     }
@@ -740,7 +831,7 @@ impl Renderer<'_> {
             .count();
         let n = if mattering == 0 { all.len() } else { mattering }.min(TOP_FUNCTIONS);
         let _ = writeln!(out, "\n{}", self.paint(BOLD, "Top functions"));
-        let text_width = self.width.saturating_sub(PREFIX).max(MIN_TEXT);
+        let text_width = self.width.saturating_sub(FUNCTIONS.width()).max(MIN_TEXT);
         let head = "function (file:line)";
         let head = if head.len() <= text_width {
             head
@@ -749,13 +840,10 @@ impl Renderer<'_> {
         };
         let _ = writeln!(
             out,
-            "{:>11} │ {:>6} │ {:>6} │ {:>6} │ {head}",
-            self.time_label(),
-            "native",
-            "system",
-            "total"
+            "{} {head}",
+            FUNCTIONS.row(&[self.time_label(), "native", "system", "total"])
         );
-        let _ = writeln!(out, "{}", self.rule(&[12, 8, 8, 8]));
+        let _ = writeln!(out, "{}", self.rule(&FUNCTIONS.rule_cells(true)));
         for (file, g) in &all[..n] {
             let name = clean_source(&g.function);
             let loc = match g.first_line {
@@ -763,14 +851,13 @@ impl Renderer<'_> {
                 None => clean_source(file),
             };
             let label = format_function(&name, &loc, text_width);
-            let _ = writeln!(
-                out,
-                "{:>11} │ {:>6} │ {:>6} │ {:>6} │ {label}",
+            let cells = [
                 pct_cell(g.cpu_python_pct),
                 self.native_cell(g.cpu_native_pct),
                 pct_cell(g.cpu_system_pct),
-                pct_cell(g.total_pct())
-            );
+                pct_cell(g.total_pct()),
+            ];
+            let _ = writeln!(out, "{} {label}", FUNCTIONS.row(&cells));
         }
         if all.len() > n {
             let more = all.len() - n;
@@ -804,19 +891,18 @@ impl Renderer<'_> {
             let _ = writeln!(out, "No per-thread data was recorded.");
             return;
         }
-        let _ = writeln!(
-            out,
-            "{:>8} │ {:>8} │ {:>11} │ {:>6} │ {:>6} │ {:>6} │ name",
+        let head = [
             "TID",
             "samples",
             self.time_label(),
             "native",
             "system",
-            "total"
-        );
-        let _ = writeln!(out, "{}", self.rule(&[9, 10, 13, 8, 8, 8]));
+            "total",
+        ];
+        let _ = writeln!(out, "{} name", THREADS.row(&head));
+        let _ = writeln!(out, "{}", self.rule(&THREADS.rule_cells(true)));
         // TID, samples and the four shares come first, the name takes what is left.
-        let name_w = self.width.saturating_sub(63);
+        let name_w = self.width.saturating_sub(THREADS.width());
         for t in &self.p.threads {
             let name = t.name.as_deref().map(clean_source).unwrap_or_default();
             let name = if name.is_empty() {
@@ -824,15 +910,15 @@ impl Renderer<'_> {
             } else {
                 truncate_end(&name, name_w)
             };
-            let row = format!(
-                "{:>8} │ {:>8} │ {:>11} │ {:>6} │ {:>6} │ {:>6} │ {name}",
-                t.native_id,
-                t.samples,
+            let cells = [
+                t.native_id.to_string(),
+                t.samples.to_string(),
                 pct_cell(t.cpu_python_pct),
                 self.native_cell(t.cpu_native_pct),
                 pct_cell(t.cpu_system_pct),
-                pct_cell(t.cpu_python_pct + t.cpu_native_pct + t.cpu_system_pct)
-            );
+                pct_cell(t.cpu_python_pct + t.cpu_native_pct + t.cpu_system_pct),
+            ];
+            let row = format!("{} {name}", THREADS.row(&cells));
             let _ = writeln!(out, "{}", row.trim_end());
         }
     }
