@@ -375,6 +375,7 @@ impl Renderer<'_> {
         }
     }
 
+    /// The report's head: what ran, how it was recorded, what was lost, the memory summary.
     fn header(&self, out: &mut String) {
         let m = &self.p.meta;
         let program = if m.program.is_empty() {
@@ -415,7 +416,24 @@ impl Renderer<'_> {
             let text = format!("{why}; the \"{TIME_UNSPLIT}\" column is both");
             self.field(out, "Split:", &text, None);
         }
-        // The processes, busiest first (at most ten lines).
+        self.processes(out);
+        self.recording(out);
+        self.losses(out);
+        self.field(
+            out,
+            "Time:",
+            &format!(
+                "{} attributed; every percentage below is a share of it",
+                seconds(self.p.total_s)
+            ),
+            None,
+        );
+        self.memory_summary(out);
+    }
+
+    /// The processes, busiest first (at most ten lines), when there were several.
+    fn processes(&self, out: &mut String) {
+        let procs = &self.p.processes;
         let mut busiest: Vec<_> = procs.iter().filter(|_| procs.len() > 1).collect();
         busiest.sort_by(|a, b| b.cpu_pct.total_cmp(&a.cpu_pct).then(a.pid.cmp(&b.pid)));
         for (i, p) in busiest.iter().enumerate() {
@@ -444,6 +462,11 @@ impl Renderer<'_> {
                 None,
             );
         }
+    }
+
+    /// The rate achieved, the mode and which frames are charged.
+    fn recording(&self, out: &mut String) {
+        let m = &self.p.meta;
         let mut rate = format!(
             "{}, {} samples, {:.1} Hz achieved ({:.1} Hz requested)",
             seconds(m.duration_s),
@@ -466,6 +489,11 @@ impl Renderer<'_> {
             "your code: time in the standard library and site-packages is charged to the line that called it"
         };
         self.field(out, "Frames:", frames, None);
+    }
+
+    /// Samples missed, stacks unreadable, read paused, ticks thinned.
+    fn losses(&self, out: &mut String) {
+        let m = &self.p.meta;
         let mut lost = Vec::new();
         if m.missed_samples > 0 {
             let due = m.samples + m.missed_samples;
@@ -517,15 +545,10 @@ impl Renderer<'_> {
         for (i, l) in lost.iter().enumerate() {
             self.field(out, if i == 0 { "Lost:" } else { "" }, l, Some(BOLD));
         }
-        self.field(
-            out,
-            "Time:",
-            &format!(
-                "{} attributed; every percentage below is a share of it",
-                seconds(self.p.total_s)
-            ),
-            None,
-        );
+    }
+
+    /// The program's memory: peak, allocated, copied, the footprint's shape.
+    fn memory_summary(&self, out: &mut String) {
         if let Some(m) = &self.p.memory {
             let mut text = format!(
                 "peak {:.1} MB, {:.1} MB allocated ({:.0}% by Python), {:.1} MB copied; \
@@ -678,6 +701,29 @@ impl Renderer<'_> {
             let _ = writeln!(out, "{}", self.rule(&LINES.rule_cells(true)));
         }
 
+        let by_line: BTreeMap<u32, &LineProfile> = f.lines.iter().map(|l| (l.line, l)).collect();
+        let prefix = if mem { PREFIX + MEM_PREFIX } else { PREFIX };
+        let text_width = self.width.saturating_sub(prefix).max(MIN_TEXT);
+        let mut prev: Option<u32> = None;
+        for n in self.shown_lines(f, text) {
+            if prev.is_some_and(|p| n > p + 1) {
+                let gap = LINES.row(&["...", "", "", ""]);
+                let gap = if mem {
+                    format!("{gap} {}", MEMORY.row(&["", "", "", ""]))
+                } else {
+                    gap
+                };
+                let _ = writeln!(out, "{gap}");
+            }
+            prev = Some(n);
+            let row = self.line_row(f, n, by_line.get(&n).copied(), text, mem, text_width);
+            let _ = writeln!(out, "{}", row.trim_end());
+        }
+    }
+
+    /// The numbers of the lines a file's table shows, ascending: the lines that matter (or
+    /// every line with data, when none does), each with its context lines that exist.
+    fn shown_lines(&self, f: &FileProfile, text: Option<&[String]>) -> Vec<u32> {
         // Lines that anchor context: those that matter, or every sampled one if none does.
         let mut anchors: Vec<u32> = f
             .lines
@@ -714,98 +760,94 @@ impl Renderer<'_> {
         }
         wanted.sort_unstable();
         wanted.dedup();
+        wanted
+    }
 
-        let prefix = if mem { PREFIX + MEM_PREFIX } else { PREFIX };
-        let text_width = self.width.saturating_sub(prefix).max(MIN_TEXT);
-        let mut prev: Option<u32> = None;
-        for n in wanted {
-            if prev.is_some_and(|p| n > p + 1) {
-                let gap = LINES.row(&["...", "", "", ""]);
-                let gap = if mem {
-                    format!("{gap} {}", MEMORY.row(&["", "", "", ""]))
-                } else {
-                    gap
-                };
-                let _ = writeln!(out, "{gap}");
+    /// One row of a file's table: line `n` (with its data, `line`, if any), its cells and
+    /// its source text cut to `text_width`.
+    fn line_row(
+        &self,
+        f: &FileProfile,
+        n: u32,
+        line: Option<&LineProfile>,
+        text: Option<&[String]>,
+        mem: bool,
+        text_width: usize,
+    ) -> String {
+        let src = match line {
+            Some(l) if !l.source.is_empty() => l.source.as_str(),
+            _ => text
+                .and_then(|t| t.get((n as usize).checked_sub(1)?))
+                .map(String::as_str)
+                .unwrap_or(""),
+        };
+        let src = truncate_end(&clean_source(src), text_width);
+        let (py, nat, sys, total) = match line {
+            Some(l) => (
+                pct_cell(l.cpu_python_pct),
+                self.native_cell(l.cpu_native_pct),
+                pct_cell(l.cpu_system_pct),
+                l.total_pct(),
+            ),
+            None => (String::new(), String::new(), String::new(), 0.0),
+        };
+        let hot =
+            line.is_some() && (total >= HOT_PCT || self.hottest == Some((f.filename.as_str(), n)));
+        let lm = line.and_then(|l| l.memory.as_ref());
+        let context_only = total < 0.005 && lm.is_none_or(|m| m.is_empty());
+        // A cell of `table`'s column `i`, padded, then painted when the line is hot.
+        let cell = |table: &Table, i: usize, s: &str| {
+            let padded = table.pad(i, s);
+            if hot {
+                let pad = &padded[..padded.len() - s.len()];
+                format!("{pad}{}", self.paint(HOT, s))
+            } else {
+                padded
             }
-            prev = Some(n);
-            let line = find(n);
-            let src = match line {
-                Some(l) if !l.source.is_empty() => l.source.as_str(),
-                _ => text
-                    .and_then(|t| t.get((n as usize).checked_sub(1)?))
-                    .map(String::as_str)
-                    .unwrap_or(""),
-            };
-            let src = truncate_end(&clean_source(src), text_width);
-            let (py, nat, sys, total) = match line {
-                Some(l) => (
-                    pct_cell(l.cpu_python_pct),
-                    self.native_cell(l.cpu_native_pct),
-                    pct_cell(l.cpu_system_pct),
-                    l.total_pct(),
+        };
+        let num = LINES.pad(0, &n.to_string());
+        let (num, src) = if hot {
+            (self.paint(BOLD, &num), self.paint(BOLD, &src))
+        } else if context_only {
+            (self.paint(DIM, &num), self.paint(DIM, &src))
+        } else {
+            (num, src)
+        };
+        let mem_cells = if mem {
+            let (mpy, peak, spark, copy) = match lm {
+                Some(m) if m.mem_alloc_mb > 0.0 || m.copy_mb_s > 0.0 => (
+                    if m.mem_alloc_mb > 0.0 {
+                        format!("{:.0}%", m.mem_python_pct)
+                    } else {
+                        String::new()
+                    },
+                    mb_cell(m.mem_peak_mb),
+                    sparkline(&m.mem_timeline, TIMELINE_WIDTH),
+                    if m.copy_mb_s >= 0.05 {
+                        format!("{:.1}", m.copy_mb_s)
+                    } else {
+                        String::new()
+                    },
                 ),
-                None => (String::new(), String::new(), String::new(), 0.0),
-            };
-            let hot = line.is_some()
-                && (total >= HOT_PCT || self.hottest == Some((f.filename.as_str(), n)));
-            let lm = line.and_then(|l| l.memory.as_ref());
-            let context_only = total < 0.005 && lm.is_none_or(|m| m.is_empty());
-            // A cell of `table`'s column `i`, padded, then painted when the line is hot.
-            let cell = |table: &Table, i: usize, s: &str| {
-                let padded = table.pad(i, s);
-                if hot {
-                    let pad = &padded[..padded.len() - s.len()];
-                    format!("{pad}{}", self.paint(HOT, s))
-                } else {
-                    padded
-                }
-            };
-            let num = LINES.pad(0, &n.to_string());
-            let (num, src) = if hot {
-                (self.paint(BOLD, &num), self.paint(BOLD, &src))
-            } else if context_only {
-                (self.paint(DIM, &num), self.paint(DIM, &src))
-            } else {
-                (num, src)
-            };
-            let mem_cells = if mem {
-                let (mpy, peak, spark, copy) = match lm {
-                    Some(m) if m.mem_alloc_mb > 0.0 || m.copy_mb_s > 0.0 => (
-                        if m.mem_alloc_mb > 0.0 {
-                            format!("{:.0}%", m.mem_python_pct)
-                        } else {
-                            String::new()
-                        },
-                        mb_cell(m.mem_peak_mb),
-                        sparkline(&m.mem_timeline, TIMELINE_WIDTH),
-                        if m.copy_mb_s >= 0.05 {
-                            format!("{:.1}", m.copy_mb_s)
-                        } else {
-                            String::new()
-                        },
-                    ),
-                    _ => Default::default(),
-                };
-                let cells = [
-                    cell(&MEMORY, 0, &mpy),
-                    cell(&MEMORY, 1, &peak),
-                    MEMORY.pad(2, &spark),
-                    cell(&MEMORY, 3, &copy),
-                ];
-                format!(" {}", Table::join(&cells))
-            } else {
-                String::new()
+                _ => Default::default(),
             };
             let cells = [
-                num,
-                cell(&LINES, 1, &py),
-                cell(&LINES, 2, &nat),
-                cell(&LINES, 3, &sys),
+                cell(&MEMORY, 0, &mpy),
+                cell(&MEMORY, 1, &peak),
+                MEMORY.pad(2, &spark),
+                cell(&MEMORY, 3, &copy),
             ];
-            let row = format!("{}{mem_cells} {src}", Table::join(&cells));
-            let _ = writeln!(out, "{}", row.trim_end());
-        }
+            format!(" {}", Table::join(&cells))
+        } else {
+            String::new()
+        };
+        let cells = [
+            num,
+            cell(&LINES, 1, &py),
+            cell(&LINES, 2, &nat),
+            cell(&LINES, 3, &sys),
+        ];
+        format!("{}{mem_cells} {src}", Table::join(&cells))
     }
 
     fn functions(&self, out: &mut String) {
