@@ -269,7 +269,7 @@ fn copy_window_full(t: &ThreadState, copied: u64) {
 
 // ---- The handshake budget ----
 //
-// A handshake costs the thread the profiler's answer time (40–150 µs). A thread that
+// A handshake costs the thread the profiler's answer time (see ring::SPIN_NS). A thread that
 // allocates a window every few microseconds (churn of small objects, a loop of large
 // temporary buffers) would spend most of its time waiting, and its waits, all on the
 // allocating lines, would skew the CPU shares the sampler sees. So a thread earns one

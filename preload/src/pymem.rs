@@ -2,8 +2,8 @@
 //! `PYMEM_DOMAIN_MEM` and `PYMEM_DOMAIN_OBJ` allocators (pymalloc) before `main`, with
 //! `PyMem_SetAllocator`, so that every object the interpreter allocates is counted while
 //! pymalloc goes on serving it. `PYTHONMALLOC=malloc` sends every object through glibc's
-//! malloc instead, which alone cost allocs.py 1.15× and julia.py 1.10× of CPU time here;
-//! the wrappers cost 1.5% and 0.5% (each an indirect call and a few additions).
+//! malloc instead, which is much slower on small objects than pymalloc; the wrappers cost
+//! an indirect call and a few additions each (docs/benchmarks.md has the figures).
 //!
 //! What is counted where, with the wrappers on:
 //! - a request of up to [`SMALL`] bytes (pymalloc serves those from its pools): its size,

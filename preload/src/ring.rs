@@ -34,17 +34,15 @@ const RESUME_AFTER_NS: u64 = 500_000_000;
 const MAX_RESUME_SHIFT: u32 = 7;
 
 /// How long a waiting thread polls for the answer (yielding its CPU to anyone who wants it)
-/// before it sleeps in a futex. Answers take 40–150 µs here (the profiler's wake-up, then
-/// its read of the stack). A thread asleep in the handshake would be off the CPU at the
-/// line that allocated while the sampler's clock runs on: on fixtures/cpu/split.py that
-/// skewed the lines' CPU shares by 2 points (6 under load); polled, the wait is CPU time of
-/// that line, as the program's own clock sees it too. Polling burns that CPU, though, so
-/// it stops at the slowest usual answer: fixtures/cpu/threads.py (4 threads, 1814
-/// handshakes) waited 91–104 ms in all with 150 µs as with 500 µs, and sleeping outright
-/// waited 200 ms and cost julia 1.29x against 1.21x (one 5-round run); a slow profiler
-/// (500 µs answers) cost each handshake 500 µs of the thread's CPU before: the likely
-/// reason one of four equal threads (tests/profile.rs) once measured 40% of the program's
-/// CPU.
+/// before it sleeps in a futex. An answer is the profiler's wake-up, then its read of the
+/// stack: tens to a little over a hundred microseconds. A thread asleep in the handshake
+/// would be off the CPU at the line that allocated while the sampler's clock runs on, which
+/// skews the lines' CPU shares (fixtures/cpu/split.py shows it); polled, the wait is CPU
+/// time of that line, as the program's own clock sees it too. Polling burns that CPU,
+/// though, so it stops at the slowest usual answer: longer spins bought no shorter waits,
+/// and sleeping outright both waited longer and cost the program more (julia under memory
+/// mode); a profiler slow to answer costs each handshake the whole spin of the thread's
+/// CPU, which can tilt equal threads' shares.
 const SPIN_NS: u64 = 150_000;
 
 static RING: AtomicPtr<Header> = AtomicPtr::new(core::ptr::null_mut());

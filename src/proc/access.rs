@@ -116,8 +116,8 @@ pub fn permission_fix(f: &AccessFacts) -> String {
     if f.seccomp_filter && !(f.euid == 0 && f.has_cap_sys_ptrace == Some(true)) {
         parts.push(
             "scalene-rs runs under a seccomp filter that may refuse process_vm_readv and ptrace \
-             (Docker's default profile allows them only with `--cap-add SYS_PTRACE`; else \
-             `--security-opt seccomp=unconfined`)"
+             (older Docker releases' default profile, and custom profiles, allow them only with \
+             `--cap-add SYS_PTRACE`; else `--security-opt seccomp=unconfined`)"
                 .into(),
         );
     }

@@ -459,11 +459,11 @@ impl StackWalker {
         // whatever was pushed on `chain[j]` since, for the smallest such `j`. Frames above
         // it returned, yielded or were replaced (a generator finished and the next one
         // resumed at the same address, say) after the walk read them, each linked to the
-        // one below it when read: the walk's stack is one the thread had. The stricter rule
-        // before (an unchanged top, or a frame pushed right on it) failed most reads of a
-        // stack that changes every few hundred nanoseconds: bm_mdp (3.11) at 1 kHz, with
-        // five tries, re-read 350-380 of ~4,100 samples paused; now 34-50. (Which reads
-        // fail still depends on the state read: see the sampler's `UNSETTLED_LIMIT`.)
+        // one below it when read: the walk's stack is one the thread had. A stricter rule
+        // (an unchanged top, or a frame pushed right on it) fails most reads of a stack
+        // that changes every few hundred nanoseconds (a generator resumed from C in a
+        // loop), which then have to be read paused. (Which reads fail still depends on the
+        // state read: see `sampler::pauses`.)
         // Reporting the stack left behind instead of the walk's would favour the caller's
         // state (a CALL: native time).
         let k = w.chain.iter().position(|&a| a == now);
