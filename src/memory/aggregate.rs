@@ -88,6 +88,29 @@ pub struct MemoryAggregator {
     stacks: HashMap<Vec<Frame>, f64>,
 }
 
+impl LineAcc {
+    /// The line's memory columns, its timeline in slices of the recording (`start`,
+    /// `span` ns), its copy rate over `duration_s`.
+    fn columns(&self, start: u64, span: u64, duration_s: f64) -> LineMemory {
+        LineMemory {
+            mem_alloc_mb: self.alloc / MB,
+            mem_python_pct: if self.window_alloc > 0.0 {
+                100.0 * self.window_python / self.window_alloc
+            } else {
+                0.0
+            },
+            mem_peak_mb: self.peak / MB,
+            mem_avg_mb: if self.n > 0 {
+                self.sum / self.n as f64 / MB
+            } else {
+                0.0
+            },
+            mem_timeline: slices(&self.timeline.0, start, span),
+            copy_mb_s: self.copied / MB / duration_s,
+        }
+    }
+}
+
 impl MemoryAggregator {
     pub fn new() -> MemoryAggregator {
         MemoryAggregator::default()
@@ -269,6 +292,25 @@ impl MemoryAggregator {
         self.footprint.push(t_ns, v);
     }
 
+    /// How fast the footprint grew, MB/s, from its first point to its peak (what the
+    /// program frees on its way out is not the steady state), and when the peak was.
+    fn growth(&self) -> (f64, u64) {
+        let peak_point =
+            self.footprint
+                .0
+                .iter()
+                .copied()
+                .fold(None::<(u64, f64)>, |m, p| match m {
+                    Some(q) if q.1 >= p.1 => Some(q),
+                    _ => Some(p),
+                });
+        let growth_mb_s = match (self.footprint.0.first(), peak_point) {
+            (Some(a), Some(b)) if b.0 > a.0 => (b.1 - a.1) / MB / ((b.0 - a.0) as f64 / 1e9),
+            _ => 0.0,
+        };
+        (growth_mb_s, peak_point.map_or(u64::MAX, |p| p.0))
+    }
+
     /// Puts the memory into `profile`: each line's columns (adding lines that only
     /// allocated or copied), and the program's summary. `source` gives a file's lines.
     pub fn merge_into(
@@ -284,44 +326,14 @@ impl MemoryAggregator {
         } else {
             span as f64 / 1e9
         };
-        // Growth: from the first footprint point to the peak (what the program frees on
-        // its way out is not the steady state).
-        let peak_point =
-            self.footprint
-                .0
-                .iter()
-                .copied()
-                .fold(None::<(u64, f64)>, |m, p| match m {
-                    Some(q) if q.1 >= p.1 => Some(q),
-                    _ => Some(p),
-                });
-        let growth_mb_s = match (self.footprint.0.first(), peak_point) {
-            (Some(a), Some(b)) if b.0 > a.0 => (b.1 - a.1) / MB / ((b.0 - a.0) as f64 / 1e9),
-            _ => 0.0,
-        };
-        let peak_t = peak_point.map_or(u64::MAX, |p| p.0);
+        let (growth_mb_s, peak_t) = self.growth();
         let mut leaks = Vec::new();
         let mut grown = std::collections::BTreeSet::new();
         for l in profile.files.iter_mut().flat_map(|f| f.lines.iter_mut()) {
             l.memory.get_or_insert_with(LineMemory::default);
         }
         for ((file, line), acc) in &self.lines {
-            let mem = LineMemory {
-                mem_alloc_mb: acc.alloc / MB,
-                mem_python_pct: if acc.window_alloc > 0.0 {
-                    100.0 * acc.window_python / acc.window_alloc
-                } else {
-                    0.0
-                },
-                mem_peak_mb: acc.peak / MB,
-                mem_avg_mb: if acc.n > 0 {
-                    acc.sum / acc.n as f64 / MB
-                } else {
-                    0.0
-                },
-                mem_timeline: slices(&acc.timeline.0, start, span),
-                copy_mb_s: acc.copied / MB / duration_s,
-            };
+            let mem = acc.columns(start, span, duration_s);
             let sampled = acc.sampled_at.iter().filter(|&&t| t <= peak_t).count() as u64;
             let freed = acc.freed_at.iter().filter(|&&t| t <= peak_t).count() as u64;
             let likelihood = leak_likelihood(sampled, freed);

@@ -177,11 +177,33 @@ pub fn take_snapshot_with_states(
     }
     let threads = threads.expect("the second attempt always ends the loop");
 
+    let threads = thread_snapshots(proc, &tids, &states, threads, opts.thread_names);
+    Ok(Snapshot {
+        pid,
+        python_version: proc.version.to_string(),
+        version_source: proc.version_source,
+        untested_version: proc.untested,
+        free_threaded: proc.layout.free_threaded,
+        executable: proc.executable.clone(),
+        threads,
+    })
+}
+
+/// The threads of a snapshot as reported: each with its id in our PID namespace (and in
+/// the target's, when they differ), its state, its stack or why there is none.
+fn thread_snapshots(
+    proc: &PythonProcess,
+    tids: &[i32],
+    states: &HashMap<i32, char>,
+    threads: Vec<ThreadResult>,
+    thread_names: bool,
+) -> Vec<ThreadSnapshot> {
+    let pid = proc.pid;
     // Thread states (3.8+ `native_thread_id`) and glibc's `struct pthread` hold the id a
     // thread has in the target's own PID namespace; /proc (`tids`, `states`) has ours.
     let translate = proc.tids.translates();
     let inner_to_ours = if translate {
-        proc.tids.inner_to_ours(&tids)
+        proc.tids.inner_to_ours(tids)
     } else {
         HashMap::new()
     };
@@ -189,13 +211,13 @@ pub fn take_snapshot_with_states(
         let inner: Vec<i32> = if translate {
             inner_to_ours.keys().copied().collect()
         } else {
-            tids.clone()
+            tids.to_vec()
         };
         pthread_to_tid(&proc.mem, &inner, &threads)
     } else {
         HashMap::new()
     };
-    let threads = threads
+    threads
         .into_iter()
         .map(|(raw, frames, in_native)| {
             let inner_id = raw
@@ -219,7 +241,7 @@ pub fn take_snapshot_with_states(
                 native_id,
                 ns_native_id: inner_id.filter(|_| translate),
                 name: native_id
-                    .filter(|_| opts.thread_names)
+                    .filter(|_| thread_names)
                     .and_then(|t| crate::proc::thread_name(pid, t)),
                 holds_gil: raw.holds_gil,
                 idle: !running && !raw.holds_gil,
@@ -231,16 +253,7 @@ pub fn take_snapshot_with_states(
                 read_paused,
             }
         })
-        .collect();
-    Ok(Snapshot {
-        pid,
-        python_version: proc.version.to_string(),
-        version_source: proc.version_source,
-        untested_version: proc.untested,
-        free_threaded: proc.layout.free_threaded,
-        executable: proc.executable.clone(),
-        threads,
-    })
+        .collect()
 }
 
 type ThreadResult = (

@@ -149,6 +149,34 @@ fn torn(addr: u64, why: &'static str) -> Error {
     Error::Inconsistent { addr, why }
 }
 
+/// A walk's frames read a second time, all in one request, then the thread's top-frame
+/// field (and the innermost instruction's opcode).
+struct ReadAgain {
+    /// Ranges read (frames close together are one range) and their bytes, one after another.
+    spans: Vec<(u64, u64)>,
+    bufs: Vec<u8>,
+    frame_size: usize,
+    op: [u8; 1],
+    field: [u8; 8],
+}
+
+impl ReadAgain {
+    /// Frame `addr`'s bytes (empty when it was not read).
+    fn frame(&self, addr: u64) -> &[u8] {
+        let size = self.frame_size;
+        let mut off = 0usize;
+        for &(start, end) in &self.spans {
+            let len = (end - start) as usize;
+            if addr >= start && addr.saturating_add(size as u64) <= end {
+                let at = off + (addr - start) as usize;
+                return &self.bufs[at..at + size];
+            }
+            off += len;
+        }
+        &[]
+    }
+}
+
 impl StackWalker {
     pub fn new(layout: Layout, types: TypeAddrs) -> StackWalker {
         StackWalker {
@@ -405,49 +433,10 @@ impl StackWalker {
         w: &mut Walk,
         op_mem: Option<&dyn ProcessMemory>,
     ) -> Result<bool> {
-        let size = self.layout.frame.size;
         let n = w.chain.len();
-        // Frames that lie close together (3.11+'s frame stack keeps them side by side) are
-        // read as one range: the kernel pins and copies each range separately.
-        let spans = spans(&w.chain, size as u64);
-        let span_len: Vec<usize> = spans.iter().map(|&(a, b)| (b - a) as usize).collect();
-        let mut bufs = vec![0u8; span_len.iter().sum()];
-        let mut op = [0u8; 1];
-        let mut field = [0u8; 8];
-        let field_addr = tstate.wrapping_add(self.layout.thread.frame as u64);
-        {
-            let mut reqs: Vec<(u64, &mut [u8])> = Vec::with_capacity(spans.len() + 2);
-            let mut rest = &mut bufs[..];
-            for (&(start, _), &len) in spans.iter().zip(&span_len) {
-                let (head, tail) = rest.split_at_mut(len);
-                reqs.push((start, head));
-                rest = tail;
-            }
-            if let (Some(at), None) = (w.top_instr, op_mem) {
-                reqs.push((at, &mut op[..]));
-            }
-            // Last: the thread state is read after every frame.
-            reqs.push((field_addr, &mut field[..]));
-            let want = reqs.len();
-            if mem.read_many(&mut reqs) < want {
-                return Err(torn(field_addr, "the frame stack could not be read again"));
-            }
-        }
-        // Where frame `addr`'s bytes are in `bufs`.
-        let locate = |addr: u64| -> &[u8] {
-            let mut off = 0usize;
-            for (&(start, end), &len) in spans.iter().zip(&span_len) {
-                if addr >= start && addr.saturating_add(size as u64) <= end {
-                    let at = off + (addr - start) as usize;
-                    return &bufs[at..at + size];
-                }
-                off += len;
-            }
-            &[]
-        };
-        if let (Some(at), Some(m)) = (w.top_instr, op_mem) {
-            m.read(at, &mut op)?;
-        }
+        let again = self.read_again(mem, tstate, w, op_mem)?;
+        let (op, field) = (again.op, again.field);
+        let locate = |addr: u64| again.frame(addr);
         // Where the thread's stack stands now (its innermost frame, read after every frame).
         w.top_field = Some(u64::from_le_bytes(field));
         let now = self.top_frame_from(mem, u64::from_le_bytes(field))?;
@@ -517,24 +506,7 @@ impl StackWalker {
         // it: a dead generator's frames hold still too.
         let joined = match k {
             Some(k) => Some(k),
-            None => {
-                let live = mem.live().unwrap_or(mem);
-                let mut at = now;
-                let mut found = None;
-                for _ in 0..MAX_JOIN_LINKS {
-                    let mut back = [0u8; 8];
-                    live.read(at.wrapping_add(self.layout.frame.back as u64), &mut back)?;
-                    at = u64::from_le_bytes(back);
-                    if at == 0 {
-                        break;
-                    }
-                    if let Some(m) = w.chain.iter().position(|&a| a == at) {
-                        found = Some(m);
-                        break;
-                    }
-                }
-                found
-            }
+            None => self.join_below(mem.live().unwrap_or(mem), now, &w.chain)?,
         };
         if joined.is_none_or(|m| j > m) {
             // The thread's stack does not run through a part of the walk's that held
@@ -545,6 +517,75 @@ impl StackWalker {
             w.top_op = Some(op[0]);
         }
         Ok(true)
+    }
+
+    /// Reads the walk's frames again in one request (frames that lie close together, as
+    /// 3.11+'s frame stack keeps them, as one range: the kernel pins and copies each range
+    /// separately), the opcode at the innermost instruction (from `op_mem` when given),
+    /// and last the thread state's top-frame field, after every frame.
+    fn read_again(
+        &self,
+        mem: &dyn ProcessMemory,
+        tstate: u64,
+        w: &Walk,
+        op_mem: Option<&dyn ProcessMemory>,
+    ) -> Result<ReadAgain> {
+        let size = self.layout.frame.size;
+        let spans = spans(&w.chain, size as u64);
+        let total: usize = spans.iter().map(|&(a, b)| (b - a) as usize).sum();
+        let mut again = ReadAgain {
+            bufs: vec![0u8; total],
+            spans,
+            frame_size: size,
+            op: [0u8; 1],
+            field: [0u8; 8],
+        };
+        let field_addr = tstate.wrapping_add(self.layout.thread.frame as u64);
+        {
+            let mut reqs: Vec<(u64, &mut [u8])> = Vec::with_capacity(again.spans.len() + 2);
+            let mut rest = &mut again.bufs[..];
+            for &(start, end) in &again.spans {
+                let (head, tail) = rest.split_at_mut((end - start) as usize);
+                reqs.push((start, head));
+                rest = tail;
+            }
+            if let (Some(at), None) = (w.top_instr, op_mem) {
+                reqs.push((at, &mut again.op[..]));
+            }
+            // Last: the thread state is read after every frame.
+            reqs.push((field_addr, &mut again.field[..]));
+            let want = reqs.len();
+            if mem.read_many(&mut reqs) < want {
+                return Err(torn(field_addr, "the frame stack could not be read again"));
+            }
+        }
+        if let (Some(at), Some(m)) = (w.top_instr, op_mem) {
+            m.read(at, &mut again.op)?;
+        }
+        Ok(again)
+    }
+
+    /// The first frame of `chain` that the links from `now` reach, read from `live`, within
+    /// [`MAX_JOIN_LINKS`] links; None when they do not.
+    fn join_below(
+        &self,
+        live: &dyn ProcessMemory,
+        now: u64,
+        chain: &[u64],
+    ) -> Result<Option<usize>> {
+        let mut at = now;
+        for _ in 0..MAX_JOIN_LINKS {
+            let mut back = [0u8; 8];
+            live.read(at.wrapping_add(self.layout.frame.back as u64), &mut back)?;
+            at = u64::from_le_bytes(back);
+            if at == 0 {
+                return Ok(None);
+            }
+            if let Some(m) = chain.iter().position(|&a| a == at) {
+                return Ok(Some(m));
+            }
+        }
+        Ok(None)
     }
 
     /// Decodes one frame from its bytes `buf` (read at `addr`): its link, its code object
