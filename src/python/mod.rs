@@ -473,6 +473,30 @@ fn read_all(
     Ok(out)
 }
 
+/// The interpreter's threads, read without pausing from `cache` first, then afresh, in up to
+/// `tries` tries; and whether the first try found everything in the cache (then `verify`
+/// may check a walk against the cache's second look).
+fn thread_list(
+    proc: &PythonProcess,
+    walker: &mut StackWalker,
+    cache: &ptrace::PageCache,
+    tries: usize,
+) -> Result<(Vec<stack::RawThread>, bool)> {
+    let mut last_err = None;
+    for attempt in 0..tries.max(1) {
+        let fresh = ptrace::PageCache::new(&proc.mem);
+        let mem = first_then_fresh(attempt, cache, &fresh);
+        let read = interp_head_checked(proc, mem)
+            .and_then(|head| walker.threads(mem, head, gil_current(proc, mem)?));
+        match read {
+            Ok(r) => return Ok((r, attempt == 0 && cache.misses() == 0)),
+            Err(e) if e.is_process_gone() => return Err(e),
+            Err(e) => last_err = Some(e),
+        }
+    }
+    Err(last_err.expect("at least one try"))
+}
+
 /// Reads without pausing: a thread's stack is accepted only when, after the walk, every
 /// frame of its chain read again (in one request) gives the same frame, line and link, and
 /// then the thread's innermost frame is still the one the walk started from — what a second
@@ -485,8 +509,6 @@ fn read_nonblocking(
     walker: &mut StackWalker,
     opts: &SnapshotOptions,
 ) -> Result<Vec<ThreadResult>> {
-    let mut last_err = None;
-    let mut raw = None;
     // One page cache for the thread list and every thread's first walk, filled at once
     // with the pages the last snapshot needed: what it holds is checked by `verify`. The
     // same request reads the last snapshot's frames and top-frame fields a second time
@@ -494,25 +516,7 @@ fn read_nonblocking(
     // microseconds after what it read, without another system call.
     let cache = ptrace::PageCache::new(&proc.mem);
     let second = cache.prefetch_with_second_look(&walker.page_hint, &walker.recheck_hint);
-    let mut clean = false;
-    for attempt in 0..opts.retries.max(1) {
-        let fresh = ptrace::PageCache::new(&proc.mem);
-        let mem = first_then_fresh(attempt, &cache, &fresh);
-        let read = interp_head_checked(proc, mem)
-            .and_then(|head| walker.threads(mem, head, gil_current(proc, mem)?));
-        match read {
-            Ok(r) => {
-                clean = attempt == 0 && cache.misses() == 0;
-                raw = Some(r);
-                break;
-            }
-            Err(e) if e.is_process_gone() => return Err(e),
-            Err(e) => last_err = Some(e),
-        }
-    }
-    let Some(raw) = raw else {
-        return Err(last_err.expect("at least one try"));
-    };
+    let (raw, clean) = thread_list(proc, walker, &cache, opts.retries)?;
     let mut recheck = Recheck::default();
     let mut out = Vec::with_capacity(raw.len());
     let auto = opts.mode == ReadMode::Auto;

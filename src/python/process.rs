@@ -93,6 +93,10 @@ impl PythonProcess {
         }
     }
 
+    /// One attempt at locating the interpreter. Long (about 100 lines) on purpose: it is
+    /// the one sequence of steps, each using the last one's results (maps → the image that
+    /// holds Python → its ELF file and load bias → the version → the layout → the
+    /// addresses), with the error of each step said where it happens.
     fn locate_once(pid: i32, opts: &LocateOptions) -> Result<PythonProcess> {
         let mut mem = RemoteMemory::new(pid)?;
         let maps = proc::read_maps(pid)?;

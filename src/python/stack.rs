@@ -623,42 +623,17 @@ impl StackWalker {
             FrameModel::Object {
                 lasti_in_code_units,
             } => {
-                if self.types.frame != 0 && field_u64(buf, 8) != self.types.frame {
-                    return Err(torn(addr, "not a frame object"));
-                }
-                // A freed frame object (a code's zombie frame or one on the free list)
-                // keeps its type and a stale `f_back`, but its reference count is 0:
-                // a chain read without pausing that runs through one is torn.
-                if self.strict && field_u64(buf, 0) == 0 {
-                    return Err(torn(addr, "a frame on the chain was freed"));
-                }
-                if check_executing {
-                    let suspended = match (f.stacktop, f.executing, f.state, f.executing_state) {
-                        (Some(o), _, _, _) => field_u64(buf, o) != 0,
-                        (_, Some(o), _, _) => field_u8(buf, o) == 0,
-                        (_, _, Some(o), Some(exec)) => field_u8(buf, o) as usize != exec,
-                        _ => false,
-                    };
-                    if suspended {
-                        return Err(torn(addr, "a frame on the chain is not executing"));
-                    }
-                }
-                let code = self.code_maybe_cached(mem, code_addr, trust_cache)?;
-                let lasti = field_u32(buf, f.lasti) as i32;
-                let line = if lasti < 0 {
-                    Some(code.firstlineno)
-                } else {
-                    let off = if lasti_in_code_units {
-                        (lasti as u32).wrapping_mul(2)
-                    } else {
-                        lasti as u32
-                    };
-                    if code.bytecode != 0 && off < code.bytecode_len {
-                        out.instr = Some(code.bytecode.wrapping_add(off as u64));
-                    }
-                    code.table.line_at(off)
-                };
+                let (code, line, instr) = self.object_frame(
+                    mem,
+                    addr,
+                    buf,
+                    code_addr,
+                    lasti_in_code_units,
+                    trust_cache,
+                    check_executing,
+                )?;
                 out.frame = Some((code, line));
+                out.instr = instr;
             }
             FrameModel::Interpreter => {
                 let owner = f.owner.map(|o| field_u8(buf, o));
@@ -699,6 +674,59 @@ impl StackWalker {
             }
         }
         Ok(out)
+    }
+
+    /// A ≤3.10 frame object (`buf`, read at `addr`): checked to be a live frame (and, with
+    /// `check_executing`, an executing one), then its code object, line and instruction.
+    #[allow(clippy::too_many_arguments)]
+    fn object_frame(
+        &mut self,
+        mem: &dyn ProcessMemory,
+        addr: u64,
+        buf: &[u8],
+        code_addr: u64,
+        lasti_in_code_units: bool,
+        trust_cache: bool,
+        check_executing: bool,
+    ) -> Result<CodeAt> {
+        let f = self.layout.frame;
+        if self.types.frame != 0 && field_u64(buf, 8) != self.types.frame {
+            return Err(torn(addr, "not a frame object"));
+        }
+        // A freed frame object (a code's zombie frame or one on the free list)
+        // keeps its type and a stale `f_back`, but its reference count is 0:
+        // a chain read without pausing that runs through one is torn.
+        if self.strict && field_u64(buf, 0) == 0 {
+            return Err(torn(addr, "a frame on the chain was freed"));
+        }
+        if check_executing {
+            let suspended = match (f.stacktop, f.executing, f.state, f.executing_state) {
+                (Some(o), _, _, _) => field_u64(buf, o) != 0,
+                (_, Some(o), _, _) => field_u8(buf, o) == 0,
+                (_, _, Some(o), Some(exec)) => field_u8(buf, o) as usize != exec,
+                _ => false,
+            };
+            if suspended {
+                return Err(torn(addr, "a frame on the chain is not executing"));
+            }
+        }
+        let code = self.code_maybe_cached(mem, code_addr, trust_cache)?;
+        let mut instr = None;
+        let lasti = field_u32(buf, f.lasti) as i32;
+        let line = if lasti < 0 {
+            Some(code.firstlineno)
+        } else {
+            let off = if lasti_in_code_units {
+                (lasti as u32).wrapping_mul(2)
+            } else {
+                lasti as u32
+            };
+            if code.bytecode != 0 && off < code.bytecode_len {
+                instr = Some(code.bytecode.wrapping_add(off as u64));
+            }
+            code.table.line_at(off)
+        };
+        Ok((code, line, instr))
     }
 
     /// Follows the chain from `top` once, only to learn which code objects it uses, and asks

@@ -183,6 +183,10 @@ impl Fields<'_> {
 /// legacy unicode data offset, the `state` bit positions) come from `fallback` (see
 /// [`fallback_for`]), the newest
 /// generated table; `co_code` and `_co_firsttraceable` do not exist in 3.13+ and are `None`.
+///
+/// Long (about 120 lines) on purpose: most of it is the one `Layout` literal, a field per
+/// line, each named by the debug-offsets field it comes from; split, the mapping from one to
+/// the other would no longer read in one place.
 pub fn parse(bytes: &[u8], fallback: &Layout) -> Result<Layout, DebugOffsetsError> {
     if bytes.len() < HEADER {
         if bytes.len() >= 8 && &bytes[..8] != COOKIE {
