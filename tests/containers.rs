@@ -281,6 +281,24 @@ fn check_dumps(pid: i32, printed: &[String], version: &str, exe: &str) -> Result
     check_dump_with(pid, printed, version, exe, &["--nonblocking"])
 }
 
+/// Where a dump's interpreter version or executable is not the expected one.
+fn header_errors(dump: &Value, version: &str, exe: &str) -> Vec<String> {
+    let mut errs = Vec::new();
+    if dump["python_version"] != version {
+        errs.push(format!(
+            "python_version {} (expected {version})",
+            dump["python_version"]
+        ));
+    }
+    if dump["executable"] != exe {
+        errs.push(format!(
+            "executable {} (expected {exe})",
+            dump["executable"]
+        ));
+    }
+    errs
+}
+
 /// The differences between a `dump --json` and the exact frames dump_shapes.py's threads
 /// reported themselves (`printed`: its `truth` line): the interpreter's own view of every
 /// thread but the reporter.
@@ -359,19 +377,7 @@ fn check_dump_with(
         return Err(format!("{args:?} exited {code:?}: {err}"));
     }
     let dump: Value = serde_json::from_str(&out).map_err(|e| format!("{e}: {out}"))?;
-    let mut errs = Vec::new();
-    if dump["python_version"] != version {
-        errs.push(format!(
-            "python_version {} (expected {version})",
-            dump["python_version"]
-        ));
-    }
-    if dump["executable"] != exe {
-        errs.push(format!(
-            "executable {} (expected {exe})",
-            dump["executable"]
-        ));
-    }
+    let mut errs = header_errors(&dump, version, exe);
     errs.extend(frame_errors(&dump, printed));
     let threads = dump["threads"].as_array().cloned().unwrap_or_default();
     let by_ident: BTreeMap<String, &Value> = threads

@@ -198,18 +198,7 @@ fn dump_inside(c: &Container, printed: &[String], version: &str, exe: &str) -> R
     }
     let dump: Value = serde_json::from_str(&out).map_err(|e| format!("{e}: {out}"))?;
     let mut errs = frame_errors(&dump, printed);
-    if dump["python_version"] != version {
-        errs.push(format!(
-            "python_version {} (expected {version})",
-            dump["python_version"]
-        ));
-    }
-    if dump["executable"] != exe {
-        errs.push(format!(
-            "executable {} (expected {exe})",
-            dump["executable"]
-        ));
-    }
+    errs.extend(header_errors(&dump, version, exe));
     let main = printed_json(printed, "threads")["main"][0].clone();
     let main_tid = dump["threads"]
         .as_array()
