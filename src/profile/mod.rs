@@ -82,7 +82,8 @@ pub struct Aggregator {
     lines: FastMap<(Arc<str>, u32), Split>,
     /// A function's time and its first line seen (None: no line seen yet), by file and name.
     functions: FastMap<FunctionKey, (Split, Option<u32>)>,
-    stacks: FastMap<Vec<Frame>, (u64, f64)>,
+    /// A full stack's samples and their time, split.
+    stacks: FastMap<Vec<Frame>, (u64, Split)>,
     threads: FastMap<i32, (Option<String>, Split, u64)>,
     /// Samples (thread observations) folded in.
     pub thread_samples: u64,
@@ -131,10 +132,13 @@ impl Aggregator {
         // Look up by slice first: the stack is copied only the first time it is seen.
         let st = match self.stacks.get_mut(s.frames) {
             Some(st) => st,
-            None => self.stacks.entry(s.frames.to_vec()).or_insert((0, 0.0)),
+            None => self
+                .stacks
+                .entry(s.frames.to_vec())
+                .or_insert((0, Split::default())),
         };
         st.0 += 1;
-        st.1 += split.total();
+        st.1.add(&split);
         if let Some(tid) = s.native_id {
             let t = self
                 .threads
@@ -159,10 +163,13 @@ impl Aggregator {
             e.0.add(split);
             e.1 = first_of(e.1, *first);
         }
-        for (k, (n, secs)) in &other.stacks {
-            let e = self.stacks.entry(k.clone()).or_insert((0, 0.0));
+        for (k, (n, split)) in &other.stacks {
+            let e = self
+                .stacks
+                .entry(k.clone())
+                .or_insert((0, Split::default()));
             e.0 += n;
-            e.1 += secs;
+            e.1.add(split);
         }
         for (tid, (name, split, n)) in &other.threads {
             let e = self
@@ -178,7 +185,7 @@ impl Aggregator {
     /// Total seconds attributed.
     pub fn total_s(&self) -> f64 {
         // Folded from +0.0: an empty f64 sum is -0.0, which prints as "-0".
-        self.stacks.values().fold(0.0, |acc, v| acc + v.1)
+        self.stacks.values().fold(0.0, |acc, v| acc + v.1.total())
     }
 
     /// Finishes the profile. `source` returns a file's lines (or None when unreadable).
@@ -236,10 +243,11 @@ impl Aggregator {
         let mut stacks: Vec<StackProfile> = self
             .stacks
             .iter()
-            .map(|(frames, (n, secs))| StackProfile {
+            .map(|(frames, (n, split))| StackProfile {
                 frames: frames.clone(),
                 samples: *n,
-                seconds: *secs,
+                seconds: split.total(),
+                split: Some(*split),
             })
             .collect();
         stacks.sort_by(|a, b| {
@@ -543,6 +551,10 @@ pub struct StackProfile {
     pub samples: u64,
     /// Seconds of time this stack stands for.
     pub seconds: f64,
+    /// Those seconds split into Python, native and system time (they add up to `seconds`);
+    /// None in profiles written before the split was kept per stack.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub split: Option<Split>,
 }
 
 /// One thread's share (`--threads`).
@@ -648,6 +660,13 @@ mod tests {
         assert!((l7.cpu_native_pct - 25.0).abs() < 1e-9);
         assert_eq!(p.stacks.len(), 2);
         assert_eq!(p.stacks.iter().map(|s| s.samples).sum::<u64>(), 2);
+        // Each stack keeps its own split, adding up to its seconds.
+        let sa = p.stacks.iter().find(|s| s.frames == a).unwrap();
+        let sb = p.stacks.iter().find(|s| s.frames == b).unwrap();
+        let (ja, jb) = (sa.split.unwrap(), sb.split.unwrap());
+        assert!((ja.python_s - 0.03).abs() < 1e-12 && ja.native_s == 0.0);
+        assert!((jb.native_s - 0.01).abs() < 1e-12 && jb.python_s == 0.0);
+        assert!((ja.total() - sa.seconds).abs() < 1e-12);
         assert!((f.cpu_pct - 100.0).abs() < 1e-9);
     }
 
