@@ -178,10 +178,12 @@ impl Tables {
         let id = self.functions.len() as u64 + 1;
         let name = self.string(if name.is_empty() { "?" } else { name });
         let filename = self.string(filename);
+        // No system name: pprof readers demangle a function whose system name is its name,
+        // and Go's takes `<module>` for C++ template arguments and strips it.
         self.functions.push(proto::Function {
             id,
             name,
-            system_name: name,
+            system_name: 0,
             filename,
             start_line,
         });
