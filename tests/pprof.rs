@@ -139,8 +139,8 @@ fn go_tool_pprof_reads_the_same_hot_lines_and_split_as_the_json() {
     // on this root) is enough.
     let py = common::interpreters()
         .into_iter()
-        .filter(|i| !i.is_py2() && i.root.is_none() && !i.free_threaded)
-        .last()
+        .rev()
+        .find(|i| !i.is_py2() && i.root.is_none() && !i.free_threaded)
         .expect("a CPython 3 on this root");
     let fx = common::fixture("cpu/split.py");
     let name = fx.to_string_lossy().to_string();

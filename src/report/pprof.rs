@@ -588,6 +588,18 @@ mod tests {
     }
 
     #[test]
+    fn an_empty_profile_is_a_valid_empty_pprof() {
+        let mut p = profile();
+        p.stacks.clear();
+        p.meta.rate_hz = 0.0;
+        let d = decode(&render(&p).unwrap());
+        assert!(d.sample.is_empty() && d.function.is_empty() && d.location.is_empty());
+        assert_eq!(d.string_table[0], "");
+        assert_eq!(d.period, 0);
+        assert_eq!(types(&d).len(), 5);
+    }
+
+    #[test]
     fn one_thread_is_a_label() {
         let mut p = profile();
         p.threads = vec![crate::profile::ThreadProfile {
