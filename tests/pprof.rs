@@ -123,46 +123,72 @@ fn flat_of(rows: &[Row], place: &str, out: &str) -> f64 {
         .flat_pct
 }
 
-#[test]
-fn go_tool_pprof_reads_the_same_hot_lines_and_split_as_the_json() {
-    let test = "go_tool_pprof_reads_the_same_hot_lines_and_split_as_the_json";
+/// Whether `go` is there; if not, says so (outside CI) or fails (in CI).
+fn have_go(test: &str) -> bool {
     match Command::new("go").arg("version").output() {
-        Ok(o) if o.status.success() => {}
+        Ok(o) if o.status.success() => true,
         _ => {
-            return common::skip_or_fail(
+            common::skip_or_fail(
                 test,
                 "no `go` to read pprof files with (Debian package golang-go)",
-            )
+            );
+            false
         }
     }
-    // The encoding does not depend on the interpreter: one (the newest CPython 3 running
-    // on this root) is enough.
-    let py = common::interpreters()
+}
+
+/// The encoding does not depend on the interpreter: one (the newest CPython 3 running on
+/// this root) is enough.
+fn interpreter() -> common::Interpreter {
+    common::interpreters()
         .into_iter()
         .rev()
         .find(|i| !i.is_py2() && i.root.is_none() && !i.free_threaded)
-        .expect("a CPython 3 on this root");
-    let fx = common::fixture("cpu/split.py");
-    let name = fx.to_string_lossy().to_string();
-    let (python_line, native_line) = (mark(&fx, "python"), mark(&fx, "native"));
-    let dir = tempdir();
+        .expect("a CPython 3 on this root")
+}
+
+/// `scalene-rs run [extra] -o DIR/p.json -- python fixture args`, then `view` of it as
+/// `DIR/p.pb.gz`: the JSON profile and the pprof file's path.
+fn record(
+    py: &common::Interpreter,
+    dir: &Path,
+    fixture: &Path,
+    args: &[&str],
+    extra: &[&str],
+) -> (Value, PathBuf) {
     let json = dir.join("p.json");
     let mut cmd = Command::new(bin());
     cmd.arg("run")
+        .args(extra)
         .arg("-o")
         .arg(&json)
         .arg("--")
         .arg(&py.path)
-        .arg(&fx)
-        .arg("3");
+        .arg(fixture)
+        .args(args);
     ok(cmd, Duration::from_secs(120));
     let p: Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
-
-    // By extension, and by --format: the same bytes.
     let pb = dir.join("p.pb.gz");
     let mut cmd = Command::new(bin());
     cmd.arg("view").arg(&json).arg("-o").arg(&pb);
     ok(cmd, Duration::from_secs(60));
+    (p, pb)
+}
+
+#[test]
+fn go_tool_pprof_reads_the_same_hot_lines_and_split_as_the_json() {
+    if !have_go("go_tool_pprof_reads_the_same_hot_lines_and_split_as_the_json") {
+        return;
+    }
+    let py = interpreter();
+    let fx = common::fixture("cpu/split.py");
+    let name = fx.to_string_lossy().to_string();
+    let (python_line, native_line) = (mark(&fx, "python"), mark(&fx, "native"));
+    let dir = tempdir();
+    let (p, pb) = record(&py, &dir, &fx, &["3"], &[]);
+    let json = dir.join("p.json");
+
+    // By extension, and by --format: the same bytes.
     let other = dir.join("p.out");
     let mut cmd = Command::new(bin());
     cmd.arg("view")
@@ -240,10 +266,18 @@ fn go_tool_pprof_reads_the_same_hot_lines_and_split_as_the_json() {
         assert!(total(l) > 20.0, "{}: only {}% (JSON)", l.0, total(l));
     }
     // The split, as the values python and native: each marked line's share of that kind of
-    // time in pprof is the JSON's (the line's kind over all lines' kind).
+    // time in pprof is the JSON's: the line's seconds of that kind over the profile's (the
+    // stacks' split; the lines leave out time on frames without a line).
+    let total_s = p["total_s"].as_f64().unwrap();
     for (kind, l, pick) in [("python", &py_l, 1usize), ("native", &nat_l, 2usize)] {
-        let of = |x: &(String, f64, f64, f64)| if pick == 1 { x.1 } else { x.2 };
-        let json_share = 100.0 * of(l) / lines.iter().map(of).sum::<f64>();
+        let line_s = total_s / 100.0 * if pick == 1 { l.1 } else { l.2 };
+        let kind_s: f64 = p["stacks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|s| s["split"][format!("{kind}_s")].as_f64().unwrap())
+            .sum();
+        let json_share = 100.0 * line_s / kind_s;
         let (rows, out) = pprof_top(&pb, &["-sample_index", kind]);
         assert_eq!(rows[0].place, l.0, "hottest {kind} line\n{out}");
         assert!(
@@ -266,5 +300,71 @@ fn go_tool_pprof_reads_the_same_hot_lines_and_split_as_the_json() {
         summary.join("; "),
         bytes.len()
     ));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// `go tool pprof -tags`'s block of `key`: (share in percent, value) per row.
+fn tag_rows(text: &str, key: &str) -> Vec<(f64, String)> {
+    let head = format!("{key}: Total");
+    text.lines()
+        .skip_while(|l| !l.trim_start().starts_with(&head))
+        .skip(1)
+        .take_while(|l| !l.trim().is_empty())
+        .filter_map(|l| {
+            // "308.6ms (25.22%): 30419"
+            let (_, rest) = l.split_once('(')?;
+            let (pct, value) = rest.split_once("%):")?;
+            Some((pct.trim().parse().ok()?, value.trim().to_string()))
+        })
+        .collect()
+}
+
+#[test]
+fn go_tool_pprof_gives_every_thread_its_share() {
+    if !have_go("go_tool_pprof_gives_every_thread_its_share") {
+        return;
+    }
+    let py = interpreter();
+    let dir = tempdir();
+    // Four threads of equal work (fixtures/cpu/threads.py), the main thread waiting.
+    let (p, pb) = record(
+        &py,
+        &dir,
+        &common::fixture("cpu/threads.py"),
+        &[],
+        &["--cpu-only"],
+    );
+    let mut cmd = Command::new("go");
+    cmd.args(["tool", "pprof", "-tags"]).arg(&pb);
+    let out = ok(cmd, Duration::from_secs(120)).stdout;
+    let tags = tag_rows(&out, "thread_id");
+    let threads = p["threads"].as_array().unwrap();
+    assert!(threads.len() >= 5, "five threads expected: {threads:?}");
+    let mut summary = Vec::new();
+    for t in threads {
+        let tid = t["native_id"].to_string();
+        let json = ["cpu_python_pct", "cpu_native_pct", "cpu_system_pct"]
+            .iter()
+            .map(|k| t[k].as_f64().unwrap())
+            .sum::<f64>();
+        let Some((pprof, _)) = tags.iter().find(|(_, v)| *v == tid) else {
+            // pprof leaves out what has no time; the JSON may keep a thread at 0.
+            assert!(json < 0.01, "thread {tid} ({json}%) has no label\n{out}");
+            continue;
+        };
+        // pprof prints 2 decimals, or 2 significant digits below 1%.
+        assert!(
+            (pprof - json).abs() <= TOLERANCE,
+            "thread {tid}: pprof {pprof}%, JSON {json}%\n{out}"
+        );
+        summary.push(format!("{tid} {pprof}% ({json:.3}%)"));
+    }
+    // Every thread that worked has a label: the four workers, about a quarter each.
+    let quarters = tags
+        .iter()
+        .filter(|(pct, _)| (pct - 25.0).abs() <= 5.0)
+        .count();
+    assert_eq!(quarters, 4, "four threads of about 25% expected\n{out}");
+    common::say(&format!("{}: thread_id {}", py.label, summary.join(", ")));
     let _ = std::fs::remove_dir_all(&dir);
 }

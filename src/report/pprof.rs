@@ -306,24 +306,34 @@ pub fn to_proto(p: &Profile) -> proto::Profile {
     }
     let n_values = sample_type.len();
 
-    // Labels every sample of the kind can carry: the process when the profile is of one
-    // (several processes' stacks are merged, so no pid can be told then), the thread when
-    // the program had one (stacks are merged across threads).
+    // The process, when the profile is of one: several processes' stacks are merged, so
+    // no pid can be told then.
     let mut common = Vec::new();
     if p.processes.is_empty() && p.meta.pid != 0 {
         common.push(t.label_num("pid", p.meta.pid.into()));
     }
-    let mut time_labels = common.clone();
-    if let [thread] = &p.threads[..] {
-        time_labels.push(t.label_num("thread_id", thread.native_id.into()));
-        if let Some(name) = &thread.name {
-            time_labels.push(t.label_str("thread_name", name));
-        }
-    }
+    let names: HashMap<i32, &str> = p
+        .threads
+        .iter()
+        .filter_map(|th| Some((th.native_id, th.name.as_deref()?)))
+        .collect();
+    // A stack's thread is its own; stacks saved before they kept one merge every thread,
+    // and have one only when the program had one.
+    let only_thread = match &p.threads[..] {
+        [th] => Some(th.native_id),
+        _ => None,
+    };
 
     let mut samples = Vec::new();
     for s in &p.stacks {
         let location_id = stack_locations(&mut t, &s.frames, &starts);
+        let mut label = common.clone();
+        if let Some(tid) = s.native_id.or(only_thread) {
+            label.push(t.label_num("thread_id", tid.into()));
+            if let Some(name) = names.get(&tid) {
+                label.push(t.label_str("thread_name", name));
+            }
+        }
         let mut value = vec![s.samples as i64];
         match s.split.filter(|_| split) {
             Some(sp) => {
@@ -338,7 +348,7 @@ pub fn to_proto(p: &Profile) -> proto::Profile {
         samples.push(proto::Sample {
             location_id,
             value,
-            label: time_labels.clone(),
+            label,
         });
     }
     for m in memory.iter().flat_map(|m| &m.stacks) {
@@ -434,6 +444,7 @@ mod tests {
             samples,
             seconds: split.total(),
             split: Some(split),
+            native_id: None,
         }
     }
 
@@ -599,6 +610,45 @@ mod tests {
         assert_eq!(types(&d).len(), 5);
     }
 
+    #[test]
+    fn a_stacks_thread_is_a_label() {
+        let mut p = profile();
+        p.stacks[0].native_id = Some(5);
+        p.stacks[1].native_id = Some(6);
+        p.threads = [(5, Some("main")), (6, None)]
+            .into_iter()
+            .map(|(native_id, name)| crate::profile::ThreadProfile {
+                native_id,
+                name: name.map(String::from),
+                samples: 1,
+                cpu_python_pct: 0.0,
+                cpu_native_pct: 0.0,
+                cpu_system_pct: 0.0,
+            })
+            .collect();
+        let d = to_proto(&p);
+        let s = |i: i64| d.string_table[i as usize].as_str();
+        let labels = |i: usize| -> Vec<(&str, i64, &str)> {
+            d.sample[i]
+                .label
+                .iter()
+                .map(|l| (s(l.key), l.num, s(l.str)))
+                .collect()
+        };
+        assert_eq!(
+            labels(0),
+            [
+                ("pid", 42, ""),
+                ("thread_id", 5, ""),
+                ("thread_name", 0, "main")
+            ]
+        );
+        assert_eq!(labels(1), [("pid", 42, ""), ("thread_id", 6, "")]);
+        // No thread of its own and several in the program: none.
+        assert_eq!(labels(2), [("pid", 42, "")]);
+    }
+
+    /// A profile saved before stacks kept their thread: the program's only thread.
     #[test]
     fn one_thread_is_a_label() {
         let mut p = profile();
