@@ -71,7 +71,7 @@ struct RecordArgs {
 #[derive(clap::Args, Clone)]
 struct OutputArgs {
     /// Write the report to FILE; the format follows the extension (.json, .svg,
-    /// .speedscope.json, .collapsed/.txt, anything else: terminal text).
+    /// .speedscope.json, .collapsed/.txt, .pb.gz/.pprof, anything else: terminal text).
     #[arg(short = 'o', long, value_name = "FILE")]
     output: Option<std::path::PathBuf>,
     /// Output format (overrides the extension).
@@ -288,11 +288,27 @@ fn clear_status(enabled: bool) {
 
 /// Writes the report: to `-o FILE` in the format its extension (or --format) names, else
 /// as terminal text to stderr (stdout belongs to the profiled program).
+impl OutputArgs {
+    /// The format asked for: `--format`, else the output file's extension, else terminal.
+    fn format(&self) -> Format {
+        self.format
+            .or_else(|| self.output.as_deref().map(Format::from_path))
+            .unwrap_or(Format::Terminal)
+    }
+
+    /// Refuses what cannot be written, before anything is recorded: a binary format with
+    /// no file to write it to (it would go to stderr).
+    fn check(&self) -> anyhow::Result<()> {
+        let format = self.format();
+        if format.is_binary() && self.output.is_none() {
+            anyhow::bail!("the {format} is binary: give a file to write it to with -o FILE");
+        }
+        Ok(())
+    }
+}
+
 fn emit(profile: &Profile, out: &OutputArgs, threads: bool) -> anyhow::Result<()> {
-    let format = out
-        .format
-        .or_else(|| out.output.as_deref().map(Format::from_path))
-        .unwrap_or(Format::Terminal);
+    let format = out.format();
     let to_tty = out.output.is_none() && std::io::stderr().is_terminal();
     let opts = RenderOptions {
         color: to_tty && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty()),
@@ -387,6 +403,7 @@ fn window_bytes(s: &str) -> Result<u64, String> {
 }
 
 fn run(args: RunArgs) -> anyhow::Result<i32> {
+    args.record.output.check()?;
     let cfg = session::RunConfig {
         command: args.command.clone(),
         sampler: args.record.sampler(),
@@ -419,6 +436,7 @@ fn run(args: RunArgs) -> anyhow::Result<i32> {
 }
 
 fn attach(args: AttachArgs) -> anyhow::Result<i32> {
+    args.record.output.check()?;
     let cfg = session::AttachConfig {
         pid: args.pid,
         duration: args.duration,
@@ -442,6 +460,7 @@ fn attach(args: AttachArgs) -> anyhow::Result<i32> {
 }
 
 fn view(args: ViewArgs) -> anyhow::Result<i32> {
+    args.output.check()?;
     let text = std::fs::read_to_string(&args.profile)
         .map_err(|e| anyhow::anyhow!("reading {}: {e}", args.profile.display()))?;
     let profile = report::profile_json::from_json(&text)

@@ -68,6 +68,21 @@ impl Split {
 /// A function: its file and its name.
 type FunctionKey = (Arc<str>, Arc<str>);
 
+/// One full stack's samples and time, split, by the thread that saw it (None: the thread's
+/// id was not known). A stack is seen by one thread or a few: a list is enough.
+type StackThreads = Vec<(Option<i32>, u64, Split)>;
+
+/// Adds `n` samples of `split` seen by `thread` to a stack's list.
+fn add_to_stack(per: &mut StackThreads, thread: Option<i32>, n: u64, split: &Split) {
+    match per.iter_mut().find(|e| e.0 == thread) {
+        Some(e) => {
+            e.1 += n;
+            e.2.add(split);
+        }
+        None => per.push((thread, n, *split)),
+    }
+}
+
 /// The smaller of two lines, a line being smaller than none.
 fn first_of(a: Option<u32>, b: Option<u32>) -> Option<u32> {
     match (a, b) {
@@ -82,7 +97,8 @@ pub struct Aggregator {
     lines: FastMap<(Arc<str>, u32), Split>,
     /// A function's time and its first line seen (None: no line seen yet), by file and name.
     functions: FastMap<FunctionKey, (Split, Option<u32>)>,
-    stacks: FastMap<Vec<Frame>, (u64, f64)>,
+    /// A full stack's samples and their time, split, by thread.
+    stacks: FastMap<Vec<Frame>, StackThreads>,
     threads: FastMap<i32, (Option<String>, Split, u64)>,
     /// Samples (thread observations) folded in.
     pub thread_samples: u64,
@@ -129,12 +145,11 @@ impl Aggregator {
             e.1 = first_of(e.1, f.line);
         }
         // Look up by slice first: the stack is copied only the first time it is seen.
-        let st = match self.stacks.get_mut(s.frames) {
-            Some(st) => st,
-            None => self.stacks.entry(s.frames.to_vec()).or_insert((0, 0.0)),
+        let per = match self.stacks.get_mut(s.frames) {
+            Some(per) => per,
+            None => self.stacks.entry(s.frames.to_vec()).or_default(),
         };
-        st.0 += 1;
-        st.1 += split.total();
+        add_to_stack(per, s.native_id, 1, &split);
         if let Some(tid) = s.native_id {
             let t = self
                 .threads
@@ -159,10 +174,11 @@ impl Aggregator {
             e.0.add(split);
             e.1 = first_of(e.1, *first);
         }
-        for (k, (n, secs)) in &other.stacks {
-            let e = self.stacks.entry(k.clone()).or_insert((0, 0.0));
-            e.0 += n;
-            e.1 += secs;
+        for (k, theirs) in &other.stacks {
+            let per = self.stacks.entry(k.clone()).or_default();
+            for (thread, n, split) in theirs {
+                add_to_stack(per, *thread, *n, split);
+            }
         }
         for (tid, (name, split, n)) in &other.threads {
             let e = self
@@ -178,7 +194,10 @@ impl Aggregator {
     /// Total seconds attributed.
     pub fn total_s(&self) -> f64 {
         // Folded from +0.0: an empty f64 sum is -0.0, which prints as "-0".
-        self.stacks.values().fold(0.0, |acc, v| acc + v.1)
+        self.stacks
+            .values()
+            .flatten()
+            .fold(0.0, |acc, v| acc + v.2.total())
     }
 
     /// Finishes the profile. `source` returns a file's lines (or None when unreadable).
@@ -236,16 +255,21 @@ impl Aggregator {
         let mut stacks: Vec<StackProfile> = self
             .stacks
             .iter()
-            .map(|(frames, (n, secs))| StackProfile {
-                frames: frames.clone(),
-                samples: *n,
-                seconds: *secs,
+            .flat_map(|(frames, per)| {
+                per.iter().map(|(thread, n, split)| StackProfile {
+                    frames: frames.clone(),
+                    samples: *n,
+                    seconds: split.total(),
+                    split: Some(*split),
+                    native_id: *thread,
+                })
             })
             .collect();
         stacks.sort_by(|a, b| {
             b.samples
                 .cmp(&a.samples)
                 .then_with(|| a.frames.cmp(&b.frames))
+                .then_with(|| a.native_id.cmp(&b.native_id))
         });
         let mut threads: Vec<ThreadProfile> = self
             .threads
@@ -543,6 +567,15 @@ pub struct StackProfile {
     pub samples: u64,
     /// Seconds of time this stack stands for.
     pub seconds: f64,
+    /// Those seconds split into Python, native and system time (they add up to `seconds`);
+    /// None in profiles written before the split was kept per stack.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub split: Option<Split>,
+    /// The kernel thread id (TID) of the thread that saw it: the same frames seen by two
+    /// threads are two stacks. None when not known, and in profiles written before it was
+    /// kept (their stacks merge every thread).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub native_id: Option<i32>,
 }
 
 /// One thread's share (`--threads`).
@@ -648,7 +681,75 @@ mod tests {
         assert!((l7.cpu_native_pct - 25.0).abs() < 1e-9);
         assert_eq!(p.stacks.len(), 2);
         assert_eq!(p.stacks.iter().map(|s| s.samples).sum::<u64>(), 2);
+        // Each stack keeps its own split, adding up to its seconds.
+        let sa = p.stacks.iter().find(|s| s.frames == a).unwrap();
+        let sb = p.stacks.iter().find(|s| s.frames == b).unwrap();
+        let (ja, jb) = (sa.split.unwrap(), sb.split.unwrap());
+        assert!((ja.python_s - 0.03).abs() < 1e-12 && ja.native_s == 0.0);
+        assert!((jb.native_s - 0.01).abs() < 1e-12 && jb.python_s == 0.0);
+        assert!((ja.total() - sa.seconds).abs() < 1e-12);
         assert!((f.cpu_pct - 100.0).abs() < 1e-9);
+    }
+
+    #[test]
+    fn stacks_are_kept_by_thread() {
+        let mut agg = Aggregator::new();
+        let a = [frame("a", 3)];
+        for (tid, user) in [
+            (Some(1), 0.01),
+            (Some(2), 0.02),
+            (Some(1), 0.03),
+            (None, 0.04),
+        ] {
+            agg.add(
+                &ThreadSample {
+                    frames: &a,
+                    activity: Activity::Python,
+                    user_s: user,
+                    system_s: 0.0,
+                    idle_s: 0.0,
+                    native_id: tid,
+                    thread_name: None,
+                },
+                a.first(),
+            );
+        }
+        let mut other = Aggregator::new();
+        other.add(
+            &ThreadSample {
+                frames: &a,
+                activity: Activity::Native,
+                user_s: 0.05,
+                system_s: 0.0,
+                idle_s: 0.0,
+                native_id: Some(2),
+                thread_name: None,
+            },
+            a.first(),
+        );
+        agg.absorb(&other);
+        let p = agg.finish(ProfileMeta::default(), &mut |_| None);
+        let got: Vec<(Option<i32>, u64, f64, f64)> = p
+            .stacks
+            .iter()
+            .map(|s| {
+                let sp = s.split.unwrap();
+                (s.native_id, s.samples, sp.python_s, sp.native_s)
+            })
+            .collect();
+        assert_eq!(
+            got,
+            [
+                (Some(1), 2, 0.04, 0.0),
+                (Some(2), 2, 0.02, 0.05),
+                (None, 1, 0.04, 0.0)
+            ]
+        );
+        assert!((p.total_s - 0.15).abs() < 1e-12);
+        // Stacks saved without a thread read back as None.
+        let json = r#"{"frames": [], "samples": 3, "seconds": 0.5}"#;
+        let old: StackProfile = serde_json::from_str(json).unwrap();
+        assert_eq!((old.native_id, old.split), (None, None));
     }
 
     #[test]

@@ -5,6 +5,7 @@
 pub mod collapsed;
 pub mod dump;
 pub mod flamegraph;
+pub mod pprof;
 pub mod profile_json;
 pub mod speedscope;
 pub mod terminal;
@@ -26,9 +27,16 @@ pub enum Format {
     Speedscope,
     /// Brendan Gregg's collapsed stacks.
     Collapsed,
+    /// pprof's gzip-compressed protobuf (`go tool pprof`; docs/pprof.md).
+    Pprof,
 }
 
 impl Format {
+    /// Whether the format is binary (not for a terminal: it needs `-o FILE`).
+    pub fn is_binary(self) -> bool {
+        self == Format::Pprof
+    }
+
     /// The format a file name asks for.
     pub fn from_path(p: &Path) -> Format {
         let name = p
@@ -39,6 +47,8 @@ impl Format {
             Format::Speedscope
         } else if name.ends_with(".json") {
             Format::Json
+        } else if name.ends_with(".pb.gz") || name.ends_with(".pprof") {
+            Format::Pprof
         } else if name.ends_with(".svg") {
             Format::Flamegraph
         } else if name.ends_with(".collapsed") || name.ends_with(".txt") {
@@ -57,6 +67,7 @@ impl fmt::Display for Format {
             Format::Flamegraph => "flame graph SVG",
             Format::Speedscope => "speedscope JSON",
             Format::Collapsed => "collapsed stacks",
+            Format::Pprof => "pprof profile",
         })
     }
 }
@@ -114,6 +125,9 @@ pub fn render(profile: &Profile, format: Format, opts: &RenderOptions) -> std::i
         }
         Format::Speedscope => speedscope::render(profile).into_bytes(),
         Format::Collapsed => collapsed::render(profile).into_bytes(),
+        // Time and, when recorded, memory are both in it (sample types): --memory changes
+        // nothing.
+        Format::Pprof => pprof::render(profile)?,
     })
 }
 
@@ -129,6 +143,9 @@ mod tests {
             ("P.SVG", Format::Flamegraph),
             ("p.collapsed", Format::Collapsed),
             ("p.txt", Format::Collapsed),
+            ("profile.pb.gz", Format::Pprof),
+            ("cpu.PPROF", Format::Pprof),
+            ("p.gz", Format::Terminal),
             ("report", Format::Terminal),
         ] {
             assert_eq!(Format::from_path(Path::new(name)), f, "{name}");
