@@ -11,11 +11,11 @@ pub mod exit {
     pub const OK: i32 = 0;
     pub const OTHER: i32 = 1;
     pub const USAGE: i32 = 2;
-    pub const NO_SUCH_PROCESS: i32 = 3;
-    pub const NOT_PYTHON: i32 = 4;
-    pub const PERMISSION: i32 = 5;
-    pub const UNSUPPORTED_VERSION: i32 = 6;
-    pub const PROCESS_EXITED: i32 = 7;
+    pub(crate) const NO_SUCH_PROCESS: i32 = 3;
+    pub(crate) const NOT_PYTHON: i32 = 4;
+    pub(crate) const PERMISSION: i32 = 5;
+    pub(crate) const UNSUPPORTED_VERSION: i32 = 6;
+    pub(crate) const PROCESS_EXITED: i32 = 7;
 }
 
 /// Everything that can go wrong while reading a Python process from outside.
@@ -98,7 +98,7 @@ impl Error {
     }
 
     /// An OS failure in `context` (what we were doing) with its cause.
-    pub fn io(context: impl Into<String>, source: io::Error) -> Error {
+    pub(crate) fn io(context: impl Into<String>, source: io::Error) -> Error {
         Error::Io {
             context: context.into(),
             source,
@@ -107,7 +107,7 @@ impl Error {
 
     /// Data that is not what it should be (a file that is not ELF, say): an I/O error of
     /// kind `InvalidData` with `why`.
-    pub fn invalid_data(context: impl Into<String>, why: impl Into<String>) -> Error {
+    pub(crate) fn invalid_data(context: impl Into<String>, why: impl Into<String>) -> Error {
         Error::io(
             context,
             io::Error::new(io::ErrorKind::InvalidData, why.into()),
@@ -115,9 +115,9 @@ impl Error {
     }
 
     /// True when the process itself is gone (so every later read will fail too).
-    pub fn is_process_gone(&self) -> bool {
+    pub(crate) fn is_process_gone(&self) -> bool {
         matches!(self, Error::ProcessExited(_) | Error::NoSuchProcess(_))
     }
 }
 
-pub type Result<T, E = Error> = std::result::Result<T, E>;
+pub(crate) type Result<T, E = Error> = std::result::Result<T, E>;

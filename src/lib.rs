@@ -4,7 +4,7 @@
 //! interpreter, walking stacks) → `sampler` → `profile` → `report` (rendering); `proc` (what
 //! /proc says) and `error` are below everything. See docs/how-it-works.md.
 
-pub mod elf;
+mod elf;
 pub mod error;
 pub mod memory;
 pub mod proc;
@@ -16,4 +16,4 @@ pub mod report;
 pub mod sampler;
 pub mod session;
 
-pub use error::{Error, Result};
+pub use error::Error;

@@ -91,7 +91,7 @@ def render(tables):
     ]
     for minor, (header, names) in sorted(tables.items()):
         lines.append(f"/// CPython 3.{minor}, from `{header}`.")
-        lines.append(f"pub const FIELDS_3_{minor}: &[&str] = &[")
+        lines.append(f"pub(crate) const FIELDS_3_{minor}: &[&str] = &[")
         lines.extend(f'    "{n}",' for n in names)
         lines.append("];")
         lines.append("")

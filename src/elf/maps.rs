@@ -16,7 +16,7 @@ use std::path::{Path, PathBuf};
 ///
 /// The first PT_LOAD segment is mapped at the file offset `first_load_offset`; the mapping
 /// with that offset gives its AVMA.
-pub fn load_bias(maps: &[MapEntry], path: &str, elf: &ElfFile) -> Option<u64> {
+pub(crate) fn load_bias(maps: &[MapEntry], path: &str, elf: &ElfFile) -> Option<u64> {
     maps.iter()
         .filter(|m| m.path.as_deref() == Some(path))
         .find(|m| m.offset == elf.first_load_offset)
@@ -33,7 +33,7 @@ pub fn load_bias(maps: &[MapEntry], path: &str, elf: &ElfFile) -> Option<u64> {
 /// namespace entered from a forked helper. Never our own file of that path for a target in
 /// another mount namespace: in a container, the host's file of that name may be another
 /// build altogether. Returns the file and a name for messages.
-pub fn open_target_file(
+pub(crate) fn open_target_file(
     pid: i32,
     path: &str,
     maps: &[MapEntry],
@@ -88,7 +88,7 @@ pub fn open_target_file(
 }
 
 /// The basename of a path.
-pub fn basename(path: &str) -> &str {
+pub(crate) fn basename(path: &str) -> &str {
     Path::new(path)
         .file_name()
         .and_then(|s| s.to_str())

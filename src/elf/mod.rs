@@ -11,26 +11,25 @@
 //! - *AVMA* (actual virtual memory address): the address in the running process.
 //! - *bias*: AVMA − SVMA for one loaded file (0 for a non-PIE executable).
 
-pub mod maps;
+pub(crate) mod maps;
 
 use crate::error::{Error, Result};
 use goblin::elf::program_header::PT_LOAD;
 use std::collections::HashMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 /// The parts of one ELF file we use.
 #[derive(Debug, Clone)]
-pub struct ElfFile {
-    /// Where we read it from (possibly through /proc/PID/root).
-    pub path: PathBuf,
+pub(crate) struct ElfFile {
     /// Symbol name → SVMA, from `.dynsym` and `.symtab` (local symbols included).
     symbols: HashMap<String, (u64, u64)>,
     /// Section name → (SVMA, size).
+    #[cfg(test)]
     sections: HashMap<String, (u64, u64)>,
     /// SVMA of the first PT_LOAD segment, rounded down to its page.
-    pub first_load_svma: u64,
+    first_load_svma: u64,
     /// File offset of the first PT_LOAD segment, rounded down to its page.
-    pub first_load_offset: u64,
+    first_load_offset: u64,
     /// The contents of read-only data, for version strings (only `.rodata`).
     rodata: Option<(u64, Vec<u8>)>,
 }
@@ -65,14 +64,15 @@ fn wanted(name: &str) -> bool {
 impl ElfFile {
     /// Maps and parses an ELF file (mapped, not read: libpython with debug info is tens of
     /// MB and we touch only its headers, symbol tables and .rodata).
-    pub fn open(path: &Path) -> Result<ElfFile> {
+    #[cfg(test)]
+    fn open(path: &Path) -> Result<ElfFile> {
         let io = |e| Error::io(format!("reading {}", path.display()), e);
         let file = std::fs::File::open(path).map_err(io)?;
         Self::from_file(&file, path)
     }
 
     /// Maps and parses an ELF file that is already open; `path` names it in messages.
-    pub fn from_file(file: &std::fs::File, path: &Path) -> Result<ElfFile> {
+    pub(crate) fn from_file(file: &std::fs::File, path: &Path) -> Result<ElfFile> {
         let io = |e| Error::io(format!("reading {}", path.display()), e);
         // SAFETY: the mapping is read-only and private; if another process truncates the
         // file while we parse it, reads of the lost pages fault (SIGBUS). Interpreter
@@ -83,7 +83,7 @@ impl ElfFile {
     }
 
     /// Parses ELF bytes that were read from `path`.
-    pub fn parse(path: &Path, data: &[u8]) -> Result<ElfFile> {
+    fn parse(path: &Path, data: &[u8]) -> Result<ElfFile> {
         let elf = goblin::elf::Elf::parse(data).map_err(|e| {
             Error::invalid_data(
                 format!("parsing ELF file {}", path.display()),
@@ -105,10 +105,12 @@ impl ElfFile {
                 }
             }
         }
+        #[cfg(test)]
         let mut sections = HashMap::new();
         let mut rodata = None;
         for sh in &elf.section_headers {
             if let Some(name) = elf.shdr_strtab.get_at(sh.sh_name) {
+                #[cfg(test)]
                 sections.insert(name.to_string(), (sh.sh_addr, sh.sh_size));
                 if name == ".rodata" {
                     let start = sh.sh_offset as usize;
@@ -131,8 +133,8 @@ impl ElfFile {
                 )
             })?;
         Ok(ElfFile {
-            path: path.to_path_buf(),
             symbols,
+            #[cfg(test)]
             sections,
             first_load_svma: first.p_vaddr & PAGE_MASK,
             first_load_offset: first.p_offset & PAGE_MASK,
@@ -141,7 +143,7 @@ impl ElfFile {
     }
 
     /// SVMA of the first symbol whose name starts with `prefix`.
-    pub fn symbol_with_prefix(&self, prefix: &str) -> Option<u64> {
+    pub(crate) fn symbol_with_prefix(&self, prefix: &str) -> Option<u64> {
         let mut names: Vec<&String> = self
             .symbols
             .keys()
@@ -152,17 +154,18 @@ impl ElfFile {
     }
 
     /// SVMA of a symbol.
-    pub fn symbol(&self, name: &str) -> Option<u64> {
+    pub(crate) fn symbol(&self, name: &str) -> Option<u64> {
         self.symbols.get(name).map(|s| s.0)
     }
 
     /// (SVMA, size) of a section.
-    pub fn section(&self, name: &str) -> Option<(u64, u64)> {
+    #[cfg(test)]
+    fn section(&self, name: &str) -> Option<(u64, u64)> {
         self.sections.get(name).copied()
     }
 
     /// The NUL-terminated UTF-8 strings in `.rodata` whose length is in `len`, in order.
-    pub fn rodata_strings(
+    pub(crate) fn rodata_strings(
         &self,
         len: std::ops::RangeInclusive<usize>,
     ) -> impl Iterator<Item = &str> + '_ {

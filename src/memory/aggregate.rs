@@ -17,14 +17,14 @@ use std::collections::HashMap;
 
 const MB: f64 = 1024.0 * 1024.0;
 /// Points of a line's footprint timeline in the profile.
-pub const LINE_TIMELINE_SLICES: usize = 20;
+const LINE_TIMELINE_SLICES: usize = 20;
 /// Most points kept of any timeline while recording (halved when full).
 const MAX_POINTS: usize = 4096;
 /// A line is reported as a leak from this likelihood on.
-pub const LEAK_THRESHOLD: f64 = 0.95;
+const LEAK_THRESHOLD: f64 = 0.95;
 
 /// (file, line).
-pub type LineKey = (String, u32);
+pub(crate) type LineKey = (String, u32);
 
 #[derive(Debug, Default)]
 struct LineAcc {
@@ -71,7 +71,7 @@ impl Timeline {
 
 /// Folds ring events.
 #[derive(Debug, Default)]
-pub struct MemoryAggregator {
+pub(crate) struct MemoryAggregator {
     lines: HashMap<LineKey, LineAcc>,
     /// Sampled pointers still live: the line charged and the bytes they stand for.
     watched: HashMap<u64, (LineKey, f64)>,
@@ -83,7 +83,7 @@ pub struct MemoryAggregator {
     total_window_alloc: f64,
     total_copy: f64,
     /// Allocation bytes whose line could not be read.
-    pub unattributed_mb: f64,
+    unattributed_mb: f64,
     /// Bytes allocated by each full stack.
     stacks: HashMap<Vec<Frame>, f64>,
 }
@@ -112,7 +112,7 @@ impl LineAcc {
 }
 
 impl MemoryAggregator {
-    pub fn new() -> MemoryAggregator {
+    pub(crate) fn new() -> MemoryAggregator {
         MemoryAggregator::default()
     }
 
@@ -122,7 +122,7 @@ impl MemoryAggregator {
     }
 
     /// Adds one event; `line` is where its thread was (for allocations and copies).
-    pub fn add(&mut self, e: &Event, line: Option<LineKey>) {
+    pub(crate) fn add(&mut self, e: &Event, line: Option<LineKey>) {
         self.clock(e.time_ns);
         match e.what {
             What::Alloc {
@@ -182,7 +182,7 @@ impl MemoryAggregator {
     }
 
     /// Bytes allocated in all (its sampled windows).
-    pub fn alloc_bytes(&self) -> f64 {
+    pub(crate) fn alloc_bytes(&self) -> f64 {
         self.total_alloc
     }
 
@@ -195,7 +195,7 @@ impl MemoryAggregator {
     /// its end; their peaks are the peaks of those sums. The program's peak is the larger
     /// of that and the largest peak of one process (its ring's own, exact). One process
     /// comes back unchanged; none gives an empty aggregator with `defaults`.
-    pub fn merge_processes(
+    pub(crate) fn merge_processes(
         mut parts: Vec<(MemoryAggregator, RingTotals, u64)>,
         defaults: RingTotals,
     ) -> (MemoryAggregator, RingTotals) {
@@ -270,7 +270,7 @@ impl MemoryAggregator {
     }
 
     /// Charges an allocation event's bytes to the full stack that made it.
-    pub fn add_stack(&mut self, e: &Event, frames: &[Frame]) {
+    pub(crate) fn add_stack(&mut self, e: &Event, frames: &[Frame]) {
         if let What::Alloc { bytes, .. } = e.what {
             // Copy the stack only the first time it is seen.
             match self.stacks.get_mut(frames) {
@@ -283,7 +283,7 @@ impl MemoryAggregator {
     }
 
     /// Records the program's footprint at `t_ns`.
-    pub fn footprint_at(&mut self, t_ns: u64, bytes: i64) {
+    pub(crate) fn footprint_at(&mut self, t_ns: u64, bytes: i64) {
         self.clock(t_ns);
         let v = bytes.max(0) as f64;
         if self.footprint.0.last().is_some_and(|&(_, last)| last == v) {
@@ -313,7 +313,7 @@ impl MemoryAggregator {
 
     /// Puts the memory into `profile`: each line's columns (adding lines that only
     /// allocated or copied), and the program's summary. `source` gives a file's lines.
-    pub fn merge_into(
+    pub(crate) fn merge_into(
         &self,
         profile: &mut Profile,
         ring: RingTotals,
@@ -461,20 +461,20 @@ fn sum_over_time(parts: Vec<(Vec<(u64, f64)>, u64)>) -> Timeline {
 
 /// What the ring's header says at the end.
 #[derive(Debug, Clone, Copy, Default)]
-pub struct RingTotals {
-    pub peak_bytes: i64,
-    pub window: u64,
-    pub copy_window: u64,
-    pub dropped: u64,
-    pub handshake_timeouts: u64,
+pub(crate) struct RingTotals {
+    pub(crate) peak_bytes: i64,
+    pub(crate) window: u64,
+    pub(crate) copy_window: u64,
+    pub(crate) dropped: u64,
+    pub(crate) handshake_timeouts: u64,
     /// Handshakes answered, and the time their threads waited for the answers in all.
-    pub handshakes: u64,
-    pub handshake_wait_ns: u64,
+    pub(crate) handshakes: u64,
+    pub(crate) handshake_wait_ns: u64,
 }
 
 /// Laplace's rule of succession for "the next sampled allocation of this line is not
 /// freed": 1 − (frees + 1) / (allocations + 2).
-pub fn leak_likelihood(allocs: u64, frees: u64) -> f64 {
+fn leak_likelihood(allocs: u64, frees: u64) -> f64 {
     1.0 - (frees.min(allocs) as f64 + 1.0) / (allocs as f64 + 2.0)
 }
 

@@ -21,14 +21,14 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 /// The ring and the library for one `run`, created before the program starts.
-pub struct MemorySetup {
-    pub ring: Ring,
-    pub library: PreloadFile,
+pub(crate) struct MemorySetup {
+    pub(crate) ring: Ring,
+    pub(crate) library: PreloadFile,
     python_allocator: PythonAllocator,
 }
 
 impl MemorySetup {
-    pub fn new(cfg: &MemoryConfig) -> std::io::Result<MemorySetup> {
+    pub(crate) fn new(cfg: &MemoryConfig) -> std::io::Result<MemorySetup> {
         let dir = ring::ring_dir();
         ring::clean_stale(&dir);
         let ring = Ring::create(&dir, ring::DEFAULT_CAPACITY, cfg.window, cfg.copy_window)?;
@@ -43,7 +43,7 @@ impl MemorySetup {
     }
 
     /// The environment the program gets (our LD_PRELOAD after the user's own).
-    pub fn env(&self) -> Vec<(String, String)> {
+    pub(crate) fn env(&self) -> Vec<(String, String)> {
         let user = std::env::var("LD_PRELOAD").ok();
         let user_pythonmalloc = std::env::var("PYTHONMALLOC").ok();
         preload_env(
@@ -59,7 +59,7 @@ impl MemorySetup {
 /// The ring the profiler made for the program `pid` belongs to (named in its environment),
 /// when the preload library is loaded in it: the program was started under `run`. The
 /// error says why memory cannot be recorded, for the user.
-pub fn ring_of_program(pid: i32) -> Result<PathBuf, String> {
+pub(crate) fn ring_of_program(pid: i32) -> Result<PathBuf, String> {
     let maps = crate::proc::read_maps(pid).unwrap_or_default();
     if !crate::proc::maps::maps_file_named(&maps, "libscalene_preload.so") {
         return Err(
@@ -79,7 +79,7 @@ pub fn ring_of_program(pid: i32) -> Result<PathBuf, String> {
 /// (`attach`), taken over: the one it made for itself (`<main>.<pid>`), else the
 /// profiler's ring `main` if it is the process that claimed it. `Ok(None)`: neither (yet:
 /// a process makes its own at its first sampled event).
-pub fn take_over_ring(main: &Path, pid: i32) -> Result<Option<Ring>, String> {
+pub(crate) fn take_over_ring(main: &Path, pid: i32) -> Result<Option<Ring>, String> {
     let own = ring::child_path(main, pid);
     if own.exists() {
         return Ring::take_over(&own, pid).map(Some);
@@ -92,7 +92,7 @@ pub fn take_over_ring(main: &Path, pid: i32) -> Result<Option<Ring>, String> {
 }
 
 /// The running consumer thread.
-pub struct MemoryRecorder {
+pub(crate) struct MemoryRecorder {
     stop: Arc<AtomicBool>,
     handle: JoinHandle<(MemoryAggregator, RingTotals)>,
 }
@@ -100,7 +100,11 @@ pub struct MemoryRecorder {
 impl MemoryRecorder {
     /// Starts reading `ring` for the process `proc` (a handle of its own, see
     /// [`PythonProcess::reopen`]); handshakes are answered from now on.
-    pub fn start(mut ring: Ring, proc: Option<PythonProcess>, cfg: MemoryConfig) -> MemoryRecorder {
+    pub(crate) fn start(
+        mut ring: Ring,
+        proc: Option<PythonProcess>,
+        cfg: MemoryConfig,
+    ) -> MemoryRecorder {
         let stop = Arc::new(AtomicBool::new(false));
         let stop2 = stop.clone();
         let name = match ring.producer_pid() {
@@ -115,7 +119,7 @@ impl MemoryRecorder {
     }
 
     /// Stops after reading what is left; returns the folded events and the ring's totals.
-    pub fn finish(self) -> (MemoryAggregator, RingTotals) {
+    pub(crate) fn finish(self) -> (MemoryAggregator, RingTotals) {
         self.stop.store(true, Ordering::Release);
         self.handle
             .join()

@@ -22,11 +22,11 @@ const MB: f64 = 1024.0 * 1024.0;
 
 /// One process's own memory figures (the per-process breakdown of the profile).
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub struct ProcessFigures {
+pub(crate) struct ProcessFigures {
     /// Peak of its sampled live footprint, MB.
-    pub peak_mb: f64,
+    pub(crate) peak_mb: f64,
     /// MB it allocated (its sampled windows).
-    pub alloc_mb: f64,
+    pub(crate) alloc_mb: f64,
 }
 
 /// Where rings come from.
@@ -51,7 +51,7 @@ struct Finished {
 
 /// The rings of a program's processes and their consumers, by the process tree's serial
 /// of each sampled image of a process.
-pub struct Fleet {
+pub(crate) struct Fleet {
     cfg: MemoryConfig,
     source: Source,
     live: HashMap<u64, MemoryRecorder>,
@@ -61,7 +61,7 @@ pub struct Fleet {
     mains: HashMap<u64, PathBuf>,
     done: Vec<Finished>,
     /// Why a process's memory cannot be recorded, by pid.
-    pub notes: Vec<(i32, String)>,
+    notes: Vec<(i32, String)>,
     /// `run`: the preload library (every process of the program that allocates through it
     /// maps it), and the images already checked for it.
     library: Option<PathBuf>,
@@ -71,7 +71,7 @@ pub struct Fleet {
 impl Fleet {
     /// For `run`: `main` is the ring the profiler made and named to the program.
     /// `library`: the preload library the program was given.
-    pub fn for_run(main: Ring, cfg: MemoryConfig, library: &Path) -> Fleet {
+    pub(crate) fn for_run(main: Ring, cfg: MemoryConfig, library: &Path) -> Fleet {
         let main_path = main.path().to_path_buf();
         let mut fleet = Fleet::new(
             Source::Run {
@@ -85,7 +85,7 @@ impl Fleet {
     }
 
     /// For `attach`: rings are found through each process's environment.
-    pub fn for_attach(cfg: MemoryConfig) -> Fleet {
+    pub(crate) fn for_attach(cfg: MemoryConfig) -> Fleet {
         Fleet::new(Source::Attach, cfg)
     }
 
@@ -104,7 +104,7 @@ impl Fleet {
     }
 
     /// Whether image `serial` needs no more looking at (its ring is read, or will never come).
-    pub fn settled(&self, serial: u64) -> bool {
+    pub(crate) fn settled(&self, serial: u64) -> bool {
         self.live.contains_key(&serial) || self.settled.contains(&serial)
     }
 
@@ -112,7 +112,7 @@ impl Fleet {
     /// starts reading it (its handshakes are answered from then on) and returns its path
     /// (where a thread blocked in the handshake waits). Call again on later scans until
     /// [`Fleet::settled`]: a process makes its ring at its first sampled event.
-    pub fn adopt(&mut self, pid: i32, serial: u64, proc: &PythonProcess) -> Option<PathBuf> {
+    pub(crate) fn adopt(&mut self, pid: i32, serial: u64, proc: &PythonProcess) -> Option<PathBuf> {
         if self.settled(serial) {
             return None;
         }
@@ -180,7 +180,7 @@ impl Fleet {
 
     /// The first reason each process's memory cannot be recorded, one per process, in the
     /// order they came.
-    pub fn first_note_per_process(&self) -> Vec<(i32, &str)> {
+    pub(crate) fn first_note_per_process(&self) -> Vec<(i32, &str)> {
         let mut told = HashSet::new();
         self.notes
             .iter()
@@ -223,7 +223,7 @@ impl Fleet {
 
     /// Process `pid` of the program cannot be sampled (an unsupported interpreter, no
     /// permission): its ring, once it has one, must not make it wait for us.
-    pub fn refuse(&mut self, pid: i32) {
+    pub(crate) fn refuse(&mut self, pid: i32) {
         if let Source::Run { main, main_path } = &mut self.source {
             if let Some(m) = main.as_ref().filter(|m| m.producer_pid() == pid) {
                 m.set_handshake(false);
@@ -235,7 +235,7 @@ impl Fleet {
 
     /// Image `serial` is over (its process ended or exec'd): reads what is left of its ring
     /// and stops. Returns its own figures, when its ring was read.
-    pub fn retire(&mut self, serial: u64) -> Option<ProcessFigures> {
+    pub(crate) fn retire(&mut self, serial: u64) -> Option<ProcessFigures> {
         self.settled.remove(&serial);
         self.checked.remove(&serial);
         self.mains.remove(&serial);
@@ -256,7 +256,7 @@ impl Fleet {
     /// [`MemoryAggregator::merge_processes`]). `run` always has a result (the program's
     /// memory was recorded, if only as nothing); `attach` only when some ring was read.
     /// The rings `run` made or was given are removed, also those of processes never read.
-    pub fn finish(mut self) -> Option<(MemoryAggregator, RingTotals)> {
+    pub(crate) fn finish(mut self) -> Option<(MemoryAggregator, RingTotals)> {
         let serials: Vec<u64> = self.live.keys().copied().collect();
         for s in serials {
             self.retire(s);

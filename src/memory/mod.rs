@@ -6,9 +6,9 @@
 //! folding events into per-line results ([`aggregate`]).
 //! Must not: pause the target or format output.
 
-pub mod aggregate;
-pub mod config;
+pub(crate) mod aggregate;
+mod config;
 pub mod consumer;
-pub mod fleet;
+pub(crate) mod fleet;
 pub mod preload;
 pub mod ring;

@@ -12,7 +12,7 @@ use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
 /// The built library's bytes.
-pub static LIBRARY: &[u8] = include_bytes!(env!("SCALENE_RS_PRELOAD_SO"));
+static LIBRARY: &[u8] = include_bytes!(env!("SCALENE_RS_PRELOAD_SO"));
 
 /// The library written to a private (0700) directory of its own; both go away on drop.
 #[derive(Debug)]
@@ -59,7 +59,7 @@ impl Drop for PreloadFile {
 
 /// Removes library directories under `base` left by profilers of our user that are no longer
 /// running (killed before they could clean up). Returns how many were removed.
-pub fn clean_stale(base: &Path) -> usize {
+pub(crate) fn clean_stale(base: &Path) -> usize {
     use std::os::unix::fs::MetadataExt;
     let Ok(entries) = std::fs::read_dir(base) else {
         return 0;
@@ -96,7 +96,7 @@ pub fn clean_stale(base: &Path) -> usize {
 }
 
 /// The value of LD_PRELOAD for the program: the user's own entries first, ours last.
-pub fn ld_preload_value(user: Option<&str>, ours: &Path) -> String {
+fn ld_preload_value(user: Option<&str>, ours: &Path) -> String {
     match user.map(str::trim).filter(|s| !s.is_empty()) {
         Some(u) => format!("{u}:{}", ours.display()),
         None => ours.display().to_string(),

@@ -27,7 +27,7 @@ pub use layout::RING_ENV;
 const PREFIX: &str = "scalene-rs-ring-";
 
 /// Default number of slots (64 bytes each: 4 MiB).
-pub const DEFAULT_CAPACITY: u64 = 1 << 16;
+pub(crate) const DEFAULT_CAPACITY: u64 = 1 << 16;
 /// Slots of the rings the program's other processes make (1 MiB each): each has a reader
 /// of its own, so it needs less slack than the first process's ring, and a pool of many
 /// workers keeps its shared memory small.
@@ -36,18 +36,18 @@ pub const CHILD_CAPACITY: u64 = 1 << 14;
 /// One event, decoded: what happened, on which thread, when.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Event {
-    pub what: What,
-    pub tid: i32,
-    pub time_ns: u64,
+    pub(crate) what: What,
+    pub(crate) tid: i32,
+    pub(crate) time_ns: u64,
     /// The producer waits until [`Ring::ack`] is called for this event (bounded).
-    pub wants_ack: bool,
-    pub ticket: u64,
+    pub(crate) wants_ack: bool,
+    pub(crate) ticket: u64,
 }
 
 /// What an event says. The ring's slots carry a kind and three numbers whose meaning
 /// depends on the kind (the `EV_*` constants of the layout); they are decoded here, once.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum What {
+pub(crate) enum What {
     /// A thread allocated a window's worth of bytes: `bytes` (the window's net allocation,
     /// `window`, is the same today), `python` of them by the interpreter's own image; the
     /// allocation that filled the window is watched for its free (None: the watch table
@@ -72,7 +72,7 @@ pub enum What {
 
 impl What {
     /// Decodes a slot's kind and numbers.
-    pub fn decode(kind: u32, a: u64, b: u64, c: u64, ptr: u64) -> What {
+    pub(crate) fn decode(kind: u32, a: u64, b: u64, c: u64, ptr: u64) -> What {
         match kind {
             layout::EV_ALLOC => What::Alloc {
                 bytes: a,
@@ -188,7 +188,7 @@ impl Ring {
     /// Opens the ring at `path` that another profiler created, and becomes its reader if
     /// that profiler is gone. The file must be ours and private (mode 0600), well-formed,
     /// and claimed by `producer` (the process being attached to).
-    pub fn take_over(path: &Path, producer: i32) -> Result<Ring, String> {
+    pub(crate) fn take_over(path: &Path, producer: i32) -> Result<Ring, String> {
         let mut ring = Ring::open_checked(path, producer)?;
         ring.owned = false;
         let h = ring.header();
@@ -213,7 +213,7 @@ impl Ring {
     /// Opens the ring that process `producer` of the program we run made for us
     /// ([`child_path`]): ours, private, well-formed, claimed by `producer`, and naming us
     /// as its reader. We remove it when done. `Ok(None)`: there is none (yet).
-    pub fn open_child(path: &Path, producer: i32) -> Result<Option<Ring>, String> {
+    pub(crate) fn open_child(path: &Path, producer: i32) -> Result<Option<Ring>, String> {
         match std::fs::symlink_metadata(path) {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
             Err(e) => return Err(format!("{}: {e}", path.display())),
@@ -313,7 +313,7 @@ impl Ring {
     }
 
     /// The file stays when this handle is dropped.
-    pub fn keep_file(&mut self) {
+    pub(crate) fn keep_file(&mut self) {
         self.owned = false;
     }
 
@@ -389,7 +389,7 @@ impl Ring {
 
     /// The ticket of the next event to read, and the next ticket a producer will reserve:
     /// the events written or being written are those between.
-    pub fn tickets(&self) -> (u64, u64) {
+    pub(crate) fn tickets(&self) -> (u64, u64) {
         let h = self.header();
         (
             h.tail.load(Ordering::Acquire),
@@ -398,7 +398,7 @@ impl Ring {
     }
 
     /// Answers an event that wants it: wakes its producer and frees the slot.
-    pub fn ack(&mut self, e: &Event) {
+    pub(crate) fn ack(&mut self, e: &Event) {
         if !e.wants_ack {
             return;
         }
@@ -418,16 +418,16 @@ impl Ring {
         bell.load(Ordering::Acquire)
     }
 
-    pub fn footprint(&self) -> i64 {
+    pub(crate) fn footprint(&self) -> i64 {
         self.header().footprint.load(Ordering::Acquire)
     }
-    pub fn peak(&self) -> i64 {
+    pub(crate) fn peak(&self) -> i64 {
         self.header().peak.load(Ordering::Acquire)
     }
     pub fn dropped(&self) -> u64 {
         self.header().dropped.load(Ordering::Acquire)
     }
-    pub fn handshake_timeouts(&self) -> u64 {
+    pub(crate) fn handshake_timeouts(&self) -> u64 {
         self.header().handshake_timeouts.load(Ordering::Acquire)
     }
 }
@@ -447,7 +447,7 @@ impl Drop for Ring {
 
 /// The ring process `pid` of the program makes for itself when `main` (the ring the
 /// profiler made) is claimed by another process: `<main>.<pid>`.
-pub fn child_path(main: &Path, pid: i32) -> PathBuf {
+pub(crate) fn child_path(main: &Path, pid: i32) -> PathBuf {
     let mut name = main.as_os_str().to_owned();
     name.push(format!("{}{pid}", layout::CHILD_RING_SEP as char));
     PathBuf::from(name)
@@ -456,7 +456,7 @@ pub fn child_path(main: &Path, pid: i32) -> PathBuf {
 /// Removes the rings processes of the program made beside `main` (`<main>.<pid>`) that
 /// are still there (processes we never read: they ended before we found them, or were
 /// never followed). Returns how many were removed.
-pub fn remove_children_of(main: &Path) -> usize {
+pub(crate) fn remove_children_of(main: &Path) -> usize {
     let (Some(dir), Some(name)) = (main.parent(), main.file_name()) else {
         return 0;
     };
@@ -517,7 +517,7 @@ pub fn events_of(path: &Path) -> Option<u64> {
 /// Removes rings in `dir` left by profilers of our user that are no longer running, whose
 /// programs are gone too.
 /// Returns how many were removed.
-pub fn clean_stale(dir: &Path) -> usize {
+pub(crate) fn clean_stale(dir: &Path) -> usize {
     let Ok(entries) = std::fs::read_dir(dir) else {
         return 0;
     };

@@ -10,7 +10,7 @@ use std::io;
 
 /// Builds the error for an OS failure on something belonging to process `pid`, telling
 /// apart "gone", "not allowed" and the rest.
-pub fn os_error(pid: i32, what: &str, err: io::Error) -> Error {
+pub(crate) fn os_error(pid: i32, what: &str, err: io::Error) -> Error {
     match err.raw_os_error() {
         Some(libc::ESRCH) | Some(libc::ENOENT) => {
             if super::process_exists(pid) {
@@ -25,7 +25,7 @@ pub fn os_error(pid: i32, what: &str, err: io::Error) -> Error {
 }
 
 /// The permission error with the capability that is missing and how to grant it.
-pub fn permission_denied(pid: i32, what: &str) -> Error {
+pub(crate) fn permission_denied(pid: i32, what: &str) -> Error {
     let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
     let facts = AccessFacts {
         euid: nix::unistd::geteuid().as_raw(),
@@ -48,7 +48,7 @@ pub fn permission_denied(pid: i32, what: &str) -> Error {
 }
 
 /// Whether we run under a seccomp filter (`Seccomp: 2` in /proc/self/status).
-pub fn seccomp_filtered() -> bool {
+pub(crate) fn seccomp_filtered() -> bool {
     let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
     status_field(&status, "Seccomp") == Some("2")
 }
@@ -64,20 +64,20 @@ fn status_field<'a>(status: &'a str, name: &str) -> Option<&'a str> {
 
 /// What decides whether we may read another process (ptrace access mode "read").
 #[derive(Debug, Clone, Default)]
-pub struct AccessFacts {
-    pub euid: u32,
+struct AccessFacts {
+    euid: u32,
     /// The owner of /proc/PID, when readable.
-    pub target_uid: Option<u32>,
+    target_uid: Option<u32>,
     /// Whether CAP_SYS_PTRACE is in our effective set (None: unknown).
-    pub has_cap_sys_ptrace: Option<bool>,
+    has_cap_sys_ptrace: Option<bool>,
     /// We run under a seccomp filter (a container's default profile, say).
-    pub seccomp_filter: bool,
+    seccomp_filter: bool,
     /// kernel.yama.ptrace_scope, when Yama is present.
-    pub yama_scope: Option<u32>,
+    yama_scope: Option<u32>,
 }
 
 /// One line: what is missing, then how to grant it, most likely cause first.
-pub fn permission_fix(f: &AccessFacts) -> String {
+fn permission_fix(f: &AccessFacts) -> String {
     let mut parts: Vec<String> = Vec::new();
     let in_container_hint = "in Docker start the container with `--cap-add SYS_PTRACE` \
         (Kubernetes: securityContext.capabilities.add: [\"SYS_PTRACE\"]), or run scalene-rs \

@@ -8,18 +8,18 @@ use crate::error::{Error, Result};
 
 /// One line of /proc/PID/maps.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct MapEntry {
-    pub start: u64,
-    pub end: u64,
-    pub offset: u64,
-    pub readable: bool,
-    pub executable: bool,
+pub(crate) struct MapEntry {
+    pub(crate) start: u64,
+    pub(crate) end: u64,
+    pub(crate) offset: u64,
+    readable: bool,
+    pub(crate) executable: bool,
     /// The file path as the target sees it, without a " (deleted)" suffix.
-    pub path: Option<String>,
+    pub(crate) path: Option<String>,
 }
 
 /// Reads /proc/PID/maps.
-pub fn read_maps(pid: i32) -> Result<Vec<MapEntry>> {
+pub(crate) fn read_maps(pid: i32) -> Result<Vec<MapEntry>> {
     let proc = procfs::process::Process::new(pid).map_err(|e| proc_error(pid, e))?;
     let maps = proc.maps().map_err(|e| proc_error(pid, e))?;
     Ok(maps
@@ -73,7 +73,7 @@ fn proc_error(pid: i32, e: procfs::ProcError) -> Error {
 
 /// The address range covering every mapping of the file whose path ends with `name`
 /// (a deleted file's mappings included).
-pub fn range_of(maps: &[MapEntry], name: &str) -> Option<(u64, u64)> {
+pub(crate) fn range_of(maps: &[MapEntry], name: &str) -> Option<(u64, u64)> {
     maps.iter()
         .filter(|m| m.path.as_deref().is_some_and(|p| p.ends_with(name)))
         .fold(None, |acc, m| {
@@ -84,7 +84,7 @@ pub fn range_of(maps: &[MapEntry], name: &str) -> Option<(u64, u64)> {
 }
 
 /// Whether a file whose base name is `name` is mapped.
-pub fn maps_file_named(maps: &[MapEntry], name: &str) -> bool {
+pub(crate) fn maps_file_named(maps: &[MapEntry], name: &str) -> bool {
     maps.iter().filter_map(|m| m.path.as_deref()).any(|p| {
         std::path::Path::new(p)
             .file_name()

@@ -5,12 +5,12 @@
 //! ([`maps`]), and why an OS call on it failed ([`access`]).
 //! Must not: read the target's memory (that is `ptrace`) or interpret what it maps (`elf`).
 
-pub mod access;
-pub mod maps;
+pub(crate) mod access;
+pub(crate) mod maps;
 pub mod ns;
 
-pub use access::{os_error, permission_denied};
-pub use maps::{read_maps, MapEntry};
+pub(crate) use access::{os_error, permission_denied};
+pub(crate) use maps::{read_maps, MapEntry};
 
 use crate::error::{Error, Result};
 
@@ -39,12 +39,12 @@ pub fn process_exists(pid: i32) -> bool {
 /// The fields of a /proc `stat` line from field 3 (the state) on: `.nth(n - 3)` is field
 /// `n` as proc(5) numbers them. The command name (field 2) may hold spaces and parentheses,
 /// so the fields start after its last ')'.
-pub fn stat_fields(stat: &str) -> Option<std::str::SplitAsciiWhitespace<'_>> {
+pub(crate) fn stat_fields(stat: &str) -> Option<std::str::SplitAsciiWhitespace<'_>> {
     Some(stat.get(stat.rfind(')')? + 1..)?.split_ascii_whitespace())
 }
 
 /// The thread ids (host TIDs) of a process, from /proc/PID/task, ascending.
-pub fn threads(pid: i32) -> Result<Vec<i32>> {
+pub(crate) fn threads(pid: i32) -> Result<Vec<i32>> {
     let dir = std::fs::read_dir(format!("/proc/{pid}/task")).map_err(|e| {
         if process_exists(pid) {
             os_error(pid, "listing its threads", e)
@@ -61,26 +61,26 @@ pub fn threads(pid: i32) -> Result<Vec<i32>> {
 }
 
 /// Scheduler state of one thread from /proc/PID/task/TID/stat: ('R', 'S', 'D', 't', ...).
-pub fn thread_state(pid: i32, tid: i32) -> Option<char> {
+pub(crate) fn thread_state(pid: i32, tid: i32) -> Option<char> {
     let s = std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/stat")).ok()?;
     stat_fields(&s)?.next()?.chars().next()
 }
 
 /// The OS name of a thread (/proc/PID/task/TID/comm).
-pub fn thread_name(pid: i32, tid: i32) -> Option<String> {
+pub(crate) fn thread_name(pid: i32, tid: i32) -> Option<String> {
     std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/comm"))
         .ok()
         .map(|s| s.trim_end_matches('\n').to_string())
 }
 
 /// The parent of a process (or thread: its process's parent), from /proc/PID/stat.
-pub fn parent(pid: i32) -> Option<i32> {
+pub(crate) fn parent(pid: i32) -> Option<i32> {
     stat_fields(&stat(pid)?)?.nth(1)?.parse().ok()
 }
 
 /// The executable's path as the target sees it (the /proc/PID/exe link, without a
 /// " (deleted)" suffix).
-pub fn exe_path(pid: i32) -> Result<String> {
+pub(crate) fn exe_path(pid: i32) -> Result<String> {
     let link = std::fs::read_link(format!("/proc/{pid}/exe")).map_err(|e| {
         if !process_exists(pid) {
             Error::NoSuchProcess(pid)
@@ -94,7 +94,7 @@ pub fn exe_path(pid: i32) -> Result<String> {
 
 /// The direct children of every thread of `pid` (fork children hang off the thread that
 /// forked). Empty when the process is gone or the kernel lacks CONFIG_PROC_CHILDREN.
-pub fn children(pid: i32) -> Vec<i32> {
+pub(crate) fn children(pid: i32) -> Vec<i32> {
     let mut out = Vec::new();
     let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
         return out;
@@ -115,7 +115,7 @@ pub fn children(pid: i32) -> Vec<i32> {
 }
 
 /// A process's command line, arguments joined by spaces.
-pub fn command_line(pid: i32) -> String {
+pub(crate) fn command_line(pid: i32) -> String {
     std::fs::read(format!("/proc/{pid}/cmdline"))
         .map(|b| {
             b.split(|&c| c == 0)
@@ -128,13 +128,13 @@ pub fn command_line(pid: i32) -> String {
 }
 
 /// A process's `stat` line (/proc/PID/stat), for [`stat_fields`].
-pub fn stat(pid: i32) -> Option<String> {
+pub(crate) fn stat(pid: i32) -> Option<String> {
     std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()
 }
 
 /// The system call thread `tid` is blocked in and its first argument
 /// (/proc/PID/task/TID/syscall); None when it runs or it cannot be read.
-pub fn blocked_syscall(pid: i32, tid: i32) -> Option<(i64, u64)> {
+pub(crate) fn blocked_syscall(pid: i32, tid: i32) -> Option<(i64, u64)> {
     let text = std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/syscall")).ok()?;
     let mut it = text.split_ascii_whitespace();
     let nr = it.next()?.parse::<i64>().ok()?;
@@ -144,7 +144,7 @@ pub fn blocked_syscall(pid: i32, tid: i32) -> Option<(i64, u64)> {
 
 /// The value of the environment variable `key` that process `pid` started with
 /// (/proc/PID/environ; a change it made since is not seen).
-pub fn environ_var(pid: i32, key: &str) -> Option<String> {
+pub(crate) fn environ_var(pid: i32, key: &str) -> Option<String> {
     let environ = std::fs::read(format!("/proc/{pid}/environ")).ok()?;
     environ.split(|&b| b == 0).find_map(|kv| {
         let v = kv.strip_prefix(key.as_bytes())?.strip_prefix(b"=")?;
@@ -155,7 +155,7 @@ pub fn environ_var(pid: i32, key: &str) -> Option<String> {
 /// The target's working directory as the target sees it: /proc/PID/cwd is written from our
 /// root (or its namespace's), so a chrooted target's root directory is taken off its front.
 /// None when it cannot be read, or lies outside the target's root.
-pub fn cwd(pid: i32) -> Option<String> {
+pub(crate) fn cwd(pid: i32) -> Option<String> {
     let link = |what: &str| {
         std::fs::read_link(format!("/proc/{pid}/{what}"))
             .ok()

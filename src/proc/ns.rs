@@ -21,21 +21,21 @@ use std::sync::Mutex;
 
 /// Which of our namespaces the target shares.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Namespaces {
+pub(crate) struct Namespaces {
     /// The target is in our mount namespace: the paths the kernel shows for its mappings
     /// (/proc/PID/maps, /proc/PID/exe, written from our root) name the same files for us.
-    pub same_mounts: bool,
+    pub(crate) same_mounts: bool,
     /// Also from the same root directory: a path the target uses itself (a code object's
     /// file name) means the same file to it and to us.
-    pub same_files: bool,
+    pub(crate) same_files: bool,
     /// The target's thread ids are ours (same PID namespace).
-    pub same_pids: bool,
+    same_pids: bool,
 }
 
 impl Namespaces {
     /// Compares the target's namespaces with ours. What cannot be read (the target is gone,
     /// or we may not look) counts as "not shared", the safe answer.
-    pub fn of(pid: i32) -> Namespaces {
+    pub(crate) fn of(pid: i32) -> Namespaces {
         let same = |what: &str| {
             let ours = std::fs::metadata(format!("/proc/self/{what}"));
             let theirs = std::fs::metadata(format!("/proc/{pid}/{what}"));
@@ -53,7 +53,8 @@ impl Namespaces {
     }
 
     /// Both namespaces shared: the common case of a process on the same host.
-    pub fn host() -> Namespaces {
+    #[cfg(test)]
+    pub(crate) fn host() -> Namespaces {
         Namespaces {
             same_mounts: true,
             same_files: true,
@@ -87,13 +88,13 @@ pub enum Resolve {
 
 /// The id a thread has in its own (innermost) PID namespace: the last field of `NSpid` in
 /// /proc/PID/task/TID/status, where `tid` is its id in ours.
-pub fn inner_tid(pid: i32, tid: i32) -> Option<i32> {
+fn inner_tid(pid: i32, tid: i32) -> Option<i32> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/status")).ok()?;
     parse_nspid(&status)
 }
 
 /// The last id on the `NSpid:` line of a status file.
-pub fn parse_nspid(status: &str) -> Option<i32> {
+fn parse_nspid(status: &str) -> Option<i32> {
     status
         .lines()
         .find_map(|l| l.strip_prefix("NSpid:"))?
@@ -106,7 +107,7 @@ pub fn parse_nspid(status: &str) -> Option<i32> {
 /// Maps thread ids of a target in another PID namespace to ours. Python's thread states
 /// (3.8+ `native_thread_id`) and glibc's `struct pthread` hold the id the thread has in its
 /// own namespace; /proc/PID/task and everything we read from /proc use ours.
-pub struct TidMap {
+pub(crate) struct TidMap {
     pid: i32,
     /// False when the target shares our PID namespace: every id maps to itself.
     translate: bool,
@@ -116,7 +117,7 @@ pub struct TidMap {
 }
 
 impl TidMap {
-    pub fn new(pid: i32, ns: Namespaces) -> TidMap {
+    pub(crate) fn new(pid: i32, ns: Namespaces) -> TidMap {
         TidMap {
             pid,
             translate: !ns.same_pids,
@@ -125,13 +126,13 @@ impl TidMap {
     }
 
     /// Whether ids differ between the target's PID namespace and ours.
-    pub fn translates(&self) -> bool {
+    pub(crate) fn translates(&self) -> bool {
         self.translate
     }
 
     /// Its id → our id for the threads `ours` (ids from /proc/PID/task). Threads whose
     /// `NSpid` cannot be read (exited meanwhile) are left out.
-    pub fn inner_to_ours(&self, ours: &[i32]) -> HashMap<i32, i32> {
+    pub(crate) fn inner_to_ours(&self, ours: &[i32]) -> HashMap<i32, i32> {
         if !self.translate {
             return ours.iter().map(|&t| (t, t)).collect();
         }

@@ -15,14 +15,14 @@ pub struct Frame {
     /// Shared with the code-object cache: cloning a frame copies no text.
     pub function: Arc<str>,
     /// `co_filename`, as the interpreter has it.
-    pub filename: Arc<str>,
+    pub(crate) filename: Arc<str>,
     /// Current line; None when the instruction has no line (3.10+ artificial code).
-    pub line: Option<u32>,
+    pub(crate) line: Option<u32>,
 }
 
 /// Whether a file belongs to the Python installation or to installed packages rather than to
 /// the user's program.
-pub fn is_library_file(path: &str) -> bool {
+fn is_library_file(path: &str) -> bool {
     if path.starts_with("<frozen ") {
         return true;
     }
@@ -41,7 +41,7 @@ pub fn is_library_file(path: &str) -> bool {
 /// The frame a stack's time (or allocation) is charged to: the innermost frame, or with
 /// library folding (`profile_all` off) the innermost frame of the user's own code (else the
 /// innermost frame).
-pub fn charged_frame(frames: &[Frame], profile_all: bool) -> Option<&Frame> {
+pub(crate) fn charged_frame(frames: &[Frame], profile_all: bool) -> Option<&Frame> {
     if profile_all {
         return frames.first();
     }

@@ -7,7 +7,7 @@
 
 mod frame;
 
-pub use frame::{charged_frame, is_library_file, Frame};
+pub(crate) use frame::{charged_frame, Frame};
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -22,7 +22,7 @@ pub const PROFILE_SCHEMA_VERSION: u32 = 2;
 /// How a thread was spending its time when sampled.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
-pub enum Activity {
+pub(crate) enum Activity {
     /// The interpreter was executing bytecode of the top frame.
     Python,
     /// The top frame was inside a call (a C function, an extension, a blocking call).
@@ -31,19 +31,19 @@ pub enum Activity {
 
 /// One observation of one thread, with the time it stands for.
 #[derive(Debug, Clone)]
-pub struct ThreadSample<'a> {
+pub(crate) struct ThreadSample<'a> {
     /// Innermost first.
-    pub frames: &'a [Frame],
-    pub activity: Activity,
+    pub(crate) frames: &'a [Frame],
+    pub(crate) activity: Activity,
     /// Seconds of user CPU time since the thread's previous sample.
-    pub user_s: f64,
+    pub(crate) user_s: f64,
     /// Seconds of kernel CPU time since the thread's previous sample.
-    pub system_s: f64,
+    pub(crate) system_s: f64,
     /// Seconds of wall time not spent on a CPU (counted only in wall mode).
-    pub idle_s: f64,
+    pub(crate) idle_s: f64,
     /// Kernel TID, for the per-thread breakdown.
-    pub native_id: Option<i32>,
-    pub thread_name: Option<String>,
+    pub(crate) native_id: Option<i32>,
+    pub(crate) thread_name: Option<String>,
 }
 
 /// Time split of a line, a function or a thread.
@@ -55,7 +55,7 @@ pub struct Split {
 }
 
 impl Split {
-    pub fn total(&self) -> f64 {
+    pub(crate) fn total(&self) -> f64 {
         self.python_s + self.native_s + self.system_s
     }
     fn add(&mut self, o: &Split) {
@@ -93,7 +93,7 @@ fn first_of(a: Option<u32>, b: Option<u32>) -> Option<u32> {
 
 /// Folds samples as they come.
 #[derive(Debug, Default)]
-pub struct Aggregator {
+pub(crate) struct Aggregator {
     lines: FastMap<(Arc<str>, u32), Split>,
     /// A function's time and its first line seen (None: no line seen yet), by file and name.
     functions: FastMap<FunctionKey, (Split, Option<u32>)>,
@@ -101,18 +101,18 @@ pub struct Aggregator {
     stacks: FastMap<Vec<Frame>, StackThreads>,
     threads: FastMap<i32, (Option<String>, Split, u64)>,
     /// Samples (thread observations) folded in.
-    pub thread_samples: u64,
+    thread_samples: u64,
 }
 
 impl Aggregator {
-    pub fn new() -> Aggregator {
+    pub(crate) fn new() -> Aggregator {
         Aggregator::default()
     }
 
     /// Adds one thread observation. `attribution` is the frame the time is charged to (the
     /// innermost frame, or the innermost frame of the user's code when library frames are
     /// folded); `frames` is the full stack for flame graphs.
-    pub fn add(&mut self, s: &ThreadSample, attribution: Option<&Frame>) {
+    pub(crate) fn add(&mut self, s: &ThreadSample, attribution: Option<&Frame>) {
         let split = Split {
             python_s: if s.activity == Activity::Python {
                 s.user_s
@@ -162,7 +162,7 @@ impl Aggregator {
 
     /// Adds everything `other` folded (another process of the same program): times are
     /// seconds, so the sums are the program's totals.
-    pub fn absorb(&mut self, other: &Aggregator) {
+    pub(crate) fn absorb(&mut self, other: &Aggregator) {
         for (k, v) in &other.lines {
             self.lines.entry(k.clone()).or_default().add(v);
         }
@@ -192,7 +192,7 @@ impl Aggregator {
     }
 
     /// Total seconds attributed.
-    pub fn total_s(&self) -> f64 {
+    pub(crate) fn total_s(&self) -> f64 {
         // Folded from +0.0: an empty f64 sum is -0.0, which prints as "-0".
         self.stacks
             .values()
@@ -201,7 +201,7 @@ impl Aggregator {
     }
 
     /// Finishes the profile. `source` returns a file's lines (or None when unreadable).
-    pub fn finish(
+    pub(crate) fn finish(
         &self,
         meta: ProfileMeta,
         source: &mut dyn FnMut(&str) -> Option<Vec<String>>,
@@ -302,33 +302,33 @@ impl Aggregator {
 pub struct ProfileMeta {
     /// The command line that was profiled (or the process's, for attach).
     pub program: String,
-    pub pid: i32,
-    pub python_version: String,
-    pub duration_s: f64,
+    pub(crate) pid: i32,
+    pub(crate) python_version: String,
+    pub(crate) duration_s: f64,
     /// Sampling ticks taken.
-    pub samples: u64,
+    pub(crate) samples: u64,
     /// Ticks that were due but not taken (the profiler fell behind).
-    pub missed_samples: u64,
+    pub(crate) missed_samples: u64,
     /// Thread stacks that could not be read consistently, by reason.
-    pub errors: u64,
+    pub(crate) errors: u64,
     /// Thread stacks read with the thread paused, after reads without pausing could not be
     /// validated (they changed too fast); 0 in `--blocking` mode, where every read pauses.
     #[serde(default)]
-    pub paused_reads: u64,
+    pub(crate) paused_reads: u64,
     /// Sampling ticks left without a sample to keep such pauses at most 200 a second
     /// (stacks that change too fast to read without pausing, at rates above 200 Hz).
     #[serde(default)]
-    pub thinned_samples: u64,
+    pub(crate) thinned_samples: u64,
     /// The most sampling ticks a second that pause the target (above it, ticks are
     /// thinned: `thinned_samples`); absent in profiles recorded before it was kept.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub paused_max_hz: Option<f64>,
-    pub rate_hz: f64,
-    pub requested_rate_hz: f64,
+    pub(crate) paused_max_hz: Option<f64>,
+    pub(crate) rate_hz: f64,
+    pub(crate) requested_rate_hz: f64,
     /// What time counts.
-    pub mode: TimeMode,
+    pub(crate) mode: TimeMode,
     /// Whether stdlib and site-packages frames were kept (`--profile-all`).
-    pub profile_all: bool,
+    pub(crate) profile_all: bool,
     /// A free-threaded build (no GIL) ran the program (or one of its processes).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub free_threaded: bool,
@@ -342,7 +342,7 @@ pub struct ProfileMeta {
 /// What time a profile counts (`--wall` or not).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
-pub enum TimeMode {
+pub(crate) enum TimeMode {
     /// Time on a CPU only; system is time in the kernel.
     #[default]
     Cpu,
@@ -362,34 +362,34 @@ impl std::fmt::Display for TimeMode {
 /// One line's share of the program's time, in percent of the total.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct LineProfile {
-    pub line: u32,
-    pub source: String,
-    pub cpu_python_pct: f64,
-    pub cpu_native_pct: f64,
-    pub cpu_system_pct: f64,
+    pub(crate) line: u32,
+    pub(crate) source: String,
+    pub(crate) cpu_python_pct: f64,
+    pub(crate) cpu_native_pct: f64,
+    pub(crate) cpu_system_pct: f64,
     /// Memory and copy accounting of the line (schema 2; absent when memory was not
     /// recorded).
     #[serde(flatten, default, skip_serializing_if = "Option::is_none")]
-    pub memory: Option<LineMemory>,
+    pub(crate) memory: Option<LineMemory>,
 }
 
 /// A line's memory: what it allocated (sampled), how much of it the interpreter itself
 /// allocated, its live footprint's peak and mean, its footprint over time, and the bytes it
 /// copied per second of the program.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-pub struct LineMemory {
-    pub mem_alloc_mb: f64,
-    pub mem_python_pct: f64,
-    pub mem_peak_mb: f64,
-    pub mem_avg_mb: f64,
+pub(crate) struct LineMemory {
+    pub(crate) mem_alloc_mb: f64,
+    pub(crate) mem_python_pct: f64,
+    pub(crate) mem_peak_mb: f64,
+    pub(crate) mem_avg_mb: f64,
     /// The line's live footprint (MB) in equal slices of the run, oldest first.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub mem_timeline: Vec<f64>,
-    pub copy_mb_s: f64,
+    pub(crate) mem_timeline: Vec<f64>,
+    pub(crate) copy_mb_s: f64,
 }
 
 impl LineMemory {
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.mem_alloc_mb == 0.0 && self.copy_mb_s == 0.0 && self.mem_peak_mb == 0.0
     }
 }
@@ -398,56 +398,56 @@ impl LineMemory {
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct MemorySummary {
     /// Peak of the sampled live footprint, MB.
-    pub peak_mb: f64,
+    pub(crate) peak_mb: f64,
     /// (seconds since start, footprint MB), oldest first.
-    pub timeline: Vec<[f64; 2]>,
+    pub(crate) timeline: Vec<[f64; 2]>,
     /// Allocation bytes sampled, MB, and the share of them the interpreter allocated.
-    pub alloc_mb: f64,
-    pub python_pct: f64,
-    pub copy_mb: f64,
+    pub(crate) alloc_mb: f64,
+    pub(crate) python_pct: f64,
+    pub(crate) copy_mb: f64,
     /// Lines whose sampled allocations were rarely freed while the footprint grew.
-    pub leaks: Vec<Leak>,
+    pub(crate) leaks: Vec<Leak>,
     /// The sampling windows, bytes.
-    pub window_bytes: u64,
-    pub copy_window_bytes: u64,
+    pub(crate) window_bytes: u64,
+    pub(crate) copy_window_bytes: u64,
     /// Events lost because the ring was full, and handshakes the program gave up on.
-    pub dropped_events: u64,
-    pub handshake_timeouts: u64,
+    pub(crate) dropped_events: u64,
+    pub(crate) handshake_timeouts: u64,
     /// Handshakes answered (allocations tied to their line while their thread waited), and
     /// the program's time spent waiting for those answers, ms (all threads together).
     #[serde(default)]
-    pub handshakes: u64,
+    pub(crate) handshakes: u64,
     #[serde(default)]
-    pub handshake_wait_ms: f64,
+    pub(crate) handshake_wait_ms: f64,
     /// Every distinct full stack that allocated, with its bytes (the allocation flame
     /// graph), most first.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub stacks: Vec<MemoryStack>,
+    pub(crate) stacks: Vec<MemoryStack>,
 }
 
 /// A full stack (innermost first) and the bytes its sampled allocation windows stand for.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct MemoryStack {
-    pub frames: Vec<Frame>,
+pub(crate) struct MemoryStack {
+    pub(crate) frames: Vec<Frame>,
     /// KiB allocated (rounded).
-    pub alloc_kib: u64,
+    pub(crate) alloc_kib: u64,
 }
 
 /// A likely leak.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Leak {
-    pub filename: String,
-    pub line: u32,
+pub(crate) struct Leak {
+    pub(crate) filename: String,
+    pub(crate) line: u32,
     /// Laplace's rule of succession: 1 − (frees + 1) / (allocations + 2).
-    pub likelihood: f64,
+    pub(crate) likelihood: f64,
     /// Growth of the program's footprint over the run, MB/s.
-    pub growth_mb_s: f64,
-    pub sampled_allocs: u64,
-    pub sampled_frees: u64,
+    pub(crate) growth_mb_s: f64,
+    pub(crate) sampled_allocs: u64,
+    pub(crate) sampled_frees: u64,
 }
 
 impl LineProfile {
-    pub fn total_pct(&self) -> f64 {
+    pub(crate) fn total_pct(&self) -> f64 {
         self.cpu_python_pct + self.cpu_native_pct + self.cpu_system_pct
     }
 }
@@ -464,7 +464,7 @@ pub struct FunctionProfile {
 }
 
 impl FunctionProfile {
-    pub fn total_pct(&self) -> f64 {
+    pub(crate) fn total_pct(&self) -> f64 {
         self.cpu_python_pct + self.cpu_native_pct + self.cpu_system_pct
     }
 }
@@ -487,15 +487,15 @@ pub struct FileProfile {
 /// One line of a source file that the profile carries for context.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SourceLine {
-    pub line: u32,
-    pub source: String,
+    line: u32,
+    source: String,
 }
 
 /// How many lines above and below each of its lines a profile keeps the source of.
-pub const SOURCE_CONTEXT: usize = 2;
+pub(crate) const SOURCE_CONTEXT: usize = 2;
 
 impl FileProfile {
-    pub fn new(filename: &str) -> FileProfile {
+    pub(crate) fn new(filename: &str) -> FileProfile {
         FileProfile {
             filename: filename.to_string(),
             cpu_pct: 0.0,
@@ -508,7 +508,7 @@ impl FileProfile {
     /// Takes what the profile shows of the file's text `src` (its lines, first line first):
     /// the source of each of its lines that has none yet, and of the lines around them
     /// ([`FileProfile::context`], made anew).
-    pub fn take_source(&mut self, src: &[String]) {
+    pub(crate) fn take_source(&mut self, src: &[String]) {
         let text = |n: u32| (n as usize).checked_sub(1).and_then(|i| src.get(i));
         for l in &mut self.lines {
             // Line 0 exists (code without a source line, e.g. generated shims).
@@ -539,7 +539,7 @@ impl FileProfile {
 
     /// The file's text as far as the profile knows it: line `n` at index `n - 1`, empty
     /// where it carries nothing; None when it carries no text at all.
-    pub fn known_source(&self) -> Option<Vec<String>> {
+    pub(crate) fn known_source(&self) -> Option<Vec<String>> {
         let known = self
             .lines
             .iter()
@@ -580,30 +580,30 @@ pub struct StackProfile {
 
 /// One thread's share (`--threads`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct ThreadProfile {
-    pub native_id: i32,
-    pub name: Option<String>,
-    pub samples: u64,
-    pub cpu_python_pct: f64,
-    pub cpu_native_pct: f64,
-    pub cpu_system_pct: f64,
+pub(crate) struct ThreadProfile {
+    pub(crate) native_id: i32,
+    pub(crate) name: Option<String>,
+    pub(crate) samples: u64,
+    pub(crate) cpu_python_pct: f64,
+    pub(crate) cpu_native_pct: f64,
+    pub(crate) cpu_system_pct: f64,
 }
 
 /// A finished profile.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Profile {
-    pub schema_version: u32,
+    pub(crate) schema_version: u32,
     #[serde(flatten)]
     pub meta: ProfileMeta,
     /// Seconds attributed in all (the 100% of every percentage).
     pub total_s: f64,
     pub files: Vec<FileProfile>,
     pub stacks: Vec<StackProfile>,
-    pub threads: Vec<ThreadProfile>,
+    pub(crate) threads: Vec<ThreadProfile>,
     /// Every process profiled, when the program was more than one (`run` follows child
     /// processes); empty for a single process.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub processes: Vec<ProcessProfile>,
+    pub(crate) processes: Vec<ProcessProfile>,
     /// Memory accounting (schema 2); absent when it was not recorded.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub memory: Option<MemorySummary>,
@@ -611,21 +611,21 @@ pub struct Profile {
 
 /// One process of a profiled program.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct ProcessProfile {
-    pub pid: i32,
+pub(crate) struct ProcessProfile {
+    pub(crate) pid: i32,
     /// Its command line.
-    pub command: String,
-    pub python_version: String,
+    pub(crate) command: String,
+    pub(crate) python_version: String,
     /// Samples taken of it.
-    pub samples: u64,
+    pub(crate) samples: u64,
     /// Its share of the program's time, in percent.
-    pub cpu_pct: f64,
+    pub(crate) cpu_pct: f64,
     /// Peak of its own sampled live footprint, MB (with memory accounting).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub mem_peak_mb: Option<f64>,
+    pub(crate) mem_peak_mb: Option<f64>,
     /// MB it allocated (its sampled windows; with memory accounting).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub mem_alloc_mb: Option<f64>,
+    pub(crate) mem_alloc_mb: Option<f64>,
 }
 
 #[cfg(test)]

@@ -6,7 +6,7 @@
 //! namespaces ([`ns`]: its files as it sees them, its thread ids as we see them).
 //! Must not: know anything about Python.
 
-pub mod pause;
+pub(crate) mod pause;
 
 use crate::error::{Error, Result};
 use std::fs::File;
@@ -78,21 +78,21 @@ fn read_each<M: ProcessMemory + ?Sized>(mem: &M, reqs: &mut [(u64, &mut [u8])]) 
 /// Little-endian field accessors over a buffer read in one go (e.g. a whole struct).
 /// Out-of-range offsets read as zero: callers size buffers from the layout, and a zero
 /// pointer is treated as "end of chain" by every walker.
-pub fn field_u64(buf: &[u8], off: usize) -> u64 {
+pub(crate) fn field_u64(buf: &[u8], off: usize) -> u64 {
     buf.get(off..off + 8)
         .map(|s| u64::from_le_bytes(s.try_into().unwrap_or([0; 8])))
         .unwrap_or(0)
 }
 
 /// See [`field_u64`].
-pub fn field_u32(buf: &[u8], off: usize) -> u32 {
+pub(crate) fn field_u32(buf: &[u8], off: usize) -> u32 {
     buf.get(off..off + 4)
         .map(|s| u32::from_le_bytes(s.try_into().unwrap_or([0; 4])))
         .unwrap_or(0)
 }
 
 /// See [`field_u64`].
-pub fn field_u8(buf: &[u8], off: usize) -> u8 {
+pub(crate) fn field_u8(buf: &[u8], off: usize) -> u8 {
     buf.get(off).copied().unwrap_or(0)
 }
 
@@ -106,7 +106,7 @@ pub struct RemoteMemory {
 impl RemoteMemory {
     /// Opens the process's memory. Checks that the process exists; permission is checked by
     /// the first read (process_vm_readv asks the kernel's ptrace access check itself).
-    pub fn new(pid: i32) -> Result<RemoteMemory> {
+    pub(crate) fn new(pid: i32) -> Result<RemoteMemory> {
         if !crate::proc::process_exists(pid) {
             return Err(Error::NoSuchProcess(pid));
         }
@@ -114,10 +114,6 @@ impl RemoteMemory {
             pid,
             mem_file: None,
         })
-    }
-
-    pub fn pid(&self) -> i32 {
-        self.pid
     }
 
     fn read_vm(&self, addr: u64, buf: &mut [u8]) -> std::io::Result<usize> {
@@ -143,7 +139,7 @@ impl RemoteMemory {
     /// missing (ENOSYS) or refused by a seccomp filter we run under (a container's profile
     /// answers EPERM; reading /proc/PID/mem needs the same ptrace access, but no system
     /// call a filter would single out).
-    pub fn probe(&mut self, addr: u64) -> Result<()> {
+    pub(crate) fn probe(&mut self, addr: u64) -> Result<()> {
         let mut b = [0u8; 1];
         match self.read_vm(addr, &mut b).map_err(|e| e.raw_os_error()) {
             Err(Some(libc::ENOSYS)) => self.open_mem_file(),
@@ -244,11 +240,13 @@ impl ProcessMemory for RemoteMemory {
 
 /// A byte buffer that pretends to be an address space starting at `base` (for tests and
 /// for replaying captured memory).
-pub struct BufferMemory {
-    pub base: u64,
-    pub bytes: Vec<u8>,
+#[cfg(test)]
+pub(crate) struct BufferMemory {
+    pub(crate) base: u64,
+    pub(crate) bytes: Vec<u8>,
 }
 
+#[cfg(test)]
 impl ProcessMemory for BufferMemory {
     fn read(&self, addr: u64, buf: &mut [u8]) -> Result<()> {
         let start = addr.checked_sub(self.base).map(|s| s as usize);
@@ -281,7 +279,7 @@ const CACHE_MAX_PAGES: usize = 256;
 /// which bytes of each page were used ([`PageCache::used_ranges`]): the next snapshot's
 /// prefetch. Only valid while what it read cannot change (threads paused) or for one walk
 /// whose result is checked by other means; never keep one across samples.
-pub struct PageCache<'a> {
+pub(crate) struct PageCache<'a> {
     inner: &'a dyn ProcessMemory,
     pages: std::cell::RefCell<Vec<CachedPage>>,
     /// Reads that went to `inner` after the prefetch (bytes the cache did not hold).
@@ -335,7 +333,7 @@ impl Drop for PageCache<'_> {
 }
 
 impl<'a> PageCache<'a> {
-    pub fn new(inner: &'a dyn ProcessMemory) -> PageCache<'a> {
+    pub(crate) fn new(inner: &'a dyn ProcessMemory) -> PageCache<'a> {
         PageCache {
             inner,
             pages: std::cell::RefCell::new(Vec::new()),
@@ -345,7 +343,7 @@ impl<'a> PageCache<'a> {
 
     /// How many reads so far needed bytes the cache did not hold (each one a system call
     /// made after the prefetch, so later than anything the prefetch read).
-    pub fn misses(&self) -> u32 {
+    pub(crate) fn misses(&self) -> u32 {
         self.misses.get()
     }
 
@@ -359,7 +357,7 @@ impl<'a> PageCache<'a> {
     /// prefetch can be checked against that second look instead of a read made after the
     /// walk: the two reads are microseconds apart instead of the walk's duration. A range
     /// of `again` that could not be read is left out.
-    pub fn prefetch_with_second_look(
+    pub(crate) fn prefetch_with_second_look(
         &'a self,
         ranges: &[(u64, usize)],
         again: &[(u64, usize)],
@@ -373,7 +371,7 @@ impl<'a> PageCache<'a> {
 
     /// The bytes reads were served from, one range per page, in the order the pages were
     /// fetched: what the next snapshot will most likely read, for its prefetch.
-    pub fn used_ranges(&self) -> Vec<(u64, usize)> {
+    pub(crate) fn used_ranges(&self) -> Vec<(u64, usize)> {
         self.pages
             .borrow()
             .iter()
@@ -556,7 +554,7 @@ impl ProcessMemory for PageCache<'_> {
 /// served from it; any other read goes to the process (and so happens later). A request of
 /// several ranges is served from it only when it covers them all, so that the order in
 /// which they were read (the caller's) holds.
-pub struct SecondLook<'a> {
+pub(crate) struct SecondLook<'a> {
     inner: &'a dyn ProcessMemory,
     ranges: Vec<(u64, Vec<u8>)>,
 }

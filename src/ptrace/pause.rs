@@ -23,7 +23,7 @@ struct Seized {
 }
 
 /// Every thread of the process, stopped until this value is dropped.
-pub struct PausedThreads {
+pub(crate) struct PausedThreads {
     seized: Vec<Seized>,
     old_mask: Option<SigSet>,
 }
@@ -42,17 +42,10 @@ fn termination_signals() -> SigSet {
 }
 
 impl PausedThreads {
-    /// Stops every thread of `pid`. Threads that appear while we stop the others are stopped
-    /// too (the thread list is read again until it is stable); threads that exit meanwhile
-    /// are skipped.
-    pub fn pause(pid: i32) -> Result<PausedThreads> {
-        Self::pause_from(pid, &[])
-    }
-
     /// Stops exactly the threads `tids` of `pid` (threads that exit meanwhile are skipped):
     /// for re-reading one thread's own stack, which only that thread changes. Other threads
     /// run on, and the thread list is not read again.
-    pub fn pause_threads(pid: i32, tids: &[i32]) -> Result<PausedThreads> {
+    pub(crate) fn pause_threads(pid: i32, tids: &[i32]) -> Result<PausedThreads> {
         let mut paused = PausedThreads::new_masked();
         for &tid in tids {
             paused.seize_one(pid, tid)?;
@@ -63,9 +56,11 @@ impl PausedThreads {
         Ok(paused)
     }
 
-    /// Like [`PausedThreads::pause`], starting with threads the caller has just listed (it
-    /// saves listing them again); the list is still read afterwards until it is stable.
-    pub fn pause_from(pid: i32, known: &[i32]) -> Result<PausedThreads> {
+    /// Stops every thread of `pid`, starting with threads the caller has just listed (it
+    /// saves listing them again). Threads that appear while we stop the others are stopped
+    /// too (the thread list is still read again until it is stable); threads that exit
+    /// meanwhile are skipped.
+    pub(crate) fn pause_from(pid: i32, known: &[i32]) -> Result<PausedThreads> {
         let mut paused = PausedThreads::new_masked();
         // Drop (detach + unmask) runs if anything below returns early.
         for round in 0..8 {
@@ -211,15 +206,6 @@ impl PausedThreads {
         self.seized.push(entry);
         Ok(())
     }
-
-    /// Number of threads stopped.
-    pub fn len(&self) -> usize {
-        self.seized.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.seized.is_empty()
-    }
 }
 
 /// Waits until `tid` has an event and says whether it is an exit, without consuming it.
@@ -296,7 +282,7 @@ fn is_our_child(tid: Pid) -> bool {
 /// still waiting for us; harmless for threads we do not trace. Callers waiting for a
 /// process to end call it so a thread that died in one of our pauses cannot hold the
 /// process's exit back.
-pub fn reap_traced_zombies(pid: i32) {
+pub(crate) fn reap_traced_zombies(pid: i32) {
     let Ok(tids) = crate::proc::threads(pid) else {
         return;
     };

@@ -81,7 +81,8 @@ impl LineTable {
     }
 
     /// True when no offset has a range (an empty 3.10+ table).
-    pub fn is_empty(&self) -> bool {
+    #[cfg(test)]
+    fn is_empty(&self) -> bool {
         self.ranges.is_empty()
     }
 

@@ -7,15 +7,16 @@
 //! Must not: format output.
 
 pub mod linetable;
-pub mod process;
-pub mod stack;
-pub mod strings;
-pub mod version;
+mod process;
+mod stack;
+mod strings;
+pub(crate) mod version;
 
 use crate::error::{Error, Result};
 use crate::ptrace::{self, pause::PausedThreads, ProcessMemory};
 pub use process::{LocateOptions, PythonProcess};
-pub use stack::{Frame, StackWalker, Walk};
+pub use stack::StackWalker;
+pub(crate) use stack::{Frame, Walk};
 use std::collections::HashMap;
 
 /// How to read.
@@ -66,49 +67,49 @@ impl Default for SnapshotOptions {
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct ThreadSnapshot {
     /// The thread's `pthread_t` as CPython records it (`threading.get_ident()`).
-    pub thread_id: u64,
+    pub(crate) thread_id: u64,
     /// Kernel TID (as seen from our PID namespace: /proc/PID/task/TID).
-    pub native_id: Option<i32>,
+    pub(crate) native_id: Option<i32>,
     /// The thread's TID inside the target's own PID namespace (a container's), what the
     /// thread itself and Python (`threading.get_native_id()`) see; only when it differs
     /// from ours.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub ns_native_id: Option<i32>,
+    pub(crate) ns_native_id: Option<i32>,
     /// OS thread name (/proc/PID/task/TID/comm).
-    pub name: Option<String>,
-    pub holds_gil: bool,
+    pub(crate) name: Option<String>,
+    pub(crate) holds_gil: bool,
     /// Not running on a CPU and not holding the GIL.
-    pub idle: bool,
+    pub(crate) idle: bool,
     /// The innermost Python frame is inside a call (its current instruction is a CALL of
     /// some form): the thread runs native code or blocks in a C function on behalf of that
     /// line. None when unknown (no opcode table for this version, or no frame).
-    pub in_native: Option<bool>,
+    pub(crate) in_native: Option<bool>,
     /// Innermost first.
     pub frames: Vec<Frame>,
     /// The stack was deeper than the limit and was cut.
-    pub truncated: bool,
+    pub(crate) truncated: bool,
     /// Set when the stack could not be read consistently; `frames` is then empty.
-    pub error: Option<ThreadError>,
+    pub(crate) error: Option<ThreadError>,
     /// Index of the interpreter the thread belongs to (0 = main).
-    pub interpreter: usize,
+    pub(crate) interpreter: usize,
     /// Read with the threads paused after a read without pausing could not be validated
     /// (the "auto" mode's fallback).
     #[serde(skip_serializing_if = "std::ops::Not::not")]
-    pub read_paused: bool,
+    pub(crate) read_paused: bool,
 }
 
 /// Every thread of a Python process at one moment.
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct Snapshot {
-    pub pid: i32,
-    pub python_version: String,
-    pub version_source: version::VersionSource,
+    pub(crate) pid: i32,
+    pub(crate) python_version: String,
+    pub(crate) version_source: version::VersionSource,
     /// No generated layout for this version: read through `_Py_DebugOffsets`, untested.
-    pub untested_version: bool,
+    pub(crate) untested_version: bool,
     /// A free-threaded build (no GIL).
     #[serde(skip_serializing_if = "std::ops::Not::not")]
-    pub free_threaded: bool,
-    pub executable: String,
+    pub(crate) free_threaded: bool,
+    pub(crate) executable: String,
     pub threads: Vec<ThreadSnapshot>,
 }
 
@@ -123,7 +124,7 @@ pub fn take_snapshot(
 
 /// Like [`take_snapshot`], with the threads' scheduler states already read by the caller
 /// (the sampler reads them together with CPU times).
-pub fn take_snapshot_with_states(
+pub(crate) fn take_snapshot_with_states(
     proc: &PythonProcess,
     walker: &mut StackWalker,
     opts: &SnapshotOptions,
@@ -283,7 +284,7 @@ pub enum Unread {
 
 impl Unread {
     /// The kind of a read's error.
-    pub fn of(e: &Error) -> Unread {
+    pub(crate) fn of(e: &Error) -> Unread {
         match e {
             Error::Inconsistent { why, .. } => Unread::Torn(why),
             Error::Read { .. } => Unread::Memory,
@@ -309,9 +310,9 @@ impl std::fmt::Display for Unread {
 
 /// A thread whose stack was not read: the kind, and the whole story for a person.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ThreadError {
-    pub kind: Unread,
-    pub message: String,
+pub(crate) struct ThreadError {
+    pub(crate) kind: Unread,
+    message: String,
 }
 
 impl ThreadError {
@@ -840,7 +841,7 @@ fn pthread_to_tid(
 /// Keeps what makes such reads cheap from one to the next: a walker (its code cache), for
 /// each thread the pages its last read used (fetched in one request at the next, instead
 /// of one system call per object), and on ≤3.7 the `pthread_t` → kernel id map.
-pub struct ThreadReader {
+pub(crate) struct ThreadReader {
     walker: StackWalker,
     /// ≤3.7 thread states lack the kernel id: matched through glibc's `struct pthread`
     /// (found by scanning memory, so only when a Python thread is not in the map yet).
@@ -857,7 +858,7 @@ pub struct ThreadReader {
 const MAX_HINTED_THREADS: usize = 1024;
 
 impl ThreadReader {
-    pub fn new(proc: &PythonProcess) -> ThreadReader {
+    pub(crate) fn new(proc: &PythonProcess) -> ThreadReader {
         ThreadReader {
             walker: StackWalker::new(proc.layout, proc.addrs.types),
             pthreads: HashMap::new(),
@@ -871,7 +872,7 @@ impl ThreadReader {
     /// consistent; a `running` one's walk is kept only if its stack is unchanged when read
     /// again after it. Ok(None) when no Python thread has that id, or the running thread's
     /// stack changed while we read.
-    pub fn stack_of(
+    pub(crate) fn stack_of(
         &mut self,
         proc: &PythonProcess,
         tid: i32,

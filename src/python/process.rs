@@ -28,34 +28,34 @@ pub struct LocateOptions {
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Addresses {
     /// `_PyRuntime` (3.7+).
-    pub runtime: Option<u64>,
+    pub(crate) runtime: Option<u64>,
     /// `interp_head` (2.7, 3.6).
-    pub interp_head: Option<u64>,
+    interp_head: Option<u64>,
     /// `_PyThreadState_Current` (2.7, 3.6): the thread holding the GIL.
-    pub tstate_current: Option<u64>,
+    pub(crate) tstate_current: Option<u64>,
     /// Type objects, to validate what we read.
     pub types: TypeAddrs,
 }
 
 /// A process with a CPython interpreter we know how to read.
 pub struct PythonProcess {
-    pub pid: i32,
+    pub(crate) pid: i32,
     pub mem: RemoteMemory,
-    pub version: Version,
-    pub version_source: VersionSource,
+    pub(crate) version: Version,
+    pub(crate) version_source: VersionSource,
     /// True when no layout of ours was generated for this version (3.14+ read through
     /// `_Py_DebugOffsets`): it should work, but we have not tested it.
     pub untested: bool,
     pub layout: Layout,
     /// The executable, as the target sees it.
-    pub executable: String,
+    pub(crate) executable: String,
     /// The file that holds the interpreter (libpython or the executable).
-    pub binary: String,
+    binary: String,
     pub addrs: Addresses,
     /// Which of our namespaces the target shares (a container's process shares none).
-    pub namespaces: Namespaces,
+    pub(crate) namespaces: Namespaces,
     /// Thread ids between the target's PID namespace and ours.
-    pub tids: TidMap,
+    pub(crate) tids: TidMap,
 }
 
 fn libpython_candidate(maps: &[MapEntry]) -> Option<String> {
@@ -77,7 +77,7 @@ fn has_python_symbols(elf: &ElfFile) -> bool {
 impl PythonProcess {
     /// A second handle on the same process, with its own memory handle, for another thread
     /// (no ELF parsing again: what `locate` found is copied).
-    pub fn reopen(&self) -> Result<PythonProcess> {
+    pub(crate) fn reopen(&self) -> Result<PythonProcess> {
         self.forked(self.pid)
     }
 
@@ -206,7 +206,7 @@ impl PythonProcess {
     /// since: a fork copies the address space, so every address and the layout are the
     /// parent's (no ELF file to parse again, which matters when a pool forks workers that
     /// live a second).
-    pub fn forked(&self, pid: i32) -> Result<PythonProcess> {
+    pub(crate) fn forked(&self, pid: i32) -> Result<PythonProcess> {
         let mut mem = RemoteMemory::new(pid)?;
         if let Some(addr) = self.addrs.runtime.or(self.addrs.interp_head) {
             mem.probe(addr)?;
@@ -229,7 +229,7 @@ impl PythonProcess {
 
     /// `--gil` (sample only the thread holding the GIL) cannot be followed in a
     /// free-threaded build: an error that says so.
-    pub fn check_gil_request(&self, gil_only: bool) -> Result<()> {
+    pub(crate) fn check_gil_request(&self, gil_only: bool) -> Result<()> {
         if gil_only && self.layout.free_threaded {
             return Err(Error::NoGil {
                 pid: self.pid,
@@ -246,7 +246,7 @@ impl PythonProcess {
     }
 
     /// [`PythonProcess::interp_head`] read through `mem` (a page cache of this process).
-    pub fn interp_head_via(&self, mem: &dyn crate::ptrace::ProcessMemory) -> Result<u64> {
+    pub(crate) fn interp_head_via(&self, mem: &dyn crate::ptrace::ProcessMemory) -> Result<u64> {
         match (self.layout.runtime.interpreters_head, self.addrs.runtime) {
             (Some(off), Some(rt)) => mem.read_u64(rt.wrapping_add(off as u64)),
             _ => match self.addrs.interp_head {

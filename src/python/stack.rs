@@ -19,46 +19,46 @@ use crate::python_bindings::{FrameModel, Layout};
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
-pub use crate::profile::Frame;
+pub(crate) use crate::profile::Frame;
 
 /// One thread state as found in the interpreter.
 #[derive(Debug, Clone)]
-pub struct RawThread {
+pub(crate) struct RawThread {
     /// Address of the `PyThreadState`.
-    pub tstate: u64,
+    pub(crate) tstate: u64,
     /// `thread_id`: the thread's `pthread_t`.
-    pub thread_id: u64,
+    pub(crate) thread_id: u64,
     /// Kernel TID when the version records it (3.8+).
-    pub native_id: Option<i32>,
+    pub(crate) native_id: Option<i32>,
     /// Address of the innermost frame when we read the thread state.
-    pub top_frame: u64,
+    pub(crate) top_frame: u64,
     /// Index of the interpreter (0 = main).
-    pub interp_index: usize,
+    pub(crate) interp_index: usize,
     /// Whether this thread holds its interpreter's GIL.
-    pub holds_gil: bool,
+    pub(crate) holds_gil: bool,
 }
 
 /// The result of walking one thread's frames.
 #[derive(Debug, Clone, Default)]
 pub struct Walk {
     /// Innermost first.
-    pub frames: Vec<Frame>,
+    pub(crate) frames: Vec<Frame>,
     /// The stack was deeper than `max_depth` and was cut.
-    pub truncated: bool,
+    pub(crate) truncated: bool,
     /// AVMA of the first byte (the opcode) of the innermost Python frame's current
     /// instruction, when known.
-    pub top_instr: Option<u64>,
+    pub(crate) top_instr: Option<u64>,
     /// The opcode at `top_instr`, when [`StackWalker::verify`] read it.
-    pub top_op: Option<u8>,
+    pub(crate) top_op: Option<u8>,
     /// Addresses of every frame the walk went through (hidden ones too), innermost first.
-    pub chain: Vec<u64>,
+    pub(crate) chain: Vec<u64>,
     /// For each entry of `chain`: whether it gave one of `frames` (hidden frames do not).
-    pub shown: Vec<bool>,
+    shown: Vec<bool>,
     /// Read with the thread paused after reads without pausing kept failing validation.
-    pub paused: bool,
+    pub(crate) paused: bool,
     /// The value of the thread state's top-frame field when [`StackWalker::verify`] read it
     /// (3.11/3.12: the address of the current `_PyCFrame`).
-    pub top_field: Option<u64>,
+    pub(crate) top_field: Option<u64>,
 }
 
 /// Links followed from a thread's new innermost frame, when verifying a walk, to find where
@@ -101,33 +101,33 @@ struct FrameStep {
 
 /// Decoded facts about one code object.
 #[derive(Debug)]
-pub struct CodeInfo {
-    pub function: Arc<str>,
-    pub filename: Arc<str>,
-    pub firstlineno: u32,
-    pub table: LineTable,
+struct CodeInfo {
+    function: Arc<str>,
+    filename: Arc<str>,
+    firstlineno: u32,
+    table: LineTable,
     /// AVMA of the first bytecode byte (3.11+: `co_code_adaptive`; ≤3.10: the payload of
     /// `co_code`); 0 when unknown.
-    pub bytecode: u64,
+    bytecode: u64,
     /// Length of the bytecode in bytes (≤3.10; `u32::MAX` when not known up front).
-    pub bytecode_len: u32,
+    bytecode_len: u32,
     /// 3.11/3.12: `_co_firsttraceable` in code units.
-    pub firsttraceable: Option<u32>,
+    firsttraceable: Option<u32>,
     /// `co_flags` (0 when the layout does not know where they are).
-    pub flags: u32,
+    flags: u32,
     /// Pointer fields this was decoded from: a changed fingerprint means a new object.
     fingerprint: [u64; 4],
 }
 
 /// Walks stacks of one interpreter layout.
 pub struct StackWalker {
-    pub layout: Layout,
-    pub types: TypeAddrs,
+    pub(crate) layout: Layout,
+    types: TypeAddrs,
     /// Deepest stack returned; deeper ones are truncated (and say so).
     pub max_depth: usize,
     /// Check that every frame on the chain is executing (a chain read without pausing may
     /// run through a generator frame that was suspended meanwhile: that read is torn).
-    pub strict: bool,
+    pub(crate) strict: bool,
     code_cache: HashMap<u64, Arc<CodeInfo>, ahash::RandomState>,
     /// What the last snapshot read, one range per page (see
     /// [`crate::ptrace::PageCache::used_ranges`]): the next one prefetches it.
@@ -194,7 +194,7 @@ impl StackWalker {
     /// Every thread state of every interpreter, starting from the first interpreter.
     /// `gil_tstate_current`: the value of `_PyThreadState_Current` (2.7/3.6) or
     /// `_PyRuntime.gilstate.tstate_current` (3.7–3.11), when the caller has it.
-    pub fn threads(
+    pub(crate) fn threads(
         &self,
         mem: &dyn ProcessMemory,
         interp_head: u64,
@@ -297,7 +297,7 @@ impl StackWalker {
 
     /// Re-reads a thread's innermost frame address (to detect a stack that changed while
     /// it was walked without pausing).
-    pub fn current_top_frame(&self, mem: &dyn ProcessMemory, tstate: u64) -> Result<u64> {
+    pub(crate) fn current_top_frame(&self, mem: &dyn ProcessMemory, tstate: u64) -> Result<u64> {
         let field = mem.read_u64(tstate.wrapping_add(self.layout.thread.frame as u64))?;
         self.top_frame_from(mem, field)
     }
@@ -310,7 +310,12 @@ impl StackWalker {
     /// pushed is not linked yet. So a failed walk is retried from
     /// `cframe->previous->current_frame` (when that differs); the first error is returned
     /// if that fails too.
-    pub fn walk_still(&mut self, mem: &dyn ProcessMemory, tstate: u64, top: u64) -> Result<Walk> {
+    pub(crate) fn walk_still(
+        &mut self,
+        mem: &dyn ProcessMemory,
+        tstate: u64,
+        top: u64,
+    ) -> Result<Walk> {
         let first = match self.walk(mem, top) {
             Ok(w) => return Ok(w),
             Err(e) => e,
@@ -341,13 +346,8 @@ impl StackWalker {
         mem.read_u64(previous.wrapping_add(cur as u64)).ok()
     }
 
-    /// The frames of one thread, innermost first, and whether the stack was truncated.
-    pub fn frames(&mut self, mem: &dyn ProcessMemory, top: u64) -> Result<(Vec<Frame>, bool)> {
-        self.walk(mem, top).map(|w| (w.frames, w.truncated))
-    }
-
     /// Walks one thread's frames from its innermost frame `top`.
-    pub fn walk(&mut self, mem: &dyn ProcessMemory, top: u64) -> Result<Walk> {
+    pub(crate) fn walk(&mut self, mem: &dyn ProcessMemory, top: u64) -> Result<Walk> {
         self.validated.clear();
         let w = self.walk_inner(mem, top);
         self.validated.clear();
@@ -426,7 +426,7 @@ impl StackWalker {
     /// instruction's opcode does not depend on when it is read: the walk's own cache
     /// serves it without another system call).
     /// Ok(false): the stack changed; Err: a read failed.
-    pub fn verify(
+    pub(crate) fn verify(
         &mut self,
         mem: &dyn ProcessMemory,
         tstate: u64,
@@ -822,7 +822,7 @@ impl StackWalker {
     }
 
     /// Decoded code object at `addr`, from the cache when its fingerprint still matches.
-    pub fn code(&mut self, mem: &dyn ProcessMemory, addr: u64) -> Result<Arc<CodeInfo>> {
+    fn code(&mut self, mem: &dyn ProcessMemory, addr: u64) -> Result<Arc<CodeInfo>> {
         self.code_or_none(mem, addr)?
             .ok_or_else(|| torn(addr, "not a code object"))
     }

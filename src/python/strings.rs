@@ -9,9 +9,9 @@ use crate::ptrace::{field_u32, field_u64, ProcessMemory};
 use crate::python_bindings::{StringLayout, StringModel};
 
 /// Longest name or file name we read (in characters).
-pub const MAX_STRING_CHARS: u64 = 16 * 1024;
+const MAX_STRING_CHARS: u64 = 16 * 1024;
 /// Largest bytes object we read (line tables of huge modules stay well below this).
-pub const MAX_BYTES: u64 = 16 * 1024 * 1024;
+pub(crate) const MAX_BYTES: u64 = 16 * 1024 * 1024;
 
 fn bad(addr: u64, why: &'static str) -> Error {
     Error::Inconsistent { addr, why }
@@ -20,10 +20,10 @@ fn bad(addr: u64, why: &'static str) -> Error {
 /// Type objects used to validate what we read; 0 = unknown (not checked).
 #[derive(Debug, Clone, Copy, Default)]
 pub struct TypeAddrs {
-    pub code: u64,
-    pub frame: u64,
-    pub unicode: u64,
-    pub bytes: u64,
+    pub(crate) code: u64,
+    pub(crate) frame: u64,
+    pub(crate) unicode: u64,
+    pub(crate) bytes: u64,
 }
 
 fn check_type(
@@ -44,7 +44,7 @@ fn check_type(
 }
 
 /// Reads a text object: `str` (PEP 393) on Python 3, `str` (bytes) on Python 2.
-pub fn read_text(
+pub(crate) fn read_text(
     mem: &dyn ProcessMemory,
     layout: &StringLayout,
     types: &TypeAddrs,
@@ -127,7 +127,7 @@ fn read_unicode(
 }
 
 /// Reads the payload of a `bytes` object (Python 2: `str`).
-pub fn read_bytes(
+pub(crate) fn read_bytes(
     mem: &dyn ProcessMemory,
     layout: &StringLayout,
     types: &TypeAddrs,

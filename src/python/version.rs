@@ -4,19 +4,19 @@ use std::fmt;
 
 /// A CPython version such as 3.12.1 or 3.13.0rc1.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Version {
-    pub major: u32,
-    pub minor: u32,
+pub(crate) struct Version {
+    pub(crate) major: u32,
+    pub(crate) minor: u32,
     /// None when only "X.Y" is known (e.g. from a file name).
-    pub micro: Option<u32>,
+    pub(crate) micro: Option<u32>,
     /// "", "a1", "b2", "rc1", "+" ...
-    pub suffix: String,
+    pub(crate) suffix: String,
 }
 
 /// How the version was found; shown to the user so a fallback is never silent.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "snake_case")]
-pub enum VersionSource {
+pub(crate) enum VersionSource {
     /// The `Py_Version` symbol (3.11+), read from the process.
     PyVersionSymbol,
     /// The libpython / executable file name, completed by a version string in its data.
@@ -28,7 +28,7 @@ pub enum VersionSource {
 }
 
 impl VersionSource {
-    pub fn describe(self) -> &'static str {
+    pub(crate) fn describe(self) -> &'static str {
         match self {
             VersionSource::PyVersionSymbol => "the Py_Version symbol",
             VersionSource::FileName => "the interpreter's file name",
@@ -40,7 +40,7 @@ impl VersionSource {
 
 impl Version {
     /// Parses "3.9.18", "2.7.18+", "3.13.0rc1", "3.12" (micro unknown).
-    pub fn parse(s: &str) -> Option<Version> {
+    pub(crate) fn parse(s: &str) -> Option<Version> {
         let mut parts = s.splitn(3, '.');
         let major: u32 = parts.next()?.parse().ok()?;
         let minor_str = parts.next()?;
@@ -88,7 +88,7 @@ impl Version {
     }
 
     /// Decodes `PY_VERSION_HEX` (the value of `Py_Version`).
-    pub fn from_hex(hex: u64) -> Option<Version> {
+    pub(crate) fn from_hex(hex: u64) -> Option<Version> {
         let major = ((hex >> 24) & 0xff) as u32;
         let minor = ((hex >> 16) & 0xff) as u32;
         let micro = ((hex >> 8) & 0xff) as u32;
@@ -114,7 +114,7 @@ impl Version {
 
     /// Parses the version out of an interpreter file name: "libpython3.9.so.1.0",
     /// "libpython3.6m.so", "libpython3.13t.so", "python3.11", "python2.7".
-    pub fn from_file_name(name: &str) -> Option<Version> {
+    pub(crate) fn from_file_name(name: &str) -> Option<Version> {
         let rest = name
             .strip_prefix("libpython")
             .or_else(|| name.strip_prefix("python"))?;

@@ -17,18 +17,18 @@
 //! Owns: [`parse`], which turns the first bytes of `_PyRuntime` into a [`Layout`].
 //! Must not: read process memory (the caller passes the bytes).
 
-pub use super::debug_offsets_fields::{FIELDS_3_13, FIELDS_3_14, FIELDS_3_15};
+pub(crate) use super::debug_offsets_fields::{FIELDS_3_13, FIELDS_3_14, FIELDS_3_15};
 use super::{
     CodeLayout, FrameLayout, FrameModel, InterpLayout, Layout, LineTableFormat, RuntimeLayout,
     StringLayout, StringModel, ThreadLayout,
 };
 
 /// The cookie at the start of `_Py_DebugOffsets`.
-pub const COOKIE: &[u8; 8] = b"xdebugpy";
+const COOKIE: &[u8; 8] = b"xdebugpy";
 
 /// Bytes before the first offset: `char cookie[8]`, `uint64_t version`,
 /// `uint64_t free_threaded` (the same in every version so far).
-pub const HEADER: usize = 24;
+const HEADER: usize = 24;
 
 /// Why the debug offsets could not be used.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -50,32 +50,28 @@ pub enum DebugOffsetsError {
 
 /// The field order of one minor version's `_Py_DebugOffsets`.
 #[derive(Debug, Clone, Copy)]
-pub struct OffsetsTable {
+struct OffsetsTable {
     /// The CPython 3.x minor version this order belongs to.
-    pub minor: u32,
-    /// Where the order was taken from.
-    pub source: &'static str,
+    minor: u32,
     /// Every `uint64_t` after the header, in declaration order, as "section.field".
-    pub fields: &'static [&'static str],
+    fields: &'static [&'static str],
 }
 
 /// Every layout we know, oldest first.
-pub const TABLES: &[OffsetsTable] = &[
+const TABLES: &[OffsetsTable] = &[
+    // From CPython 3.13.0 Include/internal/pycore_runtime.h; tested against libpython3.13.
     OffsetsTable {
         minor: 13,
-        source: "CPython 3.13.0 Include/internal/pycore_runtime.h; tested against libpython3.13",
         fields: FIELDS_3_13,
     },
+    // From CPython 3.14 Include/internal/pycore_debug_offsets.h; tested against Debian's 3.14.
     OffsetsTable {
         minor: 14,
-        source:
-            "CPython 3.14 Include/internal/pycore_debug_offsets.h; tested against Debian's 3.14",
         fields: FIELDS_3_14,
     },
+    // From CPython 3.15 Include/internal/pycore_debug_offsets.h; tested against Debian's 3.15.
     OffsetsTable {
         minor: 15,
-        source:
-            "CPython 3.15 Include/internal/pycore_debug_offsets.h; tested against Debian's 3.15",
         fields: FIELDS_3_15,
     },
 ];
@@ -123,7 +119,7 @@ pub fn version_hex(bytes: &[u8]) -> Option<u64> {
 }
 
 /// The table for CPython 3.`minor`, if we know its layout.
-pub fn table(minor: u32) -> Option<&'static OffsetsTable> {
+fn table(minor: u32) -> Option<&'static OffsetsTable> {
     TABLES.iter().find(|t| t.minor == minor)
 }
 

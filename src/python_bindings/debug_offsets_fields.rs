@@ -3,7 +3,7 @@
 //! after the header (cookie, version, free_threaded), as "section.field".
 
 /// CPython 3.13, from `Include/internal/pycore_runtime.h, python3.13`.
-pub const FIELDS_3_13: &[&str] = &[
+pub(crate) const FIELDS_3_13: &[&str] = &[
     "runtime_state.size",
     "runtime_state.finalizing",
     "runtime_state.interpreters_head",
@@ -77,7 +77,7 @@ pub const FIELDS_3_13: &[&str] = &[
 ];
 
 /// CPython 3.14, from `Include/internal/pycore_debug_offsets.h, python3.14`.
-pub const FIELDS_3_14: &[&str] = &[
+pub(crate) const FIELDS_3_14: &[&str] = &[
     "runtime_state.size",
     "runtime_state.finalizing",
     "runtime_state.interpreters_head",
@@ -173,7 +173,7 @@ pub const FIELDS_3_14: &[&str] = &[
 ];
 
 /// CPython 3.15, from `Include/internal/pycore_debug_offsets.h, python3.15`.
-pub const FIELDS_3_15: &[&str] = &[
+pub(crate) const FIELDS_3_15: &[&str] = &[
     "runtime_state.size",
     "runtime_state.finalizing",
     "runtime_state.interpreters_head",

@@ -11,7 +11,7 @@
 
 pub mod debug_offsets;
 mod debug_offsets_fields;
-pub mod opcodes;
+pub(crate) mod opcodes;
 
 mod v2_7;
 mod v3_10;
@@ -74,35 +74,35 @@ pub struct RuntimeLayout {
 /// Offsets inside `PyInterpreterState`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct InterpLayout {
-    pub next: usize,
+    pub(crate) next: usize,
     /// `tstate_head` (≤3.10) or `threads.head` (3.11+).
-    pub tstate_head: usize,
+    pub(crate) tstate_head: usize,
     /// 3.12+: offset of `ceval.gil`, a pointer to the interpreter's `_gil_runtime_state`.
     pub ceval_gil: Option<usize>,
     /// 3.12+: offset of `locked` inside `_gil_runtime_state`.
-    pub gil_locked: Option<usize>,
+    pub(crate) gil_locked: Option<usize>,
     /// 3.12+: offset of `last_holder` inside `_gil_runtime_state`.
-    pub gil_last_holder: Option<usize>,
+    pub(crate) gil_last_holder: Option<usize>,
 }
 
 /// Offsets inside `PyThreadState`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ThreadLayout {
-    pub next: usize,
-    pub interp: usize,
+    pub(crate) next: usize,
+    pub(crate) interp: usize,
     /// ≤3.10: `frame` (a `PyFrameObject*`). 3.11/3.12: `cframe` (a `_PyCFrame*`, whose
     /// `current_frame` is at [`ThreadLayout::cframe_current_frame`]). 3.13+: `current_frame`.
-    pub frame: usize,
+    pub(crate) frame: usize,
     /// 3.11/3.12 only: offset of `current_frame` inside `_PyCFrame`.
     pub cframe_current_frame: Option<usize>,
     /// 3.11/3.12 only: offset of `previous` inside `_PyCFrame` (the caller's C frame: the
     /// thread's stack while a new `_PyCFrame` is installed but its `current_frame` not yet
     /// written).
-    pub cframe_previous: Option<usize>,
+    pub(crate) cframe_previous: Option<usize>,
     /// `thread_id` (the `pthread_t` of the thread, as an unsigned long).
-    pub thread_id: usize,
+    pub(crate) thread_id: usize,
     /// 3.11+: `native_thread_id` (the kernel tid).
-    pub native_thread_id: Option<usize>,
+    pub(crate) native_thread_id: Option<usize>,
 }
 
 /// Offsets inside a frame: `PyFrameObject` (≤3.10) or `_PyInterpreterFrame` (3.11+).
@@ -121,18 +121,18 @@ pub struct FrameLayout {
     /// Bytes to read to cover every field above.
     pub size: usize,
     /// 2.7: `f_stacktop`, NULL while the frame executes (set when a generator yields).
-    pub stacktop: Option<usize>,
+    pub(crate) stacktop: Option<usize>,
     /// 3.x ≤ 3.9: `f_executing` (a char, 1 while the frame executes).
-    pub executing: Option<usize>,
+    pub(crate) executing: Option<usize>,
     /// 3.10: `f_state` (a char).
-    pub state: Option<usize>,
+    pub(crate) state: Option<usize>,
     /// 3.10+: the value of `FRAME_EXECUTING`.
-    pub executing_state: Option<usize>,
+    pub(crate) executing_state: Option<usize>,
     /// 3.11–3.12: `offsetof(PyGenObject, gi_iframe)`: a generator-owned frame lives inside
     /// its generator at this offset.
-    pub gen_iframe: Option<usize>,
+    pub(crate) gen_iframe: Option<usize>,
     /// 3.11–3.12: `offsetof(PyGenObject, gi_frame_state)` (an int8).
-    pub gen_frame_state: Option<usize>,
+    pub(crate) gen_frame_state: Option<usize>,
 }
 
 /// Offsets inside `PyCodeObject`.
@@ -153,7 +153,7 @@ pub struct CodeLayout {
     /// 3.11/3.12: `_co_firsttraceable` (an int); frames before it are "incomplete".
     pub firsttraceable: Option<usize>,
     /// `co_flags` (an int): CO_GENERATOR, CO_COROUTINE, ...
-    pub flags: usize,
+    pub(crate) flags: usize,
     /// Bytes to read to cover every field above (not including the bytecode).
     pub size: usize,
 }
@@ -177,7 +177,7 @@ pub struct StringLayout {
     /// PEP 393: `sizeof(PyCompactUnicodeObject)`: compact non-ASCII data starts here.
     pub compact_size: usize,
     /// PEP 393: offset of `data.any` in `PyUnicodeObject` (legacy, non-compact strings).
-    pub unicode_data_any: usize,
+    pub(crate) unicode_data_any: usize,
     /// Bit shifts inside the state word, measured by the probe.
     pub state_kind_shift: u32,
     pub state_compact_shift: u32,
@@ -232,7 +232,7 @@ pub fn opcodes(major: u32, minor: u32) -> Option<&'static opcodes::Opcodes> {
 }
 
 /// Minor versions with a generated table, as "2.7, 3.6, ..., 3.13t, ..." for messages.
-pub fn supported_versions() -> String {
+pub(crate) fn supported_versions() -> String {
     GENERATED
         .iter()
         .map(|l| {

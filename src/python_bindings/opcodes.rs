@@ -6,18 +6,18 @@
 /// The opcodes of one CPython minor version that matter to the sampler.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Opcodes {
-    pub version: (u32, u32),
+    pub(crate) version: (u32, u32),
     /// Every opcode that calls a function (specialised and instrumented forms included).
-    pub calls: &'static [u8],
-    pub extended_arg: u8,
+    pub(crate) calls: &'static [u8],
+    extended_arg: u8,
     /// Opcodes >= this take an argument (2.7: 2 more bytes; 3.6+: all are 2 bytes).
-    pub have_argument: u8,
+    have_argument: u8,
     /// 3.11+: the inline cache entry opcode.
-    pub cache: Option<u8>,
+    cache: Option<u8>,
 }
 
 /// Every generated table, oldest first.
-pub const OPCODES: &[Opcodes] = &[
+pub(crate) const OPCODES: &[Opcodes] = &[
     // 2.7.18: CALL_FUNCTION, CALL_FUNCTION_VAR, CALL_FUNCTION_KW, CALL_FUNCTION_VAR_KW
     Opcodes {
         version: (2, 7),

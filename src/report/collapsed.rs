@@ -14,7 +14,6 @@
 use crate::profile::Frame;
 use crate::profile::Profile;
 use std::collections::BTreeMap;
-use std::io::{self, Write};
 
 /// The frame that stands for a sample whose stack had no Python frame.
 pub const NO_FRAMES: &str = "[no Python frames]";
@@ -31,7 +30,7 @@ fn sanitize_into(out: &mut String, s: &str) {
 }
 
 /// One frame as it appears in collapsed stacks and flame graphs: `function (file:line)`.
-pub fn frame_label(f: &Frame) -> String {
+fn frame_label(f: &Frame) -> String {
     let mut s = String::with_capacity(f.function.len() + f.filename.len() + 12);
     if f.function.is_empty() {
         s.push('?');
@@ -49,7 +48,7 @@ pub fn frame_label(f: &Frame) -> String {
 }
 
 /// The stack part of a collapsed line (no count): root first, `;`-separated.
-pub fn stack_label(frames_innermost_first: &[Frame]) -> String {
+fn stack_label(frames_innermost_first: &[Frame]) -> String {
     if frames_innermost_first.is_empty() {
         return NO_FRAMES.to_string();
     }
@@ -63,7 +62,7 @@ pub fn stack_label(frames_innermost_first: &[Frame]) -> String {
 
 /// Every distinct stack with its sample count, sorted by the stack text. Stacks that render
 /// the same (after sanitizing) are merged; stacks with no samples are left out.
-pub fn stacks(p: &Profile) -> Vec<(String, u64)> {
+fn stacks(p: &Profile) -> Vec<(String, u64)> {
     let mut merged: BTreeMap<String, u64> = BTreeMap::new();
     for s in &p.stacks {
         if s.samples == 0 {
@@ -76,7 +75,7 @@ pub fn stacks(p: &Profile) -> Vec<(String, u64)> {
 
 /// The allocation stacks (`--memory`): every distinct stack that allocated, with the KiB
 /// its sampled allocations stand for, sorted by the stack text. None without memory data.
-pub fn memory_stacks(p: &Profile) -> Option<Vec<(String, u64)>> {
+fn memory_stacks(p: &Profile) -> Option<Vec<(String, u64)>> {
     let m = p.memory.as_ref()?;
     let mut merged: BTreeMap<String, u64> = BTreeMap::new();
     for s in &m.stacks {
@@ -96,7 +95,7 @@ pub fn memory_lines(p: &Profile) -> Option<Vec<String>> {
 }
 
 /// The collapsed lines, without line terminators.
-pub fn lines(p: &Profile) -> Vec<String> {
+pub(crate) fn lines(p: &Profile) -> Vec<String> {
     stacks(p)
         .into_iter()
         .map(|(stack, n)| format!("{stack} {n}"))
@@ -111,9 +110,4 @@ pub fn render(p: &Profile) -> String {
         out.push('\n');
     }
     out
-}
-
-/// Writes [`render`]'s text to `w`.
-pub fn write<W: Write>(p: &Profile, mut w: W) -> io::Result<()> {
-    w.write_all(render(p).as_bytes())
 }

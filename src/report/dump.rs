@@ -6,7 +6,7 @@ use crate::python::Snapshot;
 use std::fmt::Write;
 
 /// JSON schema version of `dump --json` output (documented in docs/dump-json.md).
-pub const DUMP_SCHEMA_VERSION: u32 = 1;
+const DUMP_SCHEMA_VERSION: u32 = 1;
 
 /// `dump --json`: the schema version, then the snapshot's fields in their declared order.
 #[derive(serde::Serialize)]
@@ -17,7 +17,8 @@ struct DumpJson<'a> {
 }
 
 /// `dump --json` as a JSON value.
-pub fn to_json(s: &Snapshot) -> serde_json::Value {
+#[cfg(test)]
+fn to_json(s: &Snapshot) -> serde_json::Value {
     serde_json::to_value(json_view(s)).expect("a snapshot always serializes")
 }
 

@@ -53,7 +53,7 @@ fn options(p: &Profile) -> Options<'static> {
 }
 
 /// Writes the SVG. Fails (with `InvalidData`) when the profile has no samples to draw.
-pub fn write<W: Write>(p: &Profile, w: W) -> io::Result<()> {
+fn write<W: Write>(p: &Profile, w: W) -> io::Result<()> {
     let lines = collapsed::lines(p);
     if lines.is_empty() {
         return Err(io::Error::new(

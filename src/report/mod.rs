@@ -5,7 +5,7 @@
 pub mod collapsed;
 pub mod dump;
 pub mod flamegraph;
-pub mod pprof;
+pub(crate) mod pprof;
 pub mod profile_json;
 pub mod speedscope;
 pub mod terminal;

@@ -22,7 +22,7 @@ use std::io::{self, Write};
 
 /// The messages of pprof's profile.proto that we write, declared for prost's derive (the
 /// field numbers are the format's; fields we never set are left out).
-pub mod proto {
+pub(crate) mod proto {
     /// The whole profile.
     #[derive(Clone, PartialEq, prost::Message)]
     pub struct Profile {
@@ -281,7 +281,7 @@ fn stack_locations(
 }
 
 /// The profile as pprof's message (not yet encoded).
-pub fn to_proto(p: &Profile) -> proto::Profile {
+pub(crate) fn to_proto(p: &Profile) -> proto::Profile {
     let mut t = Tables::new();
     let starts = start_lines(p);
     // The split is written when every stack has it (profiles written before it was kept per
@@ -410,7 +410,7 @@ pub fn to_proto(p: &Profile) -> proto::Profile {
 }
 
 /// The pprof file's bytes: the encoded message, gzip-compressed.
-pub fn render(p: &Profile) -> io::Result<Vec<u8>> {
+pub(crate) fn render(p: &Profile) -> io::Result<Vec<u8>> {
     use prost::Message;
     let raw = to_proto(p).encode_to_vec();
     let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());

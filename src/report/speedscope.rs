@@ -14,7 +14,6 @@ use crate::profile::Frame;
 use crate::profile::Profile;
 use serde::Serialize;
 use std::collections::HashMap;
-use std::io::{self, Write};
 
 /// The `$schema` value speedscope recognises its own format by.
 pub const SCHEMA_URL: &str = "https://www.speedscope.app/file-format-schema.json";
@@ -122,9 +121,4 @@ pub fn render(p: &Profile) -> String {
     let mut s = serde_json::to_string(&build(p)).expect("speedscope JSON always serializes");
     s.push('\n');
     s
-}
-
-/// Writes [`render`]'s text to `w`.
-pub fn write<W: Write>(p: &Profile, mut w: W) -> io::Result<()> {
-    w.write_all(render(p).as_bytes())
 }

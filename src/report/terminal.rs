@@ -26,13 +26,13 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
 /// A line or file matters (is shown, anchors context) at this share of the total, in %.
-pub const MATTER_PCT: f64 = 1.0;
+const MATTER_PCT: f64 = 1.0;
 /// A line at this share of the total, in %, is hot (highlighted).
-pub const HOT_PCT: f64 = 10.0;
+const HOT_PCT: f64 = 10.0;
 /// Functions listed in the summary.
-pub const TOP_FUNCTIONS: usize = 10;
+const TOP_FUNCTIONS: usize = 10;
 /// Narrowest width honoured; a smaller `width` is raised to it.
-pub const MIN_WIDTH: usize = 72;
+const MIN_WIDTH: usize = 72;
 
 /// How to render.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -59,7 +59,7 @@ impl Default for TerminalOptions {
 }
 
 /// Reads a file's lines for context (`None` when it cannot be read).
-pub type SourceProvider<'a> = &'a mut dyn FnMut(&str) -> Option<Vec<String>>;
+type SourceProvider<'a> = &'a mut dyn FnMut(&str) -> Option<Vec<String>>;
 
 /// The report, reading context lines through `source` (called once per file shown, with the
 /// file name as the profile has it). The profile's own `source` text of a sampled line wins
@@ -248,7 +248,7 @@ fn bytes_text(b: u64) -> String {
 }
 
 /// A sparkline of `values` (scaled to their maximum), `width` characters at most.
-pub fn sparkline(values: &[f64], width: usize) -> String {
+fn sparkline(values: &[f64], width: usize) -> String {
     const BARS: [char; 8] = ['▁', '▂', '▃', '▄', '▅', '▆', '▇', '█'];
     let max = values.iter().copied().fold(0.0f64, f64::max);
     if values.is_empty() || max <= 0.0 || width == 0 {

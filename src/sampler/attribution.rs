@@ -12,48 +12,48 @@ use std::collections::HashMap;
 
 /// One thread as one sample saw it.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Observation {
+pub(crate) struct Observation {
     /// Kernel TID.
-    pub tid: i32,
+    pub(crate) tid: i32,
     /// Its stack, innermost first.
-    pub frames: Vec<Frame>,
+    pub(crate) frames: Vec<Frame>,
     /// What the innermost frame was doing.
-    pub activity: Activity,
+    pub(crate) activity: Activity,
     /// On a CPU (or holding the GIL, or in the memory handshake) when its stack was read.
-    pub running: bool,
+    pub(crate) running: bool,
     /// CPU time since its previous sample, user and kernel, seconds.
-    pub user_s: f64,
-    pub system_s: f64,
+    pub(crate) user_s: f64,
+    pub(crate) system_s: f64,
     /// Time off the CPU since its previous sample (wall mode; 0 otherwise), seconds.
-    pub idle_s: f64,
+    pub(crate) idle_s: f64,
 }
 
 /// Time to charge to a stack.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Charge<'a> {
-    pub tid: i32,
-    pub frames: &'a [Frame],
-    pub activity: Activity,
-    pub user_s: f64,
-    pub system_s: f64,
-    pub idle_s: f64,
+pub(crate) struct Charge<'a> {
+    pub(crate) tid: i32,
+    pub(crate) frames: &'a [Frame],
+    pub(crate) activity: Activity,
+    pub(crate) user_s: f64,
+    pub(crate) system_s: f64,
+    pub(crate) idle_s: f64,
 }
 
 /// Where each thread was the last time it was seen running.
 #[derive(Debug, Default)]
-pub struct Attribution {
+pub(crate) struct Attribution {
     last_running: HashMap<i32, (Vec<Frame>, Activity)>,
 }
 
 impl Attribution {
-    pub fn new() -> Attribution {
+    pub(crate) fn new() -> Attribution {
         Attribution::default()
     }
 
     /// Takes one observation and says what to charge where: the CPU time first, then the
     /// time off the CPU. A charge may carry no time (the caller drops those). The stacks
     /// are moved, not copied: this runs for every thread of every sample.
-    pub fn observe(&mut self, o: Observation, charge: &mut dyn FnMut(Charge<'_>)) {
+    pub(crate) fn observe(&mut self, o: Observation, charge: &mut dyn FnMut(Charge<'_>)) {
         let before = self.last_running.remove(&o.tid);
         let (cpu_frames, cpu_activity) = match (o.running, &before) {
             (false, Some((f, a))) => (&f[..], *a),
@@ -87,7 +87,7 @@ impl Attribution {
     }
 
     /// Forgets the threads that are gone (not in `tids`).
-    pub fn retain(&mut self, tids: &[i32]) {
+    pub(crate) fn retain(&mut self, tids: &[i32]) {
         self.last_running.retain(|t, _| tids.contains(t));
     }
 }

@@ -9,25 +9,25 @@ use std::collections::HashMap;
 
 /// One reading of one thread.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct CpuReading {
+pub(crate) struct CpuReading {
     /// Total CPU time in nanoseconds (`schedstat` field 1), precise.
-    pub run_ns: u64,
+    pub(crate) run_ns: u64,
     /// User and system time in clock ticks (`stat` fields 14 and 15).
-    pub utime: u64,
-    pub stime: u64,
+    pub(crate) utime: u64,
+    pub(crate) stime: u64,
     /// Scheduler state ('R', 'S', 'D', ...).
-    pub state: char,
+    pub(crate) state: char,
 }
 
 /// Time a thread spent since its previous reading, in seconds.
 #[derive(Debug, Clone, Copy, PartialEq, Default)]
-pub struct CpuDelta {
-    pub user_s: f64,
-    pub system_s: f64,
+pub(crate) struct CpuDelta {
+    pub(crate) user_s: f64,
+    pub(crate) system_s: f64,
 }
 
 /// Seconds per clock tick (`sysconf(_SC_CLK_TCK)`, 100 on Linux).
-pub fn tick_seconds() -> f64 {
+fn tick_seconds() -> f64 {
     // SAFETY: sysconf has no preconditions; it returns -1 on error, handled below.
     let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
     if hz > 0 {
@@ -38,7 +38,7 @@ pub fn tick_seconds() -> f64 {
 }
 
 /// Parses the fields we need out of `/proc/PID/task/TID/stat`.
-pub fn parse_stat(stat: &str) -> Option<(char, u64, u64)> {
+fn parse_stat(stat: &str) -> Option<(char, u64, u64)> {
     let mut it = crate::proc::stat_fields(stat)?;
     let state = it.next()?.chars().next()?;
     // After the state (field 3) come fields 4..; utime is field 14, stime field 15.
@@ -79,7 +79,8 @@ impl ThreadFiles {
     }
 
     /// One thread's reading; None when it is gone (its files are then closed).
-    pub fn read(&mut self, pid: i32, tid: i32) -> Option<CpuReading> {
+    #[cfg(test)]
+    fn read(&mut self, pid: i32, tid: i32) -> Option<CpuReading> {
         let run_ns = self.read_sched(pid, tid)?;
         let (state, utime, stime) = self.read_stat(pid, tid)?;
         Some(CpuReading {
@@ -117,7 +118,7 @@ impl ThreadFiles {
     }
 
     /// A thread's scheduler state and user/system ticks from `stat`; None when it is gone.
-    pub fn read_stat(&mut self, pid: i32, tid: i32) -> Option<(char, u64, u64)> {
+    pub(crate) fn read_stat(&mut self, pid: i32, tid: i32) -> Option<(char, u64, u64)> {
         let mut buf = [0u8; 1024];
         let (stat, _) = self.files(pid, tid)?;
         let Some(n) = Self::read_at0(stat, &mut buf) else {
@@ -128,26 +129,27 @@ impl ThreadFiles {
     }
 
     /// Just the scheduler state ('R', 'S', ...); None when the thread is gone.
-    pub fn state(&mut self, pid: i32, tid: i32) -> Option<char> {
+    #[cfg(test)]
+    fn state(&mut self, pid: i32, tid: i32) -> Option<char> {
         self.read_stat(pid, tid).map(|(state, _, _)| state)
     }
 
     /// Closes the files of threads not in `alive`.
-    pub fn retain(&mut self, alive: &[i32]) {
+    pub(crate) fn retain(&mut self, alive: &[i32]) {
         self.open.retain(|t, _| alive.contains(t));
     }
 }
 
 /// Keeps each thread's previous reading and yields deltas.
 #[derive(Debug, Default)]
-pub struct CpuTracker {
+pub(crate) struct CpuTracker {
     /// Previous reading and the kernel time counted in ticks but not yet attributed.
     last: HashMap<i32, (CpuReading, f64)>,
     tick_s: f64,
 }
 
 impl CpuTracker {
-    pub fn new() -> CpuTracker {
+    pub(crate) fn new() -> CpuTracker {
         CpuTracker {
             last: HashMap::new(),
             tick_s: tick_seconds(),
@@ -156,7 +158,7 @@ impl CpuTracker {
 
     /// Seconds of CPU (schedstat) `tid` used since its last reading, left for its next
     /// [`delta`](Self::delta); None for a thread not read before.
-    pub fn pending_s(&self, tid: i32, run_ns: u64) -> Option<f64> {
+    pub(crate) fn pending_s(&self, tid: i32, run_ns: u64) -> Option<f64> {
         let (prev, _) = self.last.get(&tid)?;
         Some(run_ns.saturating_sub(prev.run_ns) as f64 * 1e-9)
     }
@@ -168,7 +170,7 @@ impl CpuTracker {
     /// ticks, at most the interval's total, with any excess carried to the thread's next
     /// interval (ticks arrive in 10 ms steps, so one interval may see two ticks and the next
     /// none: dropping the excess would bias system time down); the rest is user time.
-    pub fn delta(&mut self, tid: i32, now: CpuReading) -> CpuDelta {
+    pub(crate) fn delta(&mut self, tid: i32, now: CpuReading) -> CpuDelta {
         let mut pending = 0.0;
         let d = match self.last.get(&tid) {
             Some(&(prev, carried)) => {
@@ -195,7 +197,7 @@ impl CpuTracker {
     }
 
     /// Forgets threads not in `alive` (they exited).
-    pub fn retain(&mut self, alive: &[i32]) {
+    pub(crate) fn retain(&mut self, alive: &[i32]) {
         self.last.retain(|t, _| alive.contains(t));
     }
 }

@@ -6,13 +6,13 @@
 //! folding library frames into the user's calling line, and feeding the [`Aggregator`].
 //! Must not: format output, or keep samples one by one (memory stays bounded).
 
-pub mod attribution;
+mod attribution;
 pub mod cputime;
-pub mod pauses;
-pub mod tree;
+mod pauses;
+pub(crate) mod tree;
 
 use crate::error::Result;
-use crate::profile::{Activity, Aggregator, Profile, ProfileMeta, ThreadSample, TimeMode};
+use crate::profile::{Activity, Aggregator, ProfileMeta, ThreadSample, TimeMode};
 pub use crate::python::ReadMode;
 use crate::python::{self, PythonProcess, SnapshotOptions, StackWalker, Unread};
 use attribution::{Attribution, Charge, Observation};
@@ -75,7 +75,7 @@ pub struct Stats {
 
 /// Samples one process.
 pub struct Sampler {
-    pub proc: PythonProcess,
+    proc: PythonProcess,
     walker: StackWalker,
     cpu: CpuTracker,
     /// /proc files of the threads, open between samples.
@@ -385,7 +385,7 @@ impl Sampler {
 
     /// The memory ring of this process, known once it has one (see
     /// [`SamplerConfig::handshake_file`]).
-    pub fn set_handshake_file(&mut self, file: std::path::PathBuf) {
+    fn set_handshake_file(&mut self, file: std::path::PathBuf) {
         self.handshake_range = mapping_of(self.proc.pid, &file);
         self.cfg.handshake_file = Some(file);
     }
@@ -409,44 +409,24 @@ impl Sampler {
     }
 
     /// What has been folded so far.
-    pub fn aggregator(&self) -> &Aggregator {
+    fn aggregator(&self) -> &Aggregator {
         &self.agg
     }
 
     /// The target's working directory when sampling began.
-    pub fn cwd(&self) -> Option<&str> {
+    pub(crate) fn cwd(&self) -> Option<&str> {
         self.cwd.as_deref()
     }
 
     /// Sources read while sampling (a target with its own files), by file name.
-    pub fn sources(&self) -> &HashMap<String, Option<Vec<String>>> {
+    fn sources(&self) -> &HashMap<String, Option<Vec<String>>> {
         &self.sources
-    }
-
-    /// The finished profile.
-    pub fn finish(&self, program: String) -> Profile {
-        let meta = profile_meta(
-            &self.cfg,
-            program,
-            self.proc.pid,
-            &[&self.proc],
-            &self.stats,
-        );
-        let mut cache = self.sources.clone();
-        let pid = self.proc.pid;
-        let cwd = self.cwd.clone();
-        self.agg.finish(meta, &mut |file| {
-            cache
-                .entry(file.to_string())
-                .or_insert_with(|| read_source(pid, &absolute(file, cwd.as_deref())))
-                .clone()
-        })
     }
 }
 
 /// The facts about a recording that head its profile; `procs`: the Python processes it
 /// sampled (their versions, joined, and their kinds of build).
-pub fn profile_meta(
+fn profile_meta(
     cfg: &SamplerConfig,
     program: String,
     pid: i32,
@@ -514,7 +494,7 @@ impl Ticker for Sampler {
 }
 
 /// Something sampled on a schedule: one process ([`Sampler`]) or a tree of them.
-pub trait Ticker {
+pub(crate) trait Ticker {
     /// Takes one sample; Ok(false) when there is nothing left to sample.
     fn tick(&mut self) -> Result<bool>;
     fn stats_mut(&mut self) -> &mut Stats;
@@ -529,11 +509,11 @@ pub trait Ticker {
 /// kernel's tick grid (HZ 100, 250, 300, 1000): the phase sweeps the whole tick within
 /// ~100 ticks, with every interval equal (random intervals would add variance to the
 /// CPU-time weights). The achieved rate is reported as such (1% under the rate asked).
-pub const OFF_GRID: f64 = 98.0 / 97.0;
+const OFF_GRID: f64 = 98.0 / 97.0;
 
 /// Ticks `t` at `rate_hz` until `stop()` says so or `t` has nothing left to sample.
 /// `progress` is called about four times a second.
-pub fn drive(
+pub(crate) fn drive(
     t: &mut dyn Ticker,
     rate_hz: f64,
     stop: &mut dyn FnMut() -> bool,
@@ -628,7 +608,7 @@ fn mapping_of(pid: i32, file: &std::path::Path) -> Option<(u64, u64)> {
 }
 
 /// `file` made absolute against `cwd` when it is relative (`python app.py` records "app.py").
-pub fn absolute(file: &str, cwd: Option<&str>) -> String {
+pub(crate) fn absolute(file: &str, cwd: Option<&str>) -> String {
     match cwd {
         Some(dir) if !file.starts_with('/') && !file.starts_with('<') => {
             format!("{}/{file}", dir.trim_end_matches('/'))
@@ -640,7 +620,7 @@ pub fn absolute(file: &str, cwd: Option<&str>) -> String {
 /// A source file's lines, read as the target sees the file (inside its root, symbolic links
 /// included) while the process is there. Our own file of that path only when the target
 /// shares our mounts, or is gone (a finished `run`, a saved profile).
-pub fn read_source(pid: i32, file: &str) -> Option<Vec<String>> {
+pub(crate) fn read_source(pid: i32, file: &str) -> Option<Vec<String>> {
     use std::io::Read;
     if !file.starts_with('/') {
         return None;

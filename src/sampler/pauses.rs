@@ -18,11 +18,11 @@ use std::collections::HashMap;
 use std::time::Instant;
 
 /// See the module documentation.
-pub const UNSETTLED_LIMIT: f64 = 0.05;
+const UNSETTLED_LIMIT: f64 = 0.05;
 /// Weight of one sample in a thread's share of failed reads (a moving average).
 const UNSETTLED_WEIGHT: f64 = 1.0 / 64.0;
 /// Samples taken paused once [`UNSETTLED_LIMIT`] is passed, before trying again without.
-pub const PAUSED_STRETCH: u32 = 400;
+const PAUSED_STRETCH: u32 = 400;
 /// At most this many paused samples a second in such a stretch: a pause costs the target
 /// tens of microseconds (see docs/benchmarks.md). The ticks between take no sample; the
 /// CPU time of those ticks goes to the next sample, as at a lower rate.
@@ -40,19 +40,19 @@ struct Unsettled {
 /// Per thread (by `thread_id`): the recent share of its samples whose read without pausing
 /// failed, and how many of its samples are still to be taken paused.
 #[derive(Debug, Default)]
-pub struct PauseSchedule {
+pub(crate) struct PauseSchedule {
     threads: HashMap<u64, Unsettled>,
     /// When the last sample with a thread in a paused stretch was taken.
     last_paused: Option<Instant>,
 }
 
 impl PauseSchedule {
-    pub fn new() -> PauseSchedule {
+    pub(crate) fn new() -> PauseSchedule {
         PauseSchedule::default()
     }
 
     /// The threads whose next sample is to be read paused without a try first.
-    pub fn pause_these(&self) -> Vec<u64> {
+    pub(crate) fn pause_these(&self) -> Vec<u64> {
         self.threads
             .iter()
             .filter(|(_, u)| u.stretch > 0)
@@ -62,7 +62,7 @@ impl PauseSchedule {
 
     /// Whether the tick at `now` takes no sample: it would pause (`pausing`) sooner than
     /// [`PAUSED_MAX_HZ`] allows after the last one that did.
-    pub fn thin(&self, pausing: bool, now: Instant) -> bool {
+    pub(crate) fn thin(&self, pausing: bool, now: Instant) -> bool {
         pausing
             && self
                 .last_paused
@@ -70,13 +70,13 @@ impl PauseSchedule {
     }
 
     /// A sample that pauses is taken at `now`.
-    pub fn paused_at(&mut self, now: Instant) {
+    pub(crate) fn paused_at(&mut self, now: Instant) {
         self.last_paused = Some(now);
     }
 
     /// Takes one sample's outcome: for each thread (`thread_id`, whether its read had to
     /// pause). Threads not in it are forgotten.
-    pub fn update(&mut self, threads: &[(u64, bool)]) {
+    pub(crate) fn update(&mut self, threads: &[(u64, bool)]) {
         if self.threads.len() > threads.len() {
             self.threads
                 .retain(|id, _| threads.iter().any(|&(t, _)| t == *id));

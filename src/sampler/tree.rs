@@ -50,7 +50,7 @@ struct Done {
 }
 
 /// Samples a root process and, when following, every descendant that runs Python.
-pub struct ProcessTree {
+pub(crate) struct ProcessTree {
     root: i32,
     follow: bool,
     cfg: SamplerConfig,
@@ -69,13 +69,13 @@ pub struct ProcessTree {
     memory: HashMap<u64, (f64, f64)>,
     /// Ticks of the shared schedule (`samples`), missed ticks, and the sum of every
     /// process's lost thread samples.
-    pub stats: Stats,
+    pub(crate) stats: Stats,
     /// Why a process could not be profiled (unsupported version, permission), by pid.
-    pub notes: BTreeMap<i32, String>,
+    pub(crate) notes: BTreeMap<i32, String>,
 }
 
 /// `root` and all its descendants, parents before children.
-pub fn descendants(root: i32) -> Vec<i32> {
+fn descendants(root: i32) -> Vec<i32> {
     let mut out = vec![root];
     let mut i = 0;
     while i < out.len() && out.len() < 65536 {
@@ -107,7 +107,7 @@ fn image_of(pid: i32) -> Option<String> {
 
 impl ProcessTree {
     /// `follow`: also sample the root's descendants (else only the root).
-    pub fn new(root: i32, follow: bool, cfg: SamplerConfig, locate: LocateOptions) -> Self {
+    pub(crate) fn new(root: i32, follow: bool, cfg: SamplerConfig, locate: LocateOptions) -> Self {
         ProcessTree {
             root,
             follow,
@@ -126,7 +126,7 @@ impl ProcessTree {
     }
 
     /// Starts with an interpreter already located (the session found the root's).
-    pub fn with_located(mut self, proc: PythonProcess) -> Self {
+    pub(crate) fn with_located(mut self, proc: PythonProcess) -> Self {
         // A process `--gil` cannot follow (a free-threaded build) is left to the scan, which
         // says why and does not sample it (see `tick`).
         if proc.check_gil_request(self.cfg.gil_only).is_err() {
@@ -154,7 +154,7 @@ impl ProcessTree {
     }
 
     /// The images being sampled: pid, serial, and the located interpreter.
-    pub fn sampling(&self) -> impl Iterator<Item = (i32, u64, &PythonProcess)> {
+    pub(crate) fn sampling(&self) -> impl Iterator<Item = (i32, u64, &PythonProcess)> {
         self.tracked.iter().filter_map(|(&pid, t)| match t {
             Tracked::Sampling {
                 sampler, serial, ..
@@ -165,18 +165,18 @@ impl ProcessTree {
 
     /// The images that ended (their process ended or exec'd) since the last call: pid and
     /// serial, in the order they ended.
-    pub fn take_retired(&mut self) -> Vec<(i32, u64)> {
+    pub(crate) fn take_retired(&mut self) -> Vec<(i32, u64)> {
         std::mem::take(&mut self.retired)
     }
 
     /// Whether the processes were listed again since the last call.
-    pub fn take_scanned(&mut self) -> bool {
+    pub(crate) fn take_scanned(&mut self) -> bool {
         std::mem::replace(&mut self.scanned, false)
     }
 
     /// Where process `pid`'s memory ring is mapped from: a thread of it blocked in a futex
     /// there waits for us (see [`SamplerConfig::handshake_file`]).
-    pub fn set_handshake_file(&mut self, pid: i32, file: std::path::PathBuf) {
+    pub(crate) fn set_handshake_file(&mut self, pid: i32, file: std::path::PathBuf) {
         if let Some(Tracked::Sampling { sampler, .. }) = self.tracked.get_mut(&pid) {
             sampler.set_handshake_file(file);
         }
@@ -184,12 +184,12 @@ impl ProcessTree {
 
     /// Image `serial`'s own memory figures (peak and allocated MB), for the per-process
     /// breakdown.
-    pub fn set_process_memory(&mut self, serial: u64, peak_mb: f64, alloc_mb: f64) {
+    pub(crate) fn set_process_memory(&mut self, serial: u64, peak_mb: f64, alloc_mb: f64) {
         self.memory.insert(serial, (peak_mb, alloc_mb));
     }
 
     /// Ends every image (the recording is over): see [`ProcessTree::take_retired`].
-    pub fn retire_all(&mut self) {
+    pub(crate) fn retire_all(&mut self) {
         let pids: Vec<i32> = self.tracked.keys().copied().collect();
         for pid in pids {
             self.retire(pid);
@@ -197,7 +197,7 @@ impl ProcessTree {
     }
 
     /// Processes sampled so far, running or finished.
-    pub fn profiled(&self) -> usize {
+    pub(crate) fn profiled(&self) -> usize {
         self.done.len()
             + self
                 .tracked
@@ -337,7 +337,7 @@ impl ProcessTree {
 
     /// One tick: a scan when due, then one sample of every Python process. False once
     /// the root is gone and nothing is left to sample.
-    pub fn tick(&mut self) -> Result<bool> {
+    pub(crate) fn tick(&mut self) -> Result<bool> {
         if self.last_scan.is_none_or(|t| t.elapsed() >= SCAN_INTERVAL) {
             self.scan();
         }
@@ -369,18 +369,8 @@ impl ProcessTree {
         Ok(sampling || crate::proc::process_exists(self.root))
     }
 
-    /// Samples until `stop()` says so or every process is gone.
-    pub fn run(
-        &mut self,
-        stop: &mut dyn FnMut() -> bool,
-        progress: &mut dyn FnMut(&Stats),
-    ) -> Result<()> {
-        let rate = self.cfg.rate_hz;
-        super::drive(self, rate, stop, progress)
-    }
-
     /// The merged profile of every process sampled.
-    pub fn finish(mut self, program: String) -> Profile {
+    pub(crate) fn finish(mut self, program: String) -> Profile {
         self.retire_all();
         let mut agg = Aggregator::new();
         let mut views: Vec<(i32, Option<String>)> = Vec::new();
