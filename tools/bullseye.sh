@@ -29,7 +29,7 @@ die() { printf 'tools/bullseye.sh: %s\n' "$*" >&2; exit 1; }
 [ "$(id -u)" = 0 ] || die "needs root (debootstrap and mount namespaces); run it as root"
 if ! command -v debootstrap >/dev/null; then
     log "installing debootstrap"
-    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq debootstrap >/dev/null \
+    { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq debootstrap >/dev/null; } \
         || die "cannot install debootstrap with apt-get"
 fi
 mkdir -p "$CACHE" "$BIN"

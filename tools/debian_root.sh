@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # Sourced by tools/pythons.sh and tools/bullseye.sh: makes (or reuses) a Debian root with
 # debootstrap, and writes wrappers that run one of its executables chrooted into it. The
 # caller defines log and die (message helpers) before sourcing this file.
@@ -41,7 +42,7 @@ debian_root() {
 # directory bound at their own paths, then chrooted there. exec all the way: the pid the
 # caller started is EXE's.
 debian_wrapper() {
-    local dir=$1 bin=$2 name=$3 exe=$4 what=$5 w="$2/$3"
+    local dir=$1 bin=$2 exe=$4 what=$5 w="$2/$3"
     mkdir -p "$bin"
     cat >"$w.tmp" <<EOF
 #!/bin/sh

@@ -52,7 +52,9 @@ log "maturin build --release --zig --compatibility manylinux2014"
 maturin build --release --locked --zig --compatibility manylinux2014 -o "$OUT" >&2 \
     || die "maturin build failed (see above)"
 wheels=("$OUT"/scalene_rs-*.whl)
-[ ${#wheels[@]} -eq 1 ] && [ -f "${wheels[0]}" ] || die "expected one wheel in $OUT, found: ${wheels[*]}"
+if [ ${#wheels[@]} -ne 1 ] || [ ! -f "${wheels[0]}" ]; then
+    die "expected one wheel in $OUT, found: ${wheels[*]}"
+fi
 wheel=${wheels[0]}
 case "$wheel" in
     *manylinux2014_x86_64*|*manylinux_2_17_x86_64*) ;;
