@@ -67,16 +67,16 @@ auditwheel show "$wheel" >&2 || die "auditwheel show $wheel failed"
 # The executable out of the wheel, and the preload library embedded in it.
 check=$(mktemp -d)
 trap 'rm -rf "$check"' EXIT
-"$VENV/bin/python" - "$wheel" "$check" <<'EOF' || die "cannot find the executable and its embedded preload library"
+"$VENV/bin/python" - "$wheel" "$check" "${CARGO_TARGET_DIR:-target}" <<'EOF' || die "cannot find the executable and its embedded preload library"
 import glob, sys, zipfile
-wheel, out = sys.argv[1:]
+wheel, out, target = sys.argv[1:]
 with zipfile.ZipFile(wheel) as z:
     exe = [n for n in z.namelist() if n.endswith(".data/scripts/scalene-rs")]
     if len(exe) != 1:
         sys.exit("the wheel holds %r, not one .data/scripts/scalene-rs" % exe)
     binary = z.read(exe[0])
 open(out + "/scalene-rs", "wb").write(binary)
-candidates = glob.glob("target/x86_64-unknown-linux-gnu/release/build/scalene-rs-*/out/preload-target/release/libscalene_preload.so")
+candidates = glob.glob(target + "/x86_64-unknown-linux-gnu/release/build/scalene-rs-*/out/preload-target/release/libscalene_preload.so")
 inside = [c for c in candidates if open(c, "rb").read() in binary]
 if len(inside) != 1:
     sys.exit("of the built preload libraries %r, %d are inside the wheel's executable" % (candidates, len(inside)))
