@@ -22,7 +22,11 @@ fn main() {
         .args(["--config", "profile.release.panic=\"abort\""])
         .args(["--config", "profile.release.debug=0"]);
     // What the outer cargo set for our own compilation must not leak into this one
-    // (clippy's wrapper, coverage flags, the outer target directory).
+    // (clippy's wrapper, coverage flags, the outer target directory). The linker settings
+    // do pass through, on purpose: under `maturin build --zig` (tools/wheel.sh) the
+    // environment's CARGO_TARGET_X86_64_UNKNOWN_LINUX_GNU_LINKER is zig's, for glibc 2.17, and
+    // it applies to this host build too, so the embedded library is as portable as the
+    // executable (tools/wheel.sh checks both files' GLIBC_ symbol versions).
     for var in [
         "RUSTC_WORKSPACE_WRAPPER",
         "RUSTC_WRAPPER",
