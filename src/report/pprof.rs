@@ -16,7 +16,7 @@
 //! Must not: read process memory or files.
 
 use super::collapsed::NO_FRAMES;
-use crate::profile::{Frame, Profile, TimeMode};
+use crate::profile::{Frame, Profile, ProfileMeta, TimeMode};
 use std::collections::HashMap;
 use std::io::{self, Write};
 
@@ -280,6 +280,78 @@ fn stack_locations(
         .collect()
 }
 
+/// One sample per stack of time: its samples, its time (split into Python, native and
+/// system when `split`), zeros for the other values (`n_values` in all); labelled with
+/// `common`, its thread's id and name.
+fn time_samples(
+    p: &Profile,
+    t: &mut Tables,
+    starts: &HashMap<(&str, &str), u32>,
+    split: bool,
+    n_values: usize,
+    common: &[proto::Label],
+) -> Vec<proto::Sample> {
+    let names: HashMap<i32, &str> = p
+        .threads
+        .iter()
+        .filter_map(|th| Some((th.native_id, th.name.as_deref()?)))
+        .collect();
+    // A stack's thread is its own; stacks saved before they kept one merge every thread,
+    // and have one only when the program had one.
+    let only_thread = match &p.threads[..] {
+        [th] => Some(th.native_id),
+        _ => None,
+    };
+
+    let mut samples = Vec::new();
+    for s in &p.stacks {
+        let location_id = stack_locations(t, &s.frames, starts);
+        let mut label = common.to_vec();
+        if let Some(tid) = s.native_id.or(only_thread) {
+            label.push(t.label_num("thread_id", tid.into()));
+            if let Some(name) = names.get(&tid) {
+                label.push(t.label_str("thread_name", name));
+            }
+        }
+        let mut value = vec![s.samples as i64];
+        match s.split.filter(|_| split) {
+            Some(sp) => {
+                let parts = [nanos(sp.python_s), nanos(sp.native_s), nanos(sp.system_s)];
+                // The time value is the sum of the rounded parts, so that they add up.
+                value.push(parts.iter().sum());
+                value.extend(parts);
+            }
+            None => value.push(nanos(s.seconds)),
+        }
+        value.resize(n_values, 0);
+        samples.push(proto::Sample {
+            location_id,
+            value,
+            label,
+        });
+    }
+    samples
+}
+
+/// The profile's comments: the program, the Python version, the mode, a missing split.
+fn comments(t: &mut Tables, m: &ProfileMeta) -> Vec<i64> {
+    let mut comment = Vec::new();
+    for c in [
+        (!m.program.is_empty()).then(|| format!("program: {}", m.program)),
+        (!m.python_version.is_empty()).then(|| format!("python: {}", m.python_version)),
+        Some(format!("scalene-rs {} mode", m.mode)),
+        m.split_unavailable
+            .as_ref()
+            .map(|why| format!("no Python/native split (python holds both): {why}")),
+    ]
+    .into_iter()
+    .flatten()
+    {
+        comment.push(t.string(&c));
+    }
+    comment
+}
+
 /// The profile as pprof's message (not yet encoded).
 pub(crate) fn to_proto(p: &Profile) -> proto::Profile {
     let mut t = Tables::new();
@@ -312,45 +384,7 @@ pub(crate) fn to_proto(p: &Profile) -> proto::Profile {
     if p.processes.is_empty() && p.meta.pid != 0 {
         common.push(t.label_num("pid", p.meta.pid.into()));
     }
-    let names: HashMap<i32, &str> = p
-        .threads
-        .iter()
-        .filter_map(|th| Some((th.native_id, th.name.as_deref()?)))
-        .collect();
-    // A stack's thread is its own; stacks saved before they kept one merge every thread,
-    // and have one only when the program had one.
-    let only_thread = match &p.threads[..] {
-        [th] => Some(th.native_id),
-        _ => None,
-    };
-
-    let mut samples = Vec::new();
-    for s in &p.stacks {
-        let location_id = stack_locations(&mut t, &s.frames, &starts);
-        let mut label = common.clone();
-        if let Some(tid) = s.native_id.or(only_thread) {
-            label.push(t.label_num("thread_id", tid.into()));
-            if let Some(name) = names.get(&tid) {
-                label.push(t.label_str("thread_name", name));
-            }
-        }
-        let mut value = vec![s.samples as i64];
-        match s.split.filter(|_| split) {
-            Some(sp) => {
-                let parts = [nanos(sp.python_s), nanos(sp.native_s), nanos(sp.system_s)];
-                // The time value is the sum of the rounded parts, so that they add up.
-                value.push(parts.iter().sum());
-                value.extend(parts);
-            }
-            None => value.push(nanos(s.seconds)),
-        }
-        value.resize(n_values, 0);
-        samples.push(proto::Sample {
-            location_id,
-            value,
-            label,
-        });
-    }
+    let mut samples = time_samples(p, &mut t, &starts, split, n_values, &common);
     for m in memory.iter().flat_map(|m| &m.stacks) {
         let location_id = stack_locations(&mut t, &m.frames, &starts);
         let mut value = vec![0; n_values];
@@ -370,21 +404,8 @@ pub(crate) fn to_proto(p: &Profile) -> proto::Profile {
     };
     let period = if rate > 0.0 { nanos(1.0 / rate) } else { 0 };
     let default_sample_type = t.string(time_kind);
-    let mut comment = Vec::new();
     let m = &p.meta;
-    for c in [
-        (!m.program.is_empty()).then(|| format!("program: {}", m.program)),
-        (!m.python_version.is_empty()).then(|| format!("python: {}", m.python_version)),
-        Some(format!("scalene-rs {} mode", m.mode)),
-        m.split_unavailable
-            .as_ref()
-            .map(|why| format!("no Python/native split (python holds both): {why}")),
-    ]
-    .into_iter()
-    .flatten()
-    {
-        comment.push(t.string(&c));
-    }
+    let comment = comments(&mut t, m);
     let mapping = vec![proto::Mapping {
         id: MAPPING_ID,
         filename: t.string("[python]"),
