@@ -458,7 +458,17 @@ pub struct FileProfile {
     /// from the profile alone (the file may be gone, or another by now).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub context: Vec<SourceLine>,
+    /// The file's whole text, line 1 first, when it has at most [`FULL_SOURCE_MAX_LINES`]
+    /// lines and [`FULL_SOURCE_MAX_BYTES`] bytes (empty otherwise, and in profiles written
+    /// before it existed): the HTML report's "all lines" view shows it.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub full_source: Vec<String>,
 }
+
+/// A file's whole text is kept ([`FileProfile::full_source`]) up to this many lines...
+pub const FULL_SOURCE_MAX_LINES: usize = 20_000;
+/// ...and this many bytes.
+pub const FULL_SOURCE_MAX_BYTES: usize = 1 << 20;
 
 /// One line of a source file that the profile carries for context.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -478,6 +488,7 @@ impl FileProfile {
             lines: Vec::new(),
             functions: Vec::new(),
             context: Vec::new(),
+            full_source: Vec::new(),
         }
     }
 
@@ -511,6 +522,12 @@ impl FileProfile {
                 source: text(line).cloned().unwrap_or_default(),
             })
             .collect();
+        let bytes: usize = src.iter().map(|l| l.len() + 1).sum();
+        self.full_source = if src.len() <= FULL_SOURCE_MAX_LINES && bytes <= FULL_SOURCE_MAX_BYTES {
+            src.to_vec()
+        } else {
+            Vec::new()
+        };
     }
 
     /// The file's text as far as the profile knows it: line `n` at index `n - 1`, empty
@@ -670,5 +687,19 @@ mod tests {
         let p = agg.finish(ProfileMeta::default(), &mut |_| Some(vec!["x = 1".into()]));
         assert_eq!(p.files[0].lines[0].line, 0);
         assert_eq!(p.files[0].lines[0].source, "");
+        assert_eq!(p.files[0].full_source, vec!["x = 1".to_string()]);
+    }
+
+    #[test]
+    fn full_source_is_kept_only_for_files_within_bounds() {
+        let mut f = FileProfile::new("/a.py");
+        f.take_source(&["a".to_string(), "b".to_string()]);
+        assert_eq!(f.full_source, vec!["a", "b"]);
+        let big = vec!["x".to_string(); FULL_SOURCE_MAX_LINES + 1];
+        f.take_source(&big);
+        assert!(f.full_source.is_empty());
+        let wide = vec!["y".repeat(FULL_SOURCE_MAX_BYTES)];
+        f.take_source(&wide);
+        assert!(f.full_source.is_empty());
     }
 }

@@ -5,6 +5,7 @@
 pub mod collapsed;
 pub mod dump;
 pub mod flamegraph;
+pub mod html;
 pub mod profile_json;
 pub mod speedscope;
 pub mod terminal;
@@ -26,6 +27,8 @@ pub enum Format {
     Speedscope,
     /// Brendan Gregg's collapsed stacks.
     Collapsed,
+    /// A self-contained interactive HTML page (docs/html.md).
+    Html,
 }
 
 impl Format {
@@ -39,6 +42,8 @@ impl Format {
             Format::Speedscope
         } else if name.ends_with(".json") {
             Format::Json
+        } else if name.ends_with(".html") || name.ends_with(".htm") {
+            Format::Html
         } else if name.ends_with(".svg") {
             Format::Flamegraph
         } else if name.ends_with(".collapsed") || name.ends_with(".txt") {
@@ -57,6 +62,7 @@ impl fmt::Display for Format {
             Format::Flamegraph => "flame graph SVG",
             Format::Speedscope => "speedscope JSON",
             Format::Collapsed => "collapsed stacks",
+            Format::Html => "HTML report",
         })
     }
 }
@@ -114,6 +120,7 @@ pub fn render(profile: &Profile, format: Format, opts: &RenderOptions) -> std::i
         }
         Format::Speedscope => speedscope::render(profile).into_bytes(),
         Format::Collapsed => collapsed::render(profile).into_bytes(),
+        Format::Html => html::render(profile),
     })
 }
 
@@ -129,6 +136,8 @@ mod tests {
             ("P.SVG", Format::Flamegraph),
             ("p.collapsed", Format::Collapsed),
             ("p.txt", Format::Collapsed),
+            ("report.html", Format::Html),
+            ("Report.HTM", Format::Html),
             ("report", Format::Terminal),
         ] {
             assert_eq!(Format::from_path(Path::new(name)), f, "{name}");
