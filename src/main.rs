@@ -71,7 +71,7 @@ struct RecordArgs {
 #[derive(clap::Args, Clone)]
 struct OutputArgs {
     /// Write the report to FILE; the format follows the extension (.json, .svg,
-    /// .speedscope.json, .collapsed/.txt, anything else: terminal text).
+    /// .speedscope.json, .collapsed/.txt, .html/.htm, anything else: terminal text).
     #[arg(short = 'o', long, value_name = "FILE")]
     output: Option<std::path::PathBuf>,
     /// Output format (overrides the extension).

@@ -99,8 +99,7 @@ fn pct_text(v: f64) -> String {
 fn python() -> common::Interpreter {
     common::interpreters()
         .into_iter()
-        .filter(|i| i.major == 3 && !i.free_threaded && i.root.is_none())
-        .next_back()
+        .rfind(|i| i.major == 3 && !i.free_threaded && i.root.is_none())
         .expect("no CPython 3 interpreter in the matrix")
 }
 

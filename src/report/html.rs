@@ -166,8 +166,8 @@ fn tree<'a>(
         let mut at = 0;
         let add = |n: &mut Node| {
             n.value += value;
-            for k in 0..3 {
-                n.split[k] += split[k];
+            for (acc, x) in n.split.iter_mut().zip(split) {
+                *acc += x;
             }
         };
         add(&mut nodes[0]);
@@ -438,7 +438,7 @@ mod tests {
     #[test]
     fn numbers_are_compact() {
         assert_eq!(num(3.0, 2).to_string(), "3");
-        assert_eq!(num(3.14159, 2).to_string(), "3.14");
+        assert_eq!(num(1.23456, 2).to_string(), "1.23");
         assert_eq!(num(f64::NAN, 2).to_string(), "0");
     }
 }
