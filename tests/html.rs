@@ -416,3 +416,25 @@ fn html(p: &Profile) -> Vec<u8> {
     )
     .unwrap()
 }
+
+/// The golden profiles (tests/golden: CPU, wall, memory, empty) each give a page that loads
+/// with no error, every file open and the flame graphs drawn.
+#[test]
+fn golden_profiles_load_in_a_browser() {
+    let mut pages = Vec::new();
+    for case in ["basic", "empty", "memory", "wall"] {
+        let path = common::repo_root().join(format!("tests/golden/{case}/profile.json"));
+        let p =
+            scalene_rs::report::profile_json::from_json(&std::fs::read_to_string(&path).unwrap())
+                .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        let out = out_dir().join(format!("golden-{case}.html"));
+        std::fs::write(&out, html(&p)).unwrap();
+        pages.push(out);
+    }
+    if let Some(ok) = check_in_browser(
+        "golden_profiles_load_in_a_browser",
+        serde_json::json!({"smoke": pages}),
+    ) {
+        eprintln!("golden profiles in the browser: {ok}");
+    }
+}

@@ -4,6 +4,7 @@
 //
 // SPEC: { html, screenshot, screenshot_at?: "selector" (one screen from there instead of the
 //         full page), chromium, hottest?: {file, line, cells: [..]}, markup?: "text" }
+//    or { smoke: [html, ...], chromium }: each page only loads cleanly.
 // Prints one line "OK <json facts>" on success; on failure prints "FAIL: why" and exits 1.
 "use strict";
 const fs = require("fs");
@@ -21,6 +22,31 @@ const facts = {};
     args: ["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage"],
   });
   try {
+    if (spec.smoke) {
+      // Each page only loads, requests nothing else, logs no error and shows its header.
+      for (const html of spec.smoke) {
+        const page = await browser.newPage();
+        const url = "file://" + path.resolve(html);
+        const bad = [];
+        page.on("console", (m) => { if (m.type() === "error" || m.type() === "warning") bad.push(`console ${m.type()}: ${m.text()}`); });
+        page.on("pageerror", (e) => bad.push("page error: " + e.message));
+        await page.route("**/*", (route) => {
+          const u = route.request().url();
+          if (u === url || decodeURI(u) === url) return route.continue();
+          bad.push("request: " + u);
+          return route.abort();
+        });
+        await page.goto(url, { waitUntil: "load" });
+        await page.waitForSelector("#header", { timeout: 10000 }).catch(() => bad.push("no header drawn"));
+        // Open every file and draw the flame graphs: their code runs too.
+        await page.evaluate(() => { for (const d of document.querySelectorAll("details.file")) d.open = true; window.scrollTo(0, document.body.scrollHeight); });
+        await page.waitForTimeout(300);
+        facts[path.basename(html)] = await page.evaluate(() => document.querySelectorAll("tr").length + " rows");
+        if (bad.length) fail(`${html}: ${bad.join("; ")}`);
+        await page.close();
+      }
+      return;
+    }
     const page = await browser.newPage({ viewport: { width: 1400, height: 1000 } });
     const url = "file://" + path.resolve(spec.html);
     const errors = [];
@@ -129,12 +155,13 @@ const facts = {};
   } finally {
     await browser.close();
   }
+})().then(() => {
   if (failures.length) {
     console.log("FAIL: " + failures.join("\nFAIL: "));
     process.exit(1);
   }
   console.log("OK " + JSON.stringify(facts));
-})().catch((e) => {
+}).catch((e) => {
   console.log("FAIL: " + (e && e.stack ? e.stack : e));
   process.exit(1);
 });
