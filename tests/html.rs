@@ -7,8 +7,8 @@
 mod common;
 
 use scalene_rs::profile::{
-    Frame, LineMemory, LineProfile, MemoryStack, MemorySummary, Profile, ProfileMeta, StackProfile,
-    ThreadProfile,
+    Frame, Leak, LineMemory, LineProfile, MemoryStack, MemorySummary, ProcessProfile, Profile,
+    ProfileMeta, StackProfile, ThreadProfile,
 };
 use scalene_rs::report::{self, Format, RenderOptions};
 use serde_json::Value;
@@ -315,7 +315,17 @@ pub fn synthetic_profile() -> Profile {
             cpu_native_pct: 30.0,
             cpu_system_pct: 10.0,
         }],
-        processes: Vec::new(),
+        processes: (0..3)
+            .map(|i| ProcessProfile {
+                pid: 4242 + i,
+                command: format!("python worker.py --id {i}"),
+                python_version: "3.12.1".into(),
+                samples: 2000,
+                cpu_pct: 100.0 / 3.0,
+                mem_peak_mb: Some(100.0),
+                mem_alloc_mb: Some(1000.0),
+            })
+            .collect(),
         memory: Some(MemorySummary {
             peak_mb: 500.0,
             timeline: (0..200)
@@ -325,6 +335,15 @@ pub fn synthetic_profile() -> Profile {
             python_pct: 60.0,
             stacks: mem_stacks,
             window_bytes: 1 << 20,
+            // In a file that starts closed: the link must open it and build its table.
+            leaks: vec![Leak {
+                filename: names[FILES - 1].clone(),
+                line: 250,
+                likelihood: 0.97,
+                growth_mb_s: 1.5,
+                sampled_allocs: 40,
+                sampled_frees: 0,
+            }],
             ..MemorySummary::default()
         }),
     }
@@ -376,8 +395,11 @@ fn synthetic_profile_size_and_load() {
     let html = out_dir().join("synthetic.html");
     std::fs::write(&html, &page).unwrap();
     let shot = out_dir().join("synthetic.png");
-    let spec =
-        serde_json::json!({"html": html, "screenshot": shot, "screenshot_at": "#flame-time"});
+    let spec = serde_json::json!({
+        "html": html, "screenshot": shot, "screenshot_at": "#flame-time",
+        "leak": {"file": p.memory.as_ref().unwrap().leaks[0].filename, "line": 250},
+        "processes": 3,
+    });
     if let Some(ok) = check_in_browser("synthetic_profile_size_and_load", spec) {
         eprintln!(
             "synthetic report in the browser: {ok}; screenshot {}",

@@ -3,7 +3,8 @@
 //   node tests/html/check.js SPEC.json
 //
 // SPEC: { html, screenshot, screenshot_at?: "selector" (one screen from there instead of the
-//         full page), chromium, hottest?: {file, line, cells: [..]}, markup?: "text" }
+//         full page), chromium, hottest?: {file, line, cells: [..]}, markup?: "text",
+//         leak?: {file, line} (the first leak's link must show it), processes?: N }
 //    or { smoke: [html, ...], chromium }: each page only loads cleanly.
 // Prints one line "OK <json facts>" on success; on failure prints "FAIL: why" and exits 1.
 "use strict";
@@ -115,6 +116,21 @@ const facts = {};
       if (m.injected) fail(`${m.injected} elements made from the profile's text`);
       if (m.title.includes("pwned")) fail("a script from the source ran: " + m.title);
       facts.all_lines_rows = m.rows;
+    }
+
+    // A likely leak's link opens its file (built on demand) at its line.
+    if (spec.leak) {
+      await page.click("#leaks-table a");
+      const l = await page.evaluate((lk) => {
+        const fi = window.scaleneReport.data.files.findIndex((f) => f.n === lk.file);
+        const tr = document.getElementById(`L${fi}-${lk.line}`);
+        const r = tr && tr.getBoundingClientRect();
+        return { open: document.getElementById("F" + fi).open, row: !!tr, visible: !!r && r.top >= 0 && r.bottom <= window.innerHeight };
+      }, spec.leak);
+      if (!l.open || !l.row || !l.visible) fail(`the leak's link did not show ${spec.leak.file}:${spec.leak.line}: ${JSON.stringify(l)}`);
+      facts.leak = l;
+      const procs = await page.$$eval("#processes-table tbody tr", (rs) => rs.length);
+      if (spec.processes !== undefined && procs !== spec.processes) fail(`${procs} process rows, expected ${spec.processes}`);
     }
 
     // The time flame graph: clicking a frame zooms to it.

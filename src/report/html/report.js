@@ -276,7 +276,7 @@
     section("files", "Lines");
     app.append(legend());
     app.append(el("div", { class: "note" },
-      `Every percentage is a share of the ${secs(D.total)} attributed. Hot lines (at least ${D.hot}% of the time, or the busiest) are highlighted; click a column's heading to sort by it.`));
+      `Every percentage is a share of the ${D.total.toFixed(2)} s attributed. Hot lines (at least ${D.hot}% of the time, or the busiest) are highlighted; click a column's heading to sort by it.`));
     D.files.forEach((f, fi) => {
       const det = fileDetails(fi);
       app.append(det);
