@@ -181,7 +181,10 @@ fn fixture_report_in_a_browser() {
         "html": html,
         "screenshot": shot,
         "markup": MARKUP,
-        "hottest": {"file": fixture["filename"], "line": hottest["line"], "cells": cells},
+        "hottest": {
+            "file": fixture["filename"], "line": hottest["line"], "cells": cells,
+            "source": hottest["source"],
+        },
     });
     if let Some(ok) = check_in_browser("fixture_report_in_a_browser", spec) {
         eprintln!(

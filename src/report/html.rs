@@ -265,12 +265,17 @@ fn data(p: &Profile) -> Value {
                             l.memory.as_ref().map_or(-1.0, |m| m.mem_python_pct),
                         ),
                     );
+                    // The text once: left out here when the file's whole text has it.
+                    let in_full = (l.line as usize)
+                        .checked_sub(1)
+                        .and_then(|i| f.full_source.get(i))
+                        .is_some_and(|t| *t == l.source);
                     let mut row = vec![
                         json!(l.line),
                         num(l.cpu_python_pct, 2),
                         num(l.cpu_native_pct, 2),
                         num(l.cpu_system_pct, 2),
-                        json!(l.source),
+                        json!(if in_full { "" } else { l.source.as_str() }),
                     ];
                     if let Some(m) = &l.memory {
                         row.extend([
@@ -297,11 +302,15 @@ fn data(p: &Profile) -> Value {
                     ])
                 })
                 .collect();
-            let context: Vec<Value> = f
-                .context
-                .iter()
-                .map(|c| json!([c.line, c.source]))
-                .collect();
+            // With the whole text, the page finds the context lines itself.
+            let context: Vec<Value> = if f.full_source.is_empty() {
+                f.context
+                    .iter()
+                    .map(|c| json!([c.line, c.source]))
+                    .collect()
+            } else {
+                Vec::new()
+            };
             let mut v = json!({
                 "n": f.filename,
                 "pct": num(f.cpu_pct, 2),
@@ -350,6 +359,7 @@ fn data(p: &Profile) -> Value {
         "total": num(p.total_s, 4),
         "hot": terminal::HOT_PCT,
         "matter": terminal::MATTER_PCT,
+        "context": crate::profile::SOURCE_CONTEXT,
         "hottest": hottest.map(|(f, l, _)| json!([f, l])),
         "files": files,
         "ft": time_tree,
@@ -433,6 +443,35 @@ mod tests {
             html_escape("<a href=\"x\">&'"),
             "&lt;a href=&quot;x&quot;&gt;&amp;&#39;"
         );
+    }
+
+    #[test]
+    fn source_text_is_embedded_once() {
+        use crate::profile::{FileProfile, LineProfile, ProfileMeta};
+        let mut p = crate::profile::Aggregator::new().finish(ProfileMeta::default(), &mut |_| None);
+        let mut f = FileProfile::new("/a.py");
+        f.lines.push(LineProfile {
+            line: 3,
+            source: String::new(),
+            cpu_python_pct: 50.0,
+            cpu_native_pct: 0.0,
+            cpu_system_pct: 0.0,
+            memory: None,
+        });
+        let text: Vec<String> = (1..=9).map(|n| format!("line_{n}")).collect();
+        f.take_source(&text);
+        p.files.push(f.clone());
+        let d = data(&p);
+        assert_eq!(d["files"][0]["l"][0][4], "", "the line's text is in full");
+        assert_eq!(d["files"][0]["full"][2], "line_3");
+        assert_eq!(d["files"][0]["ctx"], json!([]));
+        // Without the whole text, the line and its context carry their own.
+        f.full_source.clear();
+        p.files[0] = f;
+        let d = data(&p);
+        assert_eq!(d["files"][0]["l"][0][4], "line_3");
+        assert_eq!(d["files"][0]["ctx"][0], json!([1, "line_1"]));
+        assert!(d["files"][0].get("full").is_none());
     }
 
     #[test]

@@ -3,7 +3,7 @@
 //   node tests/html/check.js SPEC.json
 //
 // SPEC: { html, screenshot, screenshot_at?: "selector" (one screen from there instead of the
-//         full page), chromium, hottest?: {file, line, cells: [..]}, markup?: "text",
+//         full page), chromium, hottest?: {file, line, cells: [..], source?}, markup?: "text",
 //         leak?: {file, line} (the first leak's link must show it), processes?: N }
 //    or { smoke: [html, ...], chromium }: each page only loads cleanly.
 // Prints one line "OK <json facts>" on success; on failure prints "FAIL: why" and exits 1.
@@ -93,11 +93,12 @@ const facts = {};
         const fi = window.scaleneReport.data.files.findIndex((f) => f.n === h.file);
         const tr = document.getElementById(`L${fi}-${h.line}`);
         if (!tr) return null;
-        return { cls: tr.className, cells: [...tr.querySelectorAll("td.bar")].slice(0, h.cells.length).map((td) => td.textContent) };
+        return { cls: tr.className, cells: [...tr.querySelectorAll("td.bar")].slice(0, h.cells.length).map((td) => td.textContent), source: tr.querySelector("td.src").textContent };
       }, h);
       if (!got) fail(`hottest line ${h.file}:${h.line} has no row`);
       else {
         if (!got.cls.split(" ").includes("hot")) fail(`hottest line ${h.line} not highlighted (class "${got.cls}")`);
+        if (h.source !== undefined && got.source !== h.source) fail(`hottest line ${h.line} shows source ${JSON.stringify(got.source)}, the JSON has ${JSON.stringify(h.source)}`);
         if (JSON.stringify(got.cells) !== JSON.stringify(h.cells)) fail(`hottest line ${h.line} shows ${JSON.stringify(got.cells)}, the JSON says ${JSON.stringify(h.cells)}`);
       }
       facts.hottest = got;

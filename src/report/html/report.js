@@ -109,6 +109,7 @@
   COLS.push({ key: "src", title: "Source", get: (r) => r.src, text: true });
 
   const hottest = D.hottest;
+  const CONTEXT = D.context;
   function rowsOf(fi) {
     const f = D.files[fi];
     if (f._rows) return f._rows;
@@ -139,7 +140,12 @@
       return out.sort((a, b) => a.line - b.line);
     }
     const out = prof.slice();
-    for (const [line, s] of f.ctx) if (!byLine.has(line)) out.push(blankRow(line, s));
+    if (f.full) {
+      // The lines within CONTEXT of a profiled line, as the profile's context has them.
+      const near = new Set();
+      for (const r of prof) for (let n = r.line - CONTEXT; n <= r.line + CONTEXT; n++) if (n >= 1 && n <= f.full.length && !byLine.has(n)) near.add(n);
+      for (const n of near) out.push(blankRow(n, f.full[n - 1]));
+    } else for (const [line, s] of f.ctx) if (!byLine.has(line)) out.push(blankRow(line, s));
     return out.sort((a, b) => a.line - b.line);
   }
   function spark(tl) {
