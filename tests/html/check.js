@@ -155,9 +155,20 @@ const facts = {};
       if (z.zoom !== target.i) fail(`clicking frame ${target.i} zoomed to ${z.zoom}`);
       if (!(z.w > target.w && z.w >= z.W * 0.95)) fail(`the clicked frame is ${z.w}px wide after zooming (was ${target.w}px of ${z.W})`);
       facts.zoom = { frame: target.i, before_px: target.w, after_px: z.w };
-      const search = await page.evaluate(() => document.querySelector("#flame-time ~ .fg-bar input, .fg-bar input") !== null);
-      if (!search) fail("no search box");
       await page.click("#flame-time ~ .fg-bar .fg-reset");
+      // Searching for the clicked frame's function highlights it and says its share.
+      const name = await page.evaluate((i) => {
+        const g = document.querySelector(`#flame-time ~ .fg-holder g[data-i="${i}"]`);
+        return g.querySelector("title").textContent.split(" (")[0];
+      }, target.i);
+      await page.fill("#flame-time ~ .fg-bar input", name.replace(/[.*+?^${}()|[\]\\]/g, "\\$&"));
+      const found = await page.evaluate(() => ({
+        matches: document.querySelectorAll("#flame-time ~ .fg-holder g.match").length,
+        info: document.querySelector("#flame-time ~ .fg-info").textContent,
+      }));
+      if (!found.matches || !found.info.startsWith("Matched")) fail(`searching for ${name} found ${JSON.stringify(found)}`);
+      facts.search = { name, ...found };
+      await page.fill("#flame-time ~ .fg-bar input", "");
     }
     if (spec.screenshot_at) {
       // One screen from the given element down (a big report's full page is huge).
