@@ -12,10 +12,18 @@ if [ ${#need[@]} -gt 0 ]; then
     apt-get update -qq
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}"
 fi
+# playwright-core 1.65 needs node 20; Debian bookworm's own node is 18, which 1.49 supports
+# (both drive Debian's Chromium 156 through CDP: tests/html.rs passes with either).
+if [ "$(node -p 'process.versions.node.split(".")[0]')" -ge 20 ]; then
+    version=1.65.1
+else
+    version=1.49.1
+fi
 mkdir -p "$cache"
-if [ ! -f "$cache/node_modules/playwright-core/package.json" ]; then
+have=$(node -p "try { require('$cache/node_modules/playwright-core/package.json').version } catch (e) { '' }")
+if [ "$have" != "$version" ]; then
     [ -f "$cache/package.json" ] || echo '{"private": true}' > "$cache/package.json"
-    (cd "$cache" && npm install --no-audit --no-fund --silent playwright-core@1.65.1)
+    (cd "$cache" && npm install --no-audit --no-fund --silent "playwright-core@$version")
 fi
 /usr/bin/chromium --version 2>/dev/null
 echo "node $(node --version), playwright-core $(node -p "require('$cache/node_modules/playwright-core/package.json').version")"
