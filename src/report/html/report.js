@@ -492,6 +492,7 @@
     search.addEventListener("input", () => {
       try { re = search.value ? new RegExp(search.value, "i") : null; } catch (e) { re = null; info.textContent = "not a regular expression: " + e.message; return; }
       draw();
+      if (!re) info.textContent = zoom === 0 ? "Whole graph." : "Search cleared.";
     });
     // Drawn when first scrolled to (or right away without IntersectionObserver).
     if ("IntersectionObserver" in window) {
