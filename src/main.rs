@@ -71,7 +71,8 @@ struct RecordArgs {
 #[derive(clap::Args, Clone)]
 struct OutputArgs {
     /// Write the report to FILE; the format follows the extension (.json, .svg,
-    /// .speedscope.json, .collapsed/.txt, .pb.gz/.pprof, anything else: terminal text).
+    /// .speedscope.json, .collapsed/.txt, .pb.gz/.pprof, .html/.htm, anything else:
+    /// terminal text).
     #[arg(short = 'o', long, value_name = "FILE")]
     output: Option<std::path::PathBuf>,
     /// Output format (overrides the extension).

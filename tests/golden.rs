@@ -465,6 +465,7 @@ fn terminal_with_functions_but_no_lines() {
             cpu_system_pct: 0.0,
         }],
         context: Vec::new(),
+        full_source: Vec::new(),
     }];
     let text = terminal::render_without_source(&p, &plain(100, 2));
     assert!(text.contains("No time was attributed to any Python line."));

@@ -15,9 +15,9 @@ pub struct Frame {
     /// Shared with the code-object cache: cloning a frame copies no text.
     pub function: Arc<str>,
     /// `co_filename`, as the interpreter has it.
-    pub(crate) filename: Arc<str>,
+    pub filename: Arc<str>,
     /// Current line; None when the instruction has no line (3.10+ artificial code).
-    pub(crate) line: Option<u32>,
+    pub line: Option<u32>,
 }
 
 /// Whether a file belongs to the Python installation or to installed packages rather than to

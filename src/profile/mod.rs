@@ -7,7 +7,8 @@
 
 mod frame;
 
-pub(crate) use frame::{charged_frame, Frame};
+pub(crate) use frame::charged_frame;
+pub use frame::Frame;
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -302,33 +303,33 @@ impl Aggregator {
 pub struct ProfileMeta {
     /// The command line that was profiled (or the process's, for attach).
     pub program: String,
-    pub(crate) pid: i32,
-    pub(crate) python_version: String,
-    pub(crate) duration_s: f64,
+    pub pid: i32,
+    pub python_version: String,
+    pub duration_s: f64,
     /// Sampling ticks taken.
-    pub(crate) samples: u64,
+    pub samples: u64,
     /// Ticks that were due but not taken (the profiler fell behind).
-    pub(crate) missed_samples: u64,
+    pub missed_samples: u64,
     /// Thread stacks that could not be read consistently, by reason.
-    pub(crate) errors: u64,
+    pub errors: u64,
     /// Thread stacks read with the thread paused, after reads without pausing could not be
     /// validated (they changed too fast); 0 in `--blocking` mode, where every read pauses.
     #[serde(default)]
-    pub(crate) paused_reads: u64,
+    pub paused_reads: u64,
     /// Sampling ticks left without a sample to keep such pauses at most 200 a second
     /// (stacks that change too fast to read without pausing, at rates above 200 Hz).
     #[serde(default)]
-    pub(crate) thinned_samples: u64,
+    pub thinned_samples: u64,
     /// The most sampling ticks a second that pause the target (above it, ticks are
     /// thinned: `thinned_samples`); absent in profiles recorded before it was kept.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub(crate) paused_max_hz: Option<f64>,
-    pub(crate) rate_hz: f64,
-    pub(crate) requested_rate_hz: f64,
+    pub paused_max_hz: Option<f64>,
+    pub rate_hz: f64,
+    pub requested_rate_hz: f64,
     /// What time counts.
-    pub(crate) mode: TimeMode,
+    pub mode: TimeMode,
     /// Whether stdlib and site-packages frames were kept (`--profile-all`).
-    pub(crate) profile_all: bool,
+    pub profile_all: bool,
     /// A free-threaded build (no GIL) ran the program (or one of its processes).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub free_threaded: bool,
@@ -342,7 +343,7 @@ pub struct ProfileMeta {
 /// What time a profile counts (`--wall` or not).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
-pub(crate) enum TimeMode {
+pub enum TimeMode {
     /// Time on a CPU only; system is time in the kernel.
     #[default]
     Cpu,
@@ -362,30 +363,30 @@ impl std::fmt::Display for TimeMode {
 /// One line's share of the program's time, in percent of the total.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct LineProfile {
-    pub(crate) line: u32,
-    pub(crate) source: String,
-    pub(crate) cpu_python_pct: f64,
-    pub(crate) cpu_native_pct: f64,
-    pub(crate) cpu_system_pct: f64,
+    pub line: u32,
+    pub source: String,
+    pub cpu_python_pct: f64,
+    pub cpu_native_pct: f64,
+    pub cpu_system_pct: f64,
     /// Memory and copy accounting of the line (schema 2; absent when memory was not
     /// recorded).
     #[serde(flatten, default, skip_serializing_if = "Option::is_none")]
-    pub(crate) memory: Option<LineMemory>,
+    pub memory: Option<LineMemory>,
 }
 
 /// A line's memory: what it allocated (sampled), how much of it the interpreter itself
 /// allocated, its live footprint's peak and mean, its footprint over time, and the bytes it
 /// copied per second of the program.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-pub(crate) struct LineMemory {
-    pub(crate) mem_alloc_mb: f64,
-    pub(crate) mem_python_pct: f64,
-    pub(crate) mem_peak_mb: f64,
-    pub(crate) mem_avg_mb: f64,
+pub struct LineMemory {
+    pub mem_alloc_mb: f64,
+    pub mem_python_pct: f64,
+    pub mem_peak_mb: f64,
+    pub mem_avg_mb: f64,
     /// The line's live footprint (MB) in equal slices of the run, oldest first.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub(crate) mem_timeline: Vec<f64>,
-    pub(crate) copy_mb_s: f64,
+    pub mem_timeline: Vec<f64>,
+    pub copy_mb_s: f64,
 }
 
 impl LineMemory {
@@ -398,52 +399,52 @@ impl LineMemory {
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct MemorySummary {
     /// Peak of the sampled live footprint, MB.
-    pub(crate) peak_mb: f64,
+    pub peak_mb: f64,
     /// (seconds since start, footprint MB), oldest first.
-    pub(crate) timeline: Vec<[f64; 2]>,
+    pub timeline: Vec<[f64; 2]>,
     /// Allocation bytes sampled, MB, and the share of them the interpreter allocated.
-    pub(crate) alloc_mb: f64,
-    pub(crate) python_pct: f64,
-    pub(crate) copy_mb: f64,
+    pub alloc_mb: f64,
+    pub python_pct: f64,
+    pub copy_mb: f64,
     /// Lines whose sampled allocations were rarely freed while the footprint grew.
-    pub(crate) leaks: Vec<Leak>,
+    pub leaks: Vec<Leak>,
     /// The sampling windows, bytes.
-    pub(crate) window_bytes: u64,
-    pub(crate) copy_window_bytes: u64,
+    pub window_bytes: u64,
+    pub copy_window_bytes: u64,
     /// Events lost because the ring was full, and handshakes the program gave up on.
-    pub(crate) dropped_events: u64,
-    pub(crate) handshake_timeouts: u64,
+    pub dropped_events: u64,
+    pub handshake_timeouts: u64,
     /// Handshakes answered (allocations tied to their line while their thread waited), and
     /// the program's time spent waiting for those answers, ms (all threads together).
     #[serde(default)]
-    pub(crate) handshakes: u64,
+    pub handshakes: u64,
     #[serde(default)]
-    pub(crate) handshake_wait_ms: f64,
+    pub handshake_wait_ms: f64,
     /// Every distinct full stack that allocated, with its bytes (the allocation flame
     /// graph), most first.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub(crate) stacks: Vec<MemoryStack>,
+    pub stacks: Vec<MemoryStack>,
 }
 
 /// A full stack (innermost first) and the bytes its sampled allocation windows stand for.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub(crate) struct MemoryStack {
-    pub(crate) frames: Vec<Frame>,
+pub struct MemoryStack {
+    pub frames: Vec<Frame>,
     /// KiB allocated (rounded).
-    pub(crate) alloc_kib: u64,
+    pub alloc_kib: u64,
 }
 
 /// A likely leak.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub(crate) struct Leak {
-    pub(crate) filename: String,
-    pub(crate) line: u32,
+pub struct Leak {
+    pub filename: String,
+    pub line: u32,
     /// Laplace's rule of succession: 1 − (frees + 1) / (allocations + 2).
-    pub(crate) likelihood: f64,
+    pub likelihood: f64,
     /// Growth of the program's footprint over the run, MB/s.
-    pub(crate) growth_mb_s: f64,
-    pub(crate) sampled_allocs: u64,
-    pub(crate) sampled_frees: u64,
+    pub growth_mb_s: f64,
+    pub sampled_allocs: u64,
+    pub sampled_frees: u64,
 }
 
 impl LineProfile {
@@ -482,33 +483,44 @@ pub struct FileProfile {
     /// from the profile alone (the file may be gone, or another by now).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub context: Vec<SourceLine>,
+    /// The file's whole text, line 1 first, when it has at most [`FULL_SOURCE_MAX_LINES`]
+    /// lines and [`FULL_SOURCE_MAX_BYTES`] bytes (empty otherwise, and in profiles written
+    /// before it existed): the HTML report's "all lines" view shows it.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub full_source: Vec<String>,
 }
+
+/// A file's whole text is kept ([`FileProfile::full_source`]) up to this many lines...
+pub const FULL_SOURCE_MAX_LINES: usize = 20_000;
+/// ...and this many bytes.
+pub const FULL_SOURCE_MAX_BYTES: usize = 1 << 20;
 
 /// One line of a source file that the profile carries for context.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SourceLine {
-    line: u32,
-    source: String,
+    pub line: u32,
+    pub source: String,
 }
 
 /// How many lines above and below each of its lines a profile keeps the source of.
 pub(crate) const SOURCE_CONTEXT: usize = 2;
 
 impl FileProfile {
-    pub(crate) fn new(filename: &str) -> FileProfile {
+    pub fn new(filename: &str) -> FileProfile {
         FileProfile {
             filename: filename.to_string(),
             cpu_pct: 0.0,
             lines: Vec::new(),
             functions: Vec::new(),
             context: Vec::new(),
+            full_source: Vec::new(),
         }
     }
 
     /// Takes what the profile shows of the file's text `src` (its lines, first line first):
     /// the source of each of its lines that has none yet, and of the lines around them
     /// ([`FileProfile::context`], made anew).
-    pub(crate) fn take_source(&mut self, src: &[String]) {
+    pub fn take_source(&mut self, src: &[String]) {
         let text = |n: u32| (n as usize).checked_sub(1).and_then(|i| src.get(i));
         for l in &mut self.lines {
             // Line 0 exists (code without a source line, e.g. generated shims).
@@ -535,6 +547,12 @@ impl FileProfile {
                 source: text(line).cloned().unwrap_or_default(),
             })
             .collect();
+        let bytes: usize = src.iter().map(|l| l.len() + 1).sum();
+        self.full_source = if src.len() <= FULL_SOURCE_MAX_LINES && bytes <= FULL_SOURCE_MAX_BYTES {
+            src.to_vec()
+        } else {
+            Vec::new()
+        };
     }
 
     /// The file's text as far as the profile knows it: line `n` at index `n - 1`, empty
@@ -580,30 +598,30 @@ pub struct StackProfile {
 
 /// One thread's share (`--threads`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub(crate) struct ThreadProfile {
-    pub(crate) native_id: i32,
-    pub(crate) name: Option<String>,
-    pub(crate) samples: u64,
-    pub(crate) cpu_python_pct: f64,
-    pub(crate) cpu_native_pct: f64,
-    pub(crate) cpu_system_pct: f64,
+pub struct ThreadProfile {
+    pub native_id: i32,
+    pub name: Option<String>,
+    pub samples: u64,
+    pub cpu_python_pct: f64,
+    pub cpu_native_pct: f64,
+    pub cpu_system_pct: f64,
 }
 
 /// A finished profile.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Profile {
-    pub(crate) schema_version: u32,
+    pub schema_version: u32,
     #[serde(flatten)]
     pub meta: ProfileMeta,
     /// Seconds attributed in all (the 100% of every percentage).
     pub total_s: f64,
     pub files: Vec<FileProfile>,
     pub stacks: Vec<StackProfile>,
-    pub(crate) threads: Vec<ThreadProfile>,
+    pub threads: Vec<ThreadProfile>,
     /// Every process profiled, when the program was more than one (`run` follows child
     /// processes); empty for a single process.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub(crate) processes: Vec<ProcessProfile>,
+    pub processes: Vec<ProcessProfile>,
     /// Memory accounting (schema 2); absent when it was not recorded.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub memory: Option<MemorySummary>,
@@ -611,21 +629,21 @@ pub struct Profile {
 
 /// One process of a profiled program.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub(crate) struct ProcessProfile {
-    pub(crate) pid: i32,
+pub struct ProcessProfile {
+    pub pid: i32,
     /// Its command line.
-    pub(crate) command: String,
-    pub(crate) python_version: String,
+    pub command: String,
+    pub python_version: String,
     /// Samples taken of it.
-    pub(crate) samples: u64,
+    pub samples: u64,
     /// Its share of the program's time, in percent.
-    pub(crate) cpu_pct: f64,
+    pub cpu_pct: f64,
     /// Peak of its own sampled live footprint, MB (with memory accounting).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub(crate) mem_peak_mb: Option<f64>,
+    pub mem_peak_mb: Option<f64>,
     /// MB it allocated (its sampled windows; with memory accounting).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub(crate) mem_alloc_mb: Option<f64>,
+    pub mem_alloc_mb: Option<f64>,
 }
 
 #[cfg(test)]
@@ -771,5 +789,19 @@ mod tests {
         let p = agg.finish(ProfileMeta::default(), &mut |_| Some(vec!["x = 1".into()]));
         assert_eq!(p.files[0].lines[0].line, 0);
         assert_eq!(p.files[0].lines[0].source, "");
+        assert_eq!(p.files[0].full_source, vec!["x = 1".to_string()]);
+    }
+
+    #[test]
+    fn full_source_is_kept_only_for_files_within_bounds() {
+        let mut f = FileProfile::new("/a.py");
+        f.take_source(&["a".to_string(), "b".to_string()]);
+        assert_eq!(f.full_source, vec!["a", "b"]);
+        let big = vec!["x".to_string(); FULL_SOURCE_MAX_LINES + 1];
+        f.take_source(&big);
+        assert!(f.full_source.is_empty());
+        let wide = vec!["y".repeat(FULL_SOURCE_MAX_BYTES)];
+        f.take_source(&wide);
+        assert!(f.full_source.is_empty());
     }
 }

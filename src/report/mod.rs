@@ -5,6 +5,7 @@
 pub mod collapsed;
 pub mod dump;
 pub mod flamegraph;
+pub mod html;
 pub(crate) mod pprof;
 pub mod profile_json;
 pub mod speedscope;
@@ -29,6 +30,8 @@ pub enum Format {
     Collapsed,
     /// pprof's gzip-compressed protobuf (`go tool pprof`; docs/pprof.md).
     Pprof,
+    /// A self-contained interactive HTML page (docs/html.md).
+    Html,
 }
 
 impl Format {
@@ -49,6 +52,8 @@ impl Format {
             Format::Json
         } else if name.ends_with(".pb.gz") || name.ends_with(".pprof") {
             Format::Pprof
+        } else if name.ends_with(".html") || name.ends_with(".htm") {
+            Format::Html
         } else if name.ends_with(".svg") {
             Format::Flamegraph
         } else if name.ends_with(".collapsed") || name.ends_with(".txt") {
@@ -68,6 +73,7 @@ impl fmt::Display for Format {
             Format::Speedscope => "speedscope JSON",
             Format::Collapsed => "collapsed stacks",
             Format::Pprof => "pprof profile",
+            Format::Html => "HTML report",
         })
     }
 }
@@ -128,6 +134,7 @@ pub fn render(profile: &Profile, format: Format, opts: &RenderOptions) -> std::i
         // Time and, when recorded, memory are both in it (sample types): --memory changes
         // nothing.
         Format::Pprof => pprof::render(profile)?,
+        Format::Html => html::render(profile),
     })
 }
 
@@ -146,6 +153,8 @@ mod tests {
             ("profile.pb.gz", Format::Pprof),
             ("cpu.PPROF", Format::Pprof),
             ("p.gz", Format::Terminal),
+            ("report.html", Format::Html),
+            ("Report.HTM", Format::Html),
             ("report", Format::Terminal),
         ] {
             assert_eq!(Format::from_path(Path::new(name)), f, "{name}");

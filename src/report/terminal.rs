@@ -26,9 +26,9 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
 /// A line or file matters (is shown, anchors context) at this share of the total, in %.
-const MATTER_PCT: f64 = 1.0;
+pub(crate) const MATTER_PCT: f64 = 1.0;
 /// A line at this share of the total, in %, is hot (highlighted).
-const HOT_PCT: f64 = 10.0;
+pub(crate) const HOT_PCT: f64 = 10.0;
 /// Functions listed in the summary.
 const TOP_FUNCTIONS: usize = 10;
 /// Narrowest width honoured; a smaller `width` is raised to it.
@@ -70,6 +70,7 @@ pub fn render(p: &Profile, o: &TerminalOptions, source: SourceProvider) -> Strin
         o,
         width: o.width.max(MIN_WIDTH),
         hottest: hottest_line(p),
+        fields: None,
     };
     let mut out = String::new();
     r.header(&mut out);
@@ -210,6 +211,39 @@ struct Renderer<'a> {
     width: usize,
     /// (file, line) of the busiest line of the whole profile.
     hottest: Option<(&'a str, u32)>,
+    /// When set, the header's fields are collected here instead of written out
+    /// ([`header_fields`]).
+    fields: Option<std::cell::RefCell<Vec<HeaderField>>>,
+}
+
+/// One `Label: text` field of the header, as [`header_fields`] gives it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HeaderField {
+    /// Empty for a field continuing the one before (more processes, more losses).
+    pub label: String,
+    pub text: String,
+    /// Shown in bold in the terminal (losses that matter).
+    pub emphasis: bool,
+}
+
+/// The report's heading (`scalene-rs: program`) and header fields, worded as the terminal
+/// report words them, unwrapped: for other renderers (HTML) that lay them out themselves.
+pub fn header_fields(p: &Profile) -> (String, Vec<HeaderField>) {
+    let o = TerminalOptions {
+        width: usize::MAX / 4,
+        ..TerminalOptions::default()
+    };
+    let r = Renderer {
+        p,
+        o: &o,
+        width: o.width,
+        hottest: None,
+        fields: Some(Default::default()),
+    };
+    let mut title = String::new();
+    r.header(&mut title);
+    let fields = r.fields.map(|f| f.into_inner()).unwrap_or_default();
+    (title.trim_end().to_string(), fields)
 }
 
 fn hottest_line(p: &Profile) -> Option<(&str, u32)> {
@@ -349,6 +383,14 @@ impl Renderer<'_> {
 
     /// One `Label:    text` field of the header, wrapped at the width under a hanging indent.
     fn field(&self, out: &mut String, label: &str, text: &str, code: Option<&str>) {
+        if let Some(fields) = &self.fields {
+            fields.borrow_mut().push(HeaderField {
+                label: label.trim_end_matches(':').to_string(),
+                text: text.to_string(),
+                emphasis: code.is_some(),
+            });
+            return;
+        }
         const INDENT: usize = 11;
         let room = self.width - INDENT;
         let mut lines: Vec<String> = Vec::new();
