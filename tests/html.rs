@@ -20,9 +20,7 @@ use std::sync::Arc;
 /// The text in fixtures/html_report.py that must show as text.
 const MARKUP: &str = "</script><b>bold?</b><img src=x onerror=alert(1)>";
 
-fn bin() -> &'static str {
-    env!("CARGO_BIN_EXE_scalene-rs")
-}
+use common::bin;
 
 fn out_dir() -> PathBuf {
     let d = Path::new(env!("CARGO_TARGET_TMPDIR")).join("html");

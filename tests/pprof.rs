@@ -17,18 +17,11 @@ use std::time::Duration;
 
 const TOLERANCE: f64 = 0.05;
 
-fn bin() -> &'static str {
-    env!("CARGO_BIN_EXE_scalene-rs")
-}
+use common::bin;
 
 /// Line number of the `# MARK: label` comment in a fixture.
 fn mark(fixture: &Path, label: &str) -> u32 {
-    let text = std::fs::read_to_string(fixture).unwrap();
-    let needle = format!("# MARK: {label}");
-    text.lines()
-        .position(|l| l.trim_end().ends_with(&needle))
-        .unwrap_or_else(|| panic!("{} has no MARK {label}", fixture.display())) as u32
-        + 1
+    common::mark(fixture, label) as u32
 }
 
 fn tempdir() -> PathBuf {

@@ -11,19 +11,9 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-fn bin() -> &'static str {
-    env!("CARGO_BIN_EXE_scalene-rs")
-}
+use common::bin;
 
-/// Line number of the `# MARK: label` comment in a fixture.
-fn mark(fixture: &Path, label: &str) -> u64 {
-    let text = std::fs::read_to_string(fixture).unwrap();
-    let needle = format!("# MARK: {label}");
-    text.lines()
-        .position(|l| l.trim_end().ends_with(&needle))
-        .unwrap_or_else(|| panic!("{} has no MARK {label}", fixture.display())) as u64
-        + 1
-}
+use common::mark;
 
 /// The `truth name=value ...` line a fixture prints last, as (name, value) pairs.
 fn truth(stdout: &str) -> Vec<(String, f64)> {

@@ -7,9 +7,7 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-fn bin() -> &'static str {
-    env!("CARGO_BIN_EXE_scalene-rs")
-}
+use common::bin;
 
 /// A file name of our own: the tests of this file run in parallel in one process, so every
 /// name also carries a sequence number (two tests must never share a file).

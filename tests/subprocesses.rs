@@ -9,9 +9,7 @@ use std::os::unix::process::CommandExt;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-fn bin() -> &'static str {
-    env!("CARGO_BIN_EXE_scalene-rs")
-}
+use common::bin;
 
 fn tempfile(tag: &str) -> std::path::PathBuf {
     static SEQ: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);

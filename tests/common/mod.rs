@@ -314,3 +314,18 @@ pub fn say(msg: &str) {
     use std::io::Write;
     let _ = writeln!(std::io::stderr().lock(), "{msg}");
 }
+
+/// The profiler binary under test.
+pub fn bin() -> &'static str {
+    env!("CARGO_BIN_EXE_scalene-rs")
+}
+
+/// Line number of the `# MARK: label` comment in a fixture.
+pub fn mark(fixture: &Path, label: &str) -> u64 {
+    let text = std::fs::read_to_string(fixture).unwrap();
+    let needle = format!("# MARK: {label}");
+    text.lines()
+        .position(|l| l.trim_end().ends_with(&needle))
+        .unwrap_or_else(|| panic!("{} has no MARK {label}", fixture.display())) as u64
+        + 1
+}
