@@ -566,20 +566,7 @@ fn usage_errors() {
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
 
-/// A small deterministic generator (xorshift), so that a failing sequence can be replayed.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-}
+use common::Rng;
 
 /// Dumps of processes that exit on their own a few to tens of milliseconds after `ready`:
 /// each dump must succeed (0), find the process gone (3) or see it exit during the read (7),

@@ -193,19 +193,7 @@ fn fixture_report_in_a_browser() {
     }
 }
 
-/// A deterministic pseudo-random sequence (xorshift).
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-}
+use common::Rng;
 
 /// A profile of 10,000 profiled lines (20 files of 500, each with its whole text and memory
 /// columns) and 100,000 distinct stacks (plus 10,000 allocating stacks), shaped like a

@@ -17,24 +17,11 @@ use std::time::Duration;
 
 const TOLERANCE: f64 = 0.05;
 
-use common::bin;
+use common::{bin, tempdir};
 
 /// Line number of the `# MARK: label` comment in a fixture.
 fn mark(fixture: &Path, label: &str) -> u32 {
     common::mark(fixture, label) as u32
-}
-
-fn tempdir() -> PathBuf {
-    let d = std::env::temp_dir().join(format!(
-        "scalene-rs-pprof-{}-{}",
-        std::process::id(),
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .as_nanos()
-    ));
-    std::fs::create_dir_all(&d).unwrap();
-    d
 }
 
 /// Runs a command to its end (at most `limit`), failing with its output unless it succeeds.
@@ -177,7 +164,7 @@ fn go_tool_pprof_reads_the_same_hot_lines_and_split_as_the_json() {
     let fx = common::fixture("cpu/split.py");
     let name = fx.to_string_lossy().to_string();
     let (python_line, native_line) = (mark(&fx, "python"), mark(&fx, "native"));
-    let dir = tempdir();
+    let dir = tempdir("scalene-rs-pprof");
     let (p, pb) = record(&py, &dir, &fx, &["3"], &[]);
     let json = dir.join("p.json");
 
@@ -318,7 +305,7 @@ fn go_tool_pprof_gives_every_thread_its_share() {
         return;
     }
     let py = interpreter();
-    let dir = tempdir();
+    let dir = tempdir("scalene-rs-pprof");
     // Four threads of equal work (fixtures/cpu/threads.py), the main thread waiting.
     let (p, pb) = record(
         &py,

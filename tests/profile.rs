@@ -11,7 +11,7 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use common::bin;
+use common::{bin, tempdir};
 
 use common::mark;
 
@@ -42,7 +42,7 @@ fn profile_and_output(
     args: &[&str],
     extra: &[&str],
 ) -> (Value, String) {
-    let dir = tempdir();
+    let dir = tempdir("scalene-rs-test");
     let out = dir.join("p.json");
     let result = Command::new(bin())
         .arg("run")
@@ -68,19 +68,6 @@ fn profile_and_output(
     let v: Value = serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
     let _ = std::fs::remove_dir_all(&dir);
     (v, stdout.into_owned())
-}
-
-fn tempdir() -> std::path::PathBuf {
-    let d = std::env::temp_dir().join(format!(
-        "scalene-rs-test-{}-{}",
-        std::process::id(),
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .as_nanos()
-    ));
-    std::fs::create_dir_all(&d).unwrap();
-    d
 }
 
 /// (python, native, system) percentages of one line of one file, zeros when absent.
@@ -282,7 +269,7 @@ fn attach_finds_the_same_hot_lines_as_run() {
             .unwrap();
         // Let it get past start-up and calibration.
         std::thread::sleep(Duration::from_millis(1500));
-        let dir = tempdir();
+        let dir = tempdir("scalene-rs-test");
         let out = dir.join("a.json");
         let r = Command::new(bin())
             .args(["attach", &child.id().to_string(), "--duration", "2", "-o"])
@@ -371,7 +358,7 @@ fn a_saved_profile_shows_the_source_it_was_recorded_with() {
         .filter(|i| !i.is_py2() && i.root.is_none())
         .max_by_key(|i| i.version())
         .expect("a Python 3 interpreter");
-    let dir = tempdir();
+    let dir = tempdir("scalene-rs-test");
     let script = dir.join("spin.py");
     let original = "import time\n\
                     # context above: kept by the profile\n\

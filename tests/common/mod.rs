@@ -329,3 +329,32 @@ pub fn mark(fixture: &Path, label: &str) -> u64 {
         .unwrap_or_else(|| panic!("{} has no MARK {label}", fixture.display())) as u64
         + 1
 }
+
+/// A new empty directory of this test run's own under the system's temporary directory.
+pub fn tempdir(prefix: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!(
+        "{prefix}-{}-{}",
+        std::process::id(),
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_nanos()
+    ));
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+/// A small deterministic generator (xorshift), so that a failing sequence can be replayed.
+pub struct Rng(pub u64);
+
+impl Rng {
+    pub fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+}
