@@ -100,7 +100,43 @@ pub struct Header {
     /// [`CHILD_RING_SEP`]), its header filled like this one. Added at the end: a ring of a
     /// profiler that predates it reads 0 (no rings of their own).
     pub child_capacity: AtomicU64,
+    /// `attach` with memory only (0 otherwise): CLOCK_MONOTONIC nanoseconds of the
+    /// profiler's latest heartbeat, written at least every [`HEARTBEAT_NS`]. A library
+    /// that finds it older than [`HEARTBEAT_STALE_NS`] judges the profiler gone (the
+    /// profiler's pid may mean nothing in the target's pid namespace).
+    pub heartbeat_ns: AtomicU64,
+    /// `attach` with memory only: set to 1 by the profiler when it detaches. The library
+    /// then stops counting and puts back every function pointer it patched.
+    pub detached: AtomicU32,
+    /// `attach` with memory only: set to 1 by the library once the interpreter's own
+    /// allocator (`PyMem_SetAllocator`) is wrapped, which happens at the interpreter's next
+    /// pending call (on its main thread, with the thread state attached).
+    pub pymem_wrapped: AtomicU32,
 }
+
+/// How often the profiler of an `attach` with memory writes [`Header::heartbeat_ns`].
+pub const HEARTBEAT_NS: u64 = 200_000_000;
+/// A heartbeat older than this means the profiler is gone.
+pub const HEARTBEAT_STALE_NS: u64 = 3_000_000_000;
+
+/// Exported by the library for `attach` with memory: `int scalene_rs_attach(const char
+/// *ring_path)`, called by the profiler in the target (a remote call on a thread stopped
+/// where it holds no lock) after loading the library there. Returns one of the `ATTACH_*`
+/// codes.
+pub const ATTACH_SYMBOL: &str = "scalene_rs_attach";
+/// Counting: the ring is claimed, the allocation functions patched; the interpreter's own
+/// allocator is wrapped at its next pending call ([`Header::pymem_wrapped`]).
+pub const ATTACH_OK: i32 = 0;
+/// The library was loaded with LD_PRELOAD (the program runs under `run`): nothing done.
+pub const ATTACH_PRELOADED: i32 = -1;
+/// The ring file could not be opened, mapped or claimed.
+pub const ATTACH_NO_RING: i32 = -2;
+/// No Python interpreter image in this process.
+pub const ATTACH_NOT_PYTHON: i32 = -3;
+/// A free-threaded interpreter: its object allocator cannot be wrapped while it runs.
+pub const ATTACH_FREE_THREADED: i32 = -4;
+/// The C library's allocation functions were not found.
+pub const ATTACH_NO_LIBC: i32 = -5;
 
 /// One event. `seq` = ticket + 1 once the event is written (release); the consumer reads a
 /// slot only when its `seq` says it holds the ticket it expects.
