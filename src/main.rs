@@ -132,6 +132,12 @@ struct AttachArgs {
     /// Profile the process's descendants that run Python too (found as they start).
     #[arg(long)]
     subprocesses: bool,
+    /// CPU time only. By default memory is recorded too: a process started without
+    /// scalene-rs gets our library loaded into it (x86-64, glibc, CPython 3.6+ with a GIL)
+    /// and counts from the attach on; one started under `scalene-rs run` is read from its
+    /// own ring.
+    #[arg(long)]
+    cpu_only: bool,
     #[command(flatten)]
     record: RecordArgs,
 }
@@ -444,7 +450,7 @@ fn attach(args: AttachArgs) -> anyhow::Result<i32> {
         sampler: args.record.sampler(),
         locate: LocateOptions::default(),
         follow_children: args.subprocesses,
-        memory: Some(MemoryConfig {
+        memory: (!args.cpu_only).then(|| MemoryConfig {
             profile_all: args.record.profile_all,
             ..MemoryConfig::default()
         }),

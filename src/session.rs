@@ -366,6 +366,9 @@ impl Ticker for Recording<'_> {
         let more = self.tree.tick()?;
         if let Some(fleet) = self.fleet.as_deref_mut() {
             sync_memory(self.tree, fleet);
+            for line in fleet.take_announcements() {
+                eprintln!("scalene-rs: {line}");
+            }
         }
         Ok(more)
     }

@@ -44,7 +44,14 @@ fn programs_that_are_not_python_are_unaffected() {
     for args in [
         // Files that do not change while the test runs (`ls -la /` did: /proc's link
         // count is the number of processes).
-        vec!["ls", "-la", "/etc/passwd", "/bin/sh", "/usr/bin/env", "/usr/lib"],
+        vec![
+            "ls",
+            "-la",
+            "/etc/passwd",
+            "/bin/sh",
+            "/usr/bin/env",
+            "/usr/lib",
+        ],
         vec!["sh", "-c", "echo hi; sort -r /etc/passwd | head -3; exit 3"],
     ] {
         let plain = {

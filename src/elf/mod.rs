@@ -142,6 +142,34 @@ impl ElfFile {
         })
     }
 
+    /// The dynamic (exported) symbols among `names` of the ELF image `data`, by name, with
+    /// their value relative to the image's load bias (its first PT_LOAD's page is at bias
+    /// + that page's vaddr): for functions of a library to call in another process.
+    pub(crate) fn exported(
+        path: &Path,
+        data: &[u8],
+        names: &[&str],
+    ) -> Result<HashMap<String, u64>> {
+        let elf = goblin::elf::Elf::parse(data).map_err(|e| {
+            Error::invalid_data(
+                format!("parsing ELF file {}", path.display()),
+                e.to_string(),
+            )
+        })?;
+        let mut found = HashMap::new();
+        for sym in elf.dynsyms.iter() {
+            if sym.st_value == 0 || sym.st_shndx == 0 {
+                continue;
+            }
+            if let Some(name) = elf.dynstrtab.get_at(sym.st_name) {
+                if names.contains(&name) {
+                    found.entry(name.to_string()).or_insert(sym.st_value);
+                }
+            }
+        }
+        Ok(found)
+    }
+
     /// SVMA of the first symbol whose name starts with `prefix`.
     pub(crate) fn symbol_with_prefix(&self, prefix: &str) -> Option<u64> {
         let mut names: Vec<&String> = self

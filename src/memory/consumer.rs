@@ -61,7 +61,7 @@ impl MemorySetup {
 /// error says why memory cannot be recorded, for the user.
 pub(crate) fn ring_of_program(pid: i32) -> Result<PathBuf, String> {
     let maps = crate::proc::read_maps(pid).unwrap_or_default();
-    if !crate::proc::maps::maps_file_named(&maps, "libscalene_preload.so") {
+    if !crate::proc::maps::maps_file_named(&maps, super::inject::LIBRARY_NAME) {
         return Err(
             "memory accounting needs `scalene-rs run` (the program must be started \
                     with scalene-rs's preload library)"
@@ -154,8 +154,10 @@ fn consume(
     let mut end: Option<u64> = None;
     loop {
         if end.is_none() && stop.load(Ordering::Acquire) {
-            // New events no longer wait for us; those in the ring are still answered.
+            // New events no longer wait for us; those in the ring are still answered. A
+            // library we loaded (attach) stops counting and unpatches.
             ring.set_handshake(false);
+            ring.detach_library();
             end = Some(ring.tickets().1);
         }
         let mut any = false;
@@ -188,6 +190,9 @@ fn consume(
             if !any || ring.tickets().0 >= end {
                 break;
             }
+        }
+        if end.is_none() {
+            ring.heartbeat();
         }
         if last_footprint.elapsed() >= Duration::from_millis(10) {
             last_footprint = Instant::now();

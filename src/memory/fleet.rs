@@ -66,7 +66,14 @@ pub(crate) struct Fleet {
     /// maps it), and the images already checked for it.
     library: Option<PathBuf>,
     checked: HashSet<u64>,
+    /// `attach`: processes our library was loaded into (or called again in) for this
+    /// recording.
+    pub(crate) injected: usize,
+    announcements: Vec<String>,
 }
+
+/// How long `attach` waits for the interpreter to wrap its allocator after our library is in.
+const ATTACH_SETTLE: std::time::Duration = std::time::Duration::from_secs(2);
 
 impl Fleet {
     /// For `run`: `main` is the ring the profiler made and named to the program.
@@ -100,6 +107,8 @@ impl Fleet {
             notes: Vec::new(),
             library: None,
             checked: HashSet::new(),
+            injected: 0,
+            announcements: Vec::new(),
         }
     }
 
@@ -147,9 +156,28 @@ impl Fleet {
                             self.mains.insert(serial, m.clone());
                             m
                         }
-                        Err(why) => {
+                        // Started without us: our library goes in now, with a ring of its
+                        // own.
+                        Err(_) => {
                             self.settled.insert(serial);
-                            self.notes.push((pid, why));
+                            match super::inject::attach_library(proc, &self.cfg) {
+                                Ok(ring) => {
+                                    self.injected += 1;
+                                    let reader = proc.reopen().ok();
+                                    let wrapped = ring.python_allocator_flag();
+                                    let recorder =
+                                        MemoryRecorder::start(ring, reader, self.cfg.clone());
+                                    self.settled.remove(&serial);
+                                    self.live.insert(serial, recorder);
+                                    self.announce_attach(pid, &wrapped);
+                                }
+                                Err(why) => {
+                                    self.announcements.push(format!(
+                                        "recording time only for process {pid}: {why}"
+                                    ));
+                                    self.notes.push((pid, why));
+                                }
+                            }
                             return None;
                         }
                     },
@@ -176,6 +204,30 @@ impl Fleet {
         let recorder = MemoryRecorder::start(ring, reader, self.cfg.clone());
         self.live.insert(serial, recorder);
         Some(path)
+    }
+
+    /// Says (once our library counts in process `pid`) from when its memory is counted:
+    /// now, with the interpreter's own allocator wrapped at its next pending call, which
+    /// we wait for briefly (a main thread blocked in C runs none until it returns).
+    fn announce_attach(&mut self, pid: i32, wrapped: &ring::PymemFlag) {
+        let deadline = std::time::Instant::now() + ATTACH_SETTLE;
+        while !wrapped.is_set() && std::time::Instant::now() < deadline {
+            std::thread::sleep(std::time::Duration::from_millis(2));
+        }
+        let rest = if wrapped.is_set() {
+            ""
+        } else {
+            "; its Python objects are counted once its main thread runs Python code again"
+        };
+        self.announcements.push(format!(
+            "memory of process {pid} is counted from now on (our library is loaded into it; \
+             what it held before is not attributed to lines){rest}"
+        ));
+    }
+
+    /// What happened since the last call that the user should hear of as it happens.
+    pub(crate) fn take_announcements(&mut self) -> Vec<String> {
+        std::mem::take(&mut self.announcements)
     }
 
     /// The first reason each process's memory cannot be recorded, one per process, in the

@@ -10,5 +10,6 @@ pub(crate) mod aggregate;
 mod config;
 pub mod consumer;
 pub(crate) mod fleet;
+pub(crate) mod inject;
 pub mod preload;
 pub mod ring;

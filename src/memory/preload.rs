@@ -21,6 +21,11 @@ pub struct PreloadFile {
     path: PathBuf,
 }
 
+/// The library's bytes (to write it where a process we attach to can load it).
+pub(crate) fn library_bytes() -> &'static [u8] {
+    LIBRARY
+}
+
 impl PreloadFile {
     /// Writes the library under `base` (a fresh `scalene-rs-<pid>-<n>` directory, 0700).
     pub fn write(base: &Path) -> std::io::Result<PreloadFile> {

@@ -23,6 +23,20 @@ use std::time::{Duration, Instant};
 
 pub use layout::RING_ENV;
 
+/// A shared view of a ring's `pymem_wrapped` word (see [`Ring::python_allocator_flag`]).
+pub(crate) struct PymemFlag {
+    map: std::sync::Arc<MmapMut>,
+}
+
+impl PymemFlag {
+    pub(crate) fn is_set(&self) -> bool {
+        // SAFETY: the mapping is page-aligned and at least HEADER_BYTES long; Header is
+        // made of atomics, valid for any bit pattern.
+        let h = unsafe { &*(self.map.as_ptr() as *const Header) };
+        h.pymem_wrapped.load(Ordering::Acquire) != 0
+    }
+}
+
 /// File name prefix of our rings; the rest is `<profiler pid>-<n>.ring`.
 const PREFIX: &str = "scalene-rs-ring-";
 
@@ -102,7 +116,7 @@ pub struct Ring {
     /// We are its reader (made it, took it over, or were named its reader): when done,
     /// we tell its producer not to wait for us any more.
     reader: bool,
-    map: MmapMut,
+    map: std::sync::Arc<MmapMut>,
     capacity: u64,
     /// Since when the slot at `tail` has been reserved but not yet written.
     stuck_since: Option<Instant>,
@@ -167,7 +181,7 @@ impl Ring {
             owned: true,
             id: (meta.dev(), meta.ino()),
             reader: true,
-            map,
+            map: std::sync::Arc::new(map),
             capacity,
             stuck_since: None,
         };
@@ -297,7 +311,7 @@ impl Ring {
             owned: false,
             id: (meta.dev(), meta.ino()),
             reader: false,
-            map,
+            map: std::sync::Arc::new(map),
             capacity,
             stuck_since: None,
         })
@@ -335,6 +349,32 @@ impl Ring {
         // SAFETY: in bounds (checked above), 64-byte aligned, made of atomics (valid for
         // any bit pattern).
         unsafe { &*(self.map.as_ptr().add(off) as *const Slot) }
+    }
+
+    /// `attach` with memory (a ring whose heartbeat was started): tells the library in the
+    /// process that we are still here; nothing for other rings.
+    pub(crate) fn heartbeat(&self) {
+        let h = self.header();
+        if h.heartbeat_ns.load(Ordering::Relaxed) != 0 {
+            h.heartbeat_ns.store(layout::now_ns(), Ordering::Release);
+        }
+    }
+
+    /// `attach` with memory: tells the library to stop counting and put the program's
+    /// function pointers back; nothing for other rings.
+    pub(crate) fn detach_library(&self) {
+        let h = self.header();
+        if h.heartbeat_ns.load(Ordering::Relaxed) != 0 {
+            h.detached.store(1, Ordering::Release);
+        }
+    }
+
+    /// `attach` with memory: the word that says whether the interpreter's own allocator is
+    /// wrapped yet, readable after the ring moved to its reader.
+    pub(crate) fn python_allocator_flag(&self) -> PymemFlag {
+        PymemFlag {
+            map: self.map.clone(),
+        }
     }
 
     /// The pid of the process that claimed the ring (0: none yet).

@@ -116,15 +116,30 @@ pub(crate) fn children(pid: i32) -> Vec<i32> {
 
 /// A process's command line, arguments joined by spaces.
 pub(crate) fn command_line(pid: i32) -> String {
+    arguments(pid).join(" ")
+}
+
+/// The arguments a process started with, one by one (/proc/PID/cmdline).
+pub(crate) fn arguments(pid: i32) -> Vec<String> {
     std::fs::read(format!("/proc/{pid}/cmdline"))
         .map(|b| {
             b.split(|&c| c == 0)
                 .filter(|s| !s.is_empty())
                 .map(|s| String::from_utf8_lossy(s).into_owned())
-                .collect::<Vec<_>>()
-                .join(" ")
+                .collect()
         })
         .unwrap_or_default()
+}
+
+/// The effective user and group a process runs as (/proc/PID/status), as our namespace
+/// sees them.
+pub(crate) fn owner(pid: i32) -> Option<(u32, u32)> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let field = |key: &str| -> Option<u32> {
+        let line = status.lines().find(|l| l.starts_with(key))?;
+        line.split_ascii_whitespace().nth(2)?.parse().ok()
+    };
+    Some((field("Uid:")?, field("Gid:")?))
 }
 
 /// A process's `stat` line (/proc/PID/stat), for [`stat_fields`].

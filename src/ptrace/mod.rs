@@ -7,6 +7,8 @@
 //! Must not: know anything about Python.
 
 pub(crate) mod pause;
+#[cfg(target_arch = "x86_64")]
+pub(crate) mod remote;
 
 use crate::error::{Error, Result};
 use std::fs::File;

@@ -28,7 +28,7 @@ pub(crate) struct PausedThreads {
     old_mask: Option<SigSet>,
 }
 
-fn termination_signals() -> SigSet {
+pub(crate) fn termination_signals() -> SigSet {
     let mut s = SigSet::empty();
     for sig in [
         Signal::SIGINT,

@@ -1,0 +1,426 @@
+//! Memory of a process started without us (`attach`): our library is loaded into it and
+//! handed a ring, so that it counts from then on as it does under `run`.
+//!
+//! How: a ring is made where the target can open it (a directory of its own root: the
+//! host's `/dev/shm` for a process of ours, the container's for one in a container), the
+//! library is written beside it, and one thread of the target, stopped where it holds no
+//! lock ([`crate::ptrace::remote`]), calls the C library's `dlopen` on it and then the
+//! library's `scalene_rs_attach(ring)`, which patches the program's calls of the
+//! allocation and copy functions and has the interpreter wrap its own allocator at its next
+//! pending call. Both files are removed at once (the process keeps what it mapped). A
+//! second `attach` finds the library already loaded and only calls it again.
+//!
+//! When we stop, the consumer sets the ring's `detached` word and the library puts every
+//! patched function pointer back; a profiler killed outright stops its heartbeat, which the
+//! library notices at its next sampled event (see the layout's `HEARTBEAT_*`).
+//!
+//! Owns: the decision whether to load code into the target (never when its owner turned
+//! remote debugging off, never into a free-threaded build), the placing of the files, the
+//! remote calls and the meaning of the library's answers.
+//! Must not: read the ring (the consumer does), or leave a file behind.
+
+use super::config::MemoryConfig;
+use super::ring::{self, layout, Ring};
+use crate::python::PythonProcess;
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+/// The library's file name (the same as under `run`: a process that has it mapped has it
+/// from us).
+pub(crate) const LIBRARY_NAME: &str = "libscalene_preload.so";
+/// Directories of the target's root where the files may go, in order of preference.
+const PLACES: &[&str] = &["/dev/shm", "/tmp", "/var/tmp"];
+/// `RTLD_NOW`.
+const RTLD_NOW: u64 = 2;
+/// glibc's private flag that `__libc_dlopen_mode` callers pass (`__RTLD_DLOPEN`).
+const RTLD_DLOPEN_PRIVATE: u64 = 0x8000_0000;
+/// How long to look for a thread at a safe point.
+const PATIENCE: Duration = Duration::from_secs(2);
+
+/// Why the library was not (or could not be) put into the target: the sentence said to the
+/// user ("no memory data: ..."), time being recorded anyway.
+pub(crate) type Refusal = String;
+
+/// Loads the library into `proc` (unless it is there already) and hands it a new ring;
+/// returns the ring, claimed by the target, ready to be read.
+pub(crate) fn attach_library(proc: &PythonProcess, cfg: &MemoryConfig) -> Result<Ring, Refusal> {
+    let pid = proc.pid;
+    refuse_unless_allowed(proc)?;
+    let maps = crate::proc::read_maps(pid).map_err(|e| e.to_string())?;
+    let place = Place::choose(pid)?;
+    let mut ring = Ring::create(
+        &place.host_dir,
+        ring::DEFAULT_CAPACITY,
+        cfg.window,
+        cfg.copy_window,
+    )
+    .map_err(|e| {
+        format!(
+            "making the memory ring in {}: {e}",
+            place.host_dir.display()
+        )
+    })?;
+    let ring_name = ring
+        .path()
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let ring_in_target = format!("{}/{ring_name}", place.target_dir);
+    give_to_target_user(ring.path(), pid)?;
+    // The heartbeat marks an attach ring: the library judges us by it, not by our pid.
+    ring.header()
+        .heartbeat_ns
+        .store(layout::now_ns(), Ordering::Release);
+    let loaded = loaded_library(&maps);
+    let code = match loaded {
+        Some(base) => call_attach(pid, base, &ring_in_target)?,
+        None => load_and_attach(pid, &maps, &place, &ring_in_target)?,
+    };
+    // The target has it mapped (or refused it): the file's name is no longer needed.
+    let _ = std::fs::remove_file(ring.path());
+    ring.keep_file();
+    match code {
+        layout::ATTACH_OK => Ok(ring),
+        layout::ATTACH_PRELOADED => Err("the program runs under `scalene-rs run`".into()),
+        layout::ATTACH_NO_RING => Err("the process could not open the memory ring".into()),
+        layout::ATTACH_NOT_PYTHON => {
+            Err("our library found no Python interpreter in the process".into())
+        }
+        layout::ATTACH_FREE_THREADED => Err(free_threaded_refusal()),
+        layout::ATTACH_NO_LIBC => {
+            Err("our library found no C allocator in the process (not glibc?)".into())
+        }
+        other => Err(format!("our library refused to attach (code {other})")),
+    }
+}
+
+fn free_threaded_refusal() -> Refusal {
+    "a free-threaded interpreter's object allocator cannot be wrapped while it runs \
+     (start the program with `scalene-rs run` for its memory)"
+        .into()
+}
+
+/// The cases where no code of ours goes into the process.
+fn refuse_unless_allowed(proc: &PythonProcess) -> Result<(), Refusal> {
+    let pid = proc.pid;
+    if proc.layout.free_threaded {
+        return Err(free_threaded_refusal());
+    }
+    if proc.version.major < 3 {
+        return Err(
+            "Python 2 has no allocator API to wrap while it runs (start the program with \
+             `scalene-rs run` for its memory)"
+                .into(),
+        );
+    }
+    // Its owner said no code is to be run in it from outside (PEP 768's switches; we honour
+    // them for every version, whatever the way in).
+    if crate::proc::environ_var(pid, "PYTHON_DISABLE_REMOTE_DEBUG").is_some_and(|v| !v.is_empty()) {
+        return Err(
+            "the process disabled remote debugging (PYTHON_DISABLE_REMOTE_DEBUG is \
+                    set): no code of ours is loaded into it"
+                .into(),
+        );
+    }
+    let args = crate::proc::arguments(pid);
+    if args
+        .windows(2)
+        .any(|w| w[0] == "-X" && w[1] == "disable_remote_debug")
+        || args.iter().any(|a| a == "-Xdisable_remote_debug")
+    {
+        return Err(
+            "the process disabled remote debugging (-X disable_remote_debug): no \
+                    code of ours is loaded into it"
+                .into(),
+        );
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    return Err("loading our library into a running process is implemented for x86-64 only".into());
+    #[cfg(target_arch = "x86_64")]
+    Ok(())
+}
+
+/// Where the files go: a directory of the target's root that we can write, the target can
+/// read, and whose file system lets a library be mapped executable.
+struct Place {
+    /// The directory as we reach it (through /proc/PID/root).
+    host_dir: PathBuf,
+    /// The same directory as the target names it.
+    target_dir: String,
+}
+
+impl Place {
+    fn choose(pid: i32) -> Result<Place, Refusal> {
+        let root = PathBuf::from(format!("/proc/{pid}/root"));
+        for dir in PLACES {
+            let host = root.join(dir.trim_start_matches('/'));
+            let Ok(c) = std::ffi::CString::new(host.as_os_str().as_encoded_bytes()) else {
+                continue;
+            };
+            // SAFETY: statvfs fills the struct we own; `c` is NUL-terminated.
+            let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+            // SAFETY: as above.
+            if unsafe { libc::statvfs(c.as_ptr(), &mut st) } != 0 {
+                continue;
+            }
+            let writable = nix::unistd::access(&host, nix::unistd::AccessFlags::W_OK).is_ok();
+            if writable && st.f_flag & libc::ST_NOEXEC == 0 && st.f_flag & libc::ST_RDONLY == 0 {
+                return Ok(Place {
+                    host_dir: host,
+                    target_dir: dir.to_string(),
+                });
+            }
+        }
+        Err(format!(
+            "none of {} in the process's root is writable and allows executable mappings \
+             (needed to put our library there)",
+            PLACES.join(", ")
+        ))
+    }
+}
+
+/// Makes `path` the target's user's when that is not us (the library accepts only a ring
+/// of its own user; we can do this only as root).
+fn give_to_target_user(path: &Path, pid: i32) -> Result<(), Refusal> {
+    let Some((uid, gid)) = crate::proc::owner(pid) else {
+        return Ok(());
+    };
+    if uid == nix::unistd::geteuid().as_raw() {
+        return Ok(());
+    }
+    nix::unistd::chown(
+        path,
+        Some(nix::unistd::Uid::from_raw(uid)),
+        Some(nix::unistd::Gid::from_raw(gid)),
+    )
+    .map_err(|e| {
+        format!(
+            "the process runs as user {uid}, and handing it our files needs CAP_CHOWN \
+             (run scalene-rs as root or as that user): {e}"
+        )
+    })
+}
+
+/// The load address of our library when the process has it already (an earlier attach):
+/// the start of its mapping at file offset 0.
+fn loaded_library(maps: &[crate::proc::maps::MapEntry]) -> Option<u64> {
+    maps.iter()
+        .find(|m| {
+            m.offset == 0
+                && m.path
+                    .as_deref()
+                    .is_some_and(|p| Path::new(p).file_name().is_some_and(|n| n == LIBRARY_NAME))
+        })
+        .map(|m| m.start)
+}
+
+/// Offset of the library's attach function from its load address.
+fn attach_offset() -> Result<u64, Refusal> {
+    let syms = crate::elf::ElfFile::exported(
+        Path::new(LIBRARY_NAME),
+        super::preload::library_bytes(),
+        &[layout::ATTACH_SYMBOL],
+    )
+    .map_err(|e| e.to_string())?;
+    syms.get(layout::ATTACH_SYMBOL)
+        .copied()
+        .ok_or_else(|| format!("our library has no {}", layout::ATTACH_SYMBOL))
+}
+
+/// `scalene_rs_attach(ring)` in the process whose library is loaded at `base`.
+#[cfg(target_arch = "x86_64")]
+fn call_attach(pid: i32, base: u64, ring_in_target: &str) -> Result<i32, Refusal> {
+    let func = base + attach_offset()?;
+    let mut t = crate::ptrace::remote::Hijacked::find(pid, PATIENCE).map_err(|e| e.to_string())?;
+    let data = c_string(ring_in_target);
+    let rax = t
+        .call(func, &[crate::ptrace::remote::DATA], &data)
+        .map_err(|e| e.to_string())?;
+    Ok(rax as u32 as i32)
+}
+
+/// The C library's loader entry in the process: (address, whether it is glibc's private
+/// `__libc_dlopen_mode`, `dlerror` if there is one).
+fn find_dlopen(
+    pid: i32,
+    maps: &[crate::proc::maps::MapEntry],
+) -> Result<(u64, bool, Option<u64>), Refusal> {
+    let bases = |stem: &str| {
+        maps.iter()
+            .filter(|m| m.offset == 0)
+            .filter_map(|m| {
+                let p = m.path.as_deref()?;
+                let name = Path::new(p).file_name()?.to_str()?;
+                (name.starts_with(stem) && name.contains(".so")).then(|| (p.to_string(), m.start))
+            })
+            .next()
+    };
+    let read = |path: &str| {
+        let host = PathBuf::from(format!("/proc/{pid}/root{path}"));
+        std::fs::read(&host).map_err(|e| format!("reading the process's {path}: {e}"))
+    };
+    let mut tried = Vec::new();
+    for stem in ["libc.so", "libc-2.", "libdl.so", "libdl-2."] {
+        let Some((path, base)) = bases(stem) else {
+            continue;
+        };
+        let bytes = read(&path)?;
+        let syms = crate::elf::ElfFile::exported(
+            Path::new(&path),
+            &bytes,
+            &["dlopen", "dlerror", "__libc_dlopen_mode"],
+        )
+        .map_err(|e| e.to_string())?;
+        let dlerror = syms.get("dlerror").map(|o| base + o);
+        if let Some(o) = syms.get("dlopen") {
+            return Ok((base + o, false, dlerror));
+        }
+        if let Some(o) = syms.get("__libc_dlopen_mode") {
+            return Ok((base + o, true, None));
+        }
+        tried.push(path);
+    }
+    Err(if tried.is_empty() {
+        "the process has no shared C library (a static or non-glibc build): our library \
+         cannot be loaded into it"
+            .into()
+    } else {
+        format!("no dlopen in the process's {}", tried.join(", "))
+    })
+}
+
+/// Writes the library into the target's `place`, has the process load it and attach to
+/// `ring_in_target`; the file is removed whatever happens.
+#[cfg(target_arch = "x86_64")]
+fn load_and_attach(
+    pid: i32,
+    maps: &[crate::proc::maps::MapEntry],
+    place: &Place,
+    ring_in_target: &str,
+) -> Result<i32, Refusal> {
+    let (dlopen, private, dlerror) = find_dlopen(pid, maps)?;
+    let offset = attach_offset()?;
+    let files = LibraryFiles::write(place, pid)?;
+    let mut t = crate::ptrace::remote::Hijacked::find(pid, PATIENCE).map_err(|e| e.to_string())?;
+    let mode = if private {
+        RTLD_NOW | RTLD_DLOPEN_PRIVATE
+    } else {
+        RTLD_NOW
+    };
+    let handle = t
+        .call(
+            dlopen,
+            &[crate::ptrace::remote::DATA, mode],
+            &c_string(&files.target_path),
+        )
+        .map_err(|e| e.to_string())?;
+    drop(files);
+    if handle == 0 {
+        let why = match dlerror {
+            Some(f) => t
+                .call(f, &[], &[])
+                .ok()
+                .filter(|&p| p != 0)
+                .and_then(|p| read_c_string(pid, p)),
+            None => None,
+        };
+        return Err(format!(
+            "the process could not load our library: {}",
+            why.unwrap_or_else(|| "dlopen failed".into())
+        ));
+    }
+    // The handle is the loader's map of the library, whose first word is its load address.
+    let base = {
+        use crate::ptrace::ProcessMemory;
+        crate::ptrace::RemoteMemory::new(pid)
+            .and_then(|m| m.read_u64(handle))
+            .map_err(|e| e.to_string())?
+    };
+    let rax = t
+        .call(
+            base + offset,
+            &[crate::ptrace::remote::DATA],
+            &c_string(ring_in_target),
+        )
+        .map_err(|e| e.to_string())?;
+    Ok(rax as u32 as i32)
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+fn load_and_attach(
+    _: i32,
+    _: &[crate::proc::maps::MapEntry],
+    _: &Place,
+    _: &str,
+) -> Result<i32, Refusal> {
+    Err("loading our library into a running process is implemented for x86-64 only".into())
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+fn call_attach(_: i32, _: u64, _: &str) -> Result<i32, Refusal> {
+    Err("loading our library into a running process is implemented for x86-64 only".into())
+}
+
+/// The library written into the target's root for it to load: a directory of its own
+/// (`scalene-rs-attach-<our pid>-<n>`), both removed on drop.
+struct LibraryFiles {
+    dir: PathBuf,
+    target_path: String,
+}
+
+impl LibraryFiles {
+    fn write(place: &Place, pid: i32) -> Result<LibraryFiles, Refusal> {
+        static COUNTER: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+        let name = format!("scalene-rs-attach-{}-{n}", std::process::id());
+        let dir = place.host_dir.join(&name);
+        let written = (|| {
+            std::fs::DirBuilder::new().mode(0o700).create(&dir)?;
+            let path = dir.join(LIBRARY_NAME);
+            let mut f = std::fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .mode(0o500)
+                .open(&path)?;
+            std::io::Write::write_all(&mut f, super::preload::library_bytes())?;
+            Ok::<_, std::io::Error>(path)
+        })();
+        let files = LibraryFiles {
+            dir: dir.clone(),
+            target_path: format!("{}/{name}/{LIBRARY_NAME}", place.target_dir),
+        };
+        let path =
+            written.map_err(|e| format!("writing our library into {}: {e}", dir.display()))?;
+        give_to_target_user(&dir, pid)?;
+        give_to_target_user(&path, pid)?;
+        Ok(files)
+    }
+}
+
+impl Drop for LibraryFiles {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+fn c_string(s: &str) -> Vec<u8> {
+    let mut v = s.as_bytes().to_vec();
+    v.push(0);
+    v
+}
+
+/// A NUL-terminated string at `addr` in `pid` (at most 512 bytes).
+fn read_c_string(pid: i32, addr: u64) -> Option<String> {
+    use crate::ptrace::ProcessMemory;
+    let mem = crate::ptrace::RemoteMemory::new(pid).ok()?;
+    let mut buf = vec![0u8; 512];
+    for len in [512usize, 64] {
+        if mem.read(addr, &mut buf[..len]).is_ok() {
+            let end = buf[..len].iter().position(|&b| b == 0).unwrap_or(len);
+            return Some(String::from_utf8_lossy(&buf[..end]).into_owned());
+        }
+    }
+    None
+}

@@ -1,0 +1,408 @@
+//! Calling a function inside the target: one of its threads, stopped where it holds no lock,
+//! is made to call a C function of ours choosing and then put back exactly as it was.
+//! `attach` with memory uses it to have the C library's `dlopen` load our library into a
+//! process that was started without it, and to call the library's attach entry point.
+//!
+//! Owns: [`Hijacked`] — the choice of a thread at a safe point, saving and restoring its
+//! registers *and* its vector state (XSAVE area: a called function clobbers xmm/ymm, which
+//! an interrupted thread may hold live), the call itself, and the detach.
+//!
+//! Safe point: a thread blocked in a system call that waits without holding a C-library
+//! lock — a condition-variable / semaphore / join wait (futex `FUTEX_WAIT_BITSET`, which
+//! glibc uses for those and for the GIL, never for its internal locks, which wait with
+//! `FUTEX_WAIT`), sleep, poll/select/epoll, wait4, pause, sigsuspend, accept. A thread
+//! interrupted anywhere else may hold the allocator's arena lock or the loader's lock, and
+//! the call would deadlock the process for good. Only that thread is stopped: the others
+//! run on, so that a lock one of them holds is released while the call waits for it.
+//!
+//! Also: the kernel restarts an interrupted system call by looking at the registers a
+//! thread resumes with; the call runs with `orig_rax = -1` so it does not, and the thread's
+//! own registers, put back afterwards, restart its wait as if nothing happened.
+//!
+//! Must not: stop the target longer than the call takes, or leave a thread with anything
+//! of ours (registers, stack bytes, a pending signal swallowed).
+
+use crate::error::{Error, Result};
+use nix::sys::ptrace;
+use nix::sys::signal::{SigSet, SigmaskHow, Signal};
+use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
+use nix::unistd::Pid;
+use std::time::{Duration, Instant};
+
+/// x86-64 system calls a thread may be hijacked in (see the module's doc).
+const SAFE_SYSCALLS: &[i64] = &[
+    7,   // poll
+    23,  // select
+    34,  // pause
+    35,  // nanosleep
+    43,  // accept
+    61,  // wait4
+    130, // rt_sigsuspend
+    202, // futex (FUTEX_WAIT_BITSET only, see `safe_wait`)
+    230, // clock_nanosleep
+    232, // epoll_wait
+    270, // pselect6
+    271, // ppoll
+    281, // epoll_pwait
+    288, // accept4
+    441, // epoll_pwait2
+];
+const SYS_FUTEX: i64 = 202;
+const FUTEX_WAIT_BITSET: u64 = 9;
+/// The kernel's "restart this system call" results, seen in `rax` of a thread stopped in one.
+const RESTART_RESULTS: &[i64] = &[-4, -512, -513, -514, -516];
+/// `NT_X86_XSTATE`: the regset of the XSAVE area.
+const NT_X86_XSTATE: libc::c_int = 0x202;
+/// Room for the XSAVE area (11 KiB with AVX-512; the kernel says how much it filled).
+const XSTATE_BYTES: usize = 64 * 1024;
+/// Longest a call may take before we stop waiting for it.
+const CALL_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Whether a thread blocked in system call `nr` with first two arguments `a0`, `a1` waits
+/// without holding a C-library lock.
+fn safe_wait(nr: i64, a1: u64) -> bool {
+    SAFE_SYSCALLS.contains(&nr) && (nr != SYS_FUTEX || a1 & 0x7f == FUTEX_WAIT_BITSET)
+}
+
+/// A thread of the target stopped at a safe point, its state saved; put back as it was and
+/// let go on drop.
+pub(crate) struct Hijacked {
+    pid: i32,
+    tid: Pid,
+    regs: libc::user_regs_struct,
+    xstate: Vec<u8>,
+    /// Stack bytes we overwrote: (address, original bytes).
+    stack: Option<(u64, Vec<u8>)>,
+    old_mask: Option<SigSet>,
+    /// The thread is gone or in an unknown state: nothing to put back.
+    lost: bool,
+}
+
+impl Hijacked {
+    /// Stops a thread of `pid` blocked at a safe point, trying every thread for up to
+    /// `patience`. The error says why none was found.
+    pub(crate) fn find(pid: i32, patience: Duration) -> Result<Hijacked> {
+        let deadline = Instant::now() + patience;
+        let mut seen_any = false;
+        loop {
+            let mut tids = crate::proc::threads(pid)?;
+            // The main thread first: its waits are usually the program's own (a join, a
+            // sleep, a select loop).
+            tids.sort_by_key(|&t| t != pid);
+            for tid in tids {
+                let Some((nr, _)) = crate::proc::blocked_syscall(pid, tid) else {
+                    continue;
+                };
+                if !SAFE_SYSCALLS.contains(&nr) {
+                    continue;
+                }
+                seen_any = true;
+                if let Some(h) = Hijacked::stop(pid, tid)? {
+                    return Ok(h);
+                }
+            }
+            if Instant::now() >= deadline {
+                let why = if seen_any {
+                    "its threads kept leaving their waits while we stopped them"
+                } else {
+                    "none of its threads was waiting in a system call where it holds no lock \
+                     (a sleep, a lock or condition wait, select/poll, a join)"
+                };
+                return Err(Error::BadState {
+                    pid,
+                    why: format!("no thread could call into our library: {why}"),
+                });
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
+    /// Seizes and stops `tid`; Some when it is stopped in a safe wait (checked again on its
+    /// registers: it may have left the wait before the stop), else it is let go.
+    fn stop(pid: i32, tid: i32) -> Result<Option<Hijacked>> {
+        let t = Pid::from_raw(tid);
+        match ptrace::seize(t, ptrace::Options::empty()) {
+            Ok(()) => {}
+            Err(nix::errno::Errno::ESRCH) => return Ok(None),
+            Err(nix::errno::Errno::EPERM) => {
+                return Err(crate::proc::permission_denied(
+                    pid,
+                    "loading the memory library into it with ptrace",
+                ))
+            }
+            Err(e) => {
+                return Err(crate::proc::os_error(
+                    pid,
+                    "PTRACE_SEIZE",
+                    std::io::Error::from_raw_os_error(e as i32),
+                ))
+            }
+        }
+        let mut h = Hijacked {
+            pid,
+            tid: t,
+            // SAFETY: an all-zero register set is a valid value; replaced below.
+            regs: unsafe { std::mem::zeroed() },
+            xstate: Vec::new(),
+            stack: None,
+            old_mask: block_termination_signals(),
+            lost: false,
+        };
+        if ptrace::interrupt(t).is_err() {
+            h.lost = true;
+            return Ok(None);
+        }
+        // The interrupt's stop, or a signal's delivery stop first (then the thread is not
+        // where we want it: let it go with its signal).
+        loop {
+            match waitpid(t, Some(WaitPidFlag::__WALL)) {
+                Ok(WaitStatus::PtraceEvent(..)) => break,
+                Ok(WaitStatus::Stopped(_, sig)) => {
+                    let _ = ptrace::detach(t, Some(sig));
+                    h.lost = true;
+                    return Ok(None);
+                }
+                Err(nix::errno::Errno::EINTR) => continue,
+                _ => {
+                    h.lost = true;
+                    return Ok(None);
+                }
+            }
+        }
+        let Ok(regs) = ptrace::getregs(t) else {
+            h.lost = true;
+            return Ok(None);
+        };
+        h.regs = regs;
+        let interrupted_wait = RESTART_RESULTS.contains(&(regs.rax as i64))
+            && safe_wait(regs.orig_rax as i64, regs.rsi);
+        if !interrupted_wait {
+            return Ok(None);
+        }
+        h.xstate = match get_xstate(t) {
+            Some(x) => x,
+            None => return Ok(None),
+        };
+        Ok(Some(h))
+    }
+
+    /// Calls `func(args...)` (at most 6 integer arguments) in the thread, with `data`
+    /// copied onto its stack first; `args` may name bytes of `data` as [`DATA`]` + offset`.
+    /// Returns the function's `rax`.
+    pub(crate) fn call(&mut self, func: u64, args: &[u64], data: &[u8]) -> Result<u64> {
+        assert!(args.len() <= 6);
+        let pid = self.pid;
+        // Below the red zone (128 bytes a leaf function may use below rsp), 16-aligned:
+        // the data, then the return address 0, so that rsp ≡ 8 (mod 16) at the entry as
+        // after a `call`.
+        let data_at = (self.regs.rsp - 128 - data.len() as u64 - 64) & !15;
+        let entry_rsp = data_at - 64 - 8;
+        let low = entry_rsp;
+        let high = self.regs.rsp - 128;
+        if self.stack.is_none() {
+            let mem = crate::ptrace::RemoteMemory::new(pid)?;
+            use crate::ptrace::ProcessMemory;
+            let saved = mem.read_vec(low, (high - low) as usize)?;
+            self.stack = Some((low, saved));
+        }
+        let mut frame = vec![0u8; (high - low) as usize];
+        let at = (data_at - low) as usize;
+        frame[at..at + data.len()].copy_from_slice(data);
+        // The return address: 0, so the function's `ret` faults at 0 and we get it back.
+        frame[..8].copy_from_slice(&0u64.to_le_bytes());
+        write_memory(pid, low, &frame)?;
+        let mut regs = self.regs;
+        let resolve = |a: u64| {
+            if a >= DATA && a < DATA + data.len() as u64 + 1 {
+                data_at + (a - DATA)
+            } else {
+                a
+            }
+        };
+        let mut argv = [0u64; 6];
+        for (slot, &a) in argv.iter_mut().zip(args) {
+            *slot = resolve(a);
+        }
+        regs.rdi = argv[0];
+        regs.rsi = argv[1];
+        regs.rdx = argv[2];
+        regs.rcx = argv[3];
+        regs.r8 = argv[4];
+        regs.r9 = argv[5];
+        regs.rip = func;
+        regs.rsp = entry_rsp;
+        regs.rax = 0;
+        // No system call restart on resume (the kernel would rewind rip into our function).
+        regs.orig_rax = u64::MAX;
+        ptrace::setregs(self.tid, regs).map_err(|e| self.os("PTRACE_SETREGS", e))?;
+        ptrace::cont(self.tid, None).map_err(|e| self.os("PTRACE_CONT", e))?;
+        let deadline = Instant::now() + CALL_TIMEOUT;
+        loop {
+            match waitpid(self.tid, Some(WaitPidFlag::__WALL | WaitPidFlag::WNOHANG)) {
+                Ok(WaitStatus::StillAlive) => {
+                    if Instant::now() >= deadline {
+                        // Nothing can be undone now: the thread is inside the function.
+                        self.lost = true;
+                        return Err(Error::BadState {
+                            pid,
+                            why: format!(
+                                "a call into the process did not return in {} s",
+                                CALL_TIMEOUT.as_secs()
+                            ),
+                        });
+                    }
+                    std::thread::sleep(Duration::from_micros(200));
+                }
+                Ok(WaitStatus::Stopped(_, Signal::SIGSEGV)) => {
+                    let now =
+                        ptrace::getregs(self.tid).map_err(|e| self.os("PTRACE_GETREGS", e))?;
+                    if now.rip == 0 {
+                        return Ok(now.rax);
+                    }
+                    // A real fault inside the function: put the thread back rather than
+                    // deliver it (the process would die of it).
+                    return Err(Error::BadState {
+                        pid,
+                        why: format!("a call into the process faulted at {:#x}", now.rip),
+                    });
+                }
+                Ok(WaitStatus::Stopped(_, sig)) => {
+                    // Another signal for this thread meanwhile: delivered as it would be.
+                    ptrace::cont(self.tid, Some(sig)).map_err(|e| self.os("PTRACE_CONT", e))?;
+                }
+                Ok(WaitStatus::PtraceEvent(..)) | Ok(WaitStatus::PtraceSyscall(_)) => {
+                    ptrace::cont(self.tid, None).map_err(|e| self.os("PTRACE_CONT", e))?;
+                }
+                Ok(WaitStatus::Exited(..)) | Ok(WaitStatus::Signaled(..)) => {
+                    self.lost = true;
+                    return Err(Error::ProcessExited(pid));
+                }
+                Ok(_) => {}
+                Err(nix::errno::Errno::EINTR) => {}
+                Err(e) => {
+                    self.lost = true;
+                    return Err(self.os("waiting for a call into the process", e));
+                }
+            }
+        }
+    }
+
+    fn os(&self, what: &str, e: nix::errno::Errno) -> Error {
+        crate::proc::os_error(self.pid, what, std::io::Error::from_raw_os_error(e as i32))
+    }
+}
+
+/// An argument of [`Hijacked::call`] that stands for the address of `data` on the stack
+/// (plus an offset): an address no user-space pointer has.
+pub(crate) const DATA: u64 = 0xffff_ff00_0000_0000;
+
+impl Drop for Hijacked {
+    fn drop(&mut self) {
+        if !self.lost {
+            if let Some((at, bytes)) = self.stack.take() {
+                let _ = write_memory(self.pid, at, &bytes);
+            }
+            if !self.xstate.is_empty() {
+                set_xstate(self.tid, &mut self.xstate);
+            }
+            let _ = ptrace::setregs(self.tid, self.regs);
+        }
+        let _ = ptrace::detach(self.tid, None);
+        if let Some(old) = self.old_mask.take() {
+            let _ = nix::sys::signal::pthread_sigmask(SigmaskHow::SIG_SETMASK, Some(&old), None);
+        }
+    }
+}
+
+/// Blocks Ctrl-C and the other termination signals while a thread is ours (they are
+/// handled once it is put back); returns the mask to restore.
+fn block_termination_signals() -> Option<SigSet> {
+    let mut old = SigSet::empty();
+    nix::sys::signal::pthread_sigmask(
+        SigmaskHow::SIG_BLOCK,
+        Some(&super::pause::termination_signals()),
+        Some(&mut old),
+    )
+    .ok()
+    .map(|_| old)
+}
+
+fn get_xstate(tid: Pid) -> Option<Vec<u8>> {
+    let mut buf = vec![0u8; XSTATE_BYTES];
+    let mut iov = libc::iovec {
+        iov_base: buf.as_mut_ptr() as *mut libc::c_void,
+        iov_len: buf.len(),
+    };
+    // SAFETY: PTRACE_GETREGSET writes at most iov_len bytes into our buffer and updates
+    // iov_len to what it wrote.
+    let r = unsafe {
+        libc::ptrace(
+            libc::PTRACE_GETREGSET,
+            tid.as_raw(),
+            NT_X86_XSTATE as usize as *mut libc::c_void,
+            &mut iov as *mut libc::iovec as *mut libc::c_void,
+        )
+    };
+    if r != 0 {
+        return None;
+    }
+    buf.truncate(iov.iov_len);
+    Some(buf)
+}
+
+fn set_xstate(tid: Pid, buf: &mut [u8]) {
+    let mut iov = libc::iovec {
+        iov_base: buf.as_mut_ptr() as *mut libc::c_void,
+        iov_len: buf.len(),
+    };
+    // SAFETY: PTRACE_SETREGSET reads iov_len bytes from our buffer, which GETREGSET filled.
+    unsafe {
+        libc::ptrace(
+            libc::PTRACE_SETREGSET,
+            tid.as_raw(),
+            NT_X86_XSTATE as usize as *mut libc::c_void,
+            &mut iov as *mut libc::iovec as *mut libc::c_void,
+        )
+    };
+}
+
+/// Writes `bytes` at `addr` in `pid` (process_vm_writev; its stack is writable).
+fn write_memory(pid: i32, addr: u64, bytes: &[u8]) -> Result<()> {
+    let local = [std::io::IoSlice::new(bytes)];
+    let remote = [nix::sys::uio::RemoteIoVec {
+        base: addr as usize,
+        len: bytes.len(),
+    }];
+    match nix::sys::uio::process_vm_writev(Pid::from_raw(pid), &local, &remote) {
+        Ok(n) if n == bytes.len() => Ok(()),
+        Ok(n) => Err(Error::BadState {
+            pid,
+            why: format!("wrote {n} of {} bytes into its stack", bytes.len()),
+        }),
+        Err(e) => Err(crate::proc::os_error(
+            pid,
+            "writing into its stack",
+            std::io::Error::from_raw_os_error(e as i32),
+        )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_lock_free_waits_are_safe() {
+        // A GIL / condition wait (FUTEX_WAIT_BITSET | PRIVATE) and a join (| CLOCK_REALTIME).
+        assert!(safe_wait(202, 0x89));
+        assert!(safe_wait(202, 0x189));
+        // A C-library lock's wait (FUTEX_WAIT | PRIVATE): the thread holds or wants a lock.
+        assert!(!safe_wait(202, 0x80));
+        assert!(!safe_wait(202, 0));
+        assert!(safe_wait(230, 0));
+        // read/openat/mmap: the loader itself does those under its lock.
+        assert!(!safe_wait(0, 0));
+        assert!(!safe_wait(257, 0));
+        assert!(!safe_wait(9, 0));
+    }
+}

@@ -1,0 +1,250 @@
+//! `attach PID` with memory, to processes started without scalene-rs: our library is loaded
+//! into them from outside (tests on every interpreter of the matrix; where it cannot be —
+//! Python 2, a free-threaded build, remote debugging turned off — attach records time and
+//! says why memory is missing).
+
+mod common;
+
+use serde_json::Value;
+use std::io::{BufRead, BufReader, Read};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+fn fx(name: &str) -> PathBuf {
+    common::fixture(&format!("memory/{name}"))
+}
+
+/// Line of the fixture whose text has `# LABEL`.
+fn marked_line(name: &str, label: &str) -> u64 {
+    let text = std::fs::read_to_string(fx(name)).unwrap();
+    let needle = format!("# {label}");
+    text.lines()
+        .position(|l| l.trim_end().ends_with(&needle))
+        .unwrap_or_else(|| panic!("{name} has no {needle}")) as u64
+        + 1
+}
+
+/// The C library the fixture's NATIVE line calls (fixtures/memory/native_alloc.c), built
+/// once per test binary into a directory every interpreter sees (/tmp is bound into the
+/// chrooted ones).
+fn native_library() -> &'static Path {
+    static LIB: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    LIB.get_or_init(|| {
+        let dir = common::tempdir("scalene-rs-attach-native");
+        let out = dir.join("native_alloc.so");
+        let cc = Command::new("cc")
+            .args(["-shared", "-fPIC", "-O1", "-o"])
+            .arg(&out)
+            .arg(fx("native_alloc.c"))
+            .status()
+            .expect("running cc");
+        assert!(cc.success(), "cc failed: {cc:?}");
+        out
+    })
+}
+
+/// Whether `attach` can load our library into this interpreter.
+fn supported(py: &common::Interpreter) -> bool {
+    !py.is_py2() && !py.free_threaded && cfg!(target_arch = "x86_64")
+}
+
+/// The fixture, started without us, once it said "ready".
+struct Target {
+    child: Child,
+    out: BufReader<std::process::ChildStdout>,
+}
+
+impl Target {
+    fn start(py: &common::Interpreter, env: &[(&str, &str)]) -> Result<Target, String> {
+        let mut cmd = Command::new(&py.path);
+        cmd.arg(fx("attach_target.py"))
+            .arg(native_library())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit());
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        let mut child = cmd.spawn().map_err(|e| e.to_string())?;
+        let mut out = BufReader::new(child.stdout.take().unwrap());
+        let mut line = String::new();
+        out.read_line(&mut line).map_err(|e| e.to_string())?;
+        if line.trim() != "ready" {
+            let _ = child.kill();
+            let _ = child.wait();
+            return Err(format!("the target said {line:?} instead of ready"));
+        }
+        Ok(Target { child, out })
+    }
+
+    fn pid(&self) -> i32 {
+        self.child.id() as i32
+    }
+
+    fn go(&self) {
+        // SAFETY: kill with a valid signal number and our child's pid.
+        unsafe { libc::kill(self.pid(), libc::SIGUSR1) };
+    }
+
+    /// Its output after "ready" and its exit code (within 60 s).
+    fn finish(mut self) -> Result<(String, Option<i32>), String> {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        let mut rest = String::new();
+        let status = loop {
+            if let Some(s) = self.child.try_wait().map_err(|e| e.to_string())? {
+                break s;
+            }
+            if Instant::now() >= deadline {
+                let _ = self.child.kill();
+                let _ = self.child.wait();
+                return Err("the target did not end within 60 s".into());
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        };
+        self.out
+            .read_to_string(&mut rest)
+            .map_err(|e| e.to_string())?;
+        Ok((rest, status.code()))
+    }
+}
+
+/// `attach PID` writing JSON to `json`, its stderr read line by line until `until` says a
+/// line is the one awaited (or it ends). Returns the child and the lines read.
+fn attach(pid: i32, json: &Path, extra: &[&str]) -> Child {
+    Command::new(common::bin())
+        .args(["attach", &pid.to_string()])
+        .args(extra)
+        .arg("-o")
+        .arg(json)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("starting scalene-rs attach")
+}
+
+/// Reads `child`'s stderr until a line contains `want` (true) or it ends (false); every
+/// line read goes into `seen`.
+fn wait_for_line(
+    err: &mut BufReader<std::process::ChildStderr>,
+    want: &str,
+    seen: &mut Vec<String>,
+) -> bool {
+    let mut line = String::new();
+    loop {
+        line.clear();
+        match err.read_line(&mut line) {
+            Ok(0) | Err(_) => return false,
+            Ok(_) => {
+                seen.push(line.trim_end().to_string());
+                if line.contains(want) {
+                    return true;
+                }
+            }
+        }
+    }
+}
+
+fn line_of<'p>(p: &'p Value, file: &str, line: u64) -> Option<&'p Value> {
+    p["files"]
+        .as_array()?
+        .iter()
+        .filter(|f| f["filename"].as_str().is_some_and(|n| n.ends_with(file)))
+        .flat_map(|f| f["lines"].as_array().into_iter().flatten())
+        .find(|l| l["line"].as_u64() == Some(line))
+}
+
+fn field(p: &Value, file: &str, line: u64, name: &str) -> f64 {
+    line_of(p, file, line)
+        .and_then(|l| l[name].as_f64())
+        .unwrap_or(0.0)
+}
+
+fn within(got: f64, want: f64, tolerance: f64) -> bool {
+    (got - want).abs() <= tolerance * want
+}
+
+const COUNTING: &str = "is counted from now on";
+const TIME_ONLY: &str = "recording time only for process";
+const DONE: &str = "done 128 64 320 120";
+
+/// The fixture's truth, attached to after it started: per line, what it allocated after the
+/// attach (KEEP 128 MiB of Python, NATIVE 64 MiB native), copied (320 MiB), leaked (LEAK,
+/// not NOLEAK); its output and exit status as without us. Where memory cannot be had, the
+/// attach records time and says why.
+#[test]
+fn attach_records_the_memory_of_a_process_started_without_us() {
+    let name = "attach_target.py";
+    let (keep, native, copy, leak, noleak) = (
+        marked_line(name, "KEEP"),
+        marked_line(name, "NATIVE"),
+        marked_line(name, "COPY"),
+        marked_line(name, "LEAK"),
+        marked_line(name, "NOLEAK"),
+    );
+    common::for_each_interpreter_alone(|py| {
+        let target = Target::start(py, &[])?;
+        let json = common::tempdir("scalene-rs-attach-mem").join("p.json");
+        let mut prof = attach(target.pid(), &json, &[]);
+        let mut err = BufReader::new(prof.stderr.take().unwrap());
+        let mut seen = Vec::new();
+        let want = if supported(py) { COUNTING } else { TIME_ONLY };
+        if !wait_for_line(&mut err, want, &mut seen) {
+            let _ = prof.kill();
+            let _ = prof.wait();
+            let _ = target.finish();
+            return Err(format!("attach never said {want:?}: {seen:?}"));
+        }
+        target.go();
+        let (out, code) = target.finish()?;
+        let status = prof.wait().map_err(|e| e.to_string())?;
+        let mut rest = String::new();
+        let _ = err.read_to_string(&mut rest);
+        seen.extend(rest.lines().map(String::from));
+        if out.trim() != DONE || code != Some(7) {
+            return Err(format!("the target printed {out:?} and exited {code:?}"));
+        }
+        if !status.success() {
+            return Err(format!("attach failed ({status}): {seen:?}"));
+        }
+        let p: Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap_or_default())
+            .map_err(|e| format!("{e}: {seen:?}"))?;
+        let _ = std::fs::remove_dir_all(json.parent().unwrap());
+        if !supported(py) {
+            let said = seen.iter().any(|l| l.contains("no memory data"));
+            if !said || !p["memory"].is_null() {
+                return Err(format!(
+                    "time only expected, and why memory is missing: {seen:?}"
+                ));
+            }
+            return Ok(format!("time only: {}", seen.join(" | ")));
+        }
+        let keep_peak = field(&p, name, keep, "mem_peak_mb");
+        let keep_py = field(&p, name, keep, "mem_python_pct");
+        let native_alloc = field(&p, name, native, "mem_alloc_mb");
+        let native_py = field(&p, name, native, "mem_python_pct");
+        let duration = p["duration_s"].as_f64().unwrap_or(0.0);
+        let copied = field(&p, name, copy, "copy_mb_s") * duration;
+        let leaks: Vec<u64> = p["memory"]["leaks"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|l| l["filename"].as_str().is_some_and(|f| f.ends_with(name)))
+            .filter_map(|l| l["line"].as_u64())
+            .collect();
+        let summary = format!(
+            "KEEP peak {keep_peak:.1} MB ({keep_py:.0}% Python), NATIVE {native_alloc:.1} MB \
+             ({native_py:.0}% Python), COPY {copied:.0} MB, leaks {leaks:?}"
+        );
+        let ok = within(keep_peak, 128.0, 0.10)
+            && keep_py >= 90.0
+            && within(native_alloc, 64.0, 0.10)
+            && native_py <= 10.0
+            && within(copied, 320.0, 0.20)
+            && leaks.contains(&leak)
+            && !leaks.contains(&noleak);
+        if !ok {
+            return Err(format!("{summary}; attach said {seen:?}"));
+        }
+        Ok(summary)
+    });
+}
