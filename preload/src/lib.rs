@@ -13,6 +13,7 @@
 //! (the crate is built with panic = "abort"), or block except the bounded handshake.
 
 mod arenas;
+mod attach;
 pub mod layout;
 mod maps;
 mod pymem;
@@ -28,8 +29,17 @@ use tls::ThreadState;
 static PY_LO: AtomicUsize = AtomicUsize::new(0);
 static PY_HI: AtomicUsize = AtomicUsize::new(0);
 
-/// Runs before `main` (and before the interpreter starts).
+/// Runs before `main` (and before the interpreter starts) when preloaded; at the `dlopen`
+/// of an attach when loaded late, where it only finds the C library's functions (no ring,
+/// no environment, no Python allocator: that is `scalene_rs_attach`'s, `attach.rs`).
 extern "C" fn constructor() {
+    attach::detect_late_load();
+    if attach::loaded_late() {
+        if real::init() {
+            real::check_glibc_chunks();
+        }
+        return;
+    }
     real::init();
     real::check_glibc_chunks();
     let range = maps::interpreter_range();
@@ -53,6 +63,12 @@ fn tid(t: &ThreadState) -> i32 {
         t.tid.set(id);
     }
     id
+}
+
+/// Sets the interpreter image's range (`attach`, before counting starts).
+pub(crate) fn set_interpreter_range(lo: usize, hi: usize) {
+    PY_LO.store(lo, Ordering::Relaxed);
+    PY_HI.store(hi, Ordering::Relaxed);
 }
 
 #[inline(always)]
@@ -342,6 +358,22 @@ static FILTER: Filter = Filter([ZERO; WATCH_SLOTS]);
 #[inline(always)]
 fn hash(p: usize) -> usize {
     (p >> 4).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> (usize::BITS - 12)
+}
+
+/// Forgets every watched pointer (an attach: the pointers of an earlier one's ring mean
+/// nothing to the new profiler). Counting is off meanwhile; a concurrent `unwatch` of the
+/// same pointer and this clear take it out once between them (both swap it for 0).
+pub(crate) fn clear_watches() {
+    if WATCHED.load(Ordering::Acquire) == 0 {
+        return;
+    }
+    for s in &TABLE.0 {
+        let p = s.swap(0, Ordering::AcqRel);
+        if p != 0 {
+            FILTER.0[hash(p)].fetch_sub(1, Ordering::AcqRel);
+            WATCHED.fetch_sub(1, Ordering::Relaxed);
+        }
+    }
 }
 
 fn watch(p: usize) -> bool {

@@ -36,6 +36,12 @@
 //! requests itself (from its own mappings, not malloc), so there the wrappers count every
 //! request, whatever its size.
 //!
+//! Loaded late (`attach`), the library wraps the same two domains from a pending call
+//! (`Py_AddPendingCall`, which runs on the main thread with the thread state attached),
+//! on 3.6+; the wrappers stay for the life of the process and pass every call through
+//! while nothing is attached. RAW is never wrapped live (any thread may call it without
+//! the GIL; its calls reach malloc, which the patched GOT slots count).
+//!
 //! Owns: the wrappers, their installation, and the environment decision above.
 //! Must not: allocate, lock, or touch a block's bytes.
 
@@ -67,9 +73,14 @@ const EMPTY: Allocator = Allocator {
 };
 
 /// The interpreter's own allocators of `PYMEM_DOMAIN_MEM` (1) and `PYMEM_DOMAIN_OBJ` (2)
-/// (our wrappers' `ctx`); written once before `main` (one thread), read-only afterwards.
+/// (our wrappers' `ctx`); written once, read-only afterwards: before `main` (one thread)
+/// when preloaded, or, loaded late (`attach`), by the pending call that installs the
+/// wrappers, on the main thread with the thread state attached (the GIL held: no other
+/// thread uses these two domains meanwhile, and those that do later take the GIL first,
+/// which orders the writes before their reads). Never written again once [`HOOKED`].
 struct Slots(UnsafeCell<[Allocator; 2]>);
-// SAFETY: written only by the constructor before any other thread exists; read-only after.
+// SAFETY: written only once, by one thread, before the wrappers that read it are installed
+// (see above); read-only after.
 unsafe impl Sync for Slots {}
 static SLOTS: Slots = Slots(UnsafeCell::new([EMPTY, EMPTY]));
 
@@ -78,7 +89,7 @@ static HOOKED: AtomicBool = AtomicBool::new(false);
 
 /// Whether the interpreter in this process is a free-threaded build: only those export
 /// the helpers of their split reference count.
-fn is_free_threaded_build() -> bool {
+pub fn is_free_threaded_build() -> bool {
     !symbol(c"_Py_MergeZeroLocalRefcount").is_null()
 }
 
@@ -170,8 +181,58 @@ fn symbol(name: &core::ffi::CStr) -> *mut c_void {
 /// Wraps both domains when the interpreter is 3.8+ (`Py_BytesMain` is 3.8's) and has the
 /// allocator API; false otherwise (nothing changed).
 fn install() -> bool {
+    if symbol(c"Py_BytesMain").is_null() {
+        return false;
+    }
+    wrap_domains()
+}
+
+/// Whether the interpreter has `PyMemAllocatorEx` and `PyMem_SetAllocator` as
+/// [`install_late`] uses them: 3.6+ (3.5 introduced them; 3.4 had a struct without
+/// `calloc` under the same function names; 2.7 has no allocator API at all).
+pub fn late_api() -> bool {
+    let v = symbol(c"Py_GetVersion");
+    if v.is_null() || symbol(c"PyMem_SetAllocator").is_null() {
+        return false;
+    }
+    // SAFETY: CPython's `const char *Py_GetVersion(void)`: a static string, callable at any
+    // time, with or without the GIL.
+    let text = unsafe { core::mem::transmute::<*mut c_void, extern "C" fn() -> *const libc::c_char>(v)() };
+    if text.is_null() {
+        return false;
+    }
+    // SAFETY: a NUL-terminated static string.
+    let text = unsafe { core::ffi::CStr::from_ptr(text) }.to_bytes();
+    let mut parts = text.split(|&c| c == b'.' || c == b' ');
+    let num = |p: Option<&[u8]>| -> Option<u32> {
+        let p = p?;
+        if p.is_empty() || !p.iter().all(u8::is_ascii_digit) || p.len() > 4 {
+            return None;
+        }
+        Some(p.iter().fold(0, |n, &d| n * 10 + (d - b'0') as u32))
+    };
+    matches!((num(parts.next()), num(parts.next())), (Some(3), Some(minor)) if minor >= 6)
+}
+
+/// Wraps both domains of an interpreter that is already running (`attach`): called by the
+/// pending call the attach scheduled, on the main thread with the thread state attached, as
+/// `PyMem_SetAllocator` requires. Wrappers installed by an earlier attach stay (they pass
+/// every call through while nothing is attached): true at once. Never on a free-threaded
+/// build (its mimalloc heaps cannot change hands while it runs).
+pub fn install_late() -> bool {
+    if hooked() {
+        return true;
+    }
+    if is_free_threaded_build() || !late_api() {
+        return false;
+    }
+    wrap_domains()
+}
+
+/// Wraps `PYMEM_DOMAIN_MEM` and `PYMEM_DOMAIN_OBJ` (see [`install`], [`install_late`]).
+fn wrap_domains() -> bool {
     let (get, set) = (symbol(c"PyMem_GetAllocator"), symbol(c"PyMem_SetAllocator"));
-    if get.is_null() || set.is_null() || symbol(c"Py_BytesMain").is_null() {
+    if get.is_null() || set.is_null() {
         return false;
     }
     // SAFETY: both are CPython's `void (PyMemAllocatorDomain, PyMemAllocatorEx *)`.
@@ -181,8 +242,8 @@ fn install() -> bool {
             core::mem::transmute::<*mut c_void, GetSet>(set),
         )
     };
-    // SAFETY: one thread before main (see SLOTS); the interpreter fills and reads the
-    // structs we pass, and keeps a copy of ours.
+    // SAFETY: one thread before main, or the GIL held (see SLOTS); the interpreter fills
+    // and reads the structs we pass, and keeps a copy of ours.
     unsafe {
         let inner = &mut *SLOTS.0.get();
         let mut raw = EMPTY;

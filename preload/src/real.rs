@@ -1,5 +1,7 @@
-//! The real allocator and copy functions, found with `dlsym(RTLD_NEXT, ...)`, and the
-//! bootstrap heap that serves allocations made while they are being found (glibc's dlsym
+//! The real allocator and copy functions, found with `dlsym(RTLD_NEXT, ...)` when the
+//! library was preloaded, or in the C library's own handle when it was loaded late (`attach`:
+//! RTLD_NEXT then finds nothing after us, and RTLD_DEFAULT may find a non-PIE executable's
+//! `malloc` stub, which jumps through a slot we patch: ourselves), and the bootstrap heap that serves allocations made while they are being found (glibc's dlsym
 //! may call calloc for its error buffer).
 //!
 //! Owns: resolution once, the real function pointers, the static bootstrap buffer, and
@@ -58,9 +60,21 @@ pub fn init() -> bool {
         Err(2) => return true,
         Err(_) => return false,
     }
+    let handle = if crate::attach::loaded_late() {
+        let h = libc_handle();
+        if h.is_null() {
+            // Nothing to resolve from: a later call (the attach) may try again.
+            STATE.store(0, Ordering::Release);
+            return false;
+        }
+        h
+    } else {
+        libc::RTLD_NEXT
+    };
     let find = |slot: &AtomicPtr<c_void>, name: &core::ffi::CStr| {
-        // SAFETY: dlsym with RTLD_NEXT and a NUL-terminated name has no other requirement.
-        let p = unsafe { libc::dlsym(libc::RTLD_NEXT, name.as_ptr()) };
+        // SAFETY: dlsym with RTLD_NEXT or a live handle and a NUL-terminated name has no
+        // other requirement.
+        let p = unsafe { libc::dlsym(handle, name.as_ptr()) };
         slot.store(p, Ordering::Release);
     };
     find(&MEMCPY, c"memcpy");
@@ -81,6 +95,30 @@ pub fn init() -> bool {
     find(&USABLE, c"malloc_usable_size");
     STATE.store(2, Ordering::Release);
     true
+}
+
+/// The C library's handle (never closed), or null: glibc's `libc.so.6`, else `libc.so`.
+pub fn libc_handle() -> *mut c_void {
+    for name in [c"libc.so.6", c"libc.so"] {
+        // SAFETY: dlopen of a NUL-terminated name that only looks the object up
+        // (RTLD_NOLOAD): it loads nothing and runs no constructor.
+        let h = unsafe { libc::dlopen(name.as_ptr(), libc::RTLD_NOLOAD | libc::RTLD_LAZY) };
+        if !h.is_null() {
+            return h;
+        }
+    }
+    core::ptr::null_mut()
+}
+
+/// Whether every function the entry points forward to was found (`attach` patches nothing
+/// otherwise).
+pub fn resolved() -> bool {
+    [
+        &MALLOC, &CALLOC, &REALLOC, &FREE, &POSIX_MEMALIGN, &MEMALIGN, &USABLE, &MEMCPY,
+        &MEMMOVE, &MMAP, &MUNMAP,
+    ]
+    .iter()
+    .all(|s| !s.load(Ordering::Acquire).is_null())
 }
 
 #[inline(always)]

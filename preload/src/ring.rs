@@ -117,14 +117,7 @@ pub fn open(python: Option<(usize, usize)>) {
     let Some((hdr, bytes)) = mapped else { return };
     // SAFETY: `map` checked the file holds at least a header and the magic.
     let h = unsafe { &*hdr };
-    let w = h.window.load(Ordering::Relaxed);
-    if w > 0 {
-        WINDOW.store(w, Ordering::Relaxed);
-    }
-    let cw = h.copy_window.load(Ordering::Relaxed);
-    if cw > 0 {
-        COPY_WINDOW.store(cw, Ordering::Relaxed);
-    }
+    take_windows(h);
     let children = h.child_capacity.load(Ordering::Relaxed);
     let follow = children.is_power_of_two();
     FOLLOW.store(follow, Ordering::Relaxed);
@@ -139,13 +132,8 @@ pub fn open(python: Option<(usize, usize)>) {
     remember_path(unsafe { core::ffi::CStr::from_ptr(name) }.to_bytes());
     // SAFETY: getpid has no preconditions.
     let pid = unsafe { libc::getpid() };
-    match h
-        .producer_pid
-        .compare_exchange(0, pid, Ordering::AcqRel, Ordering::Acquire)
-    {
-        Ok(_) => {
-            h.python_lo.store(lo as u64, Ordering::Relaxed);
-            h.python_hi.store(hi as u64, Ordering::Relaxed);
+    match claim(h, pid, lo, hi) {
+        Ok(()) => {
             RING_BYTES.store(bytes, Ordering::Relaxed);
             RING.store(hdr, Ordering::Release);
         }
@@ -160,9 +148,208 @@ pub fn open(python: Option<(usize, usize)>) {
             OWN.store(OWN_PENDING, Ordering::Release);
         }
     }
+    register_fork_handler();
+    ACTIVE.store(true, Ordering::Release);
+}
+
+/// Registers [`after_fork_in_child`] (once).
+pub fn register_fork_handler() {
+    static DONE: AtomicBool = AtomicBool::new(false);
+    if DONE.swap(true, Ordering::AcqRel) {
+        return;
+    }
     // SAFETY: registering a plain function as the child's fork handler.
     unsafe { libc::pthread_atfork(None, None, Some(after_fork_in_child)) };
-    ACTIVE.store(true, Ordering::Release);
+}
+
+/// The sampling windows the profiler chose (0: keep ours).
+fn take_windows(h: &Header) {
+    let w = h.window.load(Ordering::Relaxed);
+    if w > 0 {
+        WINDOW.store(w, Ordering::Relaxed);
+    }
+    let cw = h.copy_window.load(Ordering::Relaxed);
+    if cw > 0 {
+        COPY_WINDOW.store(cw, Ordering::Relaxed);
+    }
+}
+
+/// Claims the mapped ring `h` for process `pid` (the interpreter image at `[lo, hi)`), or
+/// returns the pid of the process that has it.
+fn claim(h: &Header, pid: i32, lo: usize, hi: usize) -> Result<(), i32> {
+    h.producer_pid
+        .compare_exchange(0, pid, Ordering::AcqRel, Ordering::Acquire)?;
+    h.python_lo.store(lo as u64, Ordering::Relaxed);
+    h.python_hi.store(hi as u64, Ordering::Relaxed);
+    Ok(())
+}
+
+/// The per-ring state of the handshake: a fresh ring starts waiting for its profiler.
+fn reset_handshake_state() {
+    WAIT.store(true, Ordering::Relaxed);
+    TIMEOUTS.store(0, Ordering::Relaxed);
+    ANSWERS_SEEN.store(0, Ordering::Relaxed);
+    GAVE_UP_AT.store(0, Ordering::Relaxed);
+    SLOW_SINCE_NS.store(0, Ordering::Relaxed);
+    SLOW_TICKET.store(0, Ordering::Relaxed);
+    SLOW_STOPS.store(0, Ordering::Relaxed);
+    STARTUP_DONE.store(false, Ordering::Relaxed);
+    STARTUP_DEADLINE.store(0, Ordering::Relaxed);
+}
+
+// ---- `attach` with memory: a ring claimed by a library loaded late (`attach.rs`). ----
+
+/// Threads inside [`emit`] or [`footprint`], which may hold a reference to the ring they
+/// found: a ring given up by a detach is unmapped only when none is (see [`retire`]).
+static ENTERED: AtomicUsize = AtomicUsize::new(0);
+/// Rings given up by detaches, not yet unmapped (with their lengths). A detach that finds
+/// no free entry leaves its ring mapped for good; with each attach unmapping what it can,
+/// at most one is usually here.
+const RETIRED_MAX: usize = 4;
+static RETIRED: [AtomicPtr<Header>; RETIRED_MAX] =
+    [const { AtomicPtr::new(core::ptr::null_mut()) }; RETIRED_MAX];
+static RETIRED_BYTES: [AtomicUsize; RETIRED_MAX] = [const { AtomicUsize::new(0) }; RETIRED_MAX];
+/// Longest an attach waits for threads still inside `emit` before it leaves a retired ring
+/// mapped (for a later attach to unmap).
+const REAP_WAIT_NS: u64 = 1_000_000_000;
+
+/// Opens the ring file at `path` (NUL-terminated) for an attach, with the checks of
+/// [`open`] (our uid, mode 0600, magic, version, size), and claims it; the footprint and
+/// its peak start at `footprint_start`. The handshake state starts afresh; the program's
+/// other processes are not followed (no rings of their own). Returns whether the ring is
+/// now the one events go to. Called with the attach lock held, sampling off.
+pub fn open_attached(
+    path: *const libc::c_char,
+    python: (usize, usize),
+    footprint_start: i64,
+) -> bool {
+    reap_retired();
+    // SAFETY: `path` is NUL-terminated (the caller's contract).
+    let fd = unsafe { libc::open(path, libc::O_RDWR | libc::O_CLOEXEC | libc::O_NOFOLLOW) };
+    if fd < 0 {
+        return false;
+    }
+    let mapped = map(fd);
+    // SAFETY: closing our own descriptor; the mapping stays.
+    unsafe { libc::close(fd) };
+    let Some((hdr, bytes)) = mapped else {
+        return false;
+    };
+    // SAFETY: `map` checked the file holds at least a header and the magic.
+    let h = unsafe { &*hdr };
+    // SAFETY: getpid has no preconditions.
+    let pid = unsafe { libc::getpid() };
+    if claim(h, pid, python.0, python.1).is_err() {
+        // SAFETY: unmapping the mapping made above; nothing refers to it.
+        unsafe { libc::munmap(hdr as *mut libc::c_void, bytes) };
+        return false;
+    }
+    take_windows(h);
+    PY_LO.store(python.0 as u64, Ordering::Relaxed);
+    PY_HI.store(python.1 as u64, Ordering::Relaxed);
+    CONSUMER.store(h.consumer_pid.load(Ordering::Relaxed), Ordering::Relaxed);
+    FOLLOW.store(false, Ordering::Relaxed);
+    OWN.store(OWN_NONE, Ordering::Release);
+    FORKED.store(false, Ordering::Relaxed);
+    reset_handshake_state();
+    h.footprint.store(footprint_start, Ordering::Relaxed);
+    h.peak.store(footprint_start, Ordering::Relaxed);
+    RING_BYTES.store(bytes, Ordering::Relaxed);
+    RING.store(hdr, Ordering::Release);
+    true
+}
+
+/// The attached ring's profiler has detached or is gone (a stale heartbeat).
+pub fn attached_ring_done(h: &Header, now: u64) -> bool {
+    if h.detached.load(Ordering::Acquire) != 0 {
+        return true;
+    }
+    let beat = h.heartbeat_ns.load(Ordering::Acquire);
+    beat != 0 && now.saturating_sub(beat) > layout::HEARTBEAT_STALE_NS
+}
+
+/// Whether the current ring (if any) is done with ([`attached_ring_done`]).
+pub fn current_ring_done() -> bool {
+    ENTERED.fetch_add(1, Ordering::SeqCst);
+    let p = RING.load(Ordering::SeqCst);
+    // SAFETY: a ring is unmapped only while ENTERED is 0 after it left RING.
+    let done = p.is_null() || attached_ring_done(unsafe { &*p }, layout::now_ns());
+    ENTERED.fetch_sub(1, Ordering::Release);
+    done
+}
+
+/// Sets the current ring's `pymem_wrapped`.
+pub fn set_pymem_wrapped() {
+    ENTERED.fetch_add(1, Ordering::SeqCst);
+    let p = RING.load(Ordering::SeqCst);
+    if !p.is_null() {
+        // SAFETY: as in `current_ring_done`.
+        unsafe { &*p }.pymem_wrapped.store(1, Ordering::Release);
+    }
+    ENTERED.fetch_sub(1, Ordering::Release);
+}
+
+/// A detach: events go nowhere from now on, and the ring is kept mapped until no thread
+/// can be using it (the next attach unmaps it, [`reap_retired`]). Allocation-free: it may
+/// run inside the program's malloc.
+pub fn retire() {
+    let p = RING.swap(core::ptr::null_mut(), Ordering::SeqCst);
+    if p.is_null() {
+        return;
+    }
+    let bytes = RING_BYTES.load(Ordering::Relaxed);
+    for (slot, len) in RETIRED.iter().zip(&RETIRED_BYTES) {
+        if slot
+            .compare_exchange(core::ptr::null_mut(), p, Ordering::AcqRel, Ordering::Relaxed)
+            .is_ok()
+        {
+            len.store(bytes, Ordering::Release);
+            return;
+        }
+    }
+    // No room: that ring stays mapped (never reached while attaches reap).
+}
+
+/// Unmaps the rings earlier detaches gave up, once no thread is inside `emit` or
+/// `footprint` (they were taken out of `RING` before: a thread entering now cannot find
+/// them). Waits at most [`REAP_WAIT_NS`] for that; what it cannot unmap stays for later.
+fn reap_retired() {
+    if RETIRED.iter().all(|p| p.load(Ordering::Acquire).is_null()) {
+        return;
+    }
+    let deadline = layout::now_ns() + REAP_WAIT_NS;
+    while ENTERED.load(Ordering::SeqCst) != 0 {
+        if layout::now_ns() >= deadline {
+            return;
+        }
+        // SAFETY: sched_yield has no preconditions.
+        unsafe { libc::sched_yield() };
+    }
+    for (slot, len) in RETIRED.iter().zip(&RETIRED_BYTES) {
+        let p = slot.load(Ordering::Acquire);
+        if p.is_null() {
+            continue;
+        }
+        let bytes = len.load(Ordering::Acquire);
+        if bytes == 0 {
+            // Its detach is still storing the length.
+            continue;
+        }
+        // SAFETY: a ring mapping of that length, out of RING, and no thread inside a
+        // function that could still hold it (ENTERED was 0 after it left RING).
+        unsafe { libc::munmap(p as *mut libc::c_void, bytes) };
+        len.store(0, Ordering::Relaxed);
+        slot.store(core::ptr::null_mut(), Ordering::Release);
+    }
+}
+
+/// Retired rings still mapped (tests: attach cycles must not pile them up).
+#[allow(dead_code)]
+pub fn retired_count() -> usize {
+    RETIRED
+        .iter()
+        .filter(|p| !p.load(Ordering::Relaxed).is_null())
+        .count()
 }
 
 /// Runs in a forked child, single-threaded, before `fork` returns: nothing here may
@@ -189,14 +376,7 @@ extern "C" fn after_fork_in_child() {
     }
     // A fresh start: the child's own ring at its first event, its own handshake state.
     FORKED.store(true, Ordering::Relaxed);
-    WAIT.store(true, Ordering::Relaxed);
-    TIMEOUTS.store(0, Ordering::Relaxed);
-    ANSWERS_SEEN.store(0, Ordering::Relaxed);
-    GAVE_UP_AT.store(0, Ordering::Relaxed);
-    SLOW_SINCE_NS.store(0, Ordering::Relaxed);
-    SLOW_STOPS.store(0, Ordering::Relaxed);
-    STARTUP_DONE.store(false, Ordering::Relaxed);
-    STARTUP_DEADLINE.store(0, Ordering::Relaxed);
+    reset_handshake_state();
     OWN.store(OWN_PENDING, Ordering::Release);
 }
 
@@ -271,7 +451,9 @@ fn header() -> Option<&'static Header> {
     let p = RING.load(Ordering::Acquire);
     if !p.is_null() {
         // SAFETY: once set, the mapping lives as long as the process (a fork child drops
-        // its parent's in the fork handler, before any of its threads runs).
+        // its parent's in the fork handler, before any of its threads runs), or for an
+        // attach's ring, until no thread is inside `emit` or `footprint` after a detach
+        // took it out of RING (the callers of `header` count themselves in ENTERED).
         return Some(unsafe { &*p });
     }
     if OWN.load(Ordering::Acquire) != OWN_PENDING {
@@ -446,9 +628,12 @@ fn write_decimal(out: &mut [u8], mut n: u32) -> usize {
 
 /// Moves the footprint by `delta` bytes and raises the peak.
 pub fn footprint(delta: i64) {
-    let Some(h) = header() else { return };
-    let now = h.footprint.fetch_add(delta, Ordering::AcqRel) + delta;
-    h.peak.fetch_max(now, Ordering::AcqRel);
+    ENTERED.fetch_add(1, Ordering::SeqCst);
+    if let Some(h) = header() {
+        let now = h.footprint.fetch_add(delta, Ordering::AcqRel) + delta;
+        h.peak.fetch_max(now, Ordering::AcqRel);
+    }
+    ENTERED.fetch_sub(1, Ordering::Release);
 }
 
 /// Longest the program waits, once, for the profiler to get ready to read stacks (it
@@ -496,7 +681,13 @@ fn wait_for_profiler(h: &Header) -> bool {
     }
 }
 
+/// The profiler is gone: its heartbeat is stale or it detached (`attach` with memory, whose
+/// profiler's pid may mean nothing in our pid namespace), or (a heartbeat of 0: `run`) its
+/// process no longer exists.
 fn profiler_gone(h: &Header) -> bool {
+    if h.heartbeat_ns.load(Ordering::Acquire) != 0 || h.detached.load(Ordering::Acquire) != 0 {
+        return attached_ring_done(h, layout::now_ns());
+    }
     let consumer = h.consumer_pid.load(Ordering::Relaxed);
     // SAFETY: kill with signal 0 only checks that the process exists.
     consumer <= 0 || unsafe { libc::kill(consumer, 0) } != 0 && errno() == libc::ESRCH
@@ -508,7 +699,21 @@ fn profiler_gone(h: &Header) -> bool {
 /// are bounded by [`MAX_TIMEOUTS_IN_A_ROW`], not by the thread's handshake budget, so that
 /// a profiler still starting its reader gets its chance).
 pub fn emit(kind: u32, tid: i32, a: u64, b: u64, c: u64, ptr: u64, wait: bool) -> bool {
+    ENTERED.fetch_add(1, Ordering::SeqCst);
+    let r = emit_on_ring(kind, tid, a, b, c, ptr, wait);
+    ENTERED.fetch_sub(1, Ordering::Release);
+    r
+}
+
+#[allow(clippy::too_many_arguments)]
+fn emit_on_ring(kind: u32, tid: i32, a: u64, b: u64, c: u64, ptr: u64, wait: bool) -> bool {
     let Some(h) = header() else { return false };
+    if crate::attach::attached() && attached_ring_done(h, layout::now_ns()) {
+        // The profiler of this attach detached or is gone: stop, and put back what the
+        // attach patched.
+        crate::attach::detach();
+        return false;
+    }
     let tid = if FORKED.load(Ordering::Relaxed) {
         // SAFETY: gettid has no preconditions.
         unsafe { libc::syscall(libc::SYS_gettid) as i32 }
@@ -579,6 +784,10 @@ pub fn emit(kind: u32, tid: i32, a: u64, b: u64, c: u64, ptr: u64, wait: bool) -
     }
     h.handshake_timeouts.fetch_add(1, Ordering::Relaxed);
     let gone = profiler_gone(h);
+    if gone && crate::attach::attached() {
+        crate::attach::detach();
+        return false;
+    }
     let answers = h.answers.load(Ordering::Acquire);
     if ANSWERS_SEEN.swap(answers, Ordering::Relaxed) != answers {
         // It answered something since the last miss: slow, not hung.
