@@ -90,7 +90,10 @@ say("done", len(keep), len(small), len(more), len(keep2), len(more2))
 /// Every event written to `ring` (read without consuming: nobody else reads it).
 fn events(ring: &Ring) -> Vec<EventData> {
     let h: &Header = ring.header();
-    let (tail, head) = (h.tail.load(Ordering::Acquire), h.head.load(Ordering::Acquire));
+    let (tail, head) = (
+        h.tail.load(Ordering::Acquire),
+        h.head.load(Ordering::Acquire),
+    );
     (tail..head)
         // SAFETY: the ring's own mapping holds `capacity` slots after the header.
         .filter_map(|t| unsafe { h.slot(t) }.read(t))
@@ -150,11 +153,13 @@ fn check(py: &common::Interpreter) -> Result<String, String> {
     }
     let rc = num(out, "rc")?;
     if py.free_threaded {
-        return if rc == i64::from(layout::ATTACH_FREE_THREADED) && rings[0].producer_pid() == 0
-        {
+        return if rc == i64::from(layout::ATTACH_FREE_THREADED) && rings[0].producer_pid() == 0 {
             Ok(format!("free-threaded: refused ({rc}), nothing claimed"))
         } else {
-            Err(format!("free-threaded: rc {rc}, producer {}", rings[0].producer_pid()))
+            Err(format!(
+                "free-threaded: rc {rc}, producer {}",
+                rings[0].producer_pid()
+            ))
         };
     }
     if rc != i64::from(layout::ATTACH_OK) {

@@ -194,10 +194,14 @@ impl<'a> Object<'a> {
 
     fn kind(&self) -> Kind {
         let base = self.name.rsplit(|&c| c == b'/').next().unwrap_or(self.name);
-        if base.starts_with(b"libc.so") || base.starts_with(b"libc-2.") || base.starts_with(b"ld-musl")
+        if base.starts_with(b"libc.so")
+            || base.starts_with(b"libc-2.")
+            || base.starts_with(b"ld-musl")
         {
             Kind::Libc
-        } else if base.starts_with(b"ld-linux") || base.starts_with(b"ld.so") || base.starts_with(b"ld64.so")
+        } else if base.starts_with(b"ld-linux")
+            || base.starts_with(b"ld.so")
+            || base.starts_with(b"ld64.so")
         {
             Kind::Loader
         } else if base.starts_with(b"linux-vdso") || base.starts_with(b"linux-gate") {
@@ -479,7 +483,7 @@ fn patch_object(obj: &Object) {
 
 /// Points `slot` at `new` and records its old value (lock held).
 fn patch_slot(slot: usize, new: usize, relro: (usize, usize)) {
-    if new == 0 || slot % core::mem::size_of::<usize>() != 0 || !writable(slot) {
+    if new == 0 || !slot.is_multiple_of(core::mem::size_of::<usize>()) || !writable(slot) {
         return;
     }
     let in_relro = slot >= relro.0 && slot < relro.1;
