@@ -168,7 +168,7 @@ fn check(py: &common::Interpreter) -> Result<String, String> {
     let mut problems = Vec::new();
     // 64 MiB of bytearrays and 100k tuples (~5 MiB), counted in windows of 256 KiB.
     let (bytes, python) = allocated(&rings[0]);
-    if bytes < 64 * MIB || bytes > 160 * MIB {
+    if !(64 * MIB..=160 * MIB).contains(&bytes) {
         problems.push(format!("first attach counted {} MiB", bytes / MIB));
     }
     let share = python as f64 / bytes.max(1) as f64;
@@ -191,7 +191,7 @@ fn check(py: &common::Interpreter) -> Result<String, String> {
         problems.push(format!("second attach returned {}", num(out, "rc2")?));
     }
     let (bytes2, _) = allocated(&rings[1]);
-    if bytes2 < 31 * MIB || bytes2 > 80 * MIB {
+    if !(31 * MIB..=80 * MIB).contains(&bytes2) {
         problems.push(format!("second attach counted {} MiB", bytes2 / MIB));
     }
     if want_wrapped == 1 && rings[1].header().pymem_wrapped.load(Ordering::Acquire) != 1 {
