@@ -238,3 +238,53 @@ fn check(py: &common::Interpreter) -> Result<String, String> {
 fn a_library_loaded_late_counts_until_detached() {
     common::for_each_interpreter_alone(check);
 }
+
+/// The codes of an attach that cannot count: the library preloaded (`run`), another copy
+/// of it preloaded, a ring that is not there; nothing claimed.
+#[test]
+fn an_attach_that_cannot_count_says_why() {
+    let py = common::interpreters()
+        .into_iter()
+        .rev()
+        .find(|p| !p.free_threaded && !p.is_py2() && p.root.is_none())
+        .expect("a Python 3 interpreter");
+    let dir = std::env::temp_dir();
+    let lib = PreloadFile::write(&dir).unwrap();
+    let copy = PreloadFile::write(&dir).unwrap();
+    let ring = Ring::create(&dir, 1 << 8, WINDOW, WINDOW).unwrap();
+    ring.set_handshake(false);
+    let code = |load: &std::path::Path,
+                ring: &std::path::Path,
+                preload: Option<&std::path::Path>| {
+        let mut cmd = Command::new(&py.path);
+        cmd.args([
+            "-c",
+            "import ctypes, sys; print(ctypes.PyDLL(sys.argv[1]).scalene_rs_attach(sys.argv[2].encode()))",
+        ])
+        .arg(load)
+        .arg(ring);
+        if let Some(p) = preload {
+            cmd.env("LD_PRELOAD", p);
+        }
+        let run = common::run_limited(cmd, Duration::from_secs(60));
+        assert_eq!(run.code, Some(0), "{}", run.describe());
+        run.stdout.trim().parse::<i32>().unwrap()
+    };
+    assert_eq!(
+        code(lib.path(), ring.path(), Some(lib.path())),
+        layout::ATTACH_PRELOADED,
+        "the library preloaded"
+    );
+    assert_eq!(
+        code(copy.path(), ring.path(), Some(lib.path())),
+        layout::ATTACH_PRELOADED,
+        "another copy preloaded"
+    );
+    assert_eq!(
+        code(lib.path(), &dir.join("no-such-ring"), None),
+        layout::ATTACH_NO_RING
+    );
+    assert_eq!(ring.producer_pid(), 0, "nothing claimed the ring");
+    assert_eq!(code(lib.path(), ring.path(), None), layout::ATTACH_OK);
+    assert_ne!(ring.producer_pid(), 0, "the attach claimed the ring");
+}
