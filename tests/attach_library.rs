@@ -288,3 +288,49 @@ fn an_attach_that_cannot_count_says_why() {
     assert_eq!(code(lib.path(), ring.path(), None), layout::ATTACH_OK);
     assert_ne!(ring.producer_pid(), 0, "the attach claimed the ring");
 }
+
+/// An object loaded after the attach (`ctypes.CDLL` of libsqlite3: the `dlopen` wrapper)
+/// has its slots patched: its own mallocs are counted, as not the interpreter's.
+#[test]
+fn objects_loaded_after_the_attach_are_counted() {
+    let sqlite = std::path::Path::new("/usr/lib/x86_64-linux-gnu/libsqlite3.so.0");
+    if !sqlite.exists() {
+        eprintln!("skipped: no {}", sqlite.display());
+        return;
+    }
+    let py = common::interpreters()
+        .into_iter()
+        .rev()
+        .find(|p| !p.free_threaded && !p.is_py2() && p.root.is_none())
+        .expect("a Python 3 interpreter");
+    let dir = std::env::temp_dir();
+    let lib = PreloadFile::write(&dir).unwrap();
+    let ring = Ring::create(&dir, 1 << 12, WINDOW, WINDOW).unwrap();
+    ring.set_handshake(false);
+    let script = "import ctypes, sys
+d = ctypes.PyDLL(sys.argv[1])
+print(d.scalene_rs_attach(sys.argv[2].encode()))
+s = ctypes.CDLL(sys.argv[3])
+s.sqlite3_malloc64.restype = ctypes.c_void_p
+s.sqlite3_malloc64.argtypes = [ctypes.c_uint64]
+ps = [s.sqlite3_malloc64(1 << 20) for _ in range(16)]
+print(len([p for p in ps if p]))";
+    let mut cmd = Command::new(&py.path);
+    cmd.args(["-c", script])
+        .arg(lib.path())
+        .arg(ring.path())
+        .arg(sqlite);
+    let run = common::run_limited(cmd, Duration::from_secs(60));
+    assert_eq!(run.code, Some(0), "{}", run.describe());
+    assert_eq!(
+        run.stdout.split_whitespace().collect::<Vec<_>>(),
+        ["0", "16"]
+    );
+    // Allocations whose caller is not the interpreter: sqlite's.
+    let native: u64 = events(&ring)
+        .iter()
+        .filter(|e| e.kind == layout::EV_ALLOC)
+        .map(|e| e.a - e.c)
+        .sum();
+    assert!(native >= 15 * MIB, "{} MiB counted as native", native / MIB);
+}
