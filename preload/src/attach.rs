@@ -194,10 +194,14 @@ impl<'a> Object<'a> {
 
     fn kind(&self) -> Kind {
         let base = self.name.rsplit(|&c| c == b'/').next().unwrap_or(self.name);
-        if base.starts_with(b"libc.so") || base.starts_with(b"libc-2.") || base.starts_with(b"ld-musl")
+        if base.starts_with(b"libc.so")
+            || base.starts_with(b"libc-2.")
+            || base.starts_with(b"ld-musl")
         {
             Kind::Libc
-        } else if base.starts_with(b"ld-linux") || base.starts_with(b"ld.so") || base.starts_with(b"ld64.so")
+        } else if base.starts_with(b"ld-linux")
+            || base.starts_with(b"ld.so")
+            || base.starts_with(b"ld64.so")
         {
             Kind::Loader
         } else if base.starts_with(b"linux-vdso") || base.starts_with(b"linux-gate") {
@@ -364,12 +368,11 @@ fn unlock() {
     }
 }
 
-/// Makes the page of `slot` writable; false when it is not mapped (its object unloaded).
+/// Makes the RELRO page of `slot` writable; false when that fails.
 fn writable(slot: usize) -> bool {
     let page = page_size();
-    // SAFETY: changes the protection of one page of a loaded object's data segment (a GOT
-    // is always in one), to what a partial-RELRO GOT has anyway; fails harmlessly on a
-    // page that is not mapped.
+    // SAFETY: changes the protection of one RELRO page of a loaded object's data segment
+    // (never code), to what it had before the dynamic linker made it read-only.
     unsafe {
         libc::mprotect(
             (slot & !(page - 1)) as *mut c_void,
@@ -477,14 +480,28 @@ fn patch_object(obj: &Object) {
     }
 }
 
-/// Points `slot` at `new` and records its old value (lock held).
+/// Whether the page of `slot` is mapped (`msync` fails with ENOMEM where it is not),
+/// probed without touching it or its protection.
+fn mapped(slot: usize) -> bool {
+    let page = page_size();
+    // SAFETY: msync of one page only asks the kernel about it (MS_ASYNC: schedules
+    // nothing for anonymous or private pages); it fails harmlessly where nothing is mapped.
+    unsafe { libc::msync((slot & !(page - 1)) as *mut c_void, page, libc::MS_ASYNC) == 0 }
+}
+
+/// Points `slot` at `new` and records its old value (lock held). A slot in the object's
+/// RELRO range is made writable for the store and read-only again after; others are in
+/// the object's writable data already (a GOT always is one or the other).
 fn patch_slot(slot: usize, new: usize, relro: (usize, usize)) {
-    if new == 0 || slot % core::mem::size_of::<usize>() != 0 || !writable(slot) {
+    if new == 0 || !slot.is_multiple_of(core::mem::size_of::<usize>()) {
         return;
     }
     let in_relro = slot >= relro.0 && slot < relro.1;
-    // SAFETY: a GOT slot of a loaded object: an aligned, mapped, now writable word that
-    // other threads read concurrently (one atomic store changes it).
+    if in_relro && !writable(slot) {
+        return;
+    }
+    // SAFETY: a GOT slot of a loaded object: an aligned, mapped, writable word that other
+    // threads read concurrently (one atomic store changes it).
     let cell = unsafe { AtomicUsize::from_ptr(slot as *mut usize) };
     let old = cell.load(Ordering::Acquire);
     let n = PATCHED.load(Ordering::Relaxed);
@@ -506,7 +523,9 @@ fn patch_slot(slot: usize, new: usize, relro: (usize, usize)) {
 }
 
 /// Puts every patched slot back (lock held, or taken by a detach): allocation-free, no
-/// lock but ours (it may run inside the program's malloc).
+/// lock but ours (it may run inside the program's malloc). A slot whose page is gone
+/// (its object unloaded by `dlclose`) or that no longer holds our entry point (something
+/// else rewrote it, or the page is another mapping now) is left alone.
 fn restore_all() {
     let n = PATCHED.load(Ordering::Acquire);
     for i in (0..n).rev() {
@@ -514,13 +533,15 @@ fn restore_all() {
         let (slot, relro) = (at & !1, at & 1 != 0);
         let old = SLOT_OLD[i].load(Ordering::Relaxed);
         let new = SLOT_NEW[i].load(Ordering::Relaxed);
-        // Probing the page first: an object unloaded since (dlclose) has no page there.
-        if !writable(slot) {
+        if !mapped(slot) {
             continue;
         }
-        // SAFETY: as in `patch_slot`: a mapped, aligned, writable GOT word.
+        // SAFETY: as in `patch_slot`: a mapped, aligned GOT word (read first; written only
+        // once it is known to hold our entry point, made writable if RELRO).
         let cell = unsafe { AtomicUsize::from_ptr(slot as *mut usize) };
-        // Only a slot still ours goes back (nothing else rewrote it meanwhile).
+        if cell.load(Ordering::Acquire) != new || (relro && !writable(slot)) {
+            continue;
+        }
         let _ = cell.compare_exchange(new, old, Ordering::AcqRel, Ordering::Relaxed);
         if relro {
             read_only(slot);
@@ -631,7 +652,9 @@ pub fn detach() {
 fn another_copy_preloaded() -> bool {
     // SAFETY: dlsym with RTLD_DEFAULT and a NUL-terminated name.
     let p = unsafe { libc::dlsym(libc::RTLD_DEFAULT, c"scalene_rs_attach".as_ptr()) } as usize;
-    p != 0 && p != scalene_rs_attach as *const () as usize && !Object::is_ours(p)
+    // (Not compared with `scalene_rs_attach as usize`: an exported function's address
+    // taken here goes through our GOT, which says the global scope's: the other copy's.)
+    p != 0 && !Object::is_ours(p)
 }
 
 impl Object<'_> {

@@ -197,7 +197,8 @@ pub fn late_api() -> bool {
     }
     // SAFETY: CPython's `const char *Py_GetVersion(void)`: a static string, callable at any
     // time, with or without the GIL.
-    let text = unsafe { core::mem::transmute::<*mut c_void, extern "C" fn() -> *const libc::c_char>(v)() };
+    let text =
+        unsafe { core::mem::transmute::<*mut c_void, extern "C" fn() -> *const libc::c_char>(v)() };
     if text.is_null() {
         return false;
     }

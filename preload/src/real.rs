@@ -114,8 +114,17 @@ pub fn libc_handle() -> *mut c_void {
 /// otherwise).
 pub fn resolved() -> bool {
     [
-        &MALLOC, &CALLOC, &REALLOC, &FREE, &POSIX_MEMALIGN, &MEMALIGN, &USABLE, &MEMCPY,
-        &MEMMOVE, &MMAP, &MUNMAP,
+        &MALLOC,
+        &CALLOC,
+        &REALLOC,
+        &FREE,
+        &POSIX_MEMALIGN,
+        &MEMALIGN,
+        &USABLE,
+        &MEMCPY,
+        &MEMMOVE,
+        &MMAP,
+        &MUNMAP,
     ]
     .iter()
     .all(|s| !s.load(Ordering::Acquire).is_null())

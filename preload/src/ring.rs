@@ -300,7 +300,12 @@ pub fn retire() {
     let bytes = RING_BYTES.load(Ordering::Relaxed);
     for (slot, len) in RETIRED.iter().zip(&RETIRED_BYTES) {
         if slot
-            .compare_exchange(core::ptr::null_mut(), p, Ordering::AcqRel, Ordering::Relaxed)
+            .compare_exchange(
+                core::ptr::null_mut(),
+                p,
+                Ordering::AcqRel,
+                Ordering::Relaxed,
+            )
             .is_ok()
         {
             len.store(bytes, Ordering::Release);
