@@ -1,6 +1,6 @@
 //! `attach PID` with memory, to processes started without scalene-rs: our library is loaded
 //! into them from outside (tests on every interpreter of the matrix; where it cannot be —
-//! Python 2, a free-threaded build, remote debugging turned off — attach records time and
+//! a free-threaded build, remote debugging turned off — attach records time and
 //! says why memory is missing).
 
 mod common;
@@ -46,7 +46,7 @@ fn native_library() -> &'static Path {
 
 /// Whether `attach` can load our library into this interpreter.
 fn supported(py: &common::Interpreter) -> bool {
-    !py.is_py2() && !py.free_threaded && cfg!(target_arch = "x86_64")
+    !py.free_threaded && cfg!(target_arch = "x86_64")
 }
 
 /// The fixture, started without us, once it said "ready".
@@ -246,5 +246,137 @@ fn attach_records_the_memory_of_a_process_started_without_us() {
             return Err(format!("{summary}; attach said {seen:?}"));
         }
         Ok(summary)
+    });
+}
+
+/// A busy multithreaded allocating target (fixtures/memory/busy_threads.py), once it said
+/// "ready"; SIGUSR1 ends it with output that does not depend on how long it ran.
+fn busy_target(
+    py: &common::Interpreter,
+) -> Result<(Child, BufReader<std::process::ChildStdout>), String> {
+    let mut child = Command::new(&py.path)
+        .arg(fx("busy_threads.py"))
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|e| e.to_string())?;
+    let mut out = BufReader::new(child.stdout.take().unwrap());
+    let mut line = String::new();
+    out.read_line(&mut line).map_err(|e| e.to_string())?;
+    if line.trim() != "ready" {
+        let _ = child.kill();
+        let _ = child.wait();
+        return Err(format!("the target said {line:?} instead of ready"));
+    }
+    Ok((child, out))
+}
+
+/// Runs the busy target unprofiled for `secs` seconds: its output and exit status.
+fn unprofiled(
+    py: &common::Interpreter,
+    secs: f64,
+) -> Result<(String, Option<i32>, String), String> {
+    let (mut child, mut out) = busy_target(py)?;
+    std::thread::sleep(Duration::from_secs_f64(secs));
+    // SAFETY: kill with a valid signal number and our child's pid.
+    unsafe { libc::kill(child.id() as i32, libc::SIGUSR1) };
+    let mut text = String::new();
+    out.read_to_string(&mut text).map_err(|e| e.to_string())?;
+    let mut err = String::new();
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut err)
+        .map_err(|e| e.to_string())?;
+    let status = child.wait().map_err(|e| e.to_string())?;
+    Ok((text, status.code(), err))
+}
+
+/// 100 attach/detach cycles with memory on a busy multithreaded allocating target, then a
+/// profiler SIGKILLed while attached: the target's output, stderr and exit status are those
+/// of an unprofiled run, and every cycle counted memory (the library is loaded once, then
+/// called again).
+#[test]
+fn attach_cycles_and_a_killed_profiler_leave_the_target_unharmed() {
+    const CYCLES: usize = 100;
+    common::for_each_interpreter_alone(|py| {
+        if !supported(py) {
+            return Ok("not supported: see the other test".into());
+        }
+        let plain = unprofiled(py, 0.5)?;
+        let (mut target, mut out) = busy_target(py)?;
+        let pid = target.id() as i32;
+        let dir = common::tempdir("scalene-rs-attach-cycles");
+        let mut counted = 0;
+        let mut failures = Vec::new();
+        let started = Instant::now();
+        for i in 0..CYCLES {
+            if target.try_wait().map_err(|e| e.to_string())?.is_some() {
+                return Err(format!("the target ended during cycle {i}"));
+            }
+            let json = dir.join(format!("{i}.json"));
+            let r = Command::new(common::bin())
+                .args(["attach", &pid.to_string(), "--duration", "0.05", "-o"])
+                .arg(&json)
+                .output()
+                .map_err(|e| e.to_string())?;
+            let err = String::from_utf8_lossy(&r.stderr);
+            if !r.status.success() {
+                failures.push(format!("cycle {i}: {}", err.trim()));
+            } else if !err.contains(COUNTING) {
+                failures.push(format!("cycle {i} counted nothing: {}", err.trim()));
+            } else {
+                counted += 1;
+            }
+            if failures.len() >= 5 {
+                break;
+            }
+            let _ = std::fs::remove_file(&json);
+        }
+        let cycles_took = started.elapsed();
+        // A profiler killed while attached (mid-recording): the library notices its stale
+        // heartbeat and stops; the target runs on.
+        let mut prof = Command::new(common::bin())
+            .args(["attach", &pid.to_string(), "-o"])
+            .arg(dir.join("killed.json"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .map_err(|e| e.to_string())?;
+        let mut err = BufReader::new(prof.stderr.take().unwrap());
+        let mut seen = Vec::new();
+        let attached = wait_for_line(&mut err, COUNTING, &mut seen);
+        std::thread::sleep(Duration::from_millis(300));
+        let _ = prof.kill();
+        let _ = prof.wait();
+        // Past the library's heartbeat limit (3 s), so it has stopped counting by itself.
+        std::thread::sleep(Duration::from_secs(4));
+        // SAFETY: kill with a valid signal number and our child's pid.
+        unsafe { libc::kill(pid, libc::SIGUSR1) };
+        let mut text = String::new();
+        out.read_to_string(&mut text).map_err(|e| e.to_string())?;
+        let mut stderr = String::new();
+        target
+            .stderr
+            .take()
+            .unwrap()
+            .read_to_string(&mut stderr)
+            .map_err(|e| e.to_string())?;
+        let status = target.wait().map_err(|e| e.to_string())?;
+        let _ = std::fs::remove_dir_all(&dir);
+        let got = (text, status.code(), stderr);
+        if got != plain {
+            return Err(format!("the target gave {got:?}; unprofiled {plain:?}"));
+        }
+        if !attached || !failures.is_empty() || counted != CYCLES {
+            return Err(format!(
+                "{counted} of {CYCLES} cycles counted memory; failures {failures:?}; the \
+                 killed attach said {seen:?}"
+            ));
+        }
+        Ok(format!(
+            "{CYCLES} cycles in {cycles_took:.1?}, each counting; a killed profiler harmed nothing"
+        ))
     });
 }

@@ -108,13 +108,6 @@ fn refuse_unless_allowed(proc: &PythonProcess) -> Result<(), Refusal> {
     if proc.layout.free_threaded {
         return Err(free_threaded_refusal());
     }
-    if proc.version.major < 3 {
-        return Err(
-            "Python 2 has no allocator API to wrap while it runs (start the program with \
-             `scalene-rs run` for its memory)"
-                .into(),
-        );
-    }
     // Its owner said no code is to be run in it from outside (PEP 768's switches; we honour
     // them for every version, whatever the way in).
     if crate::proc::environ_var(pid, "PYTHON_DISABLE_REMOTE_DEBUG").is_some_and(|v| !v.is_empty()) {
