@@ -122,24 +122,46 @@ fn attach(pid: i32, json: &Path, extra: &[&str]) -> Child {
         .expect("starting scalene-rs attach")
 }
 
-/// Reads `child`'s stderr until a line contains `want` (true) or it ends (false); every
-/// line read goes into `seen`.
-fn wait_for_line(
-    err: &mut BufReader<std::process::ChildStderr>,
-    want: &str,
-    seen: &mut Vec<String>,
-) -> bool {
-    let mut line = String::new();
-    loop {
-        line.clear();
-        match err.read_line(&mut line) {
-            Ok(0) | Err(_) => return false,
-            Ok(_) => {
-                seen.push(line.trim_end().to_string());
-                if line.contains(want) {
-                    return true;
+/// A child's stderr, line by line, read by a thread of its own (so a wait can time out).
+struct Lines(std::sync::mpsc::Receiver<String>);
+
+impl Lines {
+    fn of(child: &mut Child) -> Lines {
+        let err = BufReader::new(child.stderr.take().unwrap());
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in err.lines().map_while(Result::ok) {
+                if tx.send(line).is_err() {
+                    break;
                 }
             }
+        });
+        Lines(rx)
+    }
+
+    /// Reads lines (into `seen`) until one contains `want` (true), the stream ends or
+    /// 60 s pass (false).
+    fn wait_for(&self, want: &str, seen: &mut Vec<String>) -> bool {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while let Some(left) = deadline.checked_duration_since(Instant::now()) {
+            match self.0.recv_timeout(left) {
+                Ok(line) => {
+                    let hit = line.contains(want);
+                    seen.push(line);
+                    if hit {
+                        return true;
+                    }
+                }
+                Err(_) => return false,
+            }
+        }
+        false
+    }
+
+    /// The remaining lines, once the child has ended.
+    fn rest(&self, seen: &mut Vec<String>) {
+        while let Ok(line) = self.0.recv_timeout(Duration::from_secs(10)) {
+            seen.push(line);
         }
     }
 }
@@ -185,10 +207,10 @@ fn attach_records_the_memory_of_a_process_started_without_us() {
         let target = Target::start(py, &[])?;
         let json = common::tempdir("scalene-rs-attach-mem").join("p.json");
         let mut prof = attach(target.pid(), &json, &[]);
-        let mut err = BufReader::new(prof.stderr.take().unwrap());
+        let err = Lines::of(&mut prof);
         let mut seen = Vec::new();
         let want = if supported(py) { COUNTING } else { TIME_ONLY };
-        if !wait_for_line(&mut err, want, &mut seen) {
+        if !err.wait_for(want, &mut seen) {
             let _ = prof.kill();
             let _ = prof.wait();
             let _ = target.finish();
@@ -197,9 +219,7 @@ fn attach_records_the_memory_of_a_process_started_without_us() {
         target.go();
         let (out, code) = target.finish()?;
         let status = prof.wait().map_err(|e| e.to_string())?;
-        let mut rest = String::new();
-        let _ = err.read_to_string(&mut rest);
-        seen.extend(rest.lines().map(String::from));
+        err.rest(&mut seen);
         if out.trim() != DONE || code != Some(7) {
             return Err(format!("the target printed {out:?} and exited {code:?}"));
         }
@@ -344,9 +364,9 @@ fn attach_cycles_and_a_killed_profiler_leave_the_target_unharmed() {
             .stderr(Stdio::piped())
             .spawn()
             .map_err(|e| e.to_string())?;
-        let mut err = BufReader::new(prof.stderr.take().unwrap());
+        let err = Lines::of(&mut prof);
         let mut seen = Vec::new();
-        let attached = wait_for_line(&mut err, COUNTING, &mut seen);
+        let attached = err.wait_for(COUNTING, &mut seen);
         std::thread::sleep(Duration::from_millis(300));
         let _ = prof.kill();
         let _ = prof.wait();
@@ -378,5 +398,43 @@ fn attach_cycles_and_a_killed_profiler_leave_the_target_unharmed() {
         Ok(format!(
             "{CYCLES} cycles in {cycles_took:.1?}, each counting; a killed profiler harmed nothing"
         ))
+    });
+}
+
+/// A process whose owner turned remote debugging off (PEP 768's switches, honoured for every
+/// version): no code of ours goes in; attach records time and says so in one line, and the
+/// target is as without us.
+#[test]
+fn a_process_with_remote_debugging_disabled_gets_no_library() {
+    common::for_each_interpreter(|py| {
+        let target = Target::start(py, &[("PYTHON_DISABLE_REMOTE_DEBUG", "1")])?;
+        let pid = target.pid();
+        let json = common::tempdir("scalene-rs-attach-off").join("p.json");
+        let mut prof = attach(pid, &json, &[]);
+        let err = Lines::of(&mut prof);
+        let mut seen = Vec::new();
+        let told = err.wait_for(TIME_ONLY, &mut seen);
+        // Read while it runs: nothing of ours is mapped in it.
+        let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap_or_default();
+        target.go();
+        let (out, code) = target.finish()?;
+        let status = prof.wait().map_err(|e| e.to_string())?;
+        let _ = std::fs::remove_dir_all(json.parent().unwrap());
+        if !told || !status.success() {
+            return Err(format!("attach ({status}) said {seen:?}"));
+        }
+        let line = seen
+            .iter()
+            .find(|l| l.contains(TIME_ONLY))
+            .cloned()
+            .unwrap_or_default();
+        let why_ok = line.contains("PYTHON_DISABLE_REMOTE_DEBUG") || line.contains("free-threaded");
+        if !why_ok || maps.contains("libscalene_preload") {
+            return Err(format!("the reason should name the switch: {line:?}"));
+        }
+        if out.trim() != DONE || code != Some(7) {
+            return Err(format!("the target printed {out:?} and exited {code:?}"));
+        }
+        Ok(line)
     });
 }

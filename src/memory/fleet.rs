@@ -169,7 +169,10 @@ impl Fleet {
                                         MemoryRecorder::start(ring, reader, self.cfg.clone());
                                     self.settled.remove(&serial);
                                     self.live.insert(serial, recorder);
-                                    self.announce_attach(pid, &wrapped);
+                                    // Python 2 has no allocator API: its small objects
+                                    // count through pymalloc's arenas, as under `run`.
+                                    let wraps = proc.version.major >= 3;
+                                    self.announce_attach(pid, wraps.then_some(&wrapped));
                                 }
                                 Err(why) => {
                                     self.announcements.push(format!(
@@ -209,12 +212,13 @@ impl Fleet {
     /// Says (once our library counts in process `pid`) from when its memory is counted:
     /// now, with the interpreter's own allocator wrapped at its next pending call, which
     /// we wait for briefly (a main thread blocked in C runs none until it returns).
-    fn announce_attach(&mut self, pid: i32, wrapped: &ring::PymemFlag) {
+    fn announce_attach(&mut self, pid: i32, wrapped: Option<&ring::PymemFlag>) {
         let deadline = std::time::Instant::now() + ATTACH_SETTLE;
-        while !wrapped.is_set() && std::time::Instant::now() < deadline {
+        let done = || wrapped.is_none_or(|w| w.is_set());
+        while !done() && std::time::Instant::now() < deadline {
             std::thread::sleep(std::time::Duration::from_millis(2));
         }
-        let rest = if wrapped.is_set() {
+        let rest = if done() {
             ""
         } else {
             "; its Python objects are counted once its main thread runs Python code again"

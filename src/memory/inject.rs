@@ -76,7 +76,7 @@ pub(crate) fn attach_library(proc: &PythonProcess, cfg: &MemoryConfig) -> Result
     let loaded = loaded_library(&maps);
     let code = match loaded {
         Some(base) => call_attach(pid, base, &ring_in_target)?,
-        None => load_and_attach(pid, &maps, &place, &ring_in_target)?,
+        None => load_and_attach(pid, &maps, proc.namespaces, &place, &ring_in_target)?,
     };
     // The target has it mapped (or refused it): the file's name is no longer needed.
     let _ = std::fs::remove_file(ring.path());
@@ -239,6 +239,7 @@ fn call_attach(pid: i32, base: u64, ring_in_target: &str) -> Result<i32, Refusal
 fn find_dlopen(
     pid: i32,
     maps: &[crate::proc::maps::MapEntry],
+    ns: crate::proc::ns::Namespaces,
 ) -> Result<(u64, bool, Option<u64>), Refusal> {
     let bases = |stem: &str| {
         maps.iter()
@@ -250,9 +251,14 @@ fn find_dlopen(
             })
             .next()
     };
+    // As the process sees the file (a container's or a chroot's own C library).
     let read = |path: &str| {
-        let host = PathBuf::from(format!("/proc/{pid}/root{path}"));
-        std::fs::read(&host).map_err(|e| format!("reading the process's {path}: {e}"))
+        let (mut f, _) =
+            crate::elf::maps::open_target_file(pid, path, maps, ns).map_err(|e| e.to_string())?;
+        let mut bytes = Vec::new();
+        std::io::Read::read_to_end(&mut f, &mut bytes)
+            .map_err(|e| format!("reading the process's {path}: {e}"))?;
+        Ok::<_, Refusal>(bytes)
     };
     let mut tried = Vec::new();
     for stem in ["libc.so", "libc-2.", "libdl.so", "libdl-2."] {
@@ -290,10 +296,11 @@ fn find_dlopen(
 fn load_and_attach(
     pid: i32,
     maps: &[crate::proc::maps::MapEntry],
+    ns: crate::proc::ns::Namespaces,
     place: &Place,
     ring_in_target: &str,
 ) -> Result<i32, Refusal> {
-    let (dlopen, private, dlerror) = find_dlopen(pid, maps)?;
+    let (dlopen, private, dlerror) = find_dlopen(pid, maps, ns)?;
     let offset = attach_offset()?;
     let files = LibraryFiles::write(place, pid)?;
     let mut t = crate::ptrace::remote::Hijacked::find(pid, PATIENCE).map_err(|e| e.to_string())?;
@@ -345,6 +352,7 @@ fn load_and_attach(
 fn load_and_attach(
     _: i32,
     _: &[crate::proc::maps::MapEntry],
+    _: crate::proc::ns::Namespaces,
     _: &Place,
     _: &str,
 ) -> Result<i32, Refusal> {
