@@ -108,6 +108,14 @@ fn refuse_unless_allowed(proc: &PythonProcess) -> Result<(), Refusal> {
     if proc.layout.free_threaded {
         return Err(free_threaded_refusal());
     }
+    // 3.14+: the interpreter's own switch says it all.
+    if remote_debugging_flag(proc) == Some(0) {
+        return Err("the interpreter has remote debugging turned off (its \
+                    remote_debugging_enabled flag is 0: PYTHON_DISABLE_REMOTE_DEBUG, \
+                    -X disable_remote_debug, or a build without it): no code of ours is loaded \
+                    into it"
+            .into());
+    }
     // Its owner said no code is to be run in it from outside (PEP 768's switches; we honour
     // them for every version, whatever the way in).
     if crate::proc::environ_var(pid, "PYTHON_DISABLE_REMOTE_DEBUG").is_some_and(|v| !v.is_empty()) {
@@ -133,6 +141,17 @@ fn refuse_unless_allowed(proc: &PythonProcess) -> Result<(), Refusal> {
     return Err("loading our library into a running process is implemented for x86-64 only".into());
     #[cfg(target_arch = "x86_64")]
     Ok(())
+}
+
+/// The interpreter's own PEP 768 switch (3.14+, read through its `_Py_DebugOffsets`): the
+/// flag's value, None where there is none or it cannot be read.
+fn remote_debugging_flag(proc: &PythonProcess) -> Option<u32> {
+    use crate::ptrace::ProcessMemory;
+    let runtime = proc.addrs.runtime?;
+    let bytes = proc.mem.read_vec(runtime, 4096).ok()?;
+    let off = crate::python_bindings::debug_offsets::remote_debugging_enabled_offset(&bytes)?;
+    let interp = proc.interp_head().ok().filter(|&a| a != 0)?;
+    proc.mem.read_u32(interp + off).ok()
 }
 
 /// Where the files go: a directory of the target's root that we can write, the target can

@@ -119,6 +119,17 @@ pub fn version_hex(bytes: &[u8]) -> Option<u64> {
 }
 
 /// The table for CPython 3.`minor`, if we know its layout.
+/// Offset in the interpreter state of its `remote_debugging_enabled` flag (PEP 768, 3.14+),
+/// from the first bytes of `_PyRuntime`; None before 3.14 or when these are not debug offsets.
+pub fn remote_debugging_enabled_offset(bytes: &[u8]) -> Option<u64> {
+    let minor = check_version(version_hex(bytes)?).ok()?;
+    let i = table(minor)?
+        .fields
+        .iter()
+        .position(|n| *n == "debugger_support.remote_debugging_enabled")?;
+    (bytes.len() >= HEADER + (i + 1) * 8).then(|| read_u64(bytes, HEADER + i * 8))
+}
+
 fn table(minor: u32) -> Option<&'static OffsetsTable> {
     TABLES.iter().find(|t| t.minor == minor)
 }
@@ -480,6 +491,23 @@ mod tests {
                 got: HEADER + 70 * 8,
                 need: HEADER + 92 * 8
             })
+        );
+    }
+
+    #[test]
+    fn finds_the_remote_debugging_switch_from_3_14_on() {
+        let t = table(14).unwrap();
+        let b = build(t, 0x030e00f0, &[]);
+        assert_eq!(
+            remote_debugging_enabled_offset(&b),
+            Some(slot(t, "debugger_support.remote_debugging_enabled") as u64)
+        );
+        // 3.13 has no such switch; bytes that are not debug offsets have none either.
+        assert_eq!(remote_debugging_enabled_offset(&sample()), None);
+        assert_eq!(remote_debugging_enabled_offset(&b[..HEADER]), None);
+        assert_eq!(
+            remote_debugging_enabled_offset(b"not offsets at all......"),
+            None
         );
     }
 
