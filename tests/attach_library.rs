@@ -239,15 +239,20 @@ fn a_library_loaded_late_counts_until_detached() {
     common::for_each_interpreter_alone(check);
 }
 
+/// The newest Python 3 with a GIL that runs in our own root.
+fn newest_plain_python3() -> common::Interpreter {
+    common::interpreters()
+        .into_iter()
+        .rev()
+        .find(|p| !p.free_threaded && !p.is_py2() && p.root.is_none())
+        .expect("a Python 3 interpreter")
+}
+
 /// The codes of an attach that cannot count: the library preloaded (`run`), another copy
 /// of it preloaded, a ring that is not there; nothing claimed.
 #[test]
 fn an_attach_that_cannot_count_says_why() {
-    let py = common::interpreters()
-        .into_iter()
-        .rev()
-        .find(|p| !p.free_threaded && !p.is_py2() && p.root.is_none())
-        .expect("a Python 3 interpreter");
+    let py = newest_plain_python3();
     let dir = std::env::temp_dir();
     let lib = PreloadFile::write(&dir).unwrap();
     let copy = PreloadFile::write(&dir).unwrap();
@@ -301,11 +306,7 @@ fn objects_loaded_after_the_attach_are_counted() {
             &format!("no {}", sqlite.display()),
         );
     }
-    let py = common::interpreters()
-        .into_iter()
-        .rev()
-        .find(|p| !p.free_threaded && !p.is_py2() && p.root.is_none())
-        .expect("a Python 3 interpreter");
+    let py = newest_plain_python3();
     let dir = std::env::temp_dir();
     let lib = PreloadFile::write(&dir).unwrap();
     let ring = Ring::create(&dir, 1 << 12, WINDOW, WINDOW).unwrap();

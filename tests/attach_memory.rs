@@ -296,8 +296,16 @@ fn unprofiled(
     py: &common::Interpreter,
     secs: f64,
 ) -> Result<(String, Option<i32>, String), String> {
-    let (mut child, mut out) = busy_target(py)?;
+    let (child, out) = busy_target(py)?;
     std::thread::sleep(Duration::from_secs_f64(secs));
+    stop_busy(child, out)
+}
+
+/// Ends the busy target (SIGUSR1): its output, exit status and stderr.
+fn stop_busy(
+    mut child: Child,
+    mut out: BufReader<std::process::ChildStdout>,
+) -> Result<(String, Option<i32>, String), String> {
     // SAFETY: kill with a valid signal number and our child's pid.
     unsafe { libc::kill(child.id() as i32, libc::SIGUSR1) };
     let mut text = String::new();
@@ -325,7 +333,7 @@ fn attach_cycles_and_a_killed_profiler_leave_the_target_unharmed() {
             return Ok("not supported: see the other test".into());
         }
         let plain = unprofiled(py, 0.5)?;
-        let (mut target, mut out) = busy_target(py)?;
+        let (mut target, out) = busy_target(py)?;
         let pid = target.id() as i32;
         let dir = common::tempdir("scalene-rs-attach-cycles");
         let mut counted = 0;
@@ -372,20 +380,8 @@ fn attach_cycles_and_a_killed_profiler_leave_the_target_unharmed() {
         let _ = prof.wait();
         // Past the library's heartbeat limit (3 s), so it has stopped counting by itself.
         std::thread::sleep(Duration::from_secs(4));
-        // SAFETY: kill with a valid signal number and our child's pid.
-        unsafe { libc::kill(pid, libc::SIGUSR1) };
-        let mut text = String::new();
-        out.read_to_string(&mut text).map_err(|e| e.to_string())?;
-        let mut stderr = String::new();
-        target
-            .stderr
-            .take()
-            .unwrap()
-            .read_to_string(&mut stderr)
-            .map_err(|e| e.to_string())?;
-        let status = target.wait().map_err(|e| e.to_string())?;
+        let got = stop_busy(target, out)?;
         let _ = std::fs::remove_dir_all(&dir);
-        let got = (text, status.code(), stderr);
         if got != plain {
             return Err(format!("the target gave {got:?}; unprofiled {plain:?}"));
         }
