@@ -609,7 +609,7 @@ pub unsafe extern "C" fn scalene_rs_attach(ring_path: *const c_char) -> c_int {
                     detach();
                 } else {
                     unlock();
-                    return layout::ATTACH_NO_RING;
+                    return layout::ATTACH_BUSY;
                 }
             }
         }

@@ -137,6 +137,8 @@ pub const ATTACH_NOT_PYTHON: i32 = -3;
 pub const ATTACH_FREE_THREADED: i32 = -4;
 /// The C library's allocation functions were not found.
 pub const ATTACH_NO_LIBC: i32 = -5;
+/// Another profiler's attach is still counting in this process (one at a time).
+pub const ATTACH_BUSY: i32 = -6;
 
 /// One event. `seq` = ticket + 1 once the event is written (release); the consumer reads a
 /// slot only when its `seq` says it holds the ticket it expects.

@@ -92,6 +92,9 @@ pub(crate) fn attach_library(proc: &PythonProcess, cfg: &MemoryConfig) -> Result
         layout::ATTACH_NO_LIBC => {
             Err("our library found no C allocator in the process (not glibc?)".into())
         }
+        layout::ATTACH_BUSY => {
+            Err("another scalene-rs attach is recording its memory (one at a time)".into())
+        }
         other => Err(format!("our library refused to attach (code {other})")),
     }
 }
