@@ -434,3 +434,43 @@ fn a_process_with_remote_debugging_disabled_gets_no_library() {
         Ok(line)
     });
 }
+
+/// A single thread computing without a pause never waits where it holds no lock: attach
+/// records time and says, in one line, why memory could not be had; the target runs on.
+#[test]
+fn a_thread_that_never_waits_gets_no_library_and_a_reason() {
+    common::for_each_interpreter(|py| {
+        if !supported(py) {
+            return Ok("not supported: see the other tests".into());
+        }
+        let spin =
+            "import time\nt = time.time()\nwhile time.time() - t < 6:\n    pass\nprint('spun')\n";
+        let target = Command::new(&py.path)
+            .args(["-c", spin])
+            .stdout(Stdio::piped())
+            .spawn()
+            .map_err(|e| e.to_string())?;
+        std::thread::sleep(Duration::from_millis(500));
+        let json = common::tempdir("scalene-rs-attach-spin").join("p.json");
+        let r = Command::new(common::bin())
+            .args(["attach", &target.id().to_string(), "--duration", "3", "-o"])
+            .arg(&json)
+            .output()
+            .map_err(|e| e.to_string())?;
+        let out = target.wait_with_output().map_err(|e| e.to_string())?;
+        let _ = std::fs::remove_dir_all(json.parent().unwrap());
+        let err = String::from_utf8_lossy(&r.stderr);
+        let line = err
+            .lines()
+            .find(|l| l.contains(TIME_ONLY))
+            .unwrap_or_default()
+            .to_string();
+        if !r.status.success() || !line.contains("no thread could call into our library") {
+            return Err(format!("attach ({}) said {err:?}", r.status));
+        }
+        if String::from_utf8_lossy(&out.stdout) != "spun\n" || !out.status.success() {
+            return Err(format!("the target gave {out:?}"));
+        }
+        Ok(line)
+    });
+}

@@ -248,11 +248,11 @@ fn attach_offset() -> Result<u64, Refusal> {
 #[cfg(target_arch = "x86_64")]
 fn call_attach(pid: i32, base: u64, ring_in_target: &str) -> Result<i32, Refusal> {
     let func = base + attach_offset()?;
-    let mut t = crate::ptrace::remote::Hijacked::find(pid, PATIENCE).map_err(|e| e.to_string())?;
+    let mut t = crate::ptrace::remote::Hijacked::find(pid, PATIENCE).map_err(said)?;
     let data = c_string(ring_in_target);
     let rax = t
         .call(func, &[crate::ptrace::remote::DATA], &data)
-        .map_err(|e| e.to_string())?;
+        .map_err(said)?;
     Ok(rax as u32 as i32)
 }
 
@@ -325,7 +325,7 @@ fn load_and_attach(
     let (dlopen, private, dlerror) = find_dlopen(pid, maps, ns)?;
     let offset = attach_offset()?;
     let files = LibraryFiles::write(place, pid)?;
-    let mut t = crate::ptrace::remote::Hijacked::find(pid, PATIENCE).map_err(|e| e.to_string())?;
+    let mut t = crate::ptrace::remote::Hijacked::find(pid, PATIENCE).map_err(said)?;
     let mode = if private {
         RTLD_NOW | RTLD_DLOPEN_PRIVATE
     } else {
@@ -337,7 +337,7 @@ fn load_and_attach(
             &[crate::ptrace::remote::DATA, mode],
             &c_string(&files.target_path),
         )
-        .map_err(|e| e.to_string())?;
+        .map_err(said)?;
     drop(files);
     if handle == 0 {
         let why = match dlerror {
@@ -366,7 +366,7 @@ fn load_and_attach(
             &[crate::ptrace::remote::DATA],
             &c_string(ring_in_target),
         )
-        .map_err(|e| e.to_string())?;
+        .map_err(said)?;
     Ok(rax as u32 as i32)
 }
 
@@ -425,6 +425,15 @@ impl LibraryFiles {
 impl Drop for LibraryFiles {
     fn drop(&mut self) {
         let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// An error of a remote call as a reason (a state of the process is said as itself, not as
+/// a failure to read the interpreter).
+fn said(e: crate::error::Error) -> Refusal {
+    match e {
+        crate::error::Error::BadState { why, .. } => why,
+        other => other.to_string(),
     }
 }
 
