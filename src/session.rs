@@ -544,6 +544,9 @@ pub fn attach(cfg: &AttachConfig, progress: &mut dyn FnMut(&Stats)) -> Result<(P
         &mut || !take_pending().is_empty() || duration.is_some_and(|d| start.elapsed() >= d),
         progress,
     );
+    for line in fleet.iter_mut().flat_map(|f| f.last_announcements()) {
+        eprintln!("scalene-rs: {line}");
+    }
     let mut why_not = None;
     // Another process of the program whose memory cannot be recorded: said once each (its
     // figures would read as a process that allocated nothing).

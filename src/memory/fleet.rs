@@ -70,6 +70,12 @@ pub(crate) struct Fleet {
     /// recording.
     pub(crate) injected: usize,
     announcements: Vec<String>,
+    /// `attach`: when our library was first tried in each image.
+    inject_since: HashMap<u64, std::time::Instant>,
+    /// `attach`: processes our library counts in, whose announcement waits for the
+    /// interpreter's allocator to be wrapped (None: Python 2, nothing to wait for), until
+    /// the deadline.
+    awaiting: Vec<(i32, Option<ring::PymemFlag>, std::time::Instant)>,
 }
 
 /// How long `attach` waits for the interpreter to wrap its allocator after our library is in.
@@ -109,6 +115,8 @@ impl Fleet {
             checked: HashSet::new(),
             injected: 0,
             announcements: Vec::new(),
+            inject_since: HashMap::new(),
+            awaiting: Vec::new(),
         }
     }
 
@@ -159,28 +167,7 @@ impl Fleet {
                         // Started without us: our library goes in now, with a ring of its
                         // own.
                         Err(_) => {
-                            self.settled.insert(serial);
-                            match super::inject::attach_library(proc, &self.cfg) {
-                                Ok(ring) => {
-                                    self.injected += 1;
-                                    let reader = proc.reopen().ok();
-                                    let wrapped = ring.python_allocator_flag();
-                                    let recorder =
-                                        MemoryRecorder::start(ring, reader, self.cfg.clone());
-                                    self.settled.remove(&serial);
-                                    self.live.insert(serial, recorder);
-                                    // Python 2 has no allocator API: its small objects
-                                    // count through pymalloc's arenas, as under `run`.
-                                    let wraps = proc.version.major >= 3;
-                                    self.announce_attach(pid, wraps.then_some(&wrapped));
-                                }
-                                Err(why) => {
-                                    self.announcements.push(format!(
-                                        "recording time only for process {pid}: {why}"
-                                    ));
-                                    self.notes.push((pid, why));
-                                }
-                            }
+                            self.inject(pid, serial, proc);
                             return None;
                         }
                     },
@@ -209,29 +196,73 @@ impl Fleet {
         Some(path)
     }
 
-    /// Says (once our library counts in process `pid`) from when its memory is counted:
-    /// now, with the interpreter's own allocator wrapped at its next pending call, which
-    /// we wait for briefly (a main thread blocked in C runs none until it returns).
-    fn announce_attach(&mut self, pid: i32, wrapped: Option<&ring::PymemFlag>) {
-        let deadline = std::time::Instant::now() + ATTACH_SETTLE;
-        let done = || wrapped.is_none_or(|w| w.is_set());
-        while !done() && std::time::Instant::now() < deadline {
-            std::thread::sleep(std::time::Duration::from_millis(2));
-        }
-        let rest = if done() {
-            ""
-        } else {
-            "; its Python objects are counted once its main thread runs Python code again"
+    /// `attach`: loads our library into process `pid` (image `serial`), which was started
+    /// without us, and reads the ring it hands it. Tried at each scan until a thread of the
+    /// process is at a safe point, for at most [`super::inject::PATIENCE`]: never a wait
+    /// here (this is the sampler's thread: a stall would charge its CPU time to one line).
+    fn inject(&mut self, pid: i32, serial: u64, proc: &PythonProcess) {
+        use super::inject::{attach_library, Attach};
+        let since = *self
+            .inject_since
+            .entry(serial)
+            .or_insert_with(std::time::Instant::now);
+        let why = match attach_library(proc, &self.cfg) {
+            Attach::Counting(ring) => {
+                self.injected += 1;
+                let reader = proc.reopen().ok();
+                // Python 2 has no allocator API: its small objects count through pymalloc's
+                // arenas, as under `run`.
+                let wrapped = (proc.version.major >= 3).then(|| ring.python_allocator_flag());
+                let recorder = MemoryRecorder::start(ring, reader, self.cfg.clone());
+                self.live.insert(serial, recorder);
+                self.awaiting
+                    .push((pid, wrapped, std::time::Instant::now() + ATTACH_SETTLE));
+                return;
+            }
+            Attach::NotNow if since.elapsed() < super::inject::PATIENCE => return,
+            Attach::NotNow => super::inject::NO_SAFE_THREAD.to_string(),
+            Attach::Refused(why) => why,
         };
-        self.announcements.push(format!(
-            "memory of process {pid} is counted from now on (our library is loaded into it; \
-             what it held before is not attributed to lines){rest}"
-        ));
+        self.settled.insert(serial);
+        self.announcements
+            .push(format!("recording time only for process {pid}: {why}"));
+        self.notes.push((pid, why));
     }
 
-    /// What happened since the last call that the user should hear of as it happens.
+    /// What happened since the last call that the user should hear of as it happens. Once
+    /// our library counts in a process: from when its memory is counted — now, with the
+    /// interpreter's own allocator wrapped at its next pending call, said when it is (or
+    /// after [`ATTACH_SETTLE`]: a main thread blocked in C runs none until it returns).
     pub(crate) fn take_announcements(&mut self) -> Vec<String> {
+        let now = std::time::Instant::now();
+        let mut still = Vec::new();
+        for (pid, wrapped, deadline) in std::mem::take(&mut self.awaiting) {
+            let done = wrapped.as_ref().is_none_or(|w| w.is_set());
+            if !done && now < deadline {
+                still.push((pid, wrapped, deadline));
+                continue;
+            }
+            let rest = if done {
+                ""
+            } else {
+                "; its Python objects are counted once its main thread runs Python code again"
+            };
+            self.announcements.push(format!(
+                "memory of process {pid} is counted from now on (our library is loaded into \
+                 it; what it held before is not attributed to lines){rest}"
+            ));
+        }
+        self.awaiting = still;
         std::mem::take(&mut self.announcements)
+    }
+
+    /// [`Fleet::take_announcements`] at the end of a recording: what still waited is said now.
+    pub(crate) fn last_announcements(&mut self) -> Vec<String> {
+        let now = std::time::Instant::now();
+        for a in &mut self.awaiting {
+            a.2 = now;
+        }
+        self.take_announcements()
     }
 
     /// The first reason each process's memory cannot be recorded, one per process, in the

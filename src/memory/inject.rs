@@ -36,18 +36,47 @@ const PLACES: &[&str] = &["/dev/shm", "/tmp", "/var/tmp"];
 const RTLD_NOW: u64 = 2;
 /// glibc's private flag that `__libc_dlopen_mode` callers pass (`__RTLD_DLOPEN`).
 const RTLD_DLOPEN_PRIVATE: u64 = 0x8000_0000;
-/// How long to look for a thread at a safe point.
-const PATIENCE: Duration = Duration::from_secs(2);
+/// How long to look for a thread at a safe point (one look per scan of the sampler).
+pub(crate) const PATIENCE: Duration = Duration::from_secs(2);
 
 /// Why the library was not (or could not be) put into the target: the sentence said to the
 /// user ("no memory data: ..."), time being recorded anyway.
 pub(crate) type Refusal = String;
 
-/// Loads the library into `proc` (unless it is there already) and hands it a new ring;
-/// returns the ring, claimed by the target, ready to be read.
-pub(crate) fn attach_library(proc: &PythonProcess, cfg: &MemoryConfig) -> Result<Ring, Refusal> {
+/// What became of an attempt to put our library into a process.
+pub(crate) enum Attach {
+    /// Counting: the ring, claimed by the process, ready to be read.
+    Counting(Ring),
+    /// No thread is at a safe point now: try again at the next scan (until [`PATIENCE`]).
+    NotNow,
+    /// Never, for this reason.
+    Refused(Refusal),
+}
+
+/// Why no thread could be used, once [`PATIENCE`] has run out.
+pub(crate) const NO_SAFE_THREAD: &str = "no thread could call into our library: none of its \
+     threads waited in a system call where it holds no lock (a sleep, a lock or condition \
+     wait, select/poll, a join) within 2 s";
+
+/// Loads the library into `proc` (unless it is there already) and hands it a new ring.
+pub(crate) fn attach_library(proc: &PythonProcess, cfg: &MemoryConfig) -> Attach {
+    if let Err(why) = refuse_unless_allowed(proc) {
+        return Attach::Refused(why);
+    }
+    #[cfg(target_arch = "x86_64")]
+    if !crate::ptrace::remote::waiting_thread(proc.pid) {
+        return Attach::NotNow;
+    }
+    match try_attach(proc, cfg) {
+        Ok(Some(ring)) => Attach::Counting(ring),
+        Ok(None) => Attach::NotNow,
+        Err(why) => Attach::Refused(why),
+    }
+}
+
+/// [`attach_library`] once allowed: None when no thread was at a safe point after all.
+fn try_attach(proc: &PythonProcess, cfg: &MemoryConfig) -> Result<Option<Ring>, Refusal> {
     let pid = proc.pid;
-    refuse_unless_allowed(proc)?;
     let maps = crate::proc::read_maps(pid).map_err(|e| e.to_string())?;
     let place = Place::choose(pid)?;
     let mut ring = Ring::create(
@@ -78,11 +107,14 @@ pub(crate) fn attach_library(proc: &PythonProcess, cfg: &MemoryConfig) -> Result
         Some(base) => call_attach(pid, base, &ring_in_target)?,
         None => load_and_attach(pid, &maps, proc.namespaces, &place, &ring_in_target)?,
     };
+    let Some(code) = code else {
+        return Ok(None);
+    };
     // The target has it mapped (or refused it): the file's name is no longer needed.
     let _ = std::fs::remove_file(ring.path());
     ring.keep_file();
     match code {
-        layout::ATTACH_OK => Ok(ring),
+        layout::ATTACH_OK => Ok(Some(ring)),
         layout::ATTACH_PRELOADED => Err("the program runs under `scalene-rs run`".into()),
         layout::ATTACH_NO_RING => Err("the process could not open the memory ring".into()),
         layout::ATTACH_NOT_PYTHON => {
@@ -246,14 +278,16 @@ fn attach_offset() -> Result<u64, Refusal> {
 
 /// `scalene_rs_attach(ring)` in the process whose library is loaded at `base`.
 #[cfg(target_arch = "x86_64")]
-fn call_attach(pid: i32, base: u64, ring_in_target: &str) -> Result<i32, Refusal> {
+fn call_attach(pid: i32, base: u64, ring_in_target: &str) -> Result<Option<i32>, Refusal> {
     let func = base + attach_offset()?;
-    let mut t = crate::ptrace::remote::Hijacked::find(pid, PATIENCE).map_err(said)?;
+    let Some(mut t) = crate::ptrace::remote::Hijacked::find(pid).map_err(said)? else {
+        return Ok(None);
+    };
     let data = c_string(ring_in_target);
     let rax = t
         .call(func, &[crate::ptrace::remote::DATA], &data)
         .map_err(said)?;
-    Ok(rax as u32 as i32)
+    Ok(Some(rax as u32 as i32))
 }
 
 /// The C library's loader entry in the process: (address, whether it is glibc's private
@@ -321,11 +355,13 @@ fn load_and_attach(
     ns: crate::proc::ns::Namespaces,
     place: &Place,
     ring_in_target: &str,
-) -> Result<i32, Refusal> {
+) -> Result<Option<i32>, Refusal> {
     let (dlopen, private, dlerror) = find_dlopen(pid, maps, ns)?;
     let offset = attach_offset()?;
     let files = LibraryFiles::write(place, pid)?;
-    let mut t = crate::ptrace::remote::Hijacked::find(pid, PATIENCE).map_err(said)?;
+    let Some(mut t) = crate::ptrace::remote::Hijacked::find(pid).map_err(said)? else {
+        return Ok(None);
+    };
     let mode = if private {
         RTLD_NOW | RTLD_DLOPEN_PRIVATE
     } else {
@@ -367,7 +403,7 @@ fn load_and_attach(
             &c_string(ring_in_target),
         )
         .map_err(said)?;
-    Ok(rax as u32 as i32)
+    Ok(Some(rax as u32 as i32))
 }
 
 #[cfg(not(target_arch = "x86_64"))]
@@ -377,12 +413,12 @@ fn load_and_attach(
     _: crate::proc::ns::Namespaces,
     _: &Place,
     _: &str,
-) -> Result<i32, Refusal> {
+) -> Result<Option<i32>, Refusal> {
     Err("loading our library into a running process is implemented for x86-64 only".into())
 }
 
 #[cfg(not(target_arch = "x86_64"))]
-fn call_attach(_: i32, _: u64, _: &str) -> Result<i32, Refusal> {
+fn call_attach(_: i32, _: u64, _: &str) -> Result<Option<i32>, Refusal> {
     Err("loading our library into a running process is implemented for x86-64 only".into())
 }
 

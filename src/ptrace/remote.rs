@@ -64,6 +64,18 @@ fn safe_wait(nr: i64, a1: u64) -> bool {
     SAFE_SYSCALLS.contains(&nr) && (nr != SYS_FUTEX || a1 & 0x7f == FUTEX_WAIT_BITSET)
 }
 
+/// Whether a thread of `pid` is blocked, now, in one of the waits [`Hijacked::find`] can use
+/// (read from /proc without stopping anything).
+pub(crate) fn waiting_thread(pid: i32) -> bool {
+    crate::proc::threads(pid)
+        .unwrap_or_default()
+        .into_iter()
+        .any(|tid| {
+            crate::proc::blocked_syscall(pid, tid)
+                .is_some_and(|(nr, _)| SAFE_SYSCALLS.contains(&nr))
+        })
+}
+
 /// A thread of the target stopped at a safe point, its state saved; put back as it was and
 /// let go on drop.
 pub(crate) struct Hijacked {
@@ -79,42 +91,26 @@ pub(crate) struct Hijacked {
 }
 
 impl Hijacked {
-    /// Stops a thread of `pid` blocked at a safe point, trying every thread for up to
-    /// `patience`. The error says why none was found.
-    pub(crate) fn find(pid: i32, patience: Duration) -> Result<Hijacked> {
-        let deadline = Instant::now() + patience;
-        let mut seen_any = false;
-        loop {
-            let mut tids = crate::proc::threads(pid)?;
-            // The main thread first: its waits are usually the program's own (a join, a
-            // sleep, a select loop).
-            tids.sort_by_key(|&t| t != pid);
-            for tid in tids {
-                let Some((nr, _)) = crate::proc::blocked_syscall(pid, tid) else {
-                    continue;
-                };
-                if !SAFE_SYSCALLS.contains(&nr) {
-                    continue;
-                }
-                seen_any = true;
-                if let Some(h) = Hijacked::stop(pid, tid)? {
-                    return Ok(h);
-                }
+    /// Stops a thread of `pid` blocked at a safe point: one pass over its threads, without
+    /// waiting (the caller tries again later: it is the sampler's thread, which must not
+    /// stall). None when no thread is at a safe point now.
+    pub(crate) fn find(pid: i32) -> Result<Option<Hijacked>> {
+        let mut tids = crate::proc::threads(pid)?;
+        // The main thread first: its waits are usually the program's own (a join, a sleep,
+        // a select loop).
+        tids.sort_by_key(|&t| t != pid);
+        for tid in tids {
+            let Some((nr, _)) = crate::proc::blocked_syscall(pid, tid) else {
+                continue;
+            };
+            if !SAFE_SYSCALLS.contains(&nr) {
+                continue;
             }
-            if Instant::now() >= deadline {
-                let why = if seen_any {
-                    "its threads kept leaving their waits while we stopped them"
-                } else {
-                    "none of its threads was waiting in a system call where it holds no lock \
-                     (a sleep, a lock or condition wait, select/poll, a join)"
-                };
-                return Err(Error::BadState {
-                    pid,
-                    why: format!("no thread could call into our library: {why}"),
-                });
+            if let Some(h) = Hijacked::stop(pid, tid)? {
+                return Ok(Some(h));
             }
-            std::thread::sleep(Duration::from_millis(5));
         }
+        Ok(None)
     }
 
     /// Seizes and stops `tid`; Some when it is stopped in a safe wait (checked again on its
