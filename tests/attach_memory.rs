@@ -321,7 +321,7 @@ fn stop_busy(
     Ok((text, status.code(), err))
 }
 
-/// 100 attach/detach cycles with memory on a busy multithreaded allocating target, then a
+/// 100 attach/detach cycles (0.2 s each) with memory on a busy multithreaded allocating target, then a
 /// profiler SIGKILLed while attached: the target's output, stderr and exit status are those
 /// of an unprofiled run, and every cycle counted memory (the library is loaded once, then
 /// called again).
@@ -345,7 +345,9 @@ fn attach_cycles_and_a_killed_profiler_leave_the_target_unharmed() {
             }
             let json = dir.join(format!("{i}.json"));
             let r = Command::new(common::bin())
-                .args(["attach", &pid.to_string(), "--duration", "0.05", "-o"])
+                // Long enough for a few looks for a thread at a safe point (one per 20 ms
+                // scan): 8 threads churning the GIL leave their waits often.
+                .args(["attach", &pid.to_string(), "--duration", "0.2", "-o"])
                 .arg(&json)
                 .output()
                 .map_err(|e| e.to_string())?;

@@ -70,8 +70,9 @@ pub(crate) struct Fleet {
     /// recording.
     pub(crate) injected: usize,
     announcements: Vec<String>,
-    /// `attach`: when our library was first tried in each image.
+    /// `attach`: when our library was first tried in each image, and the image's pid.
     inject_since: HashMap<u64, std::time::Instant>,
+    pids: HashMap<u64, i32>,
     /// `attach`: processes our library counts in, whose announcement waits for the
     /// interpreter's allocator to be wrapped (None: Python 2, nothing to wait for), until
     /// the deadline.
@@ -116,6 +117,7 @@ impl Fleet {
             injected: 0,
             announcements: Vec::new(),
             inject_since: HashMap::new(),
+            pids: HashMap::new(),
             awaiting: Vec::new(),
         }
     }
@@ -202,6 +204,7 @@ impl Fleet {
     /// here (this is the sampler's thread: a stall would charge its CPU time to one line).
     fn inject(&mut self, pid: i32, serial: u64, proc: &PythonProcess) {
         use super::inject::{attach_library, Attach};
+        self.pids.insert(serial, pid);
         let since = *self
             .inject_since
             .entry(serial)
@@ -256,8 +259,26 @@ impl Fleet {
         std::mem::take(&mut self.announcements)
     }
 
-    /// [`Fleet::take_announcements`] at the end of a recording: what still waited is said now.
+    /// [`Fleet::take_announcements`] at the end of a recording: what still waited is said now,
+    /// and a process our library was still waiting to go into gets its reason.
     pub(crate) fn last_announcements(&mut self) -> Vec<String> {
+        let waiting: Vec<u64> = self
+            .inject_since
+            .keys()
+            .copied()
+            .filter(|s| !self.settled(*s))
+            .collect();
+        for serial in waiting {
+            self.settled.insert(serial);
+            if let Some(pid) = self.pids.get(&serial) {
+                self.notes.push((
+                    *pid,
+                    "the recording ended before a thread of the process waited where our \
+                     library could be loaded (a sleep, a lock or condition wait, select/poll)"
+                        .into(),
+                ));
+            }
+        }
         let now = std::time::Instant::now();
         for a in &mut self.awaiting {
             a.2 = now;
