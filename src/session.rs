@@ -557,6 +557,7 @@ pub fn attach(cfg: &AttachConfig, progress: &mut dyn FnMut(&Stats)) -> Result<(P
             notes.push(format!("no memory data for process {pid}: {why}"));
         }
     }
+    let since_attach = fleet.as_ref().is_some_and(|f| f.injected > 0);
     let memory = finish_memory(&mut tree, fleet);
     result?;
     if cfg.memory.is_some() && memory.is_none() {
@@ -567,6 +568,9 @@ pub fn attach(cfg: &AttachConfig, progress: &mut dyn FnMut(&Stats)) -> Result<(P
     let mut profile = tree.finish(program);
     if let Some((agg, totals)) = memory {
         merge_memory(&mut profile, agg, totals, cfg.pid, cwd.as_deref());
+        if let Some(m) = profile.memory.as_mut() {
+            m.since_attach = since_attach;
+        }
     }
     stats.notes = notes;
     Ok((profile, stats))

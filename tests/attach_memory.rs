@@ -255,6 +255,9 @@ fn attach_records_the_memory_of_a_process_started_without_us() {
             "KEEP peak {keep_peak:.1} MB ({keep_py:.0}% Python), NATIVE {native_alloc:.1} MB \
              ({native_py:.0}% Python), COPY {copied:.0} MB, leaks {leaks:?}"
         );
+        if p["memory"]["since_attach"] != Value::Bool(true) {
+            return Err("the report does not say memory was counted from the attach on".into());
+        }
         let ok = within(keep_peak, 128.0, 0.10)
             && keep_py >= 90.0
             && within(native_alloc, 64.0, 0.10)

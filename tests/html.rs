@@ -325,6 +325,7 @@ pub fn synthetic_profile() -> Profile {
             alloc_mb: 10_000.0,
             python_pct: 60.0,
             stacks: mem_stacks,
+            since_attach: false,
             window_bytes: 1 << 20,
             // In a file that starts closed: the link must open it and build its table.
             leaks: vec![Leak {

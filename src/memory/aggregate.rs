@@ -407,6 +407,7 @@ impl MemoryAggregator {
             handshakes: ring.handshakes,
             handshake_wait_ms: ring.handshake_wait_ns as f64 / 1e6,
             stacks: self.memory_stacks(),
+            since_attach: false,
         });
     }
 

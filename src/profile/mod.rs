@@ -424,6 +424,11 @@ pub struct MemorySummary {
     /// graph), most first.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub stacks: Vec<MemoryStack>,
+    /// `attach` loaded our library into the process: memory is counted from the attach on
+    /// (what it held before is not attributed to lines; the footprint starts at its C heap
+    /// in use then).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub since_attach: bool,
 }
 
 /// A full stack (innermost first) and the bytes its sampled allocation windows stand for.

@@ -601,6 +601,12 @@ impl Renderer<'_> {
                 m.copy_mb,
                 bytes_text(m.window_bytes)
             );
+            if m.since_attach {
+                text.push_str(
+                    "; counted from the attach on (what the process held before is not \
+                     attributed to lines; the footprint starts at its C heap in use then)",
+                );
+            }
             if m.handshakes > 0 {
                 text.push_str(&format!(
                     "; the program waited {} for {} of them to be tied to their lines",
