@@ -340,9 +340,14 @@ fn wait_for_pid_file(path: &std::path::Path) -> i32 {
 }
 
 fn attach_json(pid: i32, json: &std::path::Path) -> (Value, String) {
+    attach_json_with(pid, json, &[])
+}
+
+fn attach_json_with(pid: i32, json: &std::path::Path, extra: &[&str]) -> (Value, String) {
     let out = Command::new(BIN)
         .args(["attach", &pid.to_string(), "--duration", "1.5", "-o"])
         .arg(json)
+        .args(extra)
         .output()
         .unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
@@ -354,27 +359,52 @@ fn attach_json(pid: i32, json: &std::path::Path) -> (Value, String) {
 
 use serde_json::Value;
 
+/// A process started without us: `attach --cpu-only` loads nothing into it and records no
+/// memory; `attach` loads our library and counts from then on, and the report says so
+/// (tests/attach_memory.rs checks the figures on every interpreter).
 #[test]
-fn attach_without_the_library_says_memory_needs_run() {
-    let py = interpreters().pop().unwrap();
+fn attach_loads_the_library_into_a_process_started_without_it_unless_cpu_only() {
+    let py = interpreters()
+        .into_iter()
+        .rev()
+        .find(|p| !p.free_threaded)
+        .unwrap();
     let pid_file = std::env::temp_dir().join(format!("scalene-rs-att0-{}", std::process::id()));
     let _ = std::fs::remove_file(&pid_file);
     let mut prog = Command::new(&py.path)
         .arg(common::fixture("memory/pid_alloc_loop.py"))
         .arg(&pid_file)
-        .arg("4")
+        .arg("8")
         .stdout(Stdio::null())
         .spawn()
         .unwrap();
     let pid = wait_for_pid_file(&pid_file);
     let json = pid_file.with_extension("json");
+    let (cpu, _) = attach_json_with(pid, &json, &["--cpu-only"]);
+    let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap_or_default();
     let (p, stderr) = attach_json(pid, &json);
     prog.wait().unwrap();
     let _ = std::fs::remove_file(&pid_file);
-    assert!(p.get("memory").is_none());
+    assert!(cpu.get("memory").is_none());
     assert!(
-        stderr.contains("memory accounting needs `scalene-rs run`"),
-        "{stderr}"
+        !maps.contains("libscalene_preload"),
+        "--cpu-only loaded the library"
+    );
+    assert!(
+        stderr.contains("is counted from now on"),
+        "{}: {stderr}",
+        py.label
+    );
+    assert_eq!(
+        p["memory"]["since_attach"],
+        Value::Bool(true),
+        "{}",
+        py.label
+    );
+    assert!(
+        p["memory"]["alloc_mb"].as_f64().unwrap_or(0.0) > 1.0,
+        "{}",
+        py.label
     );
 }
 

@@ -57,16 +57,12 @@ impl MemorySetup {
 }
 
 /// The ring the profiler made for the program `pid` belongs to (named in its environment),
-/// when the preload library is loaded in it: the program was started under `run`. The
-/// error says why memory cannot be recorded, for the user.
+/// when the preload library is loaded in it: the program was started under `run`. An error
+/// says it was not (then `attach` loads the library itself: memory/inject.rs).
 pub(crate) fn ring_of_program(pid: i32) -> Result<PathBuf, String> {
     let maps = crate::proc::read_maps(pid).unwrap_or_default();
     if !crate::proc::maps::maps_file_named(&maps, super::inject::LIBRARY_NAME) {
-        return Err(
-            "memory accounting needs `scalene-rs run` (the program must be started \
-                    with scalene-rs's preload library)"
-                .into(),
-        );
+        return Err("the program was not started under `scalene-rs run`".into());
     }
     crate::proc::environ_var(pid, ring::RING_ENV)
         .map(PathBuf::from)
