@@ -1,15 +1,24 @@
-#!/bin/sh
-# Runs a command as it would run without us, and attaches `scalene-rs attach` (with memory,
-# or with the options given in SCALENE_RS_ATTACH_ARGS) to it once it has started: the
+#!/bin/bash
+# Runs PYTHON SCRIPT [ARGS...] as it would run without us, and attaches `scalene-rs attach`
+# (with memory, or with the options in SCALENE_RS_ATTACH_ARGS) once it has started: the
 # overhead of an attached profiler on a process started without it, for
 # ../shared/bench/overhead.py:
 #   overhead.py --workload julia --tool 'attach=bench/attach_run.sh {python} {script}'
-# The attach begins about 0.2 s after the start (the library is loaded then); the
-# command's exit status is passed on.
+#   overhead.py --workload julia --tool 'attach-cpu=SCALENE_RS_ATTACH_ARGS=--cpu-only bench/attach_run.sh {python} {script}'
+# The script starts after a 0.3 s sleep (a thread at a safe point: the library can only go
+# into a process that waits somewhere; a single thread computing from its first instant
+# never does) and the attach begins 0.1 s into it, so the whole workload is recorded. The
+# sleep counts in the measured time: compare attach with attach-cpu (same sleep) for what
+# memory costs. The command's exit status is passed on.
 BIN=${SCALENE_RS_BIN:-$(dirname "$0")/../target/release/scalene-rs}
-"$@" &
+python=$1
+shift
+"$python" -c 'import runpy, sys, time
+time.sleep(0.3)
+sys.argv = sys.argv[1:]
+runpy.run_path(sys.argv[0], run_name="__main__")' "$@" &
 pid=$!
-sleep 0.2
+sleep 0.1
 # shellcheck disable=SC2086
 "$BIN" attach "$pid" ${SCALENE_RS_ATTACH_ARGS:-} -o /dev/null 2>/dev/null &
 prof=$!
