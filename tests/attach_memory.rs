@@ -49,6 +49,20 @@ fn supported(py: &common::Interpreter) -> bool {
     !py.free_threaded && cfg!(target_arch = "x86_64")
 }
 
+/// Waits for a fixture's first line, "ready" (it is killed if it says anything else);
+/// returns its stdout for what follows.
+fn await_ready(child: &mut Child) -> Result<BufReader<std::process::ChildStdout>, String> {
+    let mut out = BufReader::new(child.stdout.take().unwrap());
+    let mut line = String::new();
+    out.read_line(&mut line).map_err(|e| e.to_string())?;
+    if line.trim() != "ready" {
+        let _ = child.kill();
+        let _ = child.wait();
+        return Err(format!("the target said {line:?} instead of ready"));
+    }
+    Ok(out)
+}
+
 /// The fixture, started without us, once it said "ready".
 struct Target {
     child: Child,
@@ -66,14 +80,7 @@ impl Target {
             cmd.env(k, v);
         }
         let mut child = cmd.spawn().map_err(|e| e.to_string())?;
-        let mut out = BufReader::new(child.stdout.take().unwrap());
-        let mut line = String::new();
-        out.read_line(&mut line).map_err(|e| e.to_string())?;
-        if line.trim() != "ready" {
-            let _ = child.kill();
-            let _ = child.wait();
-            return Err(format!("the target said {line:?} instead of ready"));
-        }
+        let out = await_ready(&mut child)?;
         Ok(Target { child, out })
     }
 
@@ -283,14 +290,7 @@ fn busy_target(
         .stderr(Stdio::piped())
         .spawn()
         .map_err(|e| e.to_string())?;
-    let mut out = BufReader::new(child.stdout.take().unwrap());
-    let mut line = String::new();
-    out.read_line(&mut line).map_err(|e| e.to_string())?;
-    if line.trim() != "ready" {
-        let _ = child.kill();
-        let _ = child.wait();
-        return Err(format!("the target said {line:?} instead of ready"));
-    }
+    let out = await_ready(&mut child)?;
     Ok((child, out))
 }
 
