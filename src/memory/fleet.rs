@@ -70,9 +70,8 @@ pub(crate) struct Fleet {
     /// recording.
     pub(crate) injected: usize,
     announcements: Vec<String>,
-    /// `attach`: when our library was first tried in each image, and the image's pid.
-    inject_since: HashMap<u64, std::time::Instant>,
-    pids: HashMap<u64, i32>,
+    /// `attach`: each image our library was tried in: its pid, and when it was first tried.
+    inject_since: HashMap<u64, (i32, std::time::Instant)>,
     /// `attach`: processes our library counts in, whose announcement waits for the
     /// interpreter's allocator to be wrapped (None: Python 2, nothing to wait for), until
     /// the deadline.
@@ -117,7 +116,6 @@ impl Fleet {
             injected: 0,
             announcements: Vec::new(),
             inject_since: HashMap::new(),
-            pids: HashMap::new(),
             awaiting: Vec::new(),
         }
     }
@@ -204,11 +202,10 @@ impl Fleet {
     /// here (this is the sampler's thread: a stall would charge its CPU time to one line).
     fn inject(&mut self, pid: i32, serial: u64, proc: &PythonProcess) {
         use super::inject::{attach_library, Attach};
-        self.pids.insert(serial, pid);
-        let since = *self
+        let (_, since) = *self
             .inject_since
             .entry(serial)
-            .or_insert_with(std::time::Instant::now);
+            .or_insert_with(|| (pid, std::time::Instant::now()));
         let why = match attach_library(proc, &self.cfg) {
             Attach::Counting(ring) => {
                 self.injected += 1;
@@ -262,22 +259,20 @@ impl Fleet {
     /// [`Fleet::take_announcements`] at the end of a recording: what still waited is said now,
     /// and a process our library was still waiting to go into gets its reason.
     pub(crate) fn last_announcements(&mut self) -> Vec<String> {
-        let waiting: Vec<u64> = self
+        let waiting: Vec<(u64, i32)> = self
             .inject_since
-            .keys()
-            .copied()
-            .filter(|s| !self.settled(*s))
+            .iter()
+            .filter(|(s, _)| !self.settled(**s))
+            .map(|(&s, &(pid, _))| (s, pid))
             .collect();
-        for serial in waiting {
+        for (serial, pid) in waiting {
             self.settled.insert(serial);
-            if let Some(pid) = self.pids.get(&serial) {
-                self.notes.push((
-                    *pid,
-                    "the recording ended before a thread of the process waited where our \
-                     library could be loaded (a sleep, a lock or condition wait, select/poll)"
-                        .into(),
-                ));
-            }
+            self.notes.push((
+                pid,
+                "the recording ended before a thread of the process waited where our \
+                 library could be loaded (a sleep, a lock or condition wait, select/poll)"
+                    .into(),
+            ));
         }
         let now = std::time::Instant::now();
         for a in &mut self.awaiting {

@@ -283,11 +283,24 @@ fn call_attach(pid: i32, base: u64, ring_in_target: &str) -> Result<Option<i32>,
     let Some(mut t) = crate::ptrace::remote::Hijacked::find(pid).map_err(said)? else {
         return Ok(None);
     };
-    let data = c_string(ring_in_target);
+    attach_call(&mut t, func, ring_in_target).map(Some)
+}
+
+/// `scalene_rs_attach(ring)` at `func`, called by the stopped thread `t`: its answer.
+#[cfg(target_arch = "x86_64")]
+fn attach_call(
+    t: &mut crate::ptrace::remote::Hijacked,
+    func: u64,
+    ring_in_target: &str,
+) -> Result<i32, Refusal> {
     let rax = t
-        .call(func, &[crate::ptrace::remote::DATA], &data)
+        .call(
+            func,
+            &[crate::ptrace::remote::DATA],
+            &c_string(ring_in_target),
+        )
         .map_err(said)?;
-    Ok(Some(rax as u32 as i32))
+    Ok(rax as u32 as i32)
 }
 
 /// The C library's loader entry in the process: (address, whether it is glibc's private
@@ -396,14 +409,7 @@ fn load_and_attach(
             .and_then(|m| m.read_u64(handle))
             .map_err(|e| e.to_string())?
     };
-    let rax = t
-        .call(
-            base + offset,
-            &[crate::ptrace::remote::DATA],
-            &c_string(ring_in_target),
-        )
-        .map_err(said)?;
-    Ok(Some(rax as u32 as i32))
+    attach_call(&mut t, base + offset, ring_in_target).map(Some)
 }
 
 #[cfg(not(target_arch = "x86_64"))]

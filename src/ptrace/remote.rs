@@ -70,10 +70,12 @@ pub(crate) fn waiting_thread(pid: i32) -> bool {
     crate::proc::threads(pid)
         .unwrap_or_default()
         .into_iter()
-        .any(|tid| {
-            crate::proc::blocked_syscall(pid, tid)
-                .is_some_and(|(nr, _)| SAFE_SYSCALLS.contains(&nr))
-        })
+        .any(|tid| in_usable_wait(pid, tid))
+}
+
+/// Whether thread `tid` of `pid` is blocked in one of [`SAFE_SYSCALLS`] now (from /proc).
+fn in_usable_wait(pid: i32, tid: i32) -> bool {
+    crate::proc::blocked_syscall(pid, tid).is_some_and(|(nr, _)| SAFE_SYSCALLS.contains(&nr))
 }
 
 /// A thread of the target stopped at a safe point, its state saved; put back as it was and
@@ -99,13 +101,7 @@ impl Hijacked {
         // The main thread first: its waits are usually the program's own (a join, a sleep,
         // a select loop).
         tids.sort_by_key(|&t| t != pid);
-        for tid in tids {
-            let Some((nr, _)) = crate::proc::blocked_syscall(pid, tid) else {
-                continue;
-            };
-            if !SAFE_SYSCALLS.contains(&nr) {
-                continue;
-            }
+        for tid in tids.into_iter().filter(|&t| in_usable_wait(pid, t)) {
             if let Some(h) = Hijacked::stop(pid, tid)? {
                 return Ok(Some(h));
             }
