@@ -6,6 +6,7 @@
 
 mod elf;
 pub mod error;
+pub mod gpu;
 pub mod memory;
 pub mod proc;
 pub mod profile;

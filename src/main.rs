@@ -63,6 +63,11 @@ struct RecordArgs {
     /// your code that called them).
     #[arg(long)]
     profile_all: bool,
+    /// Do not watch NVIDIA GPUs. By default NVML (libnvidia-ml.so.1, or the library
+    /// SCALENE_RS_NVML_LIB names) is asked, from our own process, how busy each GPU keeps
+    /// the program's processes and how much GPU memory they hold.
+    #[arg(long)]
+    no_gpu: bool,
     #[command(flatten)]
     output: OutputArgs,
 }
@@ -251,6 +256,11 @@ fn dump(cfg: DumpConfig) -> anyhow::Result<i32> {
 }
 
 impl RecordArgs {
+    /// GPU watching, unless `--no-gpu`.
+    fn gpu(&self) -> Option<scalene_rs::gpu::GpuConfig> {
+        (!self.no_gpu).then(scalene_rs::gpu::GpuConfig::from_env)
+    }
+
     fn sampler(&self) -> SamplerConfig {
         SamplerConfig {
             rate_hz: self.rate,
@@ -425,6 +435,7 @@ fn run(args: RunArgs) -> anyhow::Result<i32> {
             window: args.memory_window,
             copy_window: args.copy_window,
         }),
+        gpu: args.record.gpu(),
     };
     let live = std::io::stderr().is_terminal();
     let outcome = session::run(&cfg, &mut status_line(live))?;
@@ -454,6 +465,7 @@ fn attach(args: AttachArgs) -> anyhow::Result<i32> {
             profile_all: args.record.profile_all,
             ..MemoryConfig::default()
         }),
+        gpu: args.record.gpu(),
     };
     let live = std::io::stderr().is_terminal();
     if live {

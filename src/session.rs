@@ -7,6 +7,9 @@
 //! Must not: render reports (the caller does) or change anything in the target.
 
 use crate::error::{Error, Result};
+use crate::gpu::ledger::{GpuResult, Ledger};
+use crate::gpu::monitor::Monitor;
+use crate::gpu::GpuConfig;
 use crate::memory::aggregate::{MemoryAggregator, RingTotals};
 use crate::memory::consumer::{MemoryConfig, MemorySetup};
 use crate::memory::fleet::Fleet;
@@ -67,6 +70,8 @@ pub struct RunConfig {
     pub follow_children: bool,
     /// Memory and copy accounting (the preload library); None with `--cpu-only`.
     pub memory: Option<MemoryConfig>,
+    /// GPU watching through NVML; None with `--no-gpu`.
+    pub gpu: Option<GpuConfig>,
 }
 
 /// The outcome of `run`.
@@ -293,10 +298,12 @@ fn record(
     }
     let mut exited = None;
     let rate = cfg.sampler.rate_hz;
+    let mut gpu = cfg.gpu.as_ref().map(GpuRecording::start);
     let result = crate::sampler::drive(
         &mut Recording {
             tree: &mut tree,
             fleet: fleet.as_mut(),
+            gpu: gpu.as_mut(),
         },
         rate,
         &mut || {
@@ -322,6 +329,7 @@ fn record(
             .map(|(pid, why)| format!("process {pid}: {why}"))
             .collect()
     });
+    let gpu = gpu.map(|g| g.finish(&mut tree));
     let memory = finish_memory(&mut tree, fleet);
     result?;
     tree.stats.notes.extend(memory_notes);
@@ -345,6 +353,9 @@ fn record(
     if let Some((agg, totals)) = memory {
         merge_memory(&mut profile, agg, totals, pid, cwd.as_deref());
     }
+    if let Some(g) = gpu {
+        merge_gpu(&mut profile, g, pid, cwd.as_deref());
+    }
     Ok(RunOutcome {
         profile: Some(profile),
         status,
@@ -359,11 +370,15 @@ fn record(
 struct Recording<'a> {
     tree: &'a mut ProcessTree,
     fleet: Option<&'a mut Fleet>,
+    gpu: Option<&'a mut GpuRecording>,
 }
 
 impl Ticker for Recording<'_> {
     fn tick(&mut self) -> Result<bool> {
         let more = self.tree.tick()?;
+        if let Some(g) = self.gpu.as_deref_mut() {
+            g.tick(self.tree);
+        }
         if let Some(fleet) = self.fleet.as_deref_mut() {
             sync_memory(self.tree, fleet);
             for line in fleet.take_announcements() {
@@ -412,6 +427,53 @@ fn sync_memory(tree: &mut ProcessTree, fleet: &mut Fleet) {
             tree.set_handshake_file(pid, path);
         }
     }
+}
+
+/// How long the end of a recording waits for the NVML poller's last poll: a call into the
+/// driver that never returns must not hang us.
+const GPU_STOP_WAIT: Duration = Duration::from_secs(1);
+
+/// The NVML poller and the ledger that charges what it reads to lines.
+struct GpuRecording {
+    monitor: Monitor,
+    ledger: Ledger,
+}
+
+impl GpuRecording {
+    fn start(cfg: &GpuConfig) -> GpuRecording {
+        GpuRecording {
+            monitor: Monitor::start(cfg),
+            ledger: Ledger::new(crate::gpu::now_us()),
+        }
+    }
+
+    /// After each tick: the processes sampled, where their threads were, what NVML said.
+    /// Positions are kept once NVML watches a GPU.
+    fn tick(&mut self, tree: &mut ProcessTree) {
+        let reports = self.monitor.take();
+        self.ledger.add_ours(tree.sampling().map(|(pid, _, _)| pid));
+        self.ledger.add_positions(tree.take_positions());
+        self.ledger.take(reports);
+        if self.ledger.wants_positions() {
+            tree.keep_positions();
+        }
+    }
+
+    /// Stops the poller (bounded wait) and settles the figures.
+    fn finish(mut self, tree: &mut ProcessTree) -> GpuResult {
+        let (reports, answered) = self.monitor.stop(GPU_STOP_WAIT);
+        self.ledger.add_positions(tree.take_positions());
+        self.ledger.take(reports);
+        self.ledger.finish(crate::gpu::now_us(), answered)
+    }
+}
+
+/// Puts the program's GPU figures into `profile` (sources of lines that only the GPU
+/// figures have read as the root process `pid` sees them).
+fn merge_gpu(profile: &mut Profile, g: GpuResult, pid: i32, cwd: Option<&str>) {
+    Ledger::merge(g, profile, &mut |file| {
+        crate::sampler::read_source(pid, &crate::sampler::absolute(file, cwd))
+    });
 }
 
 /// Puts the program's memory into `profile` (sources read as the root process `pid` sees
@@ -504,6 +566,8 @@ pub struct AttachConfig {
     /// Read the memory ring when the process has one (started under `run`, whose
     /// profiler is gone); None: do not.
     pub memory: Option<MemoryConfig>,
+    /// GPU watching through NVML; None with `--no-gpu`.
+    pub gpu: Option<GpuConfig>,
 }
 
 /// Profiles a running process until Ctrl-C (SIGINT), SIGTERM, the duration, or its exit.
@@ -535,10 +599,12 @@ pub fn attach(cfg: &AttachConfig, progress: &mut dyn FnMut(&Stats)) -> Result<(P
     )
     .with_located(proc);
     let duration = cfg.duration;
+    let mut gpu = cfg.gpu.as_ref().map(GpuRecording::start);
     let result = crate::sampler::drive(
         &mut Recording {
             tree: &mut tree,
             fleet: fleet.as_mut(),
+            gpu: gpu.as_mut(),
         },
         cfg.sampler.rate_hz,
         &mut || !take_pending().is_empty() || duration.is_some_and(|d| start.elapsed() >= d),
@@ -558,6 +624,7 @@ pub fn attach(cfg: &AttachConfig, progress: &mut dyn FnMut(&Stats)) -> Result<(P
         }
     }
     let since_attach = fleet.as_ref().is_some_and(|f| f.injected > 0);
+    let gpu = gpu.map(|g| g.finish(&mut tree));
     let memory = finish_memory(&mut tree, fleet);
     result?;
     if cfg.memory.is_some() && memory.is_none() {
@@ -571,6 +638,9 @@ pub fn attach(cfg: &AttachConfig, progress: &mut dyn FnMut(&Stats)) -> Result<(P
         if let Some(m) = profile.memory.as_mut() {
             m.since_attach = since_attach;
         }
+    }
+    if let Some(g) = gpu {
+        merge_gpu(&mut profile, g, cfg.pid, cwd.as_deref());
     }
     stats.notes = notes;
     Ok((profile, stats))

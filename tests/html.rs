@@ -239,6 +239,7 @@ pub fn synthetic_profile() -> Profile {
                     mem_timeline: (0..10).map(|_| rng.below(50) as f64 / 10.0).collect(),
                     copy_mb_s: rng.below(20) as f64 / 10.0,
                 }),
+                gpu: None,
             });
         }
         f.take_source(&text);
@@ -315,6 +316,8 @@ pub fn synthetic_profile() -> Profile {
                 cpu_pct: 100.0 / 3.0,
                 mem_peak_mb: Some(100.0),
                 mem_alloc_mb: Some(1000.0),
+                gpu_pct: None,
+                gpu_mem_peak_mb: None,
             })
             .collect(),
         memory: Some(MemorySummary {
@@ -338,6 +341,7 @@ pub fn synthetic_profile() -> Profile {
             }],
             ..MemorySummary::default()
         }),
+        gpu: None,
     }
 }
 

@@ -366,6 +366,7 @@ impl MemoryAggregator {
                         cpu_native_pct: 0.0,
                         cpu_system_pct: 0.0,
                         memory: Some(mem),
+                        gpu: None,
                     });
                     f.lines.sort_by_key(|l| l.line);
                 }

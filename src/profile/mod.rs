@@ -6,9 +6,11 @@
 //! Must not: read process memory or format output.
 
 mod frame;
+mod gpu;
 
 pub(crate) use frame::charged_frame;
 pub use frame::Frame;
+pub use gpu::{GpuDevice, GpuStack, GpuSummary, LineGpu};
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -221,6 +223,7 @@ impl Aggregator {
                 cpu_native_pct: pct(split.native_s),
                 cpu_system_pct: pct(split.system_s),
                 memory: None,
+                gpu: None,
             });
         }
         for ((file, name), (split, first)) in &self.functions {
@@ -294,6 +297,7 @@ impl Aggregator {
             threads,
             processes: Vec::new(),
             memory: None,
+            gpu: None,
         }
     }
 }
@@ -372,6 +376,9 @@ pub struct LineProfile {
     /// recorded).
     #[serde(flatten, default, skip_serializing_if = "Option::is_none")]
     pub memory: Option<LineMemory>,
+    /// GPU figures of the line (absent when the program used no GPU we could see).
+    #[serde(flatten, default, skip_serializing_if = "Option::is_none")]
+    pub gpu: Option<LineGpu>,
 }
 
 /// A line's memory: what it allocated (sampled), how much of it the interpreter itself
@@ -630,6 +637,10 @@ pub struct Profile {
     /// Memory accounting (schema 2); absent when it was not recorded.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub memory: Option<MemorySummary>,
+    /// GPU figures, or why there are none (absent with `--no-gpu`, and in profiles recorded
+    /// before GPUs were watched).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpu: Option<GpuSummary>,
 }
 
 /// One process of a profiled program.
@@ -649,6 +660,12 @@ pub struct ProcessProfile {
     /// MB it allocated (its sampled windows; with memory accounting).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mem_alloc_mb: Option<f64>,
+    /// Its share of the program's GPU busy time, percent (when a GPU was used).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpu_pct: Option<f64>,
+    /// The most GPU memory it held at one poll, MB (when a GPU was used).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpu_mem_peak_mb: Option<f64>,
 }
 
 #[cfg(test)]

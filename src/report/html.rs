@@ -457,6 +457,7 @@ mod tests {
             cpu_native_pct: 0.0,
             cpu_system_pct: 0.0,
             memory: None,
+            gpu: None,
         });
         let text: Vec<String> = (1..=9).map(|n| format!("line_{n}")).collect();
         f.take_source(&text);

@@ -491,6 +491,7 @@ mod tests {
             threads: Vec::new(),
             processes: Vec::new(),
             memory: None,
+            gpu: None,
         }
     }
 

@@ -128,6 +128,8 @@ const MEMORY: Table = Table(&[
     (TIMELINE_WIDTH, Align::Left),
     (9, Align::Right),
 ]);
+/// `GPU │ GPU mem │`, after [`LINES`] (and [`MEMORY`]) when a GPU was used.
+const GPU: Table = Table(&[(5, Align::Right), (7, Align::Right)]);
 /// `Time Python │ native │ system │ total │`.
 const FUNCTIONS: Table = Table(&[
     (11, Align::Right),
@@ -471,6 +473,7 @@ impl Renderer<'_> {
             None,
         );
         self.memory_summary(out);
+        self.gpu_summary(out);
     }
 
     /// The processes, busiest first (at most ten lines), when there were several.
@@ -489,13 +492,17 @@ impl Renderer<'_> {
                 );
                 break;
             }
-            let text = match p.mem_peak_mb {
-                Some(peak) => format!(
-                    "pid {:<8} {:>5.1}%  peak {:>6.1} MB  {}",
-                    p.pid, p.cpu_pct, peak, p.command
-                ),
-                None => format!("pid {:<8} {:>5.1}%  {}", p.pid, p.cpu_pct, p.command),
+            let mem = p
+                .mem_peak_mb
+                .map_or_else(String::new, |peak| format!("peak {peak:>6.1} MB  "));
+            let gpu = match (p.gpu_pct, p.gpu_mem_peak_mb) {
+                (Some(g), Some(m)) => format!("GPU {g:>5.1}% {m:>6.0} MB  "),
+                _ => String::new(),
             };
+            let text = format!(
+                "pid {:<8} {:>5.1}%  {mem}{gpu}{}",
+                p.pid, p.cpu_pct, p.command
+            );
             let label = if i == 0 { "Processes:" } else { "" };
             self.field(
                 out,
@@ -640,6 +647,66 @@ impl Renderer<'_> {
         }
     }
 
+    /// The program's GPU figures, or why there are none.
+    fn gpu_summary(&self, out: &mut String) {
+        let Some(g) = &self.p.gpu else { return };
+        if let Some(why) = &g.unavailable {
+            self.field(out, "GPU:", &format!("no GPU columns: {why}"), None);
+        } else {
+            let names: Vec<&str> = g.devices.iter().map(|d| d.name.as_str()).collect();
+            let dur = self.p.meta.duration_s.max(1e-9);
+            let mut text = format!(
+                "{}: busy {:.2} GPU-s (SM use × time; {:.0}% of one GPU over the run), peak \
+                 {:.0} MB held",
+                names.join(", "),
+                g.gpu_s,
+                100.0 * g.gpu_s / dur,
+                g.mem_peak_mb
+            );
+            if g.unattributed_s > 0.0 {
+                text.push_str(&format!(
+                    "; {:.2} GPU-s with no line seen",
+                    g.unattributed_s
+                ));
+            }
+            let busy: Vec<f64> = g.timeline.iter().map(|p| p[1]).collect();
+            let held: Vec<f64> = g.timeline.iter().map(|p| p[2]).collect();
+            let (b, h) = (sparkline(&busy, 40), sparkline(&held, 40));
+            if !b.trim().is_empty() {
+                text.push_str(&format!("; busy over time {b}"));
+            }
+            if !h.trim().is_empty() {
+                text.push_str(&format!("; memory over time {h}"));
+            }
+            if g.other_process_samples > 0 {
+                text.push_str("; other processes on these GPUs are never charged");
+            }
+            if !self.gpu_columns() {
+                text.push_str(&format!(
+                    "; per-line GPU columns need a terminal {} columns wide",
+                    PREFIX + GPU.width() + MIN_TEXT
+                ));
+            }
+            self.field(out, "GPU:", &text, None);
+        }
+        for n in &g.notes {
+            self.field(out, "", n, Some(BOLD));
+        }
+    }
+
+    /// Whether the file tables show the GPU columns: a GPU was used and the terminal is
+    /// wide enough.
+    fn gpu_columns(&self) -> bool {
+        let extra = if self.memory_columns() { MEM_PREFIX } else { 0 };
+        self.p.gpu.as_ref().is_some_and(|g| g.has_data())
+            && self.width >= PREFIX + extra + GPU.width() + MIN_TEXT
+    }
+
+    /// Whether a line matters for the GPU: a share of its busy time.
+    fn gpu_matters(&self, l: &LineProfile) -> bool {
+        l.gpu.as_ref().is_some_and(|g| g.gpu_pct >= MATTER_PCT)
+    }
+
     /// Whether the file tables show the memory columns: memory was recorded and the
     /// terminal is wide enough for them and some source text.
     fn memory_columns(&self) -> bool {
@@ -691,13 +758,14 @@ impl Renderer<'_> {
                 .then_with(|| a.filename.cmp(&b.filename))
         });
         // Files that matter for memory come along with those that matter for time.
-        files.sort_by_key(|f| {
-            !(f.cpu_pct >= MATTER_PCT || f.lines.iter().any(|l| self.memory_matters(l)))
-        });
-        let shown = files
-            .iter()
-            .filter(|f| f.cpu_pct >= MATTER_PCT || f.lines.iter().any(|l| self.memory_matters(l)))
-            .count();
+        let matters = |f: &FileProfile| {
+            f.cpu_pct >= MATTER_PCT
+                || f.lines
+                    .iter()
+                    .any(|l| self.memory_matters(l) || self.gpu_matters(l))
+        };
+        files.sort_by_key(|f| !matters(f));
+        let shown = files.iter().filter(|f| matters(f)).count();
         let (shown, hidden) = if shown == 0 {
             (&files[..], &files[..0])
         } else {
@@ -730,27 +798,24 @@ impl Renderer<'_> {
         );
         let _ = writeln!(out, "\n{}: {title}", self.paint(BOLD, &name));
         let mem = self.memory_columns();
+        let gpu = self.gpu_columns();
+        let mut head = LINES.row(&["Line", self.time_label(), "native", "system"]);
+        let mut rule = LINES.rule_cells(true);
         if mem {
-            let _ = writeln!(
-                out,
-                "{} {} source",
-                LINES.row(&["Line", self.time_label(), "native", "system"]),
-                MEMORY.row(&["Memory Python", "peak", "timeline", "Copy MB/s"])
-            );
-            let mut rule = LINES.rule_cells(true);
+            head.push(' ');
+            head.push_str(&MEMORY.row(&["Memory Python", "peak", "timeline", "Copy MB/s"]));
             rule.extend(MEMORY.rule_cells(false));
-            let _ = writeln!(out, "{}", self.rule(&rule));
-        } else {
-            let _ = writeln!(
-                out,
-                "{} source",
-                LINES.row(&["Line", self.time_label(), "native", "system"])
-            );
-            let _ = writeln!(out, "{}", self.rule(&LINES.rule_cells(true)));
         }
+        if gpu {
+            head.push(' ');
+            head.push_str(&GPU.row(&["GPU", "GPU mem"]));
+            rule.extend(GPU.rule_cells(false));
+        }
+        let _ = writeln!(out, "{head} source");
+        let _ = writeln!(out, "{}", self.rule(&rule));
 
         let by_line: BTreeMap<u32, &LineProfile> = f.lines.iter().map(|l| (l.line, l)).collect();
-        let prefix = if mem { PREFIX + MEM_PREFIX } else { PREFIX };
+        let prefix = PREFIX + if mem { MEM_PREFIX } else { 0 } + if gpu { GPU.width() } else { 0 };
         let text_width = self.width.saturating_sub(prefix).max(MIN_TEXT);
         let mut prev: Option<u32> = None;
         for n in self.shown_lines(f, text) {
@@ -761,10 +826,15 @@ impl Renderer<'_> {
                 } else {
                     gap
                 };
+                let gap = if gpu {
+                    format!("{gap} {}", GPU.row(&["", ""]))
+                } else {
+                    gap
+                };
                 let _ = writeln!(out, "{gap}");
             }
             prev = Some(n);
-            let row = self.line_row(f, n, by_line.get(&n).copied(), text, mem, text_width);
+            let row = self.line_row(f, n, by_line.get(&n).copied(), text, (mem, gpu), text_width);
             let _ = writeln!(out, "{}", row.trim_end());
         }
     }
@@ -776,7 +846,9 @@ impl Renderer<'_> {
         let mut anchors: Vec<u32> = f
             .lines
             .iter()
-            .filter(|l| l.total_pct() >= MATTER_PCT || self.memory_matters(l))
+            .filter(|l| {
+                l.total_pct() >= MATTER_PCT || self.memory_matters(l) || self.gpu_matters(l)
+            })
             .map(|l| l.line)
             .collect();
         if anchors.is_empty() {
@@ -819,7 +891,7 @@ impl Renderer<'_> {
         n: u32,
         line: Option<&LineProfile>,
         text: Option<&[String]>,
-        mem: bool,
+        (mem, gpu): (bool, bool),
         text_width: usize,
     ) -> String {
         let src = match line {
@@ -842,7 +914,10 @@ impl Renderer<'_> {
         let hot =
             line.is_some() && (total >= HOT_PCT || self.hottest == Some((f.filename.as_str(), n)));
         let lm = line.and_then(|l| l.memory.as_ref());
-        let context_only = total < 0.005 && lm.is_none_or(|m| m.is_empty());
+        let lg = line.and_then(|l| l.gpu.as_ref());
+        let context_only = total < 0.005
+            && lm.is_none_or(|m| m.is_empty())
+            && lg.is_none_or(|g| g.gpu_pct < 0.005 && g.gpu_mem_peak_mb < 0.05);
         // A cell of `table`'s column `i`, padded, then painted when the line is hot.
         let cell = |table: &Table, i: usize, s: &str| {
             let padded = table.pad(i, s);
@@ -889,13 +964,25 @@ impl Renderer<'_> {
         } else {
             String::new()
         };
+        let gpu_cells = if gpu {
+            let (busy, held) = match lg {
+                Some(g) => (pct_cell(g.gpu_pct), mb_cell(g.gpu_mem_peak_mb)),
+                None => Default::default(),
+            };
+            format!(
+                " {}",
+                Table::join(&[cell(&GPU, 0, &busy), cell(&GPU, 1, &held)])
+            )
+        } else {
+            String::new()
+        };
         let cells = [
             num,
             cell(&LINES, 1, &py),
             cell(&LINES, 2, &nat),
             cell(&LINES, 3, &sys),
         ];
-        format!("{}{mem_cells} {src}", Table::join(&cells))
+        format!("{}{mem_cells}{gpu_cells} {src}", Table::join(&cells))
     }
 
     fn functions(&self, out: &mut String) {

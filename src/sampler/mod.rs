@@ -99,6 +99,9 @@ pub struct Sampler {
     handshake_range: Option<(u64, u64)>,
     /// Default mode: which threads are read paused, and how often.
     pauses: PauseSchedule,
+    /// Where each thread was at each tick, kept for the GPU ledger once a GPU is watched
+    /// (None: not kept).
+    positions: Option<Vec<crate::gpu::Position>>,
 }
 
 /// How long a thread's user/system tick counts are reused: they advance in whole clock
@@ -130,6 +133,7 @@ impl Sampler {
             stat_cache: HashMap::new(),
             handshake_range: None,
             pauses: PauseSchedule::new(),
+            positions: None,
         }
         .with_handshake_range()
     }
@@ -160,6 +164,9 @@ impl Sampler {
         let Some((seen, tids)) = self.observe(now, wall_s, pause_these)? else {
             return Ok(());
         };
+        if let Some(buf) = self.positions.as_mut() {
+            record_positions(buf, &seen, self.proc.pid, self.cfg.profile_all, wall_s);
+        }
         let Sampler {
             attribution,
             agg,
@@ -408,6 +415,23 @@ impl Sampler {
             .is_some_and(|(nr, addr)| nr == libc::SYS_futex && (lo..hi).contains(&addr))
     }
 
+    /// Keeps (or stops keeping) where each thread is at each tick, for the GPU ledger.
+    pub(crate) fn keep_positions(&mut self, on: bool) {
+        match (on, self.positions.is_some()) {
+            (true, false) => self.positions = Some(Vec::new()),
+            (false, true) => self.positions = None,
+            _ => {}
+        }
+    }
+
+    /// The positions kept since the last call.
+    pub(crate) fn take_positions(&mut self) -> Vec<crate::gpu::Position> {
+        self.positions
+            .as_mut()
+            .map(std::mem::take)
+            .unwrap_or_default()
+    }
+
     /// What has been folded so far.
     fn aggregator(&self) -> &Aggregator {
         &self.agg
@@ -599,6 +623,35 @@ fn charge(
         }
     }
     agg.add(&sample, attribution);
+}
+
+/// Positions not taken by the GPU ledger past this many are dropped (it takes them every
+/// tick; this only bounds a buffer nobody drains).
+const POSITIONS_MAX: usize = 1 << 16;
+
+/// Adds where each thread of one sample is, with the sample's wall-clock time.
+fn record_positions(
+    buf: &mut Vec<crate::gpu::Position>,
+    seen: &[Observation],
+    pid: i32,
+    profile_all: bool,
+    wall_s: f64,
+) {
+    if buf.len() + seen.len() > POSITIONS_MAX {
+        return;
+    }
+    let t_us = crate::gpu::now_us();
+    for o in seen {
+        buf.push(crate::gpu::Position {
+            t_us,
+            pid,
+            tid: o.tid,
+            frames: std::sync::Arc::from(o.frames.as_slice()),
+            charged: crate::profile::charged_frame(&o.frames, profile_all).cloned(),
+            cpu_s: o.user_s + o.system_s,
+            interval_us: (wall_s * 1e6) as u64,
+        });
+    }
 }
 
 /// The address range where `pid` maps `file` (all its mappings together).

@@ -72,6 +72,8 @@ pub(crate) struct ProcessTree {
     pub(crate) stats: Stats,
     /// Why a process could not be profiled (unsupported version, permission), by pid.
     pub(crate) notes: BTreeMap<i32, String>,
+    /// Samplers keep where each thread is at each tick (for the GPU ledger).
+    positions: bool,
 }
 
 /// `root` and all its descendants, parents before children.
@@ -122,6 +124,7 @@ impl ProcessTree {
             memory: HashMap::new(),
             stats: Stats::default(),
             notes: BTreeMap::new(),
+            positions: false,
         }
     }
 
@@ -142,10 +145,12 @@ impl ProcessTree {
         let pid = proc.pid;
         let serial = self.next_serial;
         self.next_serial += 1;
+        let mut sampler = Box::new(Sampler::new(proc, self.cfg.clone()));
+        sampler.keep_positions(self.positions);
         self.tracked.insert(
             pid,
             Tracked::Sampling {
-                sampler: Box::new(Sampler::new(proc, self.cfg.clone())),
+                sampler,
                 exe,
                 command: crate::proc::command_line(pid),
                 serial,
@@ -186,6 +191,32 @@ impl ProcessTree {
     /// breakdown.
     pub(crate) fn set_process_memory(&mut self, serial: u64, peak_mb: f64, alloc_mb: f64) {
         self.memory.insert(serial, (peak_mb, alloc_mb));
+    }
+
+    /// Every sampler, from now on, keeps where each thread is at each tick.
+    pub(crate) fn keep_positions(&mut self) {
+        if self.positions {
+            return;
+        }
+        self.positions = true;
+        for t in self.tracked.values_mut() {
+            if let Tracked::Sampling { sampler, .. } = t {
+                sampler.keep_positions(true);
+            }
+        }
+    }
+
+    /// Where each thread of every process was at each tick since the last call.
+    pub(crate) fn take_positions(&mut self) -> Vec<crate::gpu::Position> {
+        let live = self.tracked.values_mut().filter_map(|t| match t {
+            Tracked::Sampling { sampler, .. } => Some(sampler),
+            Tracked::Other { .. } => None,
+        });
+        let mut all = Vec::new();
+        for s in live.chain(self.done.iter_mut().map(|d| &mut d.sampler)) {
+            all.extend(s.take_positions());
+        }
+        all
     }
 
     /// Ends every image (the recording is over): see [`ProcessTree::take_retired`].
@@ -389,6 +420,8 @@ impl ProcessTree {
                 cpu_pct: s.aggregator().total_s(),
                 mem_peak_mb: mem.map(|m| m.0),
                 mem_alloc_mb: mem.map(|m| m.1),
+                gpu_pct: None,
+                gpu_mem_peak_mb: None,
             });
         }
         let total = agg.total_s();

@@ -1,0 +1,277 @@
+//! The ledger over made-up positions and samples whose truth is known.
+
+use super::*;
+
+const T0: u64 = 1_000_000_000_000;
+const MS: u64 = 1000;
+
+fn frames(line: u32) -> Arc<[Frame]> {
+    vec![Frame {
+        function: "f".into(),
+        filename: "/app.py".into(),
+        line: Some(line),
+    }]
+    .into()
+}
+
+/// A position of a thread that used `busy` of the 10 ms since its previous sample on a CPU.
+fn pos(t_ms: u64, pid: i32, tid: i32, line: u32, busy: bool) -> Position {
+    let f = frames(line);
+    Position {
+        t_us: T0 + t_ms * MS,
+        pid,
+        tid,
+        charged: f.first().cloned(),
+        frames: f,
+        cpu_s: if busy { 0.01 } else { 0.0 },
+        interval_us: 10 * MS,
+    }
+}
+
+fn started() -> Report {
+    Report::Started {
+        devices: vec![DeviceInfo {
+            index: 0,
+            name: "Fake GPU 0".into(),
+            uuid: "GPU-fake-0".into(),
+        }],
+        driver: Some("1.0".into()),
+    }
+}
+
+fn poll(at_ms: u64, util: &[(u32, u64, u32)], mem: &[(u32, f64)]) -> Report {
+    Report::Poll {
+        at_us: T0 + at_ms * MS,
+        util: util
+            .iter()
+            .map(|&(pid, t_ms, sm)| UtilSample {
+                device: 0,
+                pid,
+                t_us: T0 + t_ms * MS,
+                sm_pct: sm,
+            })
+            .collect(),
+        mem: mem
+            .iter()
+            .map(|&(pid, mib)| MemReading {
+                device: 0,
+                pid,
+                mib,
+            })
+            .collect(),
+        device_busy: vec![(0, 100)],
+    }
+}
+
+fn line_pct(r: &GpuResult, line: u32) -> f64 {
+    r.lines
+        .get(&(Arc::from("/app.py"), line))
+        .map_or(0.0, |g| g.gpu_pct)
+}
+
+/// Line 10 runs for 2 s with the process at 80%, then line 20 for 2 s at 0%, while
+/// process 99 (not ours) is at 100% throughout; samples every 200 ms.
+fn two_phases(ledger: &mut Ledger) {
+    ledger.take(vec![started()]);
+    let mut positions = Vec::new();
+    for t in (0..4000).step_by(10) {
+        positions.push(pos(t, 7, 7, if t <= 2000 { 10 } else { 20 }, true));
+    }
+    ledger.add_positions(positions);
+    let mut k = 0;
+    for t in (200..=4000).step_by(200) {
+        let ours = if t <= 2000 { 80 } else { 0 };
+        let mut util = vec![(99, t, 100)];
+        if ours > 0 {
+            util.push((7, t, ours));
+        }
+        let mem = if t >= 3000 { 4096.0 } else { 512.0 };
+        ledger.take(vec![poll(t + 5, &util, &[(7, mem), (99, 9000.0)])]);
+        k += 1;
+    }
+    assert_eq!(k, 20);
+}
+
+#[test]
+fn gpu_time_goes_where_the_process_was_and_never_to_another_process() {
+    let mut l = Ledger::new(T0);
+    l.add_ours([7]);
+    two_phases(&mut l);
+    let r = l.finish(T0 + 4100 * MS, true);
+    assert!(
+        r.summary.unavailable.is_none(),
+        "{:?}",
+        r.summary.unavailable
+    );
+    // 80% of 2 s = 1.6 GPU-seconds, all on line 10 (the first sample's window starts at the
+    // recording's start).
+    assert!((r.summary.gpu_s - 1.6).abs() < 1e-9, "{}", r.summary.gpu_s);
+    assert!((line_pct(&r, 10) - 100.0).abs() < 1e-6);
+    assert_eq!(line_pct(&r, 20), 0.0);
+    assert_eq!(r.summary.other_process_samples, 20);
+    // Memory: the process held 4096 MiB only while line 20 ran; 9000 is another's.
+    let m = |line: u32| r.lines[&(Arc::from("/app.py"), line)].gpu_mem_peak_mb;
+    assert_eq!(m(10), 512.0);
+    assert_eq!(m(20), 4096.0);
+    assert_eq!(r.summary.mem_peak_mb, 4096.0);
+    assert!((r.procs[&7].0 - 100.0).abs() < 1e-9 && r.procs[&7].1 == 4096.0);
+    assert!(!r.summary.timeline.is_empty());
+    let busy_first: f64 = r.summary.timeline[..5].iter().map(|p| p[1]).sum::<f64>() / 5.0;
+    assert!((busy_first - 80.0).abs() < 1.0, "{busy_first}");
+}
+
+#[test]
+fn a_thread_idle_through_a_window_is_left_out_while_another_runs() {
+    let mut l = Ledger::new(T0);
+    l.take(vec![started()]);
+    l.add_ours([7]);
+    let mut positions = Vec::new();
+    for t in (0..1000).step_by(10) {
+        positions.push(pos(t, 7, 7, 10, true));
+        positions.push(pos(t, 7, 8, 30, false));
+    }
+    l.add_positions(positions);
+    for t in (200..=1000).step_by(200) {
+        l.take(vec![poll(t + 1, &[(7, t, 50)], &[])]);
+    }
+    let r = l.finish(T0 + 1000 * MS, true);
+    assert!((line_pct(&r, 10) - 100.0).abs() < 1e-6);
+    assert_eq!(line_pct(&r, 30), 0.0);
+    // Stacks keep their thread.
+    assert!(r.summary.stacks.iter().all(|s| s.native_id == Some(7)));
+}
+
+#[test]
+fn when_every_thread_waits_the_main_thread_is_charged() {
+    let mut l = Ledger::new(T0);
+    l.take(vec![started()]);
+    l.add_ours([7]);
+    let mut positions = Vec::new();
+    for t in (0..1000).step_by(10) {
+        positions.push(pos(t, 7, 7, 10, false));
+        positions.push(pos(t, 7, 8, 30, false));
+    }
+    l.add_positions(positions);
+    for t in (200..=1000).step_by(200) {
+        l.take(vec![poll(t + 1, &[(7, t, 50)], &[])]);
+    }
+    let r = l.finish(T0 + 1000 * MS, true);
+    // Thread 7 is process 7's main thread.
+    assert!((line_pct(&r, 10) - 100.0).abs() < 1e-6);
+    assert_eq!(line_pct(&r, 30), 0.0);
+}
+
+#[test]
+fn a_thread_that_wakes_now_and_then_gets_its_cpu_share_only() {
+    let mut l = Ledger::new(T0);
+    l.take(vec![started()]);
+    l.add_ours([7]);
+    let mut positions = Vec::new();
+    for t in (0..1000).step_by(10) {
+        positions.push(pos(t, 7, 7, 10, true));
+        // Seen running at every fifth tick, having used 0.1 ms.
+        let mut p = pos(t, 7, 8, 30, false);
+        if t % 50 == 0 {
+            p.cpu_s = 0.0001;
+        }
+        positions.push(p);
+    }
+    l.add_positions(positions);
+    for t in (200..=1000).step_by(200) {
+        l.take(vec![poll(t + 1, &[(7, t, 50)], &[])]);
+    }
+    let r = l.finish(T0 + 1000 * MS, true);
+    assert!(line_pct(&r, 30) < 0.5, "{}", line_pct(&r, 30));
+}
+
+#[test]
+fn a_gap_between_samples_is_not_smeared_over() {
+    // One sample at 1 s after none since 0.2 s: it stands for one period, not 0.8 s.
+    let mut l = Ledger::new(T0);
+    l.take(vec![started()]);
+    l.add_ours([7]);
+    l.add_positions(
+        (0..1000)
+            .step_by(10)
+            .map(|t| pos(t, 7, 7, 10, true))
+            .collect(),
+    );
+    l.take(vec![poll(201, &[(7, 200, 100)], &[])]);
+    l.take(vec![poll(401, &[(7, 400, 100)], &[])]);
+    l.take(vec![poll(1001, &[(7, 1000, 100)], &[])]);
+    let r = l.finish(T0 + 1000 * MS, true);
+    assert!((r.summary.gpu_s - 0.6).abs() < 1e-9, "{}", r.summary.gpu_s);
+}
+
+#[test]
+fn a_clock_that_differs_is_corrected_and_said() {
+    let skew = 3600 * 1000; // NVML an hour ahead
+    let mut l = Ledger::new(T0);
+    l.take(vec![started()]);
+    l.add_ours([7]);
+    l.add_positions(
+        (0..2000)
+            .step_by(10)
+            .map(|t| pos(t, 7, 7, if t < 1000 { 10 } else { 20 }, true))
+            .collect(),
+    );
+    for t in (200..=2000).step_by(200) {
+        let sm = if t <= 1000 { 100 } else { 0 };
+        let util: Vec<(u32, u64, u32)> = if sm > 0 {
+            vec![(7, t + skew, sm)]
+        } else {
+            vec![]
+        };
+        l.take(vec![poll(t + 2, &util, &[])]);
+    }
+    let r = l.finish(T0 + 2000 * MS, true);
+    assert!(
+        r.summary.notes.iter().any(|n| n.contains("clock")),
+        "{:?}",
+        r.summary.notes
+    );
+    assert!(
+        (line_pct(&r, 10) - 100.0).abs() < 1.0,
+        "{}",
+        line_pct(&r, 10)
+    );
+}
+
+#[test]
+fn why_there_are_no_figures() {
+    let mut l = Ledger::new(T0);
+    l.take(vec![Report::Unavailable("NVML found no GPU".into())]);
+    let r = l.finish(T0 + MS, true);
+    assert_eq!(r.summary.unavailable.as_deref(), Some("NVML found no GPU"));
+    assert!(!r.summary.has_data());
+
+    let mut l = Ledger::new(T0);
+    l.take(vec![started()]);
+    l.add_ours([7]);
+    l.take(vec![poll(100, &[(99, 90, 100)], &[(99, 100.0)])]);
+    let r = l.finish(T0 + 200 * MS, true);
+    let why = r.summary.unavailable.unwrap();
+    assert!(
+        why.contains("used no GPU") && why.contains("other processes"),
+        "{why}"
+    );
+
+    // Failed mid-run: the figures up to then stay, with a note.
+    let mut l = Ledger::new(T0);
+    l.add_ours([7]);
+    two_phases(&mut l);
+    l.take(vec![Report::Failed {
+        at_us: T0 + 4050 * MS,
+        why: "NVML failed: GPU lost".into(),
+    }]);
+    let r = l.finish(T0 + 5000 * MS, true);
+    assert!(r.summary.has_data());
+    assert!(r.summary.notes.iter().any(|n| n.contains("GPU lost")));
+
+    // The poller never answered the stop.
+    let mut l = Ledger::new(T0);
+    l.add_ours([7]);
+    two_phases(&mut l);
+    let r = l.finish(T0 + 5000 * MS, false);
+    assert!(r.summary.notes.iter().any(|n| n.contains("did not answer")));
+}

@@ -1,0 +1,67 @@
+//! GPU figures from outside the target: how busy each line keeps an NVIDIA GPU and how much
+//! GPU memory its process held while the line ran.
+//!
+//! Owns: the NVML poller ([`monitor`]: our own thread, NVML loaded at run time, never a GPU
+//! setting changed) and the ledger ([`ledger`]) that charges each per-process utilization
+//! sample's GPU-seconds to the lines where that process's threads were during the sample's
+//! window, from the positions the samplers record (wall-clock: a thread blocked in a CUDA
+//! synchronize counts where it waits).
+//! Must not: read the target's memory, run anything inside it, or block the sampler (the
+//! poller talks through a channel the sampler's thread only polls).
+
+pub(crate) mod ledger;
+pub(crate) mod monitor;
+
+use crate::profile::Frame;
+use std::sync::Arc;
+
+/// Environment variable naming the NVML library to load.
+pub const NVML_LIB_ENV: &str = "SCALENE_RS_NVML_LIB";
+/// The library loaded when [`NVML_LIB_ENV`] is not set.
+pub const DEFAULT_NVML_LIB: &str = "libnvidia-ml.so.1";
+
+/// What GPU recording uses.
+#[derive(Debug, Clone)]
+pub struct GpuConfig {
+    /// The NVML library's file name or path.
+    pub library: String,
+    /// How often NVML is asked (its own per-process samples come about every 1/6–1/5 s).
+    pub poll: std::time::Duration,
+}
+
+impl GpuConfig {
+    /// The library from [`NVML_LIB_ENV`], else [`DEFAULT_NVML_LIB`].
+    pub fn from_env() -> GpuConfig {
+        GpuConfig {
+            library: std::env::var(NVML_LIB_ENV)
+                .ok()
+                .filter(|s| !s.is_empty())
+                .unwrap_or_else(|| DEFAULT_NVML_LIB.to_string()),
+            poll: std::time::Duration::from_millis(100),
+        }
+    }
+}
+
+/// Where one thread of a profiled process was at one sampling tick.
+#[derive(Debug, Clone)]
+pub(crate) struct Position {
+    /// Wall-clock time of the tick, microseconds since the Unix epoch (NVML's clock).
+    pub(crate) t_us: u64,
+    pub(crate) pid: i32,
+    pub(crate) tid: i32,
+    /// The thread's stack, innermost first.
+    pub(crate) frames: Arc<[Frame]>,
+    /// The frame its time is charged to (the user's line).
+    pub(crate) charged: Option<Frame>,
+    /// CPU time (user + system) the thread used since its previous sample, seconds.
+    pub(crate) cpu_s: f64,
+    /// Time since the process's previous sample, µs.
+    pub(crate) interval_us: u64,
+}
+
+/// Microseconds since the Unix epoch, now.
+pub(crate) fn now_us() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_micros() as u64)
+}
