@@ -8,9 +8,10 @@
 //! CPU time its thread used there: a thread that drives a GPU launches kernels or spins in
 //! a synchronize, while a pool thread that wakes now and then uses next to nothing. When P's
 //! threads hardly used a CPU in the window (a synchronize that blocks), the main thread's
-//! positions share it (see [`weigh`]). Memory: at each poll, the latest line of the threads
-//! weighed the same way sees P's GPU memory then; a line's peak is the most it saw: the
-//! memory held while the line ran. Samples of other processes are counted, never
+//! positions share it (see [`weigh`]). Memory: each poll's reading of P's GPU memory goes to
+//! the line each thread (weighed the same way) ran right after the reading — the memory was
+//! allocated before it, so never to a line that ran before the allocation —; a line's peak
+//! is the most it saw: the memory held while the line ran. Samples of other processes are counted, never
 //! charged. NVML's timestamps are checked against our clock once fresh samples arrive.
 //! Must not: talk to NVML or read the target: its inputs are plain values, so it is tested
 //! over made-up samples.
@@ -80,6 +81,8 @@ pub(crate) struct Ledger {
     clock_offset_us: Option<i64>,
     /// Samples held until the clock is checked.
     pending: Vec<UtilSample>,
+    /// Memory readings (pid, read by, MiB) waiting for a position after them.
+    pending_mem: Vec<(u32, u64, f64)>,
     last_at_us: u64,
     lines: HashMap<(Arc<str>, u32), (f64, f64)>,
     stacks: HashMap<(Arc<[Frame]>, i32), f64>,
@@ -122,6 +125,7 @@ impl Ledger {
             newest_raw_ts: 0,
             clock_offset_us: None,
             pending: Vec::new(),
+            pending_mem: Vec::new(),
             last_at_us: start_us,
             lines: HashMap::new(),
             stacks: HashMap::new(),
@@ -200,12 +204,12 @@ impl Ledger {
         self.polls += 1;
         self.last_at_us = self.last_at_us.max(at_us);
         let fresh = util.iter().map(|s| s.t_us).max();
-        let first_poll = self.polls == 1;
         self.pending.extend(util);
         if let Some(newest) = fresh.filter(|&n| n > self.newest_raw_ts) {
-            // The first poll may bring NVML's history: only later, fresh samples tell its
+            // The first answer with samples may be NVML's history (seconds old); samples
+            // newer than an earlier answer's were made since then, so they tell NVML's
             // clock apart from ours.
-            if self.clock_offset_us.is_none() && !first_poll {
+            if self.clock_offset_us.is_none() && self.newest_raw_ts > 0 {
                 let lag = at_us as i64 - newest as i64;
                 let offset = if !(-CLOCK_AHEAD_US..=CLOCK_BEHIND_US).contains(&lag) {
                     self.notes.push(format!(
@@ -327,7 +331,8 @@ impl Ledger {
             *per_pid.entry(m.pid).or_default() += m.mib;
             *per_dev.entry(m.device).or_default() += m.mib;
         }
-        let total: f64 = per_pid.values().sum();
+        // Folded from +0.0: an empty f64 sum is -0.0.
+        let total = per_pid.values().fold(0.0, |a, b| a + b);
         self.mem_peak_mib = self.mem_peak_mib.max(total);
         self.mem_points.push((at_us, total));
         if self.mem_points.len() > POINTS_MAX {
@@ -340,18 +345,34 @@ impl Ledger {
         for (pid, mib) in per_pid {
             let e = self.procs.entry(pid).or_default();
             e.1 = e.1.max(mib);
-            let latest = self
-                .positions
-                .get(&(pid as i32))
-                .map(|q| latest_per_thread(q, at_us))
-                .unwrap_or_default();
-            let interval = latest.iter().map(|p| p.interval_us).max().unwrap_or(0);
-            for (p, _) in weigh(latest, pid as i32, interval) {
-                if let Some(line) = p.charged.as_ref().and_then(|f| f.line.map(|l| (f, l))) {
-                    let e = self
-                        .lines
-                        .entry((line.0.filename.clone(), line.1))
-                        .or_default();
+            self.pending_mem.push((pid, at_us, mib));
+        }
+        self.settle_memory(false);
+    }
+
+    /// Charges the memory readings that can be: each to the line each thread of its process
+    /// ran right after it was read (the memory a reading shows was allocated before it, so
+    /// that line is the allocating one or a later one: never one that ran before the
+    /// allocation), once a position after it exists; at the end (`all`), or when none came
+    /// within [`STALE_US`], to the latest line before it.
+    fn settle_memory(&mut self, all: bool) {
+        let pending = std::mem::take(&mut self.pending_mem);
+        for (pid, at_us, mib) in pending {
+            let q = self.positions.get(&(pid as i32));
+            let after = q.map(|q| first_per_thread(q, at_us)).unwrap_or_default();
+            let newest = q.and_then(|q| q.back()).map_or(0, |p| p.t_us);
+            let seen = if !after.is_empty() {
+                after
+            } else if all || newest > at_us + STALE_US {
+                q.map(|q| latest_per_thread(q, at_us)).unwrap_or_default()
+            } else {
+                self.pending_mem.push((pid, at_us, mib));
+                continue;
+            };
+            let interval = seen.iter().map(|p| p.interval_us).max().unwrap_or(0);
+            for (p, _) in weigh(seen, pid as i32, interval) {
+                if let Some((f, line)) = p.charged.as_ref().and_then(|f| f.line.map(|l| (f, l))) {
+                    let e = self.lines.entry((f.filename.clone(), line)).or_default();
                     e.1 = e.1.max(mib);
                 }
             }
@@ -365,6 +386,7 @@ impl Ledger {
             self.clock_offset_us = Some(0);
         }
         self.settle_pending();
+        self.settle_memory(true);
         let end_us = end_us.max(self.start_us + 1);
         let mut summary = GpuSummary {
             notes: std::mem::take(&mut self.notes),
@@ -612,6 +634,19 @@ fn weigh(positions: Vec<Position>, pid: i32, window_us: u64) -> Vec<(Position, f
         .into_iter()
         .filter(|p| main == 0 || p.tid == pid)
         .map(|p| (p, 1.0 / n as f64))
+        .collect()
+}
+
+/// Each thread's first position after `at`, if no later than [`STALE_US`] after it.
+fn first_per_thread(q: &VecDeque<Position>, at: u64) -> Vec<Position> {
+    let mut first: HashMap<i32, &Position> = HashMap::new();
+    for p in q.iter().rev().filter(|p| p.t_us > at) {
+        first.insert(p.tid, p);
+    }
+    first
+        .into_values()
+        .filter(|p| p.t_us - at <= STALE_US)
+        .cloned()
         .collect()
 }
 

@@ -54,7 +54,7 @@ pub(crate) enum Report {
     },
     /// No GPU figures at all, and why (no library, no driver, no device, no permission).
     Unavailable(String),
-    /// One poll of every device, at `at_us` (our clock).
+    /// One poll of every device, read by `at_us` (our clock, taken after the calls).
     Poll {
         at_us: u64,
         util: Vec<UtilSample>,
@@ -271,7 +271,6 @@ fn poll_loop(cfg: &GpuConfig, tx: &Sender<Report>, stop: &AtomicBool) {
     let mut failed_polls = 0;
     loop {
         let last = stop.load(Ordering::SeqCst);
-        let at_us = super::now_us();
         let mut util = Vec::new();
         let mut mem = Vec::new();
         let mut device_busy = Vec::new();
@@ -343,6 +342,8 @@ fn poll_loop(cfg: &GpuConfig, tx: &Sender<Report>, stop: &AtomicBool) {
                 Err(_) => {}
             }
         }
+        // Taken after the calls: everything this poll read was so by then.
+        let at_us = super::now_us();
         if let Some(e) = failures.iter().find(|e| fatal(e)) {
             let _ = tx.send(Report::Failed {
                 at_us,

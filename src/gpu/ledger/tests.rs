@@ -275,3 +275,43 @@ fn why_there_are_no_figures() {
     let r = l.finish(T0 + 5000 * MS, false);
     assert!(r.summary.notes.iter().any(|n| n.contains("did not answer")));
 }
+
+#[test]
+fn history_arriving_late_is_not_taken_for_a_clock_difference() {
+    let mut l = Ledger::new(T0 + 5000 * MS);
+    l.take(vec![started()]);
+    l.add_ours([7]);
+    l.add_positions((5000..7000).step_by(10).map(|t| pos(t, 7, 7, 10, true)).collect());
+    // Two answers without samples, then NVML's history (another process, 4 s old), then
+    // fresh samples of ours.
+    l.take(vec![poll(5100, &[], &[]), poll(5200, &[], &[])]);
+    l.take(vec![poll(5300, &[(99, 1000, 50), (99, 1200, 50)], &[])]);
+    for t in (5400..=7000).step_by(200) {
+        l.take(vec![poll(t + 3, &[(7, t, 100)], &[])]);
+    }
+    let r = l.finish(T0 + 7000 * MS, true);
+    assert!(r.summary.notes.is_empty(), "{:?}", r.summary.notes);
+    assert!((line_pct(&r, 10) - 100.0).abs() < 1e-6);
+    assert_eq!(r.summary.unattributed_s, 0.0);
+}
+
+#[test]
+fn memory_read_just_after_a_line_changed_goes_to_the_new_line() {
+    let mut l = Ledger::new(T0);
+    l.take(vec![started()]);
+    l.add_ours([7]);
+    // Line 10 until 2000 ms, then line 20, which allocates at once.
+    l.add_positions(
+        (0..3000)
+            .step_by(10)
+            .map(|t| pos(t, 7, 7, if t <= 2000 { 10 } else { 20 }, true))
+            .collect(),
+    );
+    l.take(vec![poll(1900, &[], &[(7, 512.0)])]);
+    // Read 1 ms after the last position on line 10: the memory was there by then.
+    l.take(vec![poll(2001, &[], &[(7, 4096.0)])]);
+    let r = l.finish(T0 + 3000 * MS, true);
+    let m = |line: u32| r.lines[&(Arc::from("/app.py"), line)].gpu_mem_peak_mb;
+    assert_eq!(m(10), 512.0);
+    assert_eq!(m(20), 4096.0);
+}
