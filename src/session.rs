@@ -437,6 +437,8 @@ const GPU_STOP_WAIT: Duration = Duration::from_secs(1);
 struct GpuRecording {
     monitor: Monitor,
     ledger: Ledger,
+    /// Processes already told to the ledger.
+    known: std::collections::HashSet<i32>,
 }
 
 impl GpuRecording {
@@ -444,6 +446,7 @@ impl GpuRecording {
         GpuRecording {
             monitor: Monitor::start(cfg),
             ledger: Ledger::new(crate::gpu::now_us()),
+            known: std::collections::HashSet::new(),
         }
     }
 
@@ -451,7 +454,16 @@ impl GpuRecording {
     /// Positions are kept once NVML watches a GPU.
     fn tick(&mut self, tree: &mut ProcessTree) {
         let reports = self.monitor.take();
-        self.ledger.add_ours(tree.sampling().map(|(pid, _, _)| pid));
+        let new: Vec<i32> = tree
+            .sampling()
+            .map(|(pid, _, _)| pid)
+            .filter(|pid| !self.known.contains(pid))
+            .collect();
+        self.known.extend(&new);
+        self.ledger.add_ours(
+            new.into_iter()
+                .map(|pid| (pid, crate::proc::start_time_us(pid))),
+        );
         self.ledger.add_positions(tree.take_positions());
         self.ledger.take(reports);
         if self.ledger.wants_positions() {

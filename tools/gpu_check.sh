@@ -32,7 +32,8 @@ run_case() {
     fi
     local t0 rc
     t0=$(date +%s%N)
-    GPU_SYNC_DIR=$sync GPU_CASE=$case timeout 150 "$@" >"$OUT/$name.out" 2>"$OUT/$name.err"
+    SCALENE_RS_NVML_TRACE=$OUT/$name.nvml GPU_SYNC_DIR=$sync GPU_CASE=$case timeout 150 "$@" \
+        >"$OUT/$name.out" 2>"$OUT/$name.err"
     rc=$?
     echo "$name: exit $rc in $(( ($(date +%s%N) - t0) / 1000000 )) ms" | tee -a "$OUT/summary.txt"
     touch "$sync/cpu_done"

@@ -12,7 +12,7 @@
 //! the line each thread (weighed the same way) ran right after the reading — the memory was
 //! allocated before it, so never to a line that ran before the allocation —; a line's peak
 //! is the most it saw: the memory held while the line ran. Samples of other processes are counted, never
-//! charged. NVML's timestamps are checked against our clock once fresh samples arrive.
+//! charged. NVML's timestamps are checked against our clock (see [`Ledger::check_clock`]).
 //! Must not: talk to NVML or read the target: its inputs are plain values, so it is tested
 //! over made-up samples.
 
@@ -31,9 +31,9 @@ const KEEP_US: u64 = 30_000_000;
 const DEFAULT_PERIOD_US: u64 = 200_000;
 /// Deltas between a device's samples shorter than this are not taken for its period.
 const MIN_PERIOD_US: u64 = 20_000;
-/// A fresh sample's timestamp may lag our clock by this much, or lead it by
-/// [`CLOCK_AHEAD_US`], before NVML's clock is taken to differ from ours.
-const CLOCK_BEHIND_US: i64 = 5_000_000;
+/// A sample of ours may be this much older than its process's start (known to the second),
+/// or this much newer than our clock, before NVML's clock is taken to differ from ours.
+const CLOCK_BEHIND_US: i64 = 2_000_000;
 const CLOCK_AHEAD_US: i64 = 2_000_000;
 /// With no position inside a window, a thread's latest position this recent still counts.
 const STALE_US: u64 = 1_000_000;
@@ -71,12 +71,13 @@ pub(crate) struct Ledger {
     notes: Vec<String>,
     /// Processes of the program (sampled now or before).
     ours: HashSet<u32>,
+    /// When each of them started, µs since the epoch.
+    started: HashMap<u32, u64>,
     positions: HashMap<i32, VecDeque<Position>>,
     /// Each (device, pid)'s newest sample timestamp (our clock).
     last_ts: HashMap<(u32, u32), u64>,
     period_us: HashMap<u32, u64>,
     polls: u64,
-    newest_raw_ts: u64,
     /// NVML's clock minus ours, once checked (None: not yet).
     clock_offset_us: Option<i64>,
     /// Samples held until the clock is checked.
@@ -118,11 +119,11 @@ impl Ledger {
             driver: None,
             notes: Vec::new(),
             ours: HashSet::new(),
+            started: HashMap::new(),
             positions: HashMap::new(),
             last_ts: HashMap::new(),
             period_us: HashMap::new(),
             polls: 0,
-            newest_raw_ts: 0,
             clock_offset_us: None,
             pending: Vec::new(),
             pending_mem: Vec::new(),
@@ -145,10 +146,15 @@ impl Ledger {
         self.state == State::Running
     }
 
-    /// Processes of the program (called each tick with those sampled).
-    pub(crate) fn add_ours(&mut self, pids: impl IntoIterator<Item = i32>) {
-        self.ours
-            .extend(pids.into_iter().filter(|&p| p > 0).map(|p| p as u32));
+    /// Processes of the program (called each tick with those sampled), each with when it
+    /// started (µs since the epoch) when known: none of its samples can be older.
+    pub(crate) fn add_ours(&mut self, pids: impl IntoIterator<Item = (i32, Option<u64>)>) {
+        for (pid, start) in pids.into_iter().filter(|p| p.0 > 0) {
+            self.ours.insert(pid as u32);
+            if let Some(s) = start {
+                self.started.insert(pid as u32, s);
+            }
+        }
     }
 
     /// Positions recorded by the samplers since the last call, oldest first per thread.
@@ -203,28 +209,10 @@ impl Ledger {
     ) {
         self.polls += 1;
         self.last_at_us = self.last_at_us.max(at_us);
-        let fresh = util.iter().map(|s| s.t_us).max();
-        self.pending.extend(util);
-        if let Some(newest) = fresh.filter(|&n| n > self.newest_raw_ts) {
-            // The first answer with samples may be NVML's history (seconds old); samples
-            // newer than an earlier answer's were made since then, so they tell NVML's
-            // clock apart from ours.
-            if self.clock_offset_us.is_none() && self.newest_raw_ts > 0 {
-                let lag = at_us as i64 - newest as i64;
-                let offset = if !(-CLOCK_AHEAD_US..=CLOCK_BEHIND_US).contains(&lag) {
-                    self.notes.push(format!(
-                        "NVML's timestamps differ from this machine's clock by {:.1} s: \
-                         corrected",
-                        lag as f64 / 1e6
-                    ));
-                    -lag
-                } else {
-                    0
-                };
-                self.clock_offset_us = Some(offset);
-            }
-            self.newest_raw_ts = newest;
+        if self.clock_offset_us.is_none() {
+            self.check_clock(at_us, &util);
         }
+        self.pending.extend(util);
         if self.clock_offset_us.is_some() {
             self.settle_pending();
         }
@@ -234,6 +222,35 @@ impl Ledger {
             d.busy_n += 1;
         }
         self.memory(at_us, &mem);
+    }
+
+    /// Decides, at the first sample of one of the program's processes, whether NVML's
+    /// timestamps are on our clock: a sample of ours from the future, or from before its
+    /// process started, cannot be (NVML may answer with seconds of history at any time, so
+    /// a sample's age alone tells nothing). Such a clock is corrected by the newest sample
+    /// taken as made now.
+    fn check_clock(&mut self, at_us: u64, util: &[UtilSample]) {
+        let ours: Vec<&UtilSample> = util.iter().filter(|s| self.ours.contains(&s.pid)).collect();
+        let Some(newest) = ours.iter().map(|s| s.t_us).max() else {
+            return;
+        };
+        let ahead = newest as i64 - at_us as i64 > CLOCK_AHEAD_US;
+        let behind = ours.iter().any(|s| {
+            self.started
+                .get(&s.pid)
+                .is_some_and(|&st| (s.t_us as i64) < st as i64 - CLOCK_BEHIND_US)
+        });
+        let offset = if ahead || behind {
+            let off = newest as i64 - at_us as i64;
+            self.notes.push(format!(
+                "NVML's timestamps differ from this machine's clock by {:.1} s: corrected",
+                -off as f64 / 1e6
+            ));
+            off
+        } else {
+            0
+        };
+        self.clock_offset_us = Some(offset);
     }
 
     /// Charges the samples held for the clock check.

@@ -206,6 +206,26 @@ fn compute_processes(
     }
 }
 
+/// Environment variable naming a file that gets every poll's answers, raw.
+pub const TRACE_ENV: &str = "SCALENE_RS_NVML_TRACE";
+
+/// One poll's answers as lines: `poll AT`, `util DEVICE PID TIMESTAMP SM%`, `mem DEVICE PID
+/// MIB` (times µs since the epoch).
+fn trace_poll(out: &mut std::fs::File, at_us: u64, util: &[UtilSample], mem: &[MemReading]) {
+    use std::io::Write;
+    let mut text = format!("poll {at_us}\n");
+    for u in util {
+        text.push_str(&format!(
+            "util {} {} {} {}\n",
+            u.device, u.pid, u.t_us, u.sm_pct
+        ));
+    }
+    for m in mem {
+        text.push_str(&format!("mem {} {} {:.0}\n", m.device, m.pid, m.mib));
+    }
+    let _ = out.write_all(text.as_bytes());
+}
+
 /// After this many polls in a row in which every call failed, NVML is given up.
 const FAILED_POLLS_MAX: u32 = 5;
 
@@ -261,6 +281,14 @@ fn poll_loop(cfg: &GpuConfig, tx: &Sender<Report>, stop: &AtomicBool) {
     let _ = tx.send(Report::Started {
         devices: infos,
         driver: nvml.sys_driver_version().ok(),
+    });
+    // SCALENE_RS_NVML_TRACE=FILE: every answer, raw, for a look at what NVML says.
+    let mut trace = std::env::var_os(TRACE_ENV).and_then(|p| {
+        std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(p)
+            .ok()
     });
     let n = devices.len();
     let mut last_seen = vec![0u64; n];
@@ -365,6 +393,9 @@ fn poll_loop(cfg: &GpuConfig, tx: &Sender<Report>, stop: &AtomicBool) {
                 why: format!("NVML failed {FAILED_POLLS_MAX} polls in a row: {why}"),
             });
             return;
+        }
+        if let Some(t) = trace.as_mut() {
+            trace_poll(t, at_us, &util, &mem);
         }
         let sent = tx.send(Report::Poll {
             at_us,

@@ -142,6 +142,24 @@ pub(crate) fn owner(pid: i32) -> Option<(u32, u32)> {
     Some((field("Uid:")?, field("Gid:")?))
 }
 
+/// When process `pid` started, µs since the Unix epoch (whole-second precision: the boot
+/// time is in seconds).
+pub(crate) fn start_time_us(pid: i32) -> Option<u64> {
+    let stat = stat(pid)?;
+    let ticks: u64 = stat_fields(&stat)?.nth(22 - 3)?.parse().ok()?;
+    let boot_s: u64 = std::fs::read_to_string("/proc/stat")
+        .ok()?
+        .lines()
+        .find_map(|l| l.strip_prefix("btime "))?
+        .trim()
+        .parse()
+        .ok()?;
+    // SAFETY: sysconf has no preconditions; it returns -1 on error, handled below.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    let hz = if hz > 0 { hz as u64 } else { 100 };
+    Some(boot_s * 1_000_000 + ticks * 1_000_000 / hz)
+}
+
 /// A process's `stat` line (/proc/PID/stat), for [`stat_fields`].
 pub(crate) fn stat(pid: i32) -> Option<String> {
     std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()

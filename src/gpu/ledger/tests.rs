@@ -95,7 +95,7 @@ fn two_phases(ledger: &mut Ledger) {
 #[test]
 fn gpu_time_goes_where_the_process_was_and_never_to_another_process() {
     let mut l = Ledger::new(T0);
-    l.add_ours([7]);
+    l.add_ours([(7, Some(T0))]);
     two_phases(&mut l);
     let r = l.finish(T0 + 4100 * MS, true);
     assert!(
@@ -124,7 +124,7 @@ fn gpu_time_goes_where_the_process_was_and_never_to_another_process() {
 fn a_thread_idle_through_a_window_is_left_out_while_another_runs() {
     let mut l = Ledger::new(T0);
     l.take(vec![started()]);
-    l.add_ours([7]);
+    l.add_ours([(7, Some(T0))]);
     let mut positions = Vec::new();
     for t in (0..1000).step_by(10) {
         positions.push(pos(t, 7, 7, 10, true));
@@ -145,7 +145,7 @@ fn a_thread_idle_through_a_window_is_left_out_while_another_runs() {
 fn when_every_thread_waits_the_main_thread_is_charged() {
     let mut l = Ledger::new(T0);
     l.take(vec![started()]);
-    l.add_ours([7]);
+    l.add_ours([(7, Some(T0))]);
     let mut positions = Vec::new();
     for t in (0..1000).step_by(10) {
         positions.push(pos(t, 7, 7, 10, false));
@@ -165,7 +165,7 @@ fn when_every_thread_waits_the_main_thread_is_charged() {
 fn a_thread_that_wakes_now_and_then_gets_its_cpu_share_only() {
     let mut l = Ledger::new(T0);
     l.take(vec![started()]);
-    l.add_ours([7]);
+    l.add_ours([(7, Some(T0))]);
     let mut positions = Vec::new();
     for t in (0..1000).step_by(10) {
         positions.push(pos(t, 7, 7, 10, true));
@@ -189,7 +189,7 @@ fn a_gap_between_samples_is_not_smeared_over() {
     // One sample at 1 s after none since 0.2 s: it stands for one period, not 0.8 s.
     let mut l = Ledger::new(T0);
     l.take(vec![started()]);
-    l.add_ours([7]);
+    l.add_ours([(7, Some(T0))]);
     l.add_positions(
         (0..1000)
             .step_by(10)
@@ -208,7 +208,7 @@ fn a_clock_that_differs_is_corrected_and_said() {
     let skew = 3600 * 1000; // NVML an hour ahead
     let mut l = Ledger::new(T0);
     l.take(vec![started()]);
-    l.add_ours([7]);
+    l.add_ours([(7, Some(T0))]);
     l.add_positions(
         (0..2000)
             .step_by(10)
@@ -247,7 +247,7 @@ fn why_there_are_no_figures() {
 
     let mut l = Ledger::new(T0);
     l.take(vec![started()]);
-    l.add_ours([7]);
+    l.add_ours([(7, Some(T0))]);
     l.take(vec![poll(100, &[(99, 90, 100)], &[(99, 100.0)])]);
     let r = l.finish(T0 + 200 * MS, true);
     let why = r.summary.unavailable.unwrap();
@@ -258,7 +258,7 @@ fn why_there_are_no_figures() {
 
     // Failed mid-run: the figures up to then stay, with a note.
     let mut l = Ledger::new(T0);
-    l.add_ours([7]);
+    l.add_ours([(7, Some(T0))]);
     two_phases(&mut l);
     l.take(vec![Report::Failed {
         at_us: T0 + 4050 * MS,
@@ -270,7 +270,7 @@ fn why_there_are_no_figures() {
 
     // The poller never answered the stop.
     let mut l = Ledger::new(T0);
-    l.add_ours([7]);
+    l.add_ours([(7, Some(T0))]);
     two_phases(&mut l);
     let r = l.finish(T0 + 5000 * MS, false);
     assert!(r.summary.notes.iter().any(|n| n.contains("did not answer")));
@@ -280,8 +280,13 @@ fn why_there_are_no_figures() {
 fn history_arriving_late_is_not_taken_for_a_clock_difference() {
     let mut l = Ledger::new(T0 + 5000 * MS);
     l.take(vec![started()]);
-    l.add_ours([7]);
-    l.add_positions((5000..7000).step_by(10).map(|t| pos(t, 7, 7, 10, true)).collect());
+    l.add_ours([(7, Some(T0))]);
+    l.add_positions(
+        (5000..7000)
+            .step_by(10)
+            .map(|t| pos(t, 7, 7, 10, true))
+            .collect(),
+    );
     // Two answers without samples, then NVML's history (another process, 4 s old), then
     // fresh samples of ours.
     l.take(vec![poll(5100, &[], &[]), poll(5200, &[], &[])]);
@@ -299,7 +304,7 @@ fn history_arriving_late_is_not_taken_for_a_clock_difference() {
 fn memory_read_just_after_a_line_changed_goes_to_the_new_line() {
     let mut l = Ledger::new(T0);
     l.take(vec![started()]);
-    l.add_ours([7]);
+    l.add_ours([(7, Some(T0))]);
     // Line 10 until 2000 ms, then line 20, which allocates at once.
     l.add_positions(
         (0..3000)
@@ -314,4 +319,39 @@ fn memory_read_just_after_a_line_changed_goes_to_the_new_line() {
     let m = |line: u32| r.lines[&(Arc::from("/app.py"), line)].gpu_mem_peak_mb;
     assert_eq!(m(10), 512.0);
     assert_eq!(m(20), 4096.0);
+}
+
+#[test]
+fn a_clock_behind_ours_is_corrected_too() {
+    let behind = 3600 * 1000;
+    let mut l = Ledger::new(T0);
+    l.take(vec![started()]);
+    l.add_ours([(7, Some(T0))]);
+    l.add_positions(
+        (0..1000)
+            .step_by(10)
+            .map(|t| pos(t, 7, 7, 10, true))
+            .collect(),
+    );
+    for t in (200..=1000).step_by(200) {
+        l.take(vec![Report::Poll {
+            at_us: T0 + (t + 2) * MS,
+            util: vec![UtilSample {
+                device: 0,
+                pid: 7,
+                t_us: T0 + t * MS - behind * MS,
+                sm_pct: 100,
+            }],
+            mem: vec![],
+            device_busy: vec![],
+        }]);
+    }
+    let r = l.finish(T0 + 1000 * MS, true);
+    assert!(
+        r.summary.notes.iter().any(|n| n.contains("3600.0 s")),
+        "{:?}",
+        r.summary.notes
+    );
+    assert!((line_pct(&r, 10) - 100.0).abs() < 1e-6);
+    assert!((r.summary.gpu_s - 1.0).abs() < 0.01, "{}", r.summary.gpu_s);
 }
