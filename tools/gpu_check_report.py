@@ -75,9 +75,10 @@ if p is not None:
         print("ours-async: %-6s line %3d: GPU %5.1f%%" % (label, m[label], pct))
     others = sorted((n, pct) for n, (pct, _) in lines.items()
                     if pct >= 1 and n not in (m["LAUNCH"], m["SYNC"]))
-    print("ours-async: other lines with GPU time: %s; %.2f GPU-s unattributed of %.2f"
+    print("ours-async: other lines with GPU time: %s; %.2f GPU-s unattributed of %.2f; notes %s"
           % (", ".join("%d: %.1f%%" % x for x in others) or "none",
-             p["gpu"].get("unattributed_s", 0), p["gpu"].get("gpu_s", 0)))
+             p["gpu"].get("unattributed_s", 0), p["gpu"].get("gpu_s", 0),
+             p["gpu"].get("notes", [])))
 else:
     failed.append("ours-async: no profile")
 sc = scalene("scalene")

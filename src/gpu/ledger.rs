@@ -29,6 +29,8 @@ use std::sync::Arc;
 const KEEP_US: u64 = 30_000_000;
 /// NVML's per-process sampling period until one is measured (about 1/6 to 1/5 s).
 const DEFAULT_PERIOD_US: u64 = 200_000;
+/// Gaps seen on a device before its shortest one is taken for its period.
+const PERIOD_TRUSTED_AFTER: u32 = 3;
 /// Deltas between a device's samples shorter than this are not taken for its period.
 const MIN_PERIOD_US: u64 = 20_000;
 /// A sample of ours may be this much older than its process's start (known to the second),
@@ -76,7 +78,10 @@ pub(crate) struct Ledger {
     positions: HashMap<i32, VecDeque<Position>>,
     /// Each (device, pid)'s newest sample timestamp (our clock).
     last_ts: HashMap<(u32, u32), u64>,
-    period_us: HashMap<u32, u64>,
+    /// Each device's shortest gap between samples, and how many gaps were seen.
+    period_us: HashMap<u32, (u64, u32)>,
+    /// (device, pid) pairs whose first sample the clock check has passed over.
+    clock_pairs: HashSet<(u32, u32)>,
     polls: u64,
     /// NVML's clock minus ours, once checked (None: not yet).
     clock_offset_us: Option<i64>,
@@ -123,6 +128,7 @@ impl Ledger {
             positions: HashMap::new(),
             last_ts: HashMap::new(),
             period_us: HashMap::new(),
+            clock_pairs: HashSet::new(),
             polls: 0,
             clock_offset_us: None,
             pending: Vec::new(),
@@ -224,13 +230,17 @@ impl Ledger {
         self.memory(at_us, &mem);
     }
 
-    /// Decides, at the first sample of one of the program's processes, whether NVML's
+    /// Decides, at the second sample of one of the program's processes, whether NVML's
     /// timestamps are on our clock: a sample of ours from the future, or from before its
     /// process started, cannot be (NVML may answer with seconds of history at any time, so
     /// a sample's age alone tells nothing). Such a clock is corrected by the newest sample
     /// taken as made now.
     fn check_clock(&mut self, at_us: u64, util: &[UtilSample]) {
-        let ours: Vec<&UtilSample> = util.iter().filter(|s| self.ours.contains(&s.pid)).collect();
+        let mut ours: Vec<&UtilSample> =
+            util.iter().filter(|s| self.ours.contains(&s.pid)).collect();
+        ours.sort_by_key(|s| s.t_us);
+        // A process's first sample may carry an old time (see `utilization`): not judged.
+        ours.retain(|s| !self.clock_pairs.insert((s.device, s.pid)));
         let Some(newest) = ours.iter().map(|s| s.t_us).max() else {
             return;
         };
@@ -276,8 +286,9 @@ impl Ledger {
         if let Some(p) = prev {
             let delta = s.t_us - p;
             if delta >= MIN_PERIOD_US {
-                let e = self.period_us.entry(s.device).or_insert(delta);
-                *e = (*e).min(delta);
+                let e = self.period_us.entry(s.device).or_insert((u64::MAX, 0));
+                e.0 = e.0.min(delta);
+                e.1 += 1;
             }
         }
         self.last_ts.insert(key, s.t_us);
@@ -285,11 +296,20 @@ impl Ledger {
             self.other_samples += 1;
             return;
         }
-        let period = self
-            .period_us
-            .get(&s.device)
-            .copied()
-            .unwrap_or(DEFAULT_PERIOD_US);
+        // A process's first sample on a device carries the time of the device's previous
+        // sample, which may be from before the process existed (seen on an H200, driver
+        // 580: 8 s before, with 44% SM): it stands for nothing of ours.
+        let started = self.started.get(&s.pid).copied().unwrap_or(0);
+        if prev.is_none() && s.t_us < started {
+            return;
+        }
+        // NVML's period: the shortest gap between a device's samples, once a few were seen
+        // (the first gaps may span idle stretches), never more than the default before.
+        let period = match self.period_us.get(&s.device) {
+            Some(&(min, n)) if n >= PERIOD_TRUSTED_AFTER => min,
+            Some(&(min, _)) => min.min(DEFAULT_PERIOD_US),
+            None => DEFAULT_PERIOD_US,
+        };
         let start = prev
             .unwrap_or(0)
             .max(s.t_us.saturating_sub(period))

@@ -355,3 +355,42 @@ fn a_clock_behind_ours_is_corrected_too() {
     assert!((line_pct(&r, 10) - 100.0).abs() < 1e-6);
     assert!((r.summary.gpu_s - 1.0).abs() < 0.01, "{}", r.summary.gpu_s);
 }
+
+/// What an H200 (driver 580) answered for a process just started: its first sample carries
+/// the time of the device's previous sample, 8 s before the process existed; the next ones
+/// come every 200 ms. Nothing is charged to the lines before the GPU work, and the clock is
+/// right.
+#[test]
+fn a_new_process_s_first_sample_from_before_it_existed_is_passed_over() {
+    let mut l = Ledger::new(T0);
+    l.take(vec![started()]);
+    l.add_ours([(7, Some(T0))]);
+    l.add_positions(
+        (0..6000)
+            .step_by(10)
+            .map(|t| pos(t, 7, 7, if t <= 3000 { 10 } else { 20 }, true))
+            .collect(),
+    );
+    l.take(vec![Report::Poll {
+        at_us: T0 + 2900 * MS,
+        util: vec![UtilSample {
+            device: 0,
+            pid: 7,
+            t_us: T0 - 8000 * MS,
+            sm_pct: 44,
+        }],
+        mem: vec![],
+        device_busy: vec![],
+    }]);
+    for t in (3200..=6000).step_by(200) {
+        l.take(vec![poll(t + 90, &[(7, t, 99)], &[])]);
+    }
+    let r = l.finish(T0 + 6100 * MS, true);
+    assert!(r.summary.notes.is_empty(), "{:?}", r.summary.notes);
+    assert_eq!(line_pct(&r, 10), 0.0);
+    assert!(
+        (r.summary.gpu_s - 0.99 * 3.0).abs() < 1e-6,
+        "{}",
+        r.summary.gpu_s
+    );
+}
