@@ -475,3 +475,155 @@ fn the_terminal_report_shows_gpu_columns_or_says_why_not() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Writes `p` to a file and renders it again with `view` as pprof; returns that file.
+fn as_pprof(p: &Value, dir: &Path) -> PathBuf {
+    let json = dir.join("p.json");
+    std::fs::write(&json, serde_json::to_vec(p).unwrap()).unwrap();
+    let pb = dir.join("p.pb.gz");
+    let mut cmd = Command::new(common::bin());
+    cmd.arg("view").arg(&json).arg("-o").arg(&pb);
+    let r = common::run_limited(cmd, Duration::from_secs(60));
+    assert_eq!(r.code, Some(0), "view: {}", r.describe());
+    pb
+}
+
+#[test]
+fn go_tool_pprof_reads_the_gpu_time_per_line() {
+    if !common::have_go("go_tool_pprof_reads_the_gpu_time_per_line") {
+        return;
+    }
+    let py = one_interpreter();
+    let dir = common::tempdir("scalene-rs-gpu-pprof");
+    let script = dir.join("script");
+    let other = Other::start(&script);
+    let r = record(&py, &fake_nvml(None), &script, &[], &[]);
+    drop(other);
+    assert_eq!(r.run.code, Some(0), "{}", r.run.describe());
+    let pb = as_pprof(&r.profile, &dir);
+    let mut cmd = Command::new("go");
+    cmd.args(["tool", "pprof", "-top", "-lines", "-sample_index=gpu"])
+        .arg(&pb);
+    let out = common::run_limited(cmd, Duration::from_secs(120));
+    assert_eq!(out.code, Some(0), "go tool pprof: {}", out.describe());
+    let fx = common::fixture("gpu/phases.py");
+    // `-top -lines` rows: flat flat% sum% cum cum% function file:line.
+    let flat = |label: &str| -> f64 {
+        let place = format!("phases.py:{}", common::mark(&fx, label));
+        out.stdout
+            .lines()
+            .filter(|l| l.trim_end().ends_with(&place))
+            .filter_map(|l| {
+                l.split_whitespace()
+                    .nth(1)?
+                    .strip_suffix('%')?
+                    .parse::<f64>()
+                    .ok()
+            })
+            .sum()
+    };
+    let (s80, s40, scpu) = (flat("GPU80"), flat("GPU40"), flat("CPU"));
+    let json = |label: &str| num(line(&r.profile, common::mark(&fx, label)), "gpu_pct");
+    for (name, got, want) in [
+        ("GPU80", s80, json("GPU80")),
+        ("GPU40", s40, json("GPU40")),
+        ("CPU", scpu, json("CPU")),
+    ] {
+        assert!(
+            (got - want).abs() < 1.0,
+            "{name}: pprof {got}% vs the JSON's {want}%: {}",
+            out.stdout
+        );
+    }
+    assert!((s80 - 200.0 / 3.0).abs() < TOLERANCE_PTS, "{}", out.stdout);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn every_process_of_the_program_is_charged_its_own_gpu_time() {
+    let py = one_interpreter();
+    let dir = common::tempdir("scalene-rs-gpu-procs");
+    let script = dir.join("script");
+    let other = Other::start(&script);
+    let json = dir.join("p.json");
+    let fx = common::fixture("gpu/phases.py");
+    let both = format!(
+        "{py} {fx} & {py} {fx}; wait",
+        py = py.path.display(),
+        fx = fx.display()
+    );
+    let mut cmd = Command::new(common::bin());
+    cmd.args(["run", "--cpu-only", "-o"])
+        .arg(&json)
+        .args(["--", "sh", "-c", &both])
+        .env("SCALENE_RS_NVML_LIB", fake_nvml(None))
+        .env("SCALENE_RS_FAKE_NVML_SCRIPT", &script)
+        .env("SCALENE_RS_FAKE_NVML_PERIOD_MS", "50")
+        .env("GPU_ROUNDS", "1");
+    let r = common::run_limited(cmd, Duration::from_secs(60));
+    drop(other);
+    assert_eq!(r.code, Some(0), "{}", r.describe());
+    let p: Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let procs: Vec<(f64, f64)> = p["processes"]
+        .as_array()
+        .unwrap_or(&Vec::new())
+        .iter()
+        .filter(|q| q["command"].as_str().unwrap_or("").contains("phases.py"))
+        .map(|q| {
+            (
+                q["gpu_pct"].as_f64().unwrap_or(-1.0),
+                q["gpu_mem_peak_mb"].as_f64().unwrap_or(-1.0),
+            )
+        })
+        .collect();
+    assert_eq!(procs.len(), 2, "two Python processes: {}", p["processes"]);
+    for (pct, peak) in &procs {
+        // Each ran the same phases: half the program's GPU time, 4096 MiB at its peak.
+        assert!((pct - 50.0).abs() < 10.0, "{procs:?}");
+        assert_eq!(*peak, 4096.0, "{procs:?}");
+    }
+    // Together they held 8192 MiB when both allocated at once (they run in step).
+    let total = p["gpu"]["mem_peak_mb"].as_f64().unwrap_or(0.0);
+    assert!((4096.0..=8192.0).contains(&total), "{total}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn attach_charges_the_gpu_time_of_a_running_process() {
+    let py = one_interpreter();
+    let dir = common::tempdir("scalene-rs-gpu-attach");
+    let script = dir.join("script");
+    let other = Other::start(&script);
+    let lib = fake_nvml(None);
+    // The stand-in answers in the profiler's process: the program only writes the script.
+    let mut target = Command::new(&py.path)
+        .arg(common::fixture("gpu/phases.py"))
+        .env("SCALENE_RS_FAKE_NVML_SCRIPT", &script)
+        .env("GPU_ROUNDS", "4")
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(700));
+    let json = dir.join("p.json");
+    let mut cmd = Command::new(common::bin());
+    cmd.args(["attach", "--cpu-only", "--duration", "2.5", "-o"])
+        .arg(&json)
+        .arg(target.id().to_string())
+        .env("SCALENE_RS_NVML_LIB", &lib)
+        .env("SCALENE_RS_FAKE_NVML_SCRIPT", &script)
+        .env("SCALENE_RS_FAKE_NVML_PERIOD_MS", "50");
+    let r = common::run_limited(cmd, Duration::from_secs(60));
+    let status = target.wait().unwrap();
+    drop(other);
+    assert_eq!(r.code, Some(0), "{}", r.describe());
+    assert!(status.success(), "the target: {status:?}");
+    let p: Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let fx = common::fixture("gpu/phases.py");
+    let share = |label: &str| num(line(&p, common::mark(&fx, label)), "gpu_pct");
+    let gpu_s = p["gpu"]["gpu_s"].as_f64().unwrap_or(0.0);
+    // 2.5 s of a program that is busy on the GPU two thirds of the time, at 80% or 40%.
+    assert!(gpu_s > 0.5 && gpu_s < 1.6, "{}", p["gpu"]);
+    assert!(share("GPU80") + share("GPU40") > 90.0, "{}", p["gpu"]);
+    assert!(share("CPU") < TOLERANCE_PTS, "{}", p["gpu"]);
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -103,20 +103,6 @@ fn flat_of(rows: &[Row], place: &str, out: &str) -> f64 {
         .flat_pct
 }
 
-/// Whether `go` is there; if not, says so (outside CI) or fails (in CI).
-fn have_go(test: &str) -> bool {
-    match Command::new("go").arg("version").output() {
-        Ok(o) if o.status.success() => true,
-        _ => {
-            common::skip_or_fail(
-                test,
-                "no `go` to read pprof files with (Debian package golang-go)",
-            );
-            false
-        }
-    }
-}
-
 /// The encoding does not depend on the interpreter: one (the newest CPython 3 running on
 /// this root) is enough.
 fn interpreter() -> common::Interpreter {
@@ -157,7 +143,7 @@ fn record(
 
 #[test]
 fn go_tool_pprof_reads_the_same_hot_lines_and_split_as_the_json() {
-    if !have_go("go_tool_pprof_reads_the_same_hot_lines_and_split_as_the_json") {
+    if !common::have_go("go_tool_pprof_reads_the_same_hot_lines_and_split_as_the_json") {
         return;
     }
     let py = interpreter();
@@ -301,7 +287,7 @@ fn tag_rows(text: &str, key: &str) -> Vec<(f64, String)> {
 
 #[test]
 fn go_tool_pprof_gives_every_thread_its_share() {
-    if !have_go("go_tool_pprof_gives_every_thread_its_share") {
+    if !common::have_go("go_tool_pprof_gives_every_thread_its_share") {
         return;
     }
     let py = interpreter();

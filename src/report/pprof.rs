@@ -376,6 +376,11 @@ pub(crate) fn to_proto(p: &Profile) -> proto::Profile {
     if memory.is_some() {
         sample_type.push(t.value_type("alloc_space", "bytes"));
     }
+    // GPU busy time (SM use × time) of the stacks the GPU time was charged to.
+    let gpu = p.gpu.as_ref().filter(|g| g.has_data());
+    if gpu.is_some() {
+        sample_type.push(t.value_type("gpu", "nanoseconds"));
+    }
     let n_values = sample_type.len();
 
     // The process, when the profile is of one: several processes' stacks are merged, so
@@ -385,14 +390,29 @@ pub(crate) fn to_proto(p: &Profile) -> proto::Profile {
         common.push(t.label_num("pid", p.meta.pid.into()));
     }
     let mut samples = time_samples(p, &mut t, &starts, split, n_values, &common);
+    let alloc_index = n_values - 1 - usize::from(gpu.is_some());
     for m in memory.iter().flat_map(|m| &m.stacks) {
         let location_id = stack_locations(&mut t, &m.frames, &starts);
         let mut value = vec![0; n_values];
-        value[n_values - 1] = (m.alloc_kib as i64).saturating_mul(1024);
+        value[alloc_index] = (m.alloc_kib as i64).saturating_mul(1024);
         samples.push(proto::Sample {
             location_id,
             value,
             label: common.clone(),
+        });
+    }
+    for g in gpu.iter().flat_map(|g| &g.stacks) {
+        let location_id = stack_locations(&mut t, &g.frames, &starts);
+        let mut value = vec![0; n_values];
+        value[n_values - 1] = nanos(g.gpu_ms / 1e3);
+        let mut label = common.clone();
+        if let Some(tid) = g.native_id {
+            label.push(t.label_num("thread_id", tid.into()));
+        }
+        samples.push(proto::Sample {
+            location_id,
+            value,
+            label,
         });
     }
 
@@ -606,6 +626,46 @@ mod tests {
         assert!(d.sample[..4].iter().all(|s| s.value[5] == 0));
         // <module>:20 is the same location in time and memory stacks.
         assert_eq!(last.location_id[1], d.sample[0].location_id[1]);
+    }
+
+    #[test]
+    fn gpu_time_is_a_value_of_its_own_samples() {
+        use crate::profile::{GpuStack, GpuSummary};
+        let mut p = profile();
+        p.memory = Some(MemorySummary {
+            stacks: vec![MemoryStack {
+                frames: vec![frame("alloc", 2), frame("<module>", 20)],
+                alloc_kib: 3,
+            }],
+            ..Default::default()
+        });
+        p.gpu = Some(GpuSummary {
+            gpu_s: 0.5,
+            stacks: vec![GpuStack {
+                frames: vec![frame("f", 3), frame("<module>", 20)],
+                native_id: Some(7),
+                gpu_ms: 500.0,
+            }],
+            ..Default::default()
+        });
+        let d = to_proto(&p);
+        let ty = types(&d);
+        assert_eq!(
+            &ty[ty.len() - 2..],
+            ["alloc_space/bytes", "gpu/nanoseconds"]
+        );
+        let last = d.sample.last().unwrap();
+        assert_eq!(last.value, [0, 0, 0, 0, 0, 0, 500_000_000]);
+        let mem = &d.sample[d.sample.len() - 2];
+        assert_eq!(mem.value, [0, 0, 0, 0, 0, 3072, 0]);
+        // f:3 under <module>:20 is the same location as the time stack's.
+        assert_eq!(last.location_id, d.sample[0].location_id);
+        // No GPU figures (why not is said in the profile): no gpu value.
+        p.gpu = Some(GpuSummary {
+            unavailable: Some("NVML found no GPU".into()),
+            ..Default::default()
+        });
+        assert_eq!(types(&to_proto(&p)).last().unwrap(), "alloc_space/bytes");
     }
 
     #[test]

@@ -315,6 +315,21 @@ pub fn say(msg: &str) {
     let _ = writeln!(std::io::stderr().lock(), "{msg}");
 }
 
+/// Whether `go` (to read pprof files with `go tool pprof`) is there; if not, says so
+/// (outside CI) or fails (in CI).
+pub fn have_go(test: &str) -> bool {
+    match Command::new("go").arg("version").output() {
+        Ok(o) if o.status.success() => true,
+        _ => {
+            skip_or_fail(
+                test,
+                "no `go` to read pprof files with (Debian package golang-go)",
+            );
+            false
+        }
+    }
+}
+
 /// The profiler binary under test.
 pub fn bin() -> &'static str {
     env!("CARGO_BIN_EXE_scalene-rs")
