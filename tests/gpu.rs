@@ -11,40 +11,9 @@
 mod common;
 
 use serde_json::Value;
-use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::sync::Mutex;
 use std::time::{Duration, Instant};
-
-/// The stand-in library built with `define` (None: the full one), once per test run.
-fn fake_nvml(define: Option<&str>) -> PathBuf {
-    static BUILT: Mutex<Option<HashMap<String, PathBuf>>> = Mutex::new(None);
-    let mut built = BUILT.lock().unwrap_or_else(|e| e.into_inner());
-    let map = built.get_or_insert_with(HashMap::new);
-    let key = define.unwrap_or("full").to_string();
-    if let Some(p) = map.get(&key) {
-        return p.clone();
-    }
-    let dir = common::tempdir("scalene-rs-fake-nvml");
-    let out = dir.join(format!("libfake-nvml-{key}.so"));
-    let mut cc = Command::new("cc");
-    cc.args([
-        "-shared", "-fPIC", "-O2", "-Wall", "-Wextra", "-Werror", "-o",
-    ])
-    .arg(&out)
-    .arg(common::repo_root().join("tests/support/fake_nvml.c"));
-    if let Some(d) = define {
-        cc.arg(format!("-D{d}"));
-    }
-    let status = cc.arg("-lpthread").status().expect("cc");
-    assert!(
-        status.success(),
-        "building the stand-in NVML ({key}) failed"
-    );
-    map.insert(key, out.clone());
-    out
-}
 
 /// One profiled run of the fixture and what came of it.
 struct Recorded {
@@ -135,7 +104,7 @@ const TOLERANCE_PTS: f64 = 5.0;
 
 #[test]
 fn each_line_gets_its_share_of_the_gpu_and_no_other_process_is_charged() {
-    let lib = fake_nvml(None);
+    let lib = common::fake_nvml(None);
     let fx = common::fixture("gpu/phases.py");
     let (gpu80, gpu40, cpu, alloc) = (
         common::mark(&fx, "GPU80"),
@@ -301,9 +270,9 @@ fn failing(
 
 #[test]
 fn nvml_failures_say_why_and_leave_the_profile_intact() {
-    let full = fake_nvml(None);
-    let no_v3 = fake_nvml(Some("FAKE_NVML_NO_V3"));
-    let no_util = fake_nvml(Some("FAKE_NVML_NO_PROCESS_UTILIZATION"));
+    let full = common::fake_nvml(None);
+    let no_v3 = common::fake_nvml(Some("FAKE_NVML_NO_V3"));
+    let no_util = common::fake_nvml(Some("FAKE_NVML_NO_PROCESS_UTILIZATION"));
     let missing = Path::new("/nonexistent/libnvidia-ml.so.1");
     let fx = common::fixture("gpu/phases.py");
     let alloc = common::mark(&fx, "ALLOC");
@@ -435,7 +404,7 @@ fn nvml_failures_say_why_and_leave_the_profile_intact() {
 #[test]
 fn the_terminal_report_shows_gpu_columns_or_says_why_not() {
     let py = one_interpreter();
-    let full = fake_nvml(None);
+    let full = common::fake_nvml(None);
     let fx = common::fixture("gpu/phases.py");
     let dir = common::tempdir("scalene-rs-gpu-term");
     for (lib, fail) in [(full.as_path(), ""), (full.as_path(), "init")] {
@@ -497,7 +466,7 @@ fn go_tool_pprof_reads_the_gpu_time_per_line() {
     let dir = common::tempdir("scalene-rs-gpu-pprof");
     let script = dir.join("script");
     let other = Other::start(&script);
-    let r = record(&py, &fake_nvml(None), &script, &[], &[]);
+    let r = record(&py, &common::fake_nvml(None), &script, &[], &[]);
     drop(other);
     assert_eq!(r.run.code, Some(0), "{}", r.run.describe());
     let pb = as_pprof(&r.profile, &dir);
@@ -556,7 +525,7 @@ fn every_process_of_the_program_is_charged_its_own_gpu_time() {
     cmd.args(["run", "--cpu-only", "-o"])
         .arg(&json)
         .args(["--", "sh", "-c", &both])
-        .env("SCALENE_RS_NVML_LIB", fake_nvml(None))
+        .env("SCALENE_RS_NVML_LIB", common::fake_nvml(None))
         .env("SCALENE_RS_FAKE_NVML_SCRIPT", &script)
         .env("SCALENE_RS_FAKE_NVML_PERIOD_MS", "50")
         .env("GPU_ROUNDS", "1");
@@ -594,7 +563,7 @@ fn attach_charges_the_gpu_time_of_a_running_process() {
     let dir = common::tempdir("scalene-rs-gpu-attach");
     let script = dir.join("script");
     let other = Other::start(&script);
-    let lib = fake_nvml(None);
+    let lib = common::fake_nvml(None);
     // The stand-in answers in the profiler's process: the program only writes the script.
     let mut target = Command::new(&py.path)
         .arg(common::fixture("gpu/phases.py"))

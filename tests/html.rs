@@ -456,3 +456,74 @@ fn golden_profiles_load_in_a_browser() {
         eprintln!("golden profiles in the browser: {ok}");
     }
 }
+
+/// MB as the page writes it (the JSON's value to 2 decimals; one decimal under 10).
+fn mb_text(v: f64) -> String {
+    let v = (v * 100.0).round() / 100.0;
+    if v < 0.05 {
+        String::new()
+    } else if v < 10.0 {
+        format!("{v:.1}M")
+    } else {
+        format!("{}M", v.round())
+    }
+}
+
+#[test]
+fn gpu_columns_charts_and_flame_graph_in_a_browser() {
+    let py = python();
+    let dir = out_dir();
+    let json = dir.join("gpu.json");
+    let html = dir.join("gpu.html");
+    let script = dir.join("gpu.script");
+    let _ = std::fs::remove_file(&script);
+    let fx = common::fixture("gpu/phases.py");
+    let r = Command::new(bin())
+        .args(["run", "--cpu-only", "-o"])
+        .arg(&json)
+        .arg("--")
+        .arg(&py.path)
+        .arg(&fx)
+        .env("SCALENE_RS_NVML_LIB", common::fake_nvml(None))
+        .env("SCALENE_RS_FAKE_NVML_SCRIPT", &script)
+        .env("SCALENE_RS_FAKE_NVML_PERIOD_MS", "50")
+        .env("GPU_ROUNDS", "1")
+        .output()
+        .unwrap();
+    assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
+    let r = Command::new(bin())
+        .arg("view")
+        .arg(&json)
+        .arg("-o")
+        .arg(&html)
+        .output()
+        .unwrap();
+    assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
+    let p: Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let n = common::mark(&fx, "GPU80");
+    let f = p["files"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["filename"].as_str().unwrap().ends_with("phases.py"))
+        .expect("the fixture's file");
+    let l = f["lines"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|l| l["line"].as_u64() == Some(n))
+        .expect("the GPU80 line");
+    let cells = [
+        pct_text(l["gpu_pct"].as_f64().unwrap()),
+        mb_text(l["gpu_mem_peak_mb"].as_f64().unwrap()),
+    ];
+    assert!(cells[0].ends_with('%'), "{cells:?}");
+    let spec = serde_json::json!({
+        "html": html,
+        "screenshot": dir.join("gpu.png"),
+        "gpu": {"file": f["filename"], "line": n, "cells": cells},
+    });
+    if let Some(ok) = check_in_browser("gpu_columns_charts_and_flame_graph_in_a_browser", spec) {
+        eprintln!("GPU report: {ok}");
+    }
+}

@@ -407,7 +407,11 @@ impl Ledger {
                 continue;
             };
             let interval = seen.iter().map(|p| p.interval_us).max().unwrap_or(0);
-            for (p, _) in weigh(seen, pid as i32, interval) {
+            // Threads with a real share of the CPU then (not a pool thread waking).
+            for (p, _) in weigh(seen, pid as i32, interval)
+                .into_iter()
+                .filter(|(_, w)| *w >= MEMORY_MIN_WEIGHT)
+            {
                 if let Some((f, line)) = p.charged.as_ref().and_then(|f| f.line.map(|l| (f, l))) {
                     let e = self.lines.entry((f.filename.clone(), line)).or_default();
                     e.1 = e.1.max(mib);
@@ -673,6 +677,9 @@ fn weigh(positions: Vec<Position>, pid: i32, window_us: u64) -> Vec<(Position, f
         .map(|p| (p, 1.0 / n as f64))
         .collect()
 }
+
+/// A thread's weight (see [`weigh`]) under which a memory reading is not charged to its line.
+const MEMORY_MIN_WEIGHT: f64 = 0.1;
 
 /// Each thread's first position after `at`, if no later than [`STALE_US`] after it.
 fn first_per_thread(q: &VecDeque<Position>, at: u64) -> Vec<Position> {

@@ -242,6 +242,8 @@ fn data(p: &Profile) -> Value {
         .iter()
         .map(|f| json!([f.label, f.text, f.emphasis as u8]))
         .collect();
+    // GPU columns, timeline and flame graph when a GPU was used.
+    let gpu = p.gpu.as_ref().filter(|g| g.has_data());
     // Each line's split (for the time graph) and memory Python share (for the memory graph).
     let mut split_of: HashMap<(&str, u32), ([f64; 3], f64)> = HashMap::new();
     let mut hottest: Option<(usize, u32, f64)> = None;
@@ -285,6 +287,10 @@ fn data(p: &Profile) -> Value {
                             num(m.mem_alloc_mb, 2),
                             Value::Array(m.mem_timeline.iter().map(|x| num(*x, 2)).collect()),
                         ]);
+                    }
+                    if gpu.is_some() {
+                        let g = l.gpu.clone().unwrap_or_default();
+                        row.extend([num(g.gpu_pct, 2), num(g.gpu_mem_peak_mb, 2)]);
                     }
                     Value::Array(row)
                 })
@@ -388,6 +394,23 @@ fn data(p: &Profile) -> Value {
             "tree": mem_tree,
         });
     }
+    if let Some(g) = gpu {
+        let gpu_tree = tree(
+            g.stacks
+                .iter()
+                .map(|s| (&s.frames[..], s.gpu_ms / 1e3, [0.0; 3])),
+            &mut interner,
+            0,
+            1e6,
+        );
+        d["gpu"] = json!({
+            "busy": num(g.gpu_s, 3),
+            "peak": num(g.mem_peak_mb, 2),
+            "timeline": g.timeline.iter().map(|x| json!([num(x[0], 3), num(x[1], 2), num(x[2], 2)])).collect::<Vec<_>>(),
+            "devices": g.devices.iter().map(|d| json!([d.index, d.name, num(d.gpu_s, 3), num(d.mem_peak_mb, 2)])).collect::<Vec<_>>(),
+            "tree": gpu_tree,
+        });
+    }
     if p.processes.len() > 1 {
         d["procs"] = p
             .processes
@@ -400,7 +423,9 @@ fn data(p: &Profile) -> Value {
                     q.samples,
                     num(q.cpu_pct, 2),
                     q.mem_peak_mb.map(|x| num(x, 2)),
-                    q.mem_alloc_mb.map(|x| num(x, 2))
+                    q.mem_alloc_mb.map(|x| num(x, 2)),
+                    q.gpu_pct.map(|x| num(x, 2)),
+                    q.gpu_mem_peak_mb.map(|x| num(x, 2))
                 ])
             })
             .collect();

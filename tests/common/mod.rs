@@ -330,6 +330,37 @@ pub fn have_go(test: &str) -> bool {
     }
 }
 
+/// The stand-in NVML library (tests/support/fake_nvml.c) built with `define` (None: the
+/// full one), once per test run; tests name it with SCALENE_RS_NVML_LIB.
+pub fn fake_nvml(define: Option<&str>) -> PathBuf {
+    static BUILT: std::sync::Mutex<Option<std::collections::HashMap<String, PathBuf>>> =
+        std::sync::Mutex::new(None);
+    let mut built = BUILT.lock().unwrap_or_else(|e| e.into_inner());
+    let map = built.get_or_insert_with(std::collections::HashMap::new);
+    let key = define.unwrap_or("full").to_string();
+    if let Some(p) = map.get(&key) {
+        return p.clone();
+    }
+    let dir = tempdir("scalene-rs-fake-nvml");
+    let out = dir.join(format!("libfake-nvml-{key}.so"));
+    let mut cc = Command::new("cc");
+    cc.args([
+        "-shared", "-fPIC", "-O2", "-Wall", "-Wextra", "-Werror", "-o",
+    ])
+    .arg(&out)
+    .arg(repo_root().join("tests/support/fake_nvml.c"));
+    if let Some(d) = define {
+        cc.arg(format!("-D{d}"));
+    }
+    let status = cc.arg("-lpthread").status().expect("cc");
+    assert!(
+        status.success(),
+        "building the stand-in NVML ({key}) failed"
+    );
+    map.insert(key, out.clone());
+    out
+}
+
 /// The profiler binary under test.
 pub fn bin() -> &'static str {
     env!("CARGO_BIN_EXE_scalene-rs")

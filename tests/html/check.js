@@ -4,7 +4,9 @@
 //
 // SPEC: { html, screenshot, screenshot_at?: "selector" (one screen from there instead of the
 //         full page), chromium, hottest?: {file, line, cells: [..], source?}, markup?: "text",
-//         leak?: {file, line} (the first leak's link must show it), processes?: N }
+//         leak?: {file, line} (the first leak's link must show it), processes?: N,
+//         gpu?: {file, line, cells: [gpu, gpu mem]} (the line's GPU cells; the GPU charts
+//         and flame graph drawn) }
 //    or { smoke: [html, ...], chromium }: each page only loads cleanly.
 // Prints one line "OK <json facts>" on success; on failure prints "FAIL: why" and exits 1.
 "use strict";
@@ -102,6 +104,31 @@ const facts = {};
         if (JSON.stringify(got.cells) !== JSON.stringify(h.cells)) fail(`hottest line ${h.line} shows ${JSON.stringify(got.cells)}, the JSON says ${JSON.stringify(h.cells)}`);
       }
       facts.hottest = got;
+    }
+
+    // A line's GPU cells, the GPU charts and the GPU flame graph.
+    if (spec.gpu) {
+      const g = spec.gpu;
+      const got = await page.evaluate((g) => {
+        const fi = window.scaleneReport.data.files.findIndex((f) => f.n === g.file);
+        const tr = document.getElementById(`L${fi}-${g.line}`);
+        if (!tr) return null;
+        const cells = [...tr.querySelectorAll("td")];
+        const i = cells.findIndex((td) => td.classList.contains("gp"));
+        return {
+          cells: i < 0 ? null : [cells[i].textContent, cells[i + 1].textContent],
+          heads: [...document.querySelectorAll("#F0 table.lines th")].map((th) => th.textContent),
+          charts: document.querySelectorAll("#gpu ~ svg.chart").length,
+        };
+      }, g);
+      if (!got) fail(`GPU line ${g.file}:${g.line} has no row`);
+      else {
+        if (JSON.stringify(got.cells) !== JSON.stringify(g.cells)) fail(`GPU line ${g.line} shows ${JSON.stringify(got.cells)}, the JSON says ${JSON.stringify(g.cells)}`);
+        if (got.charts < 2) fail(`${got.charts} GPU charts (utilization and memory expected)`);
+      }
+      await page.locator("#flame-gpu").scrollIntoViewIfNeeded().catch(() => fail("no GPU flame graph"));
+      await page.waitForSelector("#flame-gpu ~ .fg-holder svg g", { timeout: 5000 }).catch(() => fail("the GPU flame graph drew nothing"));
+      facts.gpu = got;
     }
 
     // Markup in the source shows as text once all lines are shown.

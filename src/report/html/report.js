@@ -6,6 +6,9 @@
   const SVGNS = "http://www.w3.org/2000/svg";
   const app = document.getElementById("app");
   const MEM = !!D.mem;
+  const GPU = !!D.gpu;
+  // Where a line row's GPU values start (after the memory ones, when there are).
+  const GI = MEM ? 10 : 5;
 
   function el(tag, attrs, ...kids) {
     const e = document.createElement(tag);
@@ -64,7 +67,8 @@
       el("span", {}, el("i", { class: "sw sy" }), D.wall ? "system (kernel + off-CPU)" : "system"));
 
   // ---- memory timeline ------------------------------------------------------------------
-  function chart(points, w, h) {
+  function chart(points, w, h, unit) {
+    unit = unit || "MB";
     const s = sv("svg", { class: "chart", width: w, height: h + 28, viewBox: `0 0 ${w} ${h + 28}`, role: "img" });
     const maxT = Math.max(1e-9, ...points.map((p) => p[0]));
     const maxV = Math.max(1e-9, ...points.map((p) => p[1]));
@@ -80,7 +84,7 @@
       e.textContent = str;
       s.append(e);
     };
-    t(46, 16, maxV.toFixed(1) + " MB", "end");
+    t(46, 16, (maxV >= 100 ? Math.round(maxV) : maxV.toFixed(1)) + " " + unit, "end");
     t(46, y(0), "0", "end");
     t(50, h + 26, "0 s");
     t(w - 10, h + 26, maxT.toFixed(2) + " s", "end");
@@ -91,9 +95,17 @@
     app.append(el("div", { class: "note" }, `The program's sampled live footprint; peak ${D.mem.peak.toFixed(1)} MB.`));
     app.append(chart(D.mem.timeline, 760, 140));
   }
+  if (GPU && D.gpu.timeline.length > 1) {
+    section("gpu", "GPU over time");
+    const names = D.gpu.devices.map((d) => d[1]).join(", ");
+    app.append(el("div", { class: "note" }, `How busy the program's processes kept ${names} (SM use, % of one GPU; ${D.gpu.busy.toFixed(2)} GPU-s in all), and the GPU memory they held (peak ${D.gpu.peak.toFixed(0)} MB).`));
+    app.append(chart(D.gpu.timeline.map((p) => [p[0], p[1]]), 760, 100, "%"));
+    app.append(chart(D.gpu.timeline.map((p) => [p[0], p[2]]), 760, 100, "MB"));
+  }
 
   // ---- files and their lines -------------------------------------------------------------
-  // Line rows: [line, py, native, system, source, (memPython, peak, copy, alloc, timeline)].
+  // Line rows: [line, py, native, system, source, (memPython, peak, copy, alloc, timeline),
+  // (gpu %, gpu memory peak)].
   const COLS = [
     { key: "line", title: "Line", get: (r) => r.line, cls: "ln" },
     { key: "py", title: D.unsplit ? "Time Py + native" : "Time Python", get: (r) => r.py, bar: "py" },
@@ -106,6 +118,10 @@
     COLS.push({ key: "tl", title: "timeline", get: (r) => (r.tl ? Math.max(0, ...r.tl) : -1), spark: true });
     COLS.push({ key: "copy", title: "Copy MB/s", get: (r) => r.copy, fmt: (v) => (v >= 0.005 ? v.toFixed(v < 10 ? 2 : 0) : "") });
   }
+  if (GPU) {
+    COLS.push({ key: "gp", title: "GPU", get: (r) => r.gp, bar: "gp" });
+    COLS.push({ key: "gm", title: "GPU mem", get: (r) => r.gm, fmt: mb });
+  }
   COLS.push({ key: "src", title: "Source", get: (r) => r.src, text: true });
 
   const hottest = D.hottest;
@@ -117,6 +133,7 @@
       line: a[0], py: a[1], na: a[2], sy: a[3], src: a[4], prof: true,
       mp: a.length > 5 ? a[5] : 0, peak: a.length > 5 ? a[6] : 0, copy: a.length > 5 ? a[7] : 0,
       alloc: a.length > 5 ? a[8] : 0, tl: a.length > 5 ? a[9] : null,
+      gp: GPU ? a[GI] : 0, gm: GPU ? a[GI + 1] : 0,
     }));
     for (const r of rows) {
       const t = r.py + r.na + r.sy;
@@ -127,7 +144,7 @@
     return rows;
   }
   function blankRow(line, src) {
-    return { line, py: 0, na: 0, sy: 0, mp: 0, peak: 0, copy: 0, alloc: 0, tl: null, src: src || "", prof: false };
+    return { line, py: 0, na: 0, sy: 0, mp: 0, peak: 0, copy: 0, alloc: 0, tl: null, gp: 0, gm: 0, src: src || "", prof: false };
   }
   // The rows to show: profiled lines (and their context), or every line of the file.
   function shownRows(fi, all) {
@@ -350,7 +367,7 @@
   // ---- processes and threads -------------------------------------------------------------------
   if (D.procs) {
     section("processes", "Processes");
-    const rows = D.procs.map((p) => ({ pid: p[0], cmd: p[1], py: p[2], samples: p[3], cpu: p[4], peak: p[5], alloc: p[6] }));
+    const rows = D.procs.map((p) => ({ pid: p[0], cmd: p[1], py: p[2], samples: p[3], cpu: p[4], peak: p[5], alloc: p[6], gp: p[7], gm: p[8] }));
     const cols = [
       { key: "pid", title: "PID", get: (r) => r.pid },
       { key: "cpu", title: "Time", get: (r) => r.cpu, fmt: pct },
@@ -359,6 +376,10 @@
     if (MEM) {
       cols.push({ key: "peak", title: "Peak", get: (r) => r.peak || 0, fmt: mb });
       cols.push({ key: "alloc", title: "Allocated", get: (r) => r.alloc || 0, fmt: mb });
+    }
+    if (GPU) {
+      cols.push({ key: "gp", title: "GPU", get: (r) => r.gp || 0, fmt: pct });
+      cols.push({ key: "gm", title: "GPU mem", get: (r) => r.gm || 0, fmt: mb });
     }
     cols.push({ key: "pyv", title: "Python", get: (r) => r.py, text: true });
     cols.push({ key: "cmd", title: "Command", get: (r) => r.cmd, text: true, render: (r) => el("td", { class: "mono" }, r.cmd) });
@@ -382,7 +403,7 @@
   // ---- flame graphs ---------------------------------------------------------------------------
   // Trees come in preorder: f (frame index, -1 for the root), v (value), c (child count),
   // and the split's shares in percent (p, n, s for time; p for memory).
-  const PY = [63, 127, 196], NA = [58, 154, 91], SY = [217, 130, 43], UNK = [160, 160, 160];
+  const PY = [63, 127, 196], NA = [58, 154, 91], SY = [217, 130, 43], UNK = [160, 160, 160], GPUC = [142, 92, 180];
   function decode(t) {
     const N = t.f.length;
     const kids = new Array(N), depth = new Int32Array(N), parent = new Int32Array(N);
@@ -408,6 +429,7 @@
     return { name: n || "?", where: file + (line ? ":" + line : "") };
   }
   function color(t, i, memory) {
+    if (!t.p) return `rgb(${GPUC[0]},${GPUC[1]},${GPUC[2]})`;
     const p = t.p[i] / 100, n = t.n[i] / 100, s = memory ? 0 : t.s[i] / 100;
     const u = Math.max(0, 1 - p - n - s);
     const c = [0, 1, 2].map((k) => Math.round(p * PY[k] + n * NA[k] + s * SY[k] + u * UNK[k]));
@@ -421,7 +443,9 @@
     const reset = el("button", { type: "button", class: "fg-reset" }, "Reset zoom");
     const info = el("div", { class: "fg-info" }, "Click a frame to zoom in; click the top frame (or Reset zoom) to zoom out.");
     const holder = el("div", { class: "fg-holder" });
-    const lg = memory
+    const lg = memory === "gpu"
+      ? el("div", { class: "legend note" }, el("span", {}, el("i", { class: "sw gp" }), "GPU busy time (SM use × time)"), el("span", {}, "width: GPU time"))
+      : memory
       ? el("div", { class: "legend note" }, el("span", {}, el("i", { class: "sw py" }), "allocated by Python"), el("span", {}, el("i", { class: "sw na" }), "native"), el("span", {}, el("i", { class: "sw unk" }), "unknown"), el("span", {}, "width: KiB allocated"))
       : el("div", { class: "legend note" }, el("span", {}, el("i", { class: "sw py" }), "Python"), el("span", {}, el("i", { class: "sw na" }), "native"), el("span", {}, el("i", { class: "sw sy" }), "system"), el("span", {}, el("i", { class: "sw unk" }), "no split"), el("span", {}, "width: time"));
     app.append(el("div", { class: "fg-bar" }, search, reset), lg, info, holder);
@@ -511,6 +535,10 @@
   if (MEM && D.mem.tree.v.length && D.mem.tree.v[0] > 0) {
     flame("flame-memory", "Flame graph: memory allocated", D.mem.tree, true, (v, tot, t, i) =>
       `${kib(v)}, ${(100 * v / tot).toFixed(1)}% — Python ${t.p[i]}%`);
+  }
+  if (GPU && D.gpu.tree.v.length && D.gpu.tree.v[0] > 0) {
+    flame("flame-gpu", "Flame graph: GPU time", D.gpu.tree, "gpu", (v, tot) =>
+      `${secs(v / 1e6)} of GPU time, ${(100 * v / tot).toFixed(1)}%`);
   }
   window.scaleneReport = { data: D, openLine };
 })();
