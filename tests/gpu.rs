@@ -15,6 +15,14 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
+/// One GPU test at a time: their shares are measured against the truth, and runs competing
+/// for the two cores of a CI machine make the samplers late.
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn turn() -> std::sync::MutexGuard<'static, ()> {
+    ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 /// One profiled run of the fixture and what came of it.
 struct Recorded {
     run: common::Run,
@@ -104,6 +112,7 @@ const TOLERANCE_PTS: f64 = 5.0;
 
 #[test]
 fn each_line_gets_its_share_of_the_gpu_and_no_other_process_is_charged() {
+    let _turn = turn();
     let lib = common::fake_nvml(None);
     let fx = common::fixture("gpu/phases.py");
     let (gpu80, gpu40, cpu, alloc) = (
@@ -112,7 +121,7 @@ fn each_line_gets_its_share_of_the_gpu_and_no_other_process_is_charged() {
         common::mark(&fx, "CPU"),
         common::mark(&fx, "ALLOC"),
     );
-    common::for_each_interpreter_alone(|py| {
+    common::for_each_interpreter(|py| {
         let dir = common::tempdir("scalene-rs-gpu-script");
         let script = dir.join("script");
         let log = dir.join("calls");
@@ -270,6 +279,7 @@ fn failing(
 
 #[test]
 fn nvml_failures_say_why_and_leave_the_profile_intact() {
+    let _turn = turn();
     let full = common::fake_nvml(None);
     let no_v3 = common::fake_nvml(Some("FAKE_NVML_NO_V3"));
     let no_util = common::fake_nvml(Some("FAKE_NVML_NO_PROCESS_UTILIZATION"));
@@ -403,6 +413,7 @@ fn nvml_failures_say_why_and_leave_the_profile_intact() {
 
 #[test]
 fn the_terminal_report_shows_gpu_columns_or_says_why_not() {
+    let _turn = turn();
     let py = one_interpreter();
     let full = common::fake_nvml(None);
     let fx = common::fixture("gpu/phases.py");
@@ -459,6 +470,7 @@ fn as_pprof(p: &Value, dir: &Path) -> PathBuf {
 
 #[test]
 fn go_tool_pprof_reads_the_gpu_time_per_line() {
+    let _turn = turn();
     if !common::have_go("go_tool_pprof_reads_the_gpu_time_per_line") {
         return;
     }
@@ -510,6 +522,7 @@ fn go_tool_pprof_reads_the_gpu_time_per_line() {
 
 #[test]
 fn every_process_of_the_program_is_charged_its_own_gpu_time() {
+    let _turn = turn();
     let py = one_interpreter();
     let dir = common::tempdir("scalene-rs-gpu-procs");
     let script = dir.join("script");
@@ -559,6 +572,7 @@ fn every_process_of_the_program_is_charged_its_own_gpu_time() {
 
 #[test]
 fn attach_charges_the_gpu_time_of_a_running_process() {
+    let _turn = turn();
     let py = one_interpreter();
     let dir = common::tempdir("scalene-rs-gpu-attach");
     let script = dir.join("script");
