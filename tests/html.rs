@@ -93,6 +93,18 @@ fn pct_text(v: f64) -> String {
     }
 }
 
+/// `scalene-rs view JSON -o OUT` (the format from OUT's extension), which must succeed.
+fn view_as(json: &Path, out: &Path) {
+    let r = Command::new(bin())
+        .arg("view")
+        .arg(json)
+        .arg("-o")
+        .arg(out)
+        .output()
+        .unwrap();
+    assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
+}
+
 /// An interpreter to record the fixture with: the newest plain CPython 3 of the matrix.
 fn python() -> common::Interpreter {
     common::interpreters()
@@ -122,14 +134,7 @@ fn fixture_report_in_a_browser() {
         String::from_utf8_lossy(&r.stderr)
     );
     // `view -o X.html` and `--format html` give the same page.
-    let r = Command::new(bin())
-        .arg("view")
-        .arg(&json)
-        .arg("-o")
-        .arg(&html)
-        .output()
-        .unwrap();
-    assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
+    view_as(&json, &html);
     let other = dir.join("fixture.out");
     let r = Command::new(bin())
         .arg("view")
@@ -491,14 +496,7 @@ fn gpu_columns_charts_and_flame_graph_in_a_browser() {
         .output()
         .unwrap();
     assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
-    let r = Command::new(bin())
-        .arg("view")
-        .arg(&json)
-        .arg("-o")
-        .arg(&html)
-        .output()
-        .unwrap();
-    assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
+    view_as(&json, &html);
     let p: Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
     let n = common::mark(&fx, "GPU80");
     let f = p["files"]

@@ -18,9 +18,7 @@
 
 use super::monitor::{DeviceInfo, MemReading, Report, UtilSample};
 use super::Position;
-use crate::profile::{
-    FileProfile, Frame, GpuDevice, GpuStack, GpuSummary, LineGpu, LineProfile, Profile,
-};
+use crate::profile::{Frame, GpuDevice, GpuStack, GpuSummary, LineGpu, Profile};
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::Arc;
 
@@ -602,38 +600,16 @@ impl Ledger {
                 l.gpu.get_or_insert_with(LineGpu::default);
             }
             let mut grown = std::collections::BTreeSet::new();
+            let with_memory = profile.memory.is_some();
             for ((file, line), g) in &result.lines {
-                let fi = match profile.files.iter().position(|f| *f.filename == **file) {
-                    Some(i) => i,
-                    None => {
-                        profile.files.push(FileProfile::new(file));
-                        profile.files.len() - 1
-                    }
-                };
-                let f = &mut profile.files[fi];
-                match f.lines.iter_mut().find(|l| l.line == *line) {
-                    Some(l) => l.gpu = Some(g.clone()),
-                    None => {
-                        grown.insert(fi);
-                        f.lines.push(LineProfile {
-                            line: *line,
-                            source: String::new(),
-                            cpu_python_pct: 0.0,
-                            cpu_native_pct: 0.0,
-                            cpu_system_pct: 0.0,
-                            memory: profile.memory.as_ref().map(|_| Default::default()),
-                            gpu: Some(g.clone()),
-                        });
-                        f.lines.sort_by_key(|l| l.line);
-                    }
+                let (l, added) = profile.line_mut(file, *line);
+                l.gpu = Some(g.clone());
+                if with_memory {
+                    l.memory.get_or_insert_with(Default::default);
                 }
+                grown.extend(added);
             }
-            for fi in grown {
-                let f = &mut profile.files[fi];
-                if let Some(src) = source(&f.filename) {
-                    f.take_source(&src);
-                }
-            }
+            profile.take_sources(grown, source);
             for p in &mut profile.processes {
                 let (pct, peak) = result.procs.get(&p.pid).copied().unwrap_or_default();
                 p.gpu_pct = Some(pct);

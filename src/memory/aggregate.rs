@@ -9,9 +9,7 @@
 //! Must not: read process memory or format output.
 
 use super::ring::{Event, What};
-use crate::profile::{
-    FileProfile, Leak, LineMemory, LineProfile, MemoryStack, MemorySummary, Profile,
-};
+use crate::profile::{Leak, LineMemory, MemoryStack, MemorySummary, Profile};
 use crate::python::Frame;
 use std::collections::HashMap;
 
@@ -347,38 +345,12 @@ impl MemoryAggregator {
                     sampled_frees: freed,
                 });
             }
-            let fi = match profile.files.iter().position(|f| &f.filename == file) {
-                Some(i) => i,
-                None => {
-                    profile.files.push(FileProfile::new(file));
-                    profile.files.len() - 1
-                }
-            };
-            let f = &mut profile.files[fi];
-            match f.lines.iter_mut().find(|l| l.line == *line) {
-                Some(l) => l.memory = Some(mem),
-                None => {
-                    grown.insert(fi);
-                    f.lines.push(LineProfile {
-                        line: *line,
-                        source: String::new(),
-                        cpu_python_pct: 0.0,
-                        cpu_native_pct: 0.0,
-                        cpu_system_pct: 0.0,
-                        memory: Some(mem),
-                        gpu: None,
-                    });
-                    f.lines.sort_by_key(|l| l.line);
-                }
-            }
+            let (l, added) = profile.line_mut(file, *line);
+            l.memory = Some(mem);
+            grown.extend(added);
         }
         // Files that gained lines: their source text and context, once per file.
-        for fi in grown {
-            let f = &mut profile.files[fi];
-            if let Some(src) = source(&f.filename) {
-                f.take_source(&src);
-            }
-        }
+        profile.take_sources(grown, source);
         leaks.sort_by(|a, b| {
             b.likelihood
                 .total_cmp(&a.likelihood)

@@ -643,6 +643,58 @@ pub struct Profile {
     pub gpu: Option<GpuSummary>,
 }
 
+impl Profile {
+    /// Line `line` of `file`, added with no time (and its file with it) when the profile has
+    /// none; the second value is the file's index when the line was added (its source is then
+    /// to be read again: [`Profile::take_sources`]).
+    pub(crate) fn line_mut(&mut self, file: &str, line: u32) -> (&mut LineProfile, Option<usize>) {
+        let fi = match self.files.iter().position(|f| f.filename == file) {
+            Some(i) => i,
+            None => {
+                self.files.push(FileProfile::new(file));
+                self.files.len() - 1
+            }
+        };
+        let f = &mut self.files[fi];
+        let added = match f.lines.iter().position(|l| l.line == line) {
+            Some(_) => None,
+            None => {
+                f.lines.push(LineProfile {
+                    line,
+                    source: String::new(),
+                    cpu_python_pct: 0.0,
+                    cpu_native_pct: 0.0,
+                    cpu_system_pct: 0.0,
+                    memory: None,
+                    gpu: None,
+                });
+                f.lines.sort_by_key(|l| l.line);
+                Some(fi)
+            }
+        };
+        let l = f
+            .lines
+            .iter_mut()
+            .find(|l| l.line == line)
+            .expect("the line was just found or added");
+        (l, added)
+    }
+
+    /// The source text and context of the files at `indices` (files that gained lines).
+    pub(crate) fn take_sources(
+        &mut self,
+        indices: impl IntoIterator<Item = usize>,
+        source: &mut dyn FnMut(&str) -> Option<Vec<String>>,
+    ) {
+        for fi in indices {
+            let f = &mut self.files[fi];
+            if let Some(src) = source(&f.filename) {
+                f.take_source(&src);
+            }
+        }
+    }
+}
+
 /// One process of a profiled program.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ProcessProfile {

@@ -609,9 +609,8 @@ mod tests {
         assert_eq!(name(none.function_id), NO_FRAMES);
     }
 
-    #[test]
-    fn memory_is_a_value_of_its_own_samples() {
-        let mut p = profile();
+    /// `p` with one allocating stack: 3 KiB at f:2 under <module>:20.
+    fn with_memory(mut p: Profile) -> Profile {
         p.memory = Some(MemorySummary {
             stacks: vec![MemoryStack {
                 frames: vec![frame("alloc", 2), frame("<module>", 20)],
@@ -619,6 +618,12 @@ mod tests {
             }],
             ..Default::default()
         });
+        p
+    }
+
+    #[test]
+    fn memory_is_a_value_of_its_own_samples() {
+        let p = with_memory(profile());
         let d = to_proto(&p);
         assert_eq!(types(&d).last().unwrap(), "alloc_space/bytes");
         let last = d.sample.last().unwrap();
@@ -631,14 +636,7 @@ mod tests {
     #[test]
     fn gpu_time_is_a_value_of_its_own_samples() {
         use crate::profile::{GpuStack, GpuSummary};
-        let mut p = profile();
-        p.memory = Some(MemorySummary {
-            stacks: vec![MemoryStack {
-                frames: vec![frame("alloc", 2), frame("<module>", 20)],
-                alloc_kib: 3,
-            }],
-            ..Default::default()
-        });
+        let mut p = with_memory(profile());
         p.gpu = Some(GpuSummary {
             gpu_s: 0.5,
             stacks: vec![GpuStack {

@@ -120,21 +120,27 @@ fn gpu_time_goes_where_the_process_was_and_never_to_another_process() {
     assert!((busy_first - 80.0).abs() < 1.0, "{busy_first}");
 }
 
-#[test]
-fn a_thread_idle_through_a_window_is_left_out_while_another_runs() {
+/// One second of process 7 at 50%: its main thread (7) on line 10, busy or not, and thread
+/// 8 on line 30, `pool` deciding each of its positions.
+fn main_and_pool(main_busy: bool, pool: impl Fn(u64, Position) -> Position) -> GpuResult {
     let mut l = Ledger::new(T0);
     l.take(vec![started()]);
     l.add_ours([(7, Some(T0))]);
     let mut positions = Vec::new();
     for t in (0..1000).step_by(10) {
-        positions.push(pos(t, 7, 7, 10, true));
-        positions.push(pos(t, 7, 8, 30, false));
+        positions.push(pos(t, 7, 7, 10, main_busy));
+        positions.push(pool(t, pos(t, 7, 8, 30, false)));
     }
     l.add_positions(positions);
     for t in (200..=1000).step_by(200) {
         l.take(vec![poll(t + 1, &[(7, t, 50)], &[])]);
     }
-    let r = l.finish(T0 + 1000 * MS, true);
+    l.finish(T0 + 1000 * MS, true)
+}
+
+#[test]
+fn a_thread_idle_through_a_window_is_left_out_while_another_runs() {
+    let r = main_and_pool(true, |_, p| p);
     assert!((line_pct(&r, 10) - 100.0).abs() < 1e-6);
     assert_eq!(line_pct(&r, 30), 0.0);
     // Stacks keep their thread.
@@ -143,19 +149,7 @@ fn a_thread_idle_through_a_window_is_left_out_while_another_runs() {
 
 #[test]
 fn when_every_thread_waits_the_main_thread_is_charged() {
-    let mut l = Ledger::new(T0);
-    l.take(vec![started()]);
-    l.add_ours([(7, Some(T0))]);
-    let mut positions = Vec::new();
-    for t in (0..1000).step_by(10) {
-        positions.push(pos(t, 7, 7, 10, false));
-        positions.push(pos(t, 7, 8, 30, false));
-    }
-    l.add_positions(positions);
-    for t in (200..=1000).step_by(200) {
-        l.take(vec![poll(t + 1, &[(7, t, 50)], &[])]);
-    }
-    let r = l.finish(T0 + 1000 * MS, true);
+    let r = main_and_pool(false, |_, p| p);
     // Thread 7 is process 7's main thread.
     assert!((line_pct(&r, 10) - 100.0).abs() < 1e-6);
     assert_eq!(line_pct(&r, 30), 0.0);
@@ -163,24 +157,13 @@ fn when_every_thread_waits_the_main_thread_is_charged() {
 
 #[test]
 fn a_thread_that_wakes_now_and_then_gets_its_cpu_share_only() {
-    let mut l = Ledger::new(T0);
-    l.take(vec![started()]);
-    l.add_ours([(7, Some(T0))]);
-    let mut positions = Vec::new();
-    for t in (0..1000).step_by(10) {
-        positions.push(pos(t, 7, 7, 10, true));
-        // Seen running at every fifth tick, having used 0.1 ms.
-        let mut p = pos(t, 7, 8, 30, false);
+    // Seen running at every fifth tick, having used 0.1 ms.
+    let r = main_and_pool(true, |t, mut p| {
         if t % 50 == 0 {
             p.cpu_s = 0.0001;
         }
-        positions.push(p);
-    }
-    l.add_positions(positions);
-    for t in (200..=1000).step_by(200) {
-        l.take(vec![poll(t + 1, &[(7, t, 50)], &[])]);
-    }
-    let r = l.finish(T0 + 1000 * MS, true);
+        p
+    });
     assert!(line_pct(&r, 30) < 0.5, "{}", line_pct(&r, 30));
 }
 
@@ -300,18 +283,25 @@ fn history_arriving_late_is_not_taken_for_a_clock_difference() {
     assert_eq!(r.summary.unattributed_s, 0.0);
 }
 
-#[test]
-fn memory_read_just_after_a_line_changed_goes_to_the_new_line() {
+/// A ledger of process 7 (started at T0) whose main thread, busy, is on line 10 up to
+/// `switch_ms` and on line 20 after it, up to `end_ms`.
+fn line_10_then_20(switch_ms: u64, end_ms: u64) -> Ledger {
     let mut l = Ledger::new(T0);
     l.take(vec![started()]);
     l.add_ours([(7, Some(T0))]);
-    // Line 10 until 2000 ms, then line 20, which allocates at once.
     l.add_positions(
-        (0..3000)
+        (0..end_ms)
             .step_by(10)
-            .map(|t| pos(t, 7, 7, if t <= 2000 { 10 } else { 20 }, true))
+            .map(|t| pos(t, 7, 7, if t <= switch_ms { 10 } else { 20 }, true))
             .collect(),
     );
+    l
+}
+
+#[test]
+fn memory_read_just_after_a_line_changed_goes_to_the_new_line() {
+    // Line 10 until 2000 ms, then line 20, which allocates at once.
+    let mut l = line_10_then_20(2000, 3000);
     l.take(vec![poll(1900, &[], &[(7, 512.0)])]);
     // Read 1 ms after the last position on line 10: the memory was there by then.
     l.take(vec![poll(2001, &[], &[(7, 4096.0)])]);
@@ -362,15 +352,7 @@ fn a_clock_behind_ours_is_corrected_too() {
 /// right.
 #[test]
 fn a_new_process_s_first_sample_from_before_it_existed_is_passed_over() {
-    let mut l = Ledger::new(T0);
-    l.take(vec![started()]);
-    l.add_ours([(7, Some(T0))]);
-    l.add_positions(
-        (0..6000)
-            .step_by(10)
-            .map(|t| pos(t, 7, 7, if t <= 3000 { 10 } else { 20 }, true))
-            .collect(),
-    );
+    let mut l = line_10_then_20(3000, 6000);
     l.take(vec![Report::Poll {
         at_us: T0 + 2900 * MS,
         util: vec![UtilSample {
