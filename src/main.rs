@@ -131,7 +131,9 @@ struct RunArgs {
 struct AttachArgs {
     /// The process to profile.
     pid: i32,
-    /// Stop after this many seconds.
+    /// Stop after this many seconds of recording. With memory, they run from when the
+    /// process's memory is counted (or refused, with the reason): loading our library takes
+    /// a moment (at most 2 s), and a short attach still counts memory.
     #[arg(long, value_name = "SECONDS", value_parser = parse_duration)]
     duration: Option<std::time::Duration>,
     /// Profile the process's descendants that run Python too (found as they start).

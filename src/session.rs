@@ -304,6 +304,7 @@ fn record(
             tree: &mut tree,
             fleet: fleet.as_mut(),
             gpu: gpu.as_mut(),
+            settled: None,
         },
         rate,
         &mut || {
@@ -371,6 +372,9 @@ struct Recording<'a> {
     tree: &'a mut ProcessTree,
     fleet: Option<&'a mut Fleet>,
     gpu: Option<&'a mut GpuRecording>,
+    /// `attach`: set to the moment process PID's memory was settled (counted, or refused
+    /// with its reason), from which `--duration` runs.
+    settled: Option<(&'a std::cell::Cell<Option<Instant>>, i32)>,
 }
 
 impl Ticker for Recording<'_> {
@@ -383,6 +387,12 @@ impl Ticker for Recording<'_> {
             sync_memory(self.tree, fleet);
             for line in fleet.take_announcements() {
                 eprintln!("scalene-rs: {line}");
+            }
+            if let Some((at, pid)) = self.settled.filter(|(at, _)| at.get().is_none()) {
+                let root = self.tree.sampling().find(|&(p, _, _)| p == pid);
+                if root.is_none_or(|(_, serial, _)| fleet.settled(serial)) {
+                    at.set(Some(Instant::now()));
+                }
             }
         }
         Ok(more)
@@ -566,6 +576,10 @@ fn wait_forwarding(child: &mut Child) -> Result<ExitStatus> {
     }
 }
 
+/// The longest `attach --duration` waits, past the duration, for memory to be settled
+/// (our library loads within [`crate::memory::inject::PATIENCE`] or is refused).
+const MEMORY_SETTLE_MAX: Duration = Duration::from_secs(3);
+
 /// What `attach` records.
 #[derive(Debug, Clone)]
 pub struct AttachConfig {
@@ -612,14 +626,24 @@ pub fn attach(cfg: &AttachConfig, progress: &mut dyn FnMut(&Stats)) -> Result<(P
     .with_located(proc);
     let duration = cfg.duration;
     let mut gpu = cfg.gpu.as_ref().map(GpuRecording::start);
+    // `--duration` runs from when memory is settled (counted, or refused with its reason),
+    // so that a short attach still counts memory; without memory, from the start.
+    let settled = std::cell::Cell::new(fleet.is_none().then_some(start));
     let result = crate::sampler::drive(
         &mut Recording {
             tree: &mut tree,
             fleet: fleet.as_mut(),
             gpu: gpu.as_mut(),
+            settled: Some((&settled, cfg.pid)),
         },
         cfg.sampler.rate_hz,
-        &mut || !take_pending().is_empty() || duration.is_some_and(|d| start.elapsed() >= d),
+        &mut || {
+            !take_pending().is_empty()
+                || duration.is_some_and(|d| match settled.get() {
+                    Some(t) => t.elapsed() >= d,
+                    None => start.elapsed() >= d + MEMORY_SETTLE_MAX,
+                })
+        },
         progress,
     );
     for line in fleet.iter_mut().flat_map(|f| f.last_announcements()) {

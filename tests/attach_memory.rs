@@ -324,7 +324,8 @@ fn stop_busy(
     Ok((text, status.code(), err))
 }
 
-/// 100 attach/detach cycles (0.2 s each) with memory on a busy multithreaded allocating target, then a
+/// 100 attach/detach cycles (0.05 s each: the duration runs from when memory counts, so even
+/// so short an attach counts) with memory on a busy multithreaded allocating target, then a
 /// profiler SIGKILLed while attached: the target's output, stderr and exit status are those
 /// of an unprofiled run, and every cycle counted memory (the library is loaded once, then
 /// called again).
@@ -348,9 +349,9 @@ fn attach_cycles_and_a_killed_profiler_leave_the_target_unharmed() {
             }
             let json = dir.join(format!("{i}.json"));
             let r = Command::new(common::bin())
-                // Long enough for a few looks for a thread at a safe point (one per 20 ms
-                // scan): 8 threads churning the GIL leave their waits often.
-                .args(["attach", &pid.to_string(), "--duration", "0.2", "-o"])
+                // The duration starts once our library counts: it is no race against the
+                // looks for a thread at a safe point (one per 20 ms scan).
+                .args(["attach", &pid.to_string(), "--duration", "0.05", "-o"])
                 .arg(&json)
                 .output()
                 .map_err(|e| e.to_string())?;
