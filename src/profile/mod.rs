@@ -507,6 +507,10 @@ pub const FULL_SOURCE_MAX_LINES: usize = 20_000;
 /// ...and this many bytes.
 pub const FULL_SOURCE_MAX_BYTES: usize = 1 << 20;
 
+/// The highest line [`FileProfile::known_source`] places (a vector this long of empty
+/// strings is 24 MB).
+pub(crate) const KNOWN_SOURCE_MAX_LINE: u32 = 1_000_000;
+
 /// One line of a source file that the profile carries for context.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SourceLine {
@@ -568,7 +572,9 @@ impl FileProfile {
     }
 
     /// The file's text as far as the profile knows it: line `n` at index `n - 1`, empty
-    /// where it carries nothing; None when it carries no text at all.
+    /// where it carries nothing; None when it carries no text at all. Lines past
+    /// [`KNOWN_SOURCE_MAX_LINE`] are left out (a damaged profile's line 4294967295 must not
+    /// ask for a vector of four billion strings; the line's own `source` still shows).
     pub(crate) fn known_source(&self) -> Option<Vec<String>> {
         let known = self
             .lines
@@ -581,6 +587,9 @@ impl FileProfile {
             let Some(i) = (n as usize).checked_sub(1) else {
                 continue;
             };
+            if n > KNOWN_SOURCE_MAX_LINE {
+                continue;
+            }
             if out.len() <= i {
                 out.resize(i + 1, String::new());
             }

@@ -24,13 +24,31 @@ pub enum ProfileJsonError {
          {supported} (see docs/profile-json.md); use the scalene-rs that wrote the file"
     )]
     UnsupportedVersion { found: String, supported: u32 },
-    /// The right version, but a field is missing or has the wrong type.
-    #[error("malformed scalene-rs profile (schema_version {version}): {source}")]
-    Invalid {
-        version: u32,
-        #[source]
-        source: serde_json::Error,
-    },
+    /// The right version, but a field is missing or has the wrong type: what the reader
+    /// said, on one line and cut to [`MESSAGE_MAX`] characters (it quotes the file's text,
+    /// which may be a megabyte of anything).
+    #[error("malformed scalene-rs profile (schema_version {version}): {message}")]
+    Invalid { version: u32, message: String },
+}
+
+/// The most characters of the file's own text an error message quotes.
+const MESSAGE_MAX: usize = 200;
+
+/// `s` on one line (control and line-separator characters as spaces), cut to
+/// [`MESSAGE_MAX`] characters with an ellipsis.
+fn one_line(s: &str) -> String {
+    let clean = |c: char| {
+        if c.is_control() || c == '\u{2028}' || c == '\u{2029}' {
+            ' '
+        } else {
+            c
+        }
+    };
+    let mut out: String = s.chars().take(MESSAGE_MAX).map(clean).collect();
+    if s.chars().nth(MESSAGE_MAX).is_some() {
+        out.push('…');
+    }
+    out
 }
 
 /// The profile as pretty JSON, fields in their declared order, ending in a newline.
@@ -60,15 +78,14 @@ pub fn from_json(text: &str) -> Result<Profile, ProfileJsonError> {
         .filter(|v| (1..=u64::from(PROFILE_SCHEMA_VERSION)).contains(v))
     else {
         return Err(ProfileJsonError::UnsupportedVersion {
-            found: version.to_string(),
+            found: one_line(&version.to_string()),
             supported: PROFILE_SCHEMA_VERSION,
         });
     };
-    let mut p: Profile =
-        serde_json::from_value(value).map_err(|source| ProfileJsonError::Invalid {
-            version: found as u32,
-            source,
-        })?;
+    let mut p: Profile = serde_json::from_value(value).map_err(|e| ProfileJsonError::Invalid {
+        version: found as u32,
+        message: one_line(&e.to_string()),
+    })?;
     p.schema_version = PROFILE_SCHEMA_VERSION;
     Ok(p)
 }
