@@ -480,3 +480,123 @@ fn a_thread_that_never_waits_gets_no_library_and_a_reason() {
         Ok(line)
     });
 }
+
+/// The interpreters the random-kill test runs on: the newest CPython 3 of this root, and 2.7
+/// (where our library counts through its malloc alone).
+fn kill_test_interpreters() -> Vec<common::Interpreter> {
+    let all = common::interpreters();
+    let newest = all
+        .iter()
+        .rev()
+        .find(|p| supported(p) && p.root.is_none() && !p.is_py2())
+        .cloned();
+    let py2 = all.iter().find(|p| p.is_py2()).cloned();
+    newest.into_iter().chain(py2).collect()
+}
+
+/// A profiler SIGKILLed at random moments of its first 150 ms, 200 times, while it finds the
+/// process, loads our library into it (a thread of the target inside `dlopen` or our entry
+/// point) and starts counting: the target, a waiting main thread and 8 allocating ones,
+/// finishes every time with its own output, stderr and exit status.
+#[test]
+fn a_profiler_killed_at_random_moments_never_harms_the_target() {
+    const KILLS: usize = 200;
+    let pythons = kill_test_interpreters();
+    assert!(
+        !pythons.is_empty(),
+        "no interpreter to run the kill test on"
+    );
+    let mut failures = Vec::new();
+    for py in &pythons {
+        let result = (|| -> Result<String, String> {
+            let plain = unprofiled(py, 0.5)?;
+            let (mut target, out) = busy_target(py)?;
+            let pid = target.id() as i32;
+            let dir = common::tempdir("scalene-rs-attach-kills");
+            let mut rng = common::Rng(0x6b69_6c6c ^ pid as u64);
+            let mut at_ms = Vec::new();
+            for i in 0..KILLS {
+                let wait = rng.below(150);
+                at_ms.push(wait);
+                let mut prof = Command::new(common::bin())
+                    .args(["attach", &pid.to_string(), "-o"])
+                    .arg(dir.join("k.json"))
+                    .stdout(Stdio::null())
+                    .stderr(Stdio::null())
+                    .spawn()
+                    .map_err(|e| e.to_string())?;
+                std::thread::sleep(Duration::from_millis(wait));
+                let _ = prof.kill();
+                let _ = prof.wait();
+                if target.try_wait().map_err(|e| e.to_string())?.is_some() {
+                    return Err(format!(
+                        "the target died after kill {i} (at {wait} ms): {:?}",
+                        target.wait()
+                    ));
+                }
+            }
+            // Past the library's heartbeat limit: whatever attach was killed while counting
+            // has stopped by itself.
+            std::thread::sleep(Duration::from_secs(4));
+            let got = stop_busy(target, out)?;
+            let _ = std::fs::remove_dir_all(&dir);
+            if got != plain {
+                return Err(format!("the target gave {got:?}; unprofiled {plain:?}"));
+            }
+            at_ms.sort_unstable();
+            Ok(format!(
+                "{KILLS} kills from {} to {} ms (median {} ms): the target unharmed",
+                at_ms[0],
+                at_ms[KILLS - 1],
+                at_ms[KILLS / 2]
+            ))
+        })();
+        match result {
+            Ok(s) => common::say(&format!("{}: {s}", py.label)),
+            Err(e) => failures.push(format!("{}: {e}", py.label)),
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+/// The worst moments on purpose (a test hook stalls the profiler there): killed just before
+/// the thread is let run into `dlopen` (its registers already ours), and just after. The
+/// thread comes back through our trampoline by itself: the target finishes as without us.
+#[test]
+fn a_profiler_killed_inside_a_call_never_harms_the_target() {
+    common::for_each_interpreter_alone(|py| {
+        if !supported(py) {
+            return Ok("not supported: see the other test".into());
+        }
+        let plain = unprofiled(py, 0.5)?;
+        let (target, out) = busy_target(py)?;
+        let pid = target.id() as i32;
+        let dir = common::tempdir("scalene-rs-attach-stall");
+        let mut seen = Vec::new();
+        for at in ["before", "after"] {
+            let mut prof = Command::new(common::bin())
+                .args(["attach", &pid.to_string(), "-o"])
+                .arg(dir.join("s.json"))
+                .env("SCALENE_RS_TEST_STALL_CALL", at)
+                .stdout(Stdio::null())
+                .stderr(Stdio::piped())
+                .spawn()
+                .map_err(|e| e.to_string())?;
+            let err = Lines::of(&mut prof);
+            let stalled = err.wait_for("test stall", &mut seen);
+            let _ = prof.kill();
+            let _ = prof.wait();
+            if !stalled {
+                let _ = stop_busy(target, out);
+                return Err(format!("the profiler never stalled {at} a call: {seen:?}"));
+            }
+        }
+        std::thread::sleep(Duration::from_secs(4));
+        let got = stop_busy(target, out)?;
+        let _ = std::fs::remove_dir_all(&dir);
+        if got != plain {
+            return Err(format!("the target gave {got:?}; unprofiled {plain:?}"));
+        }
+        Ok("killed before and inside a call: the target unharmed".into())
+    });
+}

@@ -283,24 +283,27 @@ fn call_attach(pid: i32, base: u64, ring_in_target: &str) -> Result<Option<i32>,
     let Some(mut t) = crate::ptrace::remote::Hijacked::find(pid).map_err(said)? else {
         return Ok(None);
     };
-    attach_call(&mut t, func, ring_in_target).map(Some)
+    attach_call(&mut t, func, ring_in_target)
 }
 
-/// `scalene_rs_attach(ring)` at `func`, called by the stopped thread `t`: its answer.
+/// `scalene_rs_attach(ring)` at `func`, called by the stopped thread `t`: its answer; None
+/// when the thread left its wait since an earlier call (the library is loaded: the next
+/// try calls it with a thread found anew).
 #[cfg(target_arch = "x86_64")]
 fn attach_call(
     t: &mut crate::ptrace::remote::Hijacked,
     func: u64,
     ring_in_target: &str,
-) -> Result<i32, Refusal> {
-    let rax = t
-        .call(
-            func,
-            &[crate::ptrace::remote::DATA],
-            &c_string(ring_in_target),
-        )
-        .map_err(said)?;
-    Ok(rax as u32 as i32)
+) -> Result<Option<i32>, Refusal> {
+    match t.call(
+        func,
+        &[crate::ptrace::remote::DATA],
+        &c_string(ring_in_target),
+    ) {
+        Ok(rax) => Ok(Some(rax as u32 as i32)),
+        Err(e) if crate::ptrace::remote::Hijacked::released(&e) => Ok(None),
+        Err(e) => Err(said(e)),
+    }
 }
 
 /// The C library's loader entry in the process: (address, whether it is glibc's private
@@ -409,7 +412,7 @@ fn load_and_attach(
             .and_then(|m| m.read_u64(handle))
             .map_err(|e| e.to_string())?
     };
-    attach_call(&mut t, base + offset, ring_in_target).map(Some)
+    attach_call(&mut t, base + offset, ring_in_target)
 }
 
 #[cfg(not(target_arch = "x86_64"))]

@@ -9,6 +9,7 @@
 pub(crate) mod pause;
 #[cfg(target_arch = "x86_64")]
 pub(crate) mod remote;
+pub(crate) mod trampoline;
 
 use crate::error::{Error, Result};
 use std::fs::File;

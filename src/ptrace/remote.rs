@@ -16,11 +16,18 @@
 //! run on, so that a lock one of them holds is released while the call waits for it.
 //!
 //! Also: the kernel restarts an interrupted system call by looking at the registers a
-//! thread resumes with; the call runs with `orig_rax = -1` so it does not, and the thread's
-//! own registers, put back afterwards, restart its wait as if nothing happened.
+//! thread resumes with; the call runs with `orig_rax = -1` so it does not.
+//!
+//! The way back needs no tracer: the function returns into our trampoline
+//! (`trampoline.rs`), which puts every register and the vector state back and restarts the
+//! thread's wait by itself, so a profiler SIGKILLed mid-call (or giving up on a call that
+//! takes too long) leaves the thread as if nothing happened. Everything the way back needs
+//! is written before the thread is let run: from the moment its registers are ours, it
+//! returns by itself. Between two calls the thread is stopped again in its wait.
 //!
 //! Must not: stop the target longer than the call takes, or leave a thread with anything
-//! of ours (registers, stack bytes, a pending signal swallowed).
+//! of ours (registers, a pending signal swallowed); stack bytes are written only below the
+//! red zone (memory a thread does not own until it grows its stack there).
 
 use crate::error::{Error, Result};
 use nix::sys::ptrace;
@@ -55,8 +62,14 @@ const RESTART_RESULTS: &[i64] = &[-4, -512, -513, -514, -516];
 const NT_X86_XSTATE: libc::c_int = 0x202;
 /// Room for the XSAVE area (11 KiB with AVX-512; the kernel says how much it filled).
 const XSTATE_BYTES: usize = 64 * 1024;
-/// Longest a call may take before we stop waiting for it.
+/// Longest a call may take before we stop waiting for it (the thread comes back by itself
+/// whenever it returns: see the trampoline).
 const CALL_TIMEOUT: Duration = Duration::from_secs(30);
+/// `SCALENE_RS_TEST_STALL_CALL=before|after`: tests only. Stalls the profiler for a minute
+/// just before (the thread stopped with the call's registers set) or just after the thread
+/// is let run into a call, saying so on stderr, so that a test can kill it at the worst
+/// moment on purpose.
+const STALL_ENV: &str = "SCALENE_RS_TEST_STALL_CALL";
 
 /// Whether a thread blocked in system call `nr` with first two arguments `a0`, `a1` waits
 /// without holding a C-library lock.
@@ -78,6 +91,18 @@ fn in_usable_wait(pid: i32, tid: i32) -> bool {
     crate::proc::blocked_syscall(pid, tid).is_some_and(|(nr, _)| SAFE_SYSCALLS.contains(&nr))
 }
 
+/// Where the hijacked thread is.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum State {
+    /// Stopped in its safe wait; `regs` and `xstate` are its own.
+    Parked,
+    /// Stopped inside a call that went wrong (a fault): `regs`/`xstate` are put back on drop.
+    Faulted,
+    /// Running on its own (back from a call and out of its wait, or a call given up on):
+    /// not ours any more.
+    Released,
+}
+
 /// A thread of the target stopped at a safe point, its state saved; put back as it was and
 /// let go on drop.
 pub(crate) struct Hijacked {
@@ -85,11 +110,12 @@ pub(crate) struct Hijacked {
     tid: Pid,
     regs: libc::user_regs_struct,
     xstate: Vec<u8>,
-    /// Stack bytes we overwrote: (address, original bytes).
-    stack: Option<(u64, Vec<u8>)>,
     old_mask: Option<SigSet>,
     /// The thread is gone or in an unknown state: nothing to put back.
     lost: bool,
+    state: State,
+    /// Where our trampoline is in the process, once written.
+    trampoline: Option<u64>,
 }
 
 impl Hijacked {
@@ -136,13 +162,22 @@ impl Hijacked {
             // SAFETY: an all-zero register set is a valid value; replaced below.
             regs: unsafe { std::mem::zeroed() },
             xstate: Vec::new(),
-            stack: None,
             old_mask: block_termination_signals(),
             lost: false,
+            state: State::Released,
+            trampoline: None,
         };
+        Ok(h.park().then_some(h))
+    }
+
+    /// Stops the (seized) thread and checks it is in a safe wait, its registers and vector
+    /// state saved: Parked. Else it is let go (with the signal it was stopping for, if any)
+    /// and false.
+    fn park(&mut self) -> bool {
+        let t = self.tid;
         if ptrace::interrupt(t).is_err() {
-            h.lost = true;
-            return Ok(None);
+            self.lost = true;
+            return false;
         }
         // The interrupt's stop, or a signal's delivery stop first (then the thread is not
         // where we want it: let it go with its signal).
@@ -151,58 +186,85 @@ impl Hijacked {
                 Ok(WaitStatus::PtraceEvent(..)) => break,
                 Ok(WaitStatus::Stopped(_, sig)) => {
                     let _ = ptrace::detach(t, Some(sig));
-                    h.lost = true;
-                    return Ok(None);
+                    self.lost = true;
+                    return false;
                 }
                 Err(nix::errno::Errno::EINTR) => continue,
                 _ => {
-                    h.lost = true;
-                    return Ok(None);
+                    self.lost = true;
+                    return false;
                 }
             }
         }
         let Ok(regs) = ptrace::getregs(t) else {
-            h.lost = true;
-            return Ok(None);
+            self.lost = true;
+            return false;
         };
-        h.regs = regs;
         let interrupted_wait = RESTART_RESULTS.contains(&(regs.rax as i64))
             && safe_wait(regs.orig_rax as i64, regs.rsi);
-        if !interrupted_wait {
-            return Ok(None);
-        }
-        h.xstate = match get_xstate(t) {
-            Some(x) => x,
-            None => return Ok(None),
+        let xstate = if interrupted_wait {
+            get_xstate(t)
+        } else {
+            None
         };
-        Ok(Some(h))
+        match xstate {
+            Some(x) => {
+                self.regs = regs;
+                self.xstate = x;
+                self.state = State::Parked;
+                true
+            }
+            None => {
+                // Not in a usable wait: let it go as it is.
+                let _ = ptrace::detach(t, None);
+                self.lost = true;
+                self.state = State::Released;
+                false
+            }
+        }
     }
 
     /// Calls `func(args...)` (at most 6 integer arguments) in the thread, with `data`
     /// copied onto its stack first; `args` may name bytes of `data` as [`DATA`]` + offset`.
-    /// Returns the function's `rax`.
+    /// Returns the function's `rax`. The thread returns through our trampoline, which puts
+    /// it back in its wait; then it is stopped there again for the next call (an error if
+    /// it has left its wait meanwhile: [`Hijacked::released`]).
     pub(crate) fn call(&mut self, func: u64, args: &[u64], data: &[u8]) -> Result<u64> {
         assert!(args.len() <= 6);
         let pid = self.pid;
-        // Below the red zone (128 bytes a leaf function may use below rsp), 16-aligned:
-        // the data, then the return address 0, so that rsp ≡ 8 (mod 16) at the entry as
-        // after a `call`.
-        let data_at = (self.regs.rsp - 128 - data.len() as u64 - 64) & !15;
-        let entry_rsp = data_at - 64 - 8;
-        let low = entry_rsp;
-        let high = self.regs.rsp - 128;
-        if self.stack.is_none() {
-            let mem = crate::ptrace::RemoteMemory::new(pid)?;
-            use crate::ptrace::ProcessMemory;
-            let saved = mem.read_vec(low, (high - low) as usize)?;
-            self.stack = Some((low, saved));
+        if self.state != State::Parked {
+            return Err(self.released_error());
         }
-        let mut frame = vec![0u8; (high - low) as usize];
-        let at = (data_at - low) as usize;
-        frame[at..at + data.len()].copy_from_slice(data);
-        // The return address: 0, so the function's `ret` faults at 0 and we get it back.
-        frame[..8].copy_from_slice(&0u64.to_le_bytes());
-        write_memory(pid, low, &frame)?;
+        let trampoline = match self.trampoline {
+            Some(t) => t,
+            None => *self.trampoline.insert(super::trampoline::install(pid)?),
+        };
+        // A wait the kernel would restart is restarted by the trampoline at its `syscall`
+        // instruction: it must be one.
+        let restarts = self.regs.rax as i64 != -(libc::EINTR as i64);
+        if restarts {
+            use crate::ptrace::ProcessMemory;
+            let insn = crate::ptrace::RemoteMemory::new(pid)?.read_vec(self.regs.rip - 2, 2)?;
+            if insn != [0x0f, 0x05] {
+                return Err(Error::BadState {
+                    pid,
+                    why: format!(
+                        "its wait at {:#x} is not a syscall instruction",
+                        self.regs.rip
+                    ),
+                });
+            }
+        }
+        // From the stack pointer down: the red zone (128 bytes a leaf function may use),
+        // the data, the trampoline's block (64-byte aligned), the return address (into the
+        // trampoline; rsp ≡ 8 mod 16 at the function's entry, as after a `call`).
+        let block = super::trampoline::Block::bytes(&self.regs, &self.xstate);
+        let data_at = (self.regs.rsp - 128 - data.len() as u64) & !15;
+        let block_at = (data_at - block.len() as u64) & !63;
+        let entry_rsp = block_at - 8;
+        write_memory(pid, data_at, data)?;
+        write_memory(pid, block_at, &block)?;
+        write_memory(pid, entry_rsp, &trampoline.to_le_bytes())?;
         let mut regs = self.regs;
         let resolve = |a: u64| {
             if a >= DATA && a < DATA + data.len() as u64 + 1 {
@@ -227,13 +289,42 @@ impl Hijacked {
         // No system call restart on resume (the kernel would rewind rip into our function).
         regs.orig_rax = u64::MAX;
         ptrace::setregs(self.tid, regs).map_err(|e| self.os("PTRACE_SETREGS", e))?;
+        // From here on the thread comes back by itself, whatever becomes of us.
+        self.state = State::Faulted;
+        stall_for_tests("before", pid);
         ptrace::cont(self.tid, None).map_err(|e| self.os("PTRACE_CONT", e))?;
+        stall_for_tests("after", pid);
+        let result = self.await_return(block_at)?;
+        // Back in its wait (the trampoline's last instructions take nanoseconds): stopped
+        // there again for the next call.
+        self.state = State::Released;
+        std::thread::sleep(Duration::from_micros(500));
+        self.park();
+        Ok(result)
+    }
+
+    /// Waits for the thread to come back through the trampoline (its block's done word),
+    /// passing on the signals it gets meanwhile; the function's result.
+    fn await_return(&mut self, block_at: u64) -> Result<u64> {
+        use super::trampoline::Block;
+        use crate::ptrace::ProcessMemory;
+        let pid = self.pid;
+        let mem = crate::ptrace::RemoteMemory::new(pid)?;
         let deadline = Instant::now() + CALL_TIMEOUT;
         loop {
             match waitpid(self.tid, Some(WaitPidFlag::__WALL | WaitPidFlag::WNOHANG)) {
                 Ok(WaitStatus::StillAlive) => {
+                    let word = |at: usize| -> Result<u64> {
+                        let b = mem.read_vec(block_at + at as u64, 8)?;
+                        Ok(u64::from_le_bytes(b[..8].try_into().unwrap()))
+                    };
+                    if word(Block::DONE)? == 1 {
+                        return word(Block::RESULT);
+                    }
                     if Instant::now() >= deadline {
-                        // Nothing can be undone now: the thread is inside the function.
+                        // It returns by itself whenever the function does.
+                        self.state = State::Released;
+                        let _ = ptrace::detach(self.tid, None);
                         self.lost = true;
                         return Err(Error::BadState {
                             pid,
@@ -248,11 +339,8 @@ impl Hijacked {
                 Ok(WaitStatus::Stopped(_, Signal::SIGSEGV)) => {
                     let now =
                         ptrace::getregs(self.tid).map_err(|e| self.os("PTRACE_GETREGS", e))?;
-                    if now.rip == 0 {
-                        return Ok(now.rax);
-                    }
-                    // A real fault inside the function: put the thread back rather than
-                    // deliver it (the process would die of it).
+                    // A real fault inside the function: the thread is put back (on drop)
+                    // rather than the fault delivered (the process would die of it).
                     return Err(Error::BadState {
                         pid,
                         why: format!("a call into the process faulted at {:#x}", now.rip),
@@ -279,6 +367,19 @@ impl Hijacked {
         }
     }
 
+    /// Whether `e` says the thread left its wait between two calls (try again later, with
+    /// a thread found anew).
+    pub(crate) fn released(e: &Error) -> bool {
+        matches!(e, Error::BadState { why, .. } if why == RELEASED)
+    }
+
+    fn released_error(&self) -> Error {
+        Error::BadState {
+            pid: self.pid,
+            why: RELEASED.into(),
+        }
+    }
+
     fn os(&self, what: &str, e: nix::errno::Errno) -> Error {
         crate::proc::os_error(self.pid, what, std::io::Error::from_raw_os_error(e as i32))
     }
@@ -288,18 +389,34 @@ impl Hijacked {
 /// (plus an offset): an address no user-space pointer has.
 pub(crate) const DATA: u64 = 0xffff_ff00_0000_0000;
 
+/// Why a call was not made: the thread left its wait after the previous call.
+const RELEASED: &str = "the thread left its wait between two calls";
+
+/// Under [`STALL_ENV`] (tests only): says where we are and sleeps a minute.
+fn stall_for_tests(at: &str, pid: i32) {
+    if std::env::var(STALL_ENV).is_ok_and(|v| v == at) {
+        eprintln!("scalene-rs: test stall {at} a call into process {pid}");
+        std::thread::sleep(Duration::from_secs(60));
+    }
+}
+
 impl Drop for Hijacked {
     fn drop(&mut self) {
-        if !self.lost {
-            if let Some((at, bytes)) = self.stack.take() {
-                let _ = write_memory(self.pid, at, &bytes);
+        match self.state {
+            // Its own registers: let go, it restarts its wait.
+            State::Parked => {
+                let _ = ptrace::detach(self.tid, None);
             }
-            if !self.xstate.is_empty() {
-                set_xstate(self.tid, &mut self.xstate);
+            // Stopped inside a call that faulted: put back as it was.
+            State::Faulted if !self.lost => {
+                if !self.xstate.is_empty() {
+                    set_xstate(self.tid, &mut self.xstate);
+                }
+                let _ = ptrace::setregs(self.tid, self.regs);
+                let _ = ptrace::detach(self.tid, None);
             }
-            let _ = ptrace::setregs(self.tid, self.regs);
+            State::Faulted | State::Released => {}
         }
-        let _ = ptrace::detach(self.tid, None);
         if let Some(old) = self.old_mask.take() {
             let _ = nix::sys::signal::pthread_sigmask(SigmaskHow::SIG_SETMASK, Some(&old), None);
         }

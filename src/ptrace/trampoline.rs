@@ -1,0 +1,282 @@
+//! The way back from a call into the target that needs no tracer: a few instructions of
+//! ours, written once into the target, to which the called function returns. They put the
+//! thread back exactly as it was — vector state, flags, every register, its stack pointer —
+//! and resume its interrupted system call, so the target continues whether or not the
+//! profiler is still there (killed with SIGKILL mid-call, or given up on a call that took
+//! too long). They also leave the function's result and a "done" word where the profiler
+//! reads them.
+//!
+//! Owns: the code ([`CODE`], its assembly below), the layout of the block the profiler
+//! writes on the thread's stack ([`Block`]), and where the code goes ([`install`]): a cave
+//! at the end of the last page of an executable segment of a file the target mapped — bytes
+//! past the segment's end that are mapped but never executed nor read, written through
+//! /proc/PID/mem (which writes into a read-only private mapping by copying its page: only
+//! this process's copy changes, never the file).
+//! Must not: write anywhere a thread may execute or read, or depend on the profiler after
+//! the call has started.
+//!
+//! The code (x86-64, AT&T syntax; `rsp` points at the block when the function returns here):
+//! ```text
+//!     mov    %rax, 144(%rsp)      # the function's result
+//!     movq   $1, 152(%rsp)        # done
+//!     mov    $-1, %eax            # every component of the XSAVE image...
+//!     mov    $-1, %edx
+//!     xrstor64 192(%rsp)          # ...back into the vector registers
+//!     pushq  128(%rsp)            # rflags
+//!     popfq
+//!     mov    0(%rsp), %r15        # then each register
+//!     mov    8(%rsp), %r14
+//!     mov    16(%rsp), %r13
+//!     mov    24(%rsp), %r12
+//!     mov    32(%rsp), %rbp
+//!     mov    40(%rsp), %rbx
+//!     mov    56(%rsp), %r10
+//!     mov    64(%rsp), %r9
+//!     mov    72(%rsp), %r8
+//!     mov    80(%rsp), %rax       # the system call's number (restart) or -EINTR
+//!     mov    88(%rsp), %rcx
+//!     mov    96(%rsp), %rdx
+//!     mov    104(%rsp), %rsi
+//!     mov    112(%rsp), %rdi
+//!     mov    136(%rsp), %r11      # where to resume (r11 and rcx are what the `syscall`
+//!     mov    120(%rsp), %rsp      #  instruction clobbers: free to use)
+//!     jmp    *%r11
+//! ```
+//! The resume address is the thread's `syscall` instruction (its wait starts again, as the
+//! kernel restarts an interrupted wait) or, for a wait that was to fail with EINTR, the
+//! instruction after it with rax = -EINTR. Nothing in the code depends on the call: the
+//! same bytes serve every call, also one that returns after a later call rewrote them.
+
+use crate::error::{Error, Result};
+
+/// The code (see the module's doc; `tests::code_is_its_listing` assembles the listing).
+pub(crate) const CODE: [u8; 132] = [
+    0x48, 0x89, 0x84, 0x24, 0x90, 0x00, 0x00, 0x00, 0x48, 0xc7, 0x84, 0x24, 0x98, 0x00, 0x00, 0x00,
+    0x01, 0x00, 0x00, 0x00, 0xb8, 0xff, 0xff, 0xff, 0xff, 0xba, 0xff, 0xff, 0xff, 0xff, 0x48, 0x0f,
+    0xae, 0xac, 0x24, 0xc0, 0x00, 0x00, 0x00, 0xff, 0xb4, 0x24, 0x80, 0x00, 0x00, 0x00, 0x9d, 0x4c,
+    0x8b, 0x3c, 0x24, 0x4c, 0x8b, 0x74, 0x24, 0x08, 0x4c, 0x8b, 0x6c, 0x24, 0x10, 0x4c, 0x8b, 0x64,
+    0x24, 0x18, 0x48, 0x8b, 0x6c, 0x24, 0x20, 0x48, 0x8b, 0x5c, 0x24, 0x28, 0x4c, 0x8b, 0x54, 0x24,
+    0x38, 0x4c, 0x8b, 0x4c, 0x24, 0x40, 0x4c, 0x8b, 0x44, 0x24, 0x48, 0x48, 0x8b, 0x44, 0x24, 0x50,
+    0x48, 0x8b, 0x4c, 0x24, 0x58, 0x48, 0x8b, 0x54, 0x24, 0x60, 0x48, 0x8b, 0x74, 0x24, 0x68, 0x48,
+    0x8b, 0x7c, 0x24, 0x70, 0x4c, 0x8b, 0x9c, 0x24, 0x88, 0x00, 0x00, 0x00, 0x48, 0x8b, 0x64, 0x24,
+    0x78, 0x41, 0xff, 0xe3,
+];
+
+/// Room the cave must have (the code, rounded up).
+const CAVE_BYTES: u64 = 144;
+
+/// The block the profiler writes on the thread's stack for [`CODE`]: offsets in bytes from
+/// its start, which must be 64-byte aligned (XRSTOR's rule) and is where `rsp` points when
+/// the called function returns.
+pub(crate) struct Block;
+
+impl Block {
+    pub(crate) const R15: usize = 0;
+    pub(crate) const R14: usize = 8;
+    pub(crate) const R13: usize = 16;
+    pub(crate) const R12: usize = 24;
+    pub(crate) const RBP: usize = 32;
+    pub(crate) const RBX: usize = 40;
+    pub(crate) const R10: usize = 56;
+    pub(crate) const R9: usize = 64;
+    pub(crate) const R8: usize = 72;
+    pub(crate) const RAX: usize = 80;
+    pub(crate) const RCX: usize = 88;
+    pub(crate) const RDX: usize = 96;
+    pub(crate) const RSI: usize = 104;
+    pub(crate) const RDI: usize = 112;
+    pub(crate) const RSP: usize = 120;
+    pub(crate) const RFLAGS: usize = 128;
+    pub(crate) const RESUME: usize = 136;
+    /// Written by the code: the function's result, then 1.
+    pub(crate) const RESULT: usize = 144;
+    pub(crate) const DONE: usize = 152;
+    /// The XSAVE image (standard form, as PTRACE_GETREGSET NT_X86_XSTATE gives it).
+    pub(crate) const XSAVE: usize = 192;
+
+    /// The block's bytes for a thread stopped with `regs` in an interrupted system call,
+    /// and its XSAVE image.
+    pub(crate) fn bytes(regs: &libc::user_regs_struct, xsave: &[u8]) -> Vec<u8> {
+        let mut b = vec![0u8; Self::XSAVE + xsave.len()];
+        let mut put = |at: usize, v: u64| b[at..at + 8].copy_from_slice(&v.to_le_bytes());
+        // -EINTR: the wait was to fail (the kernel would not restart it): it returns so.
+        let (rax, resume) = if regs.rax as i64 == -(libc::EINTR as i64) {
+            (regs.rax, regs.rip)
+        } else {
+            // Restarted as the kernel would: the `syscall` instruction (2 bytes) again,
+            // with its number.
+            (regs.orig_rax, regs.rip - 2)
+        };
+        for (at, v) in [
+            (Self::R15, regs.r15),
+            (Self::R14, regs.r14),
+            (Self::R13, regs.r13),
+            (Self::R12, regs.r12),
+            (Self::RBP, regs.rbp),
+            (Self::RBX, regs.rbx),
+            (Self::R10, regs.r10),
+            (Self::R9, regs.r9),
+            (Self::R8, regs.r8),
+            (Self::RAX, rax),
+            (Self::RCX, regs.rcx),
+            (Self::RDX, regs.rdx),
+            (Self::RSI, regs.rsi),
+            (Self::RDI, regs.rdi),
+            (Self::RSP, regs.rsp),
+            (Self::RFLAGS, regs.eflags),
+            (Self::RESUME, resume),
+        ] {
+            put(at, v);
+        }
+        b[Self::XSAVE..].copy_from_slice(xsave);
+        b
+    }
+}
+
+/// One program header's fields that matter here.
+struct Segment {
+    offset: u64,
+    filesz: u64,
+    executable: bool,
+}
+
+/// The program headers of the ELF file mapped at `base` in `pid` (read from its memory:
+/// the first page of a mapped ELF file holds its headers).
+fn segments(mem: &dyn crate::ptrace::ProcessMemory, base: u64) -> Option<Vec<Segment>> {
+    let head = mem.read_vec(base, 64).ok()?;
+    if &head[..4] != b"\x7fELF" || head[4] != 2 {
+        return None;
+    }
+    let u16_at = |b: &[u8], at: usize| u16::from_le_bytes([b[at], b[at + 1]]);
+    let u64_at = |b: &[u8], at: usize| u64::from_le_bytes(b[at..at + 8].try_into().unwrap());
+    let (phoff, phentsize, phnum) = (
+        u64_at(&head, 0x20),
+        u16_at(&head, 0x36) as usize,
+        u16_at(&head, 0x38) as usize,
+    );
+    if phentsize < 56 || phnum == 0 || phnum > 256 {
+        return None;
+    }
+    let table = mem.read_vec(base + phoff, phentsize * phnum).ok()?;
+    Some(
+        table
+            .chunks(phentsize)
+            .filter(|p| u32::from_le_bytes(p[..4].try_into().unwrap()) == 1) // PT_LOAD
+            .map(|p| Segment {
+                offset: u64_at(p, 8),
+                filesz: u64_at(p, 32),
+                executable: u32::from_le_bytes(p[4..8].try_into().unwrap()) & 1 != 0, // PF_X
+            })
+            .collect(),
+    )
+}
+
+/// Where [`CODE`] can go in `pid`: the end of the last page of an executable mapping of a
+/// file, past its segment's last byte, with room for the code.
+fn find_cave(pid: i32) -> Result<u64> {
+    let maps = crate::proc::read_maps(pid)?;
+    let mem = crate::ptrace::RemoteMemory::new(pid)?;
+    for m in maps.iter().filter(|m| m.executable && m.path.is_some()) {
+        let Some(base) = maps
+            .iter()
+            .find(|b| b.path == m.path && b.offset == 0)
+            .map(|b| b.start)
+        else {
+            continue;
+        };
+        let Some(segs) = segments(&mem, base) else {
+            continue;
+        };
+        let map_end_offset = m.offset + (m.end - m.start);
+        for s in segs.iter().filter(|s| s.executable) {
+            let end = s.offset + s.filesz;
+            // The segment must end inside this mapping, leaving room after it.
+            if end <= m.offset || end > map_end_offset {
+                continue;
+            }
+            let code_end = m.start + (end - m.offset);
+            let cave = (m.end - CAVE_BYTES) & !15;
+            if cave >= code_end.next_multiple_of(16) {
+                return Ok(cave);
+            }
+        }
+    }
+    Err(Error::BadState {
+        pid,
+        why: "no room in its code for our way back from a call (no executable segment ends \
+              short of its page)"
+            .into(),
+    })
+}
+
+/// Writes [`CODE`] into a cave of `pid` (again: the bytes are the same every time) and
+/// returns its address.
+pub(crate) fn install(pid: i32) -> Result<u64> {
+    use std::os::unix::fs::FileExt;
+    let at = find_cave(pid)?;
+    let io = |e: std::io::Error| crate::proc::os_error(pid, "writing into /proc/PID/mem", e);
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(format!("/proc/{pid}/mem"))
+        .map_err(io)?;
+    let mut now = [0u8; CODE.len()];
+    f.read_exact_at(&mut now, at).map_err(io)?;
+    if now != CODE {
+        f.write_all_at(&CODE, at).map_err(io)?;
+    }
+    Ok(at)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The bytes are the module doc's listing, assembled (where GNU `as` is there).
+    #[test]
+    fn code_is_its_listing() {
+        let src = include_str!("trampoline.rs");
+        let listing: String = src
+            .lines()
+            .skip_while(|l| !l.contains("```text"))
+            .skip(1)
+            .take_while(|l| !l.contains("```"))
+            .map(|l| l.trim_start_matches("//!").split('#').next().unwrap_or(""))
+            .map(|l| format!("{l}\n"))
+            .collect();
+        let dir = std::env::temp_dir().join(format!("scalene-rs-tramp-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let (s, o, bin) = (dir.join("t.s"), dir.join("t.o"), dir.join("t.bin"));
+        std::fs::write(&s, format!(".text\n{listing}")).unwrap();
+        let ok = |c: &mut std::process::Command| c.status().is_ok_and(|s| s.success());
+        if !ok(std::process::Command::new("as").arg("-o").arg(&o).arg(&s)) {
+            eprintln!("no GNU as: the listing is not assembled");
+            return;
+        }
+        assert!(ok(std::process::Command::new("objcopy")
+            .args(["-O", "binary", "-j", ".text"])
+            .arg(&o)
+            .arg(&bin)));
+        assert_eq!(std::fs::read(&bin).unwrap(), CODE);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn a_wait_to_fail_returns_and_a_restartable_one_restarts() {
+        // SAFETY: an all-zero register set is a valid value.
+        let mut regs: libc::user_regs_struct = unsafe { std::mem::zeroed() };
+        regs.rip = 0x1002;
+        regs.orig_rax = 202;
+        regs.rax = -512i64 as u64;
+        regs.rsp = 0x7000;
+        let b = Block::bytes(&regs, &[7; 64]);
+        let at = |o: usize| u64::from_le_bytes(b[o..o + 8].try_into().unwrap());
+        assert_eq!((at(Block::RAX), at(Block::RESUME)), (202, 0x1000));
+        assert_eq!(at(Block::RSP), 0x7000);
+        assert_eq!(&b[Block::XSAVE..], &[7; 64]);
+        regs.rax = -4i64 as u64;
+        let b = Block::bytes(&regs, &[]);
+        let at = |o: usize| u64::from_le_bytes(b[o..o + 8].try_into().unwrap());
+        assert_eq!((at(Block::RAX) as i64, at(Block::RESUME)), (-4, 0x1002));
+    }
+}
