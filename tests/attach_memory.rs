@@ -600,3 +600,130 @@ fn a_profiler_killed_inside_a_call_never_harms_the_target() {
         Ok("killed before and inside a call: the target unharmed".into())
     });
 }
+
+/// The target's resident memory, kB (VmRSS).
+fn rss_kb(pid: i32) -> Option<u64> {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()?
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()
+}
+
+/// Files of ours (rings, library copies) in the directories attach writes into, named for
+/// one of `profilers`.
+fn leftovers(profilers: &[u32]) -> Vec<String> {
+    let mut found = Vec::new();
+    for dir in ["/dev/shm", "/tmp", "/var/tmp"] {
+        let Ok(entries) = std::fs::read_dir(dir) else {
+            continue;
+        };
+        for e in entries.flatten() {
+            let name = e.file_name().to_string_lossy().into_owned();
+            let ours = profilers.iter().any(|p| {
+                name.starts_with(&format!("scalene-rs-attach-{p}-"))
+                    || name.starts_with(&format!("scalene-rs-ring-{p}-"))
+            });
+            if ours {
+                found.push(format!("{dir}/{name}"));
+            }
+        }
+    }
+    found
+}
+
+/// Soak (issue 21 part 5): SCALENE_RS_SOAK_CYCLES (default 1,000) attach/detach cycles with
+/// memory on the 8-thread allocating target, beside two busy loops: every cycle counts, the
+/// target's RSS stays bounded (said), its output, stderr and exit status are as without us,
+/// and nothing of ours is left behind (files, more than a few ring mappings). On one
+/// interpreter (the newest CPython 3 of this root): the attach path does not depend on it.
+#[test]
+fn soak_of_attach_cycles_leaves_nothing_behind() {
+    let cycles: usize = std::env::var("SCALENE_RS_SOAK_CYCLES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1000);
+    let py = kill_test_interpreters()
+        .into_iter()
+        .next()
+        .expect("a CPython 3 for the soak");
+    let busy: Vec<Child> = (0..2)
+        .map(|_| {
+            Command::new(&py.path)
+                .args(["-c", "while True: pass"])
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    let result = (|| -> Result<String, String> {
+        let plain = unprofiled(&py, 0.5)?;
+        let (mut target, out) = busy_target(&py)?;
+        let pid = target.id() as i32;
+        let dir = common::tempdir("scalene-rs-soak");
+        let mut profilers = Vec::new();
+        let mut rss = Vec::new();
+        let started = Instant::now();
+        for i in 0..cycles {
+            let json = dir.join("s.json");
+            let child = Command::new(common::bin())
+                .args(["attach", &pid.to_string(), "--duration", "0.05", "-o"])
+                .arg(&json)
+                .stdout(Stdio::null())
+                .stderr(Stdio::piped())
+                .spawn()
+                .map_err(|e| e.to_string())?;
+            profilers.push(child.id());
+            let r = child.wait_with_output().map_err(|e| e.to_string())?;
+            let err = String::from_utf8_lossy(&r.stderr);
+            if !r.status.success() || !err.contains(COUNTING) {
+                return Err(format!("cycle {i}: {:?}: {}", r.status, err.trim()));
+            }
+            if target.try_wait().map_err(|e| e.to_string())?.is_some() {
+                return Err(format!("the target ended during cycle {i}"));
+            }
+            if i % (cycles / 10).max(1) == 0 || i + 1 == cycles {
+                rss.push(rss_kb(pid).unwrap_or(0));
+            }
+        }
+        let took = started.elapsed();
+        std::thread::sleep(Duration::from_secs(4));
+        let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap_or_default();
+        let rings = maps
+            .lines()
+            .filter(|l| l.contains("scalene-rs-ring-"))
+            .count();
+        let got = stop_busy(target, out)?;
+        let _ = std::fs::remove_dir_all(&dir);
+        let left = leftovers(&profilers);
+        if got != plain {
+            return Err(format!("the target gave {got:?}; unprofiled {plain:?}"));
+        }
+        if !left.is_empty() || rings > 5 {
+            return Err(format!("left behind: {left:?}; {rings} ring mappings"));
+        }
+        let (first, last) = (rss[0], *rss.last().unwrap());
+        let most = rss.iter().copied().max().unwrap_or(0);
+        // Bounded: the library's own state is a few MB (rings kept: at most 4 of 2 MB).
+        if most > first + 64 * 1024 {
+            return Err(format!(
+                "the target's RSS grew from {first} kB to {most} kB: {rss:?}"
+            ));
+        }
+        Ok(format!(
+            "{cycles} cycles in {took:.0?} beside 2 busy loops: every one counted; target RSS \
+             {first} kB after the first, {last} kB after the last (most {most} kB); {rings} \
+             ring mappings left, no files"
+        ))
+    })();
+    for mut b in busy {
+        let _ = b.kill();
+        let _ = b.wait();
+    }
+    match result {
+        Ok(s) => common::say(&format!("{}: {s}", py.label)),
+        Err(e) => panic!("{}: {e}", py.label),
+    }
+}
