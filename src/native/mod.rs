@@ -1,0 +1,170 @@
+//! Native (C, C++, Rust) stacks of a live process: its modules, their unwind rules and
+//! symbols, and each stopped thread's stack unwound and named.
+//!
+//! Owns: [`NativeProcess`] (one process's modules and unwinder, made before its threads
+//! are paused), [`NativeFrame`] (one named frame) and `NativeStack`; [`NativeCache`]
+//! (images by build id, shared across processes); the parts: `image` (an ELF file's
+//! sections, build id and symbols), `modules` (the files as the target sees them, checked
+//! by build id), `symbols` (sized symbols, demangling), `unwind` (registers and the stack
+//! copy taken while a thread is stopped; framehop's unwinder over the copy).
+//! Must not: know about Python (the merge with Python frames is `python::native`), pause
+//! threads (the caller holds them), or format output.
+//!
+//! Addresses follow the glossary in `elf`: AVMA (in the process), SVMA (in the ELF file),
+//! bias = AVMA − SVMA per loaded module.
+
+mod image;
+mod modules;
+mod symbols;
+mod unwind;
+
+use crate::error::Result;
+use crate::proc::ns::Namespaces;
+use crate::proc::MapEntry;
+use crate::ptrace::pause::PausedThreads;
+use crate::ptrace::ProcessMemory;
+pub use modules::NativeCache;
+use modules::{FileState, Modules};
+use std::sync::Arc;
+pub(crate) use unwind::Capture;
+use unwind::{End, Unwinder};
+
+/// One native frame, named as well as the module's file allows.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct NativeFrame {
+    /// AVMA: the instruction pointer for the innermost frame, a return address for the
+    /// others.
+    pub(crate) address: u64,
+    /// The function whose symbol covers the address, demangled (C++, Rust); None when no
+    /// symbol does (a stripped library's internal function: `module+0xOFFSET`).
+    pub(crate) symbol: Option<Arc<str>>,
+    /// The file name of the module (`libc.so.6`, `[vdso]`); None for an address in no
+    /// module (generated code).
+    pub(crate) module: Option<Arc<str>>,
+    /// SVMA of `address` in its module (what `addr2line -e MODULE` takes); the address
+    /// itself when it is in no module.
+    pub(crate) offset: u64,
+    /// Why the module's file was not used to name the frame (it changed on disk since it
+    /// was loaded, or could not be read); absent when it was.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) module_note: Option<Arc<str>>,
+}
+
+impl NativeFrame {
+    /// `symbol`, or `module+0xOFFSET`, or the bare address.
+    pub(crate) fn label(&self) -> String {
+        match (&self.symbol, &self.module) {
+            (Some(s), _) => s.to_string(),
+            (None, Some(m)) => format!("{m}+{:#x}", self.offset),
+            (None, None) => format!("{:#x}", self.address),
+        }
+    }
+}
+
+/// Each paused thread's capture (by kernel id), or why it has none.
+pub(crate) type Captures = Vec<(i32, std::result::Result<Capture, String>)>;
+
+/// One thread's native stack, innermost first.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct NativeStack {
+    pub(crate) frames: Vec<NativeFrame>,
+    /// Each frame's stack pointer (AVMA): frame `i`'s locals lie in `[sps[i], sps[i + 1])`.
+    pub(crate) sps: Vec<u64>,
+    /// The thread's stack as copied: from its stack pointer to the end of its mapping.
+    pub(crate) stack_range: std::ops::Range<u64>,
+    /// The stack was deeper than [`unwind::MAX_NATIVE_FRAMES`] and was cut.
+    pub(crate) truncated: bool,
+    /// The unwinder could go no further before the outermost frame: why.
+    pub(crate) stopped: Option<String>,
+}
+
+/// One process's modules and unwinder: made before its threads are paused (reading
+/// /proc/PID/maps and opening files takes milliseconds), used while they are (capture)
+/// and after (unwinding and naming).
+pub struct NativeProcess {
+    pid: i32,
+    maps: Vec<MapEntry>,
+    modules: Modules,
+    unwinder: Unwinder,
+}
+
+impl NativeProcess {
+    /// Reads process `pid`'s map and modules (images from `cache` when it has them).
+    pub(crate) fn new(
+        pid: i32,
+        mem: &dyn ProcessMemory,
+        ns: Namespaces,
+        cache: &mut NativeCache,
+    ) -> Result<NativeProcess> {
+        let maps = crate::proc::read_maps(pid)?;
+        let modules = Modules::read(pid, &maps, mem, ns, cache);
+        let unwinder = Unwinder::new(&modules);
+        Ok(NativeProcess {
+            pid,
+            maps,
+            modules,
+            unwinder,
+        })
+    }
+
+    /// Takes the registers and stack of every thread `paused` holds (call it while they
+    /// are stopped): one capture, or why there is none, per thread.
+    pub(crate) fn capture_all(&self, paused: &PausedThreads, mem: &dyn ProcessMemory) -> Captures {
+        paused
+            .tids()
+            .into_iter()
+            .map(|tid| (tid, unwind::capture(self.pid, tid, paused, mem, &self.maps)))
+            .collect()
+    }
+
+    /// Unwinds a capture and names its frames.
+    pub(crate) fn stack(&mut self, cap: &Capture) -> NativeStack {
+        let unwound = self.unwinder.unwind(cap);
+        let frames = unwound
+            .frames
+            .iter()
+            .map(|f| self.name(f.address(), f.address_for_lookup()))
+            .collect();
+        let (truncated, stopped) = match unwound.end {
+            End::Complete => (false, None),
+            End::Truncated => (true, None),
+            End::Stopped(why) => (false, Some(why)),
+        };
+        NativeStack {
+            frames,
+            sps: unwound.sps,
+            stack_range: cap.stack_range(),
+            truncated,
+            stopped,
+        }
+    }
+
+    /// Names the frame at `address`; `lookup` is the address inside the instruction that
+    /// made the call (a return address minus one), which is what a symbol must cover.
+    fn name(&self, address: u64, lookup: u64) -> NativeFrame {
+        let Some(m) = self.modules.find(lookup) else {
+            return NativeFrame {
+                address,
+                symbol: None,
+                module: None,
+                offset: address,
+                module_note: None,
+            };
+        };
+        let symbol = m.image.as_ref().and_then(|image| {
+            let found = image.symbols().find(lookup.wrapping_sub(m.bias))?;
+            Some(Arc::from(symbols::demangle(image.symbol_name(found.name))))
+        });
+        let module_note = match &m.state {
+            FileState::Loaded => None,
+            FileState::Changed(why) | FileState::Unreadable(why) => Some(Arc::from(why.as_str())),
+        };
+        NativeFrame {
+            address,
+            symbol,
+            module: Some(m.name.clone()),
+            offset: address.wrapping_sub(m.bias),
+            module_note,
+        }
+    }
+}
