@@ -83,6 +83,9 @@ pub(crate) struct NativeStack {
 /// and after (unwinding and naming).
 pub struct NativeProcess {
     pid: i32,
+    /// How long the last [`NativeProcess::capture_all`] took: what `--native` adds to the
+    /// time the threads are stopped.
+    last_capture: std::time::Duration,
     maps: Vec<MapEntry>,
     modules: Modules,
     unwinder: Unwinder,
@@ -101,6 +104,7 @@ impl NativeProcess {
         let unwinder = Unwinder::new(&modules);
         Ok(NativeProcess {
             pid,
+            last_capture: std::time::Duration::ZERO,
             maps,
             modules,
             unwinder,
@@ -109,12 +113,25 @@ impl NativeProcess {
 
     /// Takes the registers and stack of every thread `paused` holds (call it while they
     /// are stopped): one capture, or why there is none, per thread.
-    pub(crate) fn capture_all(&self, paused: &PausedThreads, mem: &dyn ProcessMemory) -> Captures {
-        paused
+    pub(crate) fn capture_all(
+        &mut self,
+        paused: &PausedThreads,
+        mem: &dyn ProcessMemory,
+    ) -> Captures {
+        let start = std::time::Instant::now();
+        let captures = paused
             .tids()
             .into_iter()
             .map(|tid| (tid, unwind::capture(self.pid, tid, paused, mem, &self.maps)))
-            .collect()
+            .collect();
+        self.last_capture = start.elapsed();
+        captures
+    }
+
+    /// How long the last capture of every thread's registers and stack took (the threads
+    /// were stopped meanwhile).
+    pub fn last_capture_time(&self) -> std::time::Duration {
+        self.last_capture
     }
 
     /// Unwinds a capture and names its frames.

@@ -9,8 +9,8 @@
 pub mod linetable;
 mod native;
 mod process;
-pub use native::take_native_snapshot;
 pub(crate) use native::StackEntry;
+pub use native::{native_process, take_native_snapshot, take_native_snapshot_with};
 mod stack;
 mod strings;
 pub(crate) mod version;
@@ -142,7 +142,7 @@ pub fn take_snapshot(
 
 /// Native captures, taken during the pause of a blocking read: the process's modules and
 /// where its threads' captures go.
-pub(crate) type NativeCapture<'a> = Option<(&'a NativeProcess, &'a mut Captures)>;
+pub(crate) type NativeCapture<'a> = Option<(&'a mut NativeProcess, &'a mut Captures)>;
 
 /// Like [`take_snapshot`], with the threads' scheduler states already read by the caller
 /// (the sampler reads them together with CPU times).
@@ -464,7 +464,7 @@ fn read_blocking(
     walker: &mut StackWalker,
     tids: &[i32],
     opcodes: Option<&crate::python_bindings::opcodes::Opcodes>,
-    mut native: Option<&mut (&NativeProcess, &mut Captures)>,
+    mut native: Option<&mut (&mut NativeProcess, &mut Captures)>,
 ) -> Result<Vec<ThreadResult>> {
     let mut pauses = 0;
     loop {

@@ -29,9 +29,9 @@ use std::collections::{HashMap, HashSet};
 /// Most `_PyCFrame`s followed on one thread (a chain longer than this is torn).
 const MAX_CFRAMES: usize = 1 << 16;
 
-/// Like [`super::take_snapshot`], with every thread's native frames (`dump --native`): the threads
-/// are paused whatever `opts.mode` says, each one's registers and stack copied, and once
-/// they run again each stack is unwound and merged with its Python frames. Images come
+/// Like [`super::take_snapshot`], with every thread's native frames (`dump --native`): the
+/// threads are paused whatever `opts.mode` says, each one's registers and stack copied, and
+/// once they run again each stack is unwound and merged with its Python frames. Images come
 /// from `cache` when it has them (by build id).
 pub fn take_native_snapshot(
     proc: &PythonProcess,
@@ -39,19 +39,41 @@ pub fn take_native_snapshot(
     cache: &mut NativeCache,
     opts: &SnapshotOptions,
 ) -> Result<Snapshot> {
-    let mut process = NativeProcess::new(proc.pid, &proc.mem, proc.namespaces, cache)?;
+    let mut process = native_process(proc, cache)?;
+    take_native_snapshot_with(proc, walker, &mut process, opts)
+}
+
+/// The modules of `proc`'s process, for [`take_native_snapshot_with`] (read once, used for
+/// many snapshots while the process maps nothing new).
+pub fn native_process(proc: &PythonProcess, cache: &mut NativeCache) -> Result<NativeProcess> {
+    NativeProcess::new(proc.pid, &proc.mem, proc.namespaces, cache)
+}
+
+/// [`take_native_snapshot`] with the modules already read.
+pub fn take_native_snapshot_with(
+    proc: &PythonProcess,
+    walker: &mut StackWalker,
+    process: &mut NativeProcess,
+    opts: &SnapshotOptions,
+) -> Result<Snapshot> {
     let opts = SnapshotOptions {
         mode: ReadMode::Paused,
         ..opts.clone()
     };
     let mut captures = Vec::new();
     let anchors = std::mem::replace(&mut walker.want_anchors, true);
-    let snap = super::snapshot(proc, walker, &opts, None, Some((&process, &mut captures)));
+    let snap = super::snapshot(
+        proc,
+        walker,
+        &opts,
+        None,
+        Some((&mut *process, &mut captures)),
+    );
     walker.want_anchors = anchors;
     let mut snap = snap?;
     attach(
         &mut snap,
-        &mut process,
+        process,
         captures,
         (proc.version.major, proc.version.minor),
         opts.thread_names,
