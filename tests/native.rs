@@ -67,6 +67,7 @@ struct DThread {
 #[derive(Deserialize, Debug)]
 struct View {
     merged: bool,
+    truncated: bool,
     stack: Vec<Entry>,
     #[serde(default)]
     unmerged: Option<String>,
@@ -93,6 +94,8 @@ struct NFrame {
     symbol: Option<String>,
     module: Option<String>,
     offset: u64,
+    #[serde(default)]
+    module_note: Option<String>,
 }
 
 impl Entry {
@@ -204,11 +207,27 @@ fn include_dir(interp: &Interpreter, own: &str) -> Result<PathBuf, String> {
 /// Returns the directory and the extension's file name.
 fn build_ext(interp: &Interpreter, strip: bool) -> Result<(PathBuf, String), String> {
     let (inc, suffix) = sysconfig(interp)?;
-    let include = include_dir(interp, &inc)?;
     let dir = common::tempdir(&format!("scalene-rs-native-{}", interp.label));
     let name = format!("spinext{suffix}");
-    let out = dir.join(&name);
+    compile_ext(interp, &inc, &dir.join(&name), &[])?;
+    if strip {
+        let s = Command::new("strip")
+            .arg("--strip-all")
+            .arg(dir.join(&name))
+            .status()
+            .map_err(|e| format!("cannot run strip: {e}"))?;
+        if !s.success() {
+            return Err(format!("strip --strip-all {name} failed"));
+        }
+    }
+    Ok((dir, name))
+}
+
+/// Compiles fixtures/native/spinext.c into `out` with the extra `flags`.
+fn compile_ext(interp: &Interpreter, inc: &str, out: &Path, flags: &[&str]) -> Result<(), String> {
+    let include = include_dir(interp, inc)?;
     let mut cc = Command::new("cc");
+    cc.args(flags);
     cc.args([
         "-shared",
         "-fPIC",
@@ -225,7 +244,7 @@ fn build_ext(interp: &Interpreter, strip: bool) -> Result<(PathBuf, String), Str
     }
     cc.arg(common::fixture("native/spinext.c"))
         .arg("-o")
-        .arg(&out)
+        .arg(out)
         .arg("-lpthread");
     let run = cc.output().map_err(|e| format!("cannot run cc: {e}"))?;
     if !run.status.success() {
@@ -235,17 +254,7 @@ fn build_ext(interp: &Interpreter, strip: bool) -> Result<(PathBuf, String), Str
             String::from_utf8_lossy(&run.stderr)
         ));
     }
-    if strip {
-        let s = Command::new("strip")
-            .arg("--strip-all")
-            .arg(&out)
-            .status()
-            .map_err(|e| format!("cannot run strip: {e}"))?;
-        if !s.success() {
-            return Err(format!("strip --strip-all {} failed", out.display()));
-        }
-    }
-    Ok((dir, name))
+    Ok(())
 }
 
 // ---------------------------------------------------------------------------------------
@@ -412,6 +421,14 @@ fn check_spin(d: &Dump, ext: &str, names: [Option<&str>; 4]) -> Result<String, S
     }
     if next_py != want_py.len() {
         return fail("caller and <module> are not both there".into());
+    }
+    // Every file read is the one loaded (chrooted interpreters: the root's, not ours).
+    if let Some(f) = stack
+        .iter()
+        .filter_map(Entry::native)
+        .find(|f| f.module_note.is_some())
+    {
+        return fail(format!("{:?}: {:?}", f.module, f.module_note));
     }
     let last = stack.last().and_then(Entry::native);
     if last.and_then(|f| f.symbol.as_deref()) != Some("_start") {
@@ -606,6 +623,265 @@ fn qsort_with_a_python_comparator_that_calls_zlib() {
             return fail(&format!("Python frames {py:?}"));
         }
         Ok(format!("{} frames, {tries} dump(s)", stack.len()))
+    });
+}
+
+/// The Python frames of a merged stack, as (function, line).
+fn python_frames(stack: &[Entry]) -> Vec<(&str, Option<i64>)> {
+    stack
+        .iter()
+        .filter_map(Entry::python)
+        .map(|p| (p.function.as_str(), p.line))
+        .collect()
+}
+
+/// Four Python threads in C at once (the GIL released): each one's stack exact, the main
+/// thread's (joining) merged too.
+#[test]
+fn four_threads_in_native_code_at_once() {
+    let released = mark("native/spin.py", "released");
+    common::for_each_interpreter(|interp| {
+        let (dir, ext) = build_ext(interp, false)?;
+        let args = [dir.to_str().unwrap(), "threads4"];
+        let target = Target::start(interp, &common::fixture("native/spin.py"), &args)?;
+        let spinning = |t: &DThread| {
+            t.native
+                .stack
+                .first()
+                .and_then(Entry::native)
+                .and_then(|f| f.symbol.as_deref())
+                == Some("spin_inner")
+        };
+        let (d, tries) = dump_until(target.pid, |d| {
+            d.threads.iter().filter(|t| spinning(t)).count() == 4
+        })?;
+        let workers: Vec<&DThread> = d.threads.iter().filter(|t| spinning(t)).collect();
+        if workers.len() != 4 {
+            return Err(format!(
+                "{} threads in spin_inner after {tries} dumps",
+                workers.len()
+            ));
+        }
+        let want = ["spin_inner", "spin_static", "spin_outer", "spin_released"];
+        for t in &workers {
+            let stack = &t.native.stack;
+            let names: Vec<Option<&str>> = stack[..4]
+                .iter()
+                .map(|e| {
+                    e.native()
+                        .filter(|f| f.module.as_deref() == Some(ext.as_str()))
+                })
+                .map(|f| f.and_then(|f| f.symbol.as_deref()))
+                .collect();
+            let py = python_frames(stack);
+            if !t.native.merged
+                || names != want.map(Some)
+                || py.first() != Some(&("worker", Some(released)))
+            {
+                return Err(format!(
+                    "a worker's stack: {:?}\n{}",
+                    t.native.unmerged,
+                    show(stack)
+                ));
+            }
+        }
+        if d.native.merged != d.threads.len() {
+            return Err(format!(
+                "merged on {} of {} threads",
+                d.native.merged,
+                d.threads.len()
+            ));
+        }
+        let _ = std::fs::remove_dir_all(&dir);
+        Ok(format!("{} threads merged", d.threads.len()))
+    });
+}
+
+/// A recursion through C at every level (fixtures/native/spin.py's `deep`): every level's
+/// Python frame, each with the extension's `call_python` frame between it and the next;
+/// cut with `--max-depth`, merged as far as it goes and marked truncated.
+#[test]
+fn deep_recursion_through_c_merges_whole_and_cut() {
+    let (bottom, recurse) = (
+        mark("native/spin.py", "bottom"),
+        mark("native/spin.py", "recurse"),
+    );
+    const DEPTH: usize = 400;
+    common::for_each_interpreter(|interp| {
+        let (dir, _ext) = build_ext(interp, false)?;
+        let args = [dir.to_str().unwrap(), "deep"];
+        let target = Target::start(interp, &common::fixture("native/spin.py"), &args)?;
+        let at_bottom = |d: &Dump| {
+            d.threads.iter().any(|t| {
+                t.native
+                    .stack
+                    .first()
+                    .and_then(Entry::native)
+                    .and_then(|f| f.symbol.as_deref())
+                    == Some("spin_inner")
+            })
+        };
+        let (d, tries) = dump_until(target.pid, at_bottom)?;
+        let t = &d.threads[0];
+        let stack = &t.native.stack;
+        if !t.native.merged || t.native.truncated {
+            return Err(format!("{:?} after {tries} dumps", t.native.unmerged));
+        }
+        let py = python_frames(stack);
+        let mut want = vec![("deep", Some(bottom))];
+        want.extend(std::iter::repeat_n(("deep", Some(recurse)), DEPTH));
+        want.push(("<module>", Some(mark("native/spin.py", "deep"))));
+        if py != want {
+            return Err(format!(
+                "{} Python frames, not the {} expected",
+                py.len(),
+                want.len()
+            ));
+        }
+        // Between two levels, the extension's call_python frame, once.
+        let mut between = 0;
+        for e in stack.iter().skip_while(|e| e.python().is_none()) {
+            match e {
+                Entry::Python(p) if p.function == "deep" => {
+                    if between > 1 {
+                        return Err("two call_python frames between two levels".into());
+                    }
+                    between = 0;
+                }
+                Entry::Native(f) if f.symbol.as_deref() == Some("call_python") => between += 1,
+                _ => {}
+            }
+        }
+        let calls = stack
+            .iter()
+            .filter(|e| e.native().and_then(|f| f.symbol.as_deref()) == Some("call_python"))
+            .count();
+        if calls != DEPTH {
+            return Err(format!("{calls} call_python frames for {DEPTH} levels"));
+        }
+        // Cut at 50 Python frames: merged as far as it goes, and said.
+        let run = dump(&[
+            "--native",
+            "--json",
+            "--max-depth",
+            "50",
+            &target.pid.to_string(),
+        ]);
+        let cut: Dump = serde_json::from_str(&run.stdout)
+            .map_err(|e| format!("--max-depth 50: {e}: {}", run.describe()))?;
+        let v = &cut.threads[0].native;
+        let n = python_frames(&v.stack).len();
+        if !v.merged || !v.truncated || n == 0 || n > 50 {
+            return Err(format!(
+                "--max-depth 50: merged {}, truncated {}, {n} Python frames: {:?}",
+                v.merged, v.truncated, v.unmerged
+            ));
+        }
+        let _ = std::fs::remove_dir_all(&dir);
+        Ok(format!(
+            "{} frames, {n} Python frames when cut at 50",
+            stack.len()
+        ))
+    });
+}
+
+/// The extension is replaced on disk (by rename, as installers do) while loaded, by a build
+/// with another build id. Read through the mapped file itself (map_files), its frames keep
+/// their names and say that the file changed on disk. Without CAP_SYS_ADMIN and
+/// CAP_CHECKPOINT_RESTORE (no map_files),
+/// only the new file at its path is there: its build id is not the one loaded, so it is
+/// not read for names (frames by offset, saying why), and the merge stands.
+#[test]
+fn an_extension_replaced_on_disk_is_never_named_from_the_new_file() {
+    common::for_each_interpreter(|interp| {
+        let (inc, _) = sysconfig(interp)?;
+        let (dir, ext) = build_ext(interp, false)?;
+        let target = Target::start(
+            interp,
+            &common::fixture("native/spin.py"),
+            &[dir.to_str().unwrap()],
+        )?;
+        let in_spin = |d: &Dump| {
+            d.threads.iter().any(|t| {
+                t.native
+                    .stack
+                    .first()
+                    .and_then(Entry::native)
+                    .and_then(|f| f.symbol.as_deref())
+                    == Some("spin_inner")
+            })
+        };
+        dump_until(target.pid, in_spin)?;
+        let fresh = dir.join("variant.so");
+        compile_ext(interp, &inc, &fresh, &["-DSPINEXT_VARIANT"])?;
+        std::fs::rename(&fresh, dir.join(&ext)).map_err(|e| e.to_string())?;
+        let ext_frames = |d: &Dump| -> Vec<NFrame> {
+            d.threads[0]
+                .native
+                .stack
+                .iter()
+                .filter_map(Entry::native)
+                .filter(|f| f.module.as_deref() == Some(ext.as_str()))
+                .cloned()
+                .collect()
+        };
+        let (d, _) = dump_until(target.pid, |_| true)?;
+        let frames = ext_frames(&d);
+        let names: Vec<Option<&str>> = frames.iter().map(|f| f.symbol.as_deref()).collect();
+        if names
+            != [
+                Some("spin_inner"),
+                Some("spin_static"),
+                Some("spin_outer"),
+                Some("spin"),
+            ]
+            || !frames.iter().all(|f| {
+                f.module_note
+                    .as_deref()
+                    .is_some_and(|n| n.contains("replaced"))
+            })
+        {
+            return Err(format!("read through map_files: {frames:?}"));
+        }
+        if interp.root.is_some() {
+            // Chrooted: without CAP_SYS_ADMIN its files are out of reach altogether.
+            return Ok("named from the loaded file".into());
+        }
+        let mut cmd = Command::new("setpriv");
+        // Opening map_files takes CAP_SYS_ADMIN or CAP_CHECKPOINT_RESTORE.
+        let caps = "-sys_admin,-checkpoint_restore";
+        cmd.args([
+            &format!("--inh-caps={caps}"),
+            &format!("--bounding-set={caps}"),
+        ])
+        .args([
+            "--",
+            BIN,
+            "dump",
+            "--native",
+            "--json",
+            &target.pid.to_string(),
+        ]);
+        let run = common::run_limited(cmd, DUMP_TIMEOUT);
+        let d: Dump = serde_json::from_str(&run.stdout)
+            .map_err(|e| format!("without CAP_SYS_ADMIN: {e}: {}", run.describe()))?;
+        let frames = ext_frames(&d);
+        let noted = |f: &NFrame| {
+            f.module_note
+                .as_deref()
+                .is_some_and(|n| n.contains("changed on disk"))
+        };
+        if frames.len() != 4
+            || !frames.iter().all(|f| f.symbol.is_none() && noted(f))
+            || !d.threads[0].native.merged
+        {
+            return Err(format!(
+                "without map_files: {frames:?}\n{}",
+                show(&d.threads[0].native.stack)
+            ));
+        }
+        let _ = std::fs::remove_dir_all(&dir);
+        Ok("named from the loaded file; by offset when only the new one is there".into())
     });
 }
 

@@ -277,11 +277,10 @@ fn build_id_in_notes(notes: &[u8]) -> Option<BuildId> {
 /// Most bytes of ELF and program headers read from memory.
 const MAX_HEADERS: usize = 64 * 1024;
 
-/// The build id of the image whose ELF header the target has mapped at `base` (its first
-/// page: the mapping of file offset 0), read from the target's memory: the build id of
-/// what was loaded, whatever the file on disk holds now. None when the image has no build
-/// id note or it cannot be read.
-pub(crate) fn build_id_in_memory(mem: &dyn ProcessMemory, base: u64) -> Option<BuildId> {
+/// The program headers of the image whose ELF header the target has mapped at `base` (the
+/// mapping of file offset 0), read from the target's memory, and the SVMA of its first
+/// loaded page: an SVMA `v` of the image is at AVMA `base + v − that`.
+fn loaded_headers(mem: &dyn ProcessMemory, base: u64) -> Option<(Vec<ProgramHeader>, u64)> {
     let mut head = [0u8; 64];
     mem.read(base, &mut head).ok()?;
     let header: Header = goblin::elf::Elf::parse_header(&head).ok()?;
@@ -298,14 +297,88 @@ pub(crate) fn build_id_in_memory(mem: &dyn ProcessMemory, base: u64) -> Option<B
         .iter()
         .filter(|p| p.p_type == PT_LOAD)
         .min_by_key(|p| p.p_vaddr)?;
-    // Notes are in a loaded segment: their AVMA is base + (vaddr − first load's vaddr).
     let first_svma = first.p_vaddr & PAGE_MASK;
+    Some((phdrs, first_svma))
+}
+
+/// The build id of the image whose ELF header the target has mapped at `base` (its first
+/// page: the mapping of file offset 0), read from the target's memory: the build id of
+/// what was loaded, whatever the file on disk holds now. None when the image has no build
+/// id note or it cannot be read.
+pub(crate) fn build_id_in_memory(mem: &dyn ProcessMemory, base: u64) -> Option<BuildId> {
+    let (phdrs, first_svma) = loaded_headers(mem, base)?;
+    // Notes are in a loaded segment.
     phdrs.iter().filter(|p| p.p_type == PT_NOTE).find_map(|p| {
         let len = usize::try_from(p.p_memsz)
             .ok()
             .filter(|&l| l <= MAX_HEADERS)?;
         let at = base.checked_add(p.p_vaddr.checked_sub(first_svma)?)?;
         build_id_in_notes(&mem.read_vec(at, len).ok()?)
+    })
+}
+
+/// Most bytes of `.eh_frame` read from a target's memory.
+const MAX_EH_FRAME: u64 = 32 << 20;
+
+/// An image with only the unwind rules of what the target loaded at `base`, read from its
+/// memory (`.eh_frame_hdr` through PT_GNU_EH_FRAME, and `.eh_frame` from where the header
+/// says up to the end of its segment): for a module whose file cannot be trusted (changed
+/// on disk since it was loaded) or read. No symbols. None when the image has no
+/// PT_GNU_EH_FRAME or it cannot be read.
+pub(crate) fn unwind_image_in_memory(mem: &dyn ProcessMemory, base: u64) -> Option<Image> {
+    const PT_GNU_EH_FRAME: u32 = 0x6474_e550;
+    let (phdrs, first_svma) = loaded_headers(mem, base)?;
+    let avma = |svma: u64| base.checked_add(svma.checked_sub(first_svma)?);
+    let hdr_ph = phdrs.iter().find(|p| p.p_type == PT_GNU_EH_FRAME)?;
+    let hdr_len = usize::try_from(hdr_ph.p_memsz)
+        .ok()
+        .filter(|&l| l >= 8 && l <= MAX_EH_FRAME as usize)?;
+    let hdr = mem.read_vec(avma(hdr_ph.p_vaddr)?, hdr_len).ok()?;
+    // version 1, then the encoding of eh_frame_ptr: 0x1b (pc-relative signed 4 bytes) as
+    // every linker writes it, or 0x03 / 0x0b (absolute, 4 bytes).
+    let field = i32::from_le_bytes(hdr.get(4..8)?.try_into().ok()?);
+    let eh_frame_svma = match (hdr[0], hdr[1]) {
+        (1, 0x1b) => hdr_ph
+            .p_vaddr
+            .checked_add(4)?
+            .checked_add_signed(field as i64)?,
+        (1, 0x03) => field as u32 as u64,
+        (1, 0x0b) => u64::try_from(field).ok()?,
+        _ => return None,
+    };
+    let segment = phdrs.iter().find(|p| {
+        p.p_type == PT_LOAD && p.p_vaddr <= eh_frame_svma && eh_frame_svma < p.p_vaddr + p.p_memsz
+    })?;
+    let eh_len = (segment.p_vaddr + segment.p_filesz)
+        .checked_sub(eh_frame_svma)?
+        .min(MAX_EH_FRAME);
+    let mut bytes = hdr;
+    let mut eh_frame = vec![0u8; eh_len as usize];
+    let got = mem.read_prefix(avma(eh_frame_svma)?, &mut eh_frame).ok()?;
+    bytes.extend_from_slice(&eh_frame[..got]);
+    let first = phdrs
+        .iter()
+        .filter(|p| p.p_type == PT_LOAD)
+        .min_by_key(|p| p.p_vaddr)?;
+    let sections = UnwindSections {
+        eh_frame_hdr: Some(Section {
+            svma: hdr_ph.p_vaddr..hdr_ph.p_vaddr + hdr_len as u64,
+            file: 0..hdr_len,
+        }),
+        eh_frame: Some(Section {
+            svma: eh_frame_svma..eh_frame_svma + got as u64,
+            file: hdr_len..hdr_len + got,
+        }),
+        ..UnwindSections::default()
+    };
+    Some(Image {
+        bytes: Arc::new(Bytes::Owned(bytes)),
+        build_id: build_id_in_memory(mem, base),
+        first_load_svma: first_svma,
+        first_load_offset: first.p_offset & PAGE_MASK,
+        sections,
+        tables: Vec::new(),
+        symbols: OnceLock::new(),
     })
 }
 
@@ -334,6 +407,48 @@ mod tests {
         let in_memory = build_id_in_memory(&mem, base);
         assert!(image.build_id.is_some());
         assert_eq!(in_memory, image.build_id);
+    }
+
+    #[test]
+    fn unwind_rules_read_from_memory_are_the_files() {
+        let exe = std::env::current_exe().unwrap();
+        let file = std::fs::File::open(&exe).unwrap();
+        let image = Image::from_file(&file, &exe).unwrap();
+        let pid = std::process::id() as i32;
+        let maps = crate::proc::read_maps(pid).unwrap();
+        let exe_s = crate::proc::exe_path(pid).unwrap();
+        let base = maps
+            .iter()
+            .find(|m| m.path.as_deref() == Some(exe_s.as_str()) && m.offset == 0)
+            .unwrap()
+            .start;
+        let mem = crate::ptrace::RemoteMemory::new(pid).unwrap();
+        let loaded = unwind_image_in_memory(&mem, base).expect("PT_GNU_EH_FRAME");
+        let bytes = |img: &Image, s: &Option<Section>| {
+            img.section_bytes(s.as_ref().unwrap()).unwrap().to_vec()
+        };
+        let (ours, file_s) = (&loaded.sections, &image.sections);
+        assert_eq!(
+            ours.eh_frame_hdr.as_ref().unwrap().svma,
+            file_s.eh_frame_hdr.as_ref().unwrap().svma
+        );
+        assert_eq!(
+            bytes(&loaded, &ours.eh_frame_hdr),
+            bytes(&image, &file_s.eh_frame_hdr)
+        );
+        // .eh_frame from memory runs to the end of its segment: the file's is its start.
+        let from_memory = bytes(&loaded, &ours.eh_frame);
+        let from_file = bytes(&image, &file_s.eh_frame);
+        assert_eq!(
+            ours.eh_frame.as_ref().unwrap().svma.start,
+            file_s.eh_frame.as_ref().unwrap().svma.start
+        );
+        assert_eq!(&from_memory[..from_file.len()], &from_file[..]);
+        assert_eq!(
+            (loaded.first_load_svma, loaded.first_load_offset),
+            (image.first_load_svma, image.first_load_offset)
+        );
+        assert!(loaded.symbols().find(0).is_none());
     }
 
     #[test]

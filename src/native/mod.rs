@@ -174,6 +174,9 @@ impl NativeProcess {
         });
         let module_note = match &m.state {
             FileState::Loaded => None,
+            FileState::Replaced => Some(Arc::from(
+                "deleted or replaced on disk since it was loaded (named from the loaded file)",
+            )),
             FileState::Changed(why) | FileState::Unreadable(why) => Some(Arc::from(why.as_str())),
         };
         NativeFrame {

@@ -6,12 +6,14 @@
 //! file mapped; else its path through `elf::maps::open_target_file`, which goes through
 //! /proc/PID/root for a target in another mount namespace) and checked against the build
 //! id of the image in the target's memory: a file that changed on disk since it was loaded
-//! is marked [`FileState::Changed`] and never read for rules or names. The vDSO's image is
+//! is marked [`FileState::Changed`] and never read for rules or names: its unwind rules
+//! are then read from the target's memory (PT_GNU_EH_FRAME), and it has no names (one deleted or
+//! replaced on disk whose loaded file is still read, [`FileState::Replaced`]). The vDSO's image is
 //! read from the target's memory. Images are kept in a [`NativeCache`] by build id, so
 //! that processes that load the same library parse it once.
 //! Must not: pause threads or unwind (that is `native::unwind`).
 
-use super::image::{build_id_in_memory, BuildId, Bytes, Image};
+use super::image::{build_id_in_memory, unwind_image_in_memory, BuildId, Bytes, Image};
 use crate::elf::maps::{basename, open_target_file};
 use crate::proc::ns::Namespaces;
 use crate::proc::MapEntry;
@@ -38,6 +40,10 @@ impl NativeCache {
 pub(crate) enum FileState {
     /// The file is the one loaded (same build id, or the mapped file itself).
     Loaded,
+    /// The file at the module's path was deleted or replaced since it was loaded; the file
+    /// read is the loaded one all the same (the mapped file itself, or an image of the
+    /// same build id): trusted, and the frames say so.
+    Replaced,
     /// The file on disk is not the one loaded (another build id, or replaced): why.
     Changed(String),
     /// The file could not be opened or parsed: why.
@@ -55,7 +61,9 @@ pub(crate) struct Module {
     /// AVMA − SVMA. Without a trusted image: the AVMA of its first mapping (so offsets
     /// shown are from the start of the file's image).
     pub(crate) bias: u64,
-    /// Its parsed file, when [`FileState::Loaded`].
+    /// Its parsed file, when [`FileState::Loaded`] or [`FileState::Replaced`]; otherwise
+    /// only the unwind rules of the loaded image, read from the target's memory (no
+    /// symbols), when it has them.
     pub(crate) image: Option<Arc<Image>>,
     pub(crate) state: FileState,
 }
@@ -134,7 +142,7 @@ fn open_module(
         .as_ref()
         .and_then(|id| cache.images.get(id))
         .cloned();
-    let (image, state) = match cached {
+    let (image, mut state) = match cached {
         Some(image) => (Some(image), FileState::Loaded),
         None => match open_image(pid, maps, group, ns) {
             Ok((image, exact)) => {
@@ -152,6 +160,15 @@ fn open_module(
             Err(why) => (None, FileState::Unreadable(why)),
         },
     };
+    // A file that cannot be trusted or read: the unwind rules of what was loaded, from the
+    // target's memory (no names).
+    let image = image.or_else(|| {
+        head.and_then(|h| unwind_image_in_memory(mem, h.start))
+            .map(Arc::new)
+    });
+    if state == FileState::Loaded && group[0].deleted {
+        state = FileState::Replaced;
+    }
     let bias = image
         .as_ref()
         .and_then(|img| {

@@ -260,7 +260,7 @@ pub(crate) fn merge(
             .collect(),
     };
     // Cut inside a call: that call's frame is the next one, when the calls are known by
-    // symbol; by anchor, only the complete calls are known, and the cut comes after them.
+    // symbol; by anchor, only the complete calls are known, and the stack is cut after them.
     let open_call = py.truncated && py.open > 0 && anchors.is_none();
     let pairs = if py.truncated {
         calls.len() >= want + usize::from(open_call)
@@ -315,7 +315,12 @@ pub(crate) fn merge(
         stack.push(StackEntry::Native(f.clone()));
     }
     if py.truncated {
-        stack.extend(py.frames[at..].iter().cloned().map(StackEntry::Python));
+        // Found by symbol, the frames of the call cut off part way go where its frame is;
+        // by anchor, where that call's frame is is not known: the stack ends with the last
+        // complete call, exact as far as it goes.
+        if anchors.is_none() {
+            stack.extend(py.frames[at..].iter().cloned().map(StackEntry::Python));
+        }
         truncated = true;
     }
     Ok(Merged { stack, truncated })
