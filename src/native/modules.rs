@@ -5,12 +5,12 @@
 //! and [`Image`], opened as the target sees it (/proc/PID/map_files/START-END, the very
 //! file mapped; else its path through `elf::maps::open_target_file`, which goes through
 //! /proc/PID/root for a target in another mount namespace) and checked against the build
-//! id of the image in the target's memory: a file that changed on disk since it was loaded
-//! is marked [`FileState::Changed`] and never read for rules or names: its unwind rules
-//! are then read from the target's memory (PT_GNU_EH_FRAME), and it has no names (one deleted or
-//! replaced on disk whose loaded file is still read, [`FileState::Replaced`]). The vDSO's image is
-//! read from the target's memory. Images are kept in a [`NativeCache`] by build id, so
-//! that processes that load the same library parse it once.
+//! id of the image in the target's memory. A file that changed on disk since it was loaded
+//! is [`FileState::Changed`]: never read, its unwind rules are read from the target's
+//! memory (PT_GNU_EH_FRAME) and it has no names. One deleted or replaced on disk whose
+//! loaded file can still be read is [`FileState::Replaced`]: read, and its frames say so.
+//! The vDSO's image is read from the target's memory. Images are kept in a [`NativeCache`]
+//! by build id, so that processes that load the same library parse it once.
 //! Must not: pause threads or unwind (that is `native::unwind`).
 
 use super::image::{build_id_in_memory, unwind_image_in_memory, BuildId, Bytes, Image};
