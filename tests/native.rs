@@ -94,6 +94,8 @@ struct NFrame {
     symbol: Option<String>,
     module: Option<String>,
     offset: u64,
+    file: Option<String>,
+    line: Option<i64>,
     #[serde(default)]
     module_note: Option<String>,
 }
@@ -364,9 +366,27 @@ fn mark(script: &str, label: &str) -> i64 {
 // ---------------------------------------------------------------------------------------
 // The checks.
 
+/// The lines of spinext.c each of the extension's four frames may be at (`# MARK:`s): the
+/// innermost anywhere in its loop, the others at their call.
+fn spin_lines() -> [Vec<i64>; 4] {
+    let c = |label: &str| mark("native/spinext.c", label);
+    [
+        vec![c("inner-loop"), c("inner-step")],
+        vec![c("static-call")],
+        vec![c("outer-call")],
+        vec![c("spin-call")],
+    ]
+}
+
 /// The thread running `caller`, innermost first, checked frame by frame; `names` are the
-/// extension's four frames as they must read (`None`: no symbol, shown by offset).
-fn check_spin(d: &Dump, ext: &str, names: [Option<&str>; 4]) -> Result<String, String> {
+/// extension's four frames as they must read (`None`: no symbol, shown by offset), with
+/// their file and line from its DWARF when `lines`.
+fn check_spin(
+    d: &Dump,
+    ext: &str,
+    names: [Option<&str>; 4],
+    lines: bool,
+) -> Result<String, String> {
     let exe = Path::new(&d.executable)
         .file_name()
         .map(|s| s.to_string_lossy().into_owned())
@@ -392,6 +412,23 @@ fn check_spin(d: &Dump, ext: &str, names: [Option<&str>; 4]) -> Result<String, S
         };
         if f.module.as_deref() != Some(ext) || f.symbol.as_deref() != *want {
             return fail(format!("frame #{i}: want {want:?} in {ext}"));
+        }
+        let source = common::fixture("native/spinext.c").display().to_string();
+        let at = (f.file.as_deref(), f.line);
+        let right = if lines {
+            at.0 == Some(source.as_str()) && at.1.is_some_and(|l| spin_lines()[i].contains(&l))
+        } else {
+            at == (None, None)
+        };
+        if !right {
+            return fail(format!(
+                "frame #{i} at {at:?}: want {}",
+                if lines {
+                    format!("{source}:{:?}", spin_lines()[i])
+                } else {
+                    "no line (stripped)".into()
+                }
+            ));
         }
     }
     // Then the interpreter's call frames, `caller` at its line, more of the interpreter's,
@@ -493,7 +530,7 @@ fn spin_check(interp: &Interpreter, strip: bool) -> Result<String, String> {
             Some("spin"),
         ]
     };
-    let summary = check_spin(&d, &ext, names)?;
+    let summary = check_spin(&d, &ext, names, !strip)?;
     check_worker(&d, &ext, !strip)?;
     // Nothing in the extension is ever given another function's name.
     let exported = ["spin_inner", "spin_outer", "native_worker_loop"];
@@ -961,10 +998,12 @@ fn text_shows_the_merged_stack() {
     };
     let line = mark("native/spin.py", "call");
     let script = common::fixture("native/spin.py").display().to_string();
+    let source = common::fixture("native/spinext.c").display().to_string();
+    let static_call = mark("native/spinext.c", "static-call");
     for want in [
         "Native frames merged with Python's on 1 of 1 threads".to_string(),
-        format!("#0   spin_inner [{ext}]"),
-        format!("#1   spin_static [{ext}]"),
+        format!("#0   spin_inner ({source}:"),
+        format!("#1   spin_static ({source}:{static_call}) [{ext}]"),
         format!("caller ({script}:{line})"),
     ] {
         assert!(text.contains(&want), "no {want:?} in:\n{text}");

@@ -3,8 +3,11 @@
 //!
 //! Owns: [`Image`]: the file's bytes (mapped, or copied from the target's memory for the
 //! vDSO), its GNU build id, the sections that hold unwind rules (`.eh_frame_hdr`,
-//! `.eh_frame`, `.debug_frame`, `.text`, `.got`, as SVMA ranges and file ranges), and its
-//! symbol table, parsed the first time a name is asked for ([`Image::symbols`]). Also the
+//! `.eh_frame`, `.debug_frame`, `.text`, `.got`, as SVMA ranges and file ranges), its
+//! symbol table, parsed the first time a name is asked for ([`Image::symbols`]), and its
+//! DWARF line tables (through addr2line, made the first time a line is asked for, over the
+//! mapped sections: nothing is copied, and only the units asked about are decoded:
+//! [`Image::line`]). Also the
 //! build id of an image read from the target's memory ([`build_id_in_memory`]), which says
 //! whether the file on disk is the one that was loaded.
 //! Must not: open files by path (the caller hands an open file, found as the target sees
@@ -37,7 +40,8 @@ impl std::ops::Deref for Bytes {
     }
 }
 
-/// A section's bytes, shared with the image they come from (what the unwinder keeps).
+/// A section's bytes, shared with the image they come from (what the unwinder and the
+/// line tables keep).
 #[derive(Clone)]
 pub(crate) struct SectionBytes {
     bytes: Arc<Bytes>,
@@ -50,6 +54,25 @@ impl std::ops::Deref for SectionBytes {
         &self.bytes[self.range.clone()]
     }
 }
+
+impl std::fmt::Debug for SectionBytes {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "SectionBytes({:?})", self.range)
+    }
+}
+
+// SAFETY: `deref` points into the mapping or vector behind the `Arc`, which neither moves
+// nor changes while any `SectionBytes` holds it: moving a `SectionBytes` moves only the
+// `Arc` pointer and the range.
+unsafe impl stable_deref_trait::StableDeref for SectionBytes {}
+// SAFETY: a clone shares the same `Arc` and range, so it derefs to the same address.
+unsafe impl stable_deref_trait::CloneStableDeref for SectionBytes {}
+
+/// What DWARF is read through: sections shared with their image, never copied.
+type DwarfReader = gimli::EndianReader<gimli::LittleEndian, SectionBytes>;
+
+/// A source position: file and line.
+pub(crate) type SourceLine = (Arc<str>, u32);
 
 /// A section: where the ELF says it is loaded (SVMA) and where its bytes are in the file.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -93,6 +116,11 @@ pub(crate) struct Image {
     /// `.symtab` and `.dynsym` as (file range of the table, file range of its strings).
     tables: Tables,
     symbols: OnceLock<Symbols>,
+    /// The `.debug_*` sections (uncompressed ones only), by name.
+    debug: Vec<(String, Range<usize>)>,
+    /// The line tables, made on first use (None: no usable DWARF). Behind a lock so that
+    /// an image can be shared: addr2line fills its caches as it is asked.
+    lines: OnceLock<Option<std::sync::Mutex<addr2line::Context<DwarfReader>>>>,
 }
 
 /// Little-endian 64-bit ELF: the only kind this profiler reads.
@@ -172,8 +200,15 @@ impl Image {
         };
         let mut sections = UnwindSections::default();
         let mut tables = Vec::new();
+        let mut debug = Vec::new();
         for sh in &shdrs {
             let Some(n) = name_of(sh) else { continue };
+            const SHF_COMPRESSED: u64 = 0x800;
+            if n.starts_with(b".debug_") && sh.sh_flags & SHF_COMPRESSED == 0 {
+                if let (Ok(name), Some(range)) = (std::str::from_utf8(n), file_range(data, sh)) {
+                    debug.push((name.to_string(), range));
+                }
+            }
             let section = || {
                 Some(Section {
                     svma: sh.sh_addr..sh.sh_addr.checked_add(sh.sh_size)?,
@@ -214,7 +249,53 @@ impl Image {
             sections,
             tables,
             symbols: OnceLock::new(),
+            debug,
+            lines: OnceLock::new(),
         })
+    }
+
+    /// The source file and line of the instruction at SVMA `svma` in the function that
+    /// holds it (where code inlined into it was inlined, not the inlined code's own line,
+    /// so that it goes with the function's symbol), from the image's DWARF (read the first
+    /// time a line is asked for, and then only the units asked about); None without it.
+    pub(crate) fn line(&self, svma: u64) -> Option<SourceLine> {
+        let lines = self
+            .lines
+            .get_or_init(|| self.line_context().map(std::sync::Mutex::new));
+        let context = lines.as_ref()?.lock().ok()?;
+        // Innermost inlined function first, the function itself last.
+        let mut frames = context.find_frames(svma).skip_all_loads().ok()?;
+        let mut outermost = None;
+        while let Ok(Some(frame)) = frames.next() {
+            if let Some(at) = frame.location {
+                outermost = Some((at.file, at.line));
+            }
+        }
+        match outermost {
+            Some((Some(file), Some(line))) => Some((Arc::from(file), line)),
+            _ => None,
+        }
+    }
+
+    /// addr2line over this image's `.debug_*` sections; None when it has no line table.
+    fn line_context(&self) -> Option<addr2line::Context<DwarfReader>> {
+        if !self.debug.iter().any(|(n, _)| n == ".debug_line") {
+            return None;
+        }
+        let section = |id: gimli::SectionId| -> std::result::Result<DwarfReader, ()> {
+            let range = self
+                .debug
+                .iter()
+                .find(|(n, _)| n == id.name())
+                .map_or(0..0, |(_, r)| r.clone());
+            let bytes = SectionBytes {
+                bytes: self.bytes.clone(),
+                range,
+            };
+            Ok(gimli::EndianReader::new(bytes, gimli::LittleEndian))
+        };
+        let dwarf = gimli::Dwarf::load(section).ok()?;
+        addr2line::Context::from_dwarf(dwarf).ok()
     }
 
     /// The bytes of `section`, shared with this image.
@@ -379,6 +460,8 @@ pub(crate) fn unwind_image_in_memory(mem: &dyn ProcessMemory, base: u64) -> Opti
         sections,
         tables: Vec::new(),
         symbols: OnceLock::new(),
+        debug: Vec::new(),
+        lines: OnceLock::new(),
     })
 }
 

@@ -4,7 +4,7 @@
 //! Owns: [`NativeProcess`] (one process's modules and unwinder, made before its threads
 //! are paused), [`NativeFrame`] (one named frame) and `NativeStack`; [`NativeCache`]
 //! (images by build id, shared across processes); the parts: `image` (an ELF file's
-//! sections, build id and symbols), `modules` (the files as the target sees them, checked
+//! sections, build id, symbols and line tables), `modules` (the files as the target sees them, checked
 //! by build id), `symbols` (sized symbols, demangling), `unwind` (registers and the stack
 //! copy taken while a thread is stopped; framehop's unwinder over the copy).
 //! Must not: know about Python (the merge with Python frames is `python::native`), pause
@@ -25,6 +25,7 @@ use crate::ptrace::pause::PausedThreads;
 use crate::ptrace::ProcessMemory;
 pub use modules::NativeCache;
 use modules::{FileState, Modules};
+use std::collections::HashMap;
 use std::sync::Arc;
 pub(crate) use unwind::Capture;
 use unwind::{End, Unwinder};
@@ -44,6 +45,10 @@ pub struct NativeFrame {
     /// SVMA of `address` in its module (what `addr2line -e MODULE` takes); the address
     /// itself when it is in no module.
     pub(crate) offset: u64,
+    /// The source file and line of the instruction (for a return address, of the call),
+    /// when the module has DWARF line tables.
+    pub(crate) file: Option<Arc<str>>,
+    pub(crate) line: Option<u32>,
     /// Why the module's file was not used to name the frame (it changed on disk since it
     /// was loaded, or could not be read); absent when it was.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -89,7 +94,14 @@ pub struct NativeProcess {
     maps: Vec<MapEntry>,
     modules: Modules,
     unwinder: Unwinder,
+    /// Frames named so far, by address and lookup address: a profile's samples name the
+    /// same few thousand addresses again and again (symbol search, demangling and line
+    /// tables once each).
+    named: HashMap<(u64, u64), NativeFrame>,
 }
+
+/// Most named frames a [`NativeProcess`] keeps (beyond, it starts afresh).
+const MAX_NAMED: usize = 1 << 16;
 
 impl NativeProcess {
     /// Reads process `pid`'s map and modules (images from `cache` when it has them).
@@ -108,6 +120,7 @@ impl NativeProcess {
             maps,
             modules,
             unwinder,
+            named: HashMap::new(),
         })
     }
 
@@ -140,7 +153,18 @@ impl NativeProcess {
         let frames = unwound
             .frames
             .iter()
-            .map(|f| self.name(f.address(), f.address_for_lookup()))
+            .map(|f| {
+                let key = (f.address(), f.address_for_lookup());
+                if let Some(known) = self.named.get(&key) {
+                    return known.clone();
+                }
+                let frame = self.name(key.0, key.1);
+                if self.named.len() >= MAX_NAMED {
+                    self.named.clear();
+                }
+                self.named.insert(key, frame.clone());
+                frame
+            })
             .collect();
         let (truncated, stopped) = match unwound.end {
             End::Complete => (false, None),
@@ -165,13 +189,20 @@ impl NativeProcess {
                 symbol: None,
                 module: None,
                 offset: address,
+                file: None,
+                line: None,
                 module_note: None,
             };
         };
+        let svma = lookup.wrapping_sub(m.bias);
         let symbol = m.image.as_ref().and_then(|image| {
-            let found = image.symbols().find(lookup.wrapping_sub(m.bias))?;
+            let found = image.symbols().find(svma)?;
             Some(Arc::from(symbols::demangle(image.symbol_name(found.name))))
         });
+        let (file, line) = match m.image.as_ref().and_then(|image| image.line(svma)) {
+            Some((file, line)) => (Some(file), Some(line)),
+            None => (None, None),
+        };
         let module_note = match &m.state {
             FileState::Loaded => None,
             FileState::Replaced => Some(Arc::from(
@@ -184,6 +215,8 @@ impl NativeProcess {
             symbol,
             module: Some(m.name.clone()),
             offset: address.wrapping_sub(m.bias),
+            file,
+            line,
             module_note,
         }
     }

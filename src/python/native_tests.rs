@@ -10,6 +10,8 @@ fn nf(name: &str, i: usize) -> NativeFrame {
         symbol: (name != "?").then(|| Arc::from(name)),
         module: Some(Arc::from("lib.so")),
         offset: i as u64 * 16,
+        file: None,
+        line: None,
         module_note: None,
     }
 }

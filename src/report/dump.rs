@@ -174,9 +174,12 @@ fn python_line(out: &mut String, i: usize, f: &Frame) {
     let _ = writeln!(out, "    #{i:<3} {} ({}:{line})", f.function, f.filename);
 }
 
-/// `    #3   symbol [module]`, `    #3   module+0xOFFSET`, or the bare address.
+/// `    #3   symbol (file:line) [module]`, `    #3   module+0xOFFSET`, or the bare address.
 fn native_line(out: &mut String, i: usize, f: &NativeFrame) {
     let _ = write!(out, "    #{i:<3} {}", f.label());
+    if let (Some(file), Some(line)) = (&f.file, f.line) {
+        let _ = write!(out, " ({file}:{line})");
+    }
     if let (Some(_), Some(m)) = (&f.symbol, &f.module) {
         let _ = write!(out, " [{m}]");
     }
