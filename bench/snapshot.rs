@@ -5,6 +5,9 @@
 //! - locating the interpreter (once per `dump`: ELF parsing, version, layout),
 //! - one snapshot with the threads paused (what `dump` does),
 //! - one snapshot without pausing (`--nonblocking`),
+//! - one snapshot with native frames (`dump --native`), and one native sample with the
+//!   modules read once (what `run --native` will take), with the part of it during which
+//!   the threads are stopped for their registers and stack,
 //! - one whole sample as `run` takes it (thread list, CPU times, stacks, aggregation), in
 //!   the default mode (read without pausing, validate) and with `--blocking` (paused),
 //! - the highest sampling rate sustained with ≥95% of the scheduled samples taken.
@@ -186,6 +189,40 @@ fn main() {
             });
             assert_eq!(depth, DEPTH, "the target's stack is {DEPTH} frames deep");
             report(&label, times);
+        }
+        // With native frames: a whole `dump --native` (the modules read each time, their
+        // images from the cache), and a native sample as a profile will take it (the
+        // modules read once): pause, registers and stack copied, unwound, named, merged.
+        let label = format!("{state} paused native snapshot (dump --native)");
+        let opts = SnapshotOptions {
+            mode: ReadMode::Paused,
+            ..Default::default()
+        };
+        let mut cache = scalene_rs::native::NativeCache::new();
+        if wanted(&label) {
+            let times = time_it(iters.min(500), || {
+                python::take_native_snapshot(&proc, &mut walker, &mut cache, &opts).unwrap();
+            });
+            report(&label, times);
+        }
+        let label = format!("{state} native sample (modules read once)");
+        if wanted(&label) {
+            let mut native = python::native_process(&proc, &mut cache).unwrap();
+            let mut stopped = Vec::with_capacity(iters);
+            let mut depth = 0;
+            let times = time_it(iters, || {
+                let snap =
+                    python::take_native_snapshot_with(&proc, &mut walker, &mut native, &opts)
+                        .unwrap();
+                depth = snap.threads[0].frames.len();
+                stopped.push(native.last_capture_time());
+            });
+            assert_eq!(depth, DEPTH, "the target's stack is {DEPTH} frames deep");
+            report(&label, times);
+            println!(
+                "    (of which the threads are stopped for the registers and stack: {})",
+                stats(stopped)
+            );
         }
         // The floor under any sample on this machine: the system calls no sample can do
         // without (one read of the target's memory, one read of a thread's CPU time).

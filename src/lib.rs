@@ -8,6 +8,7 @@ mod elf;
 pub mod error;
 pub mod gpu;
 pub mod memory;
+pub mod native;
 pub mod proc;
 pub mod profile;
 pub mod ptrace;

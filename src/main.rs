@@ -189,6 +189,12 @@ struct DumpArgs {
     /// and reported as unreadable if they keep changing.
     #[arg(long)]
     nonblocking: bool,
+    /// Native (C, C++, Rust) frames too, merged with the Python frames they run: each
+    /// thread is stopped for a moment to read its registers and stack (needs ptrace, like
+    /// the default dump; not with --nonblocking). Threads with no Python thread state are
+    /// listed with their native stacks.
+    #[arg(long)]
+    native: bool,
     /// Cut stacks deeper than this (the output says when it did).
     #[arg(long, default_value_t = 4096, value_parser = clap::value_parser!(u32).range(1..))]
     max_depth: u32,
@@ -209,20 +215,42 @@ fn parse_major_minor(s: &str) -> Result<(u32, u32), String> {
     ))
 }
 
+/// A combination of arguments that clap does not refuse by itself: said on one line, with
+/// the usage exit code.
+#[derive(Debug)]
+struct Usage(&'static str);
+
+impl std::fmt::Display for Usage {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.0)
+    }
+}
+
+impl std::error::Error for Usage {}
+
 /// Plain configuration for `dump`, built from the arguments.
 struct DumpConfig {
     pid: i32,
     json: bool,
+    native: bool,
     locate: LocateOptions,
     snapshot: SnapshotOptions,
     max_depth: usize,
 }
 
-impl From<DumpArgs> for DumpConfig {
-    fn from(a: DumpArgs) -> Self {
-        DumpConfig {
+impl TryFrom<DumpArgs> for DumpConfig {
+    type Error = Usage;
+    fn try_from(a: DumpArgs) -> Result<Self, Usage> {
+        if a.native && a.nonblocking {
+            return Err(Usage(
+                "--native stops each thread to read its registers and stack; it cannot be \
+                 combined with --nonblocking, which never stops the target",
+            ));
+        }
+        Ok(DumpConfig {
             pid: a.pid,
             json: a.json,
+            native: a.native,
             locate: LocateOptions {
                 version_override: a.python_version,
             },
@@ -235,7 +263,7 @@ impl From<DumpArgs> for DumpConfig {
                 ..Default::default()
             },
             max_depth: a.max_depth as usize,
-        }
+        })
     }
 }
 
@@ -246,7 +274,12 @@ fn dump(cfg: DumpConfig) -> anyhow::Result<i32> {
     let proc = PythonProcess::locate(cfg.pid, &cfg.locate)?;
     let mut walker = StackWalker::new(proc.layout, proc.addrs.types);
     walker.max_depth = cfg.max_depth;
-    let snap = python::take_snapshot(&proc, &mut walker, &cfg.snapshot)?;
+    let snap = if cfg.native {
+        let mut cache = scalene_rs::native::NativeCache::new();
+        python::take_native_snapshot(&proc, &mut walker, &mut cache, &cfg.snapshot)?
+    } else {
+        python::take_snapshot(&proc, &mut walker, &cfg.snapshot)?
+    };
     let text = if cfg.json {
         report::dump::to_json_string(&snap)
     } else {
@@ -494,6 +527,9 @@ fn view(args: ViewArgs) -> anyhow::Result<i32> {
 /// that read stderr) and gives the exit code: the library error's own, else OTHER.
 fn failure(e: anyhow::Error) -> i32 {
     eprintln!("error: {}", e.to_string().replace('\n', " "));
+    if e.downcast_ref::<Usage>().is_some() {
+        return exit::USAGE;
+    }
     e.downcast_ref::<scalene_rs::Error>()
         .map_or(exit::OTHER, |e| e.exit_code())
 }
@@ -513,7 +549,9 @@ fn main() {
     };
     // Every command gives its exit code or an error; only here does the process exit.
     let result = match cli.command {
-        Command::Dump(args) => dump(args.into()),
+        Command::Dump(args) => DumpConfig::try_from(args)
+            .map_err(anyhow::Error::from)
+            .and_then(dump),
         Command::Attach(args) => attach(args),
         Command::Run(args) => run(args),
         Command::View(args) => view(args),

@@ -67,6 +67,9 @@ FIELDS = [
     ("frame.lasti", (3, 11), (3, 12), "offsetof(_PyInterpreterFrame, prev_instr)"),
     ("frame.lasti", (3, 13), None, "offsetof(_PyInterpreterFrame, instr_ptr)"),
     ("frame.owner", (3, 11), None, "offsetof(_PyInterpreterFrame, owner)"),
+    # 3.11: the frame a `_PyEval_EvalFrameDefault` call started with (3.12+ marks that call
+    # with an entry frame of its own instead, by its owner): the merge with native frames.
+    ("frame.is_entry", (3, 11), (3, 11), "offsetof(_PyInterpreterFrame, is_entry)"),
     ("frame.size", (3, 11), None, "sizeof(_PyInterpreterFrame)"),
     # Is a frame executing? (A chain read without pausing may pass through a suspended
     # generator frame: then it is torn.) 2.7-3.9: f_stacktop is NULL while executing;
@@ -251,6 +254,7 @@ pub(crate) const LAYOUT: Layout = Layout {{
         code: {f_code},
         lasti: {f_lasti},
         owner: {f_owner},
+        is_entry: {f_is_entry},
         size: {f_size},
         stacktop: {f_stacktop},
         executing: {f_executing},
@@ -300,7 +304,8 @@ pub(crate) const LAYOUT: Layout = Layout {{
         t_cprev=opt(v, "thread.cframe_previous"), t_id=v["thread.thread_id"],
         t_native=opt(v, "thread.native_thread_id"),
         model=model, f_back=v["frame.back"], f_code=v["frame.code"], f_lasti=v["frame.lasti"],
-        f_owner=opt(v, "frame.owner"), f_size=v["frame.size"],
+        f_owner=opt(v, "frame.owner"), f_is_entry=opt(v, "frame.is_entry"),
+        f_size=v["frame.size"],
         f_stacktop=opt(v, "frame.stacktop"), f_state=opt(v, "frame.state"),
         f_executing=opt(v, "frame.executing"), c_flags=v["code.flags"],
         f_exec=opt(v, "frame.executing_state"), f_gen_iframe=opt(v, "frame.gen_iframe"),

@@ -12,10 +12,18 @@ pub(crate) struct MapEntry {
     pub(crate) start: u64,
     pub(crate) end: u64,
     pub(crate) offset: u64,
-    readable: bool,
+    pub(crate) readable: bool,
     pub(crate) executable: bool,
     /// The file path as the target sees it, without a " (deleted)" suffix.
     pub(crate) path: Option<String>,
+    /// The mapped file's device (major, minor) and inode, as the kernel wrote them (0 for
+    /// an anonymous mapping).
+    pub(crate) dev: (i32, i32),
+    pub(crate) inode: u64,
+    /// The kernel marked the file " (deleted)": removed or replaced since it was mapped.
+    pub(crate) deleted: bool,
+    /// The vDSO, the kernel's code mapped into every process (no file behind it).
+    pub(crate) vdso: bool,
 }
 
 /// Reads /proc/PID/maps.
@@ -25,14 +33,21 @@ pub(crate) fn read_maps(pid: i32) -> Result<Vec<MapEntry>> {
     Ok(maps
         .into_iter()
         .map(|m| {
+            let mut deleted = false;
+            let vdso = m.pathname == procfs::process::MMapPath::Vdso;
             let path = match m.pathname {
                 procfs::process::MMapPath::Path(p) => {
                     let s = p.to_string_lossy().to_string();
+                    deleted = s.ends_with(" (deleted)");
                     Some(s.strip_suffix(" (deleted)").unwrap_or(&s).to_string())
                 }
                 _ => None,
             };
             MapEntry {
+                dev: m.dev,
+                inode: m.inode,
+                deleted,
+                vdso,
                 start: m.address.0,
                 end: m.address.1,
                 offset: m.offset,
@@ -104,6 +119,10 @@ mod tests {
             readable: true,
             executable: false,
             path: path.map(str::to_string),
+            dev: (0, 0),
+            inode: 0,
+            deleted: false,
+            vdso: false,
         }
     }
 

@@ -35,6 +35,13 @@ pub trait ProcessMemory {
         Ok(u32::from_le_bytes(b))
     }
 
+    /// Fills `buf` from `addr` as far as the memory is readable, in one go: the count of
+    /// bytes read, which stops short where the mapping ends (a thread's stack read up to
+    /// its top). An error only when not even the first byte is readable.
+    fn read_prefix(&self, addr: u64, buf: &mut [u8]) -> Result<usize> {
+        self.read(addr, buf).map(|()| buf.len())
+    }
+
     /// `len` bytes at `addr` in a fresh vector.
     fn read_vec(&self, addr: u64, len: usize) -> Result<Vec<u8>> {
         let mut v = vec![0u8; len];
@@ -217,6 +224,29 @@ impl ProcessMemory for RemoteMemory {
             }
         }
         done
+    }
+
+    fn read_prefix(&self, addr: u64, buf: &mut [u8]) -> Result<usize> {
+        if buf.is_empty() {
+            return Ok(0);
+        }
+        let len = buf.len();
+        // One system call: process_vm_readv copies up to the first unreadable page and
+        // says how far it got; a read of /proc/PID/mem likewise.
+        let got = match &self.mem_file {
+            Some(f) => f.read_at(buf, addr),
+            None => self.read_vm(addr, buf),
+        };
+        match got {
+            Ok(0) => Err(Error::Read {
+                pid: self.pid,
+                addr,
+                len,
+                why: "nothing readable there".into(),
+            }),
+            Ok(n) => Ok(n),
+            Err(e) => Err(self.classify(addr, len, e)),
+        }
     }
 
     fn read(&self, addr: u64, buf: &mut [u8]) -> Result<()> {

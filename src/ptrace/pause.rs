@@ -87,6 +87,33 @@ impl PausedThreads {
         Ok(paused)
     }
 
+    /// The kernel ids of the threads held stopped, in the order they were stopped.
+    pub(crate) fn tids(&self) -> Vec<i32> {
+        self.seized.iter().map(|s| s.tid.as_raw()).collect()
+    }
+
+    /// The general-purpose registers of `tid`, one of the threads this pause holds
+    /// (`PTRACE_GETREGS`): where it stands, for unwinding its native stack.
+    #[cfg(target_arch = "x86_64")]
+    pub(crate) fn registers(&self, pid: i32, tid: i32) -> Result<libc::user_regs_struct> {
+        if !self.seized.iter().any(|s| s.tid.as_raw() == tid) {
+            return Err(Error::BadState {
+                pid,
+                why: format!("thread {tid} is not held by this pause"),
+            });
+        }
+        ptrace::getregs(Pid::from_raw(tid)).map_err(|e| match e {
+            nix::errno::Errno::ESRCH if !crate::proc::process_exists(pid) => {
+                Error::ProcessExited(pid)
+            }
+            e => crate::proc::os_error(
+                pid,
+                &format!("PTRACE_GETREGS of thread {tid}"),
+                std::io::Error::from_raw_os_error(e as i32),
+            ),
+        })
+    }
+
     /// Nothing seized yet, with the termination signals blocked until drop.
     fn new_masked() -> PausedThreads {
         let mut old = SigSet::empty();

@@ -7,12 +7,16 @@
 //! Must not: format output.
 
 pub mod linetable;
+mod native;
 mod process;
+pub(crate) use native::StackEntry;
+pub use native::{native_process, take_native_snapshot, take_native_snapshot_with};
 mod stack;
 mod strings;
 pub(crate) mod version;
 
 use crate::error::{Error, Result};
+use crate::native::{Captures, NativeProcess};
 use crate::ptrace::{self, pause::PausedThreads, ProcessMemory};
 pub use process::{LocateOptions, PythonProcess};
 pub use stack::StackWalker;
@@ -96,6 +100,16 @@ pub struct ThreadSnapshot {
     /// (the "auto" mode's fallback).
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub(crate) read_paused: bool,
+    /// Frames per call of the evaluation loop, and frames after the last (`Walk::evals`).
+    #[serde(skip)]
+    pub(crate) evals: Vec<u32>,
+    #[serde(skip)]
+    pub(crate) evals_open: u32,
+    #[serde(skip)]
+    pub(crate) anchors: Vec<u64>,
+    /// With native frames (`dump --native`): the merged stack.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) native: Option<native::NativeView>,
 }
 
 /// Every thread of a Python process at one moment.
@@ -111,6 +125,10 @@ pub struct Snapshot {
     pub(crate) free_threaded: bool,
     pub(crate) executable: String,
     pub threads: Vec<ThreadSnapshot>,
+    /// With native frames (`dump --native`): how many threads merged, and the threads with
+    /// no Python thread state.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) native: Option<native::NativeSummary>,
 }
 
 /// Reads the stacks of every thread of `proc`.
@@ -122,6 +140,10 @@ pub fn take_snapshot(
     take_snapshot_with_states(proc, walker, opts, None)
 }
 
+/// Native captures, taken during the pause of a blocking read: the process's modules and
+/// where its threads' captures go.
+pub(crate) type NativeCapture<'a> = Option<(&'a mut NativeProcess, &'a mut Captures)>;
+
 /// Like [`take_snapshot`], with the threads' scheduler states already read by the caller
 /// (the sampler reads them together with CPU times).
 pub(crate) fn take_snapshot_with_states(
@@ -129,6 +151,16 @@ pub(crate) fn take_snapshot_with_states(
     walker: &mut StackWalker,
     opts: &SnapshotOptions,
     known_states: Option<&HashMap<i32, char>>,
+) -> Result<Snapshot> {
+    snapshot(proc, walker, opts, known_states, None)
+}
+
+pub(crate) fn snapshot(
+    proc: &PythonProcess,
+    walker: &mut StackWalker,
+    opts: &SnapshotOptions,
+    known_states: Option<&HashMap<i32, char>>,
+    mut native: NativeCapture,
 ) -> Result<Snapshot> {
     let pid = proc.pid;
     // Scheduler states first: pausing turns every thread into 't'. A caller that read the
@@ -163,7 +195,7 @@ pub(crate) fn take_snapshot_with_states(
                 Ok(t)
             })
         } else {
-            read_blocking(proc, walker, &tids, opcodes)
+            read_blocking(proc, walker, &tids, opcodes, native.as_mut())
         };
         match read {
             // Python is starting up or shutting down (no interpreter yet, or no more).
@@ -187,6 +219,7 @@ pub(crate) fn take_snapshot_with_states(
         free_threaded: proc.layout.free_threaded,
         executable: proc.executable.clone(),
         threads,
+        native: None,
     })
 }
 
@@ -233,9 +266,9 @@ fn thread_snapshots(
                 .and_then(|t| states.get(&t))
                 .map(|&s| s == 'R')
                 .unwrap_or(false);
-            let (frames, truncated, read_paused, error) = match frames {
-                Ok(w) => (w.frames, w.truncated, w.paused, None),
-                Err(e) => (Vec::new(), false, false, Some(e)),
+            let (w, error) = match frames {
+                Ok(w) => (w, None),
+                Err(e) => (stack::Walk::default(), Some(e)),
             };
             ThreadSnapshot {
                 thread_id: raw.thread_id,
@@ -247,11 +280,15 @@ fn thread_snapshots(
                 holds_gil: raw.holds_gil,
                 idle: !running && !raw.holds_gil,
                 in_native,
-                frames,
-                truncated,
+                frames: w.frames,
+                truncated: w.truncated,
                 error,
                 interpreter: raw.interp_index,
-                read_paused,
+                read_paused: w.paused,
+                evals: w.evals,
+                evals_open: w.evals_open,
+                anchors: w.anchors,
+                native: None,
             }
         })
         .collect()
@@ -427,6 +464,7 @@ fn read_blocking(
     walker: &mut StackWalker,
     tids: &[i32],
     opcodes: Option<&crate::python_bindings::opcodes::Opcodes>,
+    mut native: Option<&mut (&mut NativeProcess, &mut Captures)>,
 ) -> Result<Vec<ThreadResult>> {
     let mut pauses = 0;
     loop {
@@ -442,6 +480,10 @@ fn read_blocking(
                 t
             });
             walker.page_hint = hint_from(&cache);
+            // Registers and stacks, straight from the process (not the page cache).
+            if let Some((process, out)) = native.as_mut() {
+                **out = process.capture_all(&_paused, &proc.mem);
+            }
             read
             // `_paused` drops here: every thread runs again before we do anything else.
         };
@@ -464,7 +506,14 @@ fn read_all(
     let raw = walker.threads(mem, head, gil_current(proc, mem)?)?;
     let mut out = Vec::with_capacity(raw.len());
     for t in raw {
-        let walk = match walker.walk_still(mem, t.tstate, t.top_frame) {
+        let walk = match walker
+            .walk_still(mem, t.tstate, t.top_frame)
+            .and_then(|mut w| {
+                if walker.want_anchors && w.anchors.is_empty() {
+                    w.anchors = native::cframe_anchors(walker, mem, t.tstate)?;
+                }
+                Ok(w)
+            }) {
             Ok(w) => Ok(w),
             Err(e) if e.is_process_gone() => return Err(e),
             Err(e) => Err(ThreadError::from_error("", &e)),

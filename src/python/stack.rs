@@ -59,6 +59,18 @@ pub struct Walk {
     /// The value of the thread state's top-frame field when [`StackWalker::verify`] read it
     /// (3.11/3.12: the address of the current `_PyCFrame`).
     pub(crate) top_field: Option<u64>,
+    /// For each call of the evaluation loop (a C frame of `_PyEval_EvalFrameDefault`,
+    /// `PyEval_EvalFrameEx` on 2.7), innermost first, how many of `frames` it runs: one each
+    /// on ≤3.10; on 3.11 up to the frame marked `is_entry`; on 3.12+ up to an entry frame
+    /// (owned by the C stack). What the merge with native frames pairs them by.
+    pub(crate) evals: Vec<u32>,
+    /// Frames of `frames` after the last of `evals` (the outermost ones): none in a whole
+    /// stack; in a truncated one, the part of a call cut off.
+    pub(crate) evals_open: u32,
+    /// 3.11+: for each of `evals`, an address inside that call's own C stack frame: its
+    /// entry frame (3.12+, a local of `_PyEval_EvalFrameDefault`), or its `_PyCFrame`
+    /// (3.11, read by `python::native::cframe_anchors`). Empty before 3.11.
+    pub(crate) anchors: Vec<u64>,
 }
 
 /// Links followed from a thread's new innermost frame, when verifying a walk, to find where
@@ -97,6 +109,9 @@ struct FrameStep {
     frame: Option<(Arc<CodeInfo>, Option<u32>)>,
     /// AVMA of its current instruction, when known.
     instr: Option<u64>,
+    /// It is the outermost frame of one call of the evaluation loop (≤3.11: every frame
+    /// on ≤3.10, `is_entry` on 3.11), or an entry frame between two such calls (3.12+).
+    entry: bool,
 }
 
 /// Decoded facts about one code object.
@@ -135,6 +150,9 @@ pub struct StackWalker {
     /// What the last snapshot's verification read (each thread's frames, then its
     /// top-frame fields): the next one reads it a second time right after its prefetch.
     pub recheck_hint: Vec<(u64, usize)>,
+    /// Read each thread's [`Walk::anchors`] on 3.11 too (its `_PyCFrame` chain), for the
+    /// merge with native frames.
+    pub(crate) want_anchors: bool,
     /// Code objects already validated during the current walk (a recursive function's
     /// code is checked once, not once per frame). Empty outside a walk.
     validated: Vec<u64>,
@@ -187,6 +205,7 @@ impl StackWalker {
             code_cache: HashMap::default(),
             page_hint: Vec::new(),
             recheck_hint: Vec::new(),
+            want_anchors: false,
             validated: Vec::new(),
         }
     }
@@ -384,6 +403,13 @@ impl StackWalker {
             let step = self.step(mem, addr, &buf, false, w.chain.is_empty())?;
             w.chain.push(addr);
             w.shown.push(step.frame.is_some());
+            w.evals_open += u32::from(step.frame.is_some());
+            if step.entry {
+                w.evals.push(std::mem::take(&mut w.evals_open));
+                if self.layout.version >= (3, 12) {
+                    w.anchors.push(addr);
+                }
+            }
             if let Some((code, line)) = step.frame {
                 if w.frames.is_empty() {
                     w.top_instr = step.instr;
@@ -618,6 +644,7 @@ impl StackWalker {
             code: code_addr,
             frame: None,
             instr: None,
+            entry: self.is_entry(buf),
         };
         match f.model {
             FrameModel::Object {
@@ -674,6 +701,25 @@ impl StackWalker {
             }
         }
         Ok(out)
+    }
+
+    /// Whether the frame `buf` begins a call of the evaluation loop (see
+    /// [`FrameStep::entry`]).
+    fn is_entry(&self, buf: &[u8]) -> bool {
+        /// 3.12–3.15: the owner of the entry frame `_PyEval_EvalFrameDefault` pushes
+        /// (`FRAME_OWNED_BY_CSTACK` on 3.12/3.13, `FRAME_OWNED_BY_INTERPRETER` on 3.14+:
+        /// both 3; 3.14's `FRAME_OWNED_BY_CSTACK`, 4, is not such a frame).
+        const ENTRY_FRAME_OWNER: u8 = 3;
+        let f = &self.layout.frame;
+        match f.model {
+            FrameModel::Object { .. } => true,
+            FrameModel::Interpreter if self.layout.version < (3, 12) => {
+                f.is_entry.is_some_and(|o| field_u8(buf, o) != 0)
+            }
+            FrameModel::Interpreter => f
+                .owner
+                .is_some_and(|o| field_u8(buf, o) == ENTRY_FRAME_OWNER),
+        }
     }
 
     /// A ≤3.10 frame object (`buf`, read at `addr`): checked to be a live frame (and, with

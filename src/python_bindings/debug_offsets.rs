@@ -274,6 +274,7 @@ pub fn parse(bytes: &[u8], fallback: &Layout) -> Result<Layout, DebugOffsetsErro
             code: f.us("interpreter_frame.executable"),
             lasti: f.us("interpreter_frame.instr_ptr"),
             owner: Some(f.us("interpreter_frame.owner")),
+            is_entry: None,
             size: f.us("interpreter_frame.size"),
             // Not carried by _Py_DebugOffsets (nor in 3.13's installed headers).
             stacktop: None,

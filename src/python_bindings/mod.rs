@@ -118,6 +118,10 @@ pub struct FrameLayout {
     pub lasti: usize,
     /// 3.11+: `owner` (a char). 3.12+ uses owner == 3 (`FRAME_OWNED_BY_CSTACK`) for shim frames.
     pub owner: Option<usize>,
+    /// 3.11 only: `is_entry` (a bool): the frame a `_PyEval_EvalFrameDefault` call started
+    /// with, the outermost Python frame that C call runs. (3.12+ marks each such call with
+    /// an entry frame of its own, owned by the C stack: [`FrameLayout::owner`].)
+    pub is_entry: Option<usize>,
     /// Bytes to read to cover every field above.
     pub size: usize,
     /// 2.7: `f_stacktop`, NULL while the frame executes (set when a generator yields).

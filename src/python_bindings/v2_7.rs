@@ -33,6 +33,7 @@ pub(crate) const LAYOUT: Layout = Layout {
         code: 32,
         lasti: 120,
         owner: None,
+        is_entry: None,
         size: 384,
         stacktop: Some(72),
         executing: None,

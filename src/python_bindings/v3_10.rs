@@ -33,6 +33,7 @@ pub(crate) const LAYOUT: Layout = Layout {
         code: 32,
         lasti: 96,
         owner: None,
+        is_entry: None,
         size: 360,
         stacktop: None,
         executing: None,

@@ -31,6 +31,7 @@ pub(crate) const LAYOUT: Layout = Layout {
         code: 32,
         lasti: 56,
         owner: Some(69),
+        is_entry: Some(68),
         size: 80,
         stacktop: None,
         executing: None,

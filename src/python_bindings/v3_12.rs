@@ -31,6 +31,7 @@ pub(crate) const LAYOUT: Layout = Layout {
         code: 0,
         lasti: 56,
         owner: Some(70),
+        is_entry: None,
         size: 80,
         stacktop: None,
         executing: None,

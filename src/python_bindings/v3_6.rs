@@ -33,6 +33,7 @@ pub(crate) const LAYOUT: Layout = Layout {
         code: 32,
         lasti: 120,
         owner: None,
+        is_entry: None,
         size: 384,
         stacktop: None,
         executing: Some(132),

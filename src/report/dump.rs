@@ -2,7 +2,8 @@
 //!
 //! Must not: read process memory.
 
-use crate::python::Snapshot;
+use crate::native::NativeFrame;
+use crate::python::{Frame, Snapshot, StackEntry};
 use std::fmt::Write;
 
 /// JSON schema version of `dump --json` output (documented in docs/dump-json.md).
@@ -57,6 +58,19 @@ pub fn to_text(s: &Snapshot) -> String {
         );
     }
     out.push('\n');
+    if let Some(n) = &s.native {
+        let _ = writeln!(
+            out,
+            "Native frames merged with Python's on {} of {} threads{}",
+            n.merged,
+            n.merged + n.unmerged,
+            if n.unmerged > 0 {
+                " (the others show their Python frames alone)"
+            } else {
+                ""
+            }
+        );
+    }
     for t in &s.threads {
         out.push('\n');
         let mut state = Vec::new();
@@ -88,12 +102,36 @@ pub fn to_text(s: &Snapshot) -> String {
             let _ = writeln!(out, "    <stack not read: {err}>");
             continue;
         }
+        if let Some(n) = &t.native {
+            if let Some(why) = &n.unmerged {
+                let _ = writeln!(out, "    <native frames not merged: {why}>");
+            }
+            if n.stack.is_empty() {
+                let _ = writeln!(out, "    <no frames>");
+            }
+            for (i, e) in n.stack.iter().enumerate() {
+                match e {
+                    StackEntry::Python(f) => python_line(&mut out, i, f),
+                    StackEntry::Native(f) => native_line(&mut out, i, f),
+                }
+            }
+            if n.truncated {
+                let _ = writeln!(
+                    out,
+                    "    ... stack truncated after {} frames",
+                    n.stack.len()
+                );
+            }
+            if let Some(why) = &n.unwind_stopped {
+                let _ = writeln!(out, "    <native unwinding stopped: {why}>");
+            }
+            continue;
+        }
         if t.frames.is_empty() {
             let _ = writeln!(out, "    <no Python frames>");
         }
         for (i, f) in t.frames.iter().enumerate() {
-            let line = f.line.map(|l| l.to_string()).unwrap_or_else(|| "?".into());
-            let _ = writeln!(out, "    #{i:<3} {} ({}:{line})", f.function, f.filename);
+            python_line(&mut out, i, f);
         }
         if t.truncated {
             let _ = writeln!(
@@ -103,7 +141,52 @@ pub fn to_text(s: &Snapshot) -> String {
             );
         }
     }
+    for t in s.native.iter().flat_map(|n| &n.other_threads) {
+        out.push('\n');
+        let _ = write!(out, "Thread {} ", t.native_id);
+        if let Some(name) = &t.name {
+            let _ = write!(out, "\"{name}\" ");
+        }
+        let _ = writeln!(out, "(no Python thread state)");
+        if let Some(err) = &t.error {
+            let _ = writeln!(out, "    <stack not read: {err}>");
+        }
+        for (i, f) in t.frames.iter().enumerate() {
+            native_line(&mut out, i, f);
+        }
+        if t.truncated {
+            let _ = writeln!(
+                out,
+                "    ... stack truncated after {} frames",
+                t.frames.len()
+            );
+        }
+        if let Some(why) = &t.unwind_stopped {
+            let _ = writeln!(out, "    <native unwinding stopped: {why}>");
+        }
+    }
     out
+}
+
+/// `    #3   function (file:line)`.
+fn python_line(out: &mut String, i: usize, f: &Frame) {
+    let line = f.line.map(|l| l.to_string()).unwrap_or_else(|| "?".into());
+    let _ = writeln!(out, "    #{i:<3} {} ({}:{line})", f.function, f.filename);
+}
+
+/// `    #3   symbol (file:line) [module]`, `    #3   module+0xOFFSET`, or the bare address.
+fn native_line(out: &mut String, i: usize, f: &NativeFrame) {
+    let _ = write!(out, "    #{i:<3} {}", f.label());
+    if let (Some(file), Some(line)) = (&f.file, f.line) {
+        let _ = write!(out, " ({file}:{line})");
+    }
+    if let (Some(_), Some(m)) = (&f.symbol, &f.module) {
+        let _ = write!(out, " [{m}]");
+    }
+    if let Some(note) = &f.module_note {
+        let _ = write!(out, " ({note})");
+    }
+    out.push('\n');
 }
 
 #[cfg(test)]
@@ -144,7 +227,12 @@ mod tests {
                 error: None,
                 interpreter: 0,
                 read_paused: false,
+                evals: vec![1, 1],
+                evals_open: 0,
+                anchors: Vec::new(),
+                native: None,
             }],
+            native: None,
         }
     }
 

@@ -1,0 +1,565 @@
+//! One ELF image (a shared library, an executable, the vDSO) as the unwinder and the
+//! symbolizer need it.
+//!
+//! Owns: [`Image`]: the file's bytes (mapped, or copied from the target's memory for the
+//! vDSO), its GNU build id, the sections that hold unwind rules (`.eh_frame_hdr`,
+//! `.eh_frame`, `.debug_frame`, `.text`, `.got`, as SVMA ranges and file ranges), its
+//! symbol table, parsed the first time a name is asked for ([`Image::symbols`]), and its
+//! DWARF line tables (through addr2line, made the first time a line is asked for, over the
+//! mapped sections: nothing is copied, and only the units asked about are decoded:
+//! [`Image::line`]). Also the
+//! build id of an image read from the target's memory ([`build_id_in_memory`]), which says
+//! whether the file on disk is the one that was loaded.
+//! Must not: open files by path (the caller hands an open file, found as the target sees
+//! it: `native::modules`), or know about processes beyond the one memory read above.
+
+use super::symbols::{Symbols, Tables};
+use crate::error::{Error, Result};
+use crate::ptrace::ProcessMemory;
+use goblin::container::{Container, Ctx, Endian};
+use goblin::elf::header::{Header, EM_X86_64, ET_DYN, ET_EXEC};
+use goblin::elf::program_header::{ProgramHeader, PT_LOAD, PT_NOTE};
+use goblin::elf::section_header::{SectionHeader, SHT_NOBITS};
+use std::ops::Range;
+use std::path::Path;
+use std::sync::{Arc, OnceLock};
+
+/// The bytes of an image: a read-only mapping of its file, or a copy.
+pub(crate) enum Bytes {
+    Mapped(memmap2::Mmap),
+    Owned(Vec<u8>),
+}
+
+impl std::ops::Deref for Bytes {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        match self {
+            Bytes::Mapped(m) => m,
+            Bytes::Owned(v) => v,
+        }
+    }
+}
+
+/// A section's bytes, shared with the image they come from (what the unwinder and the
+/// line tables keep).
+#[derive(Clone)]
+pub(crate) struct SectionBytes {
+    bytes: Arc<Bytes>,
+    range: Range<usize>,
+}
+
+impl std::ops::Deref for SectionBytes {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        &self.bytes[self.range.clone()]
+    }
+}
+
+impl std::fmt::Debug for SectionBytes {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "SectionBytes({:?})", self.range)
+    }
+}
+
+// SAFETY: `deref` points into the mapping or vector behind the `Arc`, which neither moves
+// nor changes while any `SectionBytes` holds it: moving a `SectionBytes` moves only the
+// `Arc` pointer and the range.
+unsafe impl stable_deref_trait::StableDeref for SectionBytes {}
+// SAFETY: a clone shares the same `Arc` and range, so it derefs to the same address.
+unsafe impl stable_deref_trait::CloneStableDeref for SectionBytes {}
+
+/// What DWARF is read through: sections shared with their image, never copied.
+type DwarfReader = gimli::EndianReader<gimli::LittleEndian, SectionBytes>;
+
+/// A source position: file and line.
+pub(crate) type SourceLine = (Arc<str>, u32);
+
+/// A section: where the ELF says it is loaded (SVMA) and where its bytes are in the file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Section {
+    pub(crate) svma: Range<u64>,
+    file: Range<usize>,
+}
+
+/// The sections the unwinder reads.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct UnwindSections {
+    pub(crate) text: Option<Section>,
+    pub(crate) eh_frame: Option<Section>,
+    pub(crate) eh_frame_hdr: Option<Section>,
+    pub(crate) debug_frame: Option<Section>,
+    pub(crate) got: Option<Section>,
+}
+
+/// A GNU build id (the bytes of the NT_GNU_BUILD_ID note).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub(crate) struct BuildId(pub(crate) Vec<u8>);
+
+impl std::fmt::Display for BuildId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        for b in &self.0 {
+            write!(f, "{b:02x}")?;
+        }
+        Ok(())
+    }
+}
+
+/// One parsed ELF image.
+pub(crate) struct Image {
+    bytes: Arc<Bytes>,
+    pub(crate) build_id: Option<BuildId>,
+    /// SVMA and file offset of the first PT_LOAD segment, rounded down to its page: the
+    /// mapping of that file offset in the target gives the load bias.
+    pub(crate) first_load_svma: u64,
+    pub(crate) first_load_offset: u64,
+    pub(crate) sections: UnwindSections,
+    /// `.symtab` and `.dynsym` as (file range of the table, file range of its strings).
+    tables: Tables,
+    symbols: OnceLock<Symbols>,
+    /// The `.debug_*` sections (uncompressed ones only), by name.
+    debug: Vec<(String, Range<usize>)>,
+    /// The line tables, made on first use (None: no usable DWARF). Behind a lock so that
+    /// an image can be shared: addr2line fills its caches as it is asked.
+    lines: OnceLock<Option<std::sync::Mutex<addr2line::Context<DwarfReader>>>>,
+}
+
+/// Little-endian 64-bit ELF: the only kind this profiler reads.
+fn ctx() -> Ctx {
+    Ctx::new(Container::Big, Endian::Little)
+}
+
+const PAGE_MASK: u64 = !0xfff;
+
+fn bad(name: &str, why: impl Into<String>) -> Error {
+    Error::invalid_data(format!("parsing ELF file {name}"), why)
+}
+
+impl Image {
+    /// Maps an open file (read-only, private) and parses its headers.
+    pub(crate) fn from_file(file: &std::fs::File, name: &Path) -> Result<Image> {
+        // SAFETY: a read-only private mapping. A file changed in place while mapped could
+        // show other bytes or fault (SIGBUS) on a truncated page; libraries and executables
+        // are replaced by rename, not rewritten, which is the case accepted here (as in
+        // `elf::ElfFile::from_file`). The build id check in `native::modules` catches a
+        // file that is not the one loaded.
+        let map = unsafe { memmap2::Mmap::map(file) }
+            .map_err(|e| Error::io(format!("mapping {}", name.display()), e))?;
+        Image::parse(name.display().to_string(), Bytes::Mapped(map))
+    }
+
+    /// Parses an image from bytes (the vDSO, copied from the target's memory; tests).
+    pub(crate) fn parse(name: String, bytes: Bytes) -> Result<Image> {
+        let data: &[u8] = &bytes;
+        let header = goblin::elf::Elf::parse_header(data).map_err(|e| bad(&name, e.to_string()))?;
+        if header.e_ident[goblin::elf::header::EI_CLASS] != goblin::elf::header::ELFCLASS64
+            || header.e_ident[goblin::elf::header::EI_DATA] != goblin::elf::header::ELFDATA2LSB
+            || header.e_machine != EM_X86_64
+            || !matches!(header.e_type, ET_DYN | ET_EXEC)
+        {
+            return Err(bad(&name, "not an x86-64 executable or shared library"));
+        }
+        let phdrs = ProgramHeader::parse(
+            data,
+            header.e_phoff as usize,
+            header.e_phnum as usize,
+            ctx(),
+        )
+        .map_err(|e| bad(&name, e.to_string()))?;
+        let first = phdrs
+            .iter()
+            .filter(|p| p.p_type == PT_LOAD)
+            .min_by_key(|p| p.p_vaddr)
+            .ok_or_else(|| bad(&name, "no PT_LOAD segment"))?;
+        let (first_load_svma, first_load_offset) =
+            (first.p_vaddr & PAGE_MASK, first.p_offset & PAGE_MASK);
+        let build_id = phdrs.iter().filter(|p| p.p_type == PT_NOTE).find_map(|p| {
+            let start = p.p_offset as usize;
+            data.get(start..start.checked_add(p.p_filesz as usize)?)
+                .and_then(build_id_in_notes)
+        });
+        // Section headers: absent from the vDSO of some kernels and from stripped-to-the-
+        // bone files; the unwinder then has no rules (frame pointers only), and no symbols.
+        let shdrs = if header.e_shoff != 0 && header.e_shnum != 0 {
+            SectionHeader::parse(
+                data,
+                header.e_shoff as usize,
+                header.e_shnum as usize,
+                ctx(),
+            )
+            .unwrap_or_default()
+        } else {
+            Vec::new()
+        };
+        let shstr = shdrs
+            .get(header.e_shstrndx as usize)
+            .and_then(|s| file_range(data, s));
+        let name_of = |sh: &SectionHeader| -> Option<&[u8]> {
+            let strs = &data[shstr.clone()?];
+            let rest = strs.get(sh.sh_name..)?;
+            Some(&rest[..rest.iter().position(|&b| b == 0)?])
+        };
+        let mut sections = UnwindSections::default();
+        let mut tables = Vec::new();
+        let mut debug = Vec::new();
+        for sh in &shdrs {
+            let Some(n) = name_of(sh) else { continue };
+            const SHF_COMPRESSED: u64 = 0x800;
+            if n.starts_with(b".debug_") && sh.sh_flags & SHF_COMPRESSED == 0 {
+                if let (Ok(name), Some(range)) = (std::str::from_utf8(n), file_range(data, sh)) {
+                    debug.push((name.to_string(), range));
+                }
+            }
+            let section = || {
+                Some(Section {
+                    svma: sh.sh_addr..sh.sh_addr.checked_add(sh.sh_size)?,
+                    file: if sh.sh_type == SHT_NOBITS {
+                        0..0
+                    } else {
+                        file_range(data, sh)?
+                    },
+                })
+            };
+            match n {
+                b".text" => sections.text = section(),
+                b".eh_frame" => sections.eh_frame = section(),
+                b".eh_frame_hdr" => sections.eh_frame_hdr = section(),
+                b".debug_frame" => sections.debug_frame = section(),
+                b".got" => sections.got = section(),
+                b".symtab" | b".dynsym" => {
+                    let strings = shdrs
+                        .get(sh.sh_link as usize)
+                        .and_then(|s| file_range(data, s));
+                    if let (Some(table), Some(strings)) = (file_range(data, sh), strings) {
+                        // .symtab first: it has the local (static) functions too.
+                        if n == b".symtab" {
+                            tables.insert(0, (table, strings));
+                        } else {
+                            tables.push((table, strings));
+                        }
+                    }
+                }
+                _ => {}
+            }
+        }
+        Ok(Image {
+            bytes: Arc::new(bytes),
+            build_id,
+            first_load_svma,
+            first_load_offset,
+            sections,
+            tables,
+            symbols: OnceLock::new(),
+            debug,
+            lines: OnceLock::new(),
+        })
+    }
+
+    /// The source file and line of the instruction at SVMA `svma` in the function that
+    /// holds it (where code inlined into it was inlined, not the inlined code's own line,
+    /// so that it goes with the function's symbol), from the image's DWARF (read the first
+    /// time a line is asked for, and then only the units asked about); None without it.
+    pub(crate) fn line(&self, svma: u64) -> Option<SourceLine> {
+        let lines = self
+            .lines
+            .get_or_init(|| self.line_context().map(std::sync::Mutex::new));
+        let context = lines.as_ref()?.lock().ok()?;
+        // Innermost inlined function first, the function itself last.
+        let mut frames = context.find_frames(svma).skip_all_loads().ok()?;
+        let mut outermost = None;
+        while let Ok(Some(frame)) = frames.next() {
+            if let Some(at) = frame.location {
+                outermost = Some((at.file, at.line));
+            }
+        }
+        match outermost {
+            Some((Some(file), Some(line))) => Some((Arc::from(file), line)),
+            _ => None,
+        }
+    }
+
+    /// addr2line over this image's `.debug_*` sections; None when it has no line table.
+    fn line_context(&self) -> Option<addr2line::Context<DwarfReader>> {
+        if !self.debug.iter().any(|(n, _)| n == ".debug_line") {
+            return None;
+        }
+        let section = |id: gimli::SectionId| -> std::result::Result<DwarfReader, ()> {
+            let range = self
+                .debug
+                .iter()
+                .find(|(n, _)| n == id.name())
+                .map_or(0..0, |(_, r)| r.clone());
+            let bytes = SectionBytes {
+                bytes: self.bytes.clone(),
+                range,
+            };
+            Ok(gimli::EndianReader::new(bytes, gimli::LittleEndian))
+        };
+        let dwarf = gimli::Dwarf::load(section).ok()?;
+        addr2line::Context::from_dwarf(dwarf).ok()
+    }
+
+    /// The bytes of `section`, shared with this image.
+    pub(crate) fn section_bytes(&self, section: &Section) -> Option<SectionBytes> {
+        (!section.file.is_empty()).then(|| SectionBytes {
+            bytes: self.bytes.clone(),
+            range: section.file.clone(),
+        })
+    }
+
+    /// The symbol table, parsed on first use.
+    pub(crate) fn symbols(&self) -> &Symbols {
+        self.symbols
+            .get_or_init(|| Symbols::parse(&self.bytes, &self.tables))
+    }
+
+    /// The name of a symbol found by [`Image::symbols`] (its bytes in the string table).
+    pub(crate) fn symbol_name(&self, name: Range<usize>) -> &str {
+        self.bytes
+            .get(name)
+            .and_then(|b| std::str::from_utf8(b).ok())
+            .unwrap_or("")
+    }
+}
+
+/// The file range of a section's bytes, when it lies inside the file.
+fn file_range(data: &[u8], sh: &SectionHeader) -> Option<Range<usize>> {
+    if sh.sh_type == SHT_NOBITS {
+        return None;
+    }
+    let start = usize::try_from(sh.sh_offset).ok()?;
+    let end = start.checked_add(usize::try_from(sh.sh_size).ok()?)?;
+    (end <= data.len()).then_some(start..end)
+}
+
+/// The NT_GNU_BUILD_ID note among the notes `notes` (a PT_NOTE segment's bytes).
+fn build_id_in_notes(notes: &[u8]) -> Option<BuildId> {
+    const NT_GNU_BUILD_ID: u32 = 3;
+    let align4 = |n: usize| n.checked_add(3).map(|n| n & !3);
+    let u32_at = |at: usize| -> Option<u32> {
+        Some(u32::from_le_bytes(notes.get(at..at + 4)?.try_into().ok()?))
+    };
+    let mut at = 0usize;
+    while at + 12 <= notes.len() {
+        let namesz = u32_at(at)? as usize;
+        let descsz = u32_at(at + 4)? as usize;
+        let kind = u32_at(at + 8)?;
+        let name_at = at + 12;
+        let desc_at = name_at.checked_add(align4(namesz)?)?;
+        let next = desc_at.checked_add(align4(descsz)?)?;
+        if kind == NT_GNU_BUILD_ID && notes.get(name_at..name_at + namesz) == Some(b"GNU\0") {
+            let desc = notes.get(desc_at..desc_at + descsz)?;
+            return (!desc.is_empty()).then(|| BuildId(desc.to_vec()));
+        }
+        at = next;
+    }
+    None
+}
+
+/// Most bytes of ELF and program headers read from memory.
+const MAX_HEADERS: usize = 64 * 1024;
+
+/// The program headers of the image whose ELF header the target has mapped at `base` (the
+/// mapping of file offset 0), read from the target's memory, and the SVMA of its first
+/// loaded page: an SVMA `v` of the image is at AVMA `base + v − that`.
+fn loaded_headers(mem: &dyn ProcessMemory, base: u64) -> Option<(Vec<ProgramHeader>, u64)> {
+    let mut head = [0u8; 64];
+    mem.read(base, &mut head).ok()?;
+    let header: Header = goblin::elf::Elf::parse_header(&head).ok()?;
+    if header.e_ident[goblin::elf::header::EI_CLASS] != goblin::elf::header::ELFCLASS64 {
+        return None;
+    }
+    let len = (header.e_phnum as usize).checked_mul(header.e_phentsize as usize)?;
+    if len == 0 || len > MAX_HEADERS {
+        return None;
+    }
+    let table = mem.read_vec(base.checked_add(header.e_phoff)?, len).ok()?;
+    let phdrs = ProgramHeader::parse(&table, 0, header.e_phnum as usize, ctx()).ok()?;
+    let first = phdrs
+        .iter()
+        .filter(|p| p.p_type == PT_LOAD)
+        .min_by_key(|p| p.p_vaddr)?;
+    let first_svma = first.p_vaddr & PAGE_MASK;
+    Some((phdrs, first_svma))
+}
+
+/// The build id of the image whose ELF header the target has mapped at `base` (its first
+/// page: the mapping of file offset 0), read from the target's memory: the build id of
+/// what was loaded, whatever the file on disk holds now. None when the image has no build
+/// id note or it cannot be read.
+pub(crate) fn build_id_in_memory(mem: &dyn ProcessMemory, base: u64) -> Option<BuildId> {
+    let (phdrs, first_svma) = loaded_headers(mem, base)?;
+    // Notes are in a loaded segment.
+    phdrs.iter().filter(|p| p.p_type == PT_NOTE).find_map(|p| {
+        let len = usize::try_from(p.p_memsz)
+            .ok()
+            .filter(|&l| l <= MAX_HEADERS)?;
+        let at = base.checked_add(p.p_vaddr.checked_sub(first_svma)?)?;
+        build_id_in_notes(&mem.read_vec(at, len).ok()?)
+    })
+}
+
+/// Most bytes of `.eh_frame` read from a target's memory.
+const MAX_EH_FRAME: u64 = 32 << 20;
+
+/// An image with only the unwind rules of what the target loaded at `base`, read from its
+/// memory (`.eh_frame_hdr` through PT_GNU_EH_FRAME, and `.eh_frame` from where the header
+/// says up to the end of its segment): for a module whose file cannot be trusted (changed
+/// on disk since it was loaded) or read. No symbols. None when the image has no
+/// PT_GNU_EH_FRAME or it cannot be read.
+pub(crate) fn unwind_image_in_memory(mem: &dyn ProcessMemory, base: u64) -> Option<Image> {
+    const PT_GNU_EH_FRAME: u32 = 0x6474_e550;
+    let (phdrs, first_svma) = loaded_headers(mem, base)?;
+    let avma = |svma: u64| base.checked_add(svma.checked_sub(first_svma)?);
+    let hdr_ph = phdrs.iter().find(|p| p.p_type == PT_GNU_EH_FRAME)?;
+    let hdr_len = usize::try_from(hdr_ph.p_memsz)
+        .ok()
+        .filter(|&l| l >= 8 && l <= MAX_EH_FRAME as usize)?;
+    let hdr = mem.read_vec(avma(hdr_ph.p_vaddr)?, hdr_len).ok()?;
+    // version 1, then the encoding of eh_frame_ptr: 0x1b (pc-relative signed 4 bytes) as
+    // every linker writes it, or 0x03 / 0x0b (absolute, 4 bytes).
+    let field = i32::from_le_bytes(hdr.get(4..8)?.try_into().ok()?);
+    let eh_frame_svma = match (hdr[0], hdr[1]) {
+        (1, 0x1b) => hdr_ph
+            .p_vaddr
+            .checked_add(4)?
+            .checked_add_signed(field as i64)?,
+        (1, 0x03) => field as u32 as u64,
+        (1, 0x0b) => u64::try_from(field).ok()?,
+        _ => return None,
+    };
+    let segment = phdrs.iter().find(|p| {
+        p.p_type == PT_LOAD && p.p_vaddr <= eh_frame_svma && eh_frame_svma < p.p_vaddr + p.p_memsz
+    })?;
+    let eh_len = (segment.p_vaddr + segment.p_filesz)
+        .checked_sub(eh_frame_svma)?
+        .min(MAX_EH_FRAME);
+    let mut bytes = hdr;
+    let mut eh_frame = vec![0u8; eh_len as usize];
+    let got = mem.read_prefix(avma(eh_frame_svma)?, &mut eh_frame).ok()?;
+    bytes.extend_from_slice(&eh_frame[..got]);
+    let first = phdrs
+        .iter()
+        .filter(|p| p.p_type == PT_LOAD)
+        .min_by_key(|p| p.p_vaddr)?;
+    let sections = UnwindSections {
+        eh_frame_hdr: Some(Section {
+            svma: hdr_ph.p_vaddr..hdr_ph.p_vaddr + hdr_len as u64,
+            file: 0..hdr_len,
+        }),
+        eh_frame: Some(Section {
+            svma: eh_frame_svma..eh_frame_svma + got as u64,
+            file: hdr_len..hdr_len + got,
+        }),
+        ..UnwindSections::default()
+    };
+    Some(Image {
+        bytes: Arc::new(Bytes::Owned(bytes)),
+        build_id: build_id_in_memory(mem, base),
+        first_load_svma: first_svma,
+        first_load_offset: first.p_offset & PAGE_MASK,
+        sections,
+        tables: Vec::new(),
+        symbols: OnceLock::new(),
+        debug: Vec::new(),
+        lines: OnceLock::new(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn our_own_executable_parses_and_its_build_id_matches_memory() {
+        let exe = std::env::current_exe().unwrap();
+        let file = std::fs::File::open(&exe).unwrap();
+        let image = Image::from_file(&file, &exe).unwrap();
+        assert!(image.sections.eh_frame.is_some());
+        assert!(image.sections.text.is_some());
+        // The running copy's headers, read from our own memory, carry the same build id
+        // (rustc's linker writes one on Linux).
+        let pid = std::process::id() as i32;
+        let maps = crate::proc::read_maps(pid).unwrap();
+        let exe_s = crate::proc::exe_path(pid).unwrap();
+        let base = maps
+            .iter()
+            .find(|m| m.path.as_deref() == Some(exe_s.as_str()) && m.offset == 0)
+            .unwrap()
+            .start;
+        let mem = crate::ptrace::RemoteMemory::new(pid).unwrap();
+        let in_memory = build_id_in_memory(&mem, base);
+        assert!(image.build_id.is_some());
+        assert_eq!(in_memory, image.build_id);
+    }
+
+    #[test]
+    fn unwind_rules_read_from_memory_are_the_files() {
+        let exe = std::env::current_exe().unwrap();
+        let file = std::fs::File::open(&exe).unwrap();
+        let image = Image::from_file(&file, &exe).unwrap();
+        let pid = std::process::id() as i32;
+        let maps = crate::proc::read_maps(pid).unwrap();
+        let exe_s = crate::proc::exe_path(pid).unwrap();
+        let base = maps
+            .iter()
+            .find(|m| m.path.as_deref() == Some(exe_s.as_str()) && m.offset == 0)
+            .unwrap()
+            .start;
+        let mem = crate::ptrace::RemoteMemory::new(pid).unwrap();
+        let loaded = unwind_image_in_memory(&mem, base).expect("PT_GNU_EH_FRAME");
+        let bytes = |img: &Image, s: &Option<Section>| {
+            img.section_bytes(s.as_ref().unwrap()).unwrap().to_vec()
+        };
+        let (ours, file_s) = (&loaded.sections, &image.sections);
+        assert_eq!(
+            ours.eh_frame_hdr.as_ref().unwrap().svma,
+            file_s.eh_frame_hdr.as_ref().unwrap().svma
+        );
+        assert_eq!(
+            bytes(&loaded, &ours.eh_frame_hdr),
+            bytes(&image, &file_s.eh_frame_hdr)
+        );
+        // .eh_frame from memory runs to the end of its segment: the file's is its start.
+        let from_memory = bytes(&loaded, &ours.eh_frame);
+        let from_file = bytes(&image, &file_s.eh_frame);
+        assert_eq!(
+            ours.eh_frame.as_ref().unwrap().svma.start,
+            file_s.eh_frame.as_ref().unwrap().svma.start
+        );
+        assert_eq!(&from_memory[..from_file.len()], &from_file[..]);
+        assert_eq!(
+            (loaded.first_load_svma, loaded.first_load_offset),
+            (image.first_load_svma, image.first_load_offset)
+        );
+        assert!(loaded.symbols().find(0).is_none());
+    }
+
+    #[test]
+    fn notes_are_walked_to_the_build_id() {
+        let mut notes = Vec::new();
+        // An ABI tag note first (name "GNU", type 1), then the build id (type 3).
+        for (kind, desc) in [(1u32, vec![0u8; 16]), (3, vec![0xab, 0xcd, 0xef])] {
+            notes.extend_from_slice(&4u32.to_le_bytes());
+            notes.extend_from_slice(&(desc.len() as u32).to_le_bytes());
+            notes.extend_from_slice(&kind.to_le_bytes());
+            notes.extend_from_slice(b"GNU\0");
+            notes.extend_from_slice(&desc);
+            while notes.len() % 4 != 0 {
+                notes.push(0);
+            }
+        }
+        assert_eq!(
+            build_id_in_notes(&notes),
+            Some(BuildId(vec![0xab, 0xcd, 0xef]))
+        );
+        assert_eq!(build_id_in_notes(&notes[..20]), None);
+        assert_eq!(BuildId(vec![0xab, 0x01]).to_string(), "ab01");
+    }
+
+    #[test]
+    fn rejects_what_is_not_an_x86_64_image() {
+        assert!(
+            Image::parse("x".into(), Bytes::Owned(b"not an elf file at all".to_vec())).is_err()
+        );
+    }
+}

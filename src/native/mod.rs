@@ -1,0 +1,223 @@
+//! Native (C, C++, Rust) stacks of a live process: its modules, their unwind rules and
+//! symbols, and each stopped thread's stack unwound and named.
+//!
+//! Owns: [`NativeProcess`] (one process's modules and unwinder, made before its threads
+//! are paused), [`NativeFrame`] (one named frame) and `NativeStack`; [`NativeCache`]
+//! (images by build id, shared across processes); the parts: `image` (an ELF file's
+//! sections, build id, symbols and line tables), `modules` (the files as the target sees them, checked
+//! by build id), `symbols` (sized symbols, demangling), `unwind` (registers and the stack
+//! copy taken while a thread is stopped; framehop's unwinder over the copy).
+//! Must not: know about Python (the merge with Python frames is `python::native`), pause
+//! threads (the caller holds them), or format output.
+//!
+//! Addresses follow the glossary in `elf`: AVMA (in the process), SVMA (in the ELF file),
+//! bias = AVMA − SVMA per loaded module.
+
+mod image;
+mod modules;
+mod symbols;
+mod unwind;
+
+use crate::error::Result;
+use crate::proc::ns::Namespaces;
+use crate::proc::MapEntry;
+use crate::ptrace::pause::PausedThreads;
+use crate::ptrace::ProcessMemory;
+pub use modules::NativeCache;
+use modules::{FileState, Modules};
+use std::collections::HashMap;
+use std::sync::Arc;
+pub(crate) use unwind::Capture;
+use unwind::{End, Unwinder};
+
+/// One native frame, named as well as the module's file allows.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct NativeFrame {
+    /// AVMA: the instruction pointer for the innermost frame, a return address for the
+    /// others.
+    pub(crate) address: u64,
+    /// The function whose symbol covers the address, demangled (C++, Rust); None when no
+    /// symbol does (a stripped library's internal function: `module+0xOFFSET`).
+    pub(crate) symbol: Option<Arc<str>>,
+    /// The file name of the module (`libc.so.6`, `[vdso]`); None for an address in no
+    /// module (generated code).
+    pub(crate) module: Option<Arc<str>>,
+    /// SVMA of `address` in its module (what `addr2line -e MODULE` takes); the address
+    /// itself when it is in no module.
+    pub(crate) offset: u64,
+    /// The source file and line of the instruction (for a return address, of the call),
+    /// when the module has DWARF line tables.
+    pub(crate) file: Option<Arc<str>>,
+    pub(crate) line: Option<u32>,
+    /// Why the module's file was not used to name the frame (it changed on disk since it
+    /// was loaded, or could not be read); absent when it was.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) module_note: Option<Arc<str>>,
+}
+
+impl NativeFrame {
+    /// `symbol`, or `module+0xOFFSET`, or the bare address.
+    pub(crate) fn label(&self) -> String {
+        match (&self.symbol, &self.module) {
+            (Some(s), _) => s.to_string(),
+            (None, Some(m)) => format!("{m}+{:#x}", self.offset),
+            (None, None) => format!("{:#x}", self.address),
+        }
+    }
+}
+
+/// Each paused thread's capture (by kernel id), or why it has none.
+pub(crate) type Captures = Vec<(i32, std::result::Result<Capture, String>)>;
+
+/// One thread's native stack, innermost first.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct NativeStack {
+    pub(crate) frames: Vec<NativeFrame>,
+    /// Each frame's stack pointer (AVMA): frame `i`'s locals lie in `[sps[i], sps[i + 1])`.
+    pub(crate) sps: Vec<u64>,
+    /// The thread's stack as copied: from its stack pointer to the end of its mapping.
+    pub(crate) stack_range: std::ops::Range<u64>,
+    /// The stack was deeper than [`unwind::MAX_NATIVE_FRAMES`] and was cut.
+    pub(crate) truncated: bool,
+    /// The unwinder could go no further before the outermost frame: why.
+    pub(crate) stopped: Option<String>,
+}
+
+/// One process's modules and unwinder: made before its threads are paused (reading
+/// /proc/PID/maps and opening files takes milliseconds), used while they are (capture)
+/// and after (unwinding and naming).
+pub struct NativeProcess {
+    pid: i32,
+    /// How long the last [`NativeProcess::capture_all`] took: what `--native` adds to the
+    /// time the threads are stopped.
+    last_capture: std::time::Duration,
+    maps: Vec<MapEntry>,
+    modules: Modules,
+    unwinder: Unwinder,
+    /// Frames named so far, by address and lookup address: a profile's samples name the
+    /// same few thousand addresses again and again (symbol search, demangling and line
+    /// tables once each).
+    named: HashMap<(u64, u64), NativeFrame>,
+}
+
+/// Most named frames a [`NativeProcess`] keeps (beyond, it starts afresh).
+const MAX_NAMED: usize = 1 << 16;
+
+impl NativeProcess {
+    /// Reads process `pid`'s map and modules (images from `cache` when it has them).
+    pub(crate) fn new(
+        pid: i32,
+        mem: &dyn ProcessMemory,
+        ns: Namespaces,
+        cache: &mut NativeCache,
+    ) -> Result<NativeProcess> {
+        let maps = crate::proc::read_maps(pid)?;
+        let modules = Modules::read(pid, &maps, mem, ns, cache);
+        let unwinder = Unwinder::new(&modules);
+        Ok(NativeProcess {
+            pid,
+            last_capture: std::time::Duration::ZERO,
+            maps,
+            modules,
+            unwinder,
+            named: HashMap::new(),
+        })
+    }
+
+    /// Takes the registers and stack of every thread `paused` holds (call it while they
+    /// are stopped): one capture, or why there is none, per thread.
+    pub(crate) fn capture_all(
+        &mut self,
+        paused: &PausedThreads,
+        mem: &dyn ProcessMemory,
+    ) -> Captures {
+        let start = std::time::Instant::now();
+        let captures = paused
+            .tids()
+            .into_iter()
+            .map(|tid| (tid, unwind::capture(self.pid, tid, paused, mem, &self.maps)))
+            .collect();
+        self.last_capture = start.elapsed();
+        captures
+    }
+
+    /// How long the last capture of every thread's registers and stack took (the threads
+    /// were stopped meanwhile).
+    pub fn last_capture_time(&self) -> std::time::Duration {
+        self.last_capture
+    }
+
+    /// Unwinds a capture and names its frames.
+    pub(crate) fn stack(&mut self, cap: &Capture) -> NativeStack {
+        let unwound = self.unwinder.unwind(cap);
+        let frames = unwound
+            .frames
+            .iter()
+            .map(|f| {
+                let key = (f.address(), f.address_for_lookup());
+                if let Some(known) = self.named.get(&key) {
+                    return known.clone();
+                }
+                let frame = self.name(key.0, key.1);
+                if self.named.len() >= MAX_NAMED {
+                    self.named.clear();
+                }
+                self.named.insert(key, frame.clone());
+                frame
+            })
+            .collect();
+        let (truncated, stopped) = match unwound.end {
+            End::Complete => (false, None),
+            End::Truncated => (true, None),
+            End::Stopped(why) => (false, Some(why)),
+        };
+        NativeStack {
+            frames,
+            sps: unwound.sps,
+            stack_range: cap.stack_range(),
+            truncated,
+            stopped,
+        }
+    }
+
+    /// Names the frame at `address`; `lookup` is the address inside the instruction that
+    /// made the call (a return address minus one), which is what a symbol must cover.
+    fn name(&self, address: u64, lookup: u64) -> NativeFrame {
+        let Some(m) = self.modules.find(lookup) else {
+            return NativeFrame {
+                address,
+                symbol: None,
+                module: None,
+                offset: address,
+                file: None,
+                line: None,
+                module_note: None,
+            };
+        };
+        let svma = lookup.wrapping_sub(m.bias);
+        let symbol = m.image.as_ref().and_then(|image| {
+            let found = image.symbols().find(svma)?;
+            Some(Arc::from(symbols::demangle(image.symbol_name(found.name))))
+        });
+        let (file, line) = match m.image.as_ref().and_then(|image| image.line(svma)) {
+            Some((file, line)) => (Some(file), Some(line)),
+            None => (None, None),
+        };
+        let module_note = match &m.state {
+            FileState::Loaded => None,
+            FileState::Replaced => Some(Arc::from(
+                "deleted or replaced on disk since it was loaded (named from the loaded file)",
+            )),
+            FileState::Changed(why) | FileState::Unreadable(why) => Some(Arc::from(why.as_str())),
+        };
+        NativeFrame {
+            address,
+            symbol,
+            module: Some(m.name.clone()),
+            offset: address.wrapping_sub(m.bias),
+            file,
+            line,
+            module_note,
+        }
+    }
+}

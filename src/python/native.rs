@@ -1,0 +1,473 @@
+//! Native frames merged with Python's: each call of the evaluation loop among a thread's
+//! native frames is replaced by the Python frames it runs.
+//!
+//! Owns: [`take_native_snapshot`] (a paused snapshot with every thread's registers and
+//! stack copied in the same pause), [`merge`] (the rule, per version), [`attach`] (every
+//! thread of a snapshot given its merged stack, and the threads with no Python thread state
+//! their native one), what the snapshot carries of it ([`NativeView`], [`OtherThread`],
+//! [`NativeSummary`]), and reading 3.11's `_PyCFrame` chain ([`cframe_anchors`]).
+//!
+//! The walker says how many Python frames each call of the loop runs (`Walk::evals`: one
+//! each on ≤3.10; up to the `is_entry` frame on 3.11; up to an entry frame on 3.12+). Which
+//! native frame is which call: on 3.11+ the call's own C frame holds a mark the Python
+//! stack points to (3.12+: the entry frame, a local of `_PyEval_EvalFrameDefault`; 3.11:
+//! its `_PyCFrame`), so the native frame whose stack range holds the mark is that call's,
+//! symbols or not (Debian's 3.13+ do not export the loop's symbol); on ≤3.10 the frames of
+//! `_PyEval_EvalFrameDefault` (`PyEval_EvalFrameEx` on 2.7), by symbol. When the calls do
+//! not pair up one to one nothing is guessed: the thread is marked unmerged, shows its
+//! Python frames alone, and is counted.
+//! Must not: unwind or name native frames (`native` does), or format output.
+
+use super::{
+    Frame, PythonProcess, ReadMode, Snapshot, SnapshotOptions, StackWalker, ThreadSnapshot,
+};
+use crate::error::{Error, Result};
+use crate::native::{Capture, Captures, NativeCache, NativeFrame, NativeProcess, NativeStack};
+use crate::ptrace::ProcessMemory;
+use std::collections::{HashMap, HashSet};
+
+/// Most `_PyCFrame`s followed on one thread (a chain longer than this is torn).
+const MAX_CFRAMES: usize = 1 << 16;
+
+/// Like [`super::take_snapshot`], with every thread's native frames (`dump --native`): the
+/// threads are paused whatever `opts.mode` says, each one's registers and stack copied, and
+/// once they run again each stack is unwound and merged with its Python frames. Images come
+/// from `cache` when it has them (by build id).
+pub fn take_native_snapshot(
+    proc: &PythonProcess,
+    walker: &mut StackWalker,
+    cache: &mut NativeCache,
+    opts: &SnapshotOptions,
+) -> Result<Snapshot> {
+    let mut process = native_process(proc, cache)?;
+    take_native_snapshot_with(proc, walker, &mut process, opts)
+}
+
+/// The modules of `proc`'s process, for [`take_native_snapshot_with`] (read once, used for
+/// many snapshots while the process maps nothing new).
+pub fn native_process(proc: &PythonProcess, cache: &mut NativeCache) -> Result<NativeProcess> {
+    NativeProcess::new(proc.pid, &proc.mem, proc.namespaces, cache)
+}
+
+/// [`take_native_snapshot`] with the modules already read.
+pub fn take_native_snapshot_with(
+    proc: &PythonProcess,
+    walker: &mut StackWalker,
+    process: &mut NativeProcess,
+    opts: &SnapshotOptions,
+) -> Result<Snapshot> {
+    let opts = SnapshotOptions {
+        mode: ReadMode::Paused,
+        ..opts.clone()
+    };
+    let mut captures = Vec::new();
+    let anchors = std::mem::replace(&mut walker.want_anchors, true);
+    let snap = super::snapshot(
+        proc,
+        walker,
+        &opts,
+        None,
+        Some((&mut *process, &mut captures)),
+    );
+    walker.want_anchors = anchors;
+    let mut snap = snap?;
+    attach(
+        &mut snap,
+        process,
+        captures,
+        (proc.version.major, proc.version.minor),
+        opts.thread_names,
+    );
+    Ok(snap)
+}
+
+/// 3.11: the thread's `_PyCFrame`s, innermost first, without the root one (in the
+/// thread state): one per call of the evaluation loop, each a local of that call's C
+/// frame (see `Walk::anchors`). Empty on other versions.
+pub(crate) fn cframe_anchors(
+    walker: &StackWalker,
+    mem: &dyn ProcessMemory,
+    tstate: u64,
+) -> Result<Vec<u64>> {
+    let t = &walker.layout.thread;
+    let (Some(prev), Some(_), true) = (
+        t.cframe_previous,
+        t.cframe_current_frame,
+        walker.layout.version == (3, 11),
+    ) else {
+        return Ok(Vec::new());
+    };
+    let mut out = Vec::new();
+    let mut seen = HashSet::new();
+    let mut at = mem.read_u64(tstate.wrapping_add(t.frame as u64))?;
+    while at != 0 {
+        if !seen.insert(at) || out.len() >= MAX_CFRAMES {
+            return Err(Error::Inconsistent {
+                addr: at,
+                why: "the C frame chain loops",
+            });
+        }
+        let previous = mem.read_u64(at.wrapping_add(prev as u64))?;
+        if previous == 0 {
+            // The root C frame, inside the thread state: no call of the loop.
+            break;
+        }
+        out.push(at);
+        at = previous;
+    }
+    Ok(out)
+}
+
+/// One entry of a merged stack.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[serde(tag = "kind", rename_all = "lowercase")]
+pub(crate) enum StackEntry {
+    Python(Frame),
+    Native(NativeFrame),
+}
+
+/// A Python thread's stack with its native frames (`dump --native`).
+#[derive(Debug, Clone, Default, serde::Serialize)]
+pub(crate) struct NativeView {
+    /// The native frames were merged with the Python ones.
+    pub(crate) merged: bool,
+    /// Innermost first: native and Python frames merged; when not merged, the thread's
+    /// Python frames alone.
+    pub(crate) stack: Vec<StackEntry>,
+    /// The merged stack was cut: at the Python walk's depth limit, or the native stack's.
+    pub(crate) truncated: bool,
+    /// Why the frames were not merged.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) unmerged: Option<String>,
+    /// The native frames as unwound, when they were not merged (for the record).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub(crate) native_frames: Vec<NativeFrame>,
+    /// The native unwinder stopped before the outermost frame: why.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) unwind_stopped: Option<String>,
+}
+
+/// A thread with no Python thread state (a C library's worker, say): its native stack.
+#[derive(Debug, Clone, serde::Serialize)]
+pub(crate) struct OtherThread {
+    /// Kernel TID, as seen from the profiler's PID namespace.
+    pub(crate) native_id: i32,
+    pub(crate) name: Option<String>,
+    /// Innermost first.
+    pub(crate) frames: Vec<NativeFrame>,
+    pub(crate) truncated: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) unwind_stopped: Option<String>,
+    /// Its stack could not be taken: why (then `frames` is empty).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) error: Option<String>,
+}
+
+/// The native side of a snapshot.
+#[derive(Debug, Clone, Default, serde::Serialize)]
+pub(crate) struct NativeSummary {
+    /// Python threads whose native frames were merged with their Python frames.
+    pub(crate) merged: usize,
+    /// Python threads whose frames could not be merged (shown with Python frames alone).
+    pub(crate) unmerged: usize,
+    /// Threads with no Python thread state, each with its native stack.
+    pub(crate) other_threads: Vec<OtherThread>,
+}
+
+/// What a native frame is to the merge.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Role {
+    /// A call of the evaluation loop: replaced by the Python frames it runs.
+    Eval,
+    /// A handler of the tail-call interpreter (3.14+ built with clang, `_TAIL_CALL_*`):
+    /// part of the evaluation loop's call below it.
+    TailCall,
+    Other,
+}
+
+fn role(f: &NativeFrame, major: u32) -> Role {
+    let Some(name) = f.symbol.as_deref() else {
+        return Role::Other;
+    };
+    // GCC's split-off parts (`.cold`, `.part.0`) belong to the function.
+    let base = name.split('.').next().unwrap_or(name);
+    let eval = if major == 2 {
+        "PyEval_EvalFrameEx"
+    } else {
+        "_PyEval_EvalFrameDefault"
+    };
+    if base == eval {
+        Role::Eval
+    } else if major >= 3 && base.starts_with("_TAIL_CALL_") {
+        Role::TailCall
+    } else {
+        Role::Other
+    }
+}
+
+/// A merged stack, or why there is none.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Merged {
+    pub(crate) stack: Vec<StackEntry>,
+    pub(crate) truncated: bool,
+}
+
+/// The Python frames of one thread, as the walker grouped them.
+pub(crate) struct PythonSide<'a> {
+    pub(crate) frames: &'a [Frame],
+    /// Frames per call of the evaluation loop, innermost first (`Walk::evals`).
+    pub(crate) evals: &'a [u32],
+    /// Frames after the last complete call (`Walk::evals_open`).
+    pub(crate) open: u32,
+    /// The Python walk was cut at its depth limit.
+    pub(crate) truncated: bool,
+    /// 3.11+: an address in each call's own C frame, innermost first (`Walk::anchors`):
+    /// the native frame whose stack holds it is that call's. None (≤3.10): the calls are
+    /// the frames of the evaluation loop's symbol.
+    pub(crate) anchors: Option<&'a [u64]>,
+}
+
+/// Merges a thread's native frames (innermost first) with its Python frames: the native
+/// frame of each call of the evaluation loop is replaced by the Python frames of that call,
+/// innermost first; tail-call handlers right above it go with it. Err(why) when the calls
+/// do not pair up one to one. A Python stack cut at its depth limit merges as far as it
+/// goes and is cut there.
+pub(crate) fn merge(
+    native: &NativeStack,
+    py: &PythonSide,
+    major: u32,
+) -> std::result::Result<Merged, String> {
+    let grouped = py.evals.iter().map(|&n| n as usize).sum::<usize>() + py.open as usize;
+    if grouped != py.frames.len() {
+        return Err("the Python frames could not be told apart by call".into());
+    }
+    let roles: Vec<Role> = native.frames.iter().map(|f| role(f, major)).collect();
+    let (mut evals, mut anchors) = (py.evals, py.anchors);
+    if let (Some(marks @ [.., last]), [.., 0]) = (anchors, evals) {
+        // 3.15+ ends every thread's chain with a sentinel frame in the thread state
+        // (`base_frame`), owned like an entry frame: a call of the loop has its entry frame
+        // among its locals on the C stack, the sentinel never does, and runs no frame.
+        if !py.truncated && evals.len() == marks.len() && !native.stack_range.contains(last) {
+            evals = &evals[..evals.len() - 1];
+            anchors = Some(&marks[..marks.len() - 1]);
+        }
+    }
+    let want = evals.len();
+    let calls = match anchors {
+        Some(anchors) => anchored_calls(native, &roles, anchors, want, py.truncated)?,
+        None => (0..roles.len())
+            .filter(|&i| roles[i] == Role::Eval)
+            .collect(),
+    };
+    // Cut inside a call: that call's frame is the next one, when the calls are known by
+    // symbol; by anchor, only the complete calls are known, and the stack is cut after them.
+    let open_call = py.truncated && py.open > 0 && anchors.is_none();
+    let pairs = if py.truncated {
+        calls.len() >= want + usize::from(open_call)
+    } else {
+        py.open == 0 && calls.len() == want
+    };
+    if !pairs {
+        let mut why = format!(
+            "{} evaluation-loop calls among the native frames, {want} in the Python stack",
+            calls.len()
+        );
+        if py.open > 0 && !py.truncated {
+            why.push_str(&format!(", and {} Python frames outside any", py.open));
+        }
+        if let Some(stop) = &native.stopped {
+            why.push_str(&format!(" (native unwinding stopped early: {stop})"));
+        } else if native.truncated {
+            why.push_str(" (the native stack was cut at its depth limit)");
+        }
+        return Err(why);
+    }
+    let mut stack = Vec::with_capacity(native.frames.len() + py.frames.len());
+    let mut at = 0usize;
+    let mut call = 0usize;
+    let mut truncated = native.truncated;
+    for (i, f) in native.frames.iter().enumerate() {
+        if calls.get(call) == Some(&i) && call < want {
+            let n = evals[call] as usize;
+            stack.extend(
+                py.frames[at..at + n]
+                    .iter()
+                    .cloned()
+                    .map(StackEntry::Python),
+            );
+            at += n;
+            call += 1;
+            if py.truncated && call == want && !open_call {
+                break;
+            }
+            continue;
+        }
+        if call == want && calls.get(call) == Some(&i) {
+            // The call the Python walk was cut in.
+            break;
+        }
+        let next_other = (i + 1..roles.len()).find(|&j| roles[j] != Role::TailCall);
+        if roles[i] == Role::TailCall
+            && next_other.is_some_and(|j| calls[call..].first() == Some(&j))
+        {
+            continue;
+        }
+        stack.push(StackEntry::Native(f.clone()));
+    }
+    if py.truncated {
+        // Found by symbol, the frames of the call cut off part way go where its frame is;
+        // by anchor, where that call's frame is is not known: the stack ends with the last
+        // complete call, exact as far as it goes.
+        if anchors.is_none() {
+            stack.extend(py.frames[at..].iter().cloned().map(StackEntry::Python));
+        }
+        truncated = true;
+    }
+    Ok(Merged { stack, truncated })
+}
+
+/// The native frames that hold each of the first `want` anchors (see
+/// [`PythonSide::anchors`]), innermost first. Err when one lies in no frame unwound, two
+/// share a frame, or a frame named by its symbol is not the evaluation loop's.
+fn anchored_calls(
+    native: &NativeStack,
+    roles: &[Role],
+    anchors: &[u64],
+    want: usize,
+    truncated: bool,
+) -> std::result::Result<Vec<usize>, String> {
+    if anchors.len() < want || (!truncated && anchors.len() != want) {
+        return Err(format!(
+            "{} C frames of the evaluation loop marked in the Python stack, {want} calls of it",
+            anchors.len()
+        ));
+    }
+    let mut calls: Vec<usize> = Vec::with_capacity(want);
+    for &a in &anchors[..want] {
+        // The frame whose stack range [sps[i], sps[i + 1]) holds the anchor; the
+        // outermost frame has no upper bound and so proves nothing.
+        let i = native.sps.partition_point(|&sp| sp <= a);
+        if i == 0 || i >= native.sps.len() {
+            let stop = native
+                .stopped
+                .as_deref()
+                .map(|s| format!(" (native unwinding stopped early: {s})"))
+                .unwrap_or_default();
+            return Err(format!(
+                "a call of the evaluation loop ({a:#x}) lies in no native frame unwound{stop}"
+            ));
+        }
+        let i = i - 1;
+        if calls.last().is_some_and(|&last| last >= i) {
+            return Err("two calls of the evaluation loop in one native frame".into());
+        }
+        if let (Some(name), Role::Other) = (&native.frames[i].symbol, roles[i]) {
+            return Err(format!(
+                "a call of the evaluation loop lies in the frame of {name}, not the loop's"
+            ));
+        }
+        calls.push(i);
+    }
+    Ok(calls)
+}
+
+/// Gives every thread of `snap` its native stack (from `captures`, taken while the threads
+/// were paused), merged with its Python frames where they pair up, and lists the threads
+/// with no Python thread state.
+pub(crate) fn attach(
+    snap: &mut Snapshot,
+    native: &mut NativeProcess,
+    captures: Captures,
+    version: (u32, u32),
+    thread_names: bool,
+) {
+    let mut by_tid: HashMap<i32, std::result::Result<Capture, String>> =
+        captures.into_iter().collect();
+    let mut summary = NativeSummary::default();
+    for t in &mut snap.threads {
+        let capture = t.native_id.and_then(|tid| by_tid.remove(&tid));
+        let view = view_of(t, native, capture, version);
+        if view.merged {
+            summary.merged += 1;
+        } else {
+            summary.unmerged += 1;
+        }
+        t.native = Some(view);
+    }
+    let mut others: Captures = by_tid.into_iter().collect();
+    others.sort_by_key(|(tid, _)| *tid);
+    for (tid, capture) in others {
+        let (stack, error) = match capture {
+            Ok(c) => (native.stack(&c), None),
+            Err(e) => (NativeStack::default(), Some(e)),
+        };
+        summary.other_threads.push(OtherThread {
+            native_id: tid,
+            name: thread_names
+                .then(|| crate::proc::thread_name(snap.pid, tid))
+                .flatten(),
+            frames: stack.frames,
+            truncated: stack.truncated,
+            unwind_stopped: stack.stopped,
+            error,
+        });
+    }
+    snap.native = Some(summary);
+}
+
+/// One Python thread's native view.
+fn view_of(
+    t: &ThreadSnapshot,
+    native: &mut NativeProcess,
+    capture: Option<std::result::Result<Capture, String>>,
+    version: (u32, u32),
+) -> NativeView {
+    let python_alone = |why: String, native_frames: Vec<NativeFrame>, stopped| NativeView {
+        merged: false,
+        stack: t.frames.iter().cloned().map(StackEntry::Python).collect(),
+        truncated: t.truncated,
+        unmerged: Some(why),
+        native_frames,
+        unwind_stopped: stopped,
+    };
+    let stack = match capture {
+        Some(Ok(c)) => native.stack(&c),
+        Some(Err(e)) => return python_alone(format!("no native stack: {e}"), Vec::new(), None),
+        None => {
+            return python_alone(
+                "no native stack: the thread's kernel id is not known".into(),
+                Vec::new(),
+                None,
+            )
+        }
+    };
+    if let Some(err) = &t.error {
+        return python_alone(
+            format!("the Python stack was not read: {err}"),
+            stack.frames,
+            stack.stopped,
+        );
+    }
+    let side = PythonSide {
+        frames: &t.frames,
+        evals: &t.evals,
+        open: t.evals_open,
+        truncated: t.truncated,
+        anchors: (version >= (3, 11)).then_some(t.anchors.as_slice()),
+    };
+    match merge(&stack, &side, version.0) {
+        Ok(m) => NativeView {
+            merged: true,
+            stack: m.stack,
+            truncated: m.truncated,
+            unmerged: None,
+            native_frames: Vec::new(),
+            unwind_stopped: stack.stopped,
+        },
+        Err(why) => python_alone(why, stack.frames, stack.stopped),
+    }
+}
+
+#[cfg(test)]
+#[path = "native_tests.rs"]
+mod tests;

@@ -1,0 +1,275 @@
+//! The merge rule on stacks whose truth is known by construction (`native.rs`).
+
+use super::*;
+use std::sync::Arc;
+
+/// A native frame named `name` (`?` for one no symbol covers) in module `lib`.
+fn nf(name: &str, i: usize) -> NativeFrame {
+    NativeFrame {
+        address: 0x40_0000 + i as u64 * 16,
+        symbol: (name != "?").then(|| Arc::from(name)),
+        module: Some(Arc::from("lib.so")),
+        offset: i as u64 * 16,
+        file: None,
+        line: None,
+        module_note: None,
+    }
+}
+
+/// Frame `i` occupies `[0x1000 + 0x100 i, 0x1000 + 0x100 (i + 1))` of a stack that ends at
+/// 0x10000.
+fn stack(names: &[&str]) -> NativeStack {
+    NativeStack {
+        frames: names.iter().enumerate().map(|(i, n)| nf(n, i)).collect(),
+        sps: (0..names.len() as u64)
+            .map(|i| 0x1000 + 0x100 * i)
+            .collect(),
+        stack_range: 0x1000..0x10000,
+        truncated: false,
+        stopped: None,
+    }
+}
+
+/// An address inside native frame `i`'s locals.
+fn inside(i: u64) -> u64 {
+    0x1000 + 0x100 * i + 0x40
+}
+
+fn py(name: &str) -> Frame {
+    Frame {
+        function: name.into(),
+        filename: "/app/x.py".into(),
+        line: Some(1),
+    }
+}
+
+/// The merged stack as words: Python frames as `py:NAME`, native ones by label.
+fn words(m: &Merged) -> Vec<String> {
+    m.stack
+        .iter()
+        .map(|e| match e {
+            StackEntry::Python(f) => format!("py:{}", f.function),
+            StackEntry::Native(f) => f.label(),
+        })
+        .collect()
+}
+
+const EVAL: &str = "_PyEval_EvalFrameDefault";
+
+#[test]
+fn up_to_3_10_each_eval_frame_becomes_its_python_frame() {
+    let native = stack(&[
+        "spin_inner",
+        "cfunction_call",
+        EVAL,
+        "function_code_fastcall",
+        EVAL,
+        "PyEval_EvalCode",
+        "main",
+    ]);
+    let frames = [py("caller"), py("<module>")];
+    let side = PythonSide {
+        frames: &frames,
+        evals: &[1, 1],
+        open: 0,
+        truncated: false,
+        anchors: None,
+    };
+    let m = merge(&native, &side, 3).unwrap();
+    assert_eq!(
+        words(&m),
+        [
+            "spin_inner",
+            "cfunction_call",
+            "py:caller",
+            "function_code_fastcall",
+            "py:<module>",
+            "PyEval_EvalCode",
+            "main"
+        ]
+    );
+    assert!(!m.truncated);
+}
+
+#[test]
+fn python_2_7_has_its_own_loop_and_split_off_parts_count_as_the_function() {
+    let native = stack(&["f", "PyEval_EvalFrameEx", "main"]);
+    let frames = [py("<module>")];
+    let side = PythonSide {
+        frames: &frames,
+        evals: &[1],
+        open: 0,
+        truncated: false,
+        anchors: None,
+    };
+    assert_eq!(
+        words(&merge(&native, &side, 2).unwrap()),
+        ["f", "py:<module>", "main"]
+    );
+    // On 3.x PyEval_EvalFrameEx is not the loop (3.6 keeps it as a thin wrapper).
+    assert!(merge(&native, &side, 3).is_err());
+    let cold = stack(&["f", "_PyEval_EvalFrameDefault.cold", "main"]);
+    assert_eq!(
+        words(&merge(&cold, &side, 3).unwrap()),
+        ["f", "py:<module>", "main"]
+    );
+}
+
+#[test]
+fn counts_that_disagree_are_never_merged() {
+    let native = stack(&["f", EVAL, "main"]);
+    let frames = [py("caller"), py("<module>")];
+    let side = PythonSide {
+        frames: &frames,
+        evals: &[1, 1],
+        open: 0,
+        truncated: false,
+        anchors: None,
+    };
+    let why = merge(&native, &side, 3).unwrap_err();
+    assert!(
+        why.contains("1 evaluation-loop calls") && why.contains("2 in the Python"),
+        "{why}"
+    );
+    // Stopped early: said so.
+    let mut stopped = native.clone();
+    stopped.stopped = Some("Could not read stack memory at 0x10".into());
+    let why = merge(&stopped, &side, 3).unwrap_err();
+    assert!(why.contains("stopped early"), "{why}");
+    // Python frames outside any call (a 3.11+ walk whose outermost frame was not an entry).
+    let one = [py("x")];
+    let side = PythonSide {
+        frames: &one,
+        evals: &[],
+        open: 1,
+        truncated: false,
+        anchors: None,
+    };
+    assert!(merge(&stack(&["main"]), &side, 3).is_err());
+}
+
+#[test]
+fn tail_call_handlers_go_with_their_call() {
+    let native = stack(&["deflate", "_TAIL_CALL_CALL_BUILTIN_O", EVAL, "main"]);
+    let frames = [py("compress_it")];
+    let side = PythonSide {
+        frames: &frames,
+        evals: &[1],
+        open: 0,
+        truncated: false,
+        anchors: None,
+    };
+    assert_eq!(
+        words(&merge(&native, &side, 3).unwrap()),
+        ["deflate", "py:compress_it", "main"]
+    );
+}
+
+#[test]
+fn from_3_11_calls_are_found_by_their_marks_on_the_c_stack_without_symbols() {
+    // A stripped interpreter: the loop's frames have no name.
+    let native = stack(&["spin", "?", "?", "?", "?", "main"]);
+    let frames = [py("inner"), py("caller"), py("<module>")];
+    // Two calls: inner+caller run in frame 2, <module> in frame 4.
+    let side = PythonSide {
+        frames: &frames,
+        evals: &[2, 1],
+        open: 0,
+        truncated: false,
+        anchors: Some(&[inside(2), inside(4)]),
+    };
+    assert_eq!(
+        words(&merge(&native, &side, 3).unwrap()),
+        [
+            "spin",
+            "lib.so+0x10",
+            "py:inner",
+            "py:caller",
+            "lib.so+0x30",
+            "py:<module>",
+            "main"
+        ]
+    );
+    // A mark above the innermost frame's stack pointer, or in the outermost frame (whose
+    // end is not known): no merge.
+    for bad in [[0x800, inside(4)], [inside(2), inside(5)]] {
+        let side = PythonSide {
+            anchors: Some(&bad),
+            ..side
+        };
+        assert!(merge(&native, &side, 3).is_err(), "{bad:x?}");
+    }
+    // Two marks in one frame: no merge.
+    let side2 = PythonSide {
+        anchors: Some(&[inside(2), inside(2) + 8]),
+        ..side
+    };
+    assert!(merge(&native, &side2, 3).is_err());
+    // A mark in a frame whose symbol is another function: no merge.
+    let named = stack(&["spin", "?", "list_sort", "?", "?", "main"]);
+    let why = merge(&named, &side, 3).unwrap_err();
+    assert!(why.contains("list_sort"), "{why}");
+    // More or fewer marks than calls: no merge.
+    let side3 = PythonSide {
+        anchors: Some(&[inside(2)]),
+        ..side
+    };
+    assert!(merge(&native, &side3, 3).is_err());
+}
+
+#[test]
+fn the_3_15_sentinel_frame_in_the_thread_state_is_no_call() {
+    let native = stack(&["spin", "?", "PyEval_EvalCode", "main"]);
+    let frames = [py("caller"), py("<module>")];
+    let side = PythonSide {
+        frames: &frames,
+        evals: &[2, 0],
+        open: 0,
+        truncated: false,
+        // The second mark is the thread state's base frame, off the C stack.
+        anchors: Some(&[inside(1), 0x7f00_0000]),
+    };
+    assert_eq!(
+        words(&merge(&native, &side, 3).unwrap()),
+        [
+            "spin",
+            "py:caller",
+            "py:<module>",
+            "PyEval_EvalCode",
+            "main"
+        ]
+    );
+    // On the stack, the same empty call is a call, and wants its own frame.
+    let side = PythonSide {
+        anchors: Some(&[inside(1), inside(3)]),
+        ..side
+    };
+    assert!(merge(&native, &side, 3).is_err());
+}
+
+#[test]
+fn a_python_stack_cut_at_its_depth_limit_merges_as_far_as_it_goes() {
+    let native = stack(&["c", EVAL, "call", EVAL, "call", EVAL, "main"]);
+    let frames = [py("f1"), py("f2")];
+    // Cut inside the second call (found by symbol): its frames, then the cut.
+    let side = PythonSide {
+        frames: &frames,
+        evals: &[1],
+        open: 1,
+        truncated: true,
+        anchors: None,
+    };
+    let m = merge(&native, &side, 3).unwrap();
+    assert_eq!(words(&m), ["c", "py:f1", "call", "py:f2"]);
+    assert!(m.truncated);
+    // By marks: only complete calls are known; the stack ends with the last one (f2's
+    // call, with the C frames before it, is past the cut).
+    let anchored = stack(&["c", "?", "call", "?", "call", "?", "main"]);
+    let side = PythonSide {
+        anchors: Some(&[inside(1)]),
+        ..side
+    };
+    let m = merge(&anchored, &side, 3).unwrap();
+    assert_eq!(words(&m), ["c", "py:f1"]);
+    assert!(m.truncated);
+}
