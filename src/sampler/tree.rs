@@ -22,6 +22,9 @@ const SCAN_INTERVAL: Duration = Duration::from_millis(20);
 /// The longest wait before a process that is not Python (yet) is looked at again when its
 /// executable did not change (a program may load libpython later; most never do).
 const OTHER_RETRY: Duration = Duration::from_millis(500);
+/// Tries in a row a refusal (unsupported version, no permission, no GIL) must hold before
+/// a process is given up on (about 60 ms with the backoff).
+const REFUSAL_TRIES: u32 = 5;
 /// A process whose interpreter was found but not yet initialized is looked at this often.
 const STARTING_RETRY: Duration = Duration::from_millis(2);
 
@@ -143,6 +146,8 @@ impl ProcessTree {
 
     fn start_sampling(&mut self, proc: PythonProcess, exe: String) {
         let pid = proc.pid;
+        // What it was refused for is over (it exec'd, or it was a passing state).
+        self.notes.remove(&pid);
         let serial = self.next_serial;
         self.next_serial += 1;
         let mut sampler = Box::new(Sampler::new(proc, self.cfg.clone()));
@@ -319,11 +324,15 @@ impl ProcessTree {
                     continue;
                 }
                 Ok(_) => now + STARTING_RETRY,
+                // A refusal is final only when it holds a few tries in a row: a process
+                // caught mid-exec or still starting may look unreadable for a moment, and a
+                // refused process's memory ring is removed as soon as it makes one (CI saw
+                // a subprocess of Debian's 3.15 lose its ring so).
                 Err(
                     e @ (Error::UnsupportedVersion { .. }
                     | Error::PermissionDenied { .. }
                     | Error::NoGil { .. }),
-                ) => {
+                ) if tries + 1 >= REFUSAL_TRIES => {
                     self.notes.insert(pid, e.to_string());
                     now + Duration::from_secs(3600)
                 }
