@@ -84,10 +84,9 @@ else:
 p, lines = ours("ours-attach")
 if p is not None:
     g = p.get("gpu", {})
-    print("ours-attach: GPU %s; %.2f GPU-s; CPU line %.1f%%, ALLOC peak %.0f MB; other lines %s"
-          % (g.get("unavailable") or "ok", g.get("gpu_s", 0), lines.get(m["CPU"], (0, 0))[0],
-             lines.get(m["ALLOC"], (0, 0))[1],
-             sorted((n, round(pct, 1)) for n, (pct, _) in lines.items() if pct >= 1)))
+    print("ours-attach: GPU %s; %.2f GPU-s; MATMUL %.1f%%, CPU %.1f%%, ALLOC peak %.0f MB"
+          % (g.get("unavailable") or "ok", g.get("gpu_s", 0), lines.get(m["MATMUL"], (0, 0))[0],
+             lines.get(m["CPU"], (0, 0))[0], lines.get(m["ALLOC"], (0, 0))[1]))
 sc = scalene("scalene")
 if sc:
     for label in ("MATMUL", "CPU", "ALLOC"):
