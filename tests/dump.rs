@@ -23,14 +23,13 @@
 
 mod common;
 
-use common::{drain, Interpreter, Run};
+use common::{Interpreter, Run};
 use serde::Deserialize;
 use std::collections::{BTreeMap, BTreeSet};
 use std::ffi::OsString;
-use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
+use std::process::{Child, Command};
+use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -117,43 +116,12 @@ struct Target {
 
 impl Target {
     fn spawn(interp: &Interpreter, script: &Path, args: &[OsString]) -> Result<Target, String> {
-        let mut child = Command::new(&interp.path)
-            .arg(script)
-            .args(args)
-            .env("PYTHONDONTWRITEBYTECODE", "1")
-            // Python 3.6 decodes a non-ASCII argv (the script's path) as ASCII with
-            // surrogate escapes under the C locale; give every interpreter UTF-8.
-            .env("LC_ALL", "C.UTF-8")
-            .env_remove("PYTHONPATH")
-            .env_remove("PYTHONHOME")
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .map_err(|e| {
-                format!(
-                    "cannot start {} {}: {e}",
-                    interp.path.display(),
-                    script.display()
-                )
-            })?;
-        let pid = child.id() as i32;
-        let stdout = child.stdout.take().unwrap();
-        let (tx, rx) = mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines() {
-                let Ok(line) = line else { break };
-                if tx.send(line).is_err() {
-                    break;
-                }
-            }
-        });
-        let stderr = Some(drain(child.stderr.take().unwrap()));
+        let f = common::start_fixture(interp, script, args, false)?;
         Ok(Target {
-            child,
-            pid,
-            lines: rx,
-            stderr,
+            child: f.child,
+            pid: f.pid,
+            lines: f.lines,
+            stderr: Some(f.stderr),
         })
     }
 

@@ -22,13 +22,13 @@
 
 mod common;
 
-use common::{drain, Interpreter, Run};
+use common::{Interpreter, Run};
 use serde::Deserialize;
 use std::collections::{BTreeMap, BTreeSet};
-use std::io::{BufRead, BufReader, Write};
+use std::io::Write;
 use std::path::Path;
-use std::process::{Child, ChildStdin, Command, Stdio};
-use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
+use std::process::{Child, ChildStdin, Command};
+use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -86,37 +86,14 @@ struct Target {
 impl Target {
     fn start(interp: &Interpreter) -> Result<Target, String> {
         let script = common::fixture("dump_reliability.py");
-        let mut child = Command::new(&interp.path)
-            .arg(&script)
-            .env("PYTHONDONTWRITEBYTECODE", "1")
-            .env("LC_ALL", "C.UTF-8")
-            .env_remove("PYTHONPATH")
-            .env_remove("PYTHONHOME")
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .map_err(|e| format!("cannot start {}: {e}", interp.path.display()))?;
-        let pid = child.id() as i32;
-        let stdin = child.stdin.take();
-        let out = child.stdout.take().unwrap();
-        let (tx, rx) = mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(out).lines() {
-                let Ok(line) = line else { break };
-                if tx.send(line).is_err() {
-                    break;
-                }
-            }
-        });
-        let stderr = Some(drain(child.stderr.take().unwrap()));
+        let f = common::start_fixture(interp, &script, &[] as &[&str], true)?;
         let mut t = Target {
-            child,
-            pid,
-            stdin,
-            lines: rx,
+            child: f.child,
+            pid: f.pid,
+            stdin: f.stdin,
+            lines: f.lines,
             stdout: Vec::new(),
-            stderr,
+            stderr: Some(f.stderr),
         };
         let deadline = Instant::now() + READY_TIMEOUT;
         loop {

@@ -22,12 +22,11 @@
 
 mod common;
 
-use common::{drain, Interpreter, Run};
+use common::{Interpreter, Run};
 use serde::Deserialize;
-use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::sync::mpsc::{self, Receiver};
+use std::process::{Child, Command};
+use std::sync::mpsc::Receiver;
 use std::time::{Duration, Instant};
 
 const BIN: &str = env!("CARGO_BIN_EXE_scalene-rs");
@@ -272,34 +271,12 @@ struct Target {
 
 impl Target {
     fn start(interp: &Interpreter, script: &Path, args: &[&str]) -> Result<Target, String> {
-        let mut child = Command::new(&interp.path)
-            .arg(script)
-            .args(args)
-            .env("PYTHONDONTWRITEBYTECODE", "1")
-            .env("LC_ALL", "C.UTF-8")
-            .env_remove("PYTHONPATH")
-            .env_remove("PYTHONHOME")
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .map_err(|e| format!("cannot start {}: {e}", interp.path.display()))?;
-        let pid = child.id() as i32;
-        let stdout = child.stdout.take().unwrap();
-        let (tx, rx) = mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-                if tx.send(line).is_err() {
-                    break;
-                }
-            }
-        });
-        let stderr = Some(drain(child.stderr.take().unwrap()));
+        let f = common::start_fixture(interp, script, args, false)?;
         let mut t = Target {
-            child,
-            pid,
-            lines: rx,
-            stderr,
+            child: f.child,
+            pid: f.pid,
+            lines: f.lines,
+            stderr: Some(f.stderr),
         };
         match t.lines.recv_timeout(READY_TIMEOUT) {
             Ok(line) if line == "ready" => Ok(t),
@@ -502,6 +479,16 @@ fn check_worker(d: &Dump, ext: &str, named: bool) -> Result<(), String> {
     }
 }
 
+/// Whether thread `t`'s innermost frame is the native function `symbol`.
+fn innermost_is(t: &DThread, symbol: &str) -> bool {
+    t.native
+        .stack
+        .first()
+        .and_then(Entry::native)
+        .and_then(|f| f.symbol.as_deref())
+        == Some(symbol)
+}
+
 fn spin_check(interp: &Interpreter, strip: bool) -> Result<String, String> {
     let (dir, ext) = build_ext(interp, strip)?;
     let dir_s = dir.display().to_string();
@@ -513,10 +500,8 @@ fn spin_check(interp: &Interpreter, strip: bool) -> Result<String, String> {
     // The main thread in spin_inner (exported: named even when stripped), the other in
     // its loop (it may still be starting when the fixture says it is ready).
     let in_spin = |d: &Dump| {
-        d.threads.iter().any(|t| {
-            let first = t.native.stack.first().and_then(Entry::native);
-            first.and_then(|f| f.symbol.as_deref()) == Some("spin_inner")
-        }) && check_worker(d, &ext, !strip).is_ok()
+        d.threads.iter().any(|t| innermost_is(t, "spin_inner"))
+            && check_worker(d, &ext, !strip).is_ok()
     };
     let (d, tries) = dump_until(target.pid, in_spin)?;
     // Stripped, the static functions have no name: only .dynsym's are left.
@@ -681,14 +666,7 @@ fn four_threads_in_native_code_at_once() {
         let (dir, ext) = build_ext(interp, false)?;
         let args = [dir.to_str().unwrap(), "threads4"];
         let target = Target::start(interp, &common::fixture("native/spin.py"), &args)?;
-        let spinning = |t: &DThread| {
-            t.native
-                .stack
-                .first()
-                .and_then(Entry::native)
-                .and_then(|f| f.symbol.as_deref())
-                == Some("spin_inner")
-        };
+        let spinning = |t: &DThread| innermost_is(t, "spin_inner");
         let (d, tries) = dump_until(target.pid, |d| {
             d.threads.iter().filter(|t| spinning(t)).count() == 4
         })?;
@@ -748,16 +726,7 @@ fn deep_recursion_through_c_merges_whole_and_cut() {
         let (dir, _ext) = build_ext(interp, false)?;
         let args = [dir.to_str().unwrap(), "deep"];
         let target = Target::start(interp, &common::fixture("native/spin.py"), &args)?;
-        let at_bottom = |d: &Dump| {
-            d.threads.iter().any(|t| {
-                t.native
-                    .stack
-                    .first()
-                    .and_then(Entry::native)
-                    .and_then(|f| f.symbol.as_deref())
-                    == Some("spin_inner")
-            })
-        };
+        let at_bottom = |d: &Dump| d.threads.iter().any(|t| innermost_is(t, "spin_inner"));
         let (d, tries) = dump_until(target.pid, at_bottom)?;
         let t = &d.threads[0];
         let stack = &t.native.stack;
@@ -838,16 +807,7 @@ fn an_extension_replaced_on_disk_is_never_named_from_the_new_file() {
             &common::fixture("native/spin.py"),
             &[dir.to_str().unwrap()],
         )?;
-        let in_spin = |d: &Dump| {
-            d.threads.iter().any(|t| {
-                t.native
-                    .stack
-                    .first()
-                    .and_then(Entry::native)
-                    .and_then(|f| f.symbol.as_deref())
-                    == Some("spin_inner")
-            })
-        };
+        let in_spin = |d: &Dump| d.threads.iter().any(|t| innermost_is(t, "spin_inner"));
         dump_until(target.pid, in_spin)?;
         let fresh = dir.join("variant.so");
         compile_ext(interp, &inc, &fresh, &["-DSPINEXT_VARIANT"])?;

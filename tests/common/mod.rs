@@ -217,6 +217,74 @@ impl Run {
     }
 }
 
+/// A fixture started by [`start_fixture`]: its stdout's lines arrive on `lines` as they are
+/// printed; its stderr is read whole on a thread of its own.
+pub struct Fixture {
+    pub child: std::process::Child,
+    pub pid: i32,
+    /// Its stdin, when asked for (else it reads /dev/null).
+    pub stdin: Option<std::process::ChildStdin>,
+    pub lines: std::sync::mpsc::Receiver<String>,
+    pub stderr: std::thread::JoinHandle<String>,
+}
+
+/// Starts `script` with `interp` in a plain environment: no bytecode files written, a UTF-8
+/// locale (Python 3.6 decodes a non-ASCII argv — the script's path — as ASCII with
+/// surrogate escapes under the C locale), no PYTHONPATH or PYTHONHOME of ours.
+pub fn start_fixture<S: AsRef<std::ffi::OsStr>>(
+    interp: &Interpreter,
+    script: &Path,
+    args: &[S],
+    with_stdin: bool,
+) -> Result<Fixture, String> {
+    use std::io::BufRead;
+    use std::process::Stdio;
+    let mut child = Command::new(&interp.path)
+        .arg(script)
+        .args(args)
+        .env("PYTHONDONTWRITEBYTECODE", "1")
+        .env("LC_ALL", "C.UTF-8")
+        .env_remove("PYTHONPATH")
+        .env_remove("PYTHONHOME")
+        .stdin(if with_stdin {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        })
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|e| {
+            format!(
+                "cannot start {} {}: {e}",
+                interp.path.display(),
+                script.display()
+            )
+        })?;
+    let pid = child.id() as i32;
+    let stdin = child.stdin.take();
+    let stdout = child.stdout.take().unwrap();
+    let (tx, lines) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stdout)
+            .lines()
+            .map_while(Result::ok)
+        {
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let stderr = drain(child.stderr.take().unwrap());
+    Ok(Fixture {
+        child,
+        pid,
+        stdin,
+        lines,
+        stderr,
+    })
+}
+
 /// Reads all of `r` on a thread of its own (a child's pipe, so that it never blocks on a
 /// full pipe while we wait for it).
 pub fn drain<R: std::io::Read + Send + 'static>(mut r: R) -> std::thread::JoinHandle<String> {
