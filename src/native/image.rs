@@ -469,6 +469,19 @@ pub(crate) fn unwind_image_in_memory(mem: &dyn ProcessMemory, base: u64) -> Opti
 mod tests {
     use super::*;
 
+    /// This test binary's memory and where its executable is mapped (its first mapping).
+    fn own_executable_in_memory() -> (crate::ptrace::RemoteMemory, u64) {
+        let pid = std::process::id() as i32;
+        let maps = crate::proc::read_maps(pid).unwrap();
+        let exe = crate::proc::exe_path(pid).unwrap();
+        let base = maps
+            .iter()
+            .find(|m| m.path.as_deref() == Some(exe.as_str()) && m.offset == 0)
+            .unwrap()
+            .start;
+        (crate::ptrace::RemoteMemory::new(pid).unwrap(), base)
+    }
+
     #[test]
     fn our_own_executable_parses_and_its_build_id_matches_memory() {
         let exe = std::env::current_exe().unwrap();
@@ -478,15 +491,7 @@ mod tests {
         assert!(image.sections.text.is_some());
         // The running copy's headers, read from our own memory, carry the same build id
         // (rustc's linker writes one on Linux).
-        let pid = std::process::id() as i32;
-        let maps = crate::proc::read_maps(pid).unwrap();
-        let exe_s = crate::proc::exe_path(pid).unwrap();
-        let base = maps
-            .iter()
-            .find(|m| m.path.as_deref() == Some(exe_s.as_str()) && m.offset == 0)
-            .unwrap()
-            .start;
-        let mem = crate::ptrace::RemoteMemory::new(pid).unwrap();
+        let (mem, base) = own_executable_in_memory();
         let in_memory = build_id_in_memory(&mem, base);
         assert!(image.build_id.is_some());
         assert_eq!(in_memory, image.build_id);
@@ -497,15 +502,7 @@ mod tests {
         let exe = std::env::current_exe().unwrap();
         let file = std::fs::File::open(&exe).unwrap();
         let image = Image::from_file(&file, &exe).unwrap();
-        let pid = std::process::id() as i32;
-        let maps = crate::proc::read_maps(pid).unwrap();
-        let exe_s = crate::proc::exe_path(pid).unwrap();
-        let base = maps
-            .iter()
-            .find(|m| m.path.as_deref() == Some(exe_s.as_str()) && m.offset == 0)
-            .unwrap()
-            .start;
-        let mem = crate::ptrace::RemoteMemory::new(pid).unwrap();
+        let (mem, base) = own_executable_in_memory();
         let loaded = unwind_image_in_memory(&mem, base).expect("PT_GNU_EH_FRAME");
         let bytes = |img: &Image, s: &Option<Section>| {
             img.section_bytes(s.as_ref().unwrap()).unwrap().to_vec()

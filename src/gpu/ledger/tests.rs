@@ -39,17 +39,33 @@ fn started() -> Report {
     }
 }
 
+/// A utilization sample of process `pid` on device 0 at `t_us` (µs since the epoch).
+fn sample(pid: u32, t_us: u64, sm_pct: u32) -> UtilSample {
+    UtilSample {
+        device: 0,
+        pid,
+        t_us,
+        sm_pct,
+    }
+}
+
+/// A poll read `at_ms` after T0 that brought `util` and nothing else.
+fn poll_of(at_ms: u64, util: Vec<UtilSample>) -> Report {
+    Report::Poll {
+        at_us: T0 + at_ms * MS,
+        util,
+        mem: Vec::new(),
+        device_busy: Vec::new(),
+    }
+}
+
+/// A poll read `at_ms` after T0: samples (pid, ms after T0, SM %), memory (pid, MiB).
 fn poll(at_ms: u64, util: &[(u32, u64, u32)], mem: &[(u32, f64)]) -> Report {
     Report::Poll {
         at_us: T0 + at_ms * MS,
         util: util
             .iter()
-            .map(|&(pid, t_ms, sm)| UtilSample {
-                device: 0,
-                pid,
-                t_us: T0 + t_ms * MS,
-                sm_pct: sm,
-            })
+            .map(|&(pid, t_ms, sm)| sample(pid, T0 + t_ms * MS, sm))
             .collect(),
         mem: mem
             .iter()
@@ -170,15 +186,7 @@ fn a_thread_that_wakes_now_and_then_gets_its_cpu_share_only() {
 #[test]
 fn a_gap_between_samples_is_not_smeared_over() {
     // One sample at 1 s after none since 0.2 s: it stands for one period, not 0.8 s.
-    let mut l = Ledger::new(T0);
-    l.take(vec![started()]);
-    l.add_ours([(7, Some(T0))]);
-    l.add_positions(
-        (0..1000)
-            .step_by(10)
-            .map(|t| pos(t, 7, 7, 10, true))
-            .collect(),
-    );
+    let mut l = line_10_then_20(1000, 1000);
     l.take(vec![poll(201, &[(7, 200, 100)], &[])]);
     l.take(vec![poll(401, &[(7, 400, 100)], &[])]);
     l.take(vec![poll(1001, &[(7, 1000, 100)], &[])]);
@@ -189,15 +197,7 @@ fn a_gap_between_samples_is_not_smeared_over() {
 #[test]
 fn a_clock_that_differs_is_corrected_and_said() {
     let skew = 3600 * 1000; // NVML an hour ahead
-    let mut l = Ledger::new(T0);
-    l.take(vec![started()]);
-    l.add_ours([(7, Some(T0))]);
-    l.add_positions(
-        (0..2000)
-            .step_by(10)
-            .map(|t| pos(t, 7, 7, if t < 1000 { 10 } else { 20 }, true))
-            .collect(),
-    );
+    let mut l = line_10_then_20(990, 2000);
     for t in (200..=2000).step_by(200) {
         let sm = if t <= 1000 { 100 } else { 0 };
         let util: Vec<(u32, u64, u32)> = if sm > 0 {
@@ -314,27 +314,10 @@ fn memory_read_just_after_a_line_changed_goes_to_the_new_line() {
 #[test]
 fn a_clock_behind_ours_is_corrected_too() {
     let behind = 3600 * 1000;
-    let mut l = Ledger::new(T0);
-    l.take(vec![started()]);
-    l.add_ours([(7, Some(T0))]);
-    l.add_positions(
-        (0..1000)
-            .step_by(10)
-            .map(|t| pos(t, 7, 7, 10, true))
-            .collect(),
-    );
+    let mut l = line_10_then_20(1000, 1000);
     for t in (200..=1000).step_by(200) {
-        l.take(vec![Report::Poll {
-            at_us: T0 + (t + 2) * MS,
-            util: vec![UtilSample {
-                device: 0,
-                pid: 7,
-                t_us: T0 + t * MS - behind * MS,
-                sm_pct: 100,
-            }],
-            mem: vec![],
-            device_busy: vec![],
-        }]);
+        let s = sample(7, T0 + t * MS - behind * MS, 100);
+        l.take(vec![poll_of(t + 2, vec![s])]);
     }
     let r = l.finish(T0 + 1000 * MS, true);
     assert!(
@@ -353,17 +336,7 @@ fn a_clock_behind_ours_is_corrected_too() {
 #[test]
 fn a_new_process_s_first_sample_from_before_it_existed_is_passed_over() {
     let mut l = line_10_then_20(3000, 6000);
-    l.take(vec![Report::Poll {
-        at_us: T0 + 2900 * MS,
-        util: vec![UtilSample {
-            device: 0,
-            pid: 7,
-            t_us: T0 - 8000 * MS,
-            sm_pct: 44,
-        }],
-        mem: vec![],
-        device_busy: vec![],
-    }]);
+    l.take(vec![poll_of(2900, vec![sample(7, T0 - 8000 * MS, 44)])]);
     for t in (3200..=6000).step_by(200) {
         l.take(vec![poll(t + 90, &[(7, t, 99)], &[])]);
     }
