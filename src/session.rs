@@ -447,8 +447,6 @@ const GPU_STOP_WAIT: Duration = Duration::from_secs(1);
 struct GpuRecording {
     monitor: Monitor,
     ledger: Ledger,
-    /// Processes already told to the ledger.
-    known: std::collections::HashSet<i32>,
 }
 
 impl GpuRecording {
@@ -456,7 +454,6 @@ impl GpuRecording {
         GpuRecording {
             monitor: Monitor::start(cfg),
             ledger: Ledger::new(crate::gpu::now_us()),
-            known: std::collections::HashSet::new(),
         }
     }
 
@@ -467,9 +464,8 @@ impl GpuRecording {
         let new: Vec<i32> = tree
             .sampling()
             .map(|(pid, _, _)| pid)
-            .filter(|pid| !self.known.contains(pid))
+            .filter(|&pid| !self.ledger.knows(pid))
             .collect();
-        self.known.extend(&new);
         self.ledger.add_ours(
             new.into_iter()
                 .map(|pid| (pid, crate::proc::start_time_us(pid))),

@@ -150,6 +150,11 @@ impl Ledger {
         self.state == State::Running
     }
 
+    /// Whether process `pid` is known to be the program's.
+    pub(crate) fn knows(&self, pid: i32) -> bool {
+        pid > 0 && self.ours.contains(&(pid as u32))
+    }
+
     /// Processes of the program (called each tick with those sampled), each with when it
     /// started (µs since the epoch) when known: none of its samples can be older.
     pub(crate) fn add_ours(&mut self, pids: impl IntoIterator<Item = (i32, Option<u64>)>) {

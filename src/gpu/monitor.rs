@@ -364,6 +364,7 @@ fn poll_loop(cfg: &GpuConfig, tx: &Sender<Report>, stop: &AtomicBool) {
                 }
                 Err(e) => failures.push(e),
             }
+            calls += 1;
             match d.utilization_rates() {
                 Ok(u) => device_busy.push((*index, u.gpu)),
                 Err(e) if !missing(&e) && !matches!(e, NvmlError::NoPermission) => failures.push(e),

@@ -98,8 +98,8 @@ enum State {
     Parked,
     /// Stopped inside a call that went wrong (a fault): `regs`/`xstate` are put back on drop.
     Faulted,
-    /// Running on its own (back from a call and out of its wait, or a call given up on):
-    /// not ours any more.
+    /// Not usable: running on its own (back from a call and out of its wait, a call given
+    /// up on) or stopped where it cannot be used; let go on drop.
     Released,
 }
 
@@ -111,8 +111,6 @@ pub(crate) struct Hijacked {
     regs: libc::user_regs_struct,
     xstate: Vec<u8>,
     old_mask: Option<SigSet>,
-    /// The thread is gone or in an unknown state: nothing to put back.
-    lost: bool,
     state: State,
     /// Where our trampoline is in the process, once written.
     trampoline: Option<u64>,
@@ -163,7 +161,6 @@ impl Hijacked {
             regs: unsafe { std::mem::zeroed() },
             xstate: Vec::new(),
             old_mask: block_termination_signals(),
-            lost: false,
             state: State::Released,
             trampoline: None,
         };
@@ -171,12 +168,12 @@ impl Hijacked {
     }
 
     /// Stops the (seized) thread and checks it is in a safe wait, its registers and vector
-    /// state saved: Parked. Else it is let go (with the signal it was stopping for, if any)
-    /// and false.
+    /// state saved: Parked. Else it is let go (with the signal it was stopping for, if any:
+    /// here; else on drop) and false.
     fn park(&mut self) -> bool {
         let t = self.tid;
+        self.state = State::Released;
         if ptrace::interrupt(t).is_err() {
-            self.lost = true;
             return false;
         }
         // The interrupt's stop, or a signal's delivery stop first (then the thread is not
@@ -186,18 +183,13 @@ impl Hijacked {
                 Ok(WaitStatus::PtraceEvent(..)) => break,
                 Ok(WaitStatus::Stopped(_, sig)) => {
                     let _ = ptrace::detach(t, Some(sig));
-                    self.lost = true;
                     return false;
                 }
                 Err(nix::errno::Errno::EINTR) => continue,
-                _ => {
-                    self.lost = true;
-                    return false;
-                }
+                _ => return false,
             }
         }
         let Ok(regs) = ptrace::getregs(t) else {
-            self.lost = true;
             return false;
         };
         let interrupted_wait = RESTART_RESULTS.contains(&(regs.rax as i64))
@@ -214,13 +206,8 @@ impl Hijacked {
                 self.state = State::Parked;
                 true
             }
-            None => {
-                // Not in a usable wait: let it go as it is.
-                let _ = ptrace::detach(t, None);
-                self.lost = true;
-                self.state = State::Released;
-                false
-            }
+            // Not in a usable wait: let go as it is (on drop, or at the next park).
+            None => false,
         }
     }
 
@@ -324,8 +311,6 @@ impl Hijacked {
                     if Instant::now() >= deadline {
                         // It returns by itself whenever the function does.
                         self.state = State::Released;
-                        let _ = ptrace::detach(self.tid, None);
-                        self.lost = true;
                         return Err(Error::BadState {
                             pid,
                             why: format!(
@@ -354,13 +339,13 @@ impl Hijacked {
                     ptrace::cont(self.tid, None).map_err(|e| self.os("PTRACE_CONT", e))?;
                 }
                 Ok(WaitStatus::Exited(..)) | Ok(WaitStatus::Signaled(..)) => {
-                    self.lost = true;
+                    self.state = State::Released;
                     return Err(Error::ProcessExited(pid));
                 }
                 Ok(_) => {}
                 Err(nix::errno::Errno::EINTR) => {}
                 Err(e) => {
-                    self.lost = true;
+                    self.state = State::Released;
                     return Err(self.os("waiting for a call into the process", e));
                 }
             }
@@ -402,21 +387,15 @@ fn stall_for_tests(at: &str, pid: i32) {
 
 impl Drop for Hijacked {
     fn drop(&mut self) {
-        match self.state {
-            // Its own registers: let go, it restarts its wait.
-            State::Parked => {
-                let _ = ptrace::detach(self.tid, None);
+        // Stopped inside a call that faulted: put back as it was. Then let go (parked, it
+        // restarts its wait; released, a detach finds it running or gone: no harm).
+        if self.state == State::Faulted {
+            if !self.xstate.is_empty() {
+                set_xstate(self.tid, &mut self.xstate);
             }
-            // Stopped inside a call that faulted: put back as it was.
-            State::Faulted if !self.lost => {
-                if !self.xstate.is_empty() {
-                    set_xstate(self.tid, &mut self.xstate);
-                }
-                let _ = ptrace::setregs(self.tid, self.regs);
-                let _ = ptrace::detach(self.tid, None);
-            }
-            State::Faulted | State::Released => {}
+            let _ = ptrace::setregs(self.tid, self.regs);
         }
+        let _ = ptrace::detach(self.tid, None);
         if let Some(old) = self.old_mask.take() {
             let _ = nix::sys::signal::pthread_sigmask(SigmaskHow::SIG_SETMASK, Some(&old), None);
         }

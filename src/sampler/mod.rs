@@ -415,13 +415,9 @@ impl Sampler {
             .is_some_and(|(nr, addr)| nr == libc::SYS_futex && (lo..hi).contains(&addr))
     }
 
-    /// Keeps (or stops keeping) where each thread is at each tick, for the GPU ledger.
-    pub(crate) fn keep_positions(&mut self, on: bool) {
-        match (on, self.positions.is_some()) {
-            (true, false) => self.positions = Some(Vec::new()),
-            (false, true) => self.positions = None,
-            _ => {}
-        }
+    /// From now on keeps where each thread is at each tick, for the GPU ledger.
+    pub(crate) fn keep_positions(&mut self) {
+        self.positions.get_or_insert_with(Vec::new);
     }
 
     /// The positions kept since the last call.

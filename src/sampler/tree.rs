@@ -151,7 +151,9 @@ impl ProcessTree {
         let serial = self.next_serial;
         self.next_serial += 1;
         let mut sampler = Box::new(Sampler::new(proc, self.cfg.clone()));
-        sampler.keep_positions(self.positions);
+        if self.positions {
+            sampler.keep_positions();
+        }
         self.tracked.insert(
             pid,
             Tracked::Sampling {
@@ -206,7 +208,7 @@ impl ProcessTree {
         self.positions = true;
         for t in self.tracked.values_mut() {
             if let Tracked::Sampling { sampler, .. } = t {
-                sampler.keep_positions(true);
+                sampler.keep_positions();
             }
         }
     }
