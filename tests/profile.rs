@@ -313,8 +313,14 @@ fn a_stack_that_flips_faster_than_a_read_gets_the_same_split_as_paused_reads() {
     // frame, at its CALL: native): before the fix the default mode gave the line 28-34%
     // Python where --blocking (every thread paused, no state favoured) gave 55-65%.
     // The default mode must now agree with --blocking. Both at 1 kHz (the default mode
-    // pauses at most 200 times a second): ~600 and ~3000 samples of the line, a standard
-    // error of about 2 points on the difference of the two shares; allowed: 10.
+    // pauses at most 200 times a second): ~600 and ~3000 samples of the line, a binomial
+    // standard error of about 2.2 points on the difference of the two shares, and the
+    // share itself moves a little from one process to the next. Measured (CI, 2026-11-26,
+    // 16 interpreters, the suite's other tests running beside): differences of mean +1.9,
+    // standard deviation 2.7 points, the largest 10.2 (3.9: 64.9% vs 54.7%), which failed
+    // the 10 points first allowed here. Allowed: 13 points, 4 standard deviations above
+    // the mean (a false failure about once in 3000 CI runs of 16 interpreters), still well
+    // below the gap the bug made (27-44% against 52-67% across interpreters).
     let fx = common::fixture("cpu/flip.py");
     let flip = mark(&fx, "flip");
     common::for_each_interpreter(|py| {
@@ -340,7 +346,7 @@ fn a_stack_that_flips_faster_than_a_read_gets_the_same_split_as_paused_reads() {
             "flip line Python share of its user time: default {:.1}%, --blocking {:.1}%",
             shares[0], shares[1]
         );
-        if (shares[0] - shares[1]).abs() > 10.0 {
+        if (shares[0] - shares[1]).abs() > 13.0 {
             return Err(summary);
         }
         Ok(summary)
