@@ -59,6 +59,12 @@ struct RecordArgs {
     /// microseconds per sample).
     #[arg(long)]
     blocking: bool,
+    /// Native (C, C++, Rust) frames too: every sample stops each thread for a moment to
+    /// read its registers and stack (as --blocking does; needs ptrace; not with
+    /// --nonblocking). Flame graphs and stacks show them merged with the Python frames, and
+    /// each line with native time lists the native functions it was spent in.
+    #[arg(long)]
+    native: bool,
     /// Report stdlib and site-packages lines too (by default their time goes to the line of
     /// your code that called them).
     #[arg(long)]
@@ -228,6 +234,9 @@ impl std::fmt::Display for Usage {
 
 impl std::error::Error for Usage {}
 
+const NATIVE_NONBLOCKING: &str = "--native stops each thread to read its registers and \
+     stack; it cannot be combined with --nonblocking, which never stops the target";
+
 /// Plain configuration for `dump`, built from the arguments.
 struct DumpConfig {
     pid: i32,
@@ -242,10 +251,7 @@ impl TryFrom<DumpArgs> for DumpConfig {
     type Error = Usage;
     fn try_from(a: DumpArgs) -> Result<Self, Usage> {
         if a.native && a.nonblocking {
-            return Err(Usage(
-                "--native stops each thread to read its registers and stack; it cannot be \
-                 combined with --nonblocking, which never stops the target",
-            ));
+            return Err(Usage(NATIVE_NONBLOCKING));
         }
         Ok(DumpConfig {
             pid: a.pid,
@@ -296,12 +302,20 @@ impl RecordArgs {
         (!self.no_gpu).then(scalene_rs::gpu::GpuConfig::from_env)
     }
 
+    /// Refuses what cannot be combined, before anything starts.
+    fn check(&self) -> Result<(), Usage> {
+        if self.native && self.nonblocking {
+            return Err(Usage(NATIVE_NONBLOCKING));
+        }
+        Ok(())
+    }
+
     fn sampler(&self) -> SamplerConfig {
         SamplerConfig {
             rate_hz: self.rate,
             wall: self.wall,
             gil_only: self.gil,
-            mode: if self.blocking {
+            mode: if self.blocking || self.native {
                 ReadMode::Paused
             } else if self.nonblocking {
                 ReadMode::Nonblocking
@@ -310,6 +324,7 @@ impl RecordArgs {
             },
             profile_all: self.profile_all,
             handshake_file: None,
+            native: self.native,
         }
     }
 }
@@ -455,6 +470,7 @@ fn window_bytes(s: &str) -> Result<u64, String> {
 }
 
 fn run(args: RunArgs) -> anyhow::Result<i32> {
+    args.record.check()?;
     args.record.output.check()?;
     let cfg = session::RunConfig {
         command: args.command.clone(),
@@ -489,6 +505,7 @@ fn run(args: RunArgs) -> anyhow::Result<i32> {
 }
 
 fn attach(args: AttachArgs) -> anyhow::Result<i32> {
+    args.record.check()?;
     args.record.output.check()?;
     let cfg = session::AttachConfig {
         pid: args.pid,

@@ -606,6 +606,9 @@ pub fn attach(cfg: &AttachConfig, progress: &mut dyn FnMut(&Stats)) -> Result<(P
             why: "the interpreter is not initialized (starting up or shutting down)".into(),
         });
     }
+    if cfg.sampler.native {
+        crate::python::check_can_stop(&proc)?;
+    }
     let program = command_line(cfg.pid);
     catch(&[Signal::SIGINT, Signal::SIGTERM, Signal::SIGHUP]);
     let mut notes = Vec::new();

@@ -245,6 +245,7 @@ pub fn synthetic_profile() -> Profile {
                     copy_mb_s: rng.below(20) as f64 / 10.0,
                 }),
                 gpu: None,
+                native_functions: Vec::new(),
             });
         }
         f.take_source(&text);
@@ -255,6 +256,7 @@ pub fn synthetic_profile() -> Profile {
         function: Arc::from(format!("function_{fi}_{}", n / 20)),
         filename: Arc::from(names[fi].as_str()),
         line: Some(n),
+        native: false,
     };
     let mut seen = HashSet::new();
     let mut stacks = Vec::new();

@@ -13,6 +13,7 @@
 //! Addresses follow the glossary in `elf`: AVMA (in the process), SVMA (in the ELF file),
 //! bias = AVMA − SVMA per loaded module.
 
+mod fde;
 mod image;
 mod modules;
 mod symbols;
@@ -49,6 +50,10 @@ pub struct NativeFrame {
     /// when the module has DWARF line tables.
     pub(crate) file: Option<Arc<str>>,
     pub(crate) line: Option<u32>,
+    /// SVMA of the first instruction of the function holding the frame, from the module's
+    /// unwind table, when no symbol names it: what tells one unnamed function from another.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) function_start: Option<u64>,
     /// Why the module's file was not used to name the frame (it changed on disk since it
     /// was loaded, or could not be read); absent when it was.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -62,6 +67,15 @@ impl NativeFrame {
             (Some(s), _) => s.to_string(),
             (None, Some(m)) => format!("{m}+{:#x}", self.offset),
             (None, None) => format!("{:#x}", self.address),
+        }
+    }
+
+    /// The function's name for a profile, which adds up samples by function: `symbol`, or
+    /// `module+0xSTART` with the start of the unnamed function, or as [`Self::label`].
+    pub(crate) fn function_label(&self) -> String {
+        match (&self.symbol, &self.module, self.function_start) {
+            (None, Some(m), Some(start)) => format!("{m}+{start:#x}"),
+            _ => self.label(),
         }
     }
 }
@@ -141,6 +155,20 @@ impl NativeProcess {
         captures
     }
 
+    /// Whether `pid`'s code has changed since its modules were read: a file-backed
+    /// executable mapping added, removed or moved (an extension imported, a library
+    /// unloaded). Err: the map could not be read.
+    pub(crate) fn code_changed(&self) -> Result<bool> {
+        let now = crate::proc::read_maps(self.pid)?;
+        let code = |maps: &[MapEntry]| -> Vec<(u64, u64, u64)> {
+            maps.iter()
+                .filter(|m| m.executable && m.inode != 0)
+                .map(|m| (m.start, m.end, m.inode))
+                .collect()
+        };
+        Ok(code(&now) != code(&self.maps))
+    }
+
     /// How long the last capture of every thread's registers and stack took (the threads
     /// were stopped meanwhile).
     pub fn last_capture_time(&self) -> std::time::Duration {
@@ -191,6 +219,7 @@ impl NativeProcess {
                 offset: address,
                 file: None,
                 line: None,
+                function_start: None,
                 module_note: None,
             };
         };
@@ -199,6 +228,10 @@ impl NativeProcess {
             let found = image.symbols().find(svma)?;
             Some(Arc::from(symbols::demangle(image.symbol_name(found.name))))
         });
+        let function_start = match (&symbol, &m.image) {
+            (None, Some(image)) => fde::function_start(image, svma),
+            _ => None,
+        };
         let (file, line) = match m.image.as_ref().and_then(|image| image.line(svma)) {
             Some((file, line)) => (Some(file), Some(line)),
             None => (None, None),
@@ -217,6 +250,7 @@ impl NativeProcess {
             offset: address.wrapping_sub(m.bias),
             file,
             line,
+            function_start,
             module_note,
         }
     }

@@ -16,8 +16,26 @@ pub struct Frame {
     pub function: Arc<str>,
     /// `co_filename`, as the interpreter has it.
     pub filename: Arc<str>,
-    /// Current line; None when the instruction has no line (3.10+ artificial code).
+    /// Current line; None when the instruction has no line (3.10+ artificial code), and
+    /// for a native frame.
     pub line: Option<u32>,
+    /// A native (C, C++, Rust) frame of a `--native` recording: `function` is its symbol
+    /// (or `module+0xOFFSET`), `filename` its module (`libz.so.1`). Never charged for
+    /// time or memory: the Python frame above it is.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub native: bool,
+}
+
+impl Frame {
+    /// A native frame as a stack entry of a profile (see [`Frame::native`]).
+    pub(crate) fn of_native(label: String, module: Option<&str>) -> Frame {
+        Frame {
+            function: label.into(),
+            filename: module.unwrap_or("[unknown]").into(),
+            line: None,
+            native: true,
+        }
+    }
 }
 
 /// Whether a file belongs to the Python installation or to installed packages rather than to
@@ -38,17 +56,16 @@ fn is_library_file(path: &str) -> bool {
     false
 }
 
-/// The frame a stack's time (or allocation) is charged to: the innermost frame, or with
-/// library folding (`profile_all` off) the innermost frame of the user's own code (else the
-/// innermost frame).
+/// The frame a stack's time (or allocation) is charged to (native frames skipped): the
+/// innermost frame, or with library folding (`profile_all` off) the innermost frame of the
+/// user's own code (else the innermost frame).
 pub(crate) fn charged_frame(frames: &[Frame], profile_all: bool) -> Option<&Frame> {
+    let mut python = frames.iter().filter(|f| !f.native);
     if profile_all {
-        return frames.first();
+        return python.next();
     }
-    frames
-        .iter()
-        .find(|f| !is_library_file(&f.filename))
-        .or(frames.first())
+    let innermost = python.clone().next();
+    python.find(|f| !is_library_file(&f.filename)).or(innermost)
 }
 
 #[cfg(test)]
@@ -81,6 +98,7 @@ mod tests {
             function: "f".into(),
             filename: file.into(),
             line: Some(1),
+            native: false,
         }
     }
 
@@ -96,5 +114,21 @@ mod tests {
         let all_library = [f("/usr/lib/python3.11/threading.py")];
         assert_eq!(charged_frame(&all_library, false), Some(&all_library[0]));
         assert_eq!(charged_frame(&[], false), None);
+    }
+
+    #[test]
+    fn native_frames_are_never_charged() {
+        let zlib = Frame::of_native("deflate_slow".into(), Some("libz.so.1"));
+        let stack = [
+            zlib.clone(),
+            f("/usr/lib/python3.11/gzip.py"),
+            Frame::of_native("list_sort".into(), None),
+            f("/home/me/app.py"),
+        ];
+        assert_eq!(charged_frame(&stack, false), Some(&stack[3]));
+        assert_eq!(charged_frame(&stack, true), Some(&stack[1]));
+        assert_eq!(charged_frame(&[zlib], true), None);
+        let library_only = [stack[0].clone(), stack[1].clone()];
+        assert_eq!(charged_frame(&library_only, false), Some(&library_only[1]));
     }
 }

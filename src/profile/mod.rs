@@ -103,6 +103,9 @@ pub(crate) struct Aggregator {
     /// A full stack's samples and their time, split, by thread.
     stacks: FastMap<Vec<Frame>, StackThreads>,
     threads: FastMap<i32, (Option<String>, Split, u64)>,
+    /// Native seconds of a line by the native function they were spent in (function,
+    /// module): `--native` recordings only.
+    line_native: FastMap<(Arc<str>, u32), FastMap<(Arc<str>, Arc<str>), f64>>,
     /// Samples (thread observations) folded in.
     thread_samples: u64,
 }
@@ -139,6 +142,17 @@ impl Aggregator {
                     .entry((f.filename.clone(), line))
                     .or_default()
                     .add(&split);
+                match s.frames.first() {
+                    Some(leaf) if leaf.native && split.native_s > 0.0 => {
+                        *self
+                            .line_native
+                            .entry((f.filename.clone(), line))
+                            .or_default()
+                            .entry((leaf.function.clone(), leaf.filename.clone()))
+                            .or_default() += split.native_s;
+                    }
+                    _ => {}
+                }
             }
             let e = self
                 .functions
@@ -183,6 +197,12 @@ impl Aggregator {
                 add_to_stack(per, *thread, *n, split);
             }
         }
+        for (line, theirs) in &other.line_native {
+            let ours = self.line_native.entry(line.clone()).or_default();
+            for (function, seconds) in theirs {
+                *ours.entry(function.clone()).or_default() += seconds;
+            }
+        }
         for (tid, (name, split, n)) in &other.threads {
             let e = self
                 .threads
@@ -224,6 +244,11 @@ impl Aggregator {
                 cpu_system_pct: pct(split.system_s),
                 memory: None,
                 gpu: None,
+                native_functions: self
+                    .line_native
+                    .get(&(file.clone(), *line))
+                    .map(|by| top_native(by, &pct))
+                    .unwrap_or_default(),
             });
         }
         for ((file, name), (split, first)) in &self.functions {
@@ -302,6 +327,24 @@ impl Aggregator {
     }
 }
 
+/// A line's native functions, most time first (then by name), at most
+/// [`NATIVE_FUNCTIONS_PER_LINE`]; `pct` turns seconds into percent of the total.
+fn top_native(
+    by: &FastMap<(Arc<str>, Arc<str>), f64>,
+    pct: &dyn Fn(f64) -> f64,
+) -> Vec<NativeFunction> {
+    let mut all: Vec<(&(Arc<str>, Arc<str>), &f64)> = by.iter().collect();
+    all.sort_by(|a, b| b.1.total_cmp(a.1).then_with(|| a.0.cmp(b.0)));
+    all.into_iter()
+        .take(NATIVE_FUNCTIONS_PER_LINE)
+        .map(|((function, module), &s)| NativeFunction {
+            function: function.to_string(),
+            module: module.to_string(),
+            pct: pct(s),
+        })
+        .collect()
+}
+
 /// Facts about the recording, filled by the sampler.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct ProfileMeta {
@@ -342,6 +385,24 @@ pub struct ProfileMeta {
     /// which means "Python or native" and is shown so.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub split_unavailable: Option<String>,
+    /// Recorded with native frames (`--native`): how their merge with the Python frames
+    /// went.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub native: Option<NativeMeta>,
+}
+
+/// How a `--native` recording's thread samples merged their native frames with their
+/// Python frames. An unmerged sample keeps its Python frames (and its time): nothing is
+/// guessed.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct NativeMeta {
+    pub merged_samples: u64,
+    pub unmerged_samples: u64,
+    /// merged / (merged + unmerged), percent (100 when there was no sample).
+    pub merge_rate_pct: f64,
+    /// Why samples did not merge, with how many each (addresses in the reasons elided).
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub unmerged_reasons: std::collections::BTreeMap<String, u64>,
 }
 
 /// What time a profile counts (`--wall` or not).
@@ -379,6 +440,25 @@ pub struct LineProfile {
     /// GPU figures of the line (absent when the program used no GPU we could see).
     #[serde(flatten, default, skip_serializing_if = "Option::is_none")]
     pub gpu: Option<LineGpu>,
+    /// `--native`: the native functions the line's native time was spent in (the innermost
+    /// native frame of each sample), most first, at most [`NATIVE_FUNCTIONS_PER_LINE`].
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub native_functions: Vec<NativeFunction>,
+}
+
+/// Most native functions kept per line.
+pub const NATIVE_FUNCTIONS_PER_LINE: usize = 8;
+
+/// A native function's share of a line's native time.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct NativeFunction {
+    /// Its symbol (demangled), or `module+0xSTART` when it has none.
+    pub function: String,
+    /// The file name of its module (`libz.so.1`).
+    pub module: String,
+    /// Its time, in percent of the program's total like the line's `cpu_native_pct` (the
+    /// functions of a line add up to at most that).
+    pub pct: f64,
 }
 
 /// A line's memory: what it allocated (sampled), how much of it the interpreter itself
@@ -676,6 +756,7 @@ impl Profile {
                     cpu_system_pct: 0.0,
                     memory: None,
                     gpu: None,
+                    native_functions: Vec::new(),
                 });
                 f.lines.sort_by_key(|l| l.line);
                 Some(fi)
@@ -738,6 +819,7 @@ mod tests {
             function: f.into(),
             filename: "/app/main.py".into(),
             line: Some(line),
+            native: false,
         }
     }
 

@@ -9,8 +9,9 @@
 pub mod linetable;
 mod native;
 mod process;
+pub(crate) use native::take_native_snapshot_with_states;
 pub(crate) use native::StackEntry;
-pub use native::{native_process, take_native_snapshot, take_native_snapshot_with};
+pub use native::{check_can_stop, native_process, take_native_snapshot, take_native_snapshot_with};
 mod stack;
 mod strings;
 pub(crate) mod version;

@@ -49,12 +49,31 @@ pub fn native_process(proc: &PythonProcess, cache: &mut NativeCache) -> Result<N
     NativeProcess::new(proc.pid, &proc.mem, proc.namespaces, cache)
 }
 
+/// Whether the profiler may stop `proc`'s threads, as `--native` must at every sample:
+/// stops its main thread once and lets it go (Err: why not, e.g. the permission missing),
+/// so that a recording that could never read a native frame is refused before it starts.
+pub fn check_can_stop(proc: &PythonProcess) -> Result<()> {
+    crate::ptrace::pause::PausedThreads::pause_threads(proc.pid, &[proc.pid]).map(drop)
+}
+
 /// [`take_native_snapshot`] with the modules already read.
 pub fn take_native_snapshot_with(
     proc: &PythonProcess,
     walker: &mut StackWalker,
     process: &mut NativeProcess,
     opts: &SnapshotOptions,
+) -> Result<Snapshot> {
+    take_native_snapshot_with_states(proc, walker, process, opts, None)
+}
+
+/// [`take_native_snapshot_with`] for a caller that has just listed the threads and read
+/// their scheduler states (the sampler): those threads are the ones paused.
+pub(crate) fn take_native_snapshot_with_states(
+    proc: &PythonProcess,
+    walker: &mut StackWalker,
+    process: &mut NativeProcess,
+    opts: &SnapshotOptions,
+    known_states: Option<&HashMap<i32, char>>,
 ) -> Result<Snapshot> {
     let opts = SnapshotOptions {
         mode: ReadMode::Paused,
@@ -66,7 +85,7 @@ pub fn take_native_snapshot_with(
         proc,
         walker,
         &opts,
-        None,
+        known_states,
         Some((&mut *process, &mut captures)),
     );
     walker.want_anchors = anchors;
@@ -145,6 +164,45 @@ pub(crate) struct NativeView {
     /// The native unwinder stopped before the outermost frame: why.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) unwind_stopped: Option<String>,
+}
+
+impl NativeView {
+    /// The merged stack as a profile's frames, innermost first (native frames by their
+    /// label and module, see [`Frame::of_native`]); None when it was not merged.
+    pub(crate) fn profile_frames(&self) -> Option<Vec<Frame>> {
+        if !self.merged {
+            return None;
+        }
+        let frames = self
+            .stack
+            .iter()
+            .map(|e| match e {
+                StackEntry::Python(f) => f.clone(),
+                StackEntry::Native(n) => Frame::of_native(n.function_label(), n.module.as_deref()),
+            })
+            .collect();
+        Some(frames)
+    }
+
+    /// A native frame in no module the profiler knew (code mapped since its modules were
+    /// read, or code in no file), or unwinding that stopped early (in such code).
+    pub(crate) fn has_unknown_code(&self) -> bool {
+        let unknown = |f: &NativeFrame| f.module.is_none();
+        self.unwind_stopped.is_some()
+            || self.native_frames.iter().any(unknown)
+            || self
+                .stack
+                .iter()
+                .any(|e| matches!(e, StackEntry::Native(n) if unknown(n)))
+    }
+
+    /// The thread's native stack could not be taken (a thread started since the map was
+    /// read: its stack is not in it).
+    pub(crate) fn has_no_stack(&self) -> bool {
+        self.unmerged
+            .as_deref()
+            .is_some_and(|why| why.starts_with("no native stack"))
+    }
 }
 
 /// A thread with no Python thread state (a C library's worker, say): its native stack.

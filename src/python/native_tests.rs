@@ -12,6 +12,7 @@ fn nf(name: &str, i: usize) -> NativeFrame {
         offset: i as u64 * 16,
         file: None,
         line: None,
+        function_start: None,
         module_note: None,
     }
 }
@@ -40,6 +41,7 @@ fn py(name: &str) -> Frame {
         function: name.into(),
         filename: "/app/x.py".into(),
         line: Some(1),
+        native: false,
     }
 }
 

@@ -418,6 +418,7 @@ impl StackWalker {
                     function: code.function.clone(),
                     filename: code.filename.clone(),
                     line,
+                    native: false,
                 });
             }
             if step.back == 0 && self.strict && self.outermost_is_generator(step.code) {

@@ -216,11 +216,13 @@ mod tests {
                         function: "inner".into(),
                         filename: "/tmp/a.py".into(),
                         line: Some(3),
+                        native: false,
                     },
                     Frame {
                         function: "<module>".into(),
                         filename: "/tmp/a.py".into(),
                         line: Some(10),
+                        native: false,
                     },
                 ],
                 truncated: false,

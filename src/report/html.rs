@@ -324,6 +324,23 @@ fn data(p: &Profile) -> Value {
                 "fn": functions,
                 "ctx": context,
             });
+            // `--native`: each line's native functions, by line: [[function, module, pct]].
+            let native: serde_json::Map<String, Value> = f
+                .lines
+                .iter()
+                .filter(|l| !l.native_functions.is_empty())
+                .map(|l| {
+                    let fns = l
+                        .native_functions
+                        .iter()
+                        .map(|n| json!([n.function, n.module, num(n.pct, 2)]))
+                        .collect();
+                    (l.line.to_string(), Value::Array(fns))
+                })
+                .collect();
+            if !native.is_empty() {
+                v["nf"] = Value::Object(native);
+            }
             if !f.full_source.is_empty() {
                 v["full"] = json!(f.full_source);
             }
@@ -483,6 +500,7 @@ mod tests {
             cpu_system_pct: 0.0,
             memory: None,
             gpu: None,
+            native_functions: Vec::new(),
         });
         let text: Vec<String> = (1..=9).map(|n| format!("line_{n}")).collect();
         f.take_source(&text);

@@ -471,6 +471,7 @@ mod tests {
             function: function.into(),
             filename: "/app/main.py".into(),
             line: Some(line),
+            native: false,
         }
     }
 

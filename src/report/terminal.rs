@@ -309,6 +309,37 @@ fn sparkline(values: &[f64], width: usize) -> String {
 const MEM_PREFIX: usize = MEMORY.width();
 const TIMELINE_WIDTH: usize = 10;
 
+/// Native functions shown under a line (`--native`), at most.
+const NATIVE_SHOWN: usize = 3;
+
+/// The row under a line with native time recorded with `--native`: the native functions
+/// it was spent in, `↳ native: deflate 28%, libz.so.1+0x5d80 11%, …`, cut to `width`; None
+/// when the line has none worth a tenth of a percent.
+fn native_note(l: &LineProfile, width: usize) -> Option<String> {
+    let shown: Vec<String> = l
+        .native_functions
+        .iter()
+        .filter(|f| f.pct >= 0.1)
+        .take(NATIVE_SHOWN)
+        .map(|f| format!("{} {}", f.function, pct_text(f.pct)))
+        .collect();
+    if shown.is_empty() {
+        return None;
+    }
+    let more = if l.native_functions.len() > shown.len() {
+        ", …"
+    } else {
+        ""
+    };
+    let note = format!("↳ native: {}{more}", shown.join(", "));
+    Some(truncate_end(&note, width))
+}
+
+/// A percentage as the line cells write it, without padding.
+fn pct_text(v: f64) -> String {
+    pct_cell(v).trim().to_string()
+}
+
 /// A percentage cell: blank for nothing, `<1%` for a sliver, else rounded.
 fn pct_cell(v: f64) -> String {
     if v.is_nan() || v < 0.005 {
@@ -834,8 +865,12 @@ impl Renderer<'_> {
                 let _ = writeln!(out, "{gap}");
             }
             prev = Some(n);
-            let row = self.line_row(f, n, by_line.get(&n).copied(), text, (mem, gpu), text_width);
+            let line = by_line.get(&n).copied();
+            let row = self.line_row(f, n, line, text, (mem, gpu), text_width);
             let _ = writeln!(out, "{}", row.trim_end());
+            if let Some(note) = line.and_then(|l| native_note(l, text_width)) {
+                let _ = writeln!(out, "{}{}", " ".repeat(prefix), self.paint(DIM, &note));
+            }
         }
     }
 

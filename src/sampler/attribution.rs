@@ -101,6 +101,7 @@ mod tests {
             function: "f".into(),
             filename: "/app/m.py".into(),
             line: Some(line),
+            native: false,
         }]
     }
 

@@ -8,6 +8,7 @@
 
 mod attribution;
 pub mod cputime;
+pub(crate) mod native;
 mod pauses;
 pub(crate) mod tree;
 
@@ -39,6 +40,9 @@ pub struct SamplerConfig {
     /// us to read its stack (the allocation handshake), not sleeping in the program, so its
     /// CPU time is charged to where it is.
     pub handshake_file: Option<std::path::PathBuf>,
+    /// Read native frames too (`--native`): every sample pauses the threads, and their
+    /// stacks are merged native and Python frames.
+    pub native: bool,
 }
 
 impl Default for SamplerConfig {
@@ -50,6 +54,7 @@ impl Default for SamplerConfig {
             mode: ReadMode::Auto,
             profile_all: false,
             handshake_file: None,
+            native: false,
         }
     }
 }
@@ -60,6 +65,9 @@ pub struct Stats {
     pub samples: u64,
     pub missed: u64,
     pub errors: u64,
+    /// `--native`: thread samples whose native frames merged with their Python frames, and
+    /// why the others did not.
+    pub native: native::MergeCounts,
     /// Error messages (first line) and how often each happened.
     pub error_kinds: BTreeMap<Unread, u64>,
     /// Thread stacks read with the thread paused because reads without pausing could not
@@ -102,6 +110,8 @@ pub struct Sampler {
     /// Where each thread was at each tick, kept for the GPU ledger once a GPU is watched
     /// (None: not kept).
     positions: Option<Vec<crate::gpu::Position>>,
+    /// `--native`: the process's modules and the merge counts.
+    native: Option<native::NativeSampling>,
 }
 
 /// How long a thread's user/system tick counts are reused: they advance in whole clock
@@ -134,8 +144,15 @@ impl Sampler {
             handshake_range: None,
             pauses: PauseSchedule::new(),
             positions: None,
+            native: None,
         }
         .with_handshake_range()
+    }
+
+    /// Reads native frames too, with images from `cache` (shared by a run's processes).
+    pub(crate) fn with_native(mut self, cache: native::SharedCache) -> Self {
+        self.native = Some(native::NativeSampling::new(cache));
+        self
     }
 
     /// Takes one sample of every thread. Errors that lose only this sample are counted, not
@@ -218,12 +235,16 @@ impl Sampler {
             thread_names: false,
             ..Default::default()
         };
-        let snap = match python::take_snapshot_with_states(
-            &self.proc,
-            &mut self.walker,
-            &opts,
-            Some(&states),
-        ) {
+        let snap = match &mut self.native {
+            Some(n) => n.snapshot(&self.proc, &mut self.walker, &opts, &states),
+            None => python::take_snapshot_with_states(
+                &self.proc,
+                &mut self.walker,
+                &opts,
+                Some(&states),
+            ),
+        };
+        let mut snap = match snap {
             Ok(s) => s,
             Err(e) if e.is_process_gone() => return Err(e),
             Err(e) => {
@@ -232,6 +253,9 @@ impl Sampler {
             }
         };
         self.stats.samples += 1;
+        if let Some(n) = &mut self.native {
+            n.merge_into(&mut snap, &mut self.stats.native);
+        }
         // A Python thread whose kernel thread we have not listed yet: list again next time.
         // (In another PID namespace, such a thread has its own id but none of ours yet.)
         if snap.threads.iter().any(|t| {
@@ -497,6 +521,20 @@ fn profile_meta(
         },
         paused_max_hz: Some(PAUSED_MAX_HZ),
         profile_all: cfg.profile_all,
+        native: cfg.native.then(|| {
+            let n = &stats.native;
+            let all = n.merged + n.unmerged;
+            crate::profile::NativeMeta {
+                merged_samples: n.merged,
+                unmerged_samples: n.unmerged,
+                merge_rate_pct: if all > 0 {
+                    100.0 * n.merged as f64 / all as f64
+                } else {
+                    100.0
+                },
+                unmerged_reasons: n.reasons.clone(),
+            }
+        }),
     }
 }
 

@@ -77,6 +77,8 @@ pub(crate) struct ProcessTree {
     pub(crate) notes: BTreeMap<i32, String>,
     /// Samplers keep where each thread is at each tick (for the GPU ledger).
     positions: bool,
+    /// `--native`: images by build id, shared by the samplers of every process.
+    native_cache: Option<super::native::SharedCache>,
 }
 
 /// `root` and all its descendants, parents before children.
@@ -110,9 +112,16 @@ fn image_of(pid: i32) -> Option<String> {
     ))
 }
 
+/// A cache of native images when `cfg` asks for native frames.
+fn cfg_native_cache(cfg: &SamplerConfig) -> Option<super::native::SharedCache> {
+    cfg.native
+        .then(|| std::sync::Arc::new(std::sync::Mutex::new(crate::native::NativeCache::new())))
+}
+
 impl ProcessTree {
     /// `follow`: also sample the root's descendants (else only the root).
     pub(crate) fn new(root: i32, follow: bool, cfg: SamplerConfig, locate: LocateOptions) -> Self {
+        let native_cache = cfg_native_cache(&cfg);
         ProcessTree {
             root,
             follow,
@@ -128,6 +137,7 @@ impl ProcessTree {
             stats: Stats::default(),
             notes: BTreeMap::new(),
             positions: false,
+            native_cache,
         }
     }
 
@@ -150,7 +160,11 @@ impl ProcessTree {
         self.notes.remove(&pid);
         let serial = self.next_serial;
         self.next_serial += 1;
-        let mut sampler = Box::new(Sampler::new(proc, self.cfg.clone()));
+        let mut sampler = Sampler::new(proc, self.cfg.clone());
+        if let Some(cache) = &self.native_cache {
+            sampler = sampler.with_native(cache.clone());
+        }
+        let mut sampler = Box::new(sampler);
         if self.positions {
             sampler.keep_positions();
         }
@@ -359,6 +373,7 @@ impl ProcessTree {
         let mut paused = 0;
         let mut thinned = 0;
         let mut kinds: BTreeMap<crate::python::Unread, u64> = BTreeMap::new();
+        let mut native = super::native::MergeCounts::default();
         let live = self.tracked.values().filter_map(|t| match t {
             Tracked::Sampling { sampler, .. } => Some(&sampler.stats),
             Tracked::Other { .. } => None,
@@ -367,6 +382,7 @@ impl ProcessTree {
             errors += st.errors;
             paused += st.paused_reads;
             thinned += st.thinned;
+            native.add(&st.native);
             for (k, n) in &st.error_kinds {
                 *kinds.entry(*k).or_insert(0) += n;
             }
@@ -375,6 +391,7 @@ impl ProcessTree {
         self.stats.paused_reads = paused;
         self.stats.thinned = thinned;
         self.stats.error_kinds = kinds;
+        self.stats.native = native;
     }
 
     /// One tick: a scan when due, then one sample of every Python process. False once

@@ -10,6 +10,7 @@ fn frames(line: u32) -> Arc<[Frame]> {
         function: "f".into(),
         filename: "/app.py".into(),
         line: Some(line),
+        native: false,
     }]
     .into()
 }

@@ -195,6 +195,17 @@
     tr.dataset.line = r.line;
     if (r.hot) tr.title = `hot line: ${pct(r.py + r.na + r.sy)} of the time`;
     for (const c of COLS) tr.append(cell(c, r));
+    // --native: the native functions the line's native time went to, under its source.
+    const nf = D.files[fi].nf && D.files[fi].nf[r.line];
+    if (nf && nf.length) {
+      const shown = nf.filter((n) => n[2] >= 0.1).slice(0, 3);
+      const more = nf.length > shown.length ? ", …" : "";
+      const src = tr.querySelector("td.src");
+      if (src && shown.length) {
+        src.append(el("div", { class: "nf", title: nf.map((n) => `${n[0]} (${n[1]}): ${pct(n[2]) || "<1%"}`).join("\n") },
+          "↳ native: " + shown.map((n) => `${n[0]} ${pct(n[2]) || "<1%"}`).join(", ") + more));
+      }
+    }
     return tr;
   }
   // A sortable table: clicking a heading sorts by it (numbers largest first, then

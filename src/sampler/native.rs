@@ -1,0 +1,204 @@
+//! `run --native` / `attach --native`: every sample's threads read with their native
+//! frames merged with the Python ones.
+//!
+//! Owns: [`NativeSampling`] — one process's modules (read again when a sample meets code
+//! mapped since, at most once a second), the cache of images shared by the processes of a
+//! run, and the count of merged and unmerged thread samples with the reasons.
+//! Must not: unwind, name or merge frames (`native`, `python::native` do), or charge time.
+
+use crate::native::{NativeCache, NativeProcess};
+use crate::python::{self, PythonProcess, Snapshot, SnapshotOptions, StackWalker};
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// Images by build id, shared by every sampler of a run (16 workers of one program read
+/// libpython's symbols and unwind rules once).
+pub(crate) type SharedCache = Arc<Mutex<NativeCache>>;
+
+/// The shortest time between two looks at a process's map after a sample met an address
+/// in no known module (an extension imported since), unwinding that stopped early, or a
+/// thread with no native stack: its modules are read again at once when its code mappings
+/// changed. Code in no module at all (ctypes' closures, a JIT) costs one read of the map
+/// per interval, no more (a map of a few hundred lines reads in about 100 µs). A freshly
+/// imported extension loses the samples of this long at most.
+const RECHECK_INTERVAL: Duration = Duration::from_millis(20);
+
+/// After such a sample, the modules are read again anyway when they are this old: what
+/// else changed (a new thread's stack mapping, which bounds the copy of its stack) is
+/// caught within this time, at a cost of one reading a second at most.
+const REREAD_INTERVAL: Duration = Duration::from_secs(1);
+
+/// Most distinct reasons kept for unmerged samples (the rest are counted under "other").
+const MAX_REASONS: usize = 32;
+
+/// How many thread samples merged, and why the others did not.
+#[derive(Debug, Clone, Default)]
+pub struct MergeCounts {
+    pub merged: u64,
+    pub unmerged: u64,
+    /// The reasons, each with how often it was given.
+    pub reasons: BTreeMap<String, u64>,
+}
+
+impl MergeCounts {
+    pub(crate) fn add(&mut self, other: &MergeCounts) {
+        self.merged += other.merged;
+        self.unmerged += other.unmerged;
+        for (why, n) in &other.reasons {
+            *self.reasons.entry(why.clone()).or_insert(0) += n;
+        }
+    }
+
+    fn unmerged(&mut self, why: &str) {
+        self.unmerged += 1;
+        let why = without_addresses(why);
+        let why = why.as_str();
+        let key = if self.reasons.len() < MAX_REASONS || self.reasons.contains_key(why) {
+            why.to_string()
+        } else {
+            "other reasons".to_string()
+        };
+        *self.reasons.entry(key).or_insert(0) += 1;
+    }
+}
+
+/// `why` with each hexadecimal address replaced by `…`: reasons that differ only by an
+/// address count as one.
+fn without_addresses(why: &str) -> String {
+    let mut out = String::with_capacity(why.len());
+    let mut rest = why;
+    while let Some(i) = rest.find("0x") {
+        out.push_str(&rest[..i]);
+        let digits = rest[i + 2..]
+            .find(|c: char| !c.is_ascii_hexdigit())
+            .unwrap_or(rest.len() - i - 2);
+        out.push(if digits > 0 { '…' } else { '0' });
+        rest = &rest[i + 2 + digits..];
+        if digits == 0 {
+            out.push('x');
+        }
+    }
+    out.push_str(rest);
+    out
+}
+
+/// One process's native side of sampling.
+pub(crate) struct NativeSampling {
+    cache: SharedCache,
+    /// The process's modules, as read at `read_at`; None until the first sample, or when
+    /// reading them failed (tried again at the next sample).
+    process: Option<NativeProcess>,
+    read_at: Option<Instant>,
+    /// A sample met code outside the modules read: look at the map again when allowed.
+    stale: bool,
+    /// A thread had no native stack (one started since the map was read, whose stack
+    /// mapping is not in it): read the modules again when allowed.
+    missing_stack: bool,
+    /// When the map was last looked at.
+    checked_at: Option<Instant>,
+}
+
+impl NativeSampling {
+    pub(crate) fn new(cache: SharedCache) -> NativeSampling {
+        NativeSampling {
+            cache,
+            process: None,
+            read_at: None,
+            stale: false,
+            missing_stack: false,
+            checked_at: None,
+        }
+    }
+
+    /// One snapshot of every thread in `states` with its native frames (the threads are
+    /// paused for it whatever `opts.mode` says).
+    pub(crate) fn snapshot(
+        &mut self,
+        proc: &PythonProcess,
+        walker: &mut StackWalker,
+        opts: &SnapshotOptions,
+        states: &HashMap<i32, char>,
+    ) -> crate::error::Result<Snapshot> {
+        let due = self
+            .checked_at
+            .is_none_or(|t| t.elapsed() >= RECHECK_INTERVAL);
+        let reread = match &self.process {
+            None => true,
+            Some(_) if !due || !(self.stale || self.missing_stack) => false,
+            Some(p) => {
+                self.checked_at = Some(Instant::now());
+                let old = self.read_at.is_none_or(|t| t.elapsed() >= REREAD_INTERVAL);
+                old || p.code_changed().unwrap_or(true)
+            }
+        };
+        if reread {
+            let mut cache = self.cache.lock().unwrap_or_else(|e| e.into_inner());
+            self.process = Some(python::native_process(proc, &mut cache)?);
+            self.read_at = Some(Instant::now());
+            self.checked_at = self.read_at;
+            self.stale = false;
+            self.missing_stack = false;
+        }
+        let process = self.process.as_mut().expect("read above");
+        python::take_native_snapshot_with_states(proc, walker, process, opts, Some(states))
+    }
+
+    /// Replaces each thread's Python frames in `snap` by its merged stack, counting in
+    /// `counts` the threads that merged and those that did not (which keep their Python
+    /// frames).
+    pub(crate) fn merge_into(&mut self, snap: &mut Snapshot, counts: &mut MergeCounts) {
+        for t in &mut snap.threads {
+            let Some(view) = t.native.take() else {
+                continue;
+            };
+            if t.error.is_some() {
+                // Lost either way (counted as an error by the sampler).
+                continue;
+            }
+            self.stale |= view.has_unknown_code();
+            self.missing_stack |= view.has_no_stack();
+            match view.profile_frames() {
+                Some(frames) => {
+                    counts.merged += 1;
+                    t.frames = frames;
+                }
+                None => counts.unmerged(view.unmerged.as_deref().unwrap_or("not merged")),
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reasons_that_differ_by_an_address_count_as_one() {
+        let mut c = MergeCounts::default();
+        c.unmerged("a call of the evaluation loop (0x7ffd1234) lies in no native frame unwound");
+        c.unmerged("a call of the evaluation loop (0x7ffd9999) lies in no native frame unwound");
+        c.unmerged("0x");
+        assert_eq!(c.unmerged, 3);
+        assert_eq!(
+            c.reasons
+                .get("a call of the evaluation loop (…) lies in no native frame unwound"),
+            Some(&2)
+        );
+        assert_eq!(c.reasons.get("0x"), Some(&1));
+    }
+
+    #[test]
+    fn reasons_beyond_the_limit_are_counted_together() {
+        let mut c = MergeCounts::default();
+        for i in 0..MAX_REASONS + 5 {
+            c.unmerged(&format!("reason {i}"));
+        }
+        assert_eq!(c.reasons.len(), MAX_REASONS + 1);
+        assert_eq!(c.reasons.get("other reasons"), Some(&5));
+        let mut sum = MergeCounts::default();
+        sum.add(&c);
+        sum.add(&c);
+        assert_eq!(sum.unmerged, 2 * c.unmerged);
+    }
+}
