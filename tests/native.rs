@@ -682,7 +682,6 @@ fn deep_recursion_through_c_merges_whole_and_cut() {
         if !v.merged
             || !v.truncated
             || v.stack.len() != NATIVE_CUT
-            || v.stack.last().and_then(Entry::native).is_none()
             || !innermost_is(&cut.threads[0], "spin_inner")
             || py.is_empty()
             || py.len() >= want.len()
