@@ -204,6 +204,15 @@ struct DumpArgs {
     /// Cut stacks deeper than this (the output says when it did).
     #[arg(long, default_value_t = 4096, value_parser = clap::value_parser!(u32).range(1..))]
     max_depth: u32,
+    /// With --native: cut native stacks deeper than this many frames (the output says
+    /// when it did; what was unwound is merged with the Python frames as far as it goes).
+    #[arg(
+        long,
+        default_value_t = scalene_rs::native::MAX_NATIVE_FRAMES as u32,
+        value_parser = clap::value_parser!(u32).range(1..),
+        requires = "native"
+    )]
+    max_native_depth: u32,
     /// Treat the target as this Python version (X.Y) instead of detecting it.
     #[arg(long, value_name = "X.Y", value_parser = parse_major_minor, hide = true)]
     python_version: Option<(u32, u32)>,
@@ -245,6 +254,7 @@ struct DumpConfig {
     locate: LocateOptions,
     snapshot: SnapshotOptions,
     max_depth: usize,
+    max_native_depth: usize,
 }
 
 impl TryFrom<DumpArgs> for DumpConfig {
@@ -269,6 +279,7 @@ impl TryFrom<DumpArgs> for DumpConfig {
                 ..Default::default()
             },
             max_depth: a.max_depth as usize,
+            max_native_depth: a.max_native_depth as usize,
         })
     }
 }
@@ -282,7 +293,9 @@ fn dump(cfg: DumpConfig) -> anyhow::Result<i32> {
     walker.max_depth = cfg.max_depth;
     let snap = if cfg.native {
         let mut cache = scalene_rs::native::NativeCache::new();
-        python::take_native_snapshot(&proc, &mut walker, &mut cache, &cfg.snapshot)?
+        let mut native = python::native_process(&proc, &mut cache)?;
+        native.set_max_frames(cfg.max_native_depth);
+        python::take_native_snapshot_with(&proc, &mut walker, &mut native, &cfg.snapshot)?
     } else {
         python::take_snapshot(&proc, &mut walker, &cfg.snapshot)?
     };

@@ -49,6 +49,8 @@ const READY_TIMEOUT: Duration = Duration::from_secs(30);
 mod ns_target;
 #[path = "containers/docker.rs"]
 mod docker;
+#[path = "containers/native.rs"]
+mod native;
 use ns_target::*;
 
 /// The pyenv tree of a shared-libpython build and its libpython's file name, or None for a
@@ -215,9 +217,19 @@ fn place_decoy(from: &Path, to: &Path) {
 }
 
 /// Script where the file holding the interpreter has, at `<scratch>/host/...`, a decoy on
-/// our side and the real build inside. Returns (script, executable inside, holder path).
-fn script_other_build(interp: &Interpreter, d: &Scratch, decoy: &Path) -> (String, String, String) {
-    let mut s = namespace_prelude(d, &["dump_shapes.py", "dump_support.py"]);
+/// our side and the real build inside; it copies `fixtures` into the namespace, runs the
+/// `setup` lines, then the interpreter with `run` (a script and its arguments, quoted).
+/// Returns (script, executable inside, holder path).
+fn script_other_build(
+    interp: &Interpreter,
+    d: &Scratch,
+    decoy: &Path,
+    fixtures: &[&str],
+    setup: &str,
+    run: &str,
+) -> (String, String, String) {
+    let mut s = namespace_prelude(d, fixtures);
+    s += setup;
     let (exe, holder) = match shared_lib(interp) {
         Some((prefix, lib)) => {
             let holder = d.s(&format!("host/lib/{lib}"));
@@ -241,11 +253,7 @@ fn script_other_build(interp: &Interpreter, d: &Scratch, decoy: &Path) -> (Strin
             (holder.clone(), holder)
         }
     };
-    s += &format!(
-        "exec {} {}/app/dump_shapes.py\n",
-        sh_quote(&exe),
-        sh_quote(&d.s("mnt"))
-    );
+    s += &format!("exec {} {run}\n", sh_quote(&exe));
     (s, exe, holder)
 }
 
@@ -549,7 +557,9 @@ fn dump_a_namespaced_process_whose_interpreter_path_holds_another_build_on_host(
             return Ok(format!("SKIPPED: {why}"));
         };
         let d = prepare_scratch(&format!("other-{}", interp.label));
-        let (script, exe, holder) = script_other_build(interp, &d, &decoy);
+        let shapes = format!("{}/app/dump_shapes.py", sh_quote(&d.s("mnt")));
+        let fixtures = ["dump_shapes.py", "dump_support.py"];
+        let (script, exe, holder) = script_other_build(interp, &d, &decoy, &fixtures, "", &shapes);
         let t = NsTarget::start(&script, true)?;
         check_mapped(&t, &holder)?;
         let inside = std::fs::metadata(format!("/proc/{}/root{holder}", t.pid)).unwrap();
@@ -561,6 +571,26 @@ fn dump_a_namespaced_process_whose_interpreter_path_holds_another_build_on_host(
         }
         check_dump(&t, &full_version(interp), &exe)?;
         Ok(format!("{holder} is {} on our side", decoy.display()))
+    });
+}
+
+/// `same_path_other_build_on_host` with `dump --native`: frames named from the target's
+/// libpython (or static executable) and extension, not from ours at the same paths.
+#[test]
+fn dump_native_of_a_namespaced_process_names_frames_from_its_own_files() {
+    require_namespaces!("native_same_path_other_build");
+    for_each_interpreter("native_same_path_other_build", |interp, all| {
+        if interp.root.is_some() {
+            return Ok("not run (does not apply): runs chrooted in a root of its own".into());
+        }
+        let Some(decoy) = decoy_for(interp, all) else {
+            let why = "no other CPython version's libpython to put on our side";
+            if common::ci_mode() {
+                return Err(format!("cannot run in CI: {why}"));
+            }
+            return Ok(format!("SKIPPED: {why}"));
+        };
+        native::native_other_build(interp, &decoy)
     });
 }
 

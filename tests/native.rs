@@ -22,9 +22,10 @@
 
 mod common;
 
+use common::spinext::{build_ext, compile_ext, sysconfig};
 use common::{Interpreter, Run};
 use serde::Deserialize;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, Command};
 use std::sync::mpsc::Receiver;
 use std::time::{Duration, Instant};
@@ -136,126 +137,6 @@ fn show(stack: &[Entry]) -> String {
         .map(|(i, e)| format!("    #{i} {e}"))
         .collect::<Vec<_>>()
         .join("\n")
-}
-
-// ---------------------------------------------------------------------------------------
-// Building the extension.
-
-/// What an interpreter says of itself: its include directory (as it sees it) and the file
-/// name suffix of its extension modules.
-fn sysconfig(interp: &Interpreter) -> Result<(String, String), String> {
-    let out = Command::new(&interp.path)
-        .args([
-            "-c",
-            "import sysconfig; print(sysconfig.get_paths()['include']); \
-             print(sysconfig.get_config_var('EXT_SUFFIX') or sysconfig.get_config_var('SO'))",
-        ])
-        .output()
-        .map_err(|e| format!("cannot run {}: {e}", interp.path.display()))?;
-    let text = String::from_utf8_lossy(&out.stdout).into_owned();
-    let mut lines = text.lines();
-    match (lines.next(), lines.next()) {
-        (Some(inc), Some(suffix)) if out.status.success() => {
-            Ok((inc.trim().to_string(), suffix.trim().to_string()))
-        }
-        _ => Err(format!(
-            "sysconfig of {}: {}",
-            interp.path.display(),
-            String::from_utf8_lossy(&out.stderr)
-        )),
-    }
-}
-
-/// `path` as we see it: under the interpreter's root when it runs chrooted.
-fn on_host(interp: &Interpreter, path: &str) -> PathBuf {
-    match &interp.root {
-        Some(root) => root.join(path.trim_start_matches('/')),
-        None => PathBuf::from(path),
-    }
-}
-
-/// The directory with `Python.h` for this interpreter's ABI: its own, else that of another
-/// interpreter of the matrix with the same version and build kind (Debian's chrooted 3.13
-/// ships no headers).
-fn include_dir(interp: &Interpreter, own: &str) -> Result<PathBuf, String> {
-    let dir = on_host(interp, own);
-    if dir.join("Python.h").is_file() {
-        return Ok(dir);
-    }
-    for other in common::interpreters() {
-        if (other.major, other.minor, other.free_threaded)
-            != (interp.major, interp.minor, interp.free_threaded)
-            || other.path == interp.path
-        {
-            continue;
-        }
-        if let Ok((inc, _)) = sysconfig(&other) {
-            let d = on_host(&other, &inc);
-            if d.join("Python.h").is_file() {
-                return Ok(d);
-            }
-        }
-    }
-    Err(format!(
-        "no Python.h for {} (looked in {})",
-        interp.label,
-        dir.display()
-    ))
-}
-
-/// Builds fixtures/native/spinext.c for `interp` into a new directory under /tmp;
-/// `strip`: then strips it of everything but what loading needs (`strip --strip-all`).
-/// Returns the directory and the extension's file name.
-fn build_ext(interp: &Interpreter, strip: bool) -> Result<(PathBuf, String), String> {
-    let (inc, suffix) = sysconfig(interp)?;
-    let dir = common::tempdir(&format!("scalene-rs-native-{}", interp.label));
-    let name = format!("spinext{suffix}");
-    compile_ext(interp, &inc, &dir.join(&name), &[])?;
-    if strip {
-        let s = Command::new("strip")
-            .arg("--strip-all")
-            .arg(dir.join(&name))
-            .status()
-            .map_err(|e| format!("cannot run strip: {e}"))?;
-        if !s.success() {
-            return Err(format!("strip --strip-all {name} failed"));
-        }
-    }
-    Ok((dir, name))
-}
-
-/// Compiles fixtures/native/spinext.c into `out` with the extra `flags`.
-fn compile_ext(interp: &Interpreter, inc: &str, out: &Path, flags: &[&str]) -> Result<(), String> {
-    let include = include_dir(interp, inc)?;
-    let mut cc = Command::new("cc");
-    cc.args(flags);
-    cc.args([
-        "-shared",
-        "-fPIC",
-        "-O2",
-        "-g",
-        "-fno-optimize-sibling-calls",
-    ])
-    .arg("-I")
-    .arg(&include);
-    if let Some(root) = &interp.root {
-        // pyconfig.h of a Debian root includes its multiarch copy from <x86_64-linux-gnu/…>:
-        // found there, after our own system headers.
-        cc.arg("-idirafter").arg(root.join("usr/include"));
-    }
-    cc.arg(common::fixture("native/spinext.c"))
-        .arg("-o")
-        .arg(out)
-        .arg("-lpthread");
-    let run = cc.output().map_err(|e| format!("cannot run cc: {e}"))?;
-    if !run.status.success() {
-        return Err(format!(
-            "building spinext for {}: {}",
-            interp.label,
-            String::from_utf8_lossy(&run.stderr)
-        ));
-    }
-    Ok(())
 }
 
 // ---------------------------------------------------------------------------------------
@@ -712,16 +593,21 @@ fn four_threads_in_native_code_at_once() {
     });
 }
 
-/// A recursion through C at every level (fixtures/native/spin.py's `deep`): every level's
-/// Python frame, each with the extension's `call_python` frame between it and the next;
-/// cut with `--max-depth`, merged as far as it goes and marked truncated.
+/// A recursion through C at every level, 500 deep (fixtures/native/spin.py's `deep`):
+/// every level's Python frame, each with the extension's `call_python` frame between it
+/// and the next; cut with `--max-depth` (Python frames) or `--max-native-depth` (native
+/// frames), merged as far as it goes and marked truncated, never unmerged.
 #[test]
 fn deep_recursion_through_c_merges_whole_and_cut() {
     let (bottom, recurse) = (
         mark("native/spin.py", "bottom"),
         mark("native/spin.py", "recurse"),
     );
-    const DEPTH: usize = 400;
+    // spin.py's DEPTH.
+    const DEPTH: usize = 500;
+    // Where the native stack is cut: well inside the recursion (about 8 native frames a
+    // level), past the extension's frames.
+    const NATIVE_CUT: usize = 1000;
     common::for_each_interpreter(|interp| {
         let (dir, _ext) = build_ext(interp, false)?;
         let args = [dir.to_str().unwrap(), "deep"];
@@ -783,10 +669,45 @@ fn deep_recursion_through_c_merges_whole_and_cut() {
                 v.merged, v.truncated, v.unmerged
             ));
         }
+        // Cut at NATIVE_CUT native frames: the innermost calls merged, each of them one
+        // native frame replaced by one Python frame, so exactly NATIVE_CUT entries.
+        let cut_args = ["--native", "--json", "--max-native-depth"];
+        let limit = NATIVE_CUT.to_string();
+        let pid = target.pid.to_string();
+        let run = dump(&[&cut_args[..], &[limit.as_str(), pid.as_str()]].concat());
+        let cut: Dump = serde_json::from_str(&run.stdout)
+            .map_err(|e| format!("--max-native-depth: {e}: {}", run.describe()))?;
+        let v = &cut.threads[0].native;
+        let py = python_frames(&v.stack);
+        if !v.merged
+            || !v.truncated
+            || v.stack.len() != NATIVE_CUT
+            || !innermost_is(&cut.threads[0], "spin_inner")
+            || py.is_empty()
+            || py.len() >= want.len()
+            || py[..] != want[..py.len()]
+        {
+            return Err(format!(
+                "--max-native-depth {NATIVE_CUT}: merged {}, truncated {}, {} entries, {} \
+                 Python frames: {:?}",
+                v.merged,
+                v.truncated,
+                v.stack.len(),
+                py.len(),
+                v.unmerged
+            ));
+        }
+        // The text says where it was cut.
+        let run = dump(&["--native", "--max-native-depth", &limit, &pid]);
+        let said = format!("... stack truncated after {NATIVE_CUT} frames");
+        if !run.stdout.contains(&said) {
+            return Err(format!("no {said:?} in the text: {}", run.describe()));
+        }
         let _ = std::fs::remove_dir_all(&dir);
         Ok(format!(
-            "{} frames, {n} Python frames when cut at 50",
-            stack.len()
+            "{} frames, {n} Python frames when cut at 50, {} when cut at {NATIVE_CUT} native",
+            stack.len(),
+            py.len()
         ))
     });
 }

@@ -29,6 +29,7 @@ use modules::{FileState, Modules};
 use std::collections::HashMap;
 use std::sync::Arc;
 pub(crate) use unwind::Capture;
+pub use unwind::MAX_NATIVE_FRAMES;
 use unwind::{End, Unwinder};
 
 /// One native frame, named as well as the module's file allows.
@@ -91,7 +92,8 @@ pub(crate) struct NativeStack {
     pub(crate) sps: Vec<u64>,
     /// The thread's stack as copied: from its stack pointer to the end of its mapping.
     pub(crate) stack_range: std::ops::Range<u64>,
-    /// The stack was deeper than [`unwind::MAX_NATIVE_FRAMES`] and was cut.
+    /// The stack was deeper than the frame limit ([`NativeProcess::set_max_frames`]) and
+    /// was cut.
     pub(crate) truncated: bool,
     /// The unwinder could go no further before the outermost frame: why.
     pub(crate) stopped: Option<String>,
@@ -136,6 +138,12 @@ impl NativeProcess {
             unwinder,
             named: HashMap::new(),
         })
+    }
+
+    /// Cuts native stacks at `n` frames (at least 1; [`unwind::MAX_NATIVE_FRAMES`] unless
+    /// set): a cut stack is merged as far as it goes and says it was cut.
+    pub fn set_max_frames(&mut self, n: usize) {
+        self.unwinder.max_frames = n.max(1);
     }
 
     /// Takes the registers and stack of every thread `paused` holds (call it while they

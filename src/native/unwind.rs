@@ -22,8 +22,10 @@ pub(crate) const MAX_STACK_BYTES: usize = 8 << 20;
 /// Bytes copied when the stack pointer is in no mapping we know of (one read that stops
 /// where the memory does).
 const UNKNOWN_STACK_BYTES: usize = 512 << 10;
-/// Most native frames of one stack; deeper ones are cut (and say so).
-pub(crate) const MAX_NATIVE_FRAMES: usize = 16_384;
+/// Most native frames of one stack by default; deeper ones are cut (and say so). A
+/// Python ↔ C recursion costs about 8 native frames a level, so this keeps about 2,000
+/// levels; an unwound frame costs 16 bytes (its address and stack pointer) before naming.
+pub const MAX_NATIVE_FRAMES: usize = 16_384;
 
 /// One stopped thread's registers and stack, taken while it is stopped.
 pub(crate) struct Capture {
@@ -85,7 +87,8 @@ impl Capture {
 pub(crate) enum End {
     /// At the outermost frame (the unwind rules say the stack ends there).
     Complete,
-    /// At [`MAX_NATIVE_FRAMES`]: the stack was cut.
+    /// At the unwinder's frame limit ([`MAX_NATIVE_FRAMES`] unless set): the stack was
+    /// cut.
     Truncated,
     /// Somewhere it could go no further: why (a frame without rules or frame pointer, a
     /// stack read past the copy). The frames before it stand.
@@ -106,6 +109,8 @@ pub(crate) struct Unwound {
 pub(crate) struct Unwinder {
     inner: UnwinderX86_64<SectionBytes>,
     cache: CacheX86_64,
+    /// Most frames of one stack (`dump --max-native-depth`).
+    pub(crate) max_frames: usize,
 }
 
 impl Unwinder {
@@ -143,6 +148,7 @@ impl Unwinder {
         Unwinder {
             inner,
             cache: CacheX86_64::new(),
+            max_frames: MAX_NATIVE_FRAMES,
         }
     }
 
@@ -154,7 +160,7 @@ impl Unwinder {
         let mut frames = vec![at];
         let mut sps = vec![cap.sp];
         let end = loop {
-            if frames.len() >= MAX_NATIVE_FRAMES {
+            if frames.len() >= self.max_frames {
                 break End::Truncated;
             }
             match self

@@ -311,17 +311,52 @@ pub(crate) fn merge(
         }
     }
     let want = evals.len();
-    let calls = match anchors {
+    let mut calls: Vec<usize> = match anchors {
         Some(anchors) => anchored_calls(native, &roles, anchors, want, py.truncated)?,
         None => (0..roles.len())
             .filter(|&i| roles[i] == Role::Eval)
             .collect(),
     };
+    // The innermost call of the loop may be starting (its frame not linked into the
+    // thread's Python stack yet) or ending (unlinked already): a frame of the loop with no
+    // Python frame of its own, shown as it is. Only the innermost: every other call is in
+    // the middle of running its frames.
+    match anchors {
+        None if !py.truncated && calls.len() == want + 1 && py.open == 0 => {
+            calls.remove(0);
+        }
+        Some(_) => {
+            // By mark, the loop's frames known by symbol that hold no mark: at most the
+            // innermost one. (Past the last call found, in a stack cut on either side, the
+            // calls are not known.)
+            let cut = py.truncated || native.truncated;
+            let innermost = |i: usize| calls.first().is_none_or(|&first| i < first);
+            let unpaired: Vec<usize> = (0..roles.len())
+                .filter(|&i| roles[i] == Role::Eval && !calls.contains(&i))
+                .filter(|&i| !cut || innermost(i) || calls.last() > Some(&i))
+                .collect();
+            if unpaired.len() > 1 || unpaired.first().is_some_and(|&i| !innermost(i)) {
+                return Err(format!(
+                    "{} frames of the evaluation loop with no Python frames of their own \
+                     (the Python stack was read while a call of the loop began or ended)",
+                    unpaired.len()
+                ));
+            }
+        }
+        None => {}
+    }
     // Cut inside a call: that call's frame is the next one, when the calls are known by
     // symbol; by anchor, only the complete calls are known, and the stack is cut after them.
     let open_call = py.truncated && py.open > 0 && anchors.is_none();
-    let pairs = if py.truncated {
-        calls.len() >= want + usize::from(open_call)
+    let needed = want + usize::from(open_call);
+    // The native stack cut at its depth limit before the Python one ends: the calls found
+    // are the innermost ones (those past the cut are not unwound), and the merged stack
+    // ends where the native frames do.
+    let cut_short = native.truncated && calls.len() < needed;
+    let pairs = if cut_short {
+        py.truncated || py.open == 0
+    } else if py.truncated {
+        calls.len() >= needed
     } else {
         py.open == 0 && calls.len() == want
     };
@@ -340,12 +375,13 @@ pub(crate) fn merge(
         }
         return Err(why);
     }
+    let paired = if cut_short { calls.len() } else { want };
     let mut stack = Vec::with_capacity(native.frames.len() + py.frames.len());
     let mut at = 0usize;
     let mut call = 0usize;
     let mut truncated = native.truncated;
     for (i, f) in native.frames.iter().enumerate() {
-        if calls.get(call) == Some(&i) && call < want {
+        if calls.get(call) == Some(&i) && call < paired {
             let n = evals[call] as usize;
             stack.extend(
                 py.frames[at..at + n]
@@ -375,8 +411,9 @@ pub(crate) fn merge(
     if py.truncated {
         // Found by symbol, the frames of the call cut off part way go where its frame is;
         // by anchor, where that call's frame is is not known: the stack ends with the last
-        // complete call, exact as far as it goes.
-        if anchors.is_none() {
+        // complete call, exact as far as it goes. (Cut short natively, where the call
+        // cut off part way is is not known either.)
+        if anchors.is_none() && !cut_short {
             stack.extend(py.frames[at..].iter().cloned().map(StackEntry::Python));
         }
         truncated = true;
@@ -386,7 +423,9 @@ pub(crate) fn merge(
 
 /// The native frames that hold each of the first `want` anchors (see
 /// [`PythonSide::anchors`]), innermost first. Err when one lies in no frame unwound, two
-/// share a frame, or a frame named by its symbol is not the evaluation loop's.
+/// share a frame, or a frame named by its symbol is not the evaluation loop's. A native
+/// stack cut at its depth limit holds only the innermost calls: the list stops at the
+/// first anchor past its outermost frame (whose end is not known).
 fn anchored_calls(
     native: &NativeStack,
     roles: &[Role],
@@ -405,6 +444,9 @@ fn anchored_calls(
         // The frame whose stack range [sps[i], sps[i + 1]) holds the anchor; the
         // outermost frame has no upper bound and so proves nothing.
         let i = native.sps.partition_point(|&sp| sp <= a);
+        if i >= native.sps.len() && i > 0 && native.truncated {
+            break;
+        }
         if i == 0 || i >= native.sps.len() {
             let stop = native
                 .stopped

@@ -275,3 +275,112 @@ fn a_python_stack_cut_at_its_depth_limit_merges_as_far_as_it_goes() {
     assert_eq!(words(&m), ["c", "py:f1"]);
     assert!(m.truncated);
 }
+
+#[test]
+fn a_native_stack_cut_at_its_depth_limit_merges_as_far_as_it_goes() {
+    // Three calls of the loop, the native stack cut inside the third (its frame not
+    // unwound): the two innermost calls merge, the stack ends with the last frame unwound.
+    let mut native = stack(&["c", EVAL, "call", EVAL, "call"]);
+    native.truncated = true;
+    let frames = [py("f1"), py("f2"), py("<module>")];
+    let side = PythonSide {
+        frames: &frames,
+        evals: &[1, 1, 1],
+        open: 0,
+        truncated: false,
+        anchors: None,
+    };
+    let m = merge(&native, &side, 3).unwrap();
+    assert_eq!(words(&m), ["c", "py:f1", "call", "py:f2", "call"]);
+    assert!(m.truncated);
+    // By marks: the third lies past the outermost frame unwound (or in it, whose end is
+    // not known): the same.
+    let mut anchored = stack(&["c", "?", "call", "?", "call"]);
+    anchored.truncated = true;
+    for third in [inside(4), inside(9)] {
+        let side = PythonSide {
+            anchors: Some(&[inside(1), inside(3), third]),
+            ..side
+        };
+        let m = merge(&anchored, &side, 3).unwrap();
+        assert_eq!(
+            words(&m),
+            ["c", "py:f1", "call", "py:f2", "call"],
+            "{third:#x}"
+        );
+        assert!(m.truncated);
+    }
+    // Both cut, the native stack first: it decides where the merged stack ends (the
+    // Python frames of the call cut off part way have no place).
+    let side = PythonSide {
+        frames: &frames,
+        evals: &[1, 1],
+        open: 1,
+        truncated: true,
+        anchors: None,
+    };
+    let m = merge(&native, &side, 3).unwrap();
+    assert_eq!(words(&m), ["c", "py:f1", "call", "py:f2", "call"]);
+    // Not cut, the same frames do not pair up: never merged.
+    native.truncated = false;
+    let side = PythonSide {
+        frames: &frames,
+        evals: &[1, 1, 1],
+        open: 0,
+        truncated: false,
+        anchors: None,
+    };
+    assert!(merge(&native, &side, 3).is_err());
+    anchored.truncated = false;
+    let side = PythonSide {
+        anchors: Some(&[inside(1), inside(3), inside(9)]),
+        ..side
+    };
+    assert!(merge(&anchored, &side, 3).is_err());
+}
+
+#[test]
+fn only_the_innermost_call_of_the_loop_may_have_no_python_frame_yet() {
+    // Up to 3.10, by symbol: one loop frame more than Python frames, the innermost one
+    // starting (or ending) its call, is shown as it is.
+    let native = stack(&[EVAL, "call", EVAL, "main"]);
+    let frames = [py("f1")];
+    let side = PythonSide {
+        frames: &frames,
+        evals: &[1],
+        open: 0,
+        truncated: false,
+        anchors: None,
+    };
+    let m = merge(&native, &side, 3).unwrap();
+    assert_eq!(words(&m), [EVAL, "call", "py:f1", "main"]);
+    // By mark: the same, the innermost loop frame holding no mark.
+    let native = stack(&["spin", EVAL, "call", EVAL, "main"]);
+    let side = PythonSide {
+        anchors: Some(&[inside(3)]),
+        ..side
+    };
+    let m = merge(&native, &side, 3).unwrap();
+    assert_eq!(words(&m), ["spin", EVAL, "call", "py:f1", "main"]);
+    // Loop frames further out with no mark: the Python stack was read in a moment when
+    // it did not show them (3.12's new `_PyCFrame` linked before its frame is): never
+    // merged, however few Python frames there are.
+    let native = stack(&[EVAL, "call", EVAL, "call", EVAL, "main"]);
+    let side = PythonSide {
+        frames: &[],
+        evals: &[],
+        open: 0,
+        truncated: false,
+        anchors: Some(&[]),
+    };
+    let why = merge(&native, &side, 3).unwrap_err();
+    assert!(why.contains("3 frames of the evaluation loop"), "{why}");
+    let frames = [py("f1")];
+    let side = PythonSide {
+        frames: &frames,
+        evals: &[1],
+        anchors: Some(&[inside(4)]),
+        ..side
+    };
+    assert!(merge(&native, &side, 3).is_err());
+}

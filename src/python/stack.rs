@@ -328,13 +328,20 @@ impl StackWalker {
     /// the walk fails. The thread's stack is then its caller's C frame's: the frame being
     /// pushed is not linked yet. So a failed walk is retried from
     /// `cframe->previous->current_frame` (when that differs); the first error is returned
-    /// if that fails too.
+    /// if that fails too. The garbage may be 0, which reads as a thread with no Python
+    /// frame: a `current_frame` of 0 in a C frame that is not the root one (which has no
+    /// `previous`) is the same moment, and the caller's C frame is walked.
     pub(crate) fn walk_still(
         &mut self,
         mem: &dyn ProcessMemory,
         tstate: u64,
         top: u64,
     ) -> Result<Walk> {
+        if top == 0 {
+            if let Some(outer) = self.caller_cframe_top(mem, tstate).filter(|&o| o != 0) {
+                return self.walk(mem, outer);
+            }
+        }
         let first = match self.walk(mem, top) {
             Ok(w) => return Ok(w),
             Err(e) => e,
@@ -1031,8 +1038,21 @@ mod tests {
             // No caller C frame (the root one): the walk's own error stands.
             let o = (cframe + prev as u64 - base) as usize;
             bytes[o..o + 8].copy_from_slice(&0u64.to_le_bytes());
-            let mem = BufferMemory { base, bytes };
+            let mem = BufferMemory {
+                base,
+                bytes: bytes.clone(),
+            };
             assert!(w.walk_still(&mem, tstate, top).is_err(), "{major}.{minor}");
+            // The garbage is 0 (no frame, it seems): the caller's C frame is walked all
+            // the same (here unreadable: an error, not an empty stack); without a caller C
+            // frame, 0 is a thread with no Python frame.
+            assert!(w.walk_still(&mem, tstate, 0).unwrap().frames.is_empty());
+            let o = (cframe + prev as u64 - base) as usize;
+            bytes[o..o + 8].copy_from_slice(&caller.to_le_bytes());
+            let o = (caller + cur as u64 - base) as usize;
+            bytes[o..o + 8].copy_from_slice(&0xdead_0000u64.to_le_bytes());
+            let mem = BufferMemory { base, bytes };
+            assert!(w.walk_still(&mem, tstate, 0).is_err(), "{major}.{minor}");
         }
     }
 

@@ -11,6 +11,8 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+pub mod spinext;
+
 /// One interpreter of the test matrix.
 #[derive(Debug, Clone)]
 pub struct Interpreter {

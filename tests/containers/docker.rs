@@ -94,7 +94,12 @@ pub fn build_rootfs(interp: &Interpreter, d: &Scratch) -> PathBuf {
     assert!(status.success());
     let app = root.join("app");
     std::fs::create_dir_all(&app).unwrap();
-    for f in ["dump_shapes.py", "dump_support.py", "cpu/split.py"] {
+    for f in [
+        "dump_shapes.py",
+        "dump_support.py",
+        "cpu/split.py",
+        "native/spin.py",
+    ] {
         let name = Path::new(f).file_name().unwrap();
         std::fs::copy(common::fixture(f), app.join(name)).unwrap();
     }
@@ -280,6 +285,35 @@ fn attach_from_host(c: &Container, d: &Scratch) -> Result<String, String> {
     check_split_profile(&out, "/app/split.py", truth, (lp, ln), &quoted)
 }
 
+/// `dump --native --json` of spin.py in container `c`, from the host and from inside: its
+/// frames named from the container's files (native::check_native_spin).
+fn native_in_container(c: &Container, interp: &Interpreter, ext: &str) -> Result<String, String> {
+    c.wait_ready()?;
+    let pid = c.pid()?.to_string();
+    let truth = native::SpinTruth {
+        ext,
+        real: &interp.path,
+        decoy: None,
+        script: "/app/spin.py",
+    };
+    let parse = |(code, out, err): (Option<i32>, String, String)| -> Result<Value, String> {
+        if code != Some(0) {
+            return Err(format!("dump --native exited {code:?}: {err}"));
+        }
+        serde_json::from_str(&out).map_err(|e| format!("{e}: {out}"))
+    };
+    let host = native::check_native_spin(
+        &|| parse(run_bin(&["dump", "--native", "--json", &pid])),
+        &truth,
+    )?;
+    let inside = native::check_native_spin(
+        &|| parse(c.exec(&[], &[BIN_INSIDE, "dump", "--native", "--json", "1"])),
+        &truth,
+    )
+    .map_err(|e| format!("inside: {e}"))?;
+    Ok(format!("from the host: {host}; inside: {inside}"))
+}
+
 pub fn dump_in_container() {
     let Some(interp) = static_interpreter() else {
         return common::skip_or_fail("docker", "no static CPython build to put in an image");
@@ -287,6 +321,11 @@ pub fn dump_in_container() {
     let started = Instant::now();
     let d = Scratch::new("docker");
     let root = build_rootfs(&interp, &d);
+    // The C extension of `dump --native`'s case, in /app/ext (a path we do not have).
+    let (built, ext) = common::spinext::build_ext(&interp, false).unwrap();
+    std::fs::create_dir_all(root.join("app/ext")).unwrap();
+    std::fs::copy(built.join(&ext), root.join("app/ext").join(&ext)).unwrap();
+    let _ = std::fs::remove_dir_all(&built);
     let tar = d.s("rootfs.tar");
     assert!(Command::new("tar")
         .args(["-C", &root.to_string_lossy(), "-cf", &tar, "."])
@@ -358,6 +397,17 @@ pub fn dump_in_container() {
     }) {
         Ok(what) => notes.push(format!("without SYS_PTRACE, engine's profile: {what}")),
         Err(e) => failures.push(format!("without SYS_PTRACE, engine's profile: {e}")),
+    }
+    // `dump --native` of spin.py, from the host and inside (where, without CAP_SYS_ADMIN,
+    // the files are opened through /proc/1/root, not map_files).
+    let spin = Container::run(
+        &image,
+        &["--cap-add", "SYS_PTRACE"],
+        &[&exe[..], "/app/spin.py", "/app/ext"],
+    );
+    match spin.and_then(|c| native_in_container(&c, &interp, &ext)) {
+        Ok(summary) => notes.push(format!("dump --native: {summary}")),
+        Err(e) => failures.push(format!("dump --native: {e}")),
     }
     // cpu/split.py, attached to from the host.
     let split = Container::run(&image, &[], &[&exe[..], "/app/split.py", RUN_SECONDS]);

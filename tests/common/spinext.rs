@@ -1,0 +1,129 @@
+//! fixtures/native/spinext.c, a C extension whose native frames are known by construction,
+//! built for one interpreter of the matrix with its own headers (tests/native.rs, and
+//! tests/containers.rs for `dump --native` across namespaces).
+
+use super::Interpreter;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// What an interpreter says of itself: its include directory (as it sees it) and the file
+/// name suffix of its extension modules.
+pub fn sysconfig(interp: &Interpreter) -> Result<(String, String), String> {
+    let out = Command::new(&interp.path)
+        .args([
+            "-c",
+            "import sysconfig; print(sysconfig.get_paths()['include']); \
+             print(sysconfig.get_config_var('EXT_SUFFIX') or sysconfig.get_config_var('SO'))",
+        ])
+        .output()
+        .map_err(|e| format!("cannot run {}: {e}", interp.path.display()))?;
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let mut lines = text.lines();
+    match (lines.next(), lines.next()) {
+        (Some(inc), Some(suffix)) if out.status.success() => {
+            Ok((inc.trim().to_string(), suffix.trim().to_string()))
+        }
+        _ => Err(format!(
+            "sysconfig of {}: {}",
+            interp.path.display(),
+            String::from_utf8_lossy(&out.stderr)
+        )),
+    }
+}
+
+/// `path` as we see it: under the interpreter's root when it runs chrooted.
+pub fn on_host(interp: &Interpreter, path: &str) -> PathBuf {
+    match &interp.root {
+        Some(root) => root.join(path.trim_start_matches('/')),
+        None => PathBuf::from(path),
+    }
+}
+
+/// The directory with `Python.h` for this interpreter's ABI: its own, else that of another
+/// interpreter of the matrix with the same version and build kind (Debian's chrooted 3.13
+/// ships no headers).
+pub fn include_dir(interp: &Interpreter, own: &str) -> Result<PathBuf, String> {
+    let dir = on_host(interp, own);
+    if dir.join("Python.h").is_file() {
+        return Ok(dir);
+    }
+    for other in super::interpreters() {
+        if (other.major, other.minor, other.free_threaded)
+            != (interp.major, interp.minor, interp.free_threaded)
+            || other.path == interp.path
+        {
+            continue;
+        }
+        if let Ok((inc, _)) = sysconfig(&other) {
+            let d = on_host(&other, &inc);
+            if d.join("Python.h").is_file() {
+                return Ok(d);
+            }
+        }
+    }
+    Err(format!(
+        "no Python.h for {} (looked in {})",
+        interp.label,
+        dir.display()
+    ))
+}
+
+/// Builds fixtures/native/spinext.c for `interp` into a new directory under /tmp;
+/// `strip`: then strips it of everything but what loading needs (`strip --strip-all`).
+/// Returns the directory and the extension's file name.
+pub fn build_ext(interp: &Interpreter, strip: bool) -> Result<(PathBuf, String), String> {
+    let (inc, suffix) = sysconfig(interp)?;
+    let dir = super::tempdir(&format!("scalene-rs-native-{}", interp.label));
+    let name = format!("spinext{suffix}");
+    compile_ext(interp, &inc, &dir.join(&name), &[])?;
+    if strip {
+        let s = Command::new("strip")
+            .arg("--strip-all")
+            .arg(dir.join(&name))
+            .status()
+            .map_err(|e| format!("cannot run strip: {e}"))?;
+        if !s.success() {
+            return Err(format!("strip --strip-all {name} failed"));
+        }
+    }
+    Ok((dir, name))
+}
+
+/// Compiles fixtures/native/spinext.c into `out` with the extra `flags`.
+pub fn compile_ext(
+    interp: &Interpreter,
+    inc: &str,
+    out: &Path,
+    flags: &[&str],
+) -> Result<(), String> {
+    let include = include_dir(interp, inc)?;
+    let mut cc = Command::new("cc");
+    cc.args(flags);
+    cc.args([
+        "-shared",
+        "-fPIC",
+        "-O2",
+        "-g",
+        "-fno-optimize-sibling-calls",
+    ])
+    .arg("-I")
+    .arg(&include);
+    if let Some(root) = &interp.root {
+        // pyconfig.h of a Debian root includes its multiarch copy from <x86_64-linux-gnu/…>:
+        // found there, after our own system headers.
+        cc.arg("-idirafter").arg(root.join("usr/include"));
+    }
+    cc.arg(super::fixture("native/spinext.c"))
+        .arg("-o")
+        .arg(out)
+        .arg("-lpthread");
+    let run = cc.output().map_err(|e| format!("cannot run cc: {e}"))?;
+    if !run.status.success() {
+        return Err(format!(
+            "building spinext for {}: {}",
+            interp.label,
+            String::from_utf8_lossy(&run.stderr)
+        ));
+    }
+    Ok(())
+}
