@@ -1,0 +1,178 @@
+//! Building fixtures/native/spinext.c for one interpreter, and running spin.py with it:
+//! for the native-frame tests that make their own variants of the extension
+//! (tests/native_debuginfo.rs includes this file with `#[path]`; tests/native.rs has its
+//! own copies of the same steps and can move to these).
+#![allow(dead_code)]
+
+use crate::common::{self, Interpreter};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command};
+use std::sync::mpsc::Receiver;
+use std::time::Duration;
+
+/// What an interpreter says of itself: its include directory (as it sees it) and the file
+/// name suffix of its extension modules.
+pub fn sysconfig(interp: &Interpreter) -> Result<(String, String), String> {
+    let out = Command::new(&interp.path)
+        .args([
+            "-c",
+            "import sysconfig; print(sysconfig.get_paths()['include']); \
+             print(sysconfig.get_config_var('EXT_SUFFIX') or sysconfig.get_config_var('SO'))",
+        ])
+        .output()
+        .map_err(|e| format!("cannot run {}: {e}", interp.path.display()))?;
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let mut lines = text.lines();
+    match (lines.next(), lines.next()) {
+        (Some(inc), Some(suffix)) if out.status.success() => {
+            Ok((inc.trim().to_string(), suffix.trim().to_string()))
+        }
+        _ => Err(format!(
+            "sysconfig of {}: {}",
+            interp.path.display(),
+            String::from_utf8_lossy(&out.stderr)
+        )),
+    }
+}
+
+/// `path` as we see it: under the interpreter's root when it runs chrooted.
+pub fn on_host(interp: &Interpreter, path: &str) -> PathBuf {
+    match &interp.root {
+        Some(root) => root.join(path.trim_start_matches('/')),
+        None => PathBuf::from(path),
+    }
+}
+
+/// The directory with `Python.h` for this interpreter's ABI: its own, else that of another
+/// interpreter of the matrix with the same version and build kind (Debian's chrooted 3.13
+/// ships no headers).
+pub fn include_dir(interp: &Interpreter, own: &str) -> Result<PathBuf, String> {
+    let dir = on_host(interp, own);
+    if dir.join("Python.h").is_file() {
+        return Ok(dir);
+    }
+    for other in common::interpreters() {
+        if (other.major, other.minor, other.free_threaded)
+            != (interp.major, interp.minor, interp.free_threaded)
+            || other.path == interp.path
+        {
+            continue;
+        }
+        if let Ok((inc, _)) = sysconfig(&other) {
+            let d = on_host(&other, &inc);
+            if d.join("Python.h").is_file() {
+                return Ok(d);
+            }
+        }
+    }
+    Err(format!(
+        "no Python.h for {} (looked in {})",
+        interp.label,
+        dir.display()
+    ))
+}
+
+/// Compiles fixtures/native/spinext.c for `interp` into `out` (`-O2 -g`, every call keeping
+/// its frame) with the extra `flags`.
+pub fn compile(interp: &Interpreter, out: &Path, flags: &[&str]) -> Result<(), String> {
+    let (inc, _) = sysconfig(interp)?;
+    let include = include_dir(interp, &inc)?;
+    let mut cc = Command::new("cc");
+    cc.args(flags);
+    cc.args([
+        "-shared",
+        "-fPIC",
+        "-O2",
+        "-g",
+        "-fno-optimize-sibling-calls",
+    ])
+    .arg("-I")
+    .arg(&include);
+    if let Some(root) = &interp.root {
+        // pyconfig.h of a Debian root includes its multiarch copy from <x86_64-linux-gnu/…>:
+        // found there, after our own system headers.
+        cc.arg("-idirafter").arg(root.join("usr/include"));
+    }
+    cc.arg(common::fixture("native/spinext.c"))
+        .arg("-o")
+        .arg(out)
+        .arg("-lpthread");
+    let run = cc.output().map_err(|e| format!("cannot run cc: {e}"))?;
+    if !run.status.success() {
+        return Err(format!(
+            "building spinext for {}: {}",
+            interp.label,
+            String::from_utf8_lossy(&run.stderr)
+        ));
+    }
+    Ok(())
+}
+
+/// Runs a tool (objcopy, strip, nm, xz) and returns its stdout; an error says which
+/// command failed and why.
+pub fn tool(program: &str, args: &[&std::ffi::OsStr]) -> Result<String, String> {
+    let shown = || {
+        let mut s = program.to_string();
+        for a in args {
+            s.push(' ');
+            s.push_str(&a.to_string_lossy());
+        }
+        s
+    };
+    let out = Command::new(program)
+        .args(args)
+        .output()
+        .map_err(|e| format!("cannot run {program} (binutils, xz-utils): {e}"))?;
+    if !out.status.success() {
+        return Err(format!(
+            "{} failed: {}",
+            shown(),
+            String::from_utf8_lossy(&out.stderr).trim_end()
+        ));
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// How long spin.py may take to say it is ready.
+const READY_TIMEOUT: Duration = Duration::from_secs(20);
+
+/// fixtures/native/spin.py running with the extension in `dir`; killed and reaped when
+/// dropped.
+pub struct Target {
+    child: Child,
+    pub pid: i32,
+    lines: Receiver<String>,
+}
+
+impl Target {
+    /// Starts spin.py with `args` after the extension's directory, and waits for `ready`.
+    pub fn start(interp: &Interpreter, dir: &Path, args: &[&str]) -> Result<Target, String> {
+        let script = common::fixture("native/spin.py");
+        let mut all = vec![dir.display().to_string()];
+        all.extend(args.iter().map(|a| a.to_string()));
+        let f = common::start_fixture(interp, &script, &all, false)?;
+        let mut t = Target {
+            child: f.child,
+            pid: f.pid,
+            lines: f.lines,
+        };
+        match t.lines.recv_timeout(READY_TIMEOUT) {
+            Ok(line) if line == "ready" => Ok(t),
+            other => {
+                let _ = t.child.kill();
+                let _ = t.child.wait();
+                Err(format!(
+                    "spin.py did not print `ready` ({other:?}); stderr: {}",
+                    f.stderr.join().unwrap_or_default()
+                ))
+            }
+        }
+    }
+}
+
+impl Drop for Target {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
