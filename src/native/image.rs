@@ -4,16 +4,20 @@
 //! Owns: [`Image`]: the file's bytes (mapped, or copied from the target's memory for the
 //! vDSO), its GNU build id, the sections that hold unwind rules (`.eh_frame_hdr`,
 //! `.eh_frame`, `.debug_frame`, `.text`, `.got`, as SVMA ranges and file ranges), its
-//! symbol table, parsed the first time a name is asked for ([`Image::symbols`]), and its
-//! DWARF line tables (through addr2line, made the first time a line is asked for, over the
-//! mapped sections: nothing is copied, and only the units asked about are decoded:
-//! [`Image::line`]). Also the
-//! build id of an image read from the target's memory ([`build_id_in_memory`]), which says
-//! whether the file on disk is the one that was loaded.
+//! symbols, parsed the first time a name is asked for ([`Image::symbols`]), and its DWARF
+//! line tables (through addr2line, made the first time a line is asked for, over the
+//! mapped sections: nothing is copied but compressed sections, and only the units asked
+//! about are decoded: [`Image::line`]). Symbols come from the file's `.symtab` and
+//! `.dynsym`, its separate debug file's `.symtab` (attached by `native::modules`:
+//! [`Image::set_debug_file`]) and, when neither has a `.symtab`, its MiniDebugInfo
+//! (`.gnu_debugdata`, decompressed then); lines from its own DWARF, else its debug file's.
+//! Also the build id of an image read from the target's memory ([`build_id_in_memory`]),
+//! which says whether the file on disk is the one that was loaded.
 //! Must not: open files by path (the caller hands an open file, found as the target sees
 //! it: `native::modules`), or know about processes beyond the one memory read above.
 
-use super::symbols::{Symbols, Tables};
+use super::debuginfo;
+use super::symbols::{Found, Symbols, Tables};
 use crate::error::{Error, Result};
 use crate::ptrace::ProcessMemory;
 use goblin::container::{Container, Ctx, Endian};
@@ -104,8 +108,25 @@ impl std::fmt::Display for BuildId {
     }
 }
 
+/// A `.debug_*` section of an image.
+struct DebugSection {
+    name: String,
+    /// Its bytes in the file.
+    file: Range<usize>,
+    /// `SHF_COMPRESSED`: the bytes are an `Elf64_Chdr` and compressed data.
+    compressed: bool,
+}
+
+/// The symbols of an image and of what goes with it (its debug file, its MiniDebugInfo).
+struct SymbolTable {
+    symbols: Symbols,
+    /// The bytes each [`Found::source`] names: the image's own, then the others'.
+    sources: Vec<Arc<Bytes>>,
+}
+
 /// One parsed ELF image.
 pub(crate) struct Image {
+    name: String,
     bytes: Arc<Bytes>,
     pub(crate) build_id: Option<BuildId>,
     /// SVMA and file offset of the first PT_LOAD segment, rounded down to its page: the
@@ -115,12 +136,20 @@ pub(crate) struct Image {
     pub(crate) sections: UnwindSections,
     /// `.symtab` and `.dynsym` as (file range of the table, file range of its strings).
     tables: Tables,
-    symbols: OnceLock<Symbols>,
-    /// The `.debug_*` sections (uncompressed ones only), by name.
-    debug: Vec<(String, Range<usize>)>,
+    /// Whether `tables` has a `.symtab` (the first of them then).
+    has_symtab: bool,
+    symbols: OnceLock<SymbolTable>,
+    /// The `.debug_*` sections.
+    debug: Vec<DebugSection>,
     /// The line tables, made on first use (None: no usable DWARF). Behind a lock so that
     /// an image can be shared: addr2line fills its caches as it is asked.
     lines: OnceLock<Option<std::sync::Mutex<addr2line::Context<DwarfReader>>>>,
+    /// `.gnu_debugdata` (MiniDebugInfo), xz-compressed: its file range.
+    mini_debuginfo: Option<Range<usize>>,
+    /// `.gnu_debuglink`: the name of the separate debug file and its CRC32.
+    pub(crate) debuglink: Option<(String, u32)>,
+    /// The separate debug file, when one was found ([`Image::set_debug_file`]).
+    debug_file: Option<Box<Image>>,
 }
 
 /// Little-endian 64-bit ELF: the only kind this profiler reads.
@@ -147,8 +176,29 @@ impl Image {
         Image::parse(name.display().to_string(), Bytes::Mapped(map))
     }
 
+    /// Maps and parses a separate debug file (see [`Image::parse_debug_file`]).
+    pub(crate) fn debug_file_from(file: &std::fs::File, name: &Path) -> Result<Image> {
+        // SAFETY: as in `from_file`: a read-only private mapping of a file that is
+        // replaced, not rewritten; the build id or CRC32 check in `native::debuginfo`
+        // catches one that is not the module's.
+        let map = unsafe { memmap2::Mmap::map(file) }
+            .map_err(|e| Error::io(format!("mapping {}", name.display()), e))?;
+        Image::parse_debug_file(name.display().to_string(), Bytes::Mapped(map))
+    }
+
     /// Parses an image from bytes (the vDSO, copied from the target's memory; tests).
     pub(crate) fn parse(name: String, bytes: Bytes) -> Result<Image> {
+        Image::parse_as(name, bytes, false)
+    }
+
+    /// Parses a file that only goes with an image: a separate debug file or the ELF file
+    /// MiniDebugInfo holds. Only its symbols, DWARF and build id are read; it need not
+    /// have a loadable segment.
+    pub(crate) fn parse_debug_file(name: String, bytes: Bytes) -> Result<Image> {
+        Image::parse_as(name, bytes, true)
+    }
+
+    fn parse_as(name: String, bytes: Bytes, debug_only: bool) -> Result<Image> {
         let data: &[u8] = &bytes;
         let header = goblin::elf::Elf::parse_header(data).map_err(|e| bad(&name, e.to_string()))?;
         if header.e_ident[goblin::elf::header::EI_CLASS] != goblin::elf::header::ELFCLASS64
@@ -168,11 +218,13 @@ impl Image {
         let first = phdrs
             .iter()
             .filter(|p| p.p_type == PT_LOAD)
-            .min_by_key(|p| p.p_vaddr)
-            .ok_or_else(|| bad(&name, "no PT_LOAD segment"))?;
-        let (first_load_svma, first_load_offset) =
-            (first.p_vaddr & PAGE_MASK, first.p_offset & PAGE_MASK);
-        let build_id = phdrs.iter().filter(|p| p.p_type == PT_NOTE).find_map(|p| {
+            .min_by_key(|p| p.p_vaddr);
+        let (first_load_svma, first_load_offset) = match first {
+            Some(first) => (first.p_vaddr & PAGE_MASK, first.p_offset & PAGE_MASK),
+            None if debug_only => (0, 0),
+            None => return Err(bad(&name, "no PT_LOAD segment")),
+        };
+        let mut build_id = phdrs.iter().filter(|p| p.p_type == PT_NOTE).find_map(|p| {
             let start = p.p_offset as usize;
             data.get(start..start.checked_add(p.p_filesz as usize)?)
                 .and_then(build_id_in_notes)
@@ -200,13 +252,19 @@ impl Image {
         };
         let mut sections = UnwindSections::default();
         let mut tables = Vec::new();
+        let mut has_symtab = false;
         let mut debug = Vec::new();
+        let (mut mini_debuginfo, mut debuglink) = (None, None);
         for sh in &shdrs {
             let Some(n) = name_of(sh) else { continue };
             const SHF_COMPRESSED: u64 = 0x800;
-            if n.starts_with(b".debug_") && sh.sh_flags & SHF_COMPRESSED == 0 {
-                if let (Ok(name), Some(range)) = (std::str::from_utf8(n), file_range(data, sh)) {
-                    debug.push((name.to_string(), range));
+            if n.starts_with(b".debug_") {
+                if let (Ok(name), Some(file)) = (std::str::from_utf8(n), file_range(data, sh)) {
+                    debug.push(DebugSection {
+                        name: name.to_string(),
+                        file,
+                        compressed: sh.sh_flags & SHF_COMPRESSED != 0,
+                    });
                 }
             }
             let section = || {
@@ -225,6 +283,15 @@ impl Image {
                 b".eh_frame_hdr" => sections.eh_frame_hdr = section(),
                 b".debug_frame" => sections.debug_frame = section(),
                 b".got" => sections.got = section(),
+                b".gnu_debugdata" => mini_debuginfo = file_range(data, sh),
+                b".gnu_debuglink" => {
+                    debuglink =
+                        file_range(data, sh).and_then(|r| debuginfo::parse_debuglink(&data[r]));
+                }
+                // A debug file's notes may lie outside any PT_NOTE segment's file bytes.
+                b".note.gnu.build-id" if build_id.is_none() => {
+                    build_id = file_range(data, sh).and_then(|r| build_id_in_notes(&data[r]));
+                }
                 b".symtab" | b".dynsym" => {
                     let strings = shdrs
                         .get(sh.sh_link as usize)
@@ -233,6 +300,7 @@ impl Image {
                         // .symtab first: it has the local (static) functions too.
                         if n == b".symtab" {
                             tables.insert(0, (table, strings));
+                            has_symtab = true;
                         } else {
                             tables.push((table, strings));
                         }
@@ -242,16 +310,44 @@ impl Image {
             }
         }
         Ok(Image {
+            name,
             bytes: Arc::new(bytes),
             build_id,
             first_load_svma,
             first_load_offset,
             sections,
             tables,
+            has_symtab,
             symbols: OnceLock::new(),
             debug,
             lines: OnceLock::new(),
+            mini_debuginfo,
+            debuglink,
+            debug_file: None,
         })
+    }
+
+    /// Whether a separate debug file could add to what this image has: it lacks a
+    /// `.symtab` (the local functions' names) or DWARF (lines).
+    pub(crate) fn wants_debug_file(&self) -> bool {
+        !self.has_symtab || !self.has_dwarf()
+    }
+
+    fn has_dwarf(&self) -> bool {
+        [".debug_info", ".debug_line"]
+            .iter()
+            .all(|want| self.debug.iter().any(|d| d.name == *want))
+    }
+
+    /// Attaches the separate debug file found for this image (`native::debuginfo`): its
+    /// `.symtab` and DWARF, read when first needed.
+    pub(crate) fn set_debug_file(&mut self, debug: Image) {
+        self.debug_file = Some(Box::new(debug));
+    }
+
+    /// The file's whole bytes (a debuglink's CRC32 is over them).
+    pub(crate) fn bytes(&self) -> &[u8] {
+        &self.bytes
     }
 
     /// The source file and line of the instruction at SVMA `svma` in the function that
@@ -259,6 +355,12 @@ impl Image {
     /// so that it goes with the function's symbol), from the image's DWARF (read the first
     /// time a line is asked for, and then only the units asked about); None without it.
     pub(crate) fn line(&self, svma: u64) -> Option<SourceLine> {
+        self.own_line(svma)
+            .or_else(|| self.debug_file.as_ref()?.own_line(svma))
+    }
+
+    /// [`Image::line`] from this file's own DWARF.
+    fn own_line(&self, svma: u64) -> Option<SourceLine> {
         let lines = self
             .lines
             .get_or_init(|| self.line_context().map(std::sync::Mutex::new));
@@ -278,20 +380,41 @@ impl Image {
     }
 
     /// addr2line over this image's `.debug_*` sections; None when it has no line table.
+    /// A compressed section is decompressed here (bounded: one too large is left out).
     fn line_context(&self) -> Option<addr2line::Context<DwarfReader>> {
-        if !self.debug.iter().any(|(n, _)| n == ".debug_line") {
+        if !self.has_dwarf() {
             return None;
         }
         let section = |id: gimli::SectionId| -> std::result::Result<DwarfReader, ()> {
-            let range = self
-                .debug
-                .iter()
-                .find(|(n, _)| n == id.name())
-                .map_or(0..0, |(_, r)| r.clone());
-            let bytes = SectionBytes {
-                bytes: self.bytes.clone(),
-                range,
+            use gimli::SectionId::{DebugLoc, DebugLocLists, DebugMacinfo, DebugMacro};
+            let found = self.debug.iter().find(|d| d.name == id.name());
+            let bytes = match found {
+                // Location lists and macros: addr2line reads neither; not worth inflating.
+                Some(d)
+                    if d.compressed
+                        && matches!(id, DebugLoc | DebugLocLists | DebugMacinfo | DebugMacro) =>
+                {
+                    None
+                }
+                Some(d) if d.compressed => debuginfo::inflate_section(
+                    &self.bytes[d.file.clone()],
+                    debuginfo::MAX_INFLATED_SECTION,
+                )
+                .ok()
+                .map(|v| SectionBytes {
+                    range: 0..v.len(),
+                    bytes: Arc::new(Bytes::Owned(v)),
+                }),
+                Some(d) => Some(SectionBytes {
+                    bytes: self.bytes.clone(),
+                    range: d.file.clone(),
+                }),
+                None => None,
             };
+            let bytes = bytes.unwrap_or_else(|| SectionBytes {
+                bytes: self.bytes.clone(),
+                range: 0..0,
+            });
             Ok(gimli::EndianReader::new(bytes, gimli::LittleEndian))
         };
         let dwarf = gimli::Dwarf::load(section).ok()?;
@@ -306,16 +429,46 @@ impl Image {
         })
     }
 
-    /// The symbol table, parsed on first use.
+    /// The symbols, parsed on first use: this file's `.symtab` and `.dynsym`, its debug
+    /// file's `.symtab`, and, when neither file has a `.symtab`, its MiniDebugInfo's
+    /// (decompressed now). Aliases of one range fold into one name (`symbols`).
     pub(crate) fn symbols(&self) -> &Symbols {
-        self.symbols
-            .get_or_init(|| Symbols::parse(&self.bytes, &self.tables))
+        &self.symbol_table().symbols
     }
 
-    /// The name of a symbol found by [`Image::symbols`] (its bytes in the string table).
-    pub(crate) fn symbol_name(&self, name: Range<usize>) -> &str {
-        self.bytes
-            .get(name)
+    fn symbol_table(&self) -> &SymbolTable {
+        self.symbols.get_or_init(|| {
+            let mut sources = vec![(self.bytes.clone(), self.tables.clone())];
+            if let Some(debug) = &self.debug_file {
+                sources.push((debug.bytes.clone(), debug.tables.clone()));
+            }
+            let has_symtab =
+                self.has_symtab || self.debug_file.as_ref().is_some_and(|d| d.has_symtab);
+            if !has_symtab {
+                // A damaged or oversized one adds nothing: .dynsym's names stay.
+                let mini = self
+                    .mini_debuginfo
+                    .clone()
+                    .and_then(|r| debuginfo::mini_debuginfo(&self.name, &self.bytes[r]).ok());
+                if let Some(mini) = mini {
+                    sources.push((mini.bytes.clone(), mini.tables.clone()));
+                }
+            }
+            let views: Vec<(&[u8], &Tables)> = sources.iter().map(|(b, t)| (&b[..], t)).collect();
+            SymbolTable {
+                symbols: Symbols::parse(&views),
+                sources: sources.into_iter().map(|(b, _)| b).collect(),
+            }
+        })
+    }
+
+    /// The name of a symbol found by [`Image::symbols`] (its bytes in the string table of
+    /// the file it was found in).
+    pub(crate) fn symbol_name(&self, found: &Found) -> &str {
+        self.symbol_table()
+            .sources
+            .get(found.source)
+            .and_then(|bytes| bytes.get(found.name.clone()))
             .and_then(|b| std::str::from_utf8(b).ok())
             .unwrap_or("")
     }
@@ -453,15 +606,20 @@ pub(crate) fn unwind_image_in_memory(mem: &dyn ProcessMemory, base: u64) -> Opti
         ..UnwindSections::default()
     };
     Some(Image {
+        name: format!("the image loaded at {base:#x}"),
         bytes: Arc::new(Bytes::Owned(bytes)),
         build_id: build_id_in_memory(mem, base),
         first_load_svma: first_svma,
         first_load_offset: first.p_offset & PAGE_MASK,
         sections,
         tables: Vec::new(),
+        has_symtab: false,
         symbols: OnceLock::new(),
         debug: Vec::new(),
         lines: OnceLock::new(),
+        mini_debuginfo: None,
+        debuglink: None,
+        debug_file: None,
     })
 }
 

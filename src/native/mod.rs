@@ -4,15 +4,18 @@
 //! Owns: [`NativeProcess`] (one process's modules and unwinder, made before its threads
 //! are paused), [`NativeFrame`] (one named frame) and `NativeStack`; [`NativeCache`]
 //! (images by build id, shared across processes); the parts: `image` (an ELF file's
-//! sections, build id, symbols and line tables), `modules` (the files as the target sees them, checked
-//! by build id), `symbols` (sized symbols, demangling), `unwind` (registers and the stack
-//! copy taken while a thread is stopped; framehop's unwinder over the copy).
+//! sections, build id, symbols and line tables), `modules` (the files as the target sees
+//! them, checked by build id), `debuginfo` (separate debug files and MiniDebugInfo, found
+//! and checked, and their decompression), `symbols` (sized symbols, demangling), `unwind`
+//! (registers and the stack copy taken while a thread is stopped; framehop's unwinder over
+//! the copy).
 //! Must not: know about Python (the merge with Python frames is `python::native`), pause
 //! threads (the caller holds them), or format output.
 //!
 //! Addresses follow the glossary in `elf`: AVMA (in the process), SVMA (in the ELF file),
 //! bias = AVMA − SVMA per loaded module.
 
+mod debuginfo;
 mod fde;
 mod image;
 mod modules;
@@ -234,7 +237,7 @@ impl NativeProcess {
         let svma = lookup.wrapping_sub(m.bias);
         let symbol = m.image.as_ref().and_then(|image| {
             let found = image.symbols().find(svma)?;
-            Some(Arc::from(symbols::demangle(image.symbol_name(found.name))))
+            Some(Arc::from(symbols::demangle(image.symbol_name(&found))))
         });
         let function_start = match (&symbol, &m.image) {
             (None, Some(image)) => fde::function_start(image, svma),

@@ -9,10 +9,13 @@
 //! is [`FileState::Changed`]: never read, its unwind rules are read from the target's
 //! memory (PT_GNU_EH_FRAME) and it has no names. One deleted or replaced on disk whose
 //! loaded file can still be read is [`FileState::Replaced`]: read, and its frames say so.
-//! The vDSO's image is read from the target's memory. Images are kept in a [`NativeCache`]
-//! by build id, so that processes that load the same library parse it once.
+//! The vDSO's image is read from the target's memory. A trusted image that lacks a
+//! `.symtab` or DWARF gets its separate debug file, when the target has one
+//! (`native::debuginfo`). Images are kept in a [`NativeCache`] by build id, so that
+//! processes that load the same library parse it (and look for its debug file) once.
 //! Must not: pause threads or unwind (that is `native::unwind`).
 
+use super::debuginfo::find_debug_file;
 use super::image::{build_id_in_memory, unwind_image_in_memory, BuildId, Bytes, Image};
 use crate::elf::maps::{basename, open_target_file};
 use crate::proc::ns::Namespaces;
@@ -145,9 +148,14 @@ fn open_module(
     let (image, mut state) = match cached {
         Some(image) => (Some(image), FileState::Loaded),
         None => match open_image(pid, maps, group, ns) {
-            Ok((image, exact)) => {
+            Ok((mut image, exact)) => {
                 let state = judge(&image, in_memory.as_ref(), exact, group);
                 if state == FileState::Loaded {
+                    if image.wants_debug_file() {
+                        if let Some(debug) = find_debug_file(pid, path, &image) {
+                            image.set_debug_file(debug);
+                        }
+                    }
                     let image = Arc::new(image);
                     if let Some(id) = &image.build_id {
                         cache.images.insert(id.clone(), image.clone());
@@ -346,7 +354,7 @@ mod tests {
         // Its own symbol covers this function's address.
         let found = image.symbols().find(here - m.bias).expect("a symbol");
         assert!(image
-            .symbol_name(found.name)
+            .symbol_name(&found)
             .contains("our_own_modules_are_found"));
         assert!(modules
             .list

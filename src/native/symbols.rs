@@ -1,7 +1,9 @@
 //! Function symbols of one image, by address, and the demangling of their names.
 //!
-//! Owns: [`Symbols`], built from `.symtab` and `.dynsym` (functions with a size only), and
-//! [`demangle`] (C++ through `cpp_demangle`, Rust through `rustc-demangle`).
+//! Owns: [`Symbols`], built from the symbol tables of one or more files (an image's
+//! `.symtab` and `.dynsym`, its debug file's and its MiniDebugInfo's `.symtab`: functions
+//! with a size only), and [`demangle`] (C++ through `cpp_demangle`, Rust through
+//! `rustc-demangle`).
 //! Must not: guess. An address outside every symbol's `[start, start + size)` has no name
 //! here (the caller shows it as `library+0xOFFSET`), never the nearest symbol below it:
 //! a stripped library's exported symbols are few, and the nearest one is most often
@@ -13,11 +15,13 @@ use std::ops::Range;
 /// Symbol tables of an image: (file range of the table, file range of its strings) each.
 pub(crate) type Tables = Vec<(Range<usize>, Range<usize>)>;
 
-/// One function: `[start, end)` in SVMAs, and where its name lies in the image's bytes.
+/// One function: `[start, end)` in SVMAs, and where its name lies: in which file's bytes
+/// (the index of its source in [`Symbols::parse`]), and where there.
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct Sym {
     start: u64,
     end: u64,
+    source: usize,
     name: Range<usize>,
     /// Lower is preferred among aliases of one range: global, then weak, then local.
     rank: u8,
@@ -35,7 +39,8 @@ pub(crate) struct Symbols {
 pub(crate) struct Found {
     /// SVMA of the function's first byte.
     pub(crate) start: u64,
-    /// The name's bytes in the image (see `Image::symbol_name`).
+    /// Which file the name is in (see `Image::symbol_name`), and its bytes there.
+    pub(crate) source: usize,
     pub(crate) name: Range<usize>,
 }
 
@@ -49,10 +54,30 @@ const SYM_SIZE: usize = 24;
 const LOOK_BACK: usize = 16;
 
 impl Symbols {
-    /// Reads the function symbols of `tables` ((symbol table, its strings) file ranges of
-    /// `data`): 64-bit little-endian tables (`Image` parses nothing else).
-    pub(crate) fn parse(data: &[u8], tables: &Tables) -> Symbols {
+    /// Reads the function symbols of each source: a file's bytes and its `tables`
+    /// ((symbol table, its strings) file ranges): 64-bit little-endian tables (`Image`
+    /// parses nothing else). The files must be of one image: their SVMAs are the same.
+    pub(crate) fn parse(sources: &[(&[u8], &Tables)]) -> Symbols {
         let mut syms = Vec::new();
+        for (source, &(data, tables)) in sources.iter().enumerate() {
+            Symbols::parse_one(source, data, tables, &mut syms);
+        }
+        // Aliases (one range, several names, often once in each table): keep the
+        // preferred name — global before weak before local, then the fewest leading
+        // underscores (`qsort_r` before `__qsort_r`), then the shortest, then by bytes, so
+        // that the choice does not depend on table order.
+        let key = |s: &Sym| {
+            let n = &sources[s.source].0[s.name.clone()];
+            let underscores = n.iter().take_while(|&&b| b == b'_').count();
+            (s.start, s.end, s.rank, underscores, n.len(), n.to_vec())
+        };
+        syms.sort_by_cached_key(key);
+        syms.dedup_by(|later, kept| later.start == kept.start && later.end == kept.end);
+        Symbols { syms }
+    }
+
+    /// The function symbols of one file's `tables`, added to `syms`.
+    fn parse_one(source: usize, data: &[u8], tables: &Tables, syms: &mut Vec<Sym>) {
         for (table, strings) in tables {
             let Some(table) = data.get(table.clone()) else {
                 continue;
@@ -87,23 +112,12 @@ impl Symbols {
                 syms.push(Sym {
                     start: value,
                     end,
+                    source,
                     name: at..at + len,
                     rank,
                 });
             }
         }
-        // Aliases (one range, several names, often once in each table): keep the
-        // preferred name — global before weak before local, then the fewest leading
-        // underscores (`qsort_r` before `__qsort_r`), then the shortest, then by bytes, so
-        // that the choice does not depend on table order.
-        let key = |s: &Sym| {
-            let n = &data[s.name.clone()];
-            let underscores = n.iter().take_while(|&&b| b == b'_').count();
-            (s.start, s.end, s.rank, underscores, n.len(), n.to_vec())
-        };
-        syms.sort_by_cached_key(key);
-        syms.dedup_by(|later, kept| later.start == kept.start && later.end == kept.end);
-        Symbols { syms }
     }
 
     /// The function whose range holds the SVMA `addr`, if any.
@@ -116,6 +130,7 @@ impl Symbols {
             .find(|s| addr < s.end)
             .map(|s| Found {
                 start: s.start,
+                source: s.source,
                 name: s.name.clone(),
             })
     }
@@ -204,7 +219,7 @@ mod tests {
             // No size: cannot say what it covers.
             ("unsized", global_func, 0x1500, 0),
         ]);
-        let s = Symbols::parse(&data, &tables);
+        let s = Symbols::parse(&[(&data, &tables)]);
         assert_eq!(s.len(), 2);
         assert_eq!(name_at(&data, &s, 0x1000).as_deref(), Some("first"));
         assert_eq!(name_at(&data, &s, 0x10ff).as_deref(), Some("first"));
@@ -230,12 +245,12 @@ mod tests {
             ];
             let entries: Vec<_> = order.iter().map(|&i| all[i]).collect();
             let (data, tables) = table(&entries);
-            let s = Symbols::parse(&data, &tables);
+            let s = Symbols::parse(&[(&data, &tables)]);
             assert_eq!(name_at(&data, &s, 0x2040).as_deref(), Some("qsort_r"));
         }
         // A weak alias loses to a global one.
         let (data, tables) = table(&[("w", weak, 0x10, 4), ("g", global, 0x10, 4)]);
-        let s = Symbols::parse(&data, &tables);
+        let s = Symbols::parse(&[(&data, &tables)]);
         assert_eq!(name_at(&data, &s, 0x12).as_deref(), Some("g"));
     }
 
@@ -243,9 +258,34 @@ mod tests {
     fn a_nested_range_wins_and_the_outer_one_still_covers_the_rest() {
         let f = (STB_GLOBAL << 4) | STT_FUNC;
         let (data, tables) = table(&[("outer", f, 0x100, 0x100), ("inner", f, 0x140, 0x10)]);
-        let s = Symbols::parse(&data, &tables);
+        let s = Symbols::parse(&[(&data, &tables)]);
         assert_eq!(name_at(&data, &s, 0x145).as_deref(), Some("inner"));
         assert_eq!(name_at(&data, &s, 0x180).as_deref(), Some("outer"));
+    }
+
+    #[test]
+    fn several_files_name_one_image_each_name_from_its_own_bytes() {
+        let global = (STB_GLOBAL << 4) | STT_FUNC;
+        let local = (STB_LOCAL << 4) | STT_FUNC;
+        // A stripped library's .dynsym, and its debug file's .symtab: the exported
+        // function again (a local alias of the same range too), and a static one.
+        let (dynsym, dyn_tables) = table(&[("exported", global, 0x1000, 0x40)]);
+        let (symtab, sym_tables) = table(&[
+            ("static_helper", local, 0x1040, 0x20),
+            ("exported_alias", local, 0x1000, 0x40),
+            ("exported", global, 0x1000, 0x40),
+        ]);
+        let sources = [(&dynsym[..], &dyn_tables), (&symtab[..], &sym_tables)];
+        let s = Symbols::parse(&sources);
+        assert_eq!(s.len(), 2);
+        let name = |addr| {
+            s.find(addr)
+                .map(|f| String::from_utf8(sources[f.source].0[f.name].to_vec()).unwrap())
+        };
+        assert_eq!(name(0x1010).as_deref(), Some("exported"));
+        assert_eq!(name(0x1050).as_deref(), Some("static_helper"));
+        assert_eq!(s.find(0x1050).unwrap().source, 1);
+        assert_eq!(name(0x1060), None);
     }
 
     #[test]

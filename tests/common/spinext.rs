@@ -1,10 +1,14 @@
 //! fixtures/native/spinext.c, a C extension whose native frames are known by construction,
 //! built for one interpreter of the matrix with its own headers (tests/native.rs, and
-//! tests/containers.rs for `dump --native` across namespaces).
+//! tests/containers.rs for `dump --native` across namespaces, tests/native_debuginfo.rs
+//! for its separate debug files), and spin.py running with it.
+#![allow(dead_code)]
 
 use super::Interpreter;
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Child, Command};
+use std::sync::mpsc::Receiver;
+use std::time::Duration;
 
 /// What an interpreter says of itself: its include directory (as it sees it) and the file
 /// name suffix of its extension modules.
@@ -126,4 +130,80 @@ pub fn compile_ext(
         ));
     }
     Ok(())
+}
+
+/// Compiles fixtures/native/spinext.c for `interp` into `out` (`-O2 -g`, every call keeping
+/// its frame) with the extra `flags`.
+pub fn compile(interp: &Interpreter, out: &Path, flags: &[&str]) -> Result<(), String> {
+    let (inc, _) = sysconfig(interp)?;
+    compile_ext(interp, &inc, out, flags)
+}
+
+/// Runs a tool (objcopy, strip, nm, xz) and returns its stdout; an error says which
+/// command failed and why.
+pub fn tool(program: &str, args: &[&std::ffi::OsStr]) -> Result<String, String> {
+    let shown = || {
+        let mut s = program.to_string();
+        for a in args {
+            s.push(' ');
+            s.push_str(&a.to_string_lossy());
+        }
+        s
+    };
+    let out = Command::new(program)
+        .args(args)
+        .output()
+        .map_err(|e| format!("cannot run {program} (binutils, xz-utils): {e}"))?;
+    if !out.status.success() {
+        return Err(format!(
+            "{} failed: {}",
+            shown(),
+            String::from_utf8_lossy(&out.stderr).trim_end()
+        ));
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// How long spin.py may take to say it is ready.
+const READY_TIMEOUT: Duration = Duration::from_secs(20);
+
+/// fixtures/native/spin.py running with the extension in `dir`; killed and reaped when
+/// dropped.
+pub struct Target {
+    child: Child,
+    pub pid: i32,
+    lines: Receiver<String>,
+}
+
+impl Target {
+    /// Starts spin.py with `args` after the extension's directory, and waits for `ready`.
+    pub fn start(interp: &Interpreter, dir: &Path, args: &[&str]) -> Result<Target, String> {
+        let script = super::fixture("native/spin.py");
+        let mut all = vec![dir.display().to_string()];
+        all.extend(args.iter().map(|a| a.to_string()));
+        let f = super::start_fixture(interp, &script, &all, false)?;
+        let mut t = Target {
+            child: f.child,
+            pid: f.pid,
+            lines: f.lines,
+        };
+        match t.lines.recv_timeout(READY_TIMEOUT) {
+            Ok(line) if line == "ready" => Ok(t),
+            other => {
+                let _ = t.child.kill();
+                let _ = t.child.wait();
+                Err(format!(
+                    "spin.py did not print `ready` ({other:?}); stderr: {}",
+                    f.stderr.join().unwrap_or_default()
+                ))
+            }
+        }
+    }
+}
+
+impl Drop for Target {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
 }
