@@ -117,6 +117,10 @@ pub struct NativeProcess {
     /// same few thousand addresses again and again (symbol search, demangling and line
     /// tables once each).
     named: HashMap<(u64, u64), NativeFrame>,
+    /// Name frames with their source file and line too (`dump`); a profile has no use for
+    /// them, and a library's DWARF can take long to index the first time (the sampler
+    /// would stall, and its next sample carry the stall's time).
+    lines: bool,
 }
 
 /// Most named frames a [`NativeProcess`] keeps (beyond, it starts afresh).
@@ -140,6 +144,7 @@ impl NativeProcess {
             modules,
             unwinder,
             named: HashMap::new(),
+            lines: true,
         })
     }
 
@@ -164,6 +169,12 @@ impl NativeProcess {
             .collect();
         self.last_capture = start.elapsed();
         captures
+    }
+
+    /// Names frames without their source file and line (for profiles: see the `lines` field).
+    pub(crate) fn without_lines(mut self) -> NativeProcess {
+        self.lines = false;
+        self
     }
 
     /// Whether `pid`'s code has changed since its modules were read: a file-backed
@@ -243,7 +254,8 @@ impl NativeProcess {
             (None, Some(image)) => fde::function_start(image, svma),
             _ => None,
         };
-        let (file, line) = match m.image.as_ref().and_then(|image| image.line(svma)) {
+        let source = m.image.as_ref().filter(|_| self.lines);
+        let (file, line) = match source.and_then(|image| image.line(svma)) {
             Some((file, line)) => (Some(file), Some(line)),
             None => (None, None),
         };

@@ -94,6 +94,9 @@ fn first_of(a: Option<u32>, b: Option<u32>) -> Option<u32> {
     }
 }
 
+/// Seconds by native function (function, module).
+type NativeSeconds = FastMap<(Arc<str>, Arc<str>), f64>;
+
 /// Folds samples as they come.
 #[derive(Debug, Default)]
 pub(crate) struct Aggregator {
@@ -105,7 +108,7 @@ pub(crate) struct Aggregator {
     threads: FastMap<i32, (Option<String>, Split, u64)>,
     /// Native seconds of a line by the native function they were spent in (function,
     /// module): `--native` recordings only.
-    line_native: FastMap<(Arc<str>, u32), FastMap<(Arc<str>, Arc<str>), f64>>,
+    line_native: FastMap<(Arc<str>, u32), NativeSeconds>,
     /// Samples (thread observations) folded in.
     thread_samples: u64,
 }
@@ -329,11 +332,8 @@ impl Aggregator {
 
 /// A line's native functions, most time first (then by name), at most
 /// [`NATIVE_FUNCTIONS_PER_LINE`]; `pct` turns seconds into percent of the total.
-fn top_native(
-    by: &FastMap<(Arc<str>, Arc<str>), f64>,
-    pct: &dyn Fn(f64) -> f64,
-) -> Vec<NativeFunction> {
-    let mut all: Vec<(&(Arc<str>, Arc<str>), &f64)> = by.iter().collect();
+fn top_native(by: &NativeSeconds, pct: &dyn Fn(f64) -> f64) -> Vec<NativeFunction> {
+    let mut all: Vec<_> = by.iter().collect();
     all.sort_by(|a, b| b.1.total_cmp(a.1).then_with(|| a.0.cmp(b.0)));
     all.into_iter()
         .take(NATIVE_FUNCTIONS_PER_LINE)
@@ -872,6 +872,57 @@ mod tests {
         assert!((jb.native_s - 0.01).abs() < 1e-12 && jb.python_s == 0.0);
         assert!((ja.total() - sa.seconds).abs() < 1e-12);
         assert!((f.cpu_pct - 100.0).abs() < 1e-9);
+    }
+
+    #[test]
+    fn a_lines_native_time_is_listed_by_its_innermost_native_function() {
+        let line = frame("work", 7);
+        let alpha = Frame::of_native("burn_alpha".into(), Some("burnext.so"));
+        let beta = Frame::of_native("burn_beta".into(), Some("burnext.so"));
+        let burn = Frame::of_native("burn".into(), Some("burnext.so"));
+        let in_alpha = [alpha, burn.clone(), line.clone()];
+        let in_beta = [beta, burn, line.clone()];
+        let python = [line];
+        let sample = |frames, activity, user_s| ThreadSample {
+            frames,
+            activity,
+            user_s,
+            system_s: 0.001,
+            idle_s: 0.0,
+            native_id: Some(1),
+            thread_name: None,
+        };
+        let mut aggs = [Aggregator::new(), Aggregator::new()];
+        for (i, frames, activity, user_s) in [
+            (0, &in_alpha[..], Activity::Native, 0.03),
+            (1, &in_alpha[..], Activity::Native, 0.03),
+            (0, &in_beta[..], Activity::Native, 0.02),
+            // Python time of the line, and a native frame sampled as Python (the CALL
+            // heuristic decides): neither is a native function's time.
+            (0, &python[..], Activity::Python, 0.01),
+            (1, &in_beta[..], Activity::Python, 0.01),
+        ] {
+            let s = sample(frames, activity, user_s);
+            aggs[i].add(&s, crate::profile::charged_frame(frames, false));
+        }
+        let [mut one, other] = aggs;
+        one.absorb(&other);
+        let p = one.finish(ProfileMeta::default(), &mut |_| None);
+        let l = &p.files[0].lines[0];
+        assert_eq!(l.line, 7);
+        let total = 0.03 + 0.03 + 0.02 + 0.01 + 0.01 + 5.0 * 0.001;
+        let listed: Vec<(&str, &str, f64)> = l
+            .native_functions
+            .iter()
+            .map(|n| (n.function.as_str(), n.module.as_str(), n.pct))
+            .collect();
+        assert_eq!(listed.len(), 2, "{listed:?}");
+        assert_eq!((listed[0].0, listed[0].1), ("burn_alpha", "burnext.so"));
+        assert!((listed[0].2 - 100.0 * 0.06 / total).abs() < 1e-9);
+        assert_eq!(listed[1].0, "burn_beta");
+        assert!((listed[1].2 - 100.0 * 0.02 / total).abs() < 1e-9);
+        // They add up to the line's native share.
+        assert!((listed[0].2 + listed[1].2 - l.cpu_native_pct).abs() < 1e-9);
     }
 
     #[test]

@@ -9,8 +9,8 @@
 pub mod linetable;
 mod native;
 mod process;
-pub(crate) use native::take_native_snapshot_with_states;
 pub(crate) use native::StackEntry;
+pub(crate) use native::{attach as attach_native, take_native_snapshot_with_states};
 pub use native::{check_can_stop, native_process, take_native_snapshot, take_native_snapshot_with};
 mod stack;
 mod strings;

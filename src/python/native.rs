@@ -63,18 +63,20 @@ pub fn take_native_snapshot_with(
     process: &mut NativeProcess,
     opts: &SnapshotOptions,
 ) -> Result<Snapshot> {
-    take_native_snapshot_with_states(proc, walker, process, opts, None)
+    take_native_snapshot_with_states(proc, walker, process, opts, None).map(|(snap, _)| snap)
 }
 
 /// [`take_native_snapshot_with`] for a caller that has just listed the threads and read
-/// their scheduler states (the sampler): those threads are the ones paused.
+/// their scheduler states (the sampler): those threads are the ones paused. Returns the
+/// captures too, attached already: [`attach`] them again after reading the modules again
+/// when the stacks met code outside them (an extension mapped since they were read).
 pub(crate) fn take_native_snapshot_with_states(
     proc: &PythonProcess,
     walker: &mut StackWalker,
     process: &mut NativeProcess,
     opts: &SnapshotOptions,
     known_states: Option<&HashMap<i32, char>>,
-) -> Result<Snapshot> {
+) -> Result<(Snapshot, Captures)> {
     let opts = SnapshotOptions {
         mode: ReadMode::Paused,
         ..opts.clone()
@@ -93,11 +95,11 @@ pub(crate) fn take_native_snapshot_with_states(
     attach(
         &mut snap,
         process,
-        captures,
+        &captures,
         (proc.version.major, proc.version.minor),
         opts.thread_names,
     );
-    Ok(snap)
+    Ok((snap, captures))
 }
 
 /// 3.11: the thread's `_PyCFrame`s, innermost first, without the root one (in the
@@ -477,12 +479,12 @@ fn anchored_calls(
 pub(crate) fn attach(
     snap: &mut Snapshot,
     native: &mut NativeProcess,
-    captures: Captures,
+    captures: &Captures,
     version: (u32, u32),
     thread_names: bool,
 ) {
-    let mut by_tid: HashMap<i32, std::result::Result<Capture, String>> =
-        captures.into_iter().collect();
+    let mut by_tid: HashMap<i32, &std::result::Result<Capture, String>> =
+        captures.iter().map(|(tid, c)| (*tid, c)).collect();
     let mut summary = NativeSummary::default();
     for t in &mut snap.threads {
         let capture = t.native_id.and_then(|tid| by_tid.remove(&tid));
@@ -494,12 +496,12 @@ pub(crate) fn attach(
         }
         t.native = Some(view);
     }
-    let mut others: Captures = by_tid.into_iter().collect();
+    let mut others: Vec<_> = by_tid.into_iter().collect();
     others.sort_by_key(|(tid, _)| *tid);
     for (tid, capture) in others {
         let (stack, error) = match capture {
-            Ok(c) => (native.stack(&c), None),
-            Err(e) => (NativeStack::default(), Some(e)),
+            Ok(c) => (native.stack(c), None),
+            Err(e) => (NativeStack::default(), Some(e.clone())),
         };
         summary.other_threads.push(OtherThread {
             native_id: tid,
@@ -519,7 +521,7 @@ pub(crate) fn attach(
 fn view_of(
     t: &ThreadSnapshot,
     native: &mut NativeProcess,
-    capture: Option<std::result::Result<Capture, String>>,
+    capture: Option<&std::result::Result<Capture, String>>,
     version: (u32, u32),
 ) -> NativeView {
     let python_alone = |why: String, native_frames: Vec<NativeFrame>, stopped| NativeView {
@@ -531,7 +533,7 @@ fn view_of(
         unwind_stopped: stopped,
     };
     let stack = match capture {
-        Some(Ok(c)) => native.stack(&c),
+        Some(Ok(c)) => native.stack(c),
         Some(Err(e)) => return python_alone(format!("no native stack: {e}"), Vec::new(), None),
         None => {
             return python_alone(

@@ -17,16 +17,16 @@ use std::time::{Duration, Instant};
 pub(crate) type SharedCache = Arc<Mutex<NativeCache>>;
 
 /// The shortest time between two looks at a process's map after a sample met an address
-/// in no known module (an extension imported since), unwinding that stopped early, or a
-/// thread with no native stack: its modules are read again at once when its code mappings
-/// changed. Code in no module at all (ctypes' closures, a JIT) costs one read of the map
-/// per interval, no more (a map of a few hundred lines reads in about 100 µs). A freshly
-/// imported extension loses the samples of this long at most.
+/// in no known module or unwinding that stopped early: when its code mappings changed (an
+/// extension imported since), its modules are read again and the sample unwound again.
+/// Code in no module at all (ctypes' closures, a JIT) costs one read of the map per
+/// interval, no more (a map of a few hundred lines reads in about 100 µs).
 const RECHECK_INTERVAL: Duration = Duration::from_millis(20);
 
-/// After such a sample, the modules are read again anyway when they are this old: what
-/// else changed (a new thread's stack mapping, which bounds the copy of its stack) is
-/// caught within this time, at a cost of one reading a second at most.
+/// After such a sample, or one of a thread with no native stack, the modules are read
+/// again anyway when they are this old: what else changed (a new thread's stack mapping,
+/// which bounds the copy of its stack) is caught within this time, at a cost of one reading
+/// a second at most.
 const REREAD_INTERVAL: Duration = Duration::from_secs(1);
 
 /// Most distinct reasons kept for unmerged samples (the rest are counted under "other").
@@ -112,7 +112,10 @@ impl NativeSampling {
     }
 
     /// One snapshot of every thread in `states` with its native frames (the threads are
-    /// paused for it whatever `opts.mode` says).
+    /// paused for it whatever `opts.mode` says). When its stacks meet code outside the
+    /// modules known and the process's code mappings changed (an extension imported since
+    /// they were read), the modules are read again and the same captures unwound again: a
+    /// new extension's first samples merge too.
     pub(crate) fn snapshot(
         &mut self,
         proc: &PythonProcess,
@@ -120,28 +123,40 @@ impl NativeSampling {
         opts: &SnapshotOptions,
         states: &HashMap<i32, char>,
     ) -> crate::error::Result<Snapshot> {
-        let due = self
-            .checked_at
-            .is_none_or(|t| t.elapsed() >= RECHECK_INTERVAL);
-        let reread = match &self.process {
-            None => true,
-            Some(_) if !due || !(self.stale || self.missing_stack) => false,
-            Some(p) => {
-                self.checked_at = Some(Instant::now());
-                let old = self.read_at.is_none_or(|t| t.elapsed() >= REREAD_INTERVAL);
-                old || p.code_changed().unwrap_or(true)
-            }
-        };
-        if reread {
-            let mut cache = self.cache.lock().unwrap_or_else(|e| e.into_inner());
-            self.process = Some(python::native_process(proc, &mut cache)?);
-            self.read_at = Some(Instant::now());
-            self.checked_at = self.read_at;
-            self.stale = false;
-            self.missing_stack = false;
+        let reread_due = self.read_at.is_none_or(|t| t.elapsed() >= REREAD_INTERVAL);
+        if self.process.is_none() || ((self.stale || self.missing_stack) && reread_due) {
+            self.read_modules(proc)?;
         }
         let process = self.process.as_mut().expect("read above");
-        python::take_native_snapshot_with_states(proc, walker, process, opts, Some(states))
+        let (mut snap, captures) =
+            python::take_native_snapshot_with_states(proc, walker, process, opts, Some(states))?;
+        let unknown = snap
+            .threads
+            .iter()
+            .any(|t| t.native.as_ref().is_some_and(|v| v.has_unknown_code()));
+        let check_due = self
+            .checked_at
+            .is_none_or(|t| t.elapsed() >= RECHECK_INTERVAL);
+        if unknown && check_due {
+            self.checked_at = Some(Instant::now());
+            if process.code_changed().unwrap_or(true) {
+                self.read_modules(proc)?;
+                let process = self.process.as_mut().expect("read above");
+                let version = (proc.version.major, proc.version.minor);
+                python::attach_native(&mut snap, process, &captures, version, opts.thread_names);
+            }
+        }
+        Ok(snap)
+    }
+
+    /// Reads the process's modules (images from the shared cache when it has them).
+    fn read_modules(&mut self, proc: &PythonProcess) -> crate::error::Result<()> {
+        let mut cache = self.cache.lock().unwrap_or_else(|e| e.into_inner());
+        self.process = Some(python::native_process(proc, &mut cache)?.without_lines());
+        self.read_at = Some(Instant::now());
+        self.stale = false;
+        self.missing_stack = false;
+        Ok(())
     }
 
     /// Replaces each thread's Python frames in `snap` by its merged stack, counting in

@@ -330,22 +330,40 @@ pub fn run_limited(mut cmd: Command, limit: std::time::Duration) -> Run {
     }
 }
 
+/// Held by the tests that must not compete with one another's processes.
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 /// Like [`for_each_interpreter`], with no other test of the same test binary calling this
 /// at the same time: for tests that start several busy processes each, whose numbers mean
 /// something only when they do not compete with another test's.
 #[allow(dead_code)]
 pub fn for_each_interpreter_alone(check: impl Fn(&Interpreter) -> Result<String, String>) {
-    static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let all = interpreters();
+    for_each_interpreter_alone_of(&all.iter().collect::<Vec<_>>(), check)
+}
+
+/// [`for_each_interpreter_alone`] over the interpreters `some` (a test that needs only a
+/// few, chosen by kind).
+#[allow(dead_code)]
+pub fn for_each_interpreter_alone_of(
+    some: &[&Interpreter],
+    check: impl Fn(&Interpreter) -> Result<String, String>,
+) {
     let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
-    for_each_interpreter(check)
+    each_of(some, check)
 }
 
 /// Runs `check` on every interpreter, printing each one's summary, and fails with every
 /// interpreter's error at the end (not at the first).
 pub fn for_each_interpreter(check: impl Fn(&Interpreter) -> Result<String, String>) {
+    let all = interpreters();
+    each_of(&all.iter().collect::<Vec<_>>(), check)
+}
+
+fn each_of(some: &[&Interpreter], check: impl Fn(&Interpreter) -> Result<String, String>) {
     let mut failures = Vec::new();
-    for py in interpreters() {
-        match check(&py) {
+    for py in some {
+        match check(py) {
             Ok(summary) => eprintln!("{}: {summary}", py.label),
             Err(e) => failures.push(format!("{}: {e}", py.label)),
         }

@@ -100,6 +100,19 @@ pub fn compile_ext(
     out: &Path,
     flags: &[&str],
 ) -> Result<(), String> {
+    compile_fixture(interp, inc, "native/spinext.c", out, flags)
+}
+
+/// Compiles the C extension `fixture` (a path under fixtures/) for `interp`, whose include
+/// directory is `inc` as it sees it, into `out` (`-O2 -g`, every call keeping its frame)
+/// with the extra `flags`.
+pub fn compile_fixture(
+    interp: &Interpreter,
+    inc: &str,
+    fixture: &str,
+    out: &Path,
+    flags: &[&str],
+) -> Result<(), String> {
     let include = include_dir(interp, inc)?;
     let mut cc = Command::new("cc");
     cc.args(flags);
@@ -117,14 +130,14 @@ pub fn compile_ext(
         // found there, after our own system headers.
         cc.arg("-idirafter").arg(root.join("usr/include"));
     }
-    cc.arg(super::fixture("native/spinext.c"))
+    cc.arg(super::fixture(fixture))
         .arg("-o")
         .arg(out)
         .arg("-lpthread");
     let run = cc.output().map_err(|e| format!("cannot run cc: {e}"))?;
     if !run.status.success() {
         return Err(format!(
-            "building spinext for {}: {}",
+            "building {fixture} for {}: {}",
             interp.label,
             String::from_utf8_lossy(&run.stderr)
         ));
