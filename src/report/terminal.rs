@@ -311,6 +311,8 @@ const TIMELINE_WIDTH: usize = 10;
 
 /// Native functions shown under a line (`--native`), at most.
 const NATIVE_SHOWN: usize = 3;
+/// Where the row under a line starts: right of the line number.
+const NOTE_INDENT: usize = 7;
 
 /// The row under a line with native time recorded with `--native`: the native functions
 /// it was spent in, `↳ native: deflate 28%, libz.so.1+0x5d80 11%, …`, cut to `width`; None
@@ -493,6 +495,7 @@ impl Renderer<'_> {
         }
         self.processes(out);
         self.recording(out);
+        self.native(out);
         self.losses(out);
         self.field(
             out,
@@ -505,6 +508,26 @@ impl Renderer<'_> {
         );
         self.memory_summary(out);
         self.gpu_summary(out);
+    }
+
+    /// `--native`: how many thread samples had their native frames merged with their
+    /// Python ones, and the commonest reason the others did not.
+    fn native(&self, out: &mut String) {
+        let Some(n) = &self.p.meta.native else {
+            return;
+        };
+        let all = n.merged_samples + n.unmerged_samples;
+        let mut text = format!(
+            "native frames merged with Python's in {:.2}% of thread samples ({} of {all})",
+            n.merge_rate_pct, n.merged_samples
+        );
+        if let Some((why, count)) = n.unmerged_reasons.iter().max_by_key(|(_, c)| **c) {
+            text.push_str(&format!(
+                "; the others keep their Python frames alone (most often, {count}×: {why})"
+            ));
+        }
+        let loud = n.merge_rate_pct < 99.0;
+        self.field(out, "Native:", &text, loud.then_some(HOT));
     }
 
     /// The processes, busiest first (at most ten lines), when there were several.
@@ -868,8 +891,10 @@ impl Renderer<'_> {
             let line = by_line.get(&n).copied();
             let row = self.line_row(f, n, line, text, (mem, gpu), text_width);
             let _ = writeln!(out, "{}", row.trim_end());
-            if let Some(note) = line.and_then(|l| native_note(l, text_width)) {
-                let _ = writeln!(out, "{}{}", " ".repeat(prefix), self.paint(DIM, &note));
+            // Under the line number, across the whole width: names are long.
+            let note_width = self.width.saturating_sub(NOTE_INDENT).max(MIN_TEXT);
+            if let Some(note) = line.and_then(|l| native_note(l, note_width)) {
+                let _ = writeln!(out, "{}{}", " ".repeat(NOTE_INDENT), self.paint(DIM, &note));
             }
         }
     }
