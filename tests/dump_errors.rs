@@ -441,7 +441,8 @@ fn deny_with_eperm(cmd: &mut Command, syscalls: &[libc::c_long]) {
 /// Under a seccomp filter (a container's default profile without `--cap-add SYS_PTRACE`):
 /// with process_vm_readv refused, memory is read through /proc/PID/mem; with ptrace refused
 /// too, pausing fails with exit 5 and a message that names the filter and the fix, while
-/// `--nonblocking` (no ptrace) still works.
+/// `--nonblocking` (no ptrace) still works; with ptrace alone refused, `attach --native`
+/// fails the same way before recording.
 #[cfg(target_arch = "x86_64")]
 #[test]
 fn seccomp_filtered_profiler() {
@@ -482,6 +483,19 @@ fn seccomp_filtered_profiler() {
         if !(line.contains("seccomp") && line.contains("--cap-add SYS_PTRACE")) {
             return Err(format!(
                 "the message should name the seccomp filter and the fix: {line:?}"
+            ));
+        }
+
+        // Memory readable, threads not stoppable: `attach --native` is refused before it
+        // records (it would stop the threads at every sample), the same way.
+        let mut cmd = Command::new(BIN);
+        cmd.args(["attach", "--native", "--cpu-only", "--duration", "1", &pid]);
+        deny_with_eperm(&mut cmd, &[libc::SYS_ptrace]);
+        let run = run_cmd(cmd);
+        let line = expect_error("attach --native, ptrace refused", &run, 5)?;
+        if !(line.contains("seccomp") && line.contains("--cap-add SYS_PTRACE")) {
+            return Err(format!(
+                "attach --native: the message should name the seccomp filter and the fix: {line:?}"
             ));
         }
         Ok(())
