@@ -334,3 +334,58 @@ fn go_tool_pprof_gives_every_thread_its_share() {
     common::say(&format!("{}: thread_id {}", py.label, summary.join(", ")));
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// `--native`: pprof's functions include the native ones, as Go's reader sees them. On
+/// fixtures/native/zlib_sort.py, whose hot line calls `zlib.compress`: the zlib module's
+/// `zlib_compress` and libz's `deflate` (both exported) each hold, cumulatively, at least a
+/// third of the samples (the line holds about three quarters), under the line's frame; the
+/// SVG flame graph and speedscope carry them too.
+#[test]
+fn native_frames_reach_pprof_flame_graphs_and_speedscope() {
+    if !common::have_go("native_frames_reach_pprof_flame_graphs_and_speedscope") {
+        return;
+    }
+    let py = interpreter();
+    let dir = tempdir("scalene-rs-pprof-native");
+    let fx = common::fixture("native/zlib_sort.py");
+    let (p, pb) = record(&py, &dir, &fx, &["2"], &["--native", "--cpu-only"]);
+    assert!(
+        p["native"]["merge_rate_pct"].as_f64() >= Some(99.0),
+        "{}",
+        p["native"]
+    );
+    let mut cmd = Command::new("go");
+    cmd.args(["tool", "pprof", "-top", "-cum"]).arg(&pb);
+    let out = ok(cmd, Duration::from_secs(120)).stdout;
+    // flat flat% sum% cum cum% function
+    let cum = |function: &str| -> f64 {
+        out.lines()
+            .filter_map(|l| {
+                let cols: Vec<&str> = l.split_whitespace().collect();
+                (cols.len() == 6 && cols[5] == function)
+                    .then(|| cols[4].strip_suffix('%')?.parse().ok())
+                    .flatten()
+            })
+            .next()
+            .unwrap_or(0.0)
+    };
+    for function in ["zlib_compress", "deflate"] {
+        assert!(
+            cum(function) >= 33.0,
+            "{function}: {}% cumulative in go tool pprof's output:\n{out}",
+            cum(function)
+        );
+    }
+    for ext in ["svg", "speedscope.json"] {
+        let file = dir.join(format!("p.{ext}"));
+        let mut cmd = Command::new(bin());
+        cmd.arg("view").arg(dir.join("p.json")).arg("-o").arg(&file);
+        ok(cmd, Duration::from_secs(60));
+        let text = std::fs::read_to_string(&file).unwrap();
+        assert!(
+            text.contains("zlib_compress") && text.contains("deflate"),
+            "{ext}: no native frames"
+        );
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
