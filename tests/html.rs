@@ -527,3 +527,45 @@ fn gpu_columns_charts_and_flame_graph_in_a_browser() {
         eprintln!("GPU report: {ok}");
     }
 }
+
+/// `--native`: the row under a line that had native time names its native functions (the
+/// three above a tenth of a percent, most first, "…" for more), and only such lines have one;
+/// the line's own source cell is unchanged.
+#[test]
+fn native_functions_row_in_a_browser() {
+    use scalene_rs::profile::NativeFunction;
+    let mut p = synthetic_profile();
+    let file = p.files[0].filename.clone();
+    let l = &mut p.files[0].lines[0];
+    let (line, source) = (l.line, l.source.clone());
+    l.native_functions = [
+        ("deflate_slow", 28.0),
+        ("longest_match", 11.0),
+        ("adler32_z", 0.4),
+        ("crc32_z", 0.05),
+    ]
+    .iter()
+    .map(|(f, pct)| NativeFunction {
+        function: f.to_string(),
+        module: "libz.so.1".into(),
+        pct: *pct,
+    })
+    .collect();
+    let dir = out_dir();
+    let out = dir.join("native.html");
+    std::fs::write(&out, html(&p)).unwrap();
+    let spec = serde_json::json!({
+        "html": out,
+        "screenshot": dir.join("native.png"),
+        "native": {
+            "file": file,
+            "line": line,
+            "text": "↳ native: deflate_slow 28%, longest_match 11%, adler32_z <1%, …",
+            "rows": 1,
+            "source": source,
+        },
+    });
+    if let Some(ok) = check_in_browser("native_functions_row_in_a_browser", spec) {
+        eprintln!("native row: {ok}");
+    }
+}

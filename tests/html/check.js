@@ -131,6 +131,26 @@ const facts = {};
       facts.gpu = got;
     }
 
+    // --native: the row under a line naming its native functions.
+    if (spec.native) {
+      const n = spec.native;
+      const got = await page.evaluate((n) => {
+        const fi = window.scaleneReport.data.files.findIndex((f) => f.n === n.file);
+        const tr = document.getElementById(`L${fi}-${n.line}`);
+        if (!tr) return null;
+        const next = tr.nextElementSibling;
+        const rows = document.querySelectorAll(`#F${fi} tr.nf`).length;
+        return { next: next && next.classList.contains("nf") ? next.textContent : null, rows, src: tr.querySelector("td.src").textContent };
+      }, n);
+      if (!got) fail(`native line ${n.file}:${n.line} has no row`);
+      else {
+        if (got.next !== n.text) fail(`the row under line ${n.line} reads ${JSON.stringify(got.next)}, expected ${JSON.stringify(n.text)}`);
+        if (got.rows !== n.rows) fail(`${got.rows} native rows in the file, expected ${n.rows}`);
+        if (got.src !== n.source) fail(`line ${n.line}'s source cell reads ${JSON.stringify(got.src)}`);
+      }
+      facts.native = got;
+    }
+
     // Markup in the source shows as text once all lines are shown.
     if (spec.markup) {
       await page.check("#F0 input.all-lines");

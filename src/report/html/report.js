@@ -195,17 +195,22 @@
     tr.dataset.line = r.line;
     if (r.hot) tr.title = `hot line: ${pct(r.py + r.na + r.sy)} of the time`;
     for (const c of COLS) tr.append(cell(c, r));
-    // --native: the native functions the line's native time went to, under its source.
+    return tr;
+  }
+  // --native: the row under a line that says which native functions its native time went
+  // to (none when the line has none worth a tenth of a percent).
+  function nativeRow(fi, r) {
     const nf = D.files[fi].nf && D.files[fi].nf[r.line];
-    if (nf && nf.length) {
-      const shown = nf.filter((n) => n[2] >= 0.1).slice(0, 3);
-      const more = nf.length > shown.length ? ", …" : "";
-      const src = tr.querySelector("td.src");
-      if (src && shown.length) {
-        src.append(el("div", { class: "nf", title: nf.map((n) => `${n[0]} (${n[1]}): ${pct(n[2]) || "<1%"}`).join("\n") },
-          "↳ native: " + shown.map((n) => `${n[0]} ${pct(n[2]) || "<1%"}`).join(", ") + more));
-      }
-    }
+    const shown = nf ? nf.filter((n) => n[2] >= 0.1).slice(0, 3) : [];
+    if (!shown.length) return null;
+    const more = nf.length > shown.length ? ", …" : "";
+    const text = "↳ native: " + shown.map((n) => `${n[0]} ${pct(n[2]) || "<1%"}`).join(", ") + more;
+    const tr = el("tr", { class: "nf" });
+    tr.dataset.line = r.line;
+    tr.append(el("td", {}), el("td", {
+      colspan: COLS.length - 1,
+      title: nf.map((n) => `${n[0]} (${n[1]}): ${pct(n[2]) || "<1%"}`).join("\n"),
+    }, text));
     return tr;
   }
   // A sortable table: clicking a heading sorts by it (numbers largest first, then
@@ -266,6 +271,8 @@
         }
         prev = r.line;
         frag.append(lineRow(fi, r));
+        const nr = nativeRow(fi, r);
+        if (nr) frag.append(nr);
       }
       tb.append(frag);
       table.append(tb);
