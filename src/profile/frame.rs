@@ -51,6 +51,8 @@ fn is_library_file(path: &str) -> bool {
     if let Some(i) = path.find("/lib/python") {
         let rest = &path[i + "/lib/python".len()..];
         let ver: String = rest.chars().take_while(|c| *c != '/').collect();
+        // `3.13t`: a free-threaded build's library directory.
+        let ver = ver.strip_suffix('t').unwrap_or(&ver);
         return !ver.is_empty() && ver.chars().all(|c| c.is_ascii_digit() || c == '.');
     }
     false
@@ -80,6 +82,7 @@ mod tests {
             "/venv/lib/python3.12/site-packages/numpy/core/numeric.py",
             "/usr/lib/python3/dist-packages/yaml/__init__.py",
             "<frozen importlib._bootstrap>",
+            "/root/.cache/scalene-rs/pythons/3.13.15t/lib/python3.13t/threading.py",
         ] {
             assert!(is_library_file(lib), "{lib}");
         }
@@ -87,6 +90,7 @@ mod tests {
             "/home/me/app.py",
             "<string>",
             "/srv/lib/python_tools/x.py",
+            "/srv/lib/pythont/x.py",
             "app.py",
         ] {
             assert!(!is_library_file(user), "{user}");

@@ -385,10 +385,18 @@ pub struct ProfileMeta {
     /// which means "Python or native" and is shown so.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub split_unavailable: Option<String>,
+    /// Thread samples of threads that had not run since their last read, and so were not
+    /// read again (their stack is that read's).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub unchanged_reads: u64,
     /// Recorded with native frames (`--native`): how their merge with the Python frames
     /// went.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub native: Option<NativeMeta>,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 /// How a `--native` recording's thread samples merged their native frames with their

@@ -40,6 +40,17 @@ pub struct SnapshotOptions {
     pub thread_names: bool,
     /// [`ReadMode::Auto`]: threads (by `thread_id`) read paused without a try first.
     pub pause_these: Vec<u64>,
+    /// Threads that did not run since their last read (the sampler knows from their CPU
+    /// time), by `thread_id` (their `pthread_t`, which every version records and no PID
+    /// namespace changes), with the innermost frame that read found: one whose thread
+    /// state still names that frame, and that does not hold the GIL, is not walked again
+    /// (`ThreadSnapshot::unchanged`): a thread's stack changes only when it runs.
+    pub reuse: HashMap<u64, u64>,
+    /// Kernel ids (ours) of threads by `thread_id`, as an earlier snapshot matched them:
+    /// before 3.11 a thread state does not record its kernel id, and a stack to be read
+    /// again paused would otherwise pause every thread (waking those that wait, at a cost
+    /// of CPU charged to them).
+    pub tids_by_thread: HashMap<u64, i32>,
 }
 
 /// How stacks are read.
@@ -64,6 +75,8 @@ impl Default for SnapshotOptions {
             retries: 5,
             thread_names: true,
             pause_these: Vec::new(),
+            reuse: HashMap::new(),
+            tids_by_thread: HashMap::new(),
         }
     }
 }
@@ -111,6 +124,13 @@ pub struct ThreadSnapshot {
     /// With native frames (`dump --native`): the merged stack.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) native: Option<native::NativeView>,
+    /// Not walked: it did not run since its last read (`SnapshotOptions::reuse`), so its
+    /// stack is that read's (`frames` is empty).
+    #[serde(skip)]
+    pub(crate) unchanged: bool,
+    /// The innermost frame its thread state named when read.
+    #[serde(skip)]
+    pub(crate) top_frame: u64,
 }
 
 /// Every thread of a Python process at one moment.
@@ -190,13 +210,13 @@ pub(crate) fn snapshot(
         let read = if nonblocking {
             read_nonblocking(proc, walker, opts).and_then(|mut t| {
                 if opts.mode == ReadMode::Auto && t.iter().any(|(_, w, _)| w.is_err()) {
-                    reread_paused(proc, walker, &tids, &mut t)?;
+                    reread_paused(proc, walker, &tids, &opts.tids_by_thread, &mut t)?;
                 }
                 tag_native(&proc.mem, opcodes, &mut t);
                 Ok(t)
             })
         } else {
-            read_blocking(proc, walker, &tids, opcodes, native.as_mut())
+            read_blocking(proc, walker, &tids, &opts.reuse, opcodes, native.as_mut())
         };
         match read {
             // Python is starting up or shutting down (no interpreter yet, or no more).
@@ -290,6 +310,8 @@ fn thread_snapshots(
                 evals_open: w.evals_open,
                 anchors: w.anchors,
                 native: None,
+                unchanged: w.unchanged,
+                top_frame: raw.top_frame,
             }
         })
         .collect()
@@ -464,6 +486,7 @@ fn read_blocking(
     proc: &PythonProcess,
     walker: &mut StackWalker,
     tids: &[i32],
+    reuse: &HashMap<u64, u64>,
     opcodes: Option<&crate::python_bindings::opcodes::Opcodes>,
     mut native: Option<&mut (&mut NativeProcess, &mut Captures)>,
 ) -> Result<Vec<ThreadResult>> {
@@ -476,7 +499,7 @@ fn read_blocking(
             // starting with the pages the last snapshot needed, fetched in one request.
             let cache = ptrace::PageCache::new(&proc.mem);
             cache.prefetch(&walker.page_hint);
-            let read = read_all(proc, &cache, walker).map(|mut t| {
+            let read = read_all(proc, &cache, walker, reuse).map(|mut t| {
                 tag_native(&cache, opcodes, &mut t);
                 t
             });
@@ -497,16 +520,28 @@ fn read_blocking(
     }
 }
 
+/// Whether thread `t` is one [`SnapshotOptions::reuse`] lets go unread: it did not run
+/// since its last read, its thread state still names the frame that read started from, and
+/// it does not hold the GIL (a thread that holds it is about to run, if it is not running).
+fn is_unchanged(t: &stack::RawThread, reuse: &HashMap<u64, u64>) -> bool {
+    !t.holds_gil && reuse.get(&t.thread_id) == Some(&t.top_frame)
+}
+
 /// Reads everything while the threads are paused (one pause).
 fn read_all(
     proc: &PythonProcess,
     mem: &dyn ProcessMemory,
     walker: &mut StackWalker,
+    reuse: &HashMap<u64, u64>,
 ) -> Result<Vec<ThreadResult>> {
     let head = interp_head_checked(proc, mem)?;
     let raw = walker.threads(mem, head, gil_current(proc, mem)?)?;
     let mut out = Vec::with_capacity(raw.len());
     for t in raw {
+        if is_unchanged(&t, reuse) {
+            out.push((t, Ok(stack::Walk::unchanged()), None));
+            continue;
+        }
         let walk = match walker
             .walk_still(mem, t.tstate, t.top_frame)
             .and_then(|mut w| {
@@ -574,6 +609,10 @@ fn read_nonblocking(
     let stack_tries = if auto { 1 } else { opts.retries.max(1) };
     let mut skipped = false;
     for mut t in raw {
+        if is_unchanged(&t, &opts.reuse) {
+            out.push((t, Ok(stack::Walk::unchanged()), None));
+            continue;
+        }
         if auto && opts.pause_these.contains(&t.thread_id) {
             skipped = true;
             out.push((
@@ -752,22 +791,29 @@ fn reread_paused(
     proc: &PythonProcess,
     walker: &mut StackWalker,
     tids: &[i32],
+    tids_by_thread: &HashMap<u64, i32>,
     threads: &mut [ThreadResult],
 ) -> Result<()> {
     // Only a thread itself changes its stack: pausing the threads to re-read is enough,
-    // when their kernel ids are known (3.8+); else every thread is paused.
-    let inner: Option<Vec<i32>> = threads
+    // when their kernel ids are known (recorded in the thread state on 3.11+, else as an
+    // earlier snapshot matched them); else every thread is paused.
+    let failed: Vec<&stack::RawThread> = threads
         .iter()
         .filter(|(_, w, _)| w.is_err())
-        .map(|(t, _, _)| t.native_id)
+        .map(|(t, _, _)| t)
         .collect();
-    let only = inner.and_then(|inner| {
-        if !proc.tids.translates() {
-            return Some(inner);
+    let recorded: Option<Vec<i32>> = failed.iter().map(|t| t.native_id).collect();
+    let only = match recorded {
+        Some(inner) if !proc.tids.translates() => Some(inner),
+        Some(inner) => {
+            let map = proc.tids.inner_to_ours(tids);
+            inner.iter().map(|i| map.get(i).copied()).collect()
         }
-        let map = proc.tids.inner_to_ours(tids);
-        inner.iter().map(|i| map.get(i).copied()).collect()
-    });
+        None => failed
+            .iter()
+            .map(|t| tids_by_thread.get(&t.thread_id).copied())
+            .collect(),
+    };
     let paused = match &only {
         Some(ours) if ours.iter().all(|t| tids.contains(t)) => {
             PausedThreads::pause_threads(proc.pid, ours)

@@ -71,6 +71,19 @@ pub struct Walk {
     /// entry frame (3.12+, a local of `_PyEval_EvalFrameDefault`), or its `_PyCFrame`
     /// (3.11, read by `python::native::cframe_anchors`). Empty before 3.11.
     pub(crate) anchors: Vec<u64>,
+    /// Not walked: the thread did not run since its last read (see
+    /// `SnapshotOptions::reuse`); everything else is empty.
+    pub(crate) unchanged: bool,
+}
+
+impl Walk {
+    /// The walk of a thread left unread because it did not run since its last read.
+    pub(crate) fn unchanged() -> Walk {
+        Walk {
+            unchanged: true,
+            ..Walk::default()
+        }
+    }
 }
 
 /// Links followed from a thread's new innermost frame, when verifying a walk, to find where

@@ -233,6 +233,8 @@ mod tests {
                 evals_open: 0,
                 anchors: Vec::new(),
                 native: None,
+                unchanged: false,
+                top_frame: 0,
             }],
             native: None,
         }

@@ -163,6 +163,19 @@ impl CpuTracker {
         Some(run_ns.saturating_sub(prev.run_ns) as f64 * 1e-9)
     }
 
+    /// Whether `tid` used no CPU since its last reading (`run_ns`: its schedstat total
+    /// now). False for a thread not read before, and without schedstat (0: nothing to tell
+    /// by). The total moves at the scheduler's ticks and at context switches, so a thread
+    /// that woke and has run less than a tick may still look unchanged: the CPU it used
+    /// shows at a later sample.
+    pub(crate) fn unchanged(&self, tid: i32, run_ns: u64) -> bool {
+        run_ns != 0
+            && self
+                .last
+                .get(&tid)
+                .is_some_and(|(prev, _)| prev.run_ns == run_ns)
+    }
+
     /// The time `tid` spent since its last reading. The first reading of a thread yields
     /// zero (we do not know when its interval began).
     ///

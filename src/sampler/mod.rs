@@ -76,6 +76,9 @@ pub struct Stats {
     /// Ticks left without a sample to keep pauses at most [`PAUSED_MAX_HZ`] a second
     /// (default mode, while stacks change too fast to be read without pausing).
     pub thinned: u64,
+    /// Thread samples of threads that had not run since their last read: not read again
+    /// (their stack is that read's).
+    pub unchanged: u64,
     pub elapsed: Duration,
     /// Things the user should know about the recording (e.g. why there is no memory data).
     pub notes: Vec<String>,
@@ -112,6 +115,22 @@ pub struct Sampler {
     positions: Option<Vec<crate::gpu::Position>>,
     /// `--native`: the process's modules and the merge counts.
     native: Option<native::NativeSampling>,
+    /// Each thread's last stack read (not of a thread holding the GIL), by kernel id: what a
+    /// thread that has not run since is charged to without reading it again.
+    last_read: HashMap<i32, LastRead>,
+    /// Each thread's kernel id by `thread_id`, as the last snapshot matched them (see
+    /// `SnapshotOptions::tids_by_thread`).
+    last_tids: HashMap<u64, i32>,
+}
+
+/// A thread's stack as last read, and the frame its thread state named then.
+#[derive(Debug)]
+struct LastRead {
+    /// Its `pthread_t` (what a snapshot knows it by before its kernel id).
+    thread_id: u64,
+    top_frame: u64,
+    frames: Vec<crate::profile::Frame>,
+    in_native: Option<bool>,
 }
 
 /// How long a thread's user/system tick counts are reused: they advance in whole clock
@@ -145,6 +164,8 @@ impl Sampler {
             pauses: PauseSchedule::new(),
             positions: None,
             native: None,
+            last_read: HashMap::new(),
+            last_tids: HashMap::new(),
         }
         .with_handshake_range()
     }
@@ -229,10 +250,19 @@ impl Sampler {
             .keys()
             .map(|&t| (t, self.stat_cache.get(&t).map_or('R', |s| s.1)))
             .collect();
+        let reuse = self.reusable(&run_ns);
+        let tids_by_thread = self
+            .last_tids
+            .iter()
+            .filter(|(_, tid)| run_ns.contains_key(tid))
+            .map(|(&thread, &tid)| (thread, tid))
+            .collect();
         let opts = SnapshotOptions {
             mode: self.cfg.mode,
             pause_these,
             thread_names: false,
+            reuse,
+            tids_by_thread,
             ..Default::default()
         };
         let snap = match &mut self.native {
@@ -272,10 +302,40 @@ impl Sampler {
                 .collect();
             self.pauses.update(&outcome);
         }
+        self.last_tids = snap
+            .threads
+            .iter()
+            .filter_map(|t| Some((t.thread_id, t.native_id?)))
+            .collect();
         let mut seen = Vec::with_capacity(snap.threads.len());
-        for t in snap.threads {
+        for mut t in snap.threads {
             self.stats.paused_reads += t.read_paused as u64;
             let Some(tid) = t.native_id else { continue };
+            if t.unchanged {
+                self.stats.unchanged += 1;
+                let Some(last) = self.last_read.get(&tid) else {
+                    continue;
+                };
+                // It used no CPU: only time off the CPU (wall mode) or the GPU ledger's
+                // positions need where it is.
+                if !self.cfg.wall && self.positions.is_none() {
+                    continue;
+                }
+                t.frames = last.frames.clone();
+                t.in_native = last.in_native;
+            } else if t.error.is_none() && !t.holds_gil {
+                self.last_read.insert(
+                    tid,
+                    LastRead {
+                        thread_id: t.thread_id,
+                        top_frame: t.top_frame,
+                        frames: t.frames.clone(),
+                        in_native: t.in_native,
+                    },
+                );
+            } else {
+                self.last_read.remove(&tid);
+            }
             let Some(&ns) = run_ns.get(&tid) else {
                 continue;
             };
@@ -284,6 +344,23 @@ impl Sampler {
             }
         }
         Ok(Some((seen, tids)))
+    }
+
+    /// The threads a snapshot may leave unread (see `SnapshotOptions::reuse`): those whose
+    /// CPU time has not moved since their last sample, that were not running when last
+    /// looked at, and whose last read we keep; by `thread_id`, with the frame that read
+    /// started from.
+    fn reusable(&self, run_ns: &HashMap<i32, u64>) -> HashMap<u64, u64> {
+        self.last_read
+            .iter()
+            .filter(|(tid, _)| {
+                run_ns
+                    .get(tid)
+                    .is_some_and(|&ns| self.cpu.unchanged(**tid, ns))
+                    && self.stat_cache.get(tid).is_some_and(|s| s.1 != 'R')
+            })
+            .map(|(_, last)| (last.thread_id, last.top_frame))
+            .collect()
     }
 
     /// Every listed thread's total CPU time (schedstat: precise and cheap), nanoseconds; a
@@ -302,6 +379,7 @@ impl Sampler {
         self.cpu.retain(tids);
         self.files.retain(tids);
         self.stat_cache.retain(|t, _| tids.contains(t));
+        self.last_read.retain(|t, _| tids.contains(t));
         run_ns
     }
 
@@ -325,7 +403,11 @@ impl Sampler {
             .stat_cache
             .get(&tid)
             .is_some_and(|s| now.duration_since(s.0) < STAT_REFRESH);
-        if !t.holds_gil || !fresh {
+        // A thread that was not running when last looked at and has used no CPU since is
+        // still where it was: its state and tick counts too.
+        let still =
+            self.cpu.unchanged(tid, ns) && self.stat_cache.get(&tid).is_some_and(|s| s.1 != 'R');
+        if !still && (!t.holds_gil || !fresh) {
             let (state, u, st) = self.files.read_stat(self.proc.pid, tid)?;
             self.stat_cache.insert(tid, (now, state, u, st));
         }
@@ -521,6 +603,7 @@ fn profile_meta(
         },
         paused_max_hz: Some(PAUSED_MAX_HZ),
         profile_all: cfg.profile_all,
+        unchanged_reads: stats.unchanged,
         native: cfg.native.then(|| {
             let n = &stats.native;
             let all = n.merged + n.unmerged;

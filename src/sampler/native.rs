@@ -167,8 +167,9 @@ impl NativeSampling {
             let Some(view) = t.native.take() else {
                 continue;
             };
-            if t.error.is_some() {
-                // Lost either way (counted as an error by the sampler).
+            if t.error.is_some() || t.unchanged {
+                // Lost either way (counted as an error by the sampler); or not read, as it
+                // did not run since its last read (whose merged stack it keeps).
                 continue;
             }
             self.stale |= view.has_unknown_code();

@@ -372,6 +372,7 @@ impl ProcessTree {
         let mut errors = 0;
         let mut paused = 0;
         let mut thinned = 0;
+        let mut unchanged = 0;
         let mut kinds: BTreeMap<crate::python::Unread, u64> = BTreeMap::new();
         let mut native = super::native::MergeCounts::default();
         let live = self.tracked.values().filter_map(|t| match t {
@@ -382,6 +383,7 @@ impl ProcessTree {
             errors += st.errors;
             paused += st.paused_reads;
             thinned += st.thinned;
+            unchanged += st.unchanged;
             native.add(&st.native);
             for (k, n) in &st.error_kinds {
                 *kinds.entry(*k).or_insert(0) += n;
@@ -390,6 +392,7 @@ impl ProcessTree {
         self.stats.errors = errors;
         self.stats.paused_reads = paused;
         self.stats.thinned = thinned;
+        self.stats.unchanged = unchanged;
         self.stats.error_kinds = kinds;
         self.stats.native = native;
     }

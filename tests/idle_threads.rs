@@ -1,0 +1,89 @@
+//! Threads that do not run cost no stack read: fixtures/cpu/parked.py starts 50 threads that
+//! wait on an Event beside a busy main thread. On every interpreter of the matrix:
+//!   - `run --cpu-only`: the `work` line gets most of the time, and when the parked threads
+//!     used (next to) no CPU (the `park` line under 1%), at least 80% of their samples were
+//!     not read again (`unchanged_reads`): they had not run since their last read. (On 3.6
+//!     and 3.7 they do run: a stack read that fails validation is read again with every
+//!     thread paused, as their thread states do not say which kernel thread is whose, and
+//!     each pause wakes the parked threads for a moment; their CPU shows on the `park`
+//!     line, and they are read.)
+//!   - `run --cpu-only --wall`: the parked threads' waiting is still charged to the line
+//!     they wait on, from the stacks read when they parked: the `park` line holds at least
+//!     80% of the time (50 of 51 threads wait all along).
+
+mod common;
+
+use serde_json::Value;
+use std::process::Command;
+
+const THREADS: &str = "50";
+
+fn line_total(p: &Value, line: u64) -> f64 {
+    p["files"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|f| {
+            f["filename"]
+                .as_str()
+                .is_some_and(|n| n.ends_with("parked.py"))
+        })
+        .flat_map(|f| f["lines"].as_array().into_iter().flatten())
+        .filter(|l| l["line"].as_u64() == Some(line))
+        .map(|l| {
+            ["cpu_python_pct", "cpu_native_pct", "cpu_system_pct"]
+                .iter()
+                .map(|k| l[*k].as_f64().unwrap_or(0.0))
+                .sum::<f64>()
+        })
+        .sum()
+}
+
+fn record(py: &common::Interpreter, extra: &[&str]) -> Result<Value, String> {
+    let dir = common::tempdir("scalene-rs-idle");
+    let out = dir.join("p.json");
+    let mut cmd = Command::new(common::bin());
+    cmd.args(["run", "--cpu-only"])
+        .args(extra)
+        .arg("-o")
+        .arg(&out)
+        .arg("--")
+        .arg(&py.path)
+        .arg(common::fixture("cpu/parked.py"))
+        .args([THREADS, "2"]);
+    let r = common::run_limited(cmd, std::time::Duration::from_secs(60));
+    if r.code != Some(0) || !r.stdout.contains("done") {
+        return Err(format!("run {extra:?}: {}", r.describe()));
+    }
+    let text = std::fs::read_to_string(&out).map_err(|e| e.to_string())?;
+    let _ = std::fs::remove_dir_all(&dir);
+    serde_json::from_str(&text).map_err(|e| e.to_string())
+}
+
+#[test]
+fn threads_that_did_not_run_are_not_read_again() {
+    let fx = common::fixture("cpu/parked.py");
+    let (work, park) = (common::mark(&fx, "work"), common::mark(&fx, "park"));
+    let threads: u64 = THREADS.parse().unwrap();
+    common::for_each_interpreter_alone(|py| {
+        let p = record(py, &[])?;
+        let samples = p["samples"].as_u64().unwrap_or(0);
+        let unchanged = p["unchanged_reads"].as_u64().unwrap_or(0);
+        let parked_samples = threads * samples;
+        let share = unchanged as f64 / parked_samples.max(1) as f64;
+        let (w, k) = (line_total(&p, work), line_total(&p, park));
+        let mut summary = format!(
+            "cpu: work line {w:.1}%, park line {k:.1}%, {unchanged} of {parked_samples} parked thread samples not read again"
+        );
+        if w < 50.0 || (k < 1.0 && share < 0.8) {
+            return Err(summary);
+        }
+        let p = record(py, &["--wall"])?;
+        let k = line_total(&p, park);
+        summary.push_str(&format!("; wall: park line {k:.1}%"));
+        if k < 80.0 {
+            return Err(summary);
+        }
+        Ok(summary)
+    });
+}
