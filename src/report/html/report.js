@@ -206,6 +206,18 @@
           "↳ native: " + shown.map((n) => `${n[0]} ${pct(n[2]) || "<1%"}`).join(", ") + more));
       }
     }
+    // --native with memory: the native functions the line's allocations came from.
+    const mf = D.files[fi].mf && D.files[fi].mf[r.line];
+    if (mf && mf.length) {
+      const mb = (v) => (v < 10 ? v.toFixed(1) : v.toFixed(0)) + "M";
+      const shown = mf.filter((n) => n[2] >= 0.05).slice(0, 3);
+      const more = mf.length > shown.length ? ", …" : "";
+      const src = tr.querySelector("td.src");
+      if (src && shown.length) {
+        src.append(el("div", { class: "nf", title: mf.map((n) => `${n[0]} (${n[1]}): ${mb(n[2])}`).join("\n") },
+          "↳ allocated in: " + shown.map((n) => `${n[0]} ${mb(n[2])}`).join(", ") + more));
+      }
+    }
     return tr;
   }
   // A sortable table: clicking a heading sorts by it (numbers largest first, then
