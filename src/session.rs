@@ -275,7 +275,7 @@ fn record(
     // when the process tree finds the process and its ring. Without the command's own
     // process (a script that starts Python) and without following children, nobody reads
     // stacks, so its allocations must not wait for us.
-    let (mut fleet, _library) = match (memory, &cfg.memory) {
+    let (fleet, _library) = match (memory, &cfg.memory) {
         (Some(m), Some(mc)) => {
             if proc.is_none() && !cfg.follow_children {
                 m.ring.set_handshake(false);
@@ -296,6 +296,8 @@ fn record(
     if let Some(p) = proc {
         tree = tree.with_located(p);
     }
+    // `--native`: allocations get their native frames too, with the samplers' images.
+    let mut fleet = fleet.map(|f| f.with_native(tree.native_cache()));
     let mut exited = None;
     let rate = cfg.sampler.rate_hz;
     let mut gpu = cfg.gpu.as_ref().map(GpuRecording::start);
@@ -538,8 +540,12 @@ fn try_wait_exit(child: &std::process::Child) -> std::io::Result<Option<ExitStat
     let pid = child.id() as libc::pid_t;
     loop {
         let mut status: libc::c_int = 0;
+        // In the profiler's turn: a stop report of the program's main thread, paused by
+        // another of our threads (the memory reader's, under `--native`), is that pause's.
         // SAFETY: waitpid writes one int through a valid pointer.
-        let r = unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) };
+        let r = crate::ptrace::pause::with_turn(|| unsafe {
+            libc::waitpid(pid, &mut status, libc::WNOHANG)
+        });
         if r == 0 {
             return Ok(None);
         }
@@ -613,7 +619,6 @@ pub fn attach(cfg: &AttachConfig, progress: &mut dyn FnMut(&Stats)) -> Result<(P
     catch(&[Signal::SIGINT, Signal::SIGTERM, Signal::SIGHUP]);
     let mut notes = Vec::new();
     // Memory: each process's ring, taken over from the `run` that started the program.
-    let mut fleet = cfg.memory.clone().map(Fleet::for_attach);
     let cwd = crate::proc::cwd(cfg.pid);
     let start = Instant::now();
     let mut tree = ProcessTree::new(
@@ -623,6 +628,10 @@ pub fn attach(cfg: &AttachConfig, progress: &mut dyn FnMut(&Stats)) -> Result<(P
         cfg.locate.clone(),
     )
     .with_located(proc);
+    let mut fleet = cfg
+        .memory
+        .clone()
+        .map(|m| Fleet::for_attach(m).with_native(tree.native_cache()));
     let duration = cfg.duration;
     let mut gpu = cfg.gpu.as_ref().map(GpuRecording::start);
     // `--duration` runs from when memory is settled (counted, or refused with its reason),

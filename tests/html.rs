@@ -243,6 +243,7 @@ pub fn synthetic_profile() -> Profile {
                     mem_avg_mb: 1.0,
                     mem_timeline: (0..10).map(|_| rng.below(50) as f64 / 10.0).collect(),
                     copy_mb_s: rng.below(20) as f64 / 10.0,
+                    mem_native_functions: Vec::new(),
                 }),
                 gpu: None,
                 native_functions: Vec::new(),

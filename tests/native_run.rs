@@ -7,13 +7,14 @@
 //! the first one's share (`truth`, about 0.75), then alternates the `native` line (that C
 //! call, turn counts drawn at random so that no sampling rate falls in step) with the
 //! `python` line (bytecode only). The recording must:
-//!   - merge native and Python frames in at least 99.5% of its thread samples (the samples
-//!     taken in the few milliseconds between the extension's import and the profiler's
-//!     next look at the process's map cannot be merged: they are counted, not guessed);
-//!   - list `burn_alpha` and `burn_beta` first among the `native` line's native functions,
-//!     together at least 80% of its native time, `burn_alpha`'s share of the two within 10
-//!     points of the truth (about 300 samples of the two: a binomial standard error of 2.5
-//!     points; measured 71.7–80.6% over six runs against 74.5–75.5%);
+//!   - merge native and Python frames in at least 99.5% of its thread samples (a sample
+//!     caught as a thread starts or ends a call, or whose kernel id was not matched yet,
+//!     cannot be merged: it is counted, not guessed; 100% in most runs);
+//!   - list `burn_alpha` and `burn_beta` among the `native` line's native functions; of the
+//!     line's native samples, at least 90% in those two, `burn_alpha`'s share of them
+//!     within 10 points of the truth (about 300 samples of the two: a binomial standard
+//!     error of 2.5 points; measured 73.6–79.3% against 74.1–75.8%, 86.5% against 86.4%
+//!     on the free-threaded build);
 //!   - list next to nothing under the `python` line (its time is Python's);
 //!   - keep stacks that read, innermost first, `burn_alpha`, `burn` (both in the
 //!     extension's module), only native frames, then `native_part` at the `native` line;
@@ -38,7 +39,7 @@ const RUN_TIMEOUT: Duration = Duration::from_secs(90);
 /// Seconds the fixture loops for.
 const SECONDS: &str = "3";
 /// The least share of thread samples merged.
-const MIN_MERGE_PCT: f64 = 99.8;
+const MIN_MERGE_PCT: f64 = 99.5;
 /// Allowed distance, in points, between burn_alpha's measured and true share.
 const SHARE_TOLERANCE: f64 = 10.0;
 
@@ -115,13 +116,14 @@ fn check_profile(p: &Value, truth: f64) -> Result<String, String> {
         })
         .collect();
     let listed = format!("native {native:.1}%: {fns:?}");
-    match fns.as_slice() {
-        [(a, am, _), (b, bm, _), ..]
-            if *a == "burn_alpha"
-                && *b == "burn_beta"
-                && am.starts_with("burnext")
-                && bm.starts_with("burnext") => {}
-        _ => return Err(format!("the native line's functions: {listed}")),
+    // Both listed, from the extension (their order by seconds is left to the split by
+    // samples below: on a loaded machine one late sample can carry tens of milliseconds).
+    let listed_from_ext = |name: &str| {
+        fns.iter()
+            .any(|(f, m, _)| *f == name && m.starts_with("burnext"))
+    };
+    if !listed_from_ext("burn_alpha") || !listed_from_ext("burn_beta") {
+        return Err(format!("the native line's functions: {listed}"));
     }
     // The split by function, in samples: each sample's weight is the CPU time its thread
     // used since the one before, which a busy machine makes lumpy (one late sample carries

@@ -14,6 +14,10 @@ pub const HANDSHAKE_STARTING: u32 = 0;
 pub const HANDSHAKE_ON: u32 = 1;
 /// The profiler does not answer: never wait.
 pub const HANDSHAKE_OFF: u32 = 2;
+/// Longest a thread waits in the handshake, from its event's time on (the producer's
+/// deadline is at least this far past `time_ns`): a consumer that has stopped the thread
+/// before then has stopped it inside the wait.
+pub const HANDSHAKE_WAIT_NS: u64 = 5_000_000;
 
 /// "SCLNRING" little-endian.
 pub const MAGIC: u64 = u64::from_le_bytes(*b"SCLNRING");

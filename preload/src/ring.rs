@@ -19,7 +19,7 @@ use core::sync::atomic::{
 };
 
 /// Longest a thread waits for the profiler to read its stack.
-pub const HANDSHAKE_WAIT_NS: i64 = 5_000_000;
+pub const HANDSHAKE_WAIT_NS: i64 = layout::HANDSHAKE_WAIT_NS as i64;
 /// Unanswered handshakes in a row (with no answer at all in between, even a late one) after
 /// which the library stops waiting although the profiler still runs: a hung profiler costs
 /// the program at most this many waits. A profiler that is gone ends the waiting at the

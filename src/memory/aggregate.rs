@@ -9,9 +9,14 @@
 //! Must not: read process memory or format output.
 
 use super::ring::{Event, What};
-use crate::profile::{Leak, LineMemory, MemoryStack, MemorySummary, Profile};
+use crate::profile::{
+    Leak, LineMemory, MemoryNativeMeta, MemoryStack, MemorySummary, NativeAllocation, Profile,
+    NATIVE_FUNCTIONS_PER_LINE,
+};
 use crate::python::Frame;
+use crate::sampler::native::MergeCounts;
 use std::collections::HashMap;
+use std::sync::Arc;
 
 const MB: f64 = 1024.0 * 1024.0;
 /// Points of a line's footprint timeline in the profile.
@@ -42,6 +47,9 @@ struct LineAcc {
     /// counts those up to the footprint's peak: frees at exit do not clear a leak).
     sampled_at: Vec<u64>,
     freed_at: Vec<u64>,
+    /// `--native`: bytes of its sampled allocations by the native function that made them
+    /// (function, module): the innermost frame of a handshake's stack, machinery dropped.
+    native: HashMap<(Arc<str>, Arc<str>), f64>,
 }
 
 /// (ns, bytes) points, decimated to stay bounded.
@@ -84,6 +92,8 @@ pub(crate) struct MemoryAggregator {
     unattributed_mb: f64,
     /// Bytes allocated by each full stack.
     stacks: HashMap<Vec<Frame>, f64>,
+    /// `--native`: handshakes whose stack got its native frames, and those that did not.
+    native: Option<MergeCounts>,
 }
 
 impl LineAcc {
@@ -105,8 +115,24 @@ impl LineAcc {
             },
             mem_timeline: slices(&self.timeline.0, start, span),
             copy_mb_s: self.copied / MB / duration_s,
+            mem_native_functions: top_native(&self.native),
         }
     }
+}
+
+/// A line's native functions by bytes, most first (then by name), at most
+/// [`NATIVE_FUNCTIONS_PER_LINE`].
+fn top_native(by: &HashMap<(Arc<str>, Arc<str>), f64>) -> Vec<NativeAllocation> {
+    let mut all: Vec<_> = by.iter().collect();
+    all.sort_by(|a, b| b.1.total_cmp(a.1).then_with(|| a.0.cmp(b.0)));
+    all.into_iter()
+        .take(NATIVE_FUNCTIONS_PER_LINE)
+        .map(|((function, module), &bytes)| NativeAllocation {
+            function: function.to_string(),
+            module: module.to_string(),
+            mb: bytes / MB,
+        })
+        .collect()
 }
 
 impl MemoryAggregator {
@@ -179,6 +205,27 @@ impl MemoryAggregator {
         }
     }
 
+    /// `--native`: charges an allocation's bytes to the native function that made it, the
+    /// innermost frame of `frames` when it is native (a handshake's stack; an event sent
+    /// without waiting carries Python frames alone), under its `line`.
+    pub(crate) fn add_native_leaf(&mut self, e: &Event, line: &LineKey, frames: &[Frame]) {
+        let (What::Alloc { bytes, .. }, Some(leaf)) = (e.what, frames.first()) else {
+            return;
+        };
+        if !leaf.native {
+            return;
+        }
+        let l = self.lines.entry(line.clone()).or_default();
+        *l.native
+            .entry((leaf.function.clone(), leaf.filename.clone()))
+            .or_default() += bytes as f64;
+    }
+
+    /// `--native`: how the handshakes' native stacks went.
+    pub(crate) fn set_native_counts(&mut self, counts: MergeCounts) {
+        self.native = Some(counts);
+    }
+
     /// Bytes allocated in all (its sampled windows).
     pub(crate) fn alloc_bytes(&self) -> f64 {
         self.total_alloc
@@ -230,6 +277,9 @@ impl MemoryAggregator {
             for (frames, bytes) in agg.stacks {
                 *out.stacks.entry(frames).or_insert(0.0) += bytes;
             }
+            if let Some(n) = &agg.native {
+                out.native.get_or_insert_with(MergeCounts::default).add(n);
+            }
             footprints.push((agg.footprint.0, end));
             for (key, acc) in agg.lines {
                 lines.entry(key).or_default().push((acc, end));
@@ -249,6 +299,9 @@ impl MemoryAggregator {
                 m.peak = m.peak.max(acc.peak);
                 m.sampled_at.extend(acc.sampled_at);
                 m.freed_at.extend(acc.freed_at);
+                for (f, bytes) in acc.native {
+                    *m.native.entry(f).or_default() += bytes;
+                }
                 if !acc.timeline.0.is_empty() {
                     timelines.push((acc.timeline.0, end));
                 }
@@ -381,6 +434,11 @@ impl MemoryAggregator {
             handshake_wait_ms: ring.handshake_wait_ns as f64 / 1e6,
             stacks: self.memory_stacks(),
             since_attach: false,
+            native: self.native.as_ref().map(|n| MemoryNativeMeta {
+                native_stacks: n.merged,
+                python_only_stacks: n.unmerged,
+                python_only_reasons: n.reasons.clone(),
+            }),
         });
     }
 

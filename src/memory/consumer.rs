@@ -6,10 +6,12 @@
 //! `run`: the ring and the written library ([`MemorySetup`]), and finding the rings of a
 //! program whose `run` is gone, for `attach` ([`ring_of_program`], [`take_over_ring`]).
 //! Must not: pause the target's threads (only the allocating thread waits, in its own
-//! futex) or take longer than needed per event: the program waits for our answer.
+//! futex; with `--native` that thread alone is stopped for the copy of its native stack,
+//! `native.rs`) or take longer than needed per event: the program waits for our answer.
 
 use super::aggregate::{LineKey, MemoryAggregator, RingTotals};
 pub use super::config::{MemoryConfig, PythonAllocator};
+use super::native::{NativeStacks, SharedCache};
 use super::preload::{preload_env, PreloadFile};
 use super::ring::{self, layout, Ring, What};
 use crate::python::{Frame, PythonProcess, ThreadReader};
@@ -95,11 +97,14 @@ pub(crate) struct MemoryRecorder {
 
 impl MemoryRecorder {
     /// Starts reading `ring` for the process `proc` (a handle of its own, see
-    /// [`PythonProcess::reopen`]); handshakes are answered from now on.
+    /// [`PythonProcess::reopen`]); handshakes are answered from now on. `native` (with
+    /// `--native`, images shared with the samplers): each handshake's stack gets its
+    /// native frames.
     pub(crate) fn start(
         mut ring: Ring,
         proc: Option<PythonProcess>,
         cfg: MemoryConfig,
+        native: Option<SharedCache>,
     ) -> MemoryRecorder {
         let stop = Arc::new(AtomicBool::new(false));
         let stop2 = stop.clone();
@@ -109,7 +114,7 @@ impl MemoryRecorder {
         };
         let handle = std::thread::Builder::new()
             .name(name)
-            .spawn(move || consume(&mut ring, proc, &cfg, &stop2))
+            .spawn(move || consume(&mut ring, proc, &cfg, native, &stop2))
             .expect("spawning the memory thread");
         MemoryRecorder { stop, handle }
     }
@@ -131,6 +136,7 @@ fn consume(
     ring: &mut Ring,
     proc: Option<PythonProcess>,
     cfg: &MemoryConfig,
+    native: Option<SharedCache>,
     stop: &AtomicBool,
 ) -> (MemoryAggregator, RingTotals) {
     let mut agg = MemoryAggregator::new();
@@ -138,6 +144,16 @@ fn consume(
         let r = ThreadReader::new(&p);
         (p, r)
     });
+    // The modules are read before the handshakes start: the program's first events wait
+    // for us (bounded) while we get ready, its later ones would time out.
+    let mut native = match (native, &reader) {
+        (Some(cache), Some((p, _))) => {
+            let mut n = NativeStacks::new(cache);
+            n.prepare(p);
+            Some(n)
+        }
+        _ => None,
+    };
     ring.set_handshake(reader.is_some());
     let mut bell = 0;
     // Handshakes answered, and how long their threads waited in all (from the event's
@@ -160,10 +176,19 @@ fn consume(
         while end.is_none_or(|end| ring.tickets().0 < end) {
             let Some(e) = ring.next_event() else { break };
             any = true;
-            let frames = match e.what {
-                What::Alloc { .. } | What::Copy { .. } => {
-                    stack_of_event(&e, reader.as_mut(), &mut carried)
+            let stacked = matches!(e.what, What::Alloc { .. } | What::Copy { .. });
+            // `--native`, a thread that waits: stopped for its native stack (copied now,
+            // unwound after the answer).
+            let waiting = match (&mut native, reader.as_mut()) {
+                (Some(n), Some((p, r))) if stacked && e.wants_ack => n.take(p, r, &e),
+                _ => None,
+            };
+            let mut frames = match &waiting {
+                Some(Ok(w)) => {
+                    remember(&mut carried, e.tid, e.time_ns, &w.thread.frames);
+                    None
                 }
+                _ if stacked => stack_of_event(&e, reader.as_mut(), &mut carried),
                 _ => None,
             };
             ring.ack(&e);
@@ -171,7 +196,17 @@ fn consume(
                 handshakes += 1;
                 waited_ns += layout::now_ns().saturating_sub(e.time_ns);
             }
+            if let (Some(n), Some((p, _)), Some(w)) = (&mut native, &reader, waiting) {
+                match w {
+                    Ok(w) => frames = Some(n.finish(p, &w).unwrap_or_else(|python| python)),
+                    // Read as without `--native` (above).
+                    Err(why) => n.counts.unmerged(&why),
+                }
+            }
             let line = frames.as_deref().and_then(|f| line_of(f, cfg.profile_all));
+            if let (Some(f), Some(l)) = (&frames, &line) {
+                agg.add_native_leaf(&e, l, f);
+            }
             agg.add(&e, line);
             if let Some(f) = &frames {
                 agg.add_stack(&e, f);
@@ -210,6 +245,9 @@ fn consume(
         handshakes,
         handshake_wait_ns: waited_ns,
     };
+    if let Some(n) = native {
+        agg.set_native_counts(n.counts);
+    }
     (agg, totals)
 }
 
@@ -251,10 +289,7 @@ fn stack_of_event(
     let read = reader.and_then(|(p, r)| r.stack_of(p, e.tid, !e.wants_ack).ok().flatten());
     match read {
         Some(frames) => {
-            if carried.len() > 4096 {
-                carried.clear();
-            }
-            carried.insert(e.tid, (e.time_ns, frames.clone()));
+            remember(carried, e.tid, e.time_ns, &frames);
             Some(frames)
         }
         None if !e.wants_ack && age.is_some_and(|a| a < CARRY_FOR_NS) => {
@@ -262,6 +297,16 @@ fn stack_of_event(
         }
         None => None,
     }
+}
+
+/// Keeps thread `tid`'s Python stack read at `at` for its events sent without waiting
+/// (see [`stack_of_event`]). Python frames alone: a native stack is read only while the
+/// thread waits, and the next allocations of the thread may come from another C function.
+fn remember(carried: &mut HashMap<i32, (u64, Vec<Frame>)>, tid: i32, at: u64, frames: &[Frame]) {
+    if carried.len() > 4096 {
+        carried.clear();
+    }
+    carried.insert(tid, (at, frames.to_vec()));
 }
 
 /// The line of a stack: its innermost frame, or with library folding the innermost frame
@@ -291,7 +336,7 @@ mod tests {
             .unwrap();
         // SAFETY: a shared mapping of the ring file; every access goes through atomics.
         let map = unsafe { memmap2::MmapMut::map_mut(&file) }.unwrap();
-        let recorder = MemoryRecorder::start(ring, None, MemoryConfig::default());
+        let recorder = MemoryRecorder::start(ring, None, MemoryConfig::default(), None);
         let stop = Arc::new(AtomicBool::new(false));
         let written = Arc::new(AtomicU64::new(0));
         let producer = {

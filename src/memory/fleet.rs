@@ -13,6 +13,7 @@
 
 use super::aggregate::{MemoryAggregator, RingTotals};
 use super::consumer::{self, MemoryConfig, MemoryRecorder};
+use super::native::SharedCache;
 use super::ring::{self, layout, Ring};
 use crate::python::PythonProcess;
 use std::collections::{HashMap, HashSet};
@@ -76,6 +77,9 @@ pub(crate) struct Fleet {
     /// interpreter's allocator to be wrapped (None: Python 2, nothing to wait for), until
     /// the deadline.
     awaiting: Vec<(i32, Option<ring::PymemFlag>, std::time::Instant)>,
+    /// `--native`: images shared with the samplers; each recorder reads the native frames
+    /// of the allocations whose threads wait.
+    native: Option<SharedCache>,
 }
 
 /// How long `attach` waits for the interpreter to wrap its allocator after our library is in.
@@ -117,7 +121,15 @@ impl Fleet {
             announcements: Vec::new(),
             inject_since: HashMap::new(),
             awaiting: Vec::new(),
+            native: None,
         }
+    }
+
+    /// `--native`: the recorders read each waiting allocation's native frames, with images
+    /// from `cache` (the samplers').
+    pub(crate) fn with_native(mut self, cache: Option<SharedCache>) -> Fleet {
+        self.native = cache;
+        self
     }
 
     /// Whether image `serial` needs no more looking at (its ring is read, or will never come).
@@ -191,7 +203,7 @@ impl Fleet {
         }
         let path = ring.path().to_path_buf();
         let reader = proc.reopen().ok();
-        let recorder = MemoryRecorder::start(ring, reader, self.cfg.clone());
+        let recorder = MemoryRecorder::start(ring, reader, self.cfg.clone(), self.native.clone());
         self.live.insert(serial, recorder);
         Some(path)
     }
@@ -213,7 +225,8 @@ impl Fleet {
                 // Python 2 has no allocator API: its small objects count through pymalloc's
                 // arenas, as under `run`.
                 let wrapped = (proc.version.major >= 3).then(|| ring.python_allocator_flag());
-                let recorder = MemoryRecorder::start(ring, reader, self.cfg.clone());
+                let recorder =
+                    MemoryRecorder::start(ring, reader, self.cfg.clone(), self.native.clone());
                 self.live.insert(serial, recorder);
                 self.awaiting
                     .push((pid, wrapped, std::time::Instant::now() + ATTACH_SETTLE));

@@ -482,6 +482,23 @@ pub struct LineMemory {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub mem_timeline: Vec<f64>,
     pub copy_mb_s: f64,
+    /// `--native`: the native functions its sampled allocations came from (the innermost
+    /// frame of each handshake's stack, the allocation machinery's frames dropped), most
+    /// bytes first, at most [`NATIVE_FUNCTIONS_PER_LINE`].
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub mem_native_functions: Vec<NativeAllocation>,
+}
+
+/// A native function's share of a line's allocations.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct NativeAllocation {
+    /// Its symbol (demangled), or `module+0xSTART` when it has none.
+    pub function: String,
+    /// The file name of its module.
+    pub module: String,
+    /// MB of the sampled allocations it made (each sampled window's bytes, as the line's
+    /// `mem_alloc_mb`).
+    pub mb: f64,
 }
 
 impl LineMemory {
@@ -524,6 +541,21 @@ pub struct MemorySummary {
     /// in use then).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub since_attach: bool,
+    /// `--native`: how many handshakes' stacks got their native frames, and how many kept
+    /// their Python frames alone (with why).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub native: Option<MemoryNativeMeta>,
+}
+
+/// The native stacks of a `--native` recording's allocations, read at the handshakes.
+/// Events sent without waiting keep Python frames and are not counted here.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct MemoryNativeMeta {
+    pub native_stacks: u64,
+    pub python_only_stacks: u64,
+    /// Why stacks kept their Python frames alone, with how many each.
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub python_only_reasons: std::collections::BTreeMap<String, u64>,
 }
 
 /// A full stack (innermost first) and the bytes its sampled allocation windows stand for.

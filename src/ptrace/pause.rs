@@ -7,8 +7,16 @@
 //! again. If the profiler is killed (SIGKILL) the kernel detaches and resumes every tracee.
 //! A signal that arrives for a thread while it is stopped is handed back on detach.
 //!
-//! Must not: be used from more than one OS thread of the profiler (ptrace requests must come
-//! from the thread that attached).
+//! One profiler thread at a time holds threads stopped ([`with_turn`]): the sampler, or a
+//! memory reader stopping the one thread that waits in the handshake (`run --native`). A
+//! thread's ptrace stops are reported to a wait by *any* thread of the tracer's process, so
+//! a sampler's wait for the program's exit (or a reaping of dead threads) could take the
+//! stop report that another profiler thread's pause is waiting for, and that pause would
+//! wait forever with the target's thread stopped: waits on the program's threads take the
+//! same turn.
+//!
+//! Must not: be used from more than one OS thread of the profiler at once for the same
+//! pause (ptrace requests must come from the thread that attached).
 
 use crate::error::{Error, Result};
 use nix::sys::ptrace;
@@ -26,6 +34,55 @@ struct Seized {
 pub(crate) struct PausedThreads {
     seized: Vec<Seized>,
     old_mask: Option<SigSet>,
+    /// Held until every thread is let go and reaped (dropped after `Drop::drop` runs).
+    _turn: Turn,
+}
+
+/// The profiler's one turn at stopping threads and waiting for their reports (see the
+/// module's doc).
+static TURN: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+thread_local! {
+    /// This thread's hold on [`TURN`] and how many [`Turn`]s share it: a thread that
+    /// holds the turn may take it again (a pause inside a wait's turn) without deadlock.
+    static HELD: std::cell::RefCell<(usize, Option<std::sync::MutexGuard<'static, ()>>)> =
+        const { std::cell::RefCell::new((0, None)) };
+}
+
+/// A hold on the turn, given back when the last one of this thread drops.
+struct Turn;
+
+impl Turn {
+    fn take() -> Turn {
+        HELD.with(|h| {
+            let mut h = h.borrow_mut();
+            if h.0 == 0 {
+                // A thread that panicked holding it held nothing the turn protects.
+                h.1 = Some(TURN.lock().unwrap_or_else(|e| e.into_inner()));
+            }
+            h.0 += 1;
+        });
+        Turn
+    }
+}
+
+impl Drop for Turn {
+    fn drop(&mut self) {
+        HELD.with(|h| {
+            let mut h = h.borrow_mut();
+            h.0 -= 1;
+            if h.0 == 0 {
+                h.1 = None;
+            }
+        });
+    }
+}
+
+/// Runs `f` (a wait for, or a reaping of, the target's threads) in the profiler's turn:
+/// no other profiler thread holds threads stopped meanwhile (see the module's doc).
+pub(crate) fn with_turn<T>(f: impl FnOnce() -> T) -> T {
+    let _turn = Turn::take();
+    f()
 }
 
 pub(crate) fn termination_signals() -> SigSet {
@@ -128,6 +185,7 @@ impl PausedThreads {
         PausedThreads {
             seized: Vec::new(),
             old_mask,
+            _turn: Turn::take(),
         }
     }
 
@@ -310,6 +368,10 @@ fn is_our_child(tid: Pid) -> bool {
 /// process to end call it so a thread that died in one of our pauses cannot hold the
 /// process's exit back.
 pub(crate) fn reap_traced_zombies(pid: i32) {
+    with_turn(|| reap_traced_zombies_now(pid))
+}
+
+fn reap_traced_zombies_now(pid: i32) {
     let Ok(tids) = crate::proc::threads(pid) else {
         return;
     };

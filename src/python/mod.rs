@@ -10,7 +10,9 @@ pub mod linetable;
 mod native;
 mod process;
 pub(crate) use native::StackEntry;
-pub(crate) use native::{attach as attach_native, take_native_snapshot_with_states};
+pub(crate) use native::{
+    attach as attach_native, take_native_snapshot_with_states, waiting_view, NativeView,
+};
 pub use native::{check_can_stop, native_process, take_native_snapshot, take_native_snapshot_with};
 mod stack;
 mod strings;
@@ -988,6 +990,92 @@ impl ThreadReader {
         result
     }
 
+    /// `run --native`: the stack of thread `tid`, which waits in the handshake, with its
+    /// native frames. Stops that thread alone (the others run on), and once it is stopped
+    /// asks `still_waiting` whether it was stopped inside its wait (a thread whose wait
+    /// ended runs on elsewhere: its registers would not be the allocation's); then copies
+    /// its registers and stack and reads its Python stack with what the merge needs (the
+    /// calls of the evaluation loop, their marks), and lets it go. The unwinding and the
+    /// merge come after, from the copy ([`native::waiting_view`]).
+    ///
+    /// The thread usually sleeps in `FUTEX_WAIT` (after a short spin): a ptrace stop
+    /// interrupts the system call, which the kernel restarts when the thread resumes
+    /// without a signal to handle (`-ERESTART_RESTARTBLOCK`: `futex_wait_restart`, with the
+    /// wait's absolute deadline kept; signal(7) lists `FUTEX_WAIT` among the calls a stop
+    /// made fail with EINTR only up to Linux 2.6.21). The library's wait loop checks the
+    /// answer and its deadline again after every wake-up anyway, so even an early return
+    /// would only wait again.
+    pub(crate) fn waiting_native(
+        &mut self,
+        proc: &PythonProcess,
+        process: &mut NativeProcess,
+        tid: i32,
+        still_waiting: &dyn Fn() -> bool,
+    ) -> std::result::Result<Option<WaitingThread>, String> {
+        // The event names the thread by its id in the target's PID namespace; /proc and
+        // ptrace take ours.
+        let ours = if proc.tids.translates() {
+            let listed = crate::proc::threads(proc.pid).map_err(|e| e.to_string())?;
+            *proc
+                .tids
+                .inner_to_ours(&listed)
+                .get(&tid)
+                .ok_or("the thread is not in the process's list")?
+        } else {
+            tid
+        };
+        let paused = PausedThreads::pause_threads(proc.pid, &[ours])
+            .map_err(|e| format!("the thread could not be stopped: {e}"))?;
+        if !still_waiting() {
+            return Err("stopped after its wait ended".into());
+        }
+        let capture = process
+            .capture_all(&paused, &proc.mem)
+            .into_iter()
+            .find(|(t, _)| *t == ours)
+            .map(|(_, c)| c)
+            .unwrap_or_else(|| Err("the thread exited".into()))?;
+        let cache = ptrace::PageCache::new(&proc.mem);
+        if let Some(hint) = self.hints.get(&tid) {
+            cache.prefetch(hint);
+        }
+        let anchors = std::mem::replace(&mut self.walker.want_anchors, true);
+        let read = self.read_walk(proc, &cache, tid, false);
+        self.walker.want_anchors = anchors;
+        drop(paused);
+        if self.hints.len() >= MAX_HINTED_THREADS && !self.hints.contains_key(&tid) {
+            self.hints.clear();
+        }
+        self.hints.insert(tid, hint_from(&cache));
+        let Some((raw, w)) = read.map_err(|e| format!("the Python stack: {e}"))? else {
+            return Ok(None);
+        };
+        let thread = ThreadSnapshot {
+            thread_id: raw.thread_id,
+            native_id: Some(ours),
+            ns_native_id: (ours != tid).then_some(tid),
+            name: None,
+            holds_gil: raw.holds_gil,
+            idle: false,
+            in_native: None,
+            frames: w.frames,
+            truncated: w.truncated,
+            error: None,
+            interpreter: raw.interp_index,
+            read_paused: true,
+            evals: w.evals,
+            evals_open: w.evals_open,
+            anchors: w.anchors,
+            native: None,
+            unchanged: false,
+            top_frame: raw.top_frame,
+        };
+        Ok(Some(WaitingThread {
+            thread,
+            capture: Ok(capture),
+        }))
+    }
+
     fn read(
         &mut self,
         proc: &PythonProcess,
@@ -995,6 +1083,20 @@ impl ThreadReader {
         tid: i32,
         running: bool,
     ) -> Result<Option<Vec<Frame>>> {
+        Ok(self
+            .read_walk(proc, cache, tid, running)?
+            .map(|(_, w)| w.frames))
+    }
+
+    /// The walk of thread `tid` (see [`ThreadReader::stack_of`]), with the thread it was
+    /// found as; on 3.11 with its `_PyCFrame` marks when the walker wants anchors.
+    fn read_walk(
+        &mut self,
+        proc: &PythonProcess,
+        cache: &ptrace::PageCache,
+        tid: i32,
+        running: bool,
+    ) -> Result<Option<(stack::RawThread, Walk)>> {
         let walker = &mut self.walker;
         let head = interp_head_checked(proc, cache)?;
         let raw = walker.threads(cache, head, gil_current(proc, cache)?)?;
@@ -1034,6 +1136,17 @@ impl ThreadReader {
         if running && !walker.verify(&proc.mem, t.tstate, &mut w, None)? {
             return Ok(None);
         }
-        Ok(Some(w.frames))
+        if walker.want_anchors && w.anchors.is_empty() {
+            w.anchors = native::cframe_anchors(walker, cache, t.tstate)?;
+        }
+        Ok(Some((t, w)))
     }
+}
+
+/// A thread stopped in the handshake: its Python stack (as a snapshot's thread, with the
+/// merge's groups and marks) and its native registers and stack, copied.
+pub(crate) struct WaitingThread {
+    pub(crate) thread: ThreadSnapshot,
+    /// Always `Ok` (kept as a snapshot's capture is, for the merge).
+    pub(crate) capture: std::result::Result<crate::native::Capture, String>,
 }

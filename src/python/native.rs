@@ -2,7 +2,8 @@
 //! native frames is replaced by the Python frames it runs.
 //!
 //! Owns: [`take_native_snapshot`] (a paused snapshot with every thread's registers and
-//! stack copied in the same pause), [`merge`] (the rule, per version), [`attach`] (every
+//! stack copied in the same pause), [`waiting_view`] (one thread's, stopped in the memory
+//! handshake), [`merge`] (the rule, per version), [`attach`] (every
 //! thread of a snapshot given its merged stack, and the threads with no Python thread state
 //! their native one), what the snapshot carries of it ([`NativeView`], [`OtherThread`],
 //! [`NativeSummary`]), and reading 3.11's `_PyCFrame` chain ([`cframe_anchors`]).
@@ -515,6 +516,18 @@ pub(crate) fn attach(
         });
     }
     snap.native = Some(summary);
+}
+
+/// The native view of a thread stopped in the memory handshake
+/// ([`super::ThreadReader::waiting_native`]): its copy unwound and merged with its Python
+/// frames. Unwinding meets an extension mapped since `native`'s modules were read as code
+/// in no module ([`NativeView::has_unknown_code`]): read them again and call this again.
+pub(crate) fn waiting_view(
+    w: &super::WaitingThread,
+    native: &mut NativeProcess,
+    version: (u32, u32),
+) -> NativeView {
+    view_of(&w.thread, native, Some(&w.capture), version)
 }
 
 /// One Python thread's native view.

@@ -341,6 +341,25 @@ fn data(p: &Profile) -> Value {
             if !native.is_empty() {
                 v["nf"] = Value::Object(native);
             }
+            // `--native` with memory: the native functions each line's allocations came
+            // from, by line: [[function, module, MB]].
+            let allocated: serde_json::Map<String, Value> = f
+                .lines
+                .iter()
+                .filter_map(|l| Some((l.line, l.memory.as_ref()?)))
+                .filter(|(_, m)| !m.mem_native_functions.is_empty())
+                .map(|(line, m)| {
+                    let fns = m
+                        .mem_native_functions
+                        .iter()
+                        .map(|n| json!([n.function, n.module, num(n.mb, 2)]))
+                        .collect();
+                    (line.to_string(), Value::Array(fns))
+                })
+                .collect();
+            if !allocated.is_empty() {
+                v["mf"] = Value::Object(allocated);
+            }
             if !f.full_source.is_empty() {
                 v["full"] = json!(f.full_source);
             }

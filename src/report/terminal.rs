@@ -337,6 +337,29 @@ fn native_note(l: &LineProfile, width: usize) -> Option<String> {
     Some(truncate_end(&note, width))
 }
 
+/// The row under a line whose allocations were recorded with `--native`: the native
+/// functions they came from, `↳ allocated in: alloc_big 40M, PyList_New 2.1M, …`, cut to
+/// `width`; None when the line has none worth a cell (0.05 MB).
+fn allocated_note(l: &LineProfile, width: usize) -> Option<String> {
+    let all = l
+        .memory
+        .as_ref()
+        .map_or(&[][..], |m| &m.mem_native_functions[..]);
+    let shown: Vec<String> = all
+        .iter()
+        .map(|f| (f, mb_cell(f.mb)))
+        .filter(|(_, mb)| !mb.is_empty())
+        .take(NATIVE_SHOWN)
+        .map(|(f, mb)| format!("{} {mb}", f.function))
+        .collect();
+    if shown.is_empty() {
+        return None;
+    }
+    let more = if all.len() > shown.len() { ", …" } else { "" };
+    let note = format!("↳ allocated in: {}{more}", shown.join(", "));
+    Some(truncate_end(&note, width))
+}
+
 /// A percentage as the line cells write it, without padding.
 fn pct_text(v: f64) -> String {
     pct_cell(v).trim().to_string()
@@ -895,6 +918,9 @@ impl Renderer<'_> {
             let note_width = self.width.saturating_sub(NOTE_INDENT).max(MIN_TEXT);
             if let Some(note) = line.and_then(|l| native_note(l, note_width)) {
                 let _ = writeln!(out, "{}{}", " ".repeat(NOTE_INDENT), self.paint(DIM, &note));
+            }
+            if let Some(note) = line.and_then(|l| allocated_note(l, text_width)) {
+                let _ = writeln!(out, "{}{}", " ".repeat(prefix), self.paint(DIM, &note));
             }
         }
     }

@@ -50,7 +50,7 @@ impl MergeCounts {
         }
     }
 
-    fn unmerged(&mut self, why: &str) {
+    pub(crate) fn unmerged(&mut self, why: &str) {
         self.unmerged += 1;
         let why = without_addresses(why);
         let why = why.as_str();

@@ -141,6 +141,12 @@ impl ProcessTree {
         }
     }
 
+    /// `--native`: the images shared by the samplers (for the memory readers, which read
+    /// native stacks too).
+    pub(crate) fn native_cache(&self) -> Option<super::native::SharedCache> {
+        self.native_cache.clone()
+    }
+
     /// Starts with an interpreter already located (the session found the root's).
     pub(crate) fn with_located(mut self, proc: PythonProcess) -> Self {
         // A process `--gil` cannot follow (a free-threaded build) is left to the scan, which

@@ -197,21 +197,27 @@
     for (const c of COLS) tr.append(cell(c, r));
     return tr;
   }
-  // --native: the row under a line that says which native functions its native time went
-  // to (none when the line has none worth a tenth of a percent).
-  function nativeRow(fi, r) {
-    const nf = D.files[fi].nf && D.files[fi].nf[r.line];
-    const shown = nf ? nf.filter((n) => n[2] >= 0.1).slice(0, 3) : [];
-    if (!shown.length) return null;
-    const more = nf.length > shown.length ? ", …" : "";
-    const text = "↳ native: " + shown.map((n) => `${n[0]} ${pct(n[2]) || "<1%"}`).join(", ") + more;
-    const tr = el("tr", { class: "nf" });
-    tr.dataset.line = r.line;
-    tr.append(el("td", {}), el("td", {
-      colspan: COLS.length - 1,
-      title: nf.map((n) => `${n[0]} (${n[1]}): ${pct(n[2]) || "<1%"}`).join("\n"),
-    }, text));
-    return tr;
+  // --native: rows under a line that say which native functions its native time went to
+  // (`nf`), and which its allocations came from (`mf`, with memory); none for a line with
+  // nothing worth showing.
+  function nativeRows(fi, r) {
+    const rows = [];
+    const add = (list, min, label, fmt) => {
+      const shown = list ? list.filter((n) => n[2] >= min).slice(0, 3) : [];
+      if (!shown.length) return;
+      const more = list.length > shown.length ? ", …" : "";
+      const tr = el("tr", { class: "nf" });
+      tr.dataset.line = r.line;
+      tr.append(el("td", {}), el("td", {
+        colspan: COLS.length - 1,
+        title: list.map((n) => `${n[0]} (${n[1]}): ${fmt(n[2])}`).join("\n"),
+      }, label + shown.map((n) => `${n[0]} ${fmt(n[2])}`).join(", ") + more));
+      rows.push(tr);
+    };
+    const f = D.files[fi];
+    add(f.nf && f.nf[r.line], 0.1, "↳ native: ", (v) => pct(v) || "<1%");
+    add(f.mf && f.mf[r.line], 0.05, "↳ allocated in: ", (v) => (v < 10 ? v.toFixed(1) : v.toFixed(0)) + "M");
+    return rows;
   }
   // A sortable table: clicking a heading sorts by it (numbers largest first, then
   // smallest first on a second click; text and line numbers ascending first).
@@ -271,8 +277,7 @@
         }
         prev = r.line;
         frag.append(lineRow(fi, r));
-        const nr = nativeRow(fi, r);
-        if (nr) frag.append(nr);
+        for (const nr of nativeRows(fi, r)) frag.append(nr);
       }
       tb.append(frag);
       table.append(tb);
