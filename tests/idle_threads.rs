@@ -19,24 +19,12 @@ use std::process::Command;
 const THREADS: &str = "50";
 
 fn line_total(p: &Value, line: u64) -> f64 {
-    p["files"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter(|f| {
-            f["filename"]
-                .as_str()
-                .is_some_and(|n| n.ends_with("parked.py"))
-        })
-        .flat_map(|f| f["lines"].as_array().into_iter().flatten())
-        .filter(|l| l["line"].as_u64() == Some(line))
-        .map(|l| {
-            ["cpu_python_pct", "cpu_native_pct", "cpu_system_pct"]
-                .iter()
-                .map(|k| l[*k].as_f64().unwrap_or(0.0))
-                .sum::<f64>()
-        })
-        .sum()
+    common::profile_line(p, "parked.py", line).map_or(0.0, |l| {
+        ["cpu_python_pct", "cpu_native_pct", "cpu_system_pct"]
+            .iter()
+            .map(|k| l[*k].as_f64().unwrap_or(0.0))
+            .sum()
+    })
 }
 
 fn record(py: &common::Interpreter, extra: &[&str]) -> Result<Value, String> {

@@ -31,10 +31,7 @@
 
 mod common;
 
-use common::spinext::{compile_fixture, sysconfig};
-use common::Interpreter;
 use serde_json::Value;
-use std::path::PathBuf;
 use std::process::Command;
 use std::time::Duration;
 
@@ -51,34 +48,9 @@ const MIN_NATIVE_SHARE: f64 = 0.6;
 /// the ratio to mean something.
 const MIN_MB: f64 = 10.0;
 
-/// Builds burnext for `interp` into a new directory under /tmp (where chrooted interpreters
-/// see it at the same path).
-fn build(interp: &Interpreter) -> Result<PathBuf, String> {
-    let (inc, suffix) = sysconfig(interp)?;
-    let dir = common::tempdir(&format!("scalene-rs-allocext-{}", interp.label));
-    compile_fixture(
-        interp,
-        &inc,
-        "native/burnext.c",
-        &dir.join(format!("burnext{suffix}")),
-        &[],
-    )?;
-    Ok(dir)
-}
-
 /// The line `n` of alloc.py in a profile.
 fn line(p: &Value, n: u64) -> Result<&Value, String> {
-    p["files"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter(|f| {
-            f["filename"]
-                .as_str()
-                .is_some_and(|n| n.ends_with("alloc.py"))
-        })
-        .flat_map(|f| f["lines"].as_array().into_iter().flatten())
-        .find(|l| l["line"].as_u64() == Some(n))
+    common::profile_line(p, "alloc.py", n)
         .ok_or_else(|| format!("line {n} of alloc.py is not in the profile"))
 }
 
@@ -191,7 +163,7 @@ fn run_native_gives_a_lines_allocations_to_the_c_functions_that_made_them() {
     let fixture = common::fixture("native/alloc.py");
     let alloc_line = common::mark(&fixture, "alloc");
     common::for_each_interpreter_alone(|py| {
-        let dir = build(py)?;
+        let dir = common::spinext::build_fixture_ext(py, "native/burnext.c", "burnext")?;
         let out = dir.join("p.json");
         let mut cmd = Command::new(BIN);
         cmd.args(["run", "--native", "-o"])

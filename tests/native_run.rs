@@ -27,10 +27,9 @@
 
 mod common;
 
-use common::spinext::{compile_fixture, sysconfig};
 use common::Interpreter;
 use serde_json::Value;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
@@ -42,21 +41,6 @@ const SECONDS: &str = "3";
 const MIN_MERGE_PCT: f64 = 99.5;
 /// Allowed distance, in points, between burn_alpha's measured and true share.
 const SHARE_TOLERANCE: f64 = 10.0;
-
-/// Builds burnext for `interp` into a new directory under /tmp (where chrooted interpreters
-/// see it at the same path).
-fn build(interp: &Interpreter) -> Result<PathBuf, String> {
-    let (inc, suffix) = sysconfig(interp)?;
-    let dir = common::tempdir(&format!("scalene-rs-burnext-{}", interp.label));
-    compile_fixture(
-        interp,
-        &inc,
-        "native/burnext.c",
-        &dir.join(format!("burnext{suffix}")),
-        &[],
-    )?;
-    Ok(dir)
-}
 
 /// The fixture's `truth` line: burn_alpha's share of the two functions' time, percent.
 fn truth(stdout: &str) -> Result<f64, String> {
@@ -70,17 +54,7 @@ fn truth(stdout: &str) -> Result<f64, String> {
 
 /// The line `n` of burn.py in a profile.
 fn line(p: &Value, n: u64) -> Result<&Value, String> {
-    p["files"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter(|f| {
-            f["filename"]
-                .as_str()
-                .is_some_and(|n| n.ends_with("burn.py"))
-        })
-        .flat_map(|f| f["lines"].as_array().into_iter().flatten())
-        .find(|l| l["line"].as_u64() == Some(n))
+    common::profile_line(p, "burn.py", n)
         .ok_or_else(|| format!("line {n} of burn.py is not in the profile"))
 }
 
@@ -255,7 +229,7 @@ fn run_native_splits_a_lines_c_time_by_function() {
     let fixture = common::fixture("native/burn.py");
     let native_line = common::mark(&fixture, "native");
     common::for_each_interpreter_alone(|py| {
-        let dir = build(py)?;
+        let dir = common::spinext::build_fixture_ext(py, "native/burnext.c", "burnext")?;
         let out = dir.join("p.json");
         let mut cmd = Command::new(BIN);
         cmd.args(["run", "--native", "--cpu-only", "--rate", "200", "-o"])
@@ -297,7 +271,7 @@ fn attach_native_splits_a_running_programs_c_time_by_function() {
 }
 
 fn attach_once(py: &Interpreter) -> Result<String, String> {
-    let dir = build(py)?;
+    let dir = common::spinext::build_fixture_ext(py, "native/burnext.c", "burnext")?;
     let fixture = common::fixture("native/burn.py");
     let dir_arg = dir.display().to_string();
     let mut target = common::start_fixture(py, &fixture, &[dir_arg, "8".to_string()], false)?;

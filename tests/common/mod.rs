@@ -492,3 +492,23 @@ impl Rng {
         self.next() % n
     }
 }
+
+/// Line `n` of the file whose name ends with `file` in a profile's JSON.
+#[allow(dead_code)]
+pub fn profile_line<'a>(
+    p: &'a serde_json::Value,
+    file: &str,
+    n: u64,
+) -> Option<&'a serde_json::Value> {
+    p["files"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|f| {
+            f["filename"]
+                .as_str()
+                .is_some_and(|name| name.ends_with(file))
+        })
+        .flat_map(|f| f["lines"].as_array().into_iter().flatten())
+        .find(|l| l["line"].as_u64() == Some(n))
+}

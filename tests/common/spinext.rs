@@ -220,3 +220,23 @@ impl Drop for Target {
         let _ = self.child.wait();
     }
 }
+
+/// Builds the C extension `fixture` (under fixtures/, e.g. "native/burnext.c"), named
+/// `module`, for `interp` into a new directory under /tmp (where chrooted interpreters see
+/// it at the same path); returns the directory (what the fixture puts on `sys.path`).
+pub fn build_fixture_ext(
+    interp: &Interpreter,
+    fixture: &str,
+    module: &str,
+) -> Result<PathBuf, String> {
+    let (inc, suffix) = sysconfig(interp)?;
+    let dir = super::tempdir(&format!("scalene-rs-{module}-{}", interp.label));
+    compile_fixture(
+        interp,
+        &inc,
+        fixture,
+        &dir.join(format!("{module}{suffix}")),
+        &[],
+    )?;
+    Ok(dir)
+}
