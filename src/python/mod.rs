@@ -14,6 +14,8 @@ pub(crate) use native::{attach as attach_native, take_native_snapshot_with_state
 pub use native::{check_can_stop, native_process, take_native_snapshot, take_native_snapshot_with};
 mod stack;
 mod strings;
+#[cfg(feature = "fuzzing")]
+pub(crate) use strings::TypeAddrs;
 pub(crate) mod version;
 
 use crate::error::{Error, Result};
