@@ -6,6 +6,8 @@
 # checks on.
 #
 #   tools/fuzz.sh [SECONDS_PER_TARGET [TARGET...]]     (default: 12 seconds, every target)
+#   tools/fuzz.sh --total SECONDS [TARGET...]          (what is left after the build, shared;
+#                                                       at least 3 s a target)
 #
 # Installs cargo-fuzz (pinned) under ~/.cache/scalene-rs/fuzz-tools once; builds into
 # ~/.cache/scalene-rs/fuzz-target (SCALENE_RS_FUZZ_TARGET_DIR overrides); what a run
@@ -17,8 +19,15 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-seconds="${1:-12}"
-shift || true
+total=
+if [ "${1:-}" = --total ]; then
+    total="$2"
+    shift 2
+    seconds=
+else
+    seconds="${1:-12}"
+    shift || true
+fi
 all=(line_table ring proc_maps elf profile_json stack_walk unwind)
 if [ "$#" -gt 0 ]; then targets=("$@"); else targets=("${all[@]}"); fi
 
@@ -38,6 +47,13 @@ flags=(--sanitizer none --release --debug-assertions --target-dir "$target_dir")
 cargo fuzz build "${flags[@]}"
 built=$(date +%s)
 echo "fuzz: built in $((built - start)) s"
+if [ -n "$total" ]; then
+    # About 2 s a target go to starting it (cargo-fuzz's check of the build, loading the
+    # corpora), outside libFuzzer's own time limit.
+    seconds=$(( (total - (built - start)) / ${#targets[@]} - 2 ))
+    [ "$seconds" -ge 3 ] || seconds=3
+    echo "fuzz: $seconds s a target (of $total s in all)"
+fi
 
 failed=()
 for t in "${targets[@]}"; do
