@@ -6,6 +6,9 @@
 
 mod elf;
 pub mod error;
+#[cfg(feature = "fuzzing")]
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod gpu;
 pub mod memory;
 pub mod native;

@@ -145,7 +145,9 @@ pub const ATTACH_NO_LIBC: i32 = -5;
 pub const ATTACH_BUSY: i32 = -6;
 
 /// One event. `seq` = ticket + 1 once the event is written (release); the consumer reads a
-/// slot only when its `seq` says it holds the ticket it expects.
+/// slot only when its `seq` says it holds the ticket it expects. Tickets wrap: never after
+/// 2^64 events in practice, but the header is the program's to write, and a tail of
+/// `u64::MAX` must not overflow the reader (the `ring` fuzz target's find).
 #[repr(C)]
 pub struct Slot {
     pub seq: AtomicU64,
@@ -188,7 +190,7 @@ impl Header {
             }
             match self.head.compare_exchange_weak(
                 head,
-                head + 1,
+                head.wrapping_add(1),
                 Ordering::AcqRel,
                 Ordering::Acquire,
             ) {
@@ -222,12 +224,12 @@ impl Slot {
         self.time_ns.store(e.time_ns, Ordering::Relaxed);
         self.ack.store(0, Ordering::Relaxed);
         self.wants_ack.store(e.wants_ack as u32, Ordering::Relaxed);
-        self.seq.store(ticket + 1, Ordering::Release);
+        self.seq.store(ticket.wrapping_add(1), Ordering::Release);
     }
 
     /// Reads the event of `ticket`, if it is written.
     pub fn read(&self, ticket: u64) -> Option<EventData> {
-        if self.seq.load(Ordering::Acquire) != ticket + 1 {
+        if self.seq.load(Ordering::Acquire) != ticket.wrapping_add(1) {
             return None;
         }
         Some(EventData {

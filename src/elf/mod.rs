@@ -83,7 +83,7 @@ impl ElfFile {
     }
 
     /// Parses ELF bytes that were read from `path`.
-    fn parse(path: &Path, data: &[u8]) -> Result<ElfFile> {
+    pub(crate) fn parse(path: &Path, data: &[u8]) -> Result<ElfFile> {
         let elf = goblin::elf::Elf::parse(data).map_err(|e| {
             Error::invalid_data(
                 format!("parsing ELF file {}", path.display()),

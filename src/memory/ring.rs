@@ -286,14 +286,33 @@ impl Ring {
         }
         // SAFETY: a shared mapping of the file; every access goes through atomics.
         let map = unsafe { MmapMut::map_mut(&file) }.map_err(|e| e.to_string())?;
-        // SAFETY: at least a header long (checked above), page-aligned, atomics only.
+        let capacity = Ring::check_header(&map, path, producer)?;
+        Ok(Ring {
+            path: path.to_path_buf(),
+            owned: false,
+            id: (meta.dev(), meta.ino()),
+            reader: false,
+            map: std::sync::Arc::new(map),
+            capacity,
+            stuck_since: None,
+        })
+    }
+
+    /// The capacity of the ring mapped at `map` (at least a header long) after checking its
+    /// header: this layout, slots inside the mapping, claimed by `producer`.
+    fn check_header(map: &MmapMut, path: &Path, producer: i32) -> Result<u64, String> {
+        // SAFETY: at least a header long (the caller checked), page-aligned, atomics only.
         let h = unsafe { &*(map.as_ptr() as *const Header) };
         let capacity = h.capacity.load(Ordering::Relaxed);
         if h.magic.load(Ordering::Acquire) != layout::MAGIC
             || h.version.load(Ordering::Relaxed) != layout::LAYOUT_VERSION
             || h.slot_bytes.load(Ordering::Relaxed) as usize != std::mem::size_of::<Slot>()
             || !capacity.is_power_of_two()
-            || layout::file_bytes(capacity) > map.len()
+            // Slots inside the mapping, without computing `file_bytes(capacity)`: the
+            // header is the program's to write, and a capacity of 2^58 or more overflowed
+            // it (a panic with overflow checks; without them it wrapped to a size that
+            // passed, and the first event read failed `slot`'s assertion).
+            || capacity > ((map.len() - layout::HEADER_BYTES) / std::mem::size_of::<Slot>()) as u64
         {
             return Err(format!(
                 "{} is not a ring this scalene-rs reads",
@@ -306,10 +325,26 @@ impl Ring {
                 path.display()
             ));
         }
+        Ok(capacity)
+    }
+
+    /// A ring over a private copy of `bytes` (the file's contents: header, then slots),
+    /// checked as [`Ring::open_checked`] checks a file, claimed by whichever producer its
+    /// header names; neither owned nor read for anyone (dropping it touches no file). The
+    /// fuzz target's way in to the header checks and [`Ring::next_event`].
+    #[cfg(any(test, feature = "fuzzing"))]
+    pub(crate) fn from_bytes(bytes: &[u8]) -> Result<Ring, String> {
+        let mut map =
+            MmapMut::map_anon(bytes.len().max(layout::HEADER_BYTES)).map_err(|e| e.to_string())?;
+        map[..bytes.len()].copy_from_slice(bytes);
+        let at = std::mem::offset_of!(Header, producer_pid);
+        let producer = i32::from_ne_bytes(map[at..at + 4].try_into().expect("4 bytes"));
+        let path = Path::new("");
+        let capacity = Ring::check_header(&map, path, producer)?;
         Ok(Ring {
             path: path.to_path_buf(),
             owned: false,
-            id: (meta.dev(), meta.ino()),
+            id: (0, 0),
             reader: false,
             map: std::sync::Arc::new(map),
             capacity,
@@ -409,7 +444,9 @@ impl Ring {
             let since = *self.stuck_since.get_or_insert_with(Instant::now);
             if since.elapsed() >= STUCK_SLOT {
                 self.stuck_since = None;
-                self.header().tail.store(tail + 1, Ordering::Release);
+                self.header()
+                    .tail
+                    .store(tail.wrapping_add(1), Ordering::Release);
             }
             return None;
         };
@@ -422,7 +459,9 @@ impl Ring {
             ticket: tail,
         };
         if !e.wants_ack {
-            self.header().tail.store(tail + 1, Ordering::Release);
+            self.header()
+                .tail
+                .store(tail.wrapping_add(1), Ordering::Release);
         }
         Some(e)
     }
@@ -446,7 +485,9 @@ impl Ring {
         s.ack.store(1, Ordering::Release);
         futex(&s.ack, libc::FUTEX_WAKE, i32::MAX as u32, None);
         self.header().answers.fetch_add(1, Ordering::Release);
-        self.header().tail.store(e.ticket + 1, Ordering::Release);
+        self.header()
+            .tail
+            .store(e.ticket.wrapping_add(1), Ordering::Release);
     }
 
     /// Waits up to `timeout` for a producer that wants an answer to ring the doorbell.

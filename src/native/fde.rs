@@ -27,8 +27,41 @@ pub(crate) fn function_start(image: &Image, svma: u64) -> Option<u64> {
         .ok()?;
     let table = parsed.table()?;
     let frame = EhFrame::new(&eh_bytes[..], LittleEndian);
-    let fde = table
-        .fde_for_address(&frame, &bases, svma, EhFrame::cie_from_offset)
+    // gimli's `fde_for_address`, step by step: its `pointer_to_offset` subtracts the
+    // `.eh_frame` address from the table's entry unchecked, and an entry below it (a
+    // damaged table; the `elf` fuzz target's find, fuzz/regressions/elf/) overflowed: a
+    // panic with overflow checks, a huge offset that failed later without.
+    let fde_ptr = table.lookup(svma, &bases).ok()?.direct().ok()?;
+    if fde_ptr < parsed.eh_frame_ptr().direct().ok()? {
+        return None;
+    }
+    let offset = table
+        .pointer_to_offset(gimli::Pointer::Direct(fde_ptr))
+        .ok()?;
+    let fde = frame
+        .fde_from_offset(&bases, offset, EhFrame::cie_from_offset)
         .ok()?;
     fde.contains(svma).then(|| fde.initial_address())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::image::{Bytes, Image};
+    use super::function_start;
+
+    #[test]
+    fn a_table_entry_below_eh_frame_gives_no_function_start() {
+        // The `elf` fuzz target's find: a small library whose `.eh_frame_hdr` table has
+        // an entry below `.eh_frame`; every address of its text is asked about.
+        let path = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/fuzz/regressions/elf/eh_frame_hdr_entry_below_eh_frame.so"
+        );
+        let image = Image::parse(path.into(), Bytes::Owned(std::fs::read(path).unwrap())).unwrap();
+        // Its section names are damaged too (no `.text`): the first pages, where its
+        // code is.
+        for svma in 0..0x3000 {
+            let _ = function_start(&image, svma);
+        }
+    }
 }

@@ -580,10 +580,15 @@ pub(crate) fn unwind_image_in_memory(mem: &dyn ProcessMemory, base: u64) -> Opti
         (1, 0x0b) => u64::try_from(field).ok()?,
         _ => return None,
     };
+    // The headers are the target's memory, anything at all: no sum of two of their fields
+    // may overflow (a segment at the top of the address space did: the `elf` fuzz
+    // target's find, fuzz/regressions/elf/).
     let segment = phdrs.iter().find(|p| {
-        p.p_type == PT_LOAD && p.p_vaddr <= eh_frame_svma && eh_frame_svma < p.p_vaddr + p.p_memsz
+        p.p_type == PT_LOAD && p.p_vaddr <= eh_frame_svma && eh_frame_svma - p.p_vaddr < p.p_memsz
     })?;
-    let eh_len = (segment.p_vaddr + segment.p_filesz)
+    let eh_len = segment
+        .p_vaddr
+        .checked_add(segment.p_filesz)?
         .checked_sub(eh_frame_svma)?
         .min(MAX_EH_FRAME);
     let mut bytes = hdr;
@@ -596,11 +601,11 @@ pub(crate) fn unwind_image_in_memory(mem: &dyn ProcessMemory, base: u64) -> Opti
         .min_by_key(|p| p.p_vaddr)?;
     let sections = UnwindSections {
         eh_frame_hdr: Some(Section {
-            svma: hdr_ph.p_vaddr..hdr_ph.p_vaddr + hdr_len as u64,
+            svma: hdr_ph.p_vaddr..hdr_ph.p_vaddr.checked_add(hdr_len as u64)?,
             file: 0..hdr_len,
         }),
         eh_frame: Some(Section {
-            svma: eh_frame_svma..eh_frame_svma + got as u64,
+            svma: eh_frame_svma..eh_frame_svma.checked_add(got as u64)?,
             file: hdr_len..hdr_len + got,
         }),
         ..UnwindSections::default()
@@ -638,6 +643,23 @@ mod tests {
             .unwrap()
             .start;
         (crate::ptrace::RemoteMemory::new(pid).unwrap(), base)
+    }
+
+    #[test]
+    fn headers_whose_fields_overflow_when_added_give_no_image() {
+        // The `elf` fuzz target's find: an image read from memory whose loaded segment
+        // ends past the top of the address space (p_vaddr + p_memsz overflowed).
+        let path = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/fuzz/regressions/elf/eh_frame_segment_at_the_top.so"
+        );
+        let base = 0x7f00_0000_0000;
+        let mem = crate::ptrace::BufferMemory {
+            base,
+            bytes: std::fs::read(path).unwrap(),
+        };
+        let _ = build_id_in_memory(&mem, base);
+        let _ = unwind_image_in_memory(&mem, base);
     }
 
     #[test]

@@ -17,6 +17,8 @@
 
 mod debuginfo;
 mod fde;
+#[cfg(feature = "fuzzing")]
+pub(crate) mod fuzz;
 mod image;
 mod modules;
 mod symbols;

@@ -66,6 +66,12 @@ pub(crate) fn capture(
 }
 
 impl Capture {
+    /// A capture made of its parts (the fuzz targets' way in).
+    #[cfg(feature = "fuzzing")]
+    pub(crate) fn from_parts(ip: u64, sp: u64, bp: u64, stack: Vec<u8>) -> Capture {
+        Capture { ip, sp, bp, stack }
+    }
+
     /// The addresses of the stack copied (from the stack pointer up).
     pub(crate) fn stack_range(&self) -> std::ops::Range<u64> {
         self.sp..self.sp + self.stack.len() as u64

@@ -273,13 +273,13 @@ impl ProcessMemory for RemoteMemory {
 
 /// A byte buffer that pretends to be an address space starting at `base` (for tests and
 /// for replaying captured memory).
-#[cfg(test)]
+#[cfg(any(test, feature = "fuzzing"))]
 pub(crate) struct BufferMemory {
     pub(crate) base: u64,
     pub(crate) bytes: Vec<u8>,
 }
 
-#[cfg(test)]
+#[cfg(any(test, feature = "fuzzing"))]
 impl ProcessMemory for BufferMemory {
     fn read(&self, addr: u64, buf: &mut [u8]) -> Result<()> {
         let start = addr.checked_sub(self.base).map(|s| s as usize);

@@ -17,6 +17,8 @@ pub use native::{check_can_stop, native_process, take_native_snapshot, take_nati
 mod stack;
 mod strings;
 mod thread_reader;
+#[cfg(feature = "fuzzing")]
+pub(crate) use strings::TypeAddrs;
 pub(crate) use thread_reader::{ThreadReader, WaitingThread};
 pub(crate) mod version;
 

@@ -714,3 +714,23 @@ fn a_strict_walk_excuses_only_the_thread_s_frame_from_executing() {
     }
     assert!(objects >= 5 && generators >= 2, "{objects} {generators}");
 }
+
+/// Writes the seeds of the `stack_walk` fuzz target (fuzz/corpus/stack_walk/, see
+/// `crate::fuzzing::stack_walk` for the format): the test thread of every layout, its
+/// address space cut after the last object. Run by hand when the layouts change:
+/// `cargo test --lib write_stack_walk_seeds -- --ignored`.
+#[test]
+#[ignore]
+fn write_stack_walk_seeds() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fuzz/corpus/stack_walk");
+    std::fs::create_dir_all(&dir).unwrap();
+    for l in layouts() {
+        let stack = Stack::new(l);
+        let pick = GENERATED.iter().position(|g| std::ptr::eq(*g, l)).unwrap() as u8;
+        let mut seed = vec![pick];
+        seed.extend_from_slice(&stack.tstate.to_le_bytes());
+        seed.extend_from_slice(&stack.frames[0].to_le_bytes());
+        seed.extend_from_slice(&stack.s.bytes[..(stack.s.next - BASE) as usize]);
+        std::fs::write(dir.join(format!("py{}", name(l).replace('.', ""))), seed).unwrap();
+    }
+}

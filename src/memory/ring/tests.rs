@@ -293,3 +293,51 @@ fn seq(e: &Event) -> u64 {
         other => panic!("not a test event: {other:?}"),
     }
 }
+
+#[test]
+fn a_header_whose_capacity_overflows_the_ring_size_is_refused() {
+    // The `ring` fuzz target's find (fuzz/regressions/ring/): magic, version 1, 64-byte
+    // slots, a capacity of 2^63. `file_bytes(capacity)` overflowed: a panic with overflow
+    // checks, and without them a size that wrapped below the file's and passed.
+    let found: [u8; 26] = [
+        0x53, 0x43, 0x4c, 0x4e, 0x52, 0x49, 0x4e, 0x47, 0x01, 0x00, 0x00, 0x00, 0x40, 0x00, 0x00,
+        0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x80, 0x00, 0x00,
+    ];
+    assert!(Ring::from_bytes(&found).is_err());
+    // Every power of two too large for the file, up to 2^63, with one event written.
+    let mut bytes = vec![0u8; layout::file_bytes(4)];
+    bytes[..8].copy_from_slice(&layout::MAGIC.to_ne_bytes());
+    bytes[8..12].copy_from_slice(&layout::LAYOUT_VERSION.to_ne_bytes());
+    bytes[12..16].copy_from_slice(&64u32.to_ne_bytes());
+    let head = std::mem::offset_of!(layout::Header, head);
+    bytes[head..head + 8].copy_from_slice(&1u64.to_ne_bytes());
+    for shift in 3..64 {
+        bytes[16..24].copy_from_slice(&(1u64 << shift).to_ne_bytes());
+        assert!(Ring::from_bytes(&bytes).is_err(), "capacity 2^{shift}");
+    }
+    bytes[16..24].copy_from_slice(&4u64.to_ne_bytes());
+    assert!(Ring::from_bytes(&bytes).is_ok());
+}
+
+#[test]
+fn tickets_wrap_at_the_end_of_the_counter() {
+    // The `ring` fuzz target's find (fuzz/regressions/ring/): a header whose tail is
+    // u64::MAX overflowed `ticket + 1` in the reader (a panic with overflow checks).
+    let mut bytes = vec![0u8; layout::file_bytes(4)];
+    bytes[..8].copy_from_slice(&layout::MAGIC.to_ne_bytes());
+    bytes[8..12].copy_from_slice(&layout::LAYOUT_VERSION.to_ne_bytes());
+    bytes[12..16].copy_from_slice(&64u32.to_ne_bytes());
+    bytes[16..24].copy_from_slice(&4u64.to_ne_bytes());
+    let tail = std::mem::offset_of!(layout::Header, tail);
+    bytes[tail..tail + 8].copy_from_slice(&u64::MAX.to_ne_bytes());
+    // The slot of ticket u64::MAX (index 3) is written: its seq is u64::MAX + 1 = 0.
+    let slot = layout::HEADER_BYTES + 3 * 64;
+    bytes[slot + 8..slot + 12].copy_from_slice(&layout::EV_FREE.to_ne_bytes());
+    bytes[slot + 16..slot + 24].copy_from_slice(&4096u64.to_ne_bytes());
+    let mut r = Ring::from_bytes(&bytes).unwrap();
+    let e = r.next_event().unwrap();
+    assert_eq!(e.ticket, u64::MAX);
+    assert_eq!(e.what, What::Free { bytes: 4096 });
+    assert_eq!(r.tickets(), (0, 0));
+    assert!(r.next_event().is_none());
+}
