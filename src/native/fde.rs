@@ -22,6 +22,9 @@ pub(crate) fn function_start(image: &Image, svma: u64) -> Option<u64> {
     if let Some(Section { svma: text, .. }) = &s.text {
         bases = bases.set_text(text.start);
     }
+    if !table_fits(&hdr_bytes) {
+        return None;
+    }
     let parsed = EhFrameHdr::new(&hdr_bytes[..], LittleEndian)
         .parse(&bases, 8)
         .ok()?;
@@ -44,10 +47,71 @@ pub(crate) fn function_start(image: &Image, svma: u64) -> Option<u64> {
     fde.contains(svma).then(|| fde.initial_address())
 }
 
+/// Bytes of a pointer of DWARF encoding `enc` (its low four bits; the fixed-size formats
+/// only: ULEB128 and the others are not used by `.eh_frame_hdr` writers we know).
+fn encoded_size(enc: u8) -> Option<usize> {
+    match enc & 0x0f {
+        0x02 | 0x0a => Some(2),
+        0x03 | 0x0b => Some(4),
+        0x04 | 0x0c => Some(8),
+        _ => None,
+    }
+}
+
+/// Whether `.eh_frame_hdr`'s search table holds as many entries as its header says: gimli
+/// 0.33's binary search multiplies that count by the entry size unchecked (an absurd count
+/// overflows: the `elf` fuzz target's find), so a table that claims more than its section
+/// holds is not searched. Header: version, three encodings (pointer to `.eh_frame`, entry
+/// count, table), the pointer, the count, then the table of (start, FDE) pairs.
+fn table_fits(hdr: &[u8]) -> bool {
+    let (Some(ptr), Some(count), Some(entry)) = (
+        hdr.get(1).copied().and_then(encoded_size),
+        hdr.get(2).copied().and_then(encoded_size),
+        hdr.get(3).copied().and_then(encoded_size),
+    ) else {
+        return false;
+    };
+    let at = 4 + ptr;
+    let Some(raw) = hdr.get(at..at + count) else {
+        return false;
+    };
+    let mut le = [0u8; 8];
+    le[..count].copy_from_slice(raw);
+    let entries = u64::from_le_bytes(le);
+    let room = (hdr.len() - at - count) as u64;
+    entries
+        .checked_mul(2 * entry as u64)
+        .is_some_and(|bytes| bytes <= room)
+}
+
 #[cfg(test)]
 mod tests {
     use super::super::image::{Bytes, Image};
     use super::function_start;
+
+    #[test]
+    fn a_table_that_claims_more_entries_than_it_holds_is_not_searched() {
+        // version 1; .eh_frame pointer pcrel|sdata4; count udata4; table datarel|sdata4
+        let mut hdr = vec![1u8, 0x1b, 0x03, 0x3b, 0, 0, 0, 0];
+        let with_count = |hdr: &[u8], n: u32, entries: usize| {
+            let mut h = hdr.to_vec();
+            h.extend_from_slice(&n.to_le_bytes());
+            h.extend(std::iter::repeat_n(0u8, 8 * entries));
+            h
+        };
+        assert!(super::table_fits(&with_count(&hdr, 2, 2)));
+        assert!(!super::table_fits(&with_count(&hdr, 3, 2)));
+        assert!(!super::table_fits(&with_count(&hdr, u32::MAX, 2)));
+        // udata8 count: 2^62 entries of 16 bytes overflow a u64.
+        hdr[2] = 0x04;
+        let mut h = hdr.clone();
+        h.extend_from_slice(&(1u64 << 62).to_le_bytes());
+        assert!(!super::table_fits(&h));
+        // A ULEB128 count (not fixed-size): not searched.
+        hdr[2] = 0x01;
+        assert!(!super::table_fits(&with_count(&hdr, 1, 1)));
+        assert!(!super::table_fits(&[1, 0x1b]));
+    }
 
     #[test]
     fn a_table_entry_below_eh_frame_gives_no_function_start() {
