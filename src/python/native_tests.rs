@@ -384,3 +384,41 @@ fn only_the_innermost_call_of_the_loop_may_have_no_python_frame_yet() {
     };
     assert!(merge(&native, &side, 3).is_err());
 }
+
+#[test]
+fn a_3_11_call_caught_before_it_links_its_first_frame_merges() {
+    // The innermost call of the loop (frame 1) has pushed its `_PyCFrame` (a mark) but not
+    // linked a Python frame: three marks, two calls with frames.
+    let native = stack(&["callee", EVAL, "call", EVAL, "call", EVAL, "main"]);
+    let frames = [py("f"), py("<module>")];
+    let side = PythonSide {
+        frames: &frames,
+        evals: &[1, 1],
+        open: 0,
+        truncated: false,
+        anchors: Some(&[inside(1), inside(3), inside(5)]),
+    };
+    assert_eq!(
+        words(&merge(&native, &side, 3).unwrap()),
+        [
+            "callee",
+            EVAL,
+            "call",
+            "py:f",
+            "call",
+            "py:<module>",
+            "main"
+        ]
+    );
+    // The extra mark not inner to the others' frames (or outside the stack): no guess.
+    let side = PythonSide {
+        anchors: Some(&[inside(5), inside(3), inside(1)]),
+        ..side
+    };
+    assert!(merge(&native, &side, 3).is_err());
+    let side = PythonSide {
+        anchors: Some(&[0x20000, inside(3), inside(5)]),
+        ..side
+    };
+    assert!(merge(&native, &side, 3).is_err());
+}
