@@ -1,9 +1,10 @@
 //! `run --native` / `attach --native`: every sample's threads read with their native
 //! frames merged with the Python ones.
 //!
-//! Owns: [`NativeSampling`] — one process's modules (read again when a sample meets code
-//! mapped since, at most once a second), the cache of images shared by the processes of a
-//! run, and the count of merged and unmerged thread samples with the reasons.
+//! Owns: [`NativeSampling`] — one process's modules (read again, and the sample unwound
+//! again, when a sample meets code mapped since; otherwise at most once a second), the
+//! cache of images shared by the processes of a run, and the count of merged and unmerged
+//! thread samples with the reasons.
 //! Must not: unwind, name or merge frames (`native`, `python::native` do), or charge time.
 
 use crate::native::{NativeCache, NativeProcess};
