@@ -57,18 +57,7 @@ fn line(p: &Value, n: u64) -> Result<&Value, String> {
 /// Checks a `--native` profile of alloc.py.
 fn check_profile(p: &Value, alloc_line: u64) -> Result<String, String> {
     let l = line(p, alloc_line)?;
-    let fns: Vec<(&str, &str, f64)> = l["mem_native_functions"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .map(|f| {
-            (
-                f["function"].as_str().unwrap_or(""),
-                f["module"].as_str().unwrap_or(""),
-                f["mb"].as_f64().unwrap_or(0.0),
-            )
-        })
-        .collect();
+    let fns = common::native_function_list(l, "mem_native_functions", "mb");
     let native = &p["memory"]["native"];
     let listed = format!(
         "line {:.1} MB: {fns:?}; memory.native: {native}",

@@ -77,18 +77,7 @@ fn check_profile(p: &Value, truth: f64) -> Result<String, String> {
     }
     let l = line(p, native_line)?;
     let native = pct(l, "cpu_native_pct");
-    let fns: Vec<(&str, &str, f64)> = l["native_functions"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .map(|f| {
-            (
-                f["function"].as_str().unwrap_or(""),
-                f["module"].as_str().unwrap_or(""),
-                pct(f, "pct"),
-            )
-        })
-        .collect();
+    let fns = common::native_function_list(l, "native_functions", "pct");
     let listed = format!("native {native:.1}%: {fns:?}");
     // Both listed, from the extension (their order by seconds is left to the split by
     // samples below: on a loaded machine one late sample can carry tens of milliseconds).

@@ -512,3 +512,25 @@ pub fn profile_line<'a>(
         .flat_map(|f| f["lines"].as_array().into_iter().flatten())
         .find(|l| l["line"].as_u64() == Some(n))
 }
+
+/// A line's list of native functions (`native_functions` or `mem_native_functions` in a
+/// profile's JSON) as (function, module, `value`'s number), in the profile's order.
+#[allow(dead_code)]
+pub fn native_function_list<'a>(
+    line: &'a serde_json::Value,
+    list: &str,
+    value: &str,
+) -> Vec<(&'a str, &'a str, f64)> {
+    line[list]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|f| {
+            (
+                f["function"].as_str().unwrap_or(""),
+                f["module"].as_str().unwrap_or(""),
+                f[value].as_f64().unwrap_or(0.0),
+            )
+        })
+        .collect()
+}
