@@ -715,6 +715,77 @@ fn a_strict_walk_excuses_only_the_thread_s_frame_from_executing() {
     assert!(objects >= 5 && generators >= 2, "{objects} {generators}");
 }
 
+/// 3.11/3.12: a thread caught entering the evaluation loop, its new `_PyCFrame` installed
+/// and its `current_frame` not written yet, the slot holding what an earlier call left
+/// there: the frame of a generator suspended since (its link cleared), which reads as a
+/// whole stack of one frame. The thread's two C frames against the walk's one call (3.11:
+/// `outer` marked `is_entry`; 3.12: an entry frame below `outer`) say so, and the still
+/// walk reads the caller's C frame: `inner → middle → outer`. Settled (the new C frame's
+/// `current_frame` written), the walk is the thread's as it is.
+#[test]
+fn a_stale_generator_frame_in_a_c_frame_being_installed_is_not_the_stack() {
+    let mut tried = 0;
+    for l in layouts() {
+        let (Some(cur), Some(prev), Some(_)) = (
+            l.thread.cframe_current_frame,
+            l.thread.cframe_previous,
+            l.frame.gen_iframe,
+        ) else {
+            continue;
+        };
+        tried += 1;
+        let mut st = Stack::new(l);
+        let f = l.frame;
+        // The thread's first call of the loop runs `outer`.
+        match f.is_entry {
+            Some(o) => st.s.write(st.frames[2] + o as u64, &[1]),
+            None => {
+                let entry = st.s.frame(0, 0, 0);
+                st.s.write(entry + f.owner.unwrap() as u64, &[3]);
+                st.set_back(2, entry);
+            }
+        }
+        let t = l.thread;
+        let first = st.s.get(st.tstate + t.frame as u64);
+        let root = st.s.alloc(cur.max(prev) + 8);
+        st.s.put(first + prev as u64, root);
+        // A generator, suspended: its frame links nowhere.
+        let code = st.s.code("squares", 60);
+        let stale = st.s.generator_frame(code, 0, 1);
+        st.s.set_executing(stale, false);
+        // The second call installs its C frame, `current_frame` still the stale one.
+        let second = st.s.alloc(cur.max(prev) + 8);
+        st.s.put(second + prev as u64, first);
+        st.s.put(second + cur as u64, stale);
+        st.s.put(st.tstate + t.frame as u64, second);
+        let mut sw = StackWalker::new(*l, TYPES);
+        let mem = st.s.mem();
+        let top = sw.current_top_frame(&mem, st.tstate).unwrap();
+        assert_eq!(top, stale, "{}", name(l));
+        let alone = sw.walk(&mem, top).unwrap();
+        assert_eq!(functions(&alone), [("squares", Some(61))], "{}", name(l));
+        let w = sw.walk_still(&mem, st.tstate, top).unwrap();
+        assert_eq!(functions(&w), WALKED, "{}: the caller's C frame", name(l));
+        // Settled: the second call runs the generator, resumed (an entry frame of its own).
+        st.s.set_executing(stale, true);
+        st.s.put(stale + f.back as u64, st.frames[0]);
+        match f.is_entry {
+            Some(o) => st.s.write(stale + o as u64, &[1]),
+            None => {
+                let entry = st.s.frame(0, st.frames[0], 0);
+                st.s.write(entry + f.owner.unwrap() as u64, &[3]);
+                st.s.put(stale + f.back as u64, entry);
+            }
+        }
+        let mem = st.s.mem();
+        let w = sw.walk_still(&mem, st.tstate, top).unwrap();
+        let mut whole = vec![("squares", Some(61))];
+        whole.extend(WALKED);
+        assert_eq!(functions(&w), whole, "{}: settled", name(l));
+    }
+    assert!(tried >= 2, "{tried}");
+}
+
 /// Writes the seeds of the `stack_walk` fuzz target (fuzz/corpus/stack_walk/, see
 /// `crate::fuzzing::stack_walk` for the format): the test thread of every layout, its
 /// address space cut after the last object. Run by hand when the layouts change:
