@@ -171,6 +171,44 @@ fn check_stacks(p: &Value, native_line: u64) -> Result<(), String> {
         .iter()
         .filter_map(|s| s["frames"].as_array())
         .any(|f| reads_right(f));
+    // burn_beta realigns its stack (its caller is found by a DWARF expression) and is
+    // called 0-3 calls of beta_at_depth deeper: burn_beta, beta_at_depth…, burn, …,
+    // native_part at the native line.
+    let beta_reads_right = |frames: &[Value]| -> bool {
+        let name = |f: &Value| f["function"].as_str().unwrap_or("").to_string();
+        let depth = frames
+            .iter()
+            .skip(1)
+            .take_while(|f| name(f) == "beta_at_depth")
+            .count();
+        let first_py = frames
+            .iter()
+            .position(|f| f["native"].as_bool() != Some(true));
+        frames.len() > depth + 2
+            && name(&frames[0]) == "burn_beta"
+            && (1..=4).contains(&depth)
+            && name(&frames[depth + 1]) == "burn"
+            && first_py.is_some_and(|i| {
+                name(&frames[i]) == "native_part" && frames[i]["line"].as_u64() == Some(native_line)
+            })
+    };
+    let beta_depths: std::collections::BTreeSet<usize> = stacks
+        .iter()
+        .filter_map(|s| s["frames"].as_array())
+        .filter(|f| beta_reads_right(f))
+        .map(|f| {
+            f.iter()
+                .skip(1)
+                .take_while(|x| x["function"] == "beta_at_depth")
+                .count()
+        })
+        .collect();
+    if beta_depths.len() < 2 {
+        return Err(format!(
+            "stacks read burn_beta, beta_at_depth × n, burn, …, native_part:{native_line} \
+             at depths {beta_depths:?} only (each call picks 1-4 levels)"
+        ));
+    }
     if !found {
         let sample: Vec<String> = stacks
             .iter()

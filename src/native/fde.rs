@@ -4,15 +4,128 @@
 //! Owns: [`function_start`]. A stripped library's internal function has no symbol, yet its
 //! `.eh_frame` entry (FDE) gives the range of the function's code: samples anywhere in it
 //! are then one function, `libz.so.1+0x5f20`, not one "function" per instruction sampled.
+//! Also [`expression_row`]: the unwind row at an address when its CFA is computed by a
+//! DWARF expression (for the unwinder, which cannot follow such rows by itself).
 //! Must not: name functions (an FDE has no name) or unwind.
 
 use super::image::{Image, Section};
-use gimli::{BaseAddresses, EhFrame, EhFrameHdr, LittleEndian, UnwindSection};
+use gimli::{
+    BaseAddresses, CfaRule, EhFrame, EhFrameHdr, EndianSlice, FrameDescriptionEntry,
+    LittleEndian, RegisterRule, UnwindContext, UnwindSection,
+};
 
 /// SVMA of the first instruction of the function whose FDE covers SVMA `svma`, found
 /// through `.eh_frame_hdr`'s sorted table; None when the image has no such table or no FDE
 /// covers the address.
 pub(crate) fn function_start(image: &Image, svma: u64) -> Option<u64> {
+    with_fde(image, svma, |_, _, fde| Some(fde.initial_address()))
+}
+
+/// x86-64 DWARF register numbers: the frame pointer, the stack pointer, the return address.
+pub(crate) const RBP: u16 = 6;
+pub(crate) const RSP: u16 = 7;
+pub(crate) const RA: u16 = 16;
+
+/// Where a frame's CFA (its caller's stack pointer) is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Cfa {
+    /// A register (not the stack or frame pointer) plus an offset.
+    Register(u16, i64),
+    /// The value of a DWARF expression (its bytes).
+    Expression(Vec<u8>),
+}
+
+/// Where a register's value for the caller is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Saved {
+    /// Not saved: the caller's value is the frame's.
+    Same,
+    /// The caller has none (the return address: the outermost frame).
+    Undefined,
+    /// In memory at CFA + offset.
+    AtCfa(i64),
+    /// It is CFA + offset.
+    CfaPlus(i64),
+    /// In that register.
+    Register(u16),
+    /// In memory at the address a DWARF expression computes.
+    At(Vec<u8>),
+    /// It is the value a DWARF expression computes.
+    Value(Vec<u8>),
+}
+
+/// The unwind row at an address whose CFA is not the stack or frame pointer plus an
+/// offset: what GCC emits for a function that realigns its stack (AVX code keeping
+/// 32- or 64-byte aligned locals: `CFA = *(rbp - 8)` from the body on, `r10` in the
+/// prologue), where framehop gives up and falls back to frame pointers, which reach the
+/// caller with the wrong stack pointer (the realignment's padding).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct ExprRow {
+    pub(crate) encoding: gimli::Encoding,
+    pub(crate) cfa: Cfa,
+    pub(crate) rbp: Saved,
+    pub(crate) ra: Saved,
+}
+
+/// Most bytes of one expression kept (GCC's are 2–4 bytes).
+const MAX_EXPRESSION: usize = 64;
+
+/// The row at SVMA `svma` when its CFA is a DWARF expression or another register's (see
+/// [`ExprRow`]); None for the usual rows, and where no FDE covers the address.
+pub(crate) fn expression_row(image: &Image, svma: u64) -> Option<ExprRow> {
+    with_fde(image, svma, |frame, bases, fde| {
+        let mut ctx = UnwindContext::new();
+        let row = fde
+            .unwind_info_for_address(frame, bases, &mut ctx, svma)
+            .ok()?;
+        let bytes = |e: &gimli::UnwindExpression<usize>| -> Option<Vec<u8>> {
+            let expr = e.get(frame).ok()?;
+            (expr.0.len() <= MAX_EXPRESSION).then(|| expr.0.slice().to_vec())
+        };
+        let cfa = match row.cfa() {
+            CfaRule::RegisterAndOffset { register, offset } => {
+                if matches!(register.0, RBP | RSP) {
+                    return None;
+                }
+                Cfa::Register(register.0, *offset)
+            }
+            CfaRule::Expression(e) => Cfa::Expression(bytes(e)?),
+        };
+        let saved = |reg: u16| -> Option<Saved> {
+            Some(match row.register(gimli::Register(reg)) {
+                // No rule for the return address: where the call put it.
+                None if reg == RA => Saved::AtCfa(-8),
+                None | Some(RegisterRule::SameValue) => Saved::Same,
+                Some(RegisterRule::Undefined) if reg == RA => Saved::Undefined,
+                Some(RegisterRule::Undefined) => Saved::Same,
+                Some(RegisterRule::Offset(o)) => Saved::AtCfa(o),
+                Some(RegisterRule::ValOffset(o)) => Saved::CfaPlus(o),
+                Some(RegisterRule::Register(r)) => Saved::Register(r.0),
+                Some(RegisterRule::Expression(e)) => Saved::At(bytes(&e)?),
+                Some(RegisterRule::ValExpression(e)) => Saved::Value(bytes(&e)?),
+                _ => return None,
+            })
+        };
+        Some(ExprRow {
+            encoding: fde.cie().encoding(),
+            cfa,
+            rbp: saved(RBP)?,
+            ra: saved(RA)?,
+        })
+    })
+}
+
+/// Calls `f` with the FDE that covers SVMA `svma` (found through `.eh_frame_hdr`), its
+/// section and base addresses.
+fn with_fde<T>(
+    image: &Image,
+    svma: u64,
+    f: impl FnOnce(
+        &EhFrame<EndianSlice<LittleEndian>>,
+        &BaseAddresses,
+        &FrameDescriptionEntry<EndianSlice<LittleEndian>>,
+    ) -> Option<T>,
+) -> Option<T> {
     let s = &image.sections;
     let (hdr, eh) = (s.eh_frame_hdr.as_ref()?, s.eh_frame.as_ref()?);
     let (hdr_bytes, eh_bytes) = (image.section_bytes(hdr)?, image.section_bytes(eh)?);
@@ -44,7 +157,10 @@ pub(crate) fn function_start(image: &Image, svma: u64) -> Option<u64> {
     let fde = frame
         .fde_from_offset(&bases, offset, EhFrame::cie_from_offset)
         .ok()?;
-    fde.contains(svma).then(|| fde.initial_address())
+    if !fde.contains(svma) {
+        return None;
+    }
+    f(&frame, &bases, &fde)
 }
 
 /// Bytes of a pointer of DWARF encoding `enc` (its low four bits; the fixed-size formats

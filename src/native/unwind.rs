@@ -9,13 +9,17 @@
 //! system call for the registers and one for the stack, per thread.
 //! Must not: pause threads itself (the caller holds them: `ptrace::pause`), or name frames.
 
-use super::image::{Section, SectionBytes};
+use super::fde::{self, Cfa, ExprRow, Saved};
+use super::image::{Image, Section, SectionBytes};
 use super::modules::Modules;
 use crate::proc::MapEntry;
 use crate::ptrace::pause::PausedThreads;
 use crate::ptrace::ProcessMemory;
 use framehop::x86_64::{CacheX86_64, UnwindRegsX86_64, UnwinderX86_64};
 use framehop::{ExplicitModuleSectionInfo, FrameAddress, Module, Unwinder as _};
+use std::collections::HashMap;
+use std::ops::Range;
+use std::sync::Arc;
 
 /// Most bytes of one thread's stack copied (the default thread stack is 8 MiB).
 pub(crate) const MAX_STACK_BYTES: usize = 8 << 20;
@@ -27,11 +31,18 @@ const UNKNOWN_STACK_BYTES: usize = 512 << 10;
 /// levels; an unwound frame costs 16 bytes (its address and stack pointer) before naming.
 pub const MAX_NATIVE_FRAMES: usize = 16_384;
 
+/// DWARF's x86-64 register numbers 0–16 (rax, rdx, rcx, rbx, rsi, rdi, rbp, rsp, r8–r15,
+/// the return address: rip).
+type DwarfRegs = [u64; 17];
+
 /// One stopped thread's registers and stack, taken while it is stopped.
 pub(crate) struct Capture {
     ip: u64,
     sp: u64,
     bp: u64,
+    /// Every general register, for the innermost frame's rules that name others than
+    /// these three (a stack-realigning prologue's `r10`); None in captures made of parts.
+    regs: Option<Box<DwarfRegs>>,
     /// The stack from `sp` up.
     stack: Vec<u8>,
 }
@@ -52,6 +63,11 @@ pub(crate) fn capture(
         .registers(pid, tid)
         .map_err(|e| format!("registers of thread {tid}: {e}"))?;
     let (ip, sp, bp) = (regs.rip, regs.rsp, regs.rbp);
+    let r = &regs;
+    let dwarf: DwarfRegs = [
+        r.rax, r.rdx, r.rcx, r.rbx, r.rsi, r.rdi, r.rbp, r.rsp, r.r8, r.r9, r.r10, r.r11, r.r12,
+        r.r13, r.r14, r.r15, r.rip,
+    ];
     let len = maps
         .iter()
         .find(|m| m.start <= sp && sp < m.end)
@@ -62,14 +78,26 @@ pub(crate) fn capture(
         .read_prefix(sp, &mut stack)
         .map_err(|e| format!("the stack of thread {tid} at {sp:#x}: {e}"))?;
     stack.truncate(got);
-    Ok(Capture { ip, sp, bp, stack })
+    Ok(Capture {
+        ip,
+        sp,
+        bp,
+        regs: Some(Box::new(dwarf)),
+        stack,
+    })
 }
 
 impl Capture {
     /// A capture made of its parts (the fuzz targets' way in).
     #[cfg(feature = "fuzzing")]
     pub(crate) fn from_parts(ip: u64, sp: u64, bp: u64, stack: Vec<u8>) -> Capture {
-        Capture { ip, sp, bp, stack }
+        Capture {
+            ip,
+            sp,
+            bp,
+            regs: None,
+            stack,
+        }
     }
 
     /// The addresses of the stack copied (from the stack pointer up).
@@ -111,18 +139,28 @@ pub(crate) struct Unwound {
     pub(crate) end: End,
 }
 
-/// framehop's unwinder over one process's modules, with its rule cache.
+/// framehop's unwinder over one process's modules, with its rule cache; and our own step
+/// for the frames whose rules framehop cannot follow (see [`fde::ExprRow`]).
 pub(crate) struct Unwinder {
     inner: UnwinderX86_64<SectionBytes>,
     cache: CacheX86_64,
     /// Most frames of one stack (`dump --max-native-depth`).
     pub(crate) max_frames: usize,
+    /// The modules with a trusted image: their addresses, bias (AVMA − SVMA) and image,
+    /// sorted by address.
+    images: Vec<(Range<u64>, u64, Arc<Image>)>,
+    /// By lookup address: the expression row there, or None for a usual one (framehop's).
+    rows: HashMap<u64, Option<Arc<ExprRow>>, ahash::RandomState>,
 }
+
+/// Most lookup addresses whose kind of row is remembered (then forgotten all at once).
+const MAX_ROWS: usize = 1 << 16;
 
 impl Unwinder {
     /// An unwinder that knows the rules of every module with a trusted image.
     pub(crate) fn new(modules: &Modules) -> Unwinder {
         let mut inner = UnwinderX86_64::new();
+        let mut images = Vec::new();
         for m in &modules.list {
             let Some(image) = &m.image else { continue };
             let s = &image.sections;
@@ -150,12 +188,33 @@ impl Unwinder {
                 m.bias,
                 info,
             ));
+            images.push((m.avma.clone(), m.bias, image.clone()));
         }
         Unwinder {
             inner,
             cache: CacheX86_64::new(),
             max_frames: MAX_NATIVE_FRAMES,
+            images,
+            rows: HashMap::default(),
         }
+    }
+
+    /// The expression row at lookup address `avma`, when the row there is one.
+    fn expression_row(&mut self, avma: u64) -> Option<Arc<ExprRow>> {
+        if let Some(known) = self.rows.get(&avma) {
+            return known.clone();
+        }
+        let i = self.images.partition_point(|(r, ..)| r.start <= avma);
+        let row = self.images[..i]
+            .last()
+            .filter(|(r, ..)| avma < r.end)
+            .and_then(|(_, bias, image)| fde::expression_row(image, avma.wrapping_sub(*bias)))
+            .map(Arc::new);
+        if self.rows.len() >= MAX_ROWS {
+            self.rows.clear();
+        }
+        self.rows.insert(avma, row.clone());
+        row
     }
 
     /// Unwinds a captured stack, one frame at a time (to know each frame's stack pointer).
@@ -168,6 +227,45 @@ impl Unwinder {
         let end = loop {
             if frames.len() >= self.max_frames {
                 break End::Truncated;
+            }
+            if let Some(row) = self.expression_row(at.address_for_lookup()) {
+                // The innermost frame knows every register; outer ones only these three.
+                let mut known = [None; 17];
+                match (&cap.regs, frames.len()) {
+                    (Some(all), 1) => known = all.map(Some),
+                    _ => {
+                        known[fde::RBP as usize] = Some(regs.bp());
+                        known[fde::RSP as usize] = Some(regs.sp());
+                        known[fde::RA as usize] = Some(regs.ip());
+                    }
+                }
+                match step(&row, &known, &read) {
+                    Step::Caller { ip, sp, bp } if frames.len() == 1 || sp > regs.sp() => {
+                        regs = UnwindRegsX86_64::new(ip, sp, bp);
+                        match FrameAddress::from_return_address(ip) {
+                            Some(next) => {
+                                at = next;
+                                frames.push(next);
+                                sps.push(sp);
+                                continue;
+                            }
+                            None => break End::Complete,
+                        }
+                    }
+                    Step::Caller { .. } => {
+                        break End::Stopped(
+                            "a frame's unwind rule (a DWARF expression) moved the stack pointer backwards"
+                                .into(),
+                        )
+                    }
+                    Step::Outermost => break End::Complete,
+                    Step::Unknown => {
+                        break End::Stopped(
+                            "a frame's unwind rule (a DWARF expression) could not be evaluated"
+                                .into(),
+                        )
+                    }
+                }
             }
             match self
                 .inner
@@ -186,5 +284,182 @@ impl Unwinder {
             }
         };
         Unwound { frames, sps, end }
+    }
+}
+
+/// What one step of [`step`] found.
+#[derive(Debug, PartialEq, Eq)]
+enum Step {
+    /// The caller's instruction pointer (a return address), stack and frame pointers.
+    Caller { ip: u64, sp: u64, bp: u64 },
+    /// The row says there is no caller.
+    Outermost,
+    /// A register the rule needs is not known, a read fell outside the copy, or the
+    /// expression is not one we evaluate.
+    Unknown,
+}
+
+/// Follows an expression row from a frame whose registers `known` are (None: not known).
+fn step(
+    row: &ExprRow,
+    known: &[Option<u64>; 17],
+    read: &dyn Fn(u64) -> Result<u64, ()>,
+) -> Step {
+    let reg = |r: u16| known.get(r as usize).copied().flatten();
+    let Some(cfa) = (match &row.cfa {
+        Cfa::Register(r, off) => reg(*r).map(|v| v.wrapping_add(*off as u64)),
+        Cfa::Expression(e) => evaluate(e, row.encoding, known, read),
+    }) else {
+        return Step::Unknown;
+    };
+    let restore = |saved: &Saved, now: Option<u64>| -> Option<Option<u64>> {
+        Some(match saved {
+            Saved::Same => now,
+            Saved::Undefined => None,
+            Saved::AtCfa(o) => Some(read(cfa.wrapping_add(*o as u64)).ok()?),
+            Saved::CfaPlus(o) => Some(cfa.wrapping_add(*o as u64)),
+            Saved::Register(r) => Some(reg(*r)?),
+            Saved::At(e) => Some(read(evaluate(e, row.encoding, known, read)?).ok()?),
+            Saved::Value(e) => Some(evaluate(e, row.encoding, known, read)?),
+        })
+    };
+    let Some(ip) = restore(&row.ra, None) else {
+        return Step::Unknown;
+    };
+    let Some(ip) = ip else {
+        return Step::Outermost;
+    };
+    match restore(&row.rbp, reg(fde::RBP)) {
+        Some(Some(bp)) => Step::Caller { ip, sp: cfa, bp },
+        // The caller's frame pointer is not known: a value no rule trusts.
+        Some(None) => Step::Caller { ip, sp: cfa, bp: 0 },
+        None => Step::Unknown,
+    }
+}
+
+/// Most operations one expression may run (a hostile one could loop).
+const MAX_OPERATIONS: u32 = 256;
+
+/// The value a DWARF expression computes from registers `known` and memory `read` (the
+/// stack copy); None when it needs what is not known or does not compute an address.
+fn evaluate(
+    bytes: &[u8],
+    encoding: gimli::Encoding,
+    known: &[Option<u64>; 17],
+    read: &dyn Fn(u64) -> Result<u64, ()>,
+) -> Option<u64> {
+    use gimli::{EvaluationResult, Location, Value};
+    let expr = gimli::Expression(gimli::EndianSlice::new(bytes, gimli::LittleEndian));
+    let mut eval = expr.evaluation(encoding);
+    eval.set_max_iterations(MAX_OPERATIONS);
+    let mut result = eval.evaluate().ok()?;
+    loop {
+        result = match result {
+            EvaluationResult::Complete => break,
+            EvaluationResult::RequiresRegister { register, .. } => {
+                let v = known.get(register.0 as usize).copied().flatten()?;
+                eval.resume_with_register(Value::Generic(v)).ok()?
+            }
+            EvaluationResult::RequiresMemory {
+                address,
+                size,
+                space: None,
+                ..
+            } if (1..=8).contains(&size) => {
+                let word = read(address).ok()?;
+                let v = if size == 8 {
+                    word
+                } else {
+                    word & ((1u64 << (8 * size)) - 1)
+                };
+                eval.resume_with_memory(Value::Generic(v)).ok()?
+            }
+            _ => return None,
+        };
+    }
+    match eval.as_result().last()?.location {
+        Location::Address { address } => Some(address),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// GCC's stack realignment with a DRAP register: after the prologue the CFA is
+    /// `*(rbp - 8)` (`DW_OP_breg6 -8; DW_OP_deref`), rbp is saved at `rbp` (`DW_OP_breg6
+    /// 0`), the return address at CFA − 8. The caller's registers come from the copy,
+    /// whatever padding the realignment left between the frame and its caller.
+    #[test]
+    fn a_realigned_frame_is_followed_by_its_dwarf_expressions() {
+        let encoding = gimli::Encoding {
+            format: gimli::Format::Dwarf32,
+            version: 1,
+            address_size: 8,
+        };
+        // DW_OP_breg6 (0x76) with SLEB128 -8 (0x78), DW_OP_deref (0x06); DW_OP_breg6 0.
+        let row = ExprRow {
+            encoding,
+            cfa: Cfa::Expression(vec![0x76, 0x78, 0x06]),
+            rbp: Saved::At(vec![0x76, 0x00]),
+            ra: Saved::AtCfa(-8),
+        };
+        let base = 0x7ffc_0000_0000u64;
+        let mut words = vec![0u64; 64];
+        // The frame: rbp at base + 0x40 holds the caller's rbp; the DRAP copy of the
+        // CFA at rbp − 8; the caller's frame (CFA) at base + 0x100, its return address
+        // below it.
+        let (rbp, cfa) = (base + 0x40, base + 0x100);
+        let put = |w: &mut Vec<u64>, at: u64, v: u64| w[((at - base) / 8) as usize] = v;
+        put(&mut words, rbp, 0x1111);
+        put(&mut words, rbp - 8, cfa);
+        put(&mut words, cfa - 8, 0x5555_0000_1234);
+        let read = |addr: u64| -> Result<u64, ()> {
+            let i = addr.checked_sub(base).ok_or(())? / 8;
+            words.get(i as usize).copied().ok_or(())
+        };
+        let mut known = [None; 17];
+        known[fde::RBP as usize] = Some(rbp);
+        known[fde::RSP as usize] = Some(base);
+        known[fde::RA as usize] = Some(0x5555_0000_0100);
+        assert_eq!(
+            step(&row, &known, &read),
+            Step::Caller {
+                ip: 0x5555_0000_1234,
+                sp: cfa,
+                bp: 0x1111
+            }
+        );
+        // The prologue's row: CFA = r10 + 0, known only in the innermost frame.
+        let prologue = ExprRow {
+            cfa: Cfa::Register(10, 0),
+            rbp: Saved::Same,
+            ..row.clone()
+        };
+        assert_eq!(step(&prologue, &known, &read), Step::Unknown);
+        known[10] = Some(cfa);
+        assert_eq!(
+            step(&prologue, &known, &read),
+            Step::Caller {
+                ip: 0x5555_0000_1234,
+                sp: cfa,
+                bp: rbp
+            }
+        );
+        // A read past the copy, an expression we do not evaluate, no return address.
+        known[fde::RBP as usize] = Some(base + 0x1000);
+        assert_eq!(step(&row, &known, &read), Step::Unknown);
+        let odd = ExprRow {
+            cfa: Cfa::Expression(vec![0x96]), // DW_OP_nop: computes nothing
+            ..row.clone()
+        };
+        assert_eq!(step(&odd, &known, &read), Step::Unknown);
+        let last = ExprRow {
+            cfa: Cfa::Register(10, 0),
+            ra: Saved::Undefined,
+            ..row
+        };
+        assert_eq!(step(&last, &known, &read), Step::Outermost);
     }
 }

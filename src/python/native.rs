@@ -187,6 +187,36 @@ impl NativeView {
         Some(frames)
     }
 
+    /// Whether the merged stack shows the thread running an extension's or a library's
+    /// code for its innermost Python frame: a native frame above that frame lies in a
+    /// module that is neither the interpreter's own (its executable, `libpython`) nor a
+    /// system library the interpreter calls for itself (the C library, the loader, our
+    /// memory library). Then the sample's time is native whatever instruction the
+    /// Python frame is at: `a @ a` runs BLAS from a `BINARY_OP`, not a call. None when
+    /// not merged, or when the stack shows only the interpreter's own code there (the
+    /// instruction decides, as without `--native`).
+    pub(crate) fn runs_extension_code(&self) -> Option<bool> {
+        if !self.merged {
+            return None;
+        }
+        let above: Vec<&NativeFrame> = self
+            .stack
+            .iter()
+            .map_while(|e| match e {
+                StackEntry::Native(n) => Some(n),
+                StackEntry::Python(_) => None,
+            })
+            .collect();
+        if above.len() == self.stack.len() {
+            // No Python frame at all: nothing to charge.
+            return None;
+        }
+        above
+            .iter()
+            .any(|n| n.module.as_deref().is_some_and(is_extension_module))
+            .then_some(true)
+    }
+
     /// A native frame in no module the profiler knew (code mapped since its modules were
     /// read, or code in no file), or unwinding that stopped early (in such code).
     pub(crate) fn has_unknown_code(&self) -> bool {
@@ -601,3 +631,25 @@ fn view_of(
 #[cfg(test)]
 #[path = "native_tests.rs"]
 mod tests;
+
+/// Whether module file `name` holds code of its own rather than the interpreter's
+/// (`python3.11`, `libpython3.11.so.1.0`) or a system library's that the interpreter calls
+/// for itself (`libc.so.6`, `libm.so.6`, the loader, `[vdso]`, our memory library).
+pub(crate) fn is_extension_module(name: &str) -> bool {
+    const OWN: &[&str] = &[
+        "python",
+        "libpython",
+        "libc.so",
+        "libc-",
+        "libm.so",
+        "libm-",
+        "ld-linux",
+        "ld-musl",
+        "libpthread",
+        "libdl.so",
+        "librt.so",
+        "[vdso]",
+        crate::memory::inject::LIBRARY_NAME,
+    ];
+    !OWN.iter().any(|own| name.starts_with(own))
+}

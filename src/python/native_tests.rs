@@ -422,3 +422,47 @@ fn a_3_11_call_caught_before_it_links_its_first_frame_merges() {
     };
     assert!(merge(&native, &side, 3).is_err());
 }
+
+/// With `--native`, a sample is native time when a native frame above its innermost Python
+/// frame is an extension's or a library's (BLAS under `a @ a`, which is no call), not when
+/// only the interpreter's own code or the C library is there.
+#[test]
+fn extension_code_above_the_innermost_python_frame_is_native_time() {
+    let at = |name: &str, module: &str| {
+        let mut f = nf(name, 0);
+        f.module = Some(Arc::from(module));
+        StackEntry::Native(f)
+    };
+    let view = |stack: Vec<StackEntry>| NativeView {
+        merged: true,
+        stack,
+        ..NativeView::default()
+    };
+    let blas = view(vec![
+        at("dgemm_kernel", "libscipy_openblas64_-32a4b2a6.so"),
+        at("DOUBLE_matmul", "_multiarray_umath.cpython-311-x86_64-linux-gnu.so"),
+        at("PyNumber_MatrixMultiply", "libpython3.11.so.1.0"),
+        StackEntry::Python(py("main")),
+        at("_PyEval_EvalFrameDefault", "libpython3.11.so.1.0"),
+    ]);
+    assert_eq!(blas.runs_extension_code(), Some(true));
+    let interpreter = view(vec![
+        at("memcpy", "libc.so.6"),
+        at("_PyObject_Malloc", "libpython3.11.so.1.0"),
+        at("_PyEval_EvalFrameDefault", "python3.11"),
+        StackEntry::Python(py("main")),
+        // An extension below the Python frame called it: not what runs now.
+        at("call_back", "ext.so"),
+    ]);
+    assert_eq!(interpreter.runs_extension_code(), None);
+    let mut unmerged = blas.clone();
+    unmerged.merged = false;
+    assert_eq!(unmerged.runs_extension_code(), None);
+    // No Python frame at all: nothing to charge.
+    assert_eq!(view(vec![at("worker", "ext.so")]).runs_extension_code(), None);
+    for own in ["libc.so.6", "ld-linux-x86-64.so.2", "libm.so.6", "python3.12", "[vdso]"] {
+        assert!(!is_extension_module(own), "{own}");
+    }
+    assert!(is_extension_module("zlib.cpython-312-x86_64-linux-gnu.so"));
+    assert!(is_extension_module("libz.so.1"));
+}

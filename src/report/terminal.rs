@@ -323,7 +323,7 @@ fn native_note(l: &LineProfile, width: usize) -> Option<String> {
         .iter()
         .filter(|f| f.pct >= 0.1)
         .take(NATIVE_SHOWN)
-        .map(|f| format!("{} {}", f.function, pct_text(f.pct)))
+        .map(|f| format!("{} {}", short_function(&f.function), pct_text(f.pct)))
         .collect();
     if shown.is_empty() {
         return None;
@@ -350,7 +350,7 @@ fn allocated_note(l: &LineProfile, width: usize) -> Option<String> {
         .map(|f| (f, mb_cell(f.mb)))
         .filter(|(_, mb)| !mb.is_empty())
         .take(NATIVE_SHOWN)
-        .map(|(f, mb)| format!("{} {mb}", f.function))
+        .map(|(f, mb)| format!("{} {mb}", short_function(&f.function)))
         .collect();
     if shown.is_empty() {
         return None;
@@ -358,6 +358,76 @@ fn allocated_note(l: &LineProfile, width: usize) -> Option<String> {
     let more = if all.len() > shown.len() { ", …" } else { "" };
     let note = format!("↳ allocated in: {}{more}", shown.join(", "));
     Some(truncate_end(&note, width))
+}
+
+/// Template arguments longer than this are shown as `<…>` in a row under a line.
+const TEMPLATE_SHOWN: usize = 16;
+
+/// A native function's name as short as a row under a line wants it: a demangled C++
+/// name without its return type, parameter list, `[clone …]` suffix and long template
+/// arguments: `unsigned long partition<zmm_vector<double>, Cmp<…>, 8, double>(double*,
+/// …) [clone .constprop.0]` is `partition<…>`. C names and `module+0xSTART` stay as they
+/// are; the JSON keeps every name whole.
+fn short_function(name: &str) -> std::borrow::Cow<'_, str> {
+    if !name.contains(['(', '<', ' ']) {
+        return name.into();
+    }
+    let mut name = name;
+    while let Some(i) = name.rfind(" [clone ") {
+        name = &name[..i];
+    }
+    // The parameter list: the first '(' outside template arguments; the return type:
+    // up to the last space outside them before it.
+    let (mut depth, mut start, mut end) = (0usize, 0usize, name.len());
+    for (i, c) in name.char_indices() {
+        match c {
+            '<' => depth += 1,
+            '>' => depth = depth.saturating_sub(1),
+            ' ' if depth == 0 => start = i + 1,
+            '(' if depth == 0 && i > start => {
+                end = i;
+                break;
+            }
+            _ => {}
+        }
+    }
+    let core = &name[start.min(end)..end];
+    if core.is_empty() || core.ends_with("operator") {
+        return name.into();
+    }
+    // Long template arguments (the outermost ones) become `<…>`.
+    let mut out = String::with_capacity(core.len());
+    let (mut depth, mut open) = (0usize, 0usize);
+    for (i, c) in core.char_indices() {
+        match c {
+            '<' => {
+                if depth == 0 {
+                    open = i;
+                    out.push('<');
+                }
+                depth += 1;
+            }
+            '>' if depth > 0 => {
+                depth -= 1;
+                if depth == 0 {
+                    let args = &core[open + 1..i];
+                    if args.chars().count() > TEMPLATE_SHOWN {
+                        out.push('…');
+                    } else {
+                        out.push_str(args);
+                    }
+                    out.push('>');
+                }
+            }
+            c if depth == 0 => out.push(c),
+            _ => {}
+        }
+    }
+    if depth > 0 {
+        // Unbalanced: not a name we understand.
+        return name.into();
+    }
+    out.into()
 }
 
 /// A percentage as the line cells write it, without padding.
@@ -1200,4 +1270,40 @@ fn format_function(name: &str, loc: &str, max: usize) -> String {
         return format!("{name} ({})", truncate_start(loc, room));
     }
     truncate_end(name, max)
+}
+
+#[cfg(test)]
+mod short_name_tests {
+    use super::short_function as short;
+
+    #[test]
+    fn native_names_are_shortened_for_the_row_under_a_line() {
+        assert_eq!(short("deflate_slow"), "deflate_slow");
+        assert_eq!(short("libz.so.1.2.13+0x5d80"), "libz.so.1.2.13+0x5d80");
+        assert_eq!(
+            short(
+                "unsigned long partition_unrolled<zmm_vector<double>, Comparator<zmm_vector<\
+                 double>, false>, 8, double>(double*, unsigned long, unsigned long, double, \
+                 double*, double*) [clone .constprop.0]"
+            ),
+            "partition_unrolled<…>"
+        );
+        assert_eq!(
+            short("void np::qsort_simd::QSort_X86_V4<double>(double*, long)"),
+            "np::qsort_simd::QSort_X86_V4<double>"
+        );
+        assert_eq!(
+            short("DOUBLE_matmul_matrixmatrix.isra.0"),
+            "DOUBLE_matmul_matrixmatrix.isra.0"
+        );
+        assert_eq!(
+            short("std::vector<int, std::allocator<int> >::push_back(int const&)"),
+            "std::vector<…>::push_back"
+        );
+        assert_eq!(
+            short("foo::operator()(int) const"),
+            "foo::operator()(int) const"
+        );
+        assert_eq!(short("broken<(int)"), "broken<(int)");
+    }
 }

@@ -179,6 +179,9 @@ impl NativeSampling {
                 Some(frames) => {
                     counts.merged += 1;
                     t.frames = frames;
+                    if view.runs_extension_code() == Some(true) {
+                        t.in_native = Some(true);
+                    }
                 }
                 None => counts.unmerged(view.unmerged.as_deref().unwrap_or("not merged")),
             }
