@@ -113,10 +113,11 @@ fn kept_bytes_have_their_peak_and_are_python() {
 }
 
 /// The interpreters that must have numpy: `SCALENE_RS_NUMPY_PYTHONS`, labels separated by
-/// commas, which `.ci/run` sets to those it installed numpy for (and failed the run where it
-/// could not). Unset: none is required, but the test must still run on one.
+/// commas, which tools/setup.sh writes to its settings file (those it installed numpy for;
+/// it failed where it could not; see `common::setup_setting`). Unset: none is required,
+/// but the test must still run on one.
 fn numpy_required() -> Vec<String> {
-    std::env::var("SCALENE_RS_NUMPY_PYTHONS")
+    common::setup_setting("SCALENE_RS_NUMPY_PYTHONS")
         .unwrap_or_default()
         .split(',')
         .map(str::trim)
@@ -132,8 +133,8 @@ fn numpy_allocations_are_native() {
     let required = numpy_required();
     assert!(
         !(required.is_empty() && common::ci_mode()),
-        "CI mode, but SCALENE_RS_NUMPY_PYTHONS (the interpreters .ci/run equipped with numpy) \
-         is not set: run the tests through .ci/run"
+        "CI mode, but SCALENE_RS_NUMPY_PYTHONS (the interpreters tools/setup.sh equipped with \
+         numpy) is not set: run tools/setup.sh first"
     );
     let all = interpreters();
     let mut failures = Vec::new();
@@ -159,7 +160,7 @@ fn numpy_allocations_are_native() {
             let why = why.trim().lines().last().unwrap_or("").to_string();
             if required.contains(&py.label) {
                 failures.push(format!(
-                    "{}: .ci/run installed numpy for it (SCALENE_RS_NUMPY_PYTHONS) but \
+                    "{}: tools/setup.sh installed numpy for it (SCALENE_RS_NUMPY_PYTHONS) but \
                      `import numpy` fails: {why}",
                     py.label
                 ));
@@ -190,7 +191,7 @@ fn numpy_allocations_are_native() {
     assert!(
         !ran.is_empty(),
         "numpy_allocations_are_native ran on no interpreter: none has numpy \
-         (.ci/run installs it: pip for pyenv's and the free-threaded build, apt's python3-numpy \
+         (tools/setup.sh installs it: pip for pyenv's and the free-threaded build, apt's python3-numpy \
          for /usr/bin/python3.11)"
     );
     println!("numpy fixture ran on {} interpreters: {ran:?}", ran.len());

@@ -162,8 +162,7 @@ pub fn interpreters() -> Vec<Interpreter> {
     }
     found.extend(made_interpreters());
     found.sort_by(|a, b| (a.major, a.minor, &a.label).cmp(&(b.major, b.minor, &b.label)));
-    let min: usize = std::env::var("SCALENE_RS_MIN_PYTHONS")
-        .ok()
+    let min: usize = setup_setting("SCALENE_RS_MIN_PYTHONS")
         .and_then(|s| s.parse().ok())
         .unwrap_or(1);
     assert!(
@@ -183,6 +182,24 @@ pub fn interpreters() -> Vec<Interpreter> {
         );
     }
     found
+}
+
+/// A setting of the test run: the environment variable `name`, else its line in the file
+/// tools/setup.sh writes (`~/.cache/scalene-rs/setup.env`, or under `SCALENE_RS_CACHE`):
+/// what the setup equipped (the interpreters with numpy) and what it expects (how many
+/// interpreters the matrix has at least). None when neither says.
+pub fn setup_setting(name: &str) -> Option<String> {
+    if let Ok(v) = std::env::var(name) {
+        return Some(v);
+    }
+    let cache = std::env::var_os("SCALENE_RS_CACHE")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache/scalene-rs")))?;
+    let text = std::fs::read_to_string(cache.join("setup.env")).ok()?;
+    text.lines()
+        .filter(|l| !l.starts_with('#'))
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix('='))
+        .map(|v| v.trim().to_string())
 }
 
 /// The repository root (where Cargo.toml is).
