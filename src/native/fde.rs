@@ -10,8 +10,8 @@
 
 use super::image::{Image, Section};
 use gimli::{
-    BaseAddresses, CfaRule, EhFrame, EhFrameHdr, EndianSlice, FrameDescriptionEntry,
-    LittleEndian, RegisterRule, UnwindContext, UnwindSection,
+    BaseAddresses, CfaRule, EhFrame, EhFrameHdr, EndianSlice, FrameDescriptionEntry, LittleEndian,
+    RegisterRule, UnwindContext, UnwindSection,
 };
 
 /// SVMA of the first instruction of the function whose FDE covers SVMA `svma`, found

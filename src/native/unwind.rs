@@ -300,11 +300,7 @@ enum Step {
 }
 
 /// Follows an expression row from a frame whose registers `known` are (None: not known).
-fn step(
-    row: &ExprRow,
-    known: &[Option<u64>; 17],
-    read: &dyn Fn(u64) -> Result<u64, ()>,
-) -> Step {
+fn step(row: &ExprRow, known: &[Option<u64>; 17], read: &dyn Fn(u64) -> Result<u64, ()>) -> Step {
     let reg = |r: u16| known.get(r as usize).copied().flatten();
     let Some(cfa) = (match &row.cfa {
         Cfa::Register(r, off) => reg(*r).map(|v| v.wrapping_add(*off as u64)),

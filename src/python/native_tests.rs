@@ -440,7 +440,10 @@ fn extension_code_above_the_innermost_python_frame_is_native_time() {
     };
     let blas = view(vec![
         at("dgemm_kernel", "libscipy_openblas64_-32a4b2a6.so"),
-        at("DOUBLE_matmul", "_multiarray_umath.cpython-311-x86_64-linux-gnu.so"),
+        at(
+            "DOUBLE_matmul",
+            "_multiarray_umath.cpython-311-x86_64-linux-gnu.so",
+        ),
         at("PyNumber_MatrixMultiply", "libpython3.11.so.1.0"),
         StackEntry::Python(py("main")),
         at("_PyEval_EvalFrameDefault", "libpython3.11.so.1.0"),
@@ -459,8 +462,17 @@ fn extension_code_above_the_innermost_python_frame_is_native_time() {
     unmerged.merged = false;
     assert_eq!(unmerged.runs_extension_code(), None);
     // No Python frame at all: nothing to charge.
-    assert_eq!(view(vec![at("worker", "ext.so")]).runs_extension_code(), None);
-    for own in ["libc.so.6", "ld-linux-x86-64.so.2", "libm.so.6", "python3.12", "[vdso]"] {
+    assert_eq!(
+        view(vec![at("worker", "ext.so")]).runs_extension_code(),
+        None
+    );
+    for own in [
+        "libc.so.6",
+        "ld-linux-x86-64.so.2",
+        "libm.so.6",
+        "python3.12",
+        "[vdso]",
+    ] {
         assert!(!is_extension_module(own), "{own}");
     }
     assert!(is_extension_module("zlib.cpython-312-x86_64-linux-gnu.so"));
