@@ -7,6 +7,9 @@
 //!     thread paused, as their thread states do not say which kernel thread is whose, and
 //!     each pause wakes the parked threads for a moment; their CPU shows on the `park`
 //!     line, and they are read.)
+//!   - `run --cpu-only --blocking` (every sample paused): the threads that did not run are
+//!     not paused at all (a pause would wake them): the `park` line under 1%, at least 80%
+//!     of their samples not read again, on every interpreter.
 //!   - `run --cpu-only --wall`: the parked threads' waiting is still charged to the line
 //!     they wait on, from the stacks read when they parked: the `park` line holds at least
 //!     80% of the time (50 of 51 threads wait all along).
@@ -64,6 +67,20 @@ fn threads_that_did_not_run_are_not_read_again() {
             "cpu: work line {w:.1}%, park line {k:.1}%, {unchanged} of {parked_samples} parked thread samples not read again"
         );
         if w < 50.0 || (k < 1.0 && share < 0.8) {
+            return Err(summary);
+        }
+        // Paused reads (`--blocking`, and `--native`, which pauses the same way) leave
+        // the threads that did not run out of the pause: not woken, not read.
+        let p = record(py, &["--blocking"])?;
+        let samples = p["samples"].as_u64().unwrap_or(0);
+        let unchanged = p["unchanged_reads"].as_u64().unwrap_or(0);
+        let share = unchanged as f64 / (threads * samples).max(1) as f64;
+        let (w, k) = (line_total(&p, work), line_total(&p, park));
+        summary.push_str(&format!(
+            "; blocking: work line {w:.1}%, park line {k:.1}%, {:.0}% of parked thread samples not read again",
+            100.0 * share
+        ));
+        if w < 50.0 || k >= 1.0 || share < 0.8 {
             return Err(summary);
         }
         let p = record(py, &["--wall"])?;

@@ -57,6 +57,12 @@ pub struct SnapshotOptions {
     /// again paused would otherwise pause every thread (waking those that wait, at a cost
     /// of CPU charged to them).
     pub tids_by_thread: HashMap<u64, i32>,
+    /// [`ReadMode::Paused`]: kernel ids (ours) of the threads the caller expects to find
+    /// unchanged (those of `reuse`): they are not paused. A thread among them that turns out
+    /// to have changed (its top frame moved, or it holds the GIL) cannot be read unpaused:
+    /// the process is then paused whole and read again. So a thousand parked threads cost a
+    /// paused read nothing (no stop and restart of each, no wake-up charged to them).
+    pub unpaused: std::collections::HashSet<i32>,
 }
 
 /// How stacks are read.
@@ -83,6 +89,7 @@ impl Default for SnapshotOptions {
             pause_these: Vec::new(),
             reuse: HashMap::new(),
             tids_by_thread: HashMap::new(),
+            unpaused: std::collections::HashSet::new(),
         }
     }
 }
@@ -222,7 +229,7 @@ pub(crate) fn snapshot(
                 Ok(t)
             })
         } else {
-            read_blocking(proc, walker, &tids, &opts.reuse, opcodes, native.as_mut())
+            read_blocking(proc, walker, &tids, opts, opcodes, native.as_mut())
         };
         match read {
             // Python is starting up or shutting down (no interpreter yet, or no more).
@@ -487,38 +494,66 @@ const BLOCKING_PAUSES: usize = 3;
 /// stack word as a frame), and no memory says where the stack was then. Such a thread has
 /// no stack to report at that instant, so the process runs again and is paused anew, up to
 /// [`BLOCKING_PAUSES`] times in all; what still fails after that is reported as the thread's
-/// error.
+/// error. The first pause leaves out the threads of [`SnapshotOptions::unpaused`]; one that
+/// turns out to have changed is an error of this kind, and the next pause takes every thread.
 fn read_blocking(
     proc: &PythonProcess,
     walker: &mut StackWalker,
     tids: &[i32],
-    reuse: &HashMap<u64, u64>,
+    opts: &SnapshotOptions,
     opcodes: Option<&crate::python_bindings::opcodes::Opcodes>,
     mut native: Option<&mut (&mut NativeProcess, &mut Captures)>,
 ) -> Result<Vec<ThreadResult>> {
+    let reuse = &opts.reuse;
     let mut pauses = 0;
+    let mut leave_out = !opts.unpaused.is_empty();
     loop {
         pauses += 1;
+        let paused_tids: Vec<i32> = if leave_out {
+            tids.iter()
+                .copied()
+                .filter(|t| !opts.unpaused.contains(t))
+                .collect()
+        } else {
+            tids.to_vec()
+        };
+        let not_paused = |t: &stack::RawThread| -> bool {
+            leave_out
+                && t.native_id
+                    .or_else(|| opts.tids_by_thread.get(&t.thread_id).copied())
+                    .is_none_or(|tid| !paused_tids.contains(&tid))
+        };
         let read = {
-            let _paused = PausedThreads::pause_from(proc.pid, tids)?;
+            // Left out, the threads expected unchanged are not stopped, nor is any thread
+            // that appears meanwhile (read unpaused, it is an error of its own); when none
+            // is left to stop, the read is made with none stopped.
+            let _paused = match (leave_out, paused_tids.is_empty()) {
+                (false, _) => Some(PausedThreads::pause_from(proc.pid, &paused_tids)?),
+                (true, false) => Some(PausedThreads::pause_threads(proc.pid, &paused_tids)?),
+                (true, true) => None,
+            };
             // Nothing changes while paused: one page cache serves the whole snapshot,
             // starting with the pages the last snapshot needed, fetched in one request.
             let cache = ptrace::PageCache::new(&proc.mem);
             cache.prefetch(&walker.page_hint);
-            let read = read_all(proc, &cache, walker, reuse).map(|mut t| {
+            let read = read_all(proc, &cache, walker, reuse, &not_paused).map(|mut t| {
                 tag_native(&cache, opcodes, &mut t);
                 t
             });
             walker.page_hint = hint_from(&cache);
             // Registers and stacks, straight from the process (not the page cache).
             if let Some((process, out)) = native.as_mut() {
-                **out = process.capture_all(&_paused, &proc.mem);
+                **out = match &_paused {
+                    Some(p) => process.capture_all(p, &proc.mem),
+                    None => Vec::new(),
+                };
             }
             read
             // `_paused` drops here: every thread runs again before we do anything else.
         };
         match read {
             Ok(t) if pauses < BLOCKING_PAUSES && t.iter().any(|(_, w, _)| w.is_err()) => {
+                leave_out = false;
                 std::thread::yield_now();
             }
             r => return r,
@@ -539,6 +574,7 @@ fn read_all(
     mem: &dyn ProcessMemory,
     walker: &mut StackWalker,
     reuse: &HashMap<u64, u64>,
+    not_paused: &dyn Fn(&stack::RawThread) -> bool,
 ) -> Result<Vec<ThreadResult>> {
     let head = interp_head_checked(proc, mem)?;
     let raw = walker.threads(mem, head, gil_current(proc, mem)?)?;
@@ -546,6 +582,12 @@ fn read_all(
     for t in raw {
         if is_unchanged(&t, reuse) {
             out.push((t, Ok(stack::Walk::unchanged()), None));
+            continue;
+        }
+        if not_paused(&t) {
+            // Expected unchanged, left running, yet it moved: not to be walked unpaused.
+            let e = ThreadError::new(Unread::Changed, "it ran while it was not paused");
+            out.push((t, Err(e), None));
             continue;
         }
         let walk = match walker

@@ -176,6 +176,14 @@ impl CpuTracker {
                 .is_some_and(|(prev, _)| prev.run_ns == run_ns)
     }
 
+    /// Takes `run_ns` as `tid`'s schedstat total without counting what it used since its
+    /// last reading (CPU that our own pause of it cost, not the program's).
+    pub(crate) fn absorb(&mut self, tid: i32, run_ns: u64) {
+        if let Some((prev, _)) = self.last.get_mut(&tid) {
+            prev.run_ns = run_ns;
+        }
+    }
+
     /// The time `tid` spent since its last reading. The first reading of a thread yields
     /// zero (we do not know when its interval began).
     ///

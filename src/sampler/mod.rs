@@ -20,7 +20,7 @@ use attribution::{Attribution, Charge, Observation};
 use cputime::{CpuReading, CpuTracker};
 use pauses::PauseSchedule;
 pub use pauses::PAUSED_MAX_HZ;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::time::{Duration, Instant};
 
 /// What to record.
@@ -118,6 +118,13 @@ pub struct Sampler {
     /// Each thread's last stack read (not of a thread holding the GIL), by kernel id: what a
     /// thread that has not run since is charged to without reading it again.
     last_read: HashMap<i32, LastRead>,
+    /// Paused reads (`--blocking`, `--native`): CPU seconds of each thread that our own
+    /// pauses account for. A pause wakes a waiting thread for a moment (it leaves its wait
+    /// and enters it again, whenever the scheduler lets it: maybe after the next sample):
+    /// its CPU time moves by that much, which is ours, not a sign that it ran. Each pause
+    /// of a thread adds [`WOKEN_S`] (at most three pauses' worth are kept); CPU time it
+    /// covers is spent from it.
+    wake_credit: HashMap<i32, f64>,
     /// Each thread's kernel id by `thread_id`, as the last snapshot matched them (see
     /// `SnapshotOptions::tids_by_thread`).
     last_tids: HashMap<u64, i32>,
@@ -136,6 +143,11 @@ struct LastRead {
 /// How long a thread's user/system tick counts are reused: they advance in whole clock
 /// ticks (10 ms with the usual USER_HZ of 100), so reading them more often shows nothing new.
 const STAT_REFRESH: Duration = Duration::from_millis(10);
+
+/// The most CPU a waiting thread spends on being paused and let go (leaving its wait and
+/// entering it again: about 20 µs of schedstat time a pause on the development machine): a
+/// thread the last sample paused that used no more counts as not having run.
+const WOKEN_S: f64 = 100e-6;
 
 /// How long a listing of the target's threads is reused. Threads that Python knows are
 /// matched by their kernel id at once (3.8+); this bounds how late another new thread's
@@ -165,6 +177,7 @@ impl Sampler {
             positions: None,
             native: None,
             last_read: HashMap::new(),
+            wake_credit: HashMap::new(),
             last_tids: HashMap::new(),
         }
         .with_handshake_range()
@@ -250,7 +263,8 @@ impl Sampler {
             .keys()
             .map(|&t| (t, self.stat_cache.get(&t).map_or('R', |s| s.1)))
             .collect();
-        let reuse = self.reusable(&run_ns);
+        self.absorb_wake_ups(&run_ns);
+        let (reuse, unpaused) = self.reusable(&run_ns);
         let tids_by_thread = self
             .last_tids
             .iter()
@@ -263,8 +277,15 @@ impl Sampler {
             thread_names: false,
             reuse,
             tids_by_thread,
+            unpaused,
             ..Default::default()
         };
+        if self.cfg.mode == ReadMode::Paused || self.native.is_some() {
+            for t in tids.iter().filter(|t| !opts.unpaused.contains(t)) {
+                let c = self.wake_credit.entry(*t).or_insert(0.0);
+                *c = (*c + WOKEN_S).min(3.0 * WOKEN_S);
+            }
+        }
         let snap = match &mut self.native {
             Some(n) => n.snapshot(&self.proc, &mut self.walker, &opts, &states),
             None => python::take_snapshot_with_states(
@@ -346,11 +367,31 @@ impl Sampler {
         Ok(Some((seen, tids)))
     }
 
+    /// Spends the credit our pauses left (see `wake_credit`) on what each thread used
+    /// since its last sample: CPU it covers is ours, not counted (the thread did not run).
+    fn absorb_wake_ups(&mut self, run_ns: &HashMap<i32, u64>) {
+        self.wake_credit
+            .retain(|t, c| *c > 0.0 && run_ns.contains_key(t));
+        for (tid, credit) in self.wake_credit.iter_mut() {
+            let ns = run_ns[tid];
+            let Some(used) = self.cpu.pending_s(*tid, ns) else {
+                continue;
+            };
+            if used <= *credit {
+                *credit -= used;
+                self.cpu.absorb(*tid, ns);
+            } else {
+                *credit = 0.0;
+            }
+        }
+    }
+
     /// The threads a snapshot may leave unread (see `SnapshotOptions::reuse`): those whose
-    /// CPU time has not moved since their last sample, that were not running when last
-    /// looked at, and whose last read we keep; by `thread_id`, with the frame that read
-    /// started from.
-    fn reusable(&self, run_ns: &HashMap<i32, u64>) -> HashMap<u64, u64> {
+    /// CPU time has not moved since their last sample (our own pauses' wake-ups aside: see
+    /// `absorb_wake_ups`), that were not running when last looked at, and whose last read
+    /// we keep; by `thread_id`, with the frame that read started from; and their kernel ids
+    /// (`SnapshotOptions::unpaused`).
+    fn reusable(&self, run_ns: &HashMap<i32, u64>) -> (HashMap<u64, u64>, HashSet<i32>) {
         self.last_read
             .iter()
             .filter(|(tid, _)| {
@@ -359,8 +400,8 @@ impl Sampler {
                     .is_some_and(|&ns| self.cpu.unchanged(**tid, ns))
                     && self.stat_cache.get(tid).is_some_and(|s| s.1 != 'R')
             })
-            .map(|(_, last)| (last.thread_id, last.top_frame))
-            .collect()
+            .map(|(&tid, last)| ((last.thread_id, last.top_frame), tid))
+            .unzip()
     }
 
     /// Every listed thread's total CPU time (schedstat: precise and cheap), nanoseconds; a
