@@ -58,6 +58,10 @@ fn wanted(name: &str) -> bool {
             | "Py_Main"
             | "PyEval_EvalFrameEx"
             | "_PyEval_EvalFrameDefault"
+            | "PyObject_Malloc"
+            | "PyObject_Free"
+            | "PyMem_Malloc"
+            | "PyMem_Realloc"
     )
 }
 

@@ -38,6 +38,10 @@ const RTLD_NOW: u64 = 2;
 const RTLD_DLOPEN_PRIVATE: u64 = 0x8000_0000;
 /// How long to look for a thread at a safe point (one look per scan of the sampler).
 pub(crate) const PATIENCE: Duration = Duration::from_secs(2);
+/// How long one look waits for a computing thread to enter the interpreter's allocator
+/// (it does within microseconds when it makes objects at all; this is the sampler's
+/// thread, which must not stall long).
+const ENTRY_WAIT: Duration = Duration::from_millis(20);
 
 /// Why the library was not (or could not be) put into the target: the sentence said to the
 /// user ("no memory data: ..."), time being recorded anyway.
@@ -54,9 +58,10 @@ pub(crate) enum Attach {
 }
 
 /// Why no thread could be used, once [`PATIENCE`] has run out.
-pub(crate) const NO_SAFE_THREAD: &str = "no thread could call into our library: none of its \
-     threads waited in a system call where it holds no lock (a sleep, a lock or condition \
-     wait, select/poll, a join) within 2 s";
+pub(crate) const NO_SAFE_THREAD: &str = "no thread could call into our library: within 2 s \
+     none of its threads waited in a system call where it holds no lock (a sleep, a lock or \
+     condition wait, select/poll, a join), and its running thread never entered the \
+     interpreter's allocator (pure C code, or Python code that makes no new objects)";
 
 /// Loads the library into `proc` (unless it is there already) and hands it a new ring.
 pub(crate) fn attach_library(proc: &PythonProcess, cfg: &MemoryConfig) -> Attach {
@@ -64,7 +69,7 @@ pub(crate) fn attach_library(proc: &PythonProcess, cfg: &MemoryConfig) -> Attach
         return Attach::Refused(why);
     }
     #[cfg(target_arch = "x86_64")]
-    if !crate::ptrace::remote::waiting_thread(proc.pid) {
+    if !crate::ptrace::remote::waiting_thread(proc.pid) && entries(proc).is_empty() {
         return Attach::NotNow;
     }
     match try_attach(proc, cfg) {
@@ -74,11 +79,56 @@ pub(crate) fn attach_library(proc: &PythonProcess, cfg: &MemoryConfig) -> Attach
     }
 }
 
+/// The interpreter's allocator entries in `proc` (see [`hijack`]).
+fn entries(proc: &PythonProcess) -> Vec<u64> {
+    proc.addrs
+        .allocator_entries
+        .iter()
+        .copied()
+        .filter(|&a| a != 0)
+        .collect()
+}
+
+/// A thread of `proc` stopped where it may call into our library: one blocked in a wait
+/// that holds no lock (`remote.rs`), else the computing thread stopped at the entry of
+/// the interpreter's allocator — `PyObject_Malloc`, `PyObject_Free`, `PyMem_Malloc`,
+/// `PyMem_Realloc`: there it holds the GIL and no C-library lock (the interpreter calls
+/// them from its own code, never from inside the C library, its loader or its own
+/// pending-call lock), and a function's entry is where every register it has is the
+/// caller's arguments and nothing is half done. The interrupted call then continues
+/// through the allocator as it finds it (our library wraps the interpreter's allocator
+/// later, at a pending call; the C library's functions it reaches are patched to ours,
+/// which forward every block as before). None when no thread got there now.
+#[cfg(target_arch = "x86_64")]
+fn hijack(proc: &PythonProcess) -> Result<Option<crate::ptrace::remote::Hijacked>, Refusal> {
+    use crate::ptrace::remote::{computing_thread, waiting_thread, Hijacked};
+    let pid = proc.pid;
+    if let Some(t) = Hijacked::find(pid).map_err(said)? {
+        return Ok(Some(t));
+    }
+    let entries = entries(proc);
+    if entries.is_empty() || waiting_thread(pid) {
+        return Ok(None);
+    }
+    Hijacked::at_entry(pid, computing_thread(pid), &entries, ENTRY_WAIT).map_err(said)
+}
+
 /// [`attach_library`] once allowed: None when no thread was at a safe point after all.
+#[cfg(target_arch = "x86_64")]
 fn try_attach(proc: &PythonProcess, cfg: &MemoryConfig) -> Result<Option<Ring>, Refusal> {
     let pid = proc.pid;
     let maps = crate::proc::read_maps(pid).map_err(|e| e.to_string())?;
     let place = Place::choose(pid)?;
+    let loaded = loaded_library(&maps);
+    let dlopen = match loaded {
+        Some(_) => None,
+        None => Some(find_dlopen(pid, &maps, proc.namespaces)?),
+    };
+    // The thread first: the ring and the files only for a try that has one (it is
+    // stopped while they are made: milliseconds).
+    let Some(mut t) = hijack(proc)? else {
+        return Ok(None);
+    };
     let mut ring = Ring::create(
         &place.host_dir,
         ring::DEFAULT_CAPACITY,
@@ -102,11 +152,12 @@ fn try_attach(proc: &PythonProcess, cfg: &MemoryConfig) -> Result<Option<Ring>, 
     ring.header()
         .heartbeat_ns
         .store(layout::now_ns(), Ordering::Release);
-    let loaded = loaded_library(&maps);
-    let code = match loaded {
-        Some(base) => call_attach(pid, base, &ring_in_target)?,
-        None => load_and_attach(pid, &maps, proc.namespaces, &place, &ring_in_target)?,
+    let code = match (loaded, dlopen) {
+        (Some(base), _) => call_attach(&mut t, base, &ring_in_target)?,
+        (None, Some(dl)) => load_and_attach(&mut t, dl, &place, &ring_in_target)?,
+        (None, None) => unreachable!("dlopen is found when the library is not loaded"),
     };
+    drop(t);
     let Some(code) = code else {
         return Ok(None);
     };
@@ -276,14 +327,16 @@ fn attach_offset() -> Result<u64, Refusal> {
         .ok_or_else(|| format!("our library has no {}", layout::ATTACH_SYMBOL))
 }
 
-/// `scalene_rs_attach(ring)` in the process whose library is loaded at `base`.
+/// `scalene_rs_attach(ring)`, called by `t`, in the process whose library is loaded at
+/// `base`.
 #[cfg(target_arch = "x86_64")]
-fn call_attach(pid: i32, base: u64, ring_in_target: &str) -> Result<Option<i32>, Refusal> {
+fn call_attach(
+    t: &mut crate::ptrace::remote::Hijacked,
+    base: u64,
+    ring_in_target: &str,
+) -> Result<Option<i32>, Refusal> {
     let func = base + attach_offset()?;
-    let Some(mut t) = crate::ptrace::remote::Hijacked::find(pid).map_err(said)? else {
-        return Ok(None);
-    };
-    attach_call(&mut t, func, ring_in_target)
+    attach_call(t, func, ring_in_target)
 }
 
 /// `scalene_rs_attach(ring)` at `func`, called by the stopped thread `t`: its answer; None
@@ -362,22 +415,19 @@ fn find_dlopen(
     })
 }
 
-/// Writes the library into the target's `place`, has the process load it and attach to
-/// `ring_in_target`; the file is removed whatever happens.
+/// Writes the library into the target's `place`, has the process (thread `t`) load it
+/// with `dlopen` (from [`find_dlopen`]) and attach to `ring_in_target`; the file is removed
+/// whatever happens.
 #[cfg(target_arch = "x86_64")]
 fn load_and_attach(
-    pid: i32,
-    maps: &[crate::proc::maps::MapEntry],
-    ns: crate::proc::ns::Namespaces,
+    t: &mut crate::ptrace::remote::Hijacked,
+    (dlopen, private, dlerror): (u64, bool, Option<u64>),
     place: &Place,
     ring_in_target: &str,
 ) -> Result<Option<i32>, Refusal> {
-    let (dlopen, private, dlerror) = find_dlopen(pid, maps, ns)?;
+    let pid = t.pid();
     let offset = attach_offset()?;
     let files = LibraryFiles::write(place, pid)?;
-    let Some(mut t) = crate::ptrace::remote::Hijacked::find(pid).map_err(said)? else {
-        return Ok(None);
-    };
     let mode = if private {
         RTLD_NOW | RTLD_DLOPEN_PRIVATE
     } else {
@@ -412,22 +462,11 @@ fn load_and_attach(
             .and_then(|m| m.read_u64(handle))
             .map_err(|e| e.to_string())?
     };
-    attach_call(&mut t, base + offset, ring_in_target)
+    attach_call(t, base + offset, ring_in_target)
 }
 
 #[cfg(not(target_arch = "x86_64"))]
-fn load_and_attach(
-    _: i32,
-    _: &[crate::proc::maps::MapEntry],
-    _: crate::proc::ns::Namespaces,
-    _: &Place,
-    _: &str,
-) -> Result<Option<i32>, Refusal> {
-    Err("loading our library into a running process is implemented for x86-64 only".into())
-}
-
-#[cfg(not(target_arch = "x86_64"))]
-fn call_attach(_: i32, _: u64, _: &str) -> Result<Option<i32>, Refusal> {
+fn try_attach(_: &PythonProcess, _: &MemoryConfig) -> Result<Option<Ring>, Refusal> {
     Err("loading our library into a running process is implemented for x86-64 only".into())
 }
 

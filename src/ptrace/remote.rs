@@ -86,6 +86,17 @@ pub(crate) fn waiting_thread(pid: i32) -> bool {
         .any(|tid| in_usable_wait(pid, tid))
 }
 
+/// The thread of `pid` to stop at a breakpoint when none waits: the first that is running
+/// (the one holding the GIL, in a program of one computing thread), the main thread first;
+/// the main thread when none runs now.
+pub(crate) fn computing_thread(pid: i32) -> i32 {
+    let mut tids = crate::proc::threads(pid).unwrap_or_default();
+    tids.sort_by_key(|&t| t != pid);
+    tids.into_iter()
+        .find(|&t| crate::proc::thread_state(pid, t) == Some('R'))
+        .unwrap_or(pid)
+}
+
 /// Whether thread `tid` of `pid` is blocked in one of [`SAFE_SYSCALLS`] now (from /proc).
 fn in_usable_wait(pid: i32, tid: i32) -> bool {
     crate::proc::blocked_syscall(pid, tid).is_some_and(|(nr, _)| SAFE_SYSCALLS.contains(&nr))
@@ -114,6 +125,20 @@ pub(crate) struct Hijacked {
     state: State,
     /// Where our trampoline is in the process, once written.
     trampoline: Option<u64>,
+    /// How the thread was stopped, and so how it is put back.
+    way: Way,
+}
+
+/// Where a hijacked thread was stopped.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Way {
+    /// In a system call that waits: put back by restarting it ([`super::trampoline::CODE`]).
+    Wait,
+    /// At the entry of a function, by a breakpoint (the thread was computing): put back
+    /// with every register as it was ([`super::trampoline::ENTRY_CODE`]). Between two calls
+    /// it is stopped at the trampoline's last instruction by a breakpoint of its own, and
+    /// set back at the entry.
+    Entry,
 }
 
 impl Hijacked {
@@ -136,6 +161,14 @@ impl Hijacked {
     /// Seizes and stops `tid`; Some when it is stopped in a safe wait (checked again on its
     /// registers: it may have left the wait before the stop), else it is let go.
     fn stop(pid: i32, tid: i32) -> Result<Option<Hijacked>> {
+        let Some(mut h) = Hijacked::seize(pid, tid, Way::Wait)? else {
+            return Ok(None);
+        };
+        Ok(h.park().then_some(h))
+    }
+
+    /// Seizes `tid` without stopping it (None when it is gone): let go on drop.
+    fn seize(pid: i32, tid: i32, way: Way) -> Result<Option<Hijacked>> {
         let t = Pid::from_raw(tid);
         match ptrace::seize(t, ptrace::Options::empty()) {
             Ok(()) => {}
@@ -154,17 +187,159 @@ impl Hijacked {
                 ))
             }
         }
-        let mut h = Hijacked {
+        Ok(Some(Hijacked {
             pid,
             tid: t,
-            // SAFETY: an all-zero register set is a valid value; replaced below.
+            // SAFETY: an all-zero register set is a valid value; replaced once stopped.
             regs: unsafe { std::mem::zeroed() },
             xstate: Vec::new(),
             old_mask: block_termination_signals(),
             state: State::Released,
             trampoline: None,
+            way,
+        }))
+    }
+
+    /// Stops thread `tid` of `pid` at the entry of one of `entries` (functions that thread
+    /// only enters where a call of ours is safe: the caller's choice), by hardware
+    /// breakpoints that go away with us (`breakpoint.rs`), waiting at most `wait` for it to
+    /// get there. None when it did not (it is let go as it was); an error when the kernel
+    /// gives us no breakpoint.
+    pub(crate) fn at_entry(
+        pid: i32,
+        tid: i32,
+        entries: &[u64],
+        wait: Duration,
+    ) -> Result<Option<Hijacked>> {
+        use super::breakpoint::Breakpoint;
+        let Some(mut h) = Hijacked::seize(pid, tid, Way::Entry)? else {
+            return Ok(None);
         };
-        Ok(h.park().then_some(h))
+        let mut armed = Vec::new();
+        for &e in entries {
+            match Breakpoint::arm(tid, e) {
+                Ok(b) => armed.push(b),
+                Err(e) if e.raw_os_error() == Some(libc::ESRCH) => return Ok(None),
+                Err(e) => {
+                    return Err(Error::BadState {
+                        pid,
+                        why: super::breakpoint::refusal(&e),
+                    })
+                }
+            }
+        }
+        if stall_for_tests("armed", pid) {
+            // Tests only: armed, collecting a hit as the wait below does, until killed.
+            h.collect_for(Duration::from_secs(60));
+        }
+        let deadline = Instant::now() + wait;
+        let start = Instant::now();
+        loop {
+            match waitpid(h.tid, Some(WaitPidFlag::__WALL | WaitPidFlag::WNOHANG)) {
+                Ok(WaitStatus::StillAlive) => {
+                    if Instant::now() >= deadline {
+                        drop(armed);
+                        h.let_go_quietly();
+                        return Ok(None);
+                    }
+                    // A stop is collected within microseconds (see `breakpoint.rs`).
+                    if start.elapsed() < Duration::from_millis(2) {
+                        std::thread::yield_now();
+                    } else {
+                        std::thread::sleep(Duration::from_micros(20));
+                    }
+                }
+                Ok(WaitStatus::Stopped(_, Signal::SIGTRAP)) if h.our_trap() => {
+                    let regs =
+                        ptrace::getregs(h.tid).map_err(|e| h.os("PTRACE_GETREGS", e))?;
+                    if !entries.contains(&regs.rip) {
+                        ptrace::cont(h.tid, None).map_err(|e| h.os("PTRACE_CONT", e))?;
+                        continue;
+                    }
+                    drop(armed);
+                    let Some(x) = get_xstate(h.tid) else {
+                        return Ok(None);
+                    };
+                    h.regs = regs;
+                    h.xstate = x;
+                    h.state = State::Parked;
+                    return Ok(Some(h));
+                }
+                Ok(WaitStatus::Stopped(_, sig)) => {
+                    ptrace::cont(h.tid, Some(sig)).map_err(|e| h.os("PTRACE_CONT", e))?;
+                }
+                Ok(WaitStatus::Exited(..)) | Ok(WaitStatus::Signaled(..)) => {
+                    return Err(Error::ProcessExited(pid));
+                }
+                Ok(WaitStatus::PtraceEvent(..)) | Ok(WaitStatus::PtraceSyscall(_)) => {
+                    // A group stop (SIGSTOP) meanwhile: not ours to resume.
+                    drop(armed);
+                    return Ok(None);
+                }
+                Ok(_) | Err(nix::errno::Errno::EINTR) => {}
+                Err(e) => return Err(h.os("waiting for a breakpoint", e)),
+            }
+        }
+    }
+
+    /// Whether the thread's signal-delivery stop is one of our breakpoints'.
+    fn our_trap(&self) -> bool {
+        ptrace::getsiginfo(self.tid).is_ok_and(|i| super::breakpoint::is_ours(&i))
+    }
+
+    /// Lets the (running, seized) thread go once its breakpoints are disarmed, without a
+    /// SIGTRAP of ours still on its way to it (raised just before the disarm, not yet
+    /// delivered: let through untraced, it would kill the process): it is stopped once
+    /// more, such a signal cancelled, and detached from that stop.
+    fn let_go_quietly(&mut self) {
+        const SIGTRAP_BIT: u64 = 1 << (libc::SIGTRAP - 1);
+        self.state = State::Released;
+        for _ in 0..8 {
+            if ptrace::interrupt(self.tid).is_err() {
+                return;
+            }
+            loop {
+                match waitpid(self.tid, Some(WaitPidFlag::__WALL)) {
+                    Ok(WaitStatus::Stopped(_, Signal::SIGTRAP)) if self.our_trap() => {
+                        // Cancelled; the interrupt's stop follows.
+                        if ptrace::cont(self.tid, None).is_err() {
+                            return;
+                        }
+                    }
+                    Ok(WaitStatus::Stopped(_, sig)) => {
+                        if ptrace::cont(self.tid, Some(sig)).is_err() {
+                            return;
+                        }
+                    }
+                    Ok(WaitStatus::PtraceEvent(..)) => break,
+                    Err(nix::errno::Errno::EINTR) => {}
+                    _ => return,
+                }
+            }
+            // Stopped by the interrupt: a SIGTRAP still pending is dequeued after it.
+            let pending = crate::proc::thread_pending_signals(self.pid, self.tid.as_raw());
+            if pending.is_none_or(|p| p & SIGTRAP_BIT == 0) {
+                return;
+            }
+            if ptrace::cont(self.tid, None).is_err() {
+                return;
+            }
+        }
+    }
+
+    /// Tests only ([`STALL_ENV`]): for `d`, collects the thread's stops as the profiler
+    /// would (a collected stop delivers no signal if we die), leaving it stopped.
+    fn collect_for(&self, d: Duration) {
+        let end = Instant::now() + d;
+        while Instant::now() < end {
+            match waitpid(self.tid, Some(WaitPidFlag::__WALL | WaitPidFlag::WNOHANG)) {
+                Ok(WaitStatus::StillAlive) | Err(nix::errno::Errno::EINTR) => {
+                    std::thread::sleep(Duration::from_micros(20))
+                }
+                Ok(_) => std::thread::sleep(end.saturating_duration_since(Instant::now())),
+                Err(_) => return,
+            }
+        }
     }
 
     /// Stops the (seized) thread and checks it is in a safe wait, its registers and vector
@@ -226,9 +401,10 @@ impl Hijacked {
             Some(t) => t,
             None => *self.trampoline.insert(super::trampoline::install(pid)?),
         };
+        let entry = self.way == Way::Entry;
         // A wait the kernel would restart is restarted by the trampoline at its `syscall`
         // instruction: it must be one.
-        let restarts = self.regs.rax as i64 != -(libc::EINTR as i64);
+        let restarts = !entry && self.regs.rax as i64 != -(libc::EINTR as i64);
         if restarts {
             use crate::ptrace::ProcessMemory;
             let insn = crate::ptrace::RemoteMemory::new(pid)?.read_vec(self.regs.rip - 2, 2)?;
@@ -243,15 +419,44 @@ impl Hijacked {
             }
         }
         // From the stack pointer down: the red zone (128 bytes a leaf function may use),
-        // the data, the trampoline's block (64-byte aligned), the return address (into the
+        // (at a function's entry: the resume address's slot, below the red zone), the
+        // data, the trampoline's block (64-byte aligned), the return address (into the
         // trampoline; rsp ≡ 8 mod 16 at the function's entry, as after a `call`).
-        let block = super::trampoline::Block::bytes(&self.regs, &self.xstate);
-        let data_at = (self.regs.rsp - 128 - data.len() as u64) & !15;
+        use super::trampoline::{Block, ENTRY_AT, ENTRY_RET, ENTRY_SLOT_BELOW};
+        let (block, below, back) = if entry {
+            let b = Block::entry_bytes(&self.regs, &self.xstate);
+            (b, ENTRY_SLOT_BELOW + 16, trampoline + ENTRY_AT)
+        } else {
+            (Block::bytes(&self.regs, &self.xstate), 128, trampoline)
+        };
+        let data_at = (self.regs.rsp - below - data.len() as u64) & !15;
         let block_at = (data_at - block.len() as u64) & !63;
         let entry_rsp = block_at - 8;
+        if entry {
+            write_memory(
+                pid,
+                self.regs.rsp - ENTRY_SLOT_BELOW,
+                &self.regs.rip.to_le_bytes(),
+            )?;
+        }
         write_memory(pid, data_at, data)?;
         write_memory(pid, block_at, &block)?;
-        write_memory(pid, entry_rsp, &trampoline.to_le_bytes())?;
+        write_memory(pid, entry_rsp, &back.to_le_bytes())?;
+        // At a function's entry, the thread stops again at the trampoline's last
+        // instruction (a breakpoint that goes away with us: killed, it just runs on).
+        let exit = trampoline + ENTRY_RET;
+        let exit_bp = if entry {
+            Some(
+                super::breakpoint::Breakpoint::arm(self.tid.as_raw(), exit).map_err(|e| {
+                    Error::BadState {
+                        pid,
+                        why: super::breakpoint::refusal(&e),
+                    }
+                })?,
+            )
+        } else {
+            None
+        };
         let mut regs = self.regs;
         let resolve = |a: u64| {
             if a >= DATA && a < DATA + data.len() as u64 + 1 {
@@ -278,9 +483,14 @@ impl Hijacked {
         ptrace::setregs(self.tid, regs).map_err(|e| self.os("PTRACE_SETREGS", e))?;
         // From here on the thread comes back by itself, whatever becomes of us.
         self.state = State::Faulted;
-        stall_for_tests("before", pid);
+        self.stall_for_tests("before");
         ptrace::cont(self.tid, None).map_err(|e| self.os("PTRACE_CONT", e))?;
-        stall_for_tests("after", pid);
+        self.stall_for_tests("after");
+        if entry {
+            let result = self.await_exit(block_at, exit)?;
+            drop(exit_bp);
+            return Ok(result);
+        }
         let result = self.await_return(block_at)?;
         // Back in its wait (the trampoline's last instructions take nanoseconds): stopped
         // there again for the next call.
@@ -288,6 +498,73 @@ impl Hijacked {
         std::thread::sleep(Duration::from_micros(500));
         self.park();
         Ok(result)
+    }
+
+    /// [`Way::Entry`]: waits for the thread to stop at the trampoline's last instruction
+    /// (`exit`), passing on the signals it gets meanwhile, and sets it back at its entry,
+    /// stopped there for the next call; the function's result.
+    fn await_exit(&mut self, block_at: u64, exit: u64) -> Result<u64> {
+        use crate::ptrace::ProcessMemory;
+        let pid = self.pid;
+        let deadline = Instant::now() + CALL_TIMEOUT;
+        loop {
+            match waitpid(self.tid, Some(WaitPidFlag::__WALL | WaitPidFlag::WNOHANG)) {
+                Ok(WaitStatus::StillAlive) => {
+                    if Instant::now() >= deadline {
+                        self.state = State::Released;
+                        return Err(Error::BadState {
+                            pid,
+                            why: format!(
+                                "a call into the process did not return in {} s",
+                                CALL_TIMEOUT.as_secs()
+                            ),
+                        });
+                    }
+                    std::thread::sleep(Duration::from_micros(20));
+                }
+                Ok(WaitStatus::Stopped(_, Signal::SIGTRAP)) if self.our_trap() => {
+                    let now =
+                        ptrace::getregs(self.tid).map_err(|e| self.os("PTRACE_GETREGS", e))?;
+                    if now.rip != exit {
+                        ptrace::cont(self.tid, None).map_err(|e| self.os("PTRACE_CONT", e))?;
+                        continue;
+                    }
+                    let mem = crate::ptrace::RemoteMemory::new(pid)?;
+                    let at = block_at + super::trampoline::Block::RESULT as u64;
+                    let result = mem.read_u64(at);
+                    // Back at its entry, every register as it was (only rip and rsp differ
+                    // here), stopped: Parked.
+                    set_xstate(self.tid, &mut self.xstate);
+                    ptrace::setregs(self.tid, self.regs)
+                        .map_err(|e| self.os("PTRACE_SETREGS", e))?;
+                    self.state = State::Parked;
+                    return result;
+                }
+                Ok(WaitStatus::Stopped(_, Signal::SIGSEGV)) => {
+                    let now =
+                        ptrace::getregs(self.tid).map_err(|e| self.os("PTRACE_GETREGS", e))?;
+                    return Err(Error::BadState {
+                        pid,
+                        why: format!("a call into the process faulted at {:#x}", now.rip),
+                    });
+                }
+                Ok(WaitStatus::Stopped(_, sig)) => {
+                    ptrace::cont(self.tid, Some(sig)).map_err(|e| self.os("PTRACE_CONT", e))?;
+                }
+                Ok(WaitStatus::PtraceEvent(..)) | Ok(WaitStatus::PtraceSyscall(_)) => {
+                    ptrace::cont(self.tid, None).map_err(|e| self.os("PTRACE_CONT", e))?;
+                }
+                Ok(WaitStatus::Exited(..)) | Ok(WaitStatus::Signaled(..)) => {
+                    self.state = State::Released;
+                    return Err(Error::ProcessExited(pid));
+                }
+                Ok(_) | Err(nix::errno::Errno::EINTR) => {}
+                Err(e) => {
+                    self.state = State::Released;
+                    return Err(self.os("waiting for a call into the process", e));
+                }
+            }
+        }
     }
 
     /// Waits for the thread to come back through the trampoline (its block's done word),
@@ -352,6 +629,11 @@ impl Hijacked {
         }
     }
 
+    /// The process the thread belongs to.
+    pub(crate) fn pid(&self) -> i32 {
+        self.pid
+    }
+
     /// Whether `e` says the thread left its wait between two calls (try again later, with
     /// a thread found anew).
     pub(crate) fn released(e: &Error) -> bool {
@@ -377,11 +659,25 @@ pub(crate) const DATA: u64 = 0xffff_ff00_0000_0000;
 /// Why a call was not made: the thread left its wait after the previous call.
 const RELEASED: &str = "the thread left its wait between two calls";
 
-/// Under [`STALL_ENV`] (tests only): says where we are and sleeps a minute.
-fn stall_for_tests(at: &str, pid: i32) {
-    if std::env::var(STALL_ENV).is_ok_and(|v| v == at) {
+/// Under [`STALL_ENV`] (tests only): whether to stall at `at`, said on stderr.
+fn stall_for_tests(at: &str, pid: i32) -> bool {
+    let stall = std::env::var(STALL_ENV).is_ok_and(|v| v == at);
+    if stall {
         eprintln!("scalene-rs: test stall {at} a call into process {pid}");
-        std::thread::sleep(Duration::from_secs(60));
+    }
+    stall
+}
+
+impl Hijacked {
+    /// Under [`STALL_ENV`] (tests only): stalls a minute at `at`; a thread stopped by a
+    /// breakpoint meanwhile has its stop collected, as the profiler always does at once.
+    fn stall_for_tests(&self, at: &str) {
+        if stall_for_tests(at, self.pid) {
+            match self.way {
+                Way::Entry => self.collect_for(Duration::from_secs(60)),
+                Way::Wait => std::thread::sleep(Duration::from_secs(60)),
+            }
+        }
     }
 }
 

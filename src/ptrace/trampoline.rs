@@ -46,6 +46,41 @@
 //! kernel restarts an interrupted wait) or, for a wait that was to fail with EINTR, the
 //! instruction after it with rax = -EINTR. Nothing in the code depends on the call: the
 //! same bytes serve every call, also one that returns after a later call rewrote them.
+//!
+//! A thread stopped at the entry of a function (a breakpoint: `remote.rs`) is put back with
+//! every register as it was, `r11` and `rcx` too (a caller compiled to know which registers
+//! its callee uses may keep values there across the call), by the second listing,
+//! [`ENTRY_CODE`], [`ENTRY_AT`] bytes after the first. It ends on a `ret $136` whose return
+//! address the profiler wrote 144 bytes below the thread's own stack pointer, the block's
+//! `rsp` pointing there: the return pops it and moves `rsp` back to the thread's own. Those
+//! 8 bytes are below the 128-byte red zone, which stays untouched, and a signal delivered
+//! just before the `ret` builds its frame below them.
+//! ```text
+//!     mov    %rax, 144(%rsp)
+//!     movq   $1, 152(%rsp)
+//!     mov    $-1, %eax
+//!     mov    $-1, %edx
+//!     xrstor64 192(%rsp)
+//!     pushq  128(%rsp)
+//!     popfq
+//!     mov    0(%rsp), %r15
+//!     mov    8(%rsp), %r14
+//!     mov    16(%rsp), %r13
+//!     mov    24(%rsp), %r12
+//!     mov    32(%rsp), %rbp
+//!     mov    40(%rsp), %rbx
+//!     mov    48(%rsp), %r11
+//!     mov    56(%rsp), %r10
+//!     mov    64(%rsp), %r9
+//!     mov    72(%rsp), %r8
+//!     mov    80(%rsp), %rax
+//!     mov    88(%rsp), %rcx
+//!     mov    96(%rsp), %rdx
+//!     mov    104(%rsp), %rsi
+//!     mov    112(%rsp), %rdi
+//!     mov    120(%rsp), %rsp      # the resume address's slot
+//!     ret    $136                 # [ENTRY_RET]: resume, rsp back to the thread's own
+//! ```
 
 use crate::error::{Error, Result};
 
@@ -62,8 +97,29 @@ pub(crate) const CODE: [u8; 132] = [
     0x78, 0x41, 0xff, 0xe3,
 ];
 
-/// Room the cave must have (the code, rounded up).
-const CAVE_BYTES: u64 = 144;
+/// The second listing (see the module's doc).
+pub(crate) const ENTRY_CODE: [u8; 129] = [
+    0x48, 0x89, 0x84, 0x24, 0x90, 0x00, 0x00, 0x00, 0x48, 0xc7, 0x84, 0x24, 0x98, 0x00, 0x00, 0x00,
+    0x01, 0x00, 0x00, 0x00, 0xb8, 0xff, 0xff, 0xff, 0xff, 0xba, 0xff, 0xff, 0xff, 0xff, 0x48, 0x0f,
+    0xae, 0xac, 0x24, 0xc0, 0x00, 0x00, 0x00, 0xff, 0xb4, 0x24, 0x80, 0x00, 0x00, 0x00, 0x9d, 0x4c,
+    0x8b, 0x3c, 0x24, 0x4c, 0x8b, 0x74, 0x24, 0x08, 0x4c, 0x8b, 0x6c, 0x24, 0x10, 0x4c, 0x8b, 0x64,
+    0x24, 0x18, 0x48, 0x8b, 0x6c, 0x24, 0x20, 0x48, 0x8b, 0x5c, 0x24, 0x28, 0x4c, 0x8b, 0x5c, 0x24,
+    0x30, 0x4c, 0x8b, 0x54, 0x24, 0x38, 0x4c, 0x8b, 0x4c, 0x24, 0x40, 0x4c, 0x8b, 0x44, 0x24, 0x48,
+    0x48, 0x8b, 0x44, 0x24, 0x50, 0x48, 0x8b, 0x4c, 0x24, 0x58, 0x48, 0x8b, 0x54, 0x24, 0x60, 0x48,
+    0x8b, 0x74, 0x24, 0x68, 0x48, 0x8b, 0x7c, 0x24, 0x70, 0x48, 0x8b, 0x64, 0x24, 0x78, 0xc2, 0x88,
+    0x00,
+];
+
+/// Where [`ENTRY_CODE`] starts, from the cave's start.
+pub(crate) const ENTRY_AT: u64 = 144;
+/// Where its `ret $136` is, from the cave's start (a breakpoint there stops the thread once
+/// it is put back, but for its stack pointer and instruction pointer).
+pub(crate) const ENTRY_RET: u64 = ENTRY_AT + 126;
+/// How far below the thread's stack pointer [`ENTRY_CODE`]'s resume address goes.
+pub(crate) const ENTRY_SLOT_BELOW: u64 = 144;
+
+/// Room the cave must have (both listings, rounded up).
+const CAVE_BYTES: u64 = 288;
 
 /// The block the profiler writes on the thread's stack for [`CODE`]: offsets in bytes from
 /// its start, which must be 64-byte aligned (XRSTOR's rule) and is where `rsp` points when
@@ -77,6 +133,8 @@ impl Block {
     pub(crate) const R12: usize = 24;
     pub(crate) const RBP: usize = 32;
     pub(crate) const RBX: usize = 40;
+    /// [`ENTRY_CODE`] only (the first listing uses r11 for its jump).
+    pub(crate) const R11: usize = 48;
     pub(crate) const R10: usize = 56;
     pub(crate) const R9: usize = 64;
     pub(crate) const R8: usize = 72;
@@ -125,6 +183,39 @@ impl Block {
             (Self::RSP, regs.rsp),
             (Self::RFLAGS, regs.eflags),
             (Self::RESUME, resume),
+        ] {
+            put(at, v);
+        }
+        b[Self::XSAVE..].copy_from_slice(xsave);
+        b
+    }
+
+    /// The block's bytes for [`ENTRY_CODE`]: a thread stopped with `regs` at the entry of a
+    /// function (or anywhere outside a system call), put back with every register as it
+    /// was; its stack pointer is the resume address's slot ([`ENTRY_SLOT_BELOW`] below its
+    /// own), which the caller writes.
+    pub(crate) fn entry_bytes(regs: &libc::user_regs_struct, xsave: &[u8]) -> Vec<u8> {
+        let mut b = vec![0u8; Self::XSAVE + xsave.len()];
+        let mut put = |at: usize, v: u64| b[at..at + 8].copy_from_slice(&v.to_le_bytes());
+        for (at, v) in [
+            (Self::R15, regs.r15),
+            (Self::R14, regs.r14),
+            (Self::R13, regs.r13),
+            (Self::R12, regs.r12),
+            (Self::RBP, regs.rbp),
+            (Self::RBX, regs.rbx),
+            (Self::R11, regs.r11),
+            (Self::R10, regs.r10),
+            (Self::R9, regs.r9),
+            (Self::R8, regs.r8),
+            (Self::RAX, regs.rax),
+            (Self::RCX, regs.rcx),
+            (Self::RDX, regs.rdx),
+            (Self::RSI, regs.rsi),
+            (Self::RDI, regs.rdi),
+            (Self::RSP, regs.rsp - ENTRY_SLOT_BELOW),
+            (Self::RFLAGS, regs.eflags),
+            (Self::RESUME, regs.rip),
         ] {
             put(at, v);
         }
@@ -209,8 +300,8 @@ fn find_cave(pid: i32) -> Result<u64> {
     })
 }
 
-/// Writes [`CODE`] into a cave of `pid` (again: the bytes are the same every time) and
-/// returns its address.
+/// Writes [`CODE`] and [`ENTRY_CODE`] into a cave of `pid` (again: the bytes are the same
+/// every time) and returns the cave's address (where [`CODE`] starts).
 pub(crate) fn install(pid: i32) -> Result<u64> {
     use std::os::unix::fs::FileExt;
     let at = find_cave(pid)?;
@@ -220,10 +311,13 @@ pub(crate) fn install(pid: i32) -> Result<u64> {
         .write(true)
         .open(format!("/proc/{pid}/mem"))
         .map_err(io)?;
-    let mut now = [0u8; CODE.len()];
+    let mut code = [0u8; (ENTRY_AT as usize) + ENTRY_CODE.len()];
+    code[..CODE.len()].copy_from_slice(&CODE);
+    code[ENTRY_AT as usize..].copy_from_slice(&ENTRY_CODE);
+    let mut now = [0u8; (ENTRY_AT as usize) + ENTRY_CODE.len()];
     f.read_exact_at(&mut now, at).map_err(io)?;
-    if now != CODE {
-        f.write_all_at(&CODE, at).map_err(io)?;
+    if now != code {
+        f.write_all_at(&code, at).map_err(io)?;
     }
     Ok(at)
 }
@@ -232,19 +326,29 @@ pub(crate) fn install(pid: i32) -> Result<u64> {
 mod tests {
     use super::*;
 
-    /// The bytes are the module doc's listing, assembled (where GNU `as` is there).
+    /// The bytes are the module doc's listings, assembled (where GNU `as` is there).
     #[test]
     fn code_is_its_listing() {
+        assemble_listing(0, &CODE);
+        assemble_listing(1, &ENTRY_CODE);
+        assert_eq!(ENTRY_CODE[(ENTRY_RET - ENTRY_AT) as usize], 0xc2);
+    }
+
+    fn assemble_listing(nth: usize, code: &[u8]) {
         let src = include_str!("trampoline.rs");
-        let listing: String = src
-            .lines()
-            .skip_while(|l| !l.contains("```text"))
-            .skip(1)
+        let mut lines = src.lines();
+        for _ in 0..=nth {
+            lines.by_ref().find(|l| l.contains("```text"));
+        }
+        let listing: String = lines
             .take_while(|l| !l.contains("```"))
             .map(|l| l.trim_start_matches("//!").split('#').next().unwrap_or(""))
             .map(|l| format!("{l}\n"))
             .collect();
-        let dir = std::env::temp_dir().join(format!("scalene-rs-tramp-{}", std::process::id()));
+        let dir = std::env::temp_dir().join(format!(
+            "scalene-rs-tramp-{}-{nth}",
+            std::process::id()
+        ));
         std::fs::create_dir_all(&dir).unwrap();
         let (s, o, bin) = (dir.join("t.s"), dir.join("t.o"), dir.join("t.bin"));
         std::fs::write(&s, format!(".text\n{listing}")).unwrap();
@@ -257,7 +361,7 @@ mod tests {
             .args(["-O", "binary", "-j", ".text"])
             .arg(&o)
             .arg(&bin)));
-        assert_eq!(std::fs::read(&bin).unwrap(), CODE);
+        assert_eq!(std::fs::read(&bin).unwrap(), code);
         let _ = std::fs::remove_dir_all(&dir);
     }
 

@@ -35,7 +35,20 @@ pub struct Addresses {
     pub(crate) tstate_current: Option<u64>,
     /// Type objects, to validate what we read.
     pub types: TypeAddrs,
+    /// Entries of the interpreter's allocator functions ([`ALLOCATOR_ENTRIES`]; 0 where
+    /// absent): a thread entering one holds the GIL and no C-library lock (`attach` loads
+    /// our library there into a thread that never waits).
+    pub(crate) allocator_entries: [u64; 4],
 }
+
+/// The functions of [`Addresses::allocator_entries`]: those a computing interpreter enters
+/// most (measured: tens of thousands of times a second in a loop that makes objects).
+pub(crate) const ALLOCATOR_ENTRIES: [&str; 4] = [
+    "PyObject_Malloc",
+    "PyObject_Free",
+    "PyMem_Malloc",
+    "PyMem_Realloc",
+];
 
 /// A process with a CPython interpreter we know how to read.
 pub struct PythonProcess {
@@ -172,6 +185,7 @@ impl PythonProcess {
                     avma("PyBytes_Type").unwrap_or(0)
                 },
             },
+            allocator_entries: ALLOCATOR_ENTRIES.map(|n| avma(n).unwrap_or(0)),
         };
         if layout.runtime.interpreters_head.is_some() && addrs.runtime.is_none() {
             return Err(Error::BadState {
