@@ -58,10 +58,11 @@ fn wanted(name: &str) -> bool {
             | "Py_Main"
             | "PyEval_EvalFrameEx"
             | "_PyEval_EvalFrameDefault"
+            // python::process::ENTRY_POINTS
             | "PyObject_Malloc"
             | "PyObject_Free"
-            | "PyMem_Malloc"
-            | "PyMem_Realloc"
+            | "_Py_Dealloc"
+            | "PyNumber_Add"
     )
 }
 

@@ -61,7 +61,8 @@ pub(crate) enum Attach {
 pub(crate) const NO_SAFE_THREAD: &str = "no thread could call into our library: within 2 s \
      none of its threads waited in a system call where it holds no lock (a sleep, a lock or \
      condition wait, select/poll, a join), and its running thread never entered the \
-     interpreter's allocator (pure C code, or Python code that makes no new objects)";
+     interpreter's allocator, deallocation or addition (C code that does not call back \
+     into the interpreter)";
 
 /// Loads the library into `proc` (unless it is there already) and hands it a new ring.
 pub(crate) fn attach_library(proc: &PythonProcess, cfg: &MemoryConfig) -> Attach {
@@ -79,10 +80,10 @@ pub(crate) fn attach_library(proc: &PythonProcess, cfg: &MemoryConfig) -> Attach
     }
 }
 
-/// The interpreter's allocator entries in `proc` (see [`hijack`]).
+/// The interpreter's entry points in `proc` (see [`hijack`]).
 fn entries(proc: &PythonProcess) -> Vec<u64> {
     proc.addrs
-        .allocator_entries
+        .entry_points
         .iter()
         .copied()
         .filter(|&a| a != 0)
@@ -90,15 +91,17 @@ fn entries(proc: &PythonProcess) -> Vec<u64> {
 }
 
 /// A thread of `proc` stopped where it may call into our library: one blocked in a wait
-/// that holds no lock (`remote.rs`), else the computing thread stopped at the entry of
-/// the interpreter's allocator — `PyObject_Malloc`, `PyObject_Free`, `PyMem_Malloc`,
-/// `PyMem_Realloc`: there it holds the GIL and no C-library lock (the interpreter calls
-/// them from its own code, never from inside the C library, its loader or its own
-/// pending-call lock), and a function's entry is where every register it has is the
-/// caller's arguments and nothing is half done. The interrupted call then continues
-/// through the allocator as it finds it (our library wraps the interpreter's allocator
-/// later, at a pending call; the C library's functions it reaches are patched to ours,
-/// which forward every block as before). None when no thread got there now.
+/// that holds no lock (`remote.rs`), else the computing thread stopped at the entry of one
+/// of the interpreter's C-API functions it calls from its own code
+/// ([`crate::python::process::ENTRY_POINTS`]: its allocator, object deallocation,
+/// addition). There it holds the GIL and no C-library lock (the interpreter never calls
+/// them from inside the C library, its loader, a signal handler or its own pending-call
+/// lock, which our library's `Py_AddPendingCall` takes), and a function's entry is where
+/// every register is the caller's arguments or saved, nothing half done. The interrupted
+/// call goes on afterwards as if nothing happened: our library wraps the interpreter's
+/// allocator only later, at a pending call, and an allocator call that reaches the C
+/// library's functions after the attach reaches ours, which forward every block to the
+/// very function it went to before. None when no thread got there now.
 #[cfg(target_arch = "x86_64")]
 fn hijack(proc: &PythonProcess) -> Result<Option<crate::ptrace::remote::Hijacked>, Refusal> {
     use crate::ptrace::remote::{computing_thread, waiting_thread, Hijacked};

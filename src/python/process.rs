@@ -35,20 +35,20 @@ pub struct Addresses {
     pub(crate) tstate_current: Option<u64>,
     /// Type objects, to validate what we read.
     pub types: TypeAddrs,
-    /// Entries of the interpreter's allocator functions ([`ALLOCATOR_ENTRIES`]; 0 where
-    /// absent): a thread entering one holds the GIL and no C-library lock (`attach` loads
-    /// our library there into a thread that never waits).
-    pub(crate) allocator_entries: [u64; 4],
+    /// Entries of functions a computing interpreter enters often ([`ENTRY_POINTS`]; 0
+    /// where absent): `attach` stops a thread that never waits at one of them to load our
+    /// library (see `memory/inject.rs`).
+    pub(crate) entry_points: [u64; 4],
 }
 
-/// The functions of [`Addresses::allocator_entries`]: those a computing interpreter enters
-/// most (measured: tens of thousands of times a second in a loop that makes objects).
-pub(crate) const ALLOCATOR_ENTRIES: [&str; 4] = [
-    "PyObject_Malloc",
-    "PyObject_Free",
-    "PyMem_Malloc",
-    "PyMem_Realloc",
-];
+/// The functions of [`Addresses::entry_points`]: C-API functions the interpreter calls from
+/// its own code with the GIL held, entered tens of thousands of times a second by a loop
+/// that makes and drops objects or adds (measured on every build of the matrix: a
+/// link-time-optimised build inlines its allocator into its callers but not `_Py_Dealloc`;
+/// another calls `PyObject_Malloc`; every one reaches `PyNumber_Add` for an addition it
+/// has no specialised instruction for). At most 4: the x86-64 debug registers.
+pub(crate) const ENTRY_POINTS: [&str; 4] =
+    ["PyObject_Malloc", "PyObject_Free", "_Py_Dealloc", "PyNumber_Add"];
 
 /// A process with a CPython interpreter we know how to read.
 pub struct PythonProcess {
@@ -185,7 +185,7 @@ impl PythonProcess {
                     avma("PyBytes_Type").unwrap_or(0)
                 },
             },
-            allocator_entries: ALLOCATOR_ENTRIES.map(|n| avma(n).unwrap_or(0)),
+            entry_points: ENTRY_POINTS.map(|n| avma(n).unwrap_or(0)),
         };
         if layout.runtime.interpreters_head.is_some() && addrs.runtime.is_none() {
             return Err(Error::BadState {
