@@ -441,18 +441,22 @@ fn a_process_with_remote_debugging_disabled_gets_no_library() {
     });
 }
 
-/// A single thread computing without a pause never waits where it holds no lock: attach
-/// records time and says, in one line, why memory could not be had; the target runs on.
+/// A single thread that runs C code for seconds (a library's busy loop, through ctypes)
+/// never waits where it holds no lock nor enters the interpreter where our library could
+/// be loaded (tests/attach_busy.rs has a thread computing in Python): attach records time
+/// and says, in one line, why memory could not be had; the target runs on.
 #[test]
 fn a_thread_that_never_waits_gets_no_library_and_a_reason() {
+    let lib = native_library();
     common::for_each_interpreter(|py| {
         if !supported(py) {
             return Ok("not supported: see the other tests".into());
         }
-        let spin =
-            "import time\nt = time.time()\nwhile time.time() - t < 6:\n    pass\nprint('spun')\n";
+        let spin = "import ctypes, sys\nlib = ctypes.CDLL(sys.argv[1])\n\
+                    lib.spin.argtypes = [ctypes.c_double]\nlib.spin(6.0)\nprint('spun')\n";
         let target = Command::new(&py.path)
             .args(["-c", spin])
+            .arg(lib)
             .stdout(Stdio::piped())
             .spawn()
             .map_err(|e| e.to_string())?;

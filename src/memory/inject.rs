@@ -41,7 +41,10 @@ pub(crate) const PATIENCE: Duration = Duration::from_secs(2);
 /// How long one look waits for a computing thread to enter the interpreter's allocator
 /// (it does within microseconds when it makes objects at all; this is the sampler's
 /// thread, which must not stall long).
-const ENTRY_WAIT: Duration = Duration::from_millis(20);
+const ENTRY_WAIT: Duration = Duration::from_millis(10);
+/// Least time between two such looks at a process (at most a fifth of the sampler's time
+/// goes to them while [`PATIENCE`] lasts).
+const ENTRY_EVERY: Duration = Duration::from_millis(50);
 
 /// Why the library was not (or could not be) put into the target: the sentence said to the
 /// user ("no memory data: ..."), time being recorded anyway.
@@ -112,6 +115,15 @@ fn hijack(proc: &PythonProcess) -> Result<Option<crate::ptrace::remote::Hijacked
     let entries = entries(proc);
     if entries.is_empty() || waiting_thread(pid) {
         return Ok(None);
+    }
+    static LAST_LOOK: std::sync::Mutex<Option<(i32, std::time::Instant)>> =
+        std::sync::Mutex::new(None);
+    {
+        let mut last = LAST_LOOK.lock().unwrap_or_else(|e| e.into_inner());
+        if last.is_some_and(|(p, at)| p == pid && at.elapsed() < ENTRY_EVERY) {
+            return Ok(None);
+        }
+        *last = Some((pid, std::time::Instant::now()));
     }
     Hijacked::at_entry(pid, computing_thread(pid), &entries, ENTRY_WAIT).map_err(said)
 }
