@@ -1,10 +1,10 @@
 //! `attach PID` with memory to a process whose only thread computes and never waits
-//! (fixtures/memory/busy_compute.py): our library goes in at the entry of one of the
-//! interpreter's functions, reached by a hardware breakpoint that goes away with the
-//! profiler. Per-line memory as the fixture says, its output and exit status as without us,
-//! on every GIL interpreter of the matrix (a free-threaded one gets time and a reason), and
-//! a profiler SIGKILLed while the breakpoint is armed, inside the call or at random moments
-//! leaves the target unharmed.
+//! (fixtures/memory/busy_compute.py): our library goes in through that thread, stopped
+//! (PTRACE_INTERRUPT, no signal) where it runs the interpreter's own code. Per-line memory
+//! as the fixture says, its output and exit status as without us, on every GIL interpreter
+//! of the matrix (a free-threaded one gets time and a reason), and a profiler SIGKILLed
+//! with the thread stopped, inside the call or at random moments leaves the target
+//! unharmed.
 
 mod common;
 
@@ -76,6 +76,9 @@ impl Target {
             .map_err(|e| e.to_string())?;
         let mut err = String::new();
         let _ = self.child.stderr.take().unwrap().read_to_string(&mut err);
+        if let Some(sig) = std::os::unix::process::ExitStatusExt::signal(&status) {
+            err.push_str(&format!("[killed by signal {sig}]"));
+        }
         Ok((out, status.code(), err))
     }
 
@@ -239,12 +242,11 @@ fn kill_test_interpreters() -> Vec<common::Interpreter> {
 }
 
 /// A profiler SIGKILLed at the worst moments on purpose (a test hook stalls it there):
-/// with the breakpoints armed (a hit collected as the profiler always does, the thread held
-/// at the function's entry), just before the thread is let run into `dlopen` and inside
-/// it; then at 30 random moments of its first 150 ms. The target finishes every time with
-/// its own output and exit status.
+/// with the thread stopped in the interpreter's code, just before it is let run into
+/// `dlopen` (its registers ours) and inside the call; then at 30 random moments of its
+/// first 150 ms. The target finishes every time with its own output and exit status.
 #[test]
-fn a_profiler_killed_around_a_breakpoint_never_harms_the_target() {
+fn a_profiler_killed_around_a_computing_thread_never_harms_the_target() {
     const RANDOM_KILLS: usize = 30;
     let pythons = kill_test_interpreters();
     assert!(
@@ -257,7 +259,7 @@ fn a_profiler_killed_around_a_breakpoint_never_harms_the_target() {
         let pid = target.pid();
         let dir = common::tempdir("scalene-rs-attach-busy-kills");
         let json = dir.join("k.json");
-        for at in ["armed", "before", "after"] {
+        for at in ["stopped", "before", "after"] {
             let mut prof = attach(pid, &json, &[("SCALENE_RS_TEST_STALL_CALL", at)]);
             let err = Lines::of(&mut prof);
             let mut seen = Vec::new();
@@ -290,8 +292,8 @@ fn a_profiler_killed_around_a_breakpoint_never_harms_the_target() {
         let _ = std::fs::remove_dir_all(&dir);
         target.finish_unharmed()?;
         Ok(format!(
-            "killed armed, before and inside a call, and {RANDOM_KILLS} times at random: \
-             the target unharmed"
+            "killed with the thread stopped, before and inside a call, and {RANDOM_KILLS} \
+             times at random: the target unharmed"
         ))
     });
 }

@@ -191,16 +191,25 @@ fn install() -> bool {
 /// [`install_late`] uses them: 3.6+ (3.5 introduced them; 3.4 had a struct without
 /// `calloc` under the same function names; 2.7 has no allocator API at all).
 pub fn late_api() -> bool {
-    let v = symbol(c"Py_GetVersion");
-    if v.is_null() || symbol(c"PyMem_SetAllocator").is_null() {
+    if symbol(c"PyMem_SetAllocator").is_null() {
         return false;
+    }
+    python3_minor().is_some_and(|minor| minor >= 6)
+}
+
+/// The minor version of a Python 3 interpreter in this process (from `Py_GetVersion`);
+/// None for another major version or when it cannot be told.
+pub fn python3_minor() -> Option<u32> {
+    let v = symbol(c"Py_GetVersion");
+    if v.is_null() {
+        return None;
     }
     // SAFETY: CPython's `const char *Py_GetVersion(void)`: a static string, callable at any
     // time, with or without the GIL.
     let text =
         unsafe { core::mem::transmute::<*mut c_void, extern "C" fn() -> *const libc::c_char>(v)() };
     if text.is_null() {
-        return false;
+        return None;
     }
     // SAFETY: a NUL-terminated static string.
     let text = unsafe { core::ffi::CStr::from_ptr(text) }.to_bytes();
@@ -212,7 +221,10 @@ pub fn late_api() -> bool {
         }
         Some(p.iter().fold(0, |n, &d| n * 10 + (d - b'0') as u32))
     };
-    matches!((num(parts.next()), num(parts.next())), (Some(3), Some(minor)) if minor >= 6)
+    match (num(parts.next()), num(parts.next())) {
+        (Some(3), Some(minor)) => Some(minor),
+        _ => None,
+    }
 }
 
 /// Wraps both domains of an interpreter that is already running (`attach`): called by the

@@ -284,7 +284,7 @@ impl Fleet {
                 pid,
                 "the recording ended before a thread of the process waited where our \
                  library could be loaded (a sleep, a lock or condition wait, select/poll) \
-                 or entered the interpreter's allocator, deallocation or addition"
+                 or was found running the interpreter's own code"
                     .into(),
             ));
         }

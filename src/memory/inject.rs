@@ -38,8 +38,8 @@ const RTLD_NOW: u64 = 2;
 const RTLD_DLOPEN_PRIVATE: u64 = 0x8000_0000;
 /// How long to look for a thread at a safe point (one look per scan of the sampler).
 pub(crate) const PATIENCE: Duration = Duration::from_secs(2);
-/// How long one look waits for a computing thread to enter the interpreter's allocator
-/// (it does within microseconds when it makes objects at all; this is the sampler's
+/// How long one look stops a computing thread now and then to find it in the
+/// interpreter's code (a Python program is there most of the time; this is the sampler's
 /// thread, which must not stall long).
 const ENTRY_WAIT: Duration = Duration::from_millis(10);
 /// Least time between two such looks at a process (at most a fifth of the sampler's time
@@ -63,9 +63,8 @@ pub(crate) enum Attach {
 /// Why no thread could be used, once [`PATIENCE`] has run out.
 pub(crate) const NO_SAFE_THREAD: &str = "no thread could call into our library: within 2 s \
      none of its threads waited in a system call where it holds no lock (a sleep, a lock or \
-     condition wait, select/poll, a join), and its running thread never entered the \
-     interpreter's allocator, deallocation or addition (C code that does not call back \
-     into the interpreter)";
+     condition wait, select/poll, a join), and its running thread was never found in the \
+     interpreter's own code (it runs C code that does not call back into the interpreter)";
 
 /// Loads the library into `proc` (unless it is there already) and hands it a new ring.
 pub(crate) fn attach_library(proc: &PythonProcess, cfg: &MemoryConfig) -> Attach {
@@ -73,7 +72,7 @@ pub(crate) fn attach_library(proc: &PythonProcess, cfg: &MemoryConfig) -> Attach
         return Attach::Refused(why);
     }
     #[cfg(target_arch = "x86_64")]
-    if !crate::ptrace::remote::waiting_thread(proc.pid) && entries(proc).is_empty() {
+    if !crate::ptrace::remote::waiting_thread(proc.pid) && interpreter_code(proc).is_empty() {
         return Attach::NotNow;
     }
     match try_attach(proc, cfg) {
@@ -83,37 +82,41 @@ pub(crate) fn attach_library(proc: &PythonProcess, cfg: &MemoryConfig) -> Attach
     }
 }
 
-/// The interpreter's entry points in `proc` (see [`hijack`]).
-fn entries(proc: &PythonProcess) -> Vec<u64> {
+/// The interpreter's own code in `proc` (see [`hijack`]).
+fn interpreter_code(proc: &PythonProcess) -> Vec<(u64, u64)> {
     proc.addrs
-        .entry_points
+        .interpreter_code
         .iter()
         .copied()
-        .filter(|&a| a != 0)
+        .filter(|&(_, len)| len > 0)
         .collect()
 }
 
 /// A thread of `proc` stopped where it may call into our library: one blocked in a wait
-/// that holds no lock (`remote.rs`), else the computing thread stopped at the entry of one
-/// of the interpreter's C-API functions it calls from its own code
-/// ([`crate::python::process::ENTRY_POINTS`]: its allocator, object deallocation,
-/// addition). There it holds the GIL and no C-library lock (the interpreter never calls
-/// them from inside the C library, its loader, a signal handler or its own pending-call
-/// lock, which our library's `Py_AddPendingCall` takes), and a function's entry is where
-/// every register is the caller's arguments or saved, nothing half done. The interrupted
-/// call goes on afterwards as if nothing happened: our library wraps the interpreter's
-/// allocator only later, at a pending call, and an allocator call that reaches the C
-/// library's functions after the attach reaches ours, which forward every block to the
-/// very function it went to before. None when no thread got there now.
+/// that holds no lock (`remote.rs`), else the computing thread, stopped (PTRACE_INTERRUPT,
+/// again and again) until a stop finds it in the interpreter's own code
+/// ([`crate::python::process::INTERPRETER_CODE`]: the bytecode loop, its allocator,
+/// deallocation, addition). A thread running there holds no C-library lock: the
+/// interpreter runs no bytecode and calls none of those from inside the C library, its
+/// loader or a signal handler. What it may hold is the interpreter's: the GIL, which our
+/// call does not need, and — where the loop inlines its pending-call code — the
+/// pending-call lock, which our library's `Py_AddPendingCall` would wait for; our library
+/// makes that call from a thread of its own (`preload/src/attach.rs`). The thread is put
+/// back with every register as it was; an allocator call it was in goes on afterwards as
+/// if nothing happened: our library wraps the interpreter's allocator only later, at a
+/// pending call, and a C-library function it reaches after the attach reaches ours, which
+/// forwards every block to the very function it went to before. None when no thread was
+/// there now.
 #[cfg(target_arch = "x86_64")]
-fn hijack(proc: &PythonProcess) -> Result<Option<crate::ptrace::remote::Hijacked>, Refusal> {
+fn hijack(
+    pid: i32,
+    code: &[(u64, u64)],
+) -> Result<Option<crate::ptrace::remote::Hijacked>, Refusal> {
     use crate::ptrace::remote::{computing_thread, waiting_thread, Hijacked};
-    let pid = proc.pid;
     if let Some(t) = Hijacked::find(pid).map_err(said)? {
         return Ok(Some(t));
     }
-    let entries = entries(proc);
-    if entries.is_empty() || waiting_thread(pid) {
+    if code.is_empty() || waiting_thread(pid) {
         return Ok(None);
     }
     static LAST_LOOK: std::sync::Mutex<Option<(i32, std::time::Instant)>> =
@@ -125,7 +128,7 @@ fn hijack(proc: &PythonProcess) -> Result<Option<crate::ptrace::remote::Hijacked
         }
         *last = Some((pid, std::time::Instant::now()));
     }
-    Hijacked::at_entry(pid, computing_thread(pid), &entries, ENTRY_WAIT).map_err(said)
+    Hijacked::in_code(pid, computing_thread(pid), code, ENTRY_WAIT).map_err(said)
 }
 
 /// [`attach_library`] once allowed: None when no thread was at a safe point after all.
@@ -138,11 +141,6 @@ fn try_attach(proc: &PythonProcess, cfg: &MemoryConfig) -> Result<Option<Ring>, 
     let dlopen = match loaded {
         Some(_) => None,
         None => Some(find_dlopen(pid, &maps, proc.namespaces)?),
-    };
-    // The thread first: the ring and the files only for a try that has one (it is
-    // stopped while they are made: milliseconds).
-    let Some(mut t) = hijack(proc)? else {
-        return Ok(None);
     };
     let mut ring = Ring::create(
         &place.host_dir,
@@ -167,13 +165,25 @@ fn try_attach(proc: &PythonProcess, cfg: &MemoryConfig) -> Result<Option<Ring>, 
     ring.header()
         .heartbeat_ns
         .store(layout::now_ns(), Ordering::Release);
-    let code = match (loaded, dlopen) {
-        (Some(base), _) => call_attach(&mut t, base, &ring_in_target)?,
-        (None, Some(dl)) => load_and_attach(&mut t, dl, &place, &ring_in_target)?,
-        (None, None) => unreachable!("dlopen is found when the library is not loaded"),
+    let files = match loaded {
+        Some(_) => None,
+        None => Some(LibraryFiles::write(&place, pid)?),
     };
-    drop(t);
-    let Some(code) = code else {
+    let code = interpreter_code(proc);
+    let answer = (|| -> Result<Option<i32>, Refusal> {
+        let Some(mut t) = hijack(pid, &code)? else {
+            return Ok(None);
+        };
+        match (loaded, dlopen, &files) {
+            (Some(base), _, _) => call_attach(&mut t, base, &ring_in_target),
+            (None, Some(dl), Some(files)) => {
+                load_and_attach(&mut t, dl, &files.target_path, &ring_in_target)
+            }
+            _ => unreachable!("dlopen and the files are there when the library is not loaded"),
+        }
+    })()?;
+    drop(files);
+    let Some(code) = answer else {
         return Ok(None);
     };
     // The target has it mapped (or refused it): the file's name is no longer needed.
@@ -430,19 +440,17 @@ fn find_dlopen(
     })
 }
 
-/// Writes the library into the target's `place`, has the process (thread `t`) load it
-/// with `dlopen` (from [`find_dlopen`]) and attach to `ring_in_target`; the file is removed
-/// whatever happens.
+/// Has the process (thread `t`) load our library, written at `library_in_target`, with
+/// `dlopen` (from [`find_dlopen`]) and attach to `ring_in_target`.
 #[cfg(target_arch = "x86_64")]
 fn load_and_attach(
     t: &mut crate::ptrace::remote::Hijacked,
     (dlopen, private, dlerror): (u64, bool, Option<u64>),
-    place: &Place,
+    library_in_target: &str,
     ring_in_target: &str,
 ) -> Result<Option<i32>, Refusal> {
     let pid = t.pid();
     let offset = attach_offset()?;
-    let files = LibraryFiles::write(place, pid)?;
     let mode = if private {
         RTLD_NOW | RTLD_DLOPEN_PRIVATE
     } else {
@@ -452,10 +460,9 @@ fn load_and_attach(
         .call(
             dlopen,
             &[crate::ptrace::remote::DATA, mode],
-            &c_string(&files.target_path),
+            &c_string(library_in_target),
         )
         .map_err(said)?;
-    drop(files);
     if handle == 0 {
         let why = match dlerror {
             Some(f) => t

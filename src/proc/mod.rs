@@ -175,14 +175,6 @@ pub(crate) fn blocked_syscall(pid: i32, tid: i32) -> Option<(i64, u64)> {
     Some((nr, arg))
 }
 
-/// The signals pending for thread `tid` itself (SigPnd of /proc/PID/task/TID/status: bit
-/// n-1 for signal n); None when it cannot be read.
-pub(crate) fn thread_pending_signals(pid: i32, tid: i32) -> Option<u64> {
-    let text = std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/status")).ok()?;
-    let line = text.lines().find_map(|l| l.strip_prefix("SigPnd:"))?;
-    u64::from_str_radix(line.trim(), 16).ok()
-}
-
 /// The value of the environment variable `key` that process `pid` started with
 /// (/proc/PID/environ; a change it made since is not seen).
 pub(crate) fn environ_var(pid: i32, key: &str) -> Option<String> {

@@ -6,8 +6,6 @@
 //! namespaces ([`ns`]: its files as it sees them, its thread ids as we see them).
 //! Must not: know anything about Python.
 
-#[cfg(target_arch = "x86_64")]
-pub(crate) mod breakpoint;
 pub(crate) mod pause;
 #[cfg(target_arch = "x86_64")]
 pub(crate) mod remote;

@@ -65,10 +65,11 @@ const XSTATE_BYTES: usize = 64 * 1024;
 /// Longest a call may take before we stop waiting for it (the thread comes back by itself
 /// whenever it returns: see the trampoline).
 const CALL_TIMEOUT: Duration = Duration::from_secs(30);
-/// `SCALENE_RS_TEST_STALL_CALL=before|after`: tests only. Stalls the profiler for a minute
-/// just before (the thread stopped with the call's registers set) or just after the thread
-/// is let run into a call, saying so on stderr, so that a test can kill it at the worst
-/// moment on purpose.
+/// `SCALENE_RS_TEST_STALL_CALL=stopped|before|after`: tests only. Stalls the profiler for a
+/// minute once a computing thread is stopped inside the interpreter (`stopped`), just before
+/// (the thread stopped with the call's registers set) or just after the thread is let run
+/// into a call, saying so on stderr, so that a test can kill it at the worst moment on
+/// purpose.
 const STALL_ENV: &str = "SCALENE_RS_TEST_STALL_CALL";
 
 /// Whether a thread blocked in system call `nr` with first two arguments `a0`, `a1` waits
@@ -134,10 +135,10 @@ pub(crate) struct Hijacked {
 enum Way {
     /// In a system call that waits: put back by restarting it ([`super::trampoline::CODE`]).
     Wait,
-    /// At the entry of a function, by a breakpoint (the thread was computing): put back
-    /// with every register as it was ([`super::trampoline::ENTRY_CODE`]). Between two calls
-    /// it is stopped at the trampoline's last instruction by a breakpoint of its own, and
-    /// set back at the entry.
+    /// Anywhere outside a system call (a computing thread, interrupted inside the
+    /// interpreter's code): put back with every register as it was
+    /// ([`super::trampoline::ENTRY_CODE`]). Between two calls it is stopped in the
+    /// trampoline's short wait and set back where it was.
     Entry,
 }
 
@@ -200,144 +201,68 @@ impl Hijacked {
         }))
     }
 
-    /// Stops thread `tid` of `pid` at the entry of one of `entries` (functions that thread
-    /// only enters where a call of ours is safe: the caller's choice), by hardware
-    /// breakpoints that go away with us (`breakpoint.rs`), waiting at most `wait` for it to
-    /// get there. None when it did not (it is let go as it was); an error when the kernel
-    /// gives us no breakpoint.
-    pub(crate) fn at_entry(
+    /// Stops thread `tid` of `pid`, which computes, inside the interpreter's own code: one
+    /// of the `ranges` of code (AVMA start, length) where a thread holds no C-library lock
+    /// (the caller's choice). It is stopped with PTRACE_INTERRUPT now and then (no signal:
+    /// a profiler that dies meanwhile just lets it run on) until one stop finds it there,
+    /// outside a system call, for at most `wait`. None when none did (it runs on as it
+    /// was).
+    pub(crate) fn in_code(
         pid: i32,
         tid: i32,
-        entries: &[u64],
+        ranges: &[(u64, u64)],
         wait: Duration,
     ) -> Result<Option<Hijacked>> {
-        use super::breakpoint::Breakpoint;
         let Some(mut h) = Hijacked::seize(pid, tid, Way::Entry)? else {
             return Ok(None);
         };
-        let mut armed = Vec::new();
-        for &e in entries {
-            match Breakpoint::arm(tid, e) {
-                Ok(b) => armed.push(b),
-                Err(e) if e.raw_os_error() == Some(libc::ESRCH) => return Ok(None),
-                Err(e) => {
-                    return Err(Error::BadState {
-                        pid,
-                        why: super::breakpoint::refusal(&e),
-                    })
-                }
-            }
-        }
-        if stall_for_tests("armed", pid) {
-            // Tests only: armed, collecting a hit as the wait below does, until killed.
-            h.collect_for(Duration::from_secs(60));
-        }
         let deadline = Instant::now() + wait;
-        let start = Instant::now();
         loop {
-            match waitpid(h.tid, Some(WaitPidFlag::__WALL | WaitPidFlag::WNOHANG)) {
-                Ok(WaitStatus::StillAlive) => {
-                    if Instant::now() >= deadline {
-                        drop(armed);
-                        h.let_go_quietly();
-                        return Ok(None);
-                    }
-                    // A stop is collected within microseconds (see `breakpoint.rs`).
-                    if start.elapsed() < Duration::from_millis(2) {
-                        std::thread::yield_now();
-                    } else {
-                        std::thread::sleep(Duration::from_micros(20));
-                    }
-                }
-                Ok(WaitStatus::Stopped(_, Signal::SIGTRAP)) if h.our_trap() => {
-                    let regs =
-                        ptrace::getregs(h.tid).map_err(|e| h.os("PTRACE_GETREGS", e))?;
-                    if !entries.contains(&regs.rip) {
-                        ptrace::cont(h.tid, None).map_err(|e| h.os("PTRACE_CONT", e))?;
-                        continue;
-                    }
-                    drop(armed);
-                    let Some(x) = get_xstate(h.tid) else {
-                        return Ok(None);
-                    };
-                    h.regs = regs;
-                    h.xstate = x;
-                    h.state = State::Parked;
-                    return Ok(Some(h));
-                }
-                Ok(WaitStatus::Stopped(_, sig)) => {
-                    ptrace::cont(h.tid, Some(sig)).map_err(|e| h.os("PTRACE_CONT", e))?;
-                }
-                Ok(WaitStatus::Exited(..)) | Ok(WaitStatus::Signaled(..)) => {
-                    return Err(Error::ProcessExited(pid));
-                }
-                Ok(WaitStatus::PtraceEvent(..)) | Ok(WaitStatus::PtraceSyscall(_)) => {
-                    // A group stop (SIGSTOP) meanwhile: not ours to resume.
-                    drop(armed);
+            if !h.interrupt() {
+                return Ok(None);
+            }
+            let regs = ptrace::getregs(h.tid).map_err(|e| h.os("PTRACE_GETREGS", e))?;
+            let inside = ranges
+                .iter()
+                .any(|&(at, len)| regs.rip.wrapping_sub(at) < len);
+            // Outside a system call (there orig_rax is the call's number).
+            if inside && regs.orig_rax as i64 == -1 {
+                let Some(x) = get_xstate(h.tid) else {
                     return Ok(None);
-                }
-                Ok(_) | Err(nix::errno::Errno::EINTR) => {}
-                Err(e) => return Err(h.os("waiting for a breakpoint", e)),
+                };
+                h.regs = regs;
+                h.xstate = x;
+                h.state = State::Parked;
+                h.stall_for_tests("stopped");
+                return Ok(Some(h));
             }
+            if Instant::now() >= deadline {
+                // Let go from this stop (a detach needs the thread stopped).
+                return Ok(None);
+            }
+            ptrace::cont(h.tid, None).map_err(|e| h.os("PTRACE_CONT", e))?;
+            // Not in step with anything the thread repeats.
+            std::thread::sleep(Duration::from_micros(300 + (regs.rip & 0x1ff)));
         }
     }
 
-    /// Whether the thread's signal-delivery stop is one of our breakpoints'.
-    fn our_trap(&self) -> bool {
-        ptrace::getsiginfo(self.tid).is_ok_and(|i| super::breakpoint::is_ours(&i))
-    }
-
-    /// Lets the (running, seized) thread go once its breakpoints are disarmed, without a
-    /// SIGTRAP of ours still on its way to it (raised just before the disarm, not yet
-    /// delivered: let through untraced, it would kill the process): it is stopped once
-    /// more, such a signal cancelled, and detached from that stop.
-    fn let_go_quietly(&mut self) {
-        const SIGTRAP_BIT: u64 = 1 << (libc::SIGTRAP - 1);
-        self.state = State::Released;
-        for _ in 0..8 {
-            if ptrace::interrupt(self.tid).is_err() {
-                return;
-            }
-            loop {
-                match waitpid(self.tid, Some(WaitPidFlag::__WALL)) {
-                    Ok(WaitStatus::Stopped(_, Signal::SIGTRAP)) if self.our_trap() => {
-                        // Cancelled; the interrupt's stop follows.
-                        if ptrace::cont(self.tid, None).is_err() {
-                            return;
-                        }
-                    }
-                    Ok(WaitStatus::Stopped(_, sig)) => {
-                        if ptrace::cont(self.tid, Some(sig)).is_err() {
-                            return;
-                        }
-                    }
-                    Ok(WaitStatus::PtraceEvent(..)) => break,
-                    Err(nix::errno::Errno::EINTR) => {}
-                    _ => return,
-                }
-            }
-            // Stopped by the interrupt: a SIGTRAP still pending is dequeued after it.
-            let pending = crate::proc::thread_pending_signals(self.pid, self.tid.as_raw());
-            if pending.is_none_or(|p| p & SIGTRAP_BIT == 0) {
-                return;
-            }
-            if ptrace::cont(self.tid, None).is_err() {
-                return;
-            }
+    /// Stops the (seized, running) thread with PTRACE_INTERRUPT: true once it is stopped
+    /// there. A signal's delivery stop that comes first is let through with its signal and
+    /// the interrupt's stop awaited.
+    fn interrupt(&mut self) -> bool {
+        if ptrace::interrupt(self.tid).is_err() {
+            return false;
         }
-    }
-
-    /// Tests only ([`STALL_ENV`]): for `d`, collects the thread's stops as the profiler
-    /// would (a collected stop delivers no signal if we die), leaving it stopped.
-    fn collect_for(&self, d: Duration) {
-        let end = Instant::now() + d;
-        while Instant::now() < end {
-            match waitpid(self.tid, Some(WaitPidFlag::__WALL | WaitPidFlag::WNOHANG)) {
-                Ok(WaitStatus::StillAlive) | Err(nix::errno::Errno::EINTR) => {
-                    std::thread::sleep(Duration::from_micros(20))
+        loop {
+            match waitpid(self.tid, Some(WaitPidFlag::__WALL)) {
+                Ok(WaitStatus::PtraceEvent(..)) => return true,
+                Ok(WaitStatus::Stopped(_, sig)) => {
+                    if ptrace::cont(self.tid, Some(sig)).is_err() {
+                        return false;
+                    }
                 }
-                Ok(_) => std::thread::sleep(end.saturating_duration_since(Instant::now())),
-                Err(_) => return,
+                Err(nix::errno::Errno::EINTR) => {}
+                _ => return false,
             }
         }
     }
@@ -422,7 +347,7 @@ impl Hijacked {
         // (at a function's entry: the resume address's slot, below the red zone), the
         // data, the trampoline's block (64-byte aligned), the return address (into the
         // trampoline; rsp ≡ 8 mod 16 at the function's entry, as after a `call`).
-        use super::trampoline::{Block, ENTRY_AT, ENTRY_RET, ENTRY_SLOT_BELOW};
+        use super::trampoline::{Block, ENTRY_AT, ENTRY_SLOT_BELOW};
         let (block, below, back) = if entry {
             let b = Block::entry_bytes(&self.regs, &self.xstate);
             (b, ENTRY_SLOT_BELOW + 16, trampoline + ENTRY_AT)
@@ -442,21 +367,6 @@ impl Hijacked {
         write_memory(pid, data_at, data)?;
         write_memory(pid, block_at, &block)?;
         write_memory(pid, entry_rsp, &back.to_le_bytes())?;
-        // At a function's entry, the thread stops again at the trampoline's last
-        // instruction (a breakpoint that goes away with us: killed, it just runs on).
-        let exit = trampoline + ENTRY_RET;
-        let exit_bp = if entry {
-            Some(
-                super::breakpoint::Breakpoint::arm(self.tid.as_raw(), exit).map_err(|e| {
-                    Error::BadState {
-                        pid,
-                        why: super::breakpoint::refusal(&e),
-                    }
-                })?,
-            )
-        } else {
-            None
-        };
         let mut regs = self.regs;
         let resolve = |a: u64| {
             if a >= DATA && a < DATA + data.len() as u64 + 1 {
@@ -486,12 +396,12 @@ impl Hijacked {
         self.stall_for_tests("before");
         ptrace::cont(self.tid, None).map_err(|e| self.os("PTRACE_CONT", e))?;
         self.stall_for_tests("after");
+        let result = self.await_return(block_at)?;
         if entry {
-            let result = self.await_exit(block_at, exit)?;
-            drop(exit_bp);
+            // Waiting in the trampoline for us: stopped there and set back where it was.
+            self.repark(trampoline + super::trampoline::ENTRY_WAKE);
             return Ok(result);
         }
-        let result = self.await_return(block_at)?;
         // Back in its wait (the trampoline's last instructions take nanoseconds): stopped
         // there again for the next call.
         self.state = State::Released;
@@ -500,70 +410,23 @@ impl Hijacked {
         Ok(result)
     }
 
-    /// [`Way::Entry`]: waits for the thread to stop at the trampoline's last instruction
-    /// (`exit`), passing on the signals it gets meanwhile, and sets it back at its entry,
-    /// stopped there for the next call; the function's result.
-    fn await_exit(&mut self, block_at: u64, exit: u64) -> Result<u64> {
-        use crate::ptrace::ProcessMemory;
-        let pid = self.pid;
-        let deadline = Instant::now() + CALL_TIMEOUT;
-        loop {
-            match waitpid(self.tid, Some(WaitPidFlag::__WALL | WaitPidFlag::WNOHANG)) {
-                Ok(WaitStatus::StillAlive) => {
-                    if Instant::now() >= deadline {
-                        self.state = State::Released;
-                        return Err(Error::BadState {
-                            pid,
-                            why: format!(
-                                "a call into the process did not return in {} s",
-                                CALL_TIMEOUT.as_secs()
-                            ),
-                        });
-                    }
-                    std::thread::sleep(Duration::from_micros(20));
-                }
-                Ok(WaitStatus::Stopped(_, Signal::SIGTRAP)) if self.our_trap() => {
-                    let now =
-                        ptrace::getregs(self.tid).map_err(|e| self.os("PTRACE_GETREGS", e))?;
-                    if now.rip != exit {
-                        ptrace::cont(self.tid, None).map_err(|e| self.os("PTRACE_CONT", e))?;
-                        continue;
-                    }
-                    let mem = crate::ptrace::RemoteMemory::new(pid)?;
-                    let at = block_at + super::trampoline::Block::RESULT as u64;
-                    let result = mem.read_u64(at);
-                    // Back at its entry, every register as it was (only rip and rsp differ
-                    // here), stopped: Parked.
-                    set_xstate(self.tid, &mut self.xstate);
-                    ptrace::setregs(self.tid, self.regs)
-                        .map_err(|e| self.os("PTRACE_SETREGS", e))?;
-                    self.state = State::Parked;
-                    return result;
-                }
-                Ok(WaitStatus::Stopped(_, Signal::SIGSEGV)) => {
-                    let now =
-                        ptrace::getregs(self.tid).map_err(|e| self.os("PTRACE_GETREGS", e))?;
-                    return Err(Error::BadState {
-                        pid,
-                        why: format!("a call into the process faulted at {:#x}", now.rip),
-                    });
-                }
-                Ok(WaitStatus::Stopped(_, sig)) => {
-                    ptrace::cont(self.tid, Some(sig)).map_err(|e| self.os("PTRACE_CONT", e))?;
-                }
-                Ok(WaitStatus::PtraceEvent(..)) | Ok(WaitStatus::PtraceSyscall(_)) => {
-                    ptrace::cont(self.tid, None).map_err(|e| self.os("PTRACE_CONT", e))?;
-                }
-                Ok(WaitStatus::Exited(..)) | Ok(WaitStatus::Signaled(..)) => {
-                    self.state = State::Released;
-                    return Err(Error::ProcessExited(pid));
-                }
-                Ok(_) | Err(nix::errno::Errno::EINTR) => {}
-                Err(e) => {
-                    self.state = State::Released;
-                    return Err(self.os("waiting for a call into the process", e));
-                }
-            }
+    /// [`Way::Entry`], after a call: the thread waits in the trampoline's `futex` at `wake`;
+    /// stopped there, it is set back where it was (every register, its vector state) and
+    /// Parked for the next call. Released if it is not there (its wait ended early: it goes
+    /// on by itself).
+    fn repark(&mut self, wake: u64) {
+        self.state = State::Released;
+        if !self.interrupt() {
+            return;
+        }
+        match ptrace::getregs(self.tid) {
+            Ok(now) if now.rip == wake => {}
+            _ => return,
+        }
+        set_xstate(self.tid, &mut self.xstate);
+        // orig_rax -1 (saved outside a system call): the futex is not restarted.
+        if ptrace::setregs(self.tid, self.regs).is_ok() {
+            self.state = State::Parked;
         }
     }
 
@@ -669,14 +532,10 @@ fn stall_for_tests(at: &str, pid: i32) -> bool {
 }
 
 impl Hijacked {
-    /// Under [`STALL_ENV`] (tests only): stalls a minute at `at`; a thread stopped by a
-    /// breakpoint meanwhile has its stop collected, as the profiler always does at once.
+    /// Under [`STALL_ENV`] (tests only): stalls a minute at `at`.
     fn stall_for_tests(&self, at: &str) {
         if stall_for_tests(at, self.pid) {
-            match self.way {
-                Way::Entry => self.collect_for(Duration::from_secs(60)),
-                Way::Wait => std::thread::sleep(Duration::from_secs(60)),
-            }
+            std::thread::sleep(Duration::from_secs(60));
         }
     }
 }

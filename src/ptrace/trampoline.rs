@@ -47,17 +47,27 @@
 //! instruction after it with rax = -EINTR. Nothing in the code depends on the call: the
 //! same bytes serve every call, also one that returns after a later call rewrote them.
 //!
-//! A thread stopped at the entry of a function (a breakpoint: `remote.rs`) is put back with
-//! every register as it was, `r11` and `rcx` too (a caller compiled to know which registers
-//! its callee uses may keep values there across the call), by the second listing,
-//! [`ENTRY_CODE`], [`ENTRY_AT`] bytes after the first. It ends on a `ret $136` whose return
-//! address the profiler wrote 144 bytes below the thread's own stack pointer, the block's
-//! `rsp` pointing there: the return pops it and moves `rsp` back to the thread's own. Those
-//! 8 bytes are below the 128-byte red zone, which stays untouched, and a signal delivered
-//! just before the `ret` builds its frame below them.
+//! A thread stopped anywhere outside a system call (`remote.rs`: a computing thread,
+//! interrupted inside the interpreter's own code) is put back with every register as it
+//! was, `r11` and `rcx` too, by the second listing, [`ENTRY_CODE`], [`ENTRY_AT`] bytes
+//! after the first. First it waits, at most the block's timeout (200 ms), on the done word
+//! (`futex`): a profiler still there stops it in that wait ([`ENTRY_WAKE`]) and sets it back
+//! where it was, for the next call; without us it goes on by itself when the wait ends.
+//! It ends on a `ret $136` whose return address the profiler wrote 144 bytes below the
+//! thread's own stack pointer, the block's `rsp` pointing there: the return pops it and
+//! moves `rsp` back to the thread's own. Those 8 bytes are below the 128-byte red zone,
+//! which stays untouched, and a signal delivered just before the `ret` builds its frame
+//! below them. No signal of ours is involved anywhere: a profiler that dies at any moment
+//! leaves the thread to finish the call and come back by itself.
 //! ```text
 //!     mov    %rax, 144(%rsp)
 //!     movq   $1, 152(%rsp)
+//!     lea    152(%rsp), %rdi      # futex(&done, FUTEX_WAIT_PRIVATE, 1, &timeout)
+//!     mov    $128, %esi
+//!     mov    $1, %edx
+//!     lea    160(%rsp), %r10
+//!     mov    $202, %eax
+//!     syscall                     # [ENTRY_WAKE] after it
 //!     mov    $-1, %eax
 //!     mov    $-1, %edx
 //!     xrstor64 192(%rsp)
@@ -79,7 +89,7 @@
 //!     mov    104(%rsp), %rsi
 //!     mov    112(%rsp), %rdi
 //!     mov    120(%rsp), %rsp      # the resume address's slot
-//!     ret    $136                 # [ENTRY_RET]: resume, rsp back to the thread's own
+//!     ret    $136                 # resume, rsp back to the thread's own
 //! ```
 
 use crate::error::{Error, Result};
@@ -98,28 +108,32 @@ pub(crate) const CODE: [u8; 132] = [
 ];
 
 /// The second listing (see the module's doc).
-pub(crate) const ENTRY_CODE: [u8; 129] = [
+pub(crate) const ENTRY_CODE: [u8; 162] = [
     0x48, 0x89, 0x84, 0x24, 0x90, 0x00, 0x00, 0x00, 0x48, 0xc7, 0x84, 0x24, 0x98, 0x00, 0x00, 0x00,
-    0x01, 0x00, 0x00, 0x00, 0xb8, 0xff, 0xff, 0xff, 0xff, 0xba, 0xff, 0xff, 0xff, 0xff, 0x48, 0x0f,
-    0xae, 0xac, 0x24, 0xc0, 0x00, 0x00, 0x00, 0xff, 0xb4, 0x24, 0x80, 0x00, 0x00, 0x00, 0x9d, 0x4c,
-    0x8b, 0x3c, 0x24, 0x4c, 0x8b, 0x74, 0x24, 0x08, 0x4c, 0x8b, 0x6c, 0x24, 0x10, 0x4c, 0x8b, 0x64,
-    0x24, 0x18, 0x48, 0x8b, 0x6c, 0x24, 0x20, 0x48, 0x8b, 0x5c, 0x24, 0x28, 0x4c, 0x8b, 0x5c, 0x24,
-    0x30, 0x4c, 0x8b, 0x54, 0x24, 0x38, 0x4c, 0x8b, 0x4c, 0x24, 0x40, 0x4c, 0x8b, 0x44, 0x24, 0x48,
-    0x48, 0x8b, 0x44, 0x24, 0x50, 0x48, 0x8b, 0x4c, 0x24, 0x58, 0x48, 0x8b, 0x54, 0x24, 0x60, 0x48,
-    0x8b, 0x74, 0x24, 0x68, 0x48, 0x8b, 0x7c, 0x24, 0x70, 0x48, 0x8b, 0x64, 0x24, 0x78, 0xc2, 0x88,
-    0x00,
+    0x01, 0x00, 0x00, 0x00, 0x48, 0x8d, 0xbc, 0x24, 0x98, 0x00, 0x00, 0x00, 0xbe, 0x80, 0x00, 0x00,
+    0x00, 0xba, 0x01, 0x00, 0x00, 0x00, 0x4c, 0x8d, 0x94, 0x24, 0xa0, 0x00, 0x00, 0x00, 0xb8, 0xca,
+    0x00, 0x00, 0x00, 0x0f, 0x05, 0xb8, 0xff, 0xff, 0xff, 0xff, 0xba, 0xff, 0xff, 0xff, 0xff, 0x48,
+    0x0f, 0xae, 0xac, 0x24, 0xc0, 0x00, 0x00, 0x00, 0xff, 0xb4, 0x24, 0x80, 0x00, 0x00, 0x00, 0x9d,
+    0x4c, 0x8b, 0x3c, 0x24, 0x4c, 0x8b, 0x74, 0x24, 0x08, 0x4c, 0x8b, 0x6c, 0x24, 0x10, 0x4c, 0x8b,
+    0x64, 0x24, 0x18, 0x48, 0x8b, 0x6c, 0x24, 0x20, 0x48, 0x8b, 0x5c, 0x24, 0x28, 0x4c, 0x8b, 0x5c,
+    0x24, 0x30, 0x4c, 0x8b, 0x54, 0x24, 0x38, 0x4c, 0x8b, 0x4c, 0x24, 0x40, 0x4c, 0x8b, 0x44, 0x24,
+    0x48, 0x48, 0x8b, 0x44, 0x24, 0x50, 0x48, 0x8b, 0x4c, 0x24, 0x58, 0x48, 0x8b, 0x54, 0x24, 0x60,
+    0x48, 0x8b, 0x74, 0x24, 0x68, 0x48, 0x8b, 0x7c, 0x24, 0x70, 0x48, 0x8b, 0x64, 0x24, 0x78, 0xc2,
+    0x88, 0x00,
 ];
 
 /// Where [`ENTRY_CODE`] starts, from the cave's start.
 pub(crate) const ENTRY_AT: u64 = 144;
-/// Where its `ret $136` is, from the cave's start (a breakpoint there stops the thread once
-/// it is put back, but for its stack pointer and instruction pointer).
-pub(crate) const ENTRY_RET: u64 = ENTRY_AT + 126;
+/// Where a thread waiting in [`ENTRY_CODE`]'s `futex` is (the instruction after its
+/// `syscall`), from the cave's start.
+pub(crate) const ENTRY_WAKE: u64 = ENTRY_AT + 53;
 /// How far below the thread's stack pointer [`ENTRY_CODE`]'s resume address goes.
 pub(crate) const ENTRY_SLOT_BELOW: u64 = 144;
+/// How long [`ENTRY_CODE`] waits for the profiler to stop it after a call, nanoseconds.
+pub(crate) const ENTRY_PARK_NS: u64 = 200_000_000;
 
 /// Room the cave must have (both listings, rounded up).
-const CAVE_BYTES: u64 = 288;
+const CAVE_BYTES: u64 = 320;
 
 /// The block the profiler writes on the thread's stack for [`CODE`]: offsets in bytes from
 /// its start, which must be 64-byte aligned (XRSTOR's rule) and is where `rsp` points when
@@ -149,6 +163,8 @@ impl Block {
     /// Written by the code: the function's result, then 1.
     pub(crate) const RESULT: usize = 144;
     pub(crate) const DONE: usize = 152;
+    /// [`ENTRY_CODE`] only: the `struct timespec` of its wait ([`ENTRY_PARK_NS`]).
+    pub(crate) const TIMEOUT: usize = 160;
     /// The XSAVE image (standard form, as PTRACE_GETREGSET NT_X86_XSTATE gives it).
     pub(crate) const XSAVE: usize = 192;
 
@@ -190,10 +206,9 @@ impl Block {
         b
     }
 
-    /// The block's bytes for [`ENTRY_CODE`]: a thread stopped with `regs` at the entry of a
-    /// function (or anywhere outside a system call), put back with every register as it
-    /// was; its stack pointer is the resume address's slot ([`ENTRY_SLOT_BELOW`] below its
-    /// own), which the caller writes.
+    /// The block's bytes for [`ENTRY_CODE`]: a thread stopped with `regs` anywhere outside
+    /// a system call, put back with every register as it was; its stack pointer is the
+    /// resume address's slot ([`ENTRY_SLOT_BELOW`] below its own), which the caller writes.
     pub(crate) fn entry_bytes(regs: &libc::user_regs_struct, xsave: &[u8]) -> Vec<u8> {
         let mut b = vec![0u8; Self::XSAVE + xsave.len()];
         let mut put = |at: usize, v: u64| b[at..at + 8].copy_from_slice(&v.to_le_bytes());
@@ -216,6 +231,8 @@ impl Block {
             (Self::RSP, regs.rsp - ENTRY_SLOT_BELOW),
             (Self::RFLAGS, regs.eflags),
             (Self::RESUME, regs.rip),
+            (Self::TIMEOUT, 0),
+            (Self::TIMEOUT + 8, ENTRY_PARK_NS),
         ] {
             put(at, v);
         }
@@ -331,7 +348,8 @@ mod tests {
     fn code_is_its_listing() {
         assemble_listing(0, &CODE);
         assemble_listing(1, &ENTRY_CODE);
-        assert_eq!(ENTRY_CODE[(ENTRY_RET - ENTRY_AT) as usize], 0xc2);
+        let wake = (ENTRY_WAKE - ENTRY_AT) as usize;
+        assert_eq!(ENTRY_CODE[wake - 2..wake], [0x0f, 0x05]);
     }
 
     fn assemble_listing(nth: usize, code: &[u8]) {

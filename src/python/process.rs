@@ -35,20 +35,25 @@ pub struct Addresses {
     pub(crate) tstate_current: Option<u64>,
     /// Type objects, to validate what we read.
     pub types: TypeAddrs,
-    /// Entries of functions a computing interpreter enters often ([`ENTRY_POINTS`]; 0
-    /// where absent): `attach` stops a thread that never waits at one of them to load our
-    /// library (see `memory/inject.rs`).
-    pub(crate) entry_points: [u64; 4],
+    /// The interpreter's own code where a computing thread spends its time
+    /// ([`INTERPRETER_CODE`]: AVMA and length; (0, 0) where absent): `attach` loads our
+    /// library into a thread that never waits once it is stopped there (see
+    /// `memory/inject.rs`).
+    pub(crate) interpreter_code: [(u64, u64); 6],
 }
 
-/// The functions of [`Addresses::entry_points`]: C-API functions the interpreter calls from
-/// its own code with the GIL held, entered tens of thousands of times a second by a loop
-/// that makes and drops objects or adds (measured on every build of the matrix: a
-/// link-time-optimised build inlines its allocator into its callers but not `_Py_Dealloc`;
-/// another calls `PyObject_Malloc`; every one reaches `PyNumber_Add` for an addition it
-/// has no specialised instruction for). At most 4: the x86-64 debug registers.
-pub(crate) const ENTRY_POINTS: [&str; 4] =
-    ["PyObject_Malloc", "PyObject_Free", "_Py_Dealloc", "PyNumber_Add"];
+/// The functions of [`Addresses::interpreter_code`]: the bytecode loop (3.6+, and 2.7's),
+/// and the C-API functions it calls most when a loop makes, drops or adds objects
+/// (measured on every build of the matrix: a link-time-optimised build inlines most of them
+/// into the loop, another calls them).
+pub(crate) const INTERPRETER_CODE: [&str; 6] = [
+    "_PyEval_EvalFrameDefault",
+    "PyEval_EvalFrameEx",
+    "PyObject_Malloc",
+    "PyObject_Free",
+    "_Py_Dealloc",
+    "PyNumber_Add",
+];
 
 /// A process with a CPython interpreter we know how to read.
 pub struct PythonProcess {
@@ -185,7 +190,11 @@ impl PythonProcess {
                     avma("PyBytes_Type").unwrap_or(0)
                 },
             },
-            entry_points: ENTRY_POINTS.map(|n| avma(n).unwrap_or(0)),
+            interpreter_code: INTERPRETER_CODE.map(|n| {
+                elf.symbol_range(n)
+                    .filter(|&(_, len)| len > 0)
+                    .map_or((0, 0), |(at, len)| (at.wrapping_add(bias), len))
+            }),
         };
         if layout.runtime.interpreters_head.is_some() && addrs.runtime.is_none() {
             return Err(Error::BadState {
