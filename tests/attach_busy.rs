@@ -175,7 +175,11 @@ fn a_thread_that_only_computes_gets_its_memory_counted() {
         let mut prof = attach(target.pid(), &json, &[]);
         let err = Lines::of(&mut prof);
         let mut seen = Vec::new();
-        let want = if py.free_threaded { TIME_ONLY } else { COUNTING };
+        let want = if py.free_threaded {
+            TIME_ONLY
+        } else {
+            COUNTING
+        };
         let said = err.wait_for(want, &mut seen);
         let started = Instant::now();
         let finished = target.finish();
@@ -198,7 +202,10 @@ fn a_thread_that_only_computes_gets_its_memory_counted() {
         let _ = std::fs::remove_dir_all(&dir);
         if py.free_threaded {
             let reason = seen.iter().find(|l| l.contains(TIME_ONLY)).cloned();
-            if !reason.as_deref().is_some_and(|l| l.contains("free-threaded")) {
+            if !reason
+                .as_deref()
+                .is_some_and(|l| l.contains("free-threaded"))
+            {
                 return Err(format!("time only, with the reason, expected: {seen:?}"));
             }
             return Ok(format!("time only: {}", reason.unwrap_or_default()));
@@ -272,7 +279,10 @@ fn a_profiler_killed_around_a_computing_thread_never_harms_the_target() {
             }
             std::thread::sleep(Duration::from_millis(200));
             if !target.alive() {
-                return Err(format!("the target died after a kill {at}: {:?}", target.finish()));
+                return Err(format!(
+                    "the target died after a kill {at}: {:?}",
+                    target.finish()
+                ));
             }
         }
         let mut rng = common::Rng(0x6275_7379 ^ pid as u64);

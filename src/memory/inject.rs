@@ -119,16 +119,20 @@ fn hijack(
     if code.is_empty() || waiting_thread(pid) {
         return Ok(None);
     }
-    static LAST_LOOK: std::sync::Mutex<Option<(i32, std::time::Instant)>> =
+    // The last look: at which process, when, and how many looks it had.
+    static LAST_LOOK: std::sync::Mutex<Option<(i32, std::time::Instant, usize)>> =
         std::sync::Mutex::new(None);
-    {
+    let nth = {
         let mut last = LAST_LOOK.lock().unwrap_or_else(|e| e.into_inner());
-        if last.is_some_and(|(p, at)| p == pid && at.elapsed() < ENTRY_EVERY) {
-            return Ok(None);
-        }
-        *last = Some((pid, std::time::Instant::now()));
-    }
-    Hijacked::in_code(pid, computing_thread(pid), code, ENTRY_WAIT).map_err(said)
+        let nth = match *last {
+            Some((p, at, _)) if p == pid && at.elapsed() < ENTRY_EVERY => return Ok(None),
+            Some((p, _, n)) if p == pid => n + 1,
+            _ => 0,
+        };
+        *last = Some((pid, std::time::Instant::now(), nth));
+        nth
+    };
+    Hijacked::in_code(pid, computing_thread(pid, nth), code, ENTRY_WAIT).map_err(said)
 }
 
 /// [`attach_library`] once allowed: None when no thread was at a safe point after all.

@@ -15,15 +15,28 @@
 //! the call would deadlock the process for good. Only that thread is stopped: the others
 //! run on, so that a lock one of them holds is released while the call waits for it.
 //!
+//! Or, where no thread waits (one thread that only computes): that thread stopped while it
+//! runs code the caller names ([`Hijacked::in_code`]: the interpreter's own, where no
+//! C-library lock is held — `memory/inject.rs` says why), found there by stopping it with
+//! PTRACE_INTERRUPT now and then. Such a stop is no signal: a profiler that dies with the
+//! thread stopped, or between two stops, leaves it to run on. (Measured here, and why not a
+//! breakpoint: debug registers set with PTRACE_POKEUSER stay armed after the tracer
+//! detaches or dies — Linux 6.18: the thread died of SIGTRAP at its next pass — and a
+//! perf-event breakpoint, which goes with its descriptor, still stops the thread with a
+//! SIGTRAP that kills the process when its tracer dies before collecting the stop: the
+//! kill test hit that window.) Its way back is the trampoline's second listing, which puts
+//! every register back where the thread was, also in the middle of a function.
+//!
 //! Also: the kernel restarts an interrupted system call by looking at the registers a
 //! thread resumes with; the call runs with `orig_rax = -1` so it does not.
 //!
 //! The way back needs no tracer: the function returns into our trampoline
 //! (`trampoline.rs`), which puts every register and the vector state back and restarts the
-//! thread's wait by itself, so a profiler SIGKILLed mid-call (or giving up on a call that
-//! takes too long) leaves the thread as if nothing happened. Everything the way back needs
-//! is written before the thread is let run: from the moment its registers are ours, it
-//! returns by itself. Between two calls the thread is stopped again in its wait.
+//! thread's wait (or resumes its code) by itself, so a profiler SIGKILLed mid-call (or
+//! giving up on a call that takes too long) leaves the thread as if nothing happened.
+//! Everything the way back needs is written before the thread is let run: from the moment
+//! its registers are ours, it returns by itself. Between two calls the thread is stopped
+//! again in its wait (or in the trampoline's short wait, and set back where it was).
 //!
 //! Must not: stop the target longer than the call takes, or leave a thread with anything
 //! of ours (registers, a pending signal swallowed); stack bytes are written only below the
@@ -87,15 +100,21 @@ pub(crate) fn waiting_thread(pid: i32) -> bool {
         .any(|tid| in_usable_wait(pid, tid))
 }
 
-/// The thread of `pid` to stop at a breakpoint when none waits: the first that is running
-/// (the one holding the GIL, in a program of one computing thread), the main thread first;
+/// The thread of `pid` to stop inside the interpreter's code when none waits, at the
+/// `nth` look: the running threads in turn (the one holding the GIL among them, in a
+/// program of one computing thread; others may be running C code), the main thread first;
 /// the main thread when none runs now.
-pub(crate) fn computing_thread(pid: i32) -> i32 {
+pub(crate) fn computing_thread(pid: i32, nth: usize) -> i32 {
     let mut tids = crate::proc::threads(pid).unwrap_or_default();
     tids.sort_by_key(|&t| t != pid);
-    tids.into_iter()
-        .find(|&t| crate::proc::thread_state(pid, t) == Some('R'))
-        .unwrap_or(pid)
+    let running: Vec<i32> = tids
+        .into_iter()
+        .filter(|&t| crate::proc::thread_state(pid, t) == Some('R'))
+        .collect();
+    if running.is_empty() {
+        return pid;
+    }
+    running[nth % running.len()]
 }
 
 /// Whether thread `tid` of `pid` is blocked in one of [`SAFE_SYSCALLS`] now (from /proc).
@@ -415,13 +434,27 @@ impl Hijacked {
     /// Parked for the next call. Released if it is not there (its wait ended early: it goes
     /// on by itself).
     fn repark(&mut self, wake: u64) {
+        use super::trampoline::ENTRY_AT;
         self.state = State::Released;
-        if !self.interrupt() {
-            return;
-        }
-        match ptrace::getregs(self.tid) {
-            Ok(now) if now.rip == wake => {}
-            _ => return,
+        // The trampoline's first instructions (the done word written, the wait not yet
+        // begun) take nanoseconds: a stop there is let go and made again.
+        let before_wait = (wake - super::trampoline::ENTRY_WAKE + ENTRY_AT)..wake;
+        let mut tries = 0;
+        loop {
+            if !self.interrupt() {
+                return;
+            }
+            match ptrace::getregs(self.tid) {
+                Ok(now) if now.rip == wake => break,
+                Ok(now) if before_wait.contains(&now.rip) && tries < 10 => {
+                    tries += 1;
+                    if ptrace::cont(self.tid, None).is_err() {
+                        return;
+                    }
+                    std::thread::sleep(Duration::from_micros(50));
+                }
+                _ => return,
+            }
         }
         set_xstate(self.tid, &mut self.xstate);
         // orig_rax -1 (saved outside a system call): the futex is not restarted.

@@ -363,10 +363,8 @@ mod tests {
             .map(|l| l.trim_start_matches("//!").split('#').next().unwrap_or(""))
             .map(|l| format!("{l}\n"))
             .collect();
-        let dir = std::env::temp_dir().join(format!(
-            "scalene-rs-tramp-{}-{nth}",
-            std::process::id()
-        ));
+        let dir =
+            std::env::temp_dir().join(format!("scalene-rs-tramp-{}-{nth}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let (s, o, bin) = (dir.join("t.s"), dir.join("t.o"), dir.join("t.bin"));
         std::fs::write(&s, format!(".text\n{listing}")).unwrap();
