@@ -273,6 +273,7 @@ fn a_profiler_killed_around_a_computing_thread_never_harms_the_target() {
             let stalled = err.wait_for("test stall", &mut seen);
             let _ = prof.kill();
             let _ = prof.wait();
+            common::remove_attach_leftovers(prof.id());
             if !stalled {
                 let _ = target.finish();
                 return Err(format!("the profiler never stalled {at}: {seen:?}"));
@@ -292,6 +293,7 @@ fn a_profiler_killed_around_a_computing_thread_never_harms_the_target() {
             std::thread::sleep(Duration::from_millis(wait));
             let _ = prof.kill();
             let _ = prof.wait();
+            common::remove_attach_leftovers(prof.id());
             if !target.alive() {
                 return Err(format!(
                     "the target died after random kill {i} (at {wait} ms): {:?}",

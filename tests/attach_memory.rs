@@ -532,6 +532,7 @@ fn a_profiler_killed_at_random_moments_never_harms_the_target() {
                 std::thread::sleep(Duration::from_millis(wait));
                 let _ = prof.kill();
                 let _ = prof.wait();
+                common::remove_attach_leftovers(prof.id());
                 if target.try_wait().map_err(|e| e.to_string())?.is_some() {
                     return Err(format!(
                         "the target died after kill {i} (at {wait} ms): {:?}",
@@ -590,6 +591,7 @@ fn a_profiler_killed_inside_a_call_never_harms_the_target() {
             let stalled = err.wait_for("test stall", &mut seen);
             let _ = prof.kill();
             let _ = prof.wait();
+            common::remove_attach_leftovers(prof.id());
             if !stalled {
                 let _ = stop_busy(target, out);
                 return Err(format!("the profiler never stalled {at} a call: {seen:?}"));

@@ -71,11 +71,22 @@ pub(crate) fn attach_library(proc: &PythonProcess, cfg: &MemoryConfig) -> Attach
     if let Err(why) = refuse_unless_allowed(proc) {
         return Attach::Refused(why);
     }
+    // No thread waits: a look for the computing thread, when one is due (the ring and the
+    // files are made for a try that may find a thread, not at every scan).
     #[cfg(target_arch = "x86_64")]
-    if !crate::ptrace::remote::waiting_thread(proc.pid) && interpreter_code(proc).is_empty() {
+    let look = if crate::ptrace::remote::waiting_thread(proc.pid) {
+        None
+    } else if interpreter_code(proc).is_empty() {
         return Attach::NotNow;
-    }
-    match try_attach(proc, cfg) {
+    } else {
+        match next_look(proc.pid) {
+            Some(n) => Some(n),
+            None => return Attach::NotNow,
+        }
+    };
+    #[cfg(not(target_arch = "x86_64"))]
+    let look = None;
+    match try_attach(proc, cfg, look) {
         Ok(Some(ring)) => Attach::Counting(ring),
         Ok(None) => Attach::NotNow,
         Err(why) => Attach::Refused(why),
@@ -111,33 +122,46 @@ fn interpreter_code(proc: &PythonProcess) -> Vec<(u64, u64)> {
 fn hijack(
     pid: i32,
     code: &[(u64, u64)],
+    look: Option<usize>,
 ) -> Result<Option<crate::ptrace::remote::Hijacked>, Refusal> {
     use crate::ptrace::remote::{computing_thread, waiting_thread, Hijacked};
     if let Some(t) = Hijacked::find(pid).map_err(said)? {
         return Ok(Some(t));
     }
+    let Some(nth) = look else {
+        return Ok(None);
+    };
     if code.is_empty() || waiting_thread(pid) {
         return Ok(None);
     }
-    // The last look: at which process, when, and how many looks it had.
-    static LAST_LOOK: std::sync::Mutex<Option<(i32, std::time::Instant, usize)>> =
-        std::sync::Mutex::new(None);
-    let nth = {
-        let mut last = LAST_LOOK.lock().unwrap_or_else(|e| e.into_inner());
-        let nth = match *last {
-            Some((p, at, _)) if p == pid && at.elapsed() < ENTRY_EVERY => return Ok(None),
-            Some((p, _, n)) if p == pid => n + 1,
-            _ => 0,
-        };
-        *last = Some((pid, std::time::Instant::now(), nth));
-        nth
-    };
     Hijacked::in_code(pid, computing_thread(pid, nth), code, ENTRY_WAIT).map_err(said)
 }
 
-/// [`attach_library`] once allowed: None when no thread was at a safe point after all.
+/// Whether a look for the computing thread of `pid` is due ([`ENTRY_EVERY`] since the
+/// last): the how-manyth it is (the running threads are looked at in turn).
 #[cfg(target_arch = "x86_64")]
-fn try_attach(proc: &PythonProcess, cfg: &MemoryConfig) -> Result<Option<Ring>, Refusal> {
+fn next_look(pid: i32) -> Option<usize> {
+    // The last look: at which process, when, and how many looks it had.
+    static LAST_LOOK: std::sync::Mutex<Option<(i32, std::time::Instant, usize)>> =
+        std::sync::Mutex::new(None);
+    let mut last = LAST_LOOK.lock().unwrap_or_else(|e| e.into_inner());
+    let nth = match *last {
+        Some((p, at, _)) if p == pid && at.elapsed() < ENTRY_EVERY => return None,
+        Some((p, _, n)) if p == pid => n + 1,
+        _ => 0,
+    };
+    *last = Some((pid, std::time::Instant::now(), nth));
+    Some(nth)
+}
+
+/// [`attach_library`] once allowed (`look`: a look for the computing thread is due, see
+/// [`hijack`]): None when no thread was at a safe point after all.
+#[cfg(target_arch = "x86_64")]
+fn try_attach(
+    proc: &PythonProcess,
+    cfg: &MemoryConfig,
+    look: Option<usize>,
+) -> Result<Option<Ring>, Refusal> {
     let pid = proc.pid;
     let maps = crate::proc::read_maps(pid).map_err(|e| e.to_string())?;
     let place = Place::choose(pid)?;
@@ -175,7 +199,7 @@ fn try_attach(proc: &PythonProcess, cfg: &MemoryConfig) -> Result<Option<Ring>, 
     };
     let code = interpreter_code(proc);
     let answer = (|| -> Result<Option<i32>, Refusal> {
-        let Some(mut t) = hijack(pid, &code)? else {
+        let Some(mut t) = hijack(pid, &code, look)? else {
             return Ok(None);
         };
         match (loaded, dlopen, &files) {
@@ -492,7 +516,11 @@ fn load_and_attach(
 }
 
 #[cfg(not(target_arch = "x86_64"))]
-fn try_attach(_: &PythonProcess, _: &MemoryConfig) -> Result<Option<Ring>, Refusal> {
+fn try_attach(
+    _: &PythonProcess,
+    _: &MemoryConfig,
+    _: Option<usize>,
+) -> Result<Option<Ring>, Refusal> {
     Err("loading our library into a running process is implemented for x86-64 only".into())
 }
 
@@ -506,11 +534,19 @@ struct LibraryFiles {
 impl LibraryFiles {
     fn write(place: &Place, pid: i32) -> Result<LibraryFiles, Refusal> {
         static COUNTER: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
-        let n = COUNTER.fetch_add(1, Ordering::Relaxed);
-        let name = format!("scalene-rs-attach-{}-{n}", std::process::id());
-        let dir = place.host_dir.join(&name);
+        // A name taken already is a directory a killed profiler of the same pid left behind
+        // (pids come round again): the next one.
+        let (name, dir, made) = loop {
+            let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+            let name = format!("scalene-rs-attach-{}-{n}", std::process::id());
+            let dir = place.host_dir.join(&name);
+            match std::fs::DirBuilder::new().mode(0o700).create(&dir) {
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && n < 4096 => {}
+                made => break (name, dir, made),
+            }
+        };
         let written = (|| {
-            std::fs::DirBuilder::new().mode(0o700).create(&dir)?;
+            made?;
             let path = dir.join(LIBRARY_NAME);
             let mut f = std::fs::OpenOptions::new()
                 .write(true)
