@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 const FIXTURE: &str = "memory/busy_compute.py";
 /// What the fixture prints after "ready", and its exit status, whether profiled or not.
-const OUTPUT: &str = "kept 96 MiB\ndone\n";
+const OUTPUT: &str = "kept 96 MiB\n0 wrong results\ndone\n";
 const EXIT: i32 = 9;
 const COUNTING: &str = "is counted from now on";
 const TIME_ONLY: &str = "recording time only for process";

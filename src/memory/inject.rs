@@ -4,11 +4,12 @@
 //! How: a ring is made where the target can open it (a directory of its own root: the
 //! host's `/dev/shm` for a process of ours, the container's for one in a container), the
 //! library is written beside it, and one thread of the target, stopped where it holds no
-//! lock ([`crate::ptrace::remote`]), calls the C library's `dlopen` on it and then the
-//! library's `scalene_rs_attach(ring)`, which patches the program's calls of the
-//! allocation and copy functions and has the interpreter wrap its own allocator at its next
-//! pending call. Both files are removed at once (the process keeps what it mapped). A
-//! second `attach` finds the library already loaded and only calls it again.
+//! lock ([`crate::ptrace::remote`]: in a lock-free wait, or, where none waits, running the
+//! interpreter's own code, see [`hijack`]), calls the C library's `dlopen` on it and then
+//! the library's `scalene_rs_attach(ring)`, which patches the program's calls of the
+//! allocation and copy functions and has the interpreter's own allocator wrapped with the
+//! GIL held. Both files are removed at once (the process keeps what it mapped). A second
+//! `attach` finds the library already loaded and only calls it again.
 //!
 //! When we stop, the consumer sets the ring's `detached` word and the library puts every
 //! patched function pointer back; a profiler killed outright stops its heartbeat, which the
@@ -41,10 +42,10 @@ pub(crate) const PATIENCE: Duration = Duration::from_secs(2);
 /// How long one look stops a computing thread now and then to find it in the
 /// interpreter's code (a Python program is there most of the time; this is the sampler's
 /// thread, which must not stall long).
-const ENTRY_WAIT: Duration = Duration::from_millis(10);
+const LOOK_WAIT: Duration = Duration::from_millis(10);
 /// Least time between two such looks at a process (at most a fifth of the sampler's time
 /// goes to them while [`PATIENCE`] lasts).
-const ENTRY_EVERY: Duration = Duration::from_millis(50);
+const LOOK_EVERY: Duration = Duration::from_millis(50);
 
 /// Why the library was not (or could not be) put into the target: the sentence said to the
 /// user ("no memory data: ..."), time being recorded anyway.
@@ -134,10 +135,10 @@ fn hijack(
     if code.is_empty() || waiting_thread(pid) {
         return Ok(None);
     }
-    Hijacked::in_code(pid, computing_thread(pid, nth), code, ENTRY_WAIT).map_err(said)
+    Hijacked::in_code(pid, computing_thread(pid, nth), code, LOOK_WAIT).map_err(said)
 }
 
-/// Whether a look for the computing thread of `pid` is due ([`ENTRY_EVERY`] since the
+/// Whether a look for the computing thread of `pid` is due ([`LOOK_EVERY`] since the
 /// last): the how-manyth it is (the running threads are looked at in turn).
 #[cfg(target_arch = "x86_64")]
 fn next_look(pid: i32) -> Option<usize> {
@@ -146,7 +147,7 @@ fn next_look(pid: i32) -> Option<usize> {
         std::sync::Mutex::new(None);
     let mut last = LAST_LOOK.lock().unwrap_or_else(|e| e.into_inner());
     let nth = match *last {
-        Some((p, at, _)) if p == pid && at.elapsed() < ENTRY_EVERY => return None,
+        Some((p, at, _)) if p == pid && at.elapsed() < LOOK_EVERY => return None,
         Some((p, _, n)) if p == pid => n + 1,
         _ => 0,
     };

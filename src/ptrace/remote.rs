@@ -156,9 +156,9 @@ enum Way {
     Wait,
     /// Anywhere outside a system call (a computing thread, interrupted inside the
     /// interpreter's code): put back with every register as it was
-    /// ([`super::trampoline::ENTRY_CODE`]). Between two calls it is stopped in the
+    /// ([`super::trampoline::RESUME_CODE`]). Between two calls it is stopped in the
     /// trampoline's short wait and set back where it was.
-    Entry,
+    Running,
 }
 
 impl Hijacked {
@@ -232,7 +232,7 @@ impl Hijacked {
         ranges: &[(u64, u64)],
         wait: Duration,
     ) -> Result<Option<Hijacked>> {
-        let Some(mut h) = Hijacked::seize(pid, tid, Way::Entry)? else {
+        let Some(mut h) = Hijacked::seize(pid, tid, Way::Running)? else {
             return Ok(None);
         };
         let deadline = Instant::now() + wait;
@@ -345,10 +345,10 @@ impl Hijacked {
             Some(t) => t,
             None => *self.trampoline.insert(super::trampoline::install(pid)?),
         };
-        let entry = self.way == Way::Entry;
+        let running = self.way == Way::Running;
         // A wait the kernel would restart is restarted by the trampoline at its `syscall`
         // instruction: it must be one.
-        let restarts = !entry && self.regs.rax as i64 != -(libc::EINTR as i64);
+        let restarts = !running && self.regs.rax as i64 != -(libc::EINTR as i64);
         if restarts {
             use crate::ptrace::ProcessMemory;
             let insn = crate::ptrace::RemoteMemory::new(pid)?.read_vec(self.regs.rip - 2, 2)?;
@@ -363,23 +363,23 @@ impl Hijacked {
             }
         }
         // From the stack pointer down: the red zone (128 bytes a leaf function may use),
-        // (at a function's entry: the resume address's slot, below the red zone), the
-        // data, the trampoline's block (64-byte aligned), the return address (into the
-        // trampoline; rsp ≡ 8 mod 16 at the function's entry, as after a `call`).
-        use super::trampoline::{Block, ENTRY_AT, ENTRY_SLOT_BELOW};
-        let (block, below, back) = if entry {
-            let b = Block::entry_bytes(&self.regs, &self.xstate);
-            (b, ENTRY_SLOT_BELOW + 16, trampoline + ENTRY_AT)
+        // (for a thread stopped while running: the resume address's slot, below the red
+        // zone), the data, the trampoline's block (64-byte aligned), the return address
+        // (into the trampoline; rsp ≡ 8 mod 16 at the function's entry, as after a `call`).
+        use super::trampoline::{Block, RESUME_AT, RESUME_SLOT_BELOW};
+        let (block, below, back) = if running {
+            let b = Block::resume_bytes(&self.regs, &self.xstate);
+            (b, RESUME_SLOT_BELOW + 16, trampoline + RESUME_AT)
         } else {
             (Block::bytes(&self.regs, &self.xstate), 128, trampoline)
         };
         let data_at = (self.regs.rsp - below - data.len() as u64) & !15;
         let block_at = (data_at - block.len() as u64) & !63;
         let entry_rsp = block_at - 8;
-        if entry {
+        if running {
             write_memory(
                 pid,
-                self.regs.rsp - ENTRY_SLOT_BELOW,
+                self.regs.rsp - RESUME_SLOT_BELOW,
                 &self.regs.rip.to_le_bytes(),
             )?;
         }
@@ -416,9 +416,9 @@ impl Hijacked {
         ptrace::cont(self.tid, None).map_err(|e| self.os("PTRACE_CONT", e))?;
         self.stall_for_tests("after");
         let result = self.await_return(block_at)?;
-        if entry {
+        if running {
             // Waiting in the trampoline for us: stopped there and set back where it was.
-            self.repark(trampoline + super::trampoline::ENTRY_WAKE);
+            self.repark(trampoline + super::trampoline::RESUME_WAKE);
             return Ok(result);
         }
         // Back in its wait (the trampoline's last instructions take nanoseconds): stopped
@@ -429,16 +429,16 @@ impl Hijacked {
         Ok(result)
     }
 
-    /// [`Way::Entry`], after a call: the thread waits in the trampoline's `futex` at `wake`;
+    /// [`Way::Running`], after a call: the thread waits in the trampoline's `futex` at `wake`;
     /// stopped there, it is set back where it was (every register, its vector state) and
     /// Parked for the next call. Released if it is not there (its wait ended early: it goes
     /// on by itself).
     fn repark(&mut self, wake: u64) {
-        use super::trampoline::ENTRY_AT;
+        use super::trampoline::RESUME_AT;
         self.state = State::Released;
         // The trampoline's first instructions (the done word written, the wait not yet
         // begun) take nanoseconds: a stop there is let go and made again.
-        let before_wait = (wake - super::trampoline::ENTRY_WAKE + ENTRY_AT)..wake;
+        let before_wait = (wake - super::trampoline::RESUME_WAKE + RESUME_AT)..wake;
         let mut tries = 0;
         loop {
             if !self.interrupt() {

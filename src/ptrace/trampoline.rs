@@ -6,12 +6,12 @@
 //! too long). They also leave the function's result and a "done" word where the profiler
 //! reads them.
 //!
-//! Owns: the code ([`CODE`], its assembly below), the layout of the block the profiler
-//! writes on the thread's stack ([`Block`]), and where the code goes ([`install`]): a cave
-//! at the end of the last page of an executable segment of a file the target mapped — bytes
-//! past the segment's end that are mapped but never executed nor read, written through
-//! /proc/PID/mem (which writes into a read-only private mapping by copying its page: only
-//! this process's copy changes, never the file).
+//! Owns: the code ([`CODE`] and [`RESUME_CODE`], their assembly below), the layout of the
+//! block the profiler writes on the thread's stack ([`Block`]), and where the code goes
+//! ([`install`]): a cave at the end of the last page of an executable segment of a file
+//! the target mapped — bytes past the segment's end that are mapped but never executed nor
+//! read, written through /proc/PID/mem (which writes into a read-only private mapping by
+//! copying its page: only this process's copy changes, never the file).
 //! Must not: write anywhere a thread may execute or read, or depend on the profiler after
 //! the call has started.
 //!
@@ -49,9 +49,9 @@
 //!
 //! A thread stopped anywhere outside a system call (`remote.rs`: a computing thread,
 //! interrupted inside the interpreter's own code) is put back with every register as it
-//! was, `r11` and `rcx` too, by the second listing, [`ENTRY_CODE`], [`ENTRY_AT`] bytes
+//! was, `r11` and `rcx` too, by the second listing, [`RESUME_CODE`], [`RESUME_AT`] bytes
 //! after the first. First it waits, at most the block's timeout (200 ms), on the done word
-//! (`futex`): a profiler still there stops it in that wait ([`ENTRY_WAKE`]) and sets it back
+//! (`futex`): a profiler still there stops it in that wait ([`RESUME_WAKE`]) and sets it back
 //! where it was, for the next call; without us it goes on by itself when the wait ends.
 //! It ends on a `ret $136` whose return address the profiler wrote 144 bytes below the
 //! thread's own stack pointer, the block's `rsp` pointing there: the return pops it and
@@ -67,7 +67,7 @@
 //!     mov    $1, %edx
 //!     lea    160(%rsp), %r10
 //!     mov    $202, %eax
-//!     syscall                     # [ENTRY_WAKE] after it
+//!     syscall                     # [RESUME_WAKE] after it
 //!     mov    $-1, %eax
 //!     mov    $-1, %edx
 //!     xrstor64 192(%rsp)
@@ -108,7 +108,7 @@ pub(crate) const CODE: [u8; 132] = [
 ];
 
 /// The second listing (see the module's doc).
-pub(crate) const ENTRY_CODE: [u8; 162] = [
+pub(crate) const RESUME_CODE: [u8; 162] = [
     0x48, 0x89, 0x84, 0x24, 0x90, 0x00, 0x00, 0x00, 0x48, 0xc7, 0x84, 0x24, 0x98, 0x00, 0x00, 0x00,
     0x01, 0x00, 0x00, 0x00, 0x48, 0x8d, 0xbc, 0x24, 0x98, 0x00, 0x00, 0x00, 0xbe, 0x80, 0x00, 0x00,
     0x00, 0xba, 0x01, 0x00, 0x00, 0x00, 0x4c, 0x8d, 0x94, 0x24, 0xa0, 0x00, 0x00, 0x00, 0xb8, 0xca,
@@ -122,15 +122,15 @@ pub(crate) const ENTRY_CODE: [u8; 162] = [
     0x88, 0x00,
 ];
 
-/// Where [`ENTRY_CODE`] starts, from the cave's start.
-pub(crate) const ENTRY_AT: u64 = 144;
-/// Where a thread waiting in [`ENTRY_CODE`]'s `futex` is (the instruction after its
+/// Where [`RESUME_CODE`] starts, from the cave's start.
+pub(crate) const RESUME_AT: u64 = 144;
+/// Where a thread waiting in [`RESUME_CODE`]'s `futex` is (the instruction after its
 /// `syscall`), from the cave's start.
-pub(crate) const ENTRY_WAKE: u64 = ENTRY_AT + 53;
-/// How far below the thread's stack pointer [`ENTRY_CODE`]'s resume address goes.
-pub(crate) const ENTRY_SLOT_BELOW: u64 = 144;
-/// How long [`ENTRY_CODE`] waits for the profiler to stop it after a call, nanoseconds.
-pub(crate) const ENTRY_PARK_NS: u64 = 200_000_000;
+pub(crate) const RESUME_WAKE: u64 = RESUME_AT + 53;
+/// How far below the thread's stack pointer [`RESUME_CODE`]'s resume address goes.
+pub(crate) const RESUME_SLOT_BELOW: u64 = 144;
+/// How long [`RESUME_CODE`] waits for the profiler to stop it after a call, nanoseconds.
+pub(crate) const RESUME_PARK_NS: u64 = 200_000_000;
 
 /// Room the cave must have (both listings, rounded up).
 const CAVE_BYTES: u64 = 320;
@@ -147,7 +147,7 @@ impl Block {
     pub(crate) const R12: usize = 24;
     pub(crate) const RBP: usize = 32;
     pub(crate) const RBX: usize = 40;
-    /// [`ENTRY_CODE`] only (the first listing uses r11 for its jump).
+    /// [`RESUME_CODE`] only (the first listing uses r11 for its jump).
     pub(crate) const R11: usize = 48;
     pub(crate) const R10: usize = 56;
     pub(crate) const R9: usize = 64;
@@ -163,7 +163,7 @@ impl Block {
     /// Written by the code: the function's result, then 1.
     pub(crate) const RESULT: usize = 144;
     pub(crate) const DONE: usize = 152;
-    /// [`ENTRY_CODE`] only: the `struct timespec` of its wait ([`ENTRY_PARK_NS`]).
+    /// [`RESUME_CODE`] only: the `struct timespec` of its wait ([`RESUME_PARK_NS`]).
     pub(crate) const TIMEOUT: usize = 160;
     /// The XSAVE image (standard form, as PTRACE_GETREGSET NT_X86_XSTATE gives it).
     pub(crate) const XSAVE: usize = 192;
@@ -206,10 +206,10 @@ impl Block {
         b
     }
 
-    /// The block's bytes for [`ENTRY_CODE`]: a thread stopped with `regs` anywhere outside
+    /// The block's bytes for [`RESUME_CODE`]: a thread stopped with `regs` anywhere outside
     /// a system call, put back with every register as it was; its stack pointer is the
-    /// resume address's slot ([`ENTRY_SLOT_BELOW`] below its own), which the caller writes.
-    pub(crate) fn entry_bytes(regs: &libc::user_regs_struct, xsave: &[u8]) -> Vec<u8> {
+    /// resume address's slot ([`RESUME_SLOT_BELOW`] below its own), which the caller writes.
+    pub(crate) fn resume_bytes(regs: &libc::user_regs_struct, xsave: &[u8]) -> Vec<u8> {
         let mut b = vec![0u8; Self::XSAVE + xsave.len()];
         let mut put = |at: usize, v: u64| b[at..at + 8].copy_from_slice(&v.to_le_bytes());
         for (at, v) in [
@@ -228,11 +228,11 @@ impl Block {
             (Self::RDX, regs.rdx),
             (Self::RSI, regs.rsi),
             (Self::RDI, regs.rdi),
-            (Self::RSP, regs.rsp - ENTRY_SLOT_BELOW),
+            (Self::RSP, regs.rsp - RESUME_SLOT_BELOW),
             (Self::RFLAGS, regs.eflags),
             (Self::RESUME, regs.rip),
             (Self::TIMEOUT, 0),
-            (Self::TIMEOUT + 8, ENTRY_PARK_NS),
+            (Self::TIMEOUT + 8, RESUME_PARK_NS),
         ] {
             put(at, v);
         }
@@ -317,7 +317,7 @@ fn find_cave(pid: i32) -> Result<u64> {
     })
 }
 
-/// Writes [`CODE`] and [`ENTRY_CODE`] into a cave of `pid` (again: the bytes are the same
+/// Writes [`CODE`] and [`RESUME_CODE`] into a cave of `pid` (again: the bytes are the same
 /// every time) and returns the cave's address (where [`CODE`] starts).
 pub(crate) fn install(pid: i32) -> Result<u64> {
     use std::os::unix::fs::FileExt;
@@ -328,10 +328,10 @@ pub(crate) fn install(pid: i32) -> Result<u64> {
         .write(true)
         .open(format!("/proc/{pid}/mem"))
         .map_err(io)?;
-    let mut code = [0u8; (ENTRY_AT as usize) + ENTRY_CODE.len()];
+    let mut code = [0u8; (RESUME_AT as usize) + RESUME_CODE.len()];
     code[..CODE.len()].copy_from_slice(&CODE);
-    code[ENTRY_AT as usize..].copy_from_slice(&ENTRY_CODE);
-    let mut now = [0u8; (ENTRY_AT as usize) + ENTRY_CODE.len()];
+    code[RESUME_AT as usize..].copy_from_slice(&RESUME_CODE);
+    let mut now = [0u8; (RESUME_AT as usize) + RESUME_CODE.len()];
     f.read_exact_at(&mut now, at).map_err(io)?;
     if now != code {
         f.write_all_at(&code, at).map_err(io)?;
@@ -347,9 +347,9 @@ mod tests {
     #[test]
     fn code_is_its_listing() {
         assemble_listing(0, &CODE);
-        assemble_listing(1, &ENTRY_CODE);
-        let wake = (ENTRY_WAKE - ENTRY_AT) as usize;
-        assert_eq!(ENTRY_CODE[wake - 2..wake], [0x0f, 0x05]);
+        assemble_listing(1, &RESUME_CODE);
+        let wake = (RESUME_WAKE - RESUME_AT) as usize;
+        assert_eq!(RESUME_CODE[wake - 2..wake], [0x0f, 0x05]);
     }
 
     fn assemble_listing(nth: usize, code: &[u8]) {
