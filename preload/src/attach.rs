@@ -778,31 +778,7 @@ fn schedule_pymem() {
         return;
     }
     if pymem::python3_minor().is_some_and(|m| m >= 8) {
-        // SAFETY: dlsym with RTLD_DEFAULT and NUL-terminated names.
-        let (ensure, release) = unsafe {
-            (
-                libc::dlsym(libc::RTLD_DEFAULT, c"PyGILState_Ensure".as_ptr()),
-                libc::dlsym(libc::RTLD_DEFAULT, c"PyGILState_Release".as_ptr()),
-            )
-        };
-        if ensure.is_null() || release.is_null() {
-            return;
-        }
-        // SAFETY: pthread_t and pthread_attr_t are plain data, filled by the calls below.
-        let mut thread: libc::pthread_t = unsafe { core::mem::zeroed() };
-        // SAFETY: as above.
-        let mut attr: libc::pthread_attr_t = unsafe { core::mem::zeroed() };
-        // SAFETY: a detached thread running `wrap_with_gil`, which finds what it calls
-        // itself (the interpreter's functions stay mapped for the life of the process).
-        unsafe {
-            if libc::pthread_attr_init(&mut attr) != 0 {
-                return;
-            }
-            libc::pthread_attr_setdetachstate(&mut attr, libc::PTHREAD_CREATE_DETACHED);
-            libc::pthread_attr_setstacksize(&mut attr, 256 * 1024);
-            libc::pthread_create(&mut thread, &attr, wrap_with_gil, core::ptr::null_mut());
-            libc::pthread_attr_destroy(&mut attr);
-        }
+        pymem::with_gil_on_a_thread(wrap_pymem);
         return;
     }
     // SAFETY: dlsym with RTLD_DEFAULT and a NUL-terminated name.
@@ -816,30 +792,7 @@ fn schedule_pymem() {
     unsafe { core::mem::transmute::<*mut c_void, Add>(add)(wrap_pymem, core::ptr::null_mut()) };
 }
 
-/// [`schedule_pymem`]'s thread (3.8+): takes the GIL, wraps, gives it back.
-extern "C" fn wrap_with_gil(_: *mut c_void) -> *mut c_void {
-    // SAFETY: dlsym with RTLD_DEFAULT and NUL-terminated names.
-    let (ensure, release) = unsafe {
-        (
-            libc::dlsym(libc::RTLD_DEFAULT, c"PyGILState_Ensure".as_ptr()),
-            libc::dlsym(libc::RTLD_DEFAULT, c"PyGILState_Release".as_ptr()),
-        )
-    };
-    if ensure.is_null() || release.is_null() {
-        return core::ptr::null_mut();
-    }
-    // SAFETY: CPython's `PyGILState_STATE PyGILState_Ensure(void)` and
-    // `void PyGILState_Release(PyGILState_STATE)` (an enum: a C int), callable from a thread
-    // the interpreter does not know: it makes a thread state for it and takes the GIL.
-    unsafe {
-        let state = core::mem::transmute::<*mut c_void, extern "C" fn() -> c_int>(ensure)();
-        wrap_pymem(core::ptr::null_mut());
-        core::mem::transmute::<*mut c_void, extern "C" fn(c_int)>(release)(state);
-    }
-    core::ptr::null_mut()
-}
-
-/// The pending call (or [`wrap_with_gil`]): wraps the interpreter's allocator, if still
+/// The pending call (or [`pymem::with_gil_on_a_thread`]'s call): wraps the interpreter's allocator, if still
 /// attached. Returns 0 (no exception).
 extern "C" fn wrap_pymem(_: *mut c_void) -> c_int {
     if attached() && pymem::install_late() {
