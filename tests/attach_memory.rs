@@ -453,21 +453,24 @@ fn a_thread_that_never_waits_gets_no_library_and_a_reason() {
             return Ok("not supported: see the other tests".into());
         }
         let spin = "import ctypes, sys\nlib = ctypes.CDLL(sys.argv[1])\n\
-                    lib.spin.argtypes = [ctypes.c_double]\nlib.spin(6.0)\nprint('spun')\n";
-        let target = Command::new(&py.path)
+                    lib.spin.argtypes = [ctypes.c_double]\nsys.stdout.write('ready\\n')\n\
+                    sys.stdout.flush()\nlib.spin(6.0)\nprint('spun')\n";
+        let mut target = Command::new(&py.path)
             .args(["-c", spin])
             .arg(lib)
             .stdout(Stdio::piped())
             .spawn()
             .map_err(|e| e.to_string())?;
-        std::thread::sleep(Duration::from_millis(500));
+        let mut out = await_ready(&mut target)?;
         let json = common::tempdir("scalene-rs-attach-spin").join("p.json");
         let r = Command::new(common::bin())
             .args(["attach", &target.id().to_string(), "--duration", "3", "-o"])
             .arg(&json)
             .output()
             .map_err(|e| e.to_string())?;
-        let out = target.wait_with_output().map_err(|e| e.to_string())?;
+        let mut rest = String::new();
+        out.read_to_string(&mut rest).map_err(|e| e.to_string())?;
+        let status = target.wait().map_err(|e| e.to_string())?;
         let _ = std::fs::remove_dir_all(json.parent().unwrap());
         let err = String::from_utf8_lossy(&r.stderr);
         let line = err
@@ -478,8 +481,8 @@ fn a_thread_that_never_waits_gets_no_library_and_a_reason() {
         if !r.status.success() || !line.contains("no thread could call into our library") {
             return Err(format!("attach ({}) said {err:?}", r.status));
         }
-        if String::from_utf8_lossy(&out.stdout) != "spun\n" || !out.status.success() {
-            return Err(format!("the target gave {out:?}"));
+        if rest != "spun\n" || !status.success() {
+            return Err(format!("the target gave {rest:?} ({status})"));
         }
         Ok(line)
     });
