@@ -561,18 +561,18 @@ pub fn patched() -> (usize, usize) {
 
 // ---- Attach and detach ----
 
-/// `int scalene_rs_attach(const char *ring_path)`: starts counting into the ring at
-/// `ring_path` (a file of ours, mode 0600, made by the profiler) in this running Python
-/// process. Called by the profiler on a thread that holds no lock, after loading the
-/// library with `dlopen`; may be called again after a detach, with a new ring. Returns one
-/// of the `ATTACH_*` codes of `layout.rs`; on any code but [`layout::ATTACH_OK`] nothing
-/// was changed.
+/// `int scalene_rs_attach(const char *ring_path, unsigned long how)`: starts counting into
+/// the ring at `ring_path` (a file of ours, mode 0600, made by the profiler) in this running
+/// Python process. Called by the profiler on a thread that holds no lock, after loading the
+/// library with `dlopen`; may be called again after a detach, with a new ring. `how`: see
+/// [`layout::ATTACH_FROM_RUNNING_CODE`]. Returns one of the `ATTACH_*` codes of
+/// `layout.rs`; on any code but [`layout::ATTACH_OK`] nothing was changed.
 ///
 /// # Safety
 /// `ring_path` is a NUL-terminated path; the caller holds none of the C library's or the
 /// dynamic linker's locks.
 #[no_mangle]
-pub unsafe extern "C" fn scalene_rs_attach(ring_path: *const c_char) -> c_int {
+pub unsafe extern "C" fn scalene_rs_attach(ring_path: *const c_char, how: u64) -> c_int {
     if !loaded_late() || another_copy_preloaded() {
         return layout::ATTACH_PRELOADED;
     }
@@ -625,7 +625,7 @@ pub unsafe extern "C" fn scalene_rs_attach(ring_path: *const c_char) -> c_int {
     ring::ACTIVE.store(true, Ordering::Release);
     patch_all();
     unlock();
-    schedule_pymem();
+    schedule_pymem(how == layout::ATTACH_FROM_RUNNING_CODE);
     layout::ATTACH_OK
 }
 
@@ -758,18 +758,17 @@ fn heap_in_use() -> i64 {
     0
 }
 
-/// Has the interpreter's allocator wrapped, with the GIL held; with the wrappers already in
-/// (an earlier attach), the ring is told at once.
+/// Has the interpreter's allocator wrapped, with the GIL held: at its next pending call (on
+/// its main thread); with the wrappers already in (an earlier attach), the ring is told at
+/// once.
 ///
-/// The thread the profiler made call us may have been stopped anywhere in the
-/// interpreter's own code (a thread that never waits), even where it holds the
-/// pending-call lock (a bytecode loop that inlines its pending-call handling):
-/// `Py_AddPendingCall` on it would wait for itself for ever on 3.8+, where it waits for that
-/// lock. There a short-lived thread of ours takes the GIL (`PyGILState_Ensure`: the
-/// interpreter hands it over within its switch interval) and wraps it. Before 3.8,
-/// `Py_AddPendingCall` only tries the lock (and 3.6 may have no GIL yet to take): the
-/// interpreter wraps it at its next pending call, on its main thread.
-fn schedule_pymem() {
+/// Called on a thread the profiler stopped while it ran the interpreter's own code
+/// (`from_running_code`), which may hold the pending-call lock (a bytecode loop that
+/// inlines its pending-call handling), `Py_AddPendingCall` would wait for itself for ever
+/// on 3.8+, where it waits for that lock: there a short-lived thread of ours takes the GIL
+/// (the interpreter hands it over within its switch interval) and wraps it. Before 3.8,
+/// `Py_AddPendingCall` only tries the lock (and 3.6 may have no GIL yet to take).
+fn schedule_pymem(from_running_code: bool) {
     if pymem::hooked() {
         ring::set_pymem_wrapped();
         return;
@@ -777,7 +776,7 @@ fn schedule_pymem() {
     if !pymem::late_api() {
         return;
     }
-    if pymem::python3_minor().is_some_and(|m| m >= 8) {
+    if from_running_code && pymem::python3_minor().is_some_and(|m| m >= 8) {
         pymem::with_gil_on_a_thread(wrap_pymem);
         return;
     }

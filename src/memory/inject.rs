@@ -393,7 +393,7 @@ fn call_attach(
     attach_call(t, func, ring_in_target)
 }
 
-/// `scalene_rs_attach(ring)` at `func`, called by the stopped thread `t`: its answer; None
+/// `scalene_rs_attach(ring, how)` at `func`, called by the stopped thread `t`: its answer; None
 /// when the thread left its wait since an earlier call (the library is loaded: the next
 /// try calls it with a thread found anew).
 #[cfg(target_arch = "x86_64")]
@@ -402,9 +402,16 @@ fn attach_call(
     func: u64,
     ring_in_target: &str,
 ) -> Result<Option<i32>, Refusal> {
+    // The library is told how the thread was stopped (how it may have the interpreter's
+    // allocator wrapped: see `preload/src/attach.rs`).
+    let how = if t.stopped_running() {
+        layout::ATTACH_FROM_RUNNING_CODE
+    } else {
+        0
+    };
     match t.call(
         func,
-        &[crate::ptrace::remote::DATA],
+        &[crate::ptrace::remote::DATA, how],
         &c_string(ring_in_target),
     ) {
         Ok(rax) => Ok(Some(rax as u32 as i32)),

@@ -530,6 +530,11 @@ impl Hijacked {
         self.pid
     }
 
+    /// Whether the thread was stopped while running (not in a wait): see [`Hijacked::in_code`].
+    pub(crate) fn stopped_running(&self) -> bool {
+        self.way == Way::Running
+    }
+
     /// Whether `e` says the thread left its wait between two calls (try again later, with
     /// a thread found anew).
     pub(crate) fn released(e: &Error) -> bool {
