@@ -441,29 +441,36 @@ fn a_process_with_remote_debugging_disabled_gets_no_library() {
     });
 }
 
-/// A single thread computing without a pause never waits where it holds no lock: attach
-/// records time and says, in one line, why memory could not be had; the target runs on.
+/// A single thread that runs C code for seconds (a library's busy loop, through ctypes)
+/// never waits where it holds no lock nor enters the interpreter where our library could
+/// be loaded (tests/attach_busy.rs has a thread computing in Python): attach records time
+/// and says, in one line, why memory could not be had; the target runs on.
 #[test]
 fn a_thread_that_never_waits_gets_no_library_and_a_reason() {
+    let lib = native_library();
     common::for_each_interpreter(|py| {
         if !supported(py) {
             return Ok("not supported: see the other tests".into());
         }
-        let spin =
-            "import time\nt = time.time()\nwhile time.time() - t < 6:\n    pass\nprint('spun')\n";
-        let target = Command::new(&py.path)
+        let spin = "import ctypes, sys\nlib = ctypes.CDLL(sys.argv[1])\n\
+                    lib.spin.argtypes = [ctypes.c_double]\nsys.stdout.write('ready\\n')\n\
+                    sys.stdout.flush()\nlib.spin(6.0)\nprint('spun')\n";
+        let mut target = Command::new(&py.path)
             .args(["-c", spin])
+            .arg(lib)
             .stdout(Stdio::piped())
             .spawn()
             .map_err(|e| e.to_string())?;
-        std::thread::sleep(Duration::from_millis(500));
+        let mut out = await_ready(&mut target)?;
         let json = common::tempdir("scalene-rs-attach-spin").join("p.json");
         let r = Command::new(common::bin())
             .args(["attach", &target.id().to_string(), "--duration", "3", "-o"])
             .arg(&json)
             .output()
             .map_err(|e| e.to_string())?;
-        let out = target.wait_with_output().map_err(|e| e.to_string())?;
+        let mut rest = String::new();
+        out.read_to_string(&mut rest).map_err(|e| e.to_string())?;
+        let status = target.wait().map_err(|e| e.to_string())?;
         let _ = std::fs::remove_dir_all(json.parent().unwrap());
         let err = String::from_utf8_lossy(&r.stderr);
         let line = err
@@ -474,8 +481,8 @@ fn a_thread_that_never_waits_gets_no_library_and_a_reason() {
         if !r.status.success() || !line.contains("no thread could call into our library") {
             return Err(format!("attach ({}) said {err:?}", r.status));
         }
-        if String::from_utf8_lossy(&out.stdout) != "spun\n" || !out.status.success() {
-            return Err(format!("the target gave {out:?}"));
+        if rest != "spun\n" || !status.success() {
+            return Err(format!("the target gave {rest:?} ({status})"));
         }
         Ok(line)
     });
@@ -528,6 +535,7 @@ fn a_profiler_killed_at_random_moments_never_harms_the_target() {
                 std::thread::sleep(Duration::from_millis(wait));
                 let _ = prof.kill();
                 let _ = prof.wait();
+                common::remove_attach_leftovers(prof.id());
                 if target.try_wait().map_err(|e| e.to_string())?.is_some() {
                     return Err(format!(
                         "the target died after kill {i} (at {wait} ms): {:?}",
@@ -586,6 +594,7 @@ fn a_profiler_killed_inside_a_call_never_harms_the_target() {
             let stalled = err.wait_for("test stall", &mut seen);
             let _ = prof.kill();
             let _ = prof.wait();
+            common::remove_attach_leftovers(prof.id());
             if !stalled {
                 let _ = stop_busy(target, out);
                 return Err(format!("the profiler never stalled {at} a call: {seen:?}"));

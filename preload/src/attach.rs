@@ -561,18 +561,18 @@ pub fn patched() -> (usize, usize) {
 
 // ---- Attach and detach ----
 
-/// `int scalene_rs_attach(const char *ring_path)`: starts counting into the ring at
-/// `ring_path` (a file of ours, mode 0600, made by the profiler) in this running Python
-/// process. Called by the profiler on a thread that holds no lock, after loading the
-/// library with `dlopen`; may be called again after a detach, with a new ring. Returns one
-/// of the `ATTACH_*` codes of `layout.rs`; on any code but [`layout::ATTACH_OK`] nothing
-/// was changed.
+/// `int scalene_rs_attach(const char *ring_path, unsigned long how)`: starts counting into
+/// the ring at `ring_path` (a file of ours, mode 0600, made by the profiler) in this running
+/// Python process. Called by the profiler on a thread that holds no lock, after loading the
+/// library with `dlopen`; may be called again after a detach, with a new ring. `how`: see
+/// [`layout::ATTACH_FROM_RUNNING_CODE`]. Returns one of the `ATTACH_*` codes of
+/// `layout.rs`; on any code but [`layout::ATTACH_OK`] nothing was changed.
 ///
 /// # Safety
 /// `ring_path` is a NUL-terminated path; the caller holds none of the C library's or the
 /// dynamic linker's locks.
 #[no_mangle]
-pub unsafe extern "C" fn scalene_rs_attach(ring_path: *const c_char) -> c_int {
+pub unsafe extern "C" fn scalene_rs_attach(ring_path: *const c_char, how: u64) -> c_int {
     if !loaded_late() || another_copy_preloaded() {
         return layout::ATTACH_PRELOADED;
     }
@@ -625,7 +625,7 @@ pub unsafe extern "C" fn scalene_rs_attach(ring_path: *const c_char) -> c_int {
     ring::ACTIVE.store(true, Ordering::Release);
     patch_all();
     unlock();
-    schedule_pymem();
+    schedule_pymem(how == layout::ATTACH_FROM_RUNNING_CODE);
     layout::ATTACH_OK
 }
 
@@ -758,15 +758,26 @@ fn heap_in_use() -> i64 {
     0
 }
 
-/// Asks the interpreter to wrap its allocator at its next pending call (on its main thread,
-/// with the thread state attached); with the wrappers already in (an earlier attach), the
-/// ring is told at once.
-fn schedule_pymem() {
+/// Has the interpreter's allocator wrapped, with the GIL held: at its next pending call (on
+/// its main thread); with the wrappers already in (an earlier attach), the ring is told at
+/// once.
+///
+/// Called on a thread the profiler stopped while it ran the interpreter's own code
+/// (`from_running_code`), which may hold the pending-call lock (a bytecode loop that
+/// inlines its pending-call handling), `Py_AddPendingCall` would wait for itself for ever
+/// on 3.8+, where it waits for that lock: there a short-lived thread of ours takes the GIL
+/// (the interpreter hands it over within its switch interval) and wraps it. Before 3.8,
+/// `Py_AddPendingCall` only tries the lock (and 3.6 may have no GIL yet to take).
+fn schedule_pymem(from_running_code: bool) {
     if pymem::hooked() {
         ring::set_pymem_wrapped();
         return;
     }
     if !pymem::late_api() {
+        return;
+    }
+    if from_running_code && pymem::python3_minor().is_some_and(|m| m >= 8) {
+        pymem::with_gil_on_a_thread(wrap_pymem);
         return;
     }
     // SAFETY: dlsym with RTLD_DEFAULT and a NUL-terminated name.
@@ -780,8 +791,8 @@ fn schedule_pymem() {
     unsafe { core::mem::transmute::<*mut c_void, Add>(add)(wrap_pymem, core::ptr::null_mut()) };
 }
 
-/// The pending call: wraps the interpreter's allocator, if still attached. Returns 0 (no
-/// exception).
+/// The pending call (or [`pymem::with_gil_on_a_thread`]'s call): wraps the interpreter's allocator, if still
+/// attached. Returns 0 (no exception).
 extern "C" fn wrap_pymem(_: *mut c_void) -> c_int {
     if attached() && pymem::install_late() {
         ring::set_pymem_wrapped();

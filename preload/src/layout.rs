@@ -124,12 +124,19 @@ pub const HEARTBEAT_NS: u64 = 200_000_000;
 pub const HEARTBEAT_STALE_NS: u64 = 3_000_000_000;
 
 /// Exported by the library for `attach` with memory: `int scalene_rs_attach(const char
-/// *ring_path)`, called by the profiler in the target (a remote call on a thread stopped
-/// where it holds no lock) after loading the library there. Returns one of the `ATTACH_*`
-/// codes.
+/// *ring_path, unsigned long how)`, called by the profiler in the target (a remote call on
+/// a thread stopped where it holds no lock) after loading the library there. Returns one of
+/// the `ATTACH_*` codes. `how` is [`ATTACH_FROM_RUNNING_CODE`] when the thread was stopped
+/// while running the interpreter's code (anything else: in a wait; a caller that passes one
+/// argument leaves whatever was in the register, never that value in practice).
 pub const ATTACH_SYMBOL: &str = "scalene_rs_attach";
+/// `how` of [`ATTACH_SYMBOL`]: the calling thread was stopped while running the
+/// interpreter's code, where it may hold the interpreter's pending-call lock (the library
+/// then wraps the allocator from a thread of its own that takes the GIL, on 3.8+).
+pub const ATTACH_FROM_RUNNING_CODE: u64 = 0x5ca1_e0b5_c0de_0001;
 /// Counting: the ring is claimed, the allocation functions patched; the interpreter's own
-/// allocator is wrapped at its next pending call ([`Header::pymem_wrapped`]).
+/// allocator is wrapped at its next pending call, or once a thread of the library has the
+/// GIL ([`ATTACH_FROM_RUNNING_CODE`]) ([`Header::pymem_wrapped`]).
 pub const ATTACH_OK: i32 = 0;
 /// The library was loaded with LD_PRELOAD (the program runs under `run`): nothing done.
 pub const ATTACH_PRELOADED: i32 = -1;

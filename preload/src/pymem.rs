@@ -47,7 +47,7 @@
 
 use crate::{active, layout, on_alloc_mimalloc, on_alloc_small, on_free_small, on_move, tls};
 use core::cell::UnsafeCell;
-use core::ffi::c_void;
+use core::ffi::{c_int, c_void};
 use core::sync::atomic::{AtomicBool, Ordering};
 
 /// pymalloc's threshold (`SMALL_REQUEST_THRESHOLD`, 512 on every 3.x): larger requests go
@@ -191,16 +191,72 @@ fn install() -> bool {
 /// [`install_late`] uses them: 3.6+ (3.5 introduced them; 3.4 had a struct without
 /// `calloc` under the same function names; 2.7 has no allocator API at all).
 pub fn late_api() -> bool {
-    let v = symbol(c"Py_GetVersion");
-    if v.is_null() || symbol(c"PyMem_SetAllocator").is_null() {
+    if symbol(c"PyMem_SetAllocator").is_null() {
         return false;
+    }
+    python3_minor().is_some_and(|minor| minor >= 6)
+}
+
+/// Calls `f(NULL)` on a short-lived thread of ours once it holds the GIL
+/// (`PyGILState_Ensure`: the interpreter hands it over within its switch interval), then
+/// lets the GIL go and ends. False when the thread could not be made or the interpreter
+/// lacks the API. Not before 3.7 (3.6 may have no GIL yet: the thread would make one and
+/// run beside the main thread).
+pub fn with_gil_on_a_thread(f: extern "C" fn(*mut c_void) -> c_int) -> bool {
+    if symbol(c"PyGILState_Ensure").is_null() || symbol(c"PyGILState_Release").is_null() {
+        return false;
+    }
+    // SAFETY: pthread_t and pthread_attr_t are plain data, filled by the calls below.
+    let mut thread: libc::pthread_t = unsafe { core::mem::zeroed() };
+    // SAFETY: as above.
+    let mut attr: libc::pthread_attr_t = unsafe { core::mem::zeroed() };
+    // SAFETY: a detached thread running `gil_thread(f)`; `f` is a function of this library,
+    // which is never unloaded.
+    unsafe {
+        if libc::pthread_attr_init(&mut attr) != 0 {
+            return false;
+        }
+        libc::pthread_attr_setdetachstate(&mut attr, libc::PTHREAD_CREATE_DETACHED);
+        libc::pthread_attr_setstacksize(&mut attr, 256 * 1024);
+        let made = libc::pthread_create(&mut thread, &attr, gil_thread, f as *mut c_void);
+        libc::pthread_attr_destroy(&mut attr);
+        made == 0
+    }
+}
+
+/// The body of [`with_gil_on_a_thread`]'s thread; `f` is the function to call.
+extern "C" fn gil_thread(f: *mut c_void) -> *mut c_void {
+    let (ensure, release) = (symbol(c"PyGILState_Ensure"), symbol(c"PyGILState_Release"));
+    if ensure.is_null() || release.is_null() {
+        return core::ptr::null_mut();
+    }
+    // SAFETY: `f` is the `extern "C" fn(*mut c_void) -> c_int` given to
+    // `with_gil_on_a_thread`; CPython's `PyGILState_STATE PyGILState_Ensure(void)` and
+    // `void PyGILState_Release(PyGILState_STATE)` (an enum: a C int) may be called from a
+    // thread the interpreter does not know: it makes a thread state for it and takes the
+    // GIL.
+    unsafe {
+        let f = core::mem::transmute::<*mut c_void, extern "C" fn(*mut c_void) -> c_int>(f);
+        let state = core::mem::transmute::<*mut c_void, extern "C" fn() -> c_int>(ensure)();
+        f(core::ptr::null_mut());
+        core::mem::transmute::<*mut c_void, extern "C" fn(c_int)>(release)(state);
+    }
+    core::ptr::null_mut()
+}
+
+/// The minor version of a Python 3 interpreter in this process (from `Py_GetVersion`);
+/// None for another major version or when it cannot be told.
+pub fn python3_minor() -> Option<u32> {
+    let v = symbol(c"Py_GetVersion");
+    if v.is_null() {
+        return None;
     }
     // SAFETY: CPython's `const char *Py_GetVersion(void)`: a static string, callable at any
     // time, with or without the GIL.
     let text =
         unsafe { core::mem::transmute::<*mut c_void, extern "C" fn() -> *const libc::c_char>(v)() };
     if text.is_null() {
-        return false;
+        return None;
     }
     // SAFETY: a NUL-terminated static string.
     let text = unsafe { core::ffi::CStr::from_ptr(text) }.to_bytes();
@@ -212,7 +268,10 @@ pub fn late_api() -> bool {
         }
         Some(p.iter().fold(0, |n, &d| n * 10 + (d - b'0') as u32))
     };
-    matches!((num(parts.next()), num(parts.next())), (Some(3), Some(minor)) if minor >= 6)
+    match (num(parts.next()), num(parts.next())) {
+        (Some(3), Some(minor)) => Some(minor),
+        _ => None,
+    }
 }
 
 /// Wraps both domains of an interpreter that is already running (`attach`): called by the

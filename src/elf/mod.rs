@@ -58,6 +58,11 @@ fn wanted(name: &str) -> bool {
             | "Py_Main"
             | "PyEval_EvalFrameEx"
             | "_PyEval_EvalFrameDefault"
+            // python::process::INTERPRETER_CODE
+            | "PyObject_Malloc"
+            | "PyObject_Free"
+            | "_Py_Dealloc"
+            | "PyNumber_Add"
     )
 }
 
@@ -184,6 +189,11 @@ impl ElfFile {
     /// SVMA of a symbol.
     pub(crate) fn symbol(&self, name: &str) -> Option<u64> {
         self.symbols.get(name).map(|s| s.0)
+    }
+
+    /// SVMA and size of a symbol.
+    pub(crate) fn symbol_range(&self, name: &str) -> Option<(u64, u64)> {
+        self.symbols.get(name).copied()
     }
 
     /// (SVMA, size) of a section.

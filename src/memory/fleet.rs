@@ -283,7 +283,8 @@ impl Fleet {
             self.notes.push((
                 pid,
                 "the recording ended before a thread of the process waited where our \
-                 library could be loaded (a sleep, a lock or condition wait, select/poll)"
+                 library could be loaded (a sleep, a lock or condition wait, select/poll) \
+                 or was found running the interpreter's own code"
                     .into(),
             ));
         }

@@ -4,11 +4,12 @@
 //! How: a ring is made where the target can open it (a directory of its own root: the
 //! host's `/dev/shm` for a process of ours, the container's for one in a container), the
 //! library is written beside it, and one thread of the target, stopped where it holds no
-//! lock ([`crate::ptrace::remote`]), calls the C library's `dlopen` on it and then the
-//! library's `scalene_rs_attach(ring)`, which patches the program's calls of the
-//! allocation and copy functions and has the interpreter wrap its own allocator at its next
-//! pending call. Both files are removed at once (the process keeps what it mapped). A
-//! second `attach` finds the library already loaded and only calls it again.
+//! lock ([`crate::ptrace::remote`]: in a lock-free wait, or, where none waits, running the
+//! interpreter's own code, see [`hijack`]), calls the C library's `dlopen` on it and then
+//! the library's `scalene_rs_attach(ring)`, which patches the program's calls of the
+//! allocation and copy functions and has the interpreter's own allocator wrapped with the
+//! GIL held. Both files are removed at once (the process keeps what it mapped). A second
+//! `attach` finds the library already loaded and only calls it again.
 //!
 //! When we stop, the consumer sets the ring's `detached` word and the library puts every
 //! patched function pointer back; a profiler killed outright stops its heartbeat, which the
@@ -38,6 +39,13 @@ const RTLD_NOW: u64 = 2;
 const RTLD_DLOPEN_PRIVATE: u64 = 0x8000_0000;
 /// How long to look for a thread at a safe point (one look per scan of the sampler).
 pub(crate) const PATIENCE: Duration = Duration::from_secs(2);
+/// How long one look stops a computing thread now and then to find it in the
+/// interpreter's code (a Python program is there most of the time; this is the sampler's
+/// thread, which must not stall long).
+const LOOK_WAIT: Duration = Duration::from_millis(10);
+/// Least time between two such looks at a process (at most a fifth of the sampler's time
+/// goes to them while [`PATIENCE`] lasts).
+const LOOK_EVERY: Duration = Duration::from_millis(50);
 
 /// Why the library was not (or could not be) put into the target: the sentence said to the
 /// user ("no memory data: ..."), time being recorded anyway.
@@ -54,31 +62,115 @@ pub(crate) enum Attach {
 }
 
 /// Why no thread could be used, once [`PATIENCE`] has run out.
-pub(crate) const NO_SAFE_THREAD: &str = "no thread could call into our library: none of its \
-     threads waited in a system call where it holds no lock (a sleep, a lock or condition \
-     wait, select/poll, a join) within 2 s";
+pub(crate) const NO_SAFE_THREAD: &str = "no thread could call into our library: within 2 s \
+     none of its threads waited in a system call where it holds no lock (a sleep, a lock or \
+     condition wait, select/poll, a join), and its running thread was never found in the \
+     interpreter's own code (it runs C code that does not call back into the interpreter)";
 
 /// Loads the library into `proc` (unless it is there already) and hands it a new ring.
 pub(crate) fn attach_library(proc: &PythonProcess, cfg: &MemoryConfig) -> Attach {
     if let Err(why) = refuse_unless_allowed(proc) {
         return Attach::Refused(why);
     }
+    // No thread waits: a look for the computing thread, when one is due (the ring and the
+    // files are made for a try that may find a thread, not at every scan).
     #[cfg(target_arch = "x86_64")]
-    if !crate::ptrace::remote::waiting_thread(proc.pid) {
+    let look = if crate::ptrace::remote::waiting_thread(proc.pid) {
+        None
+    } else if interpreter_code(proc).is_empty() {
         return Attach::NotNow;
-    }
-    match try_attach(proc, cfg) {
+    } else {
+        match next_look(proc.pid) {
+            Some(n) => Some(n),
+            None => return Attach::NotNow,
+        }
+    };
+    #[cfg(not(target_arch = "x86_64"))]
+    let look = None;
+    match try_attach(proc, cfg, look) {
         Ok(Some(ring)) => Attach::Counting(ring),
         Ok(None) => Attach::NotNow,
         Err(why) => Attach::Refused(why),
     }
 }
 
-/// [`attach_library`] once allowed: None when no thread was at a safe point after all.
-fn try_attach(proc: &PythonProcess, cfg: &MemoryConfig) -> Result<Option<Ring>, Refusal> {
+/// The interpreter's own code in `proc` (see [`hijack`]).
+fn interpreter_code(proc: &PythonProcess) -> Vec<(u64, u64)> {
+    proc.addrs
+        .interpreter_code
+        .iter()
+        .copied()
+        .filter(|&(_, len)| len > 0)
+        .collect()
+}
+
+/// A thread of `proc` stopped where it may call into our library: one blocked in a wait
+/// that holds no lock (`remote.rs`), else the computing thread, stopped (PTRACE_INTERRUPT,
+/// again and again) until a stop finds it in the interpreter's own code
+/// ([`crate::python::process::INTERPRETER_CODE`]: the bytecode loop, its allocator,
+/// deallocation, addition). A thread running there holds no C-library lock: the
+/// interpreter runs no bytecode and calls none of those from inside the C library, its
+/// loader or a signal handler. What it may hold is the interpreter's: the GIL, which our
+/// call does not need, and — where the loop inlines its pending-call code — the
+/// pending-call lock, which our library's `Py_AddPendingCall` would wait for; our library
+/// makes that call from a thread of its own (`preload/src/attach.rs`). The thread is put
+/// back with every register as it was; an allocator call it was in goes on afterwards as
+/// if nothing happened: our library wraps the interpreter's allocator only later, at a
+/// pending call, and a C-library function it reaches after the attach reaches ours, which
+/// forwards every block to the very function it went to before. None when no thread was
+/// there now.
+#[cfg(target_arch = "x86_64")]
+fn hijack(
+    pid: i32,
+    code: &[(u64, u64)],
+    look: Option<usize>,
+) -> Result<Option<crate::ptrace::remote::Hijacked>, Refusal> {
+    use crate::ptrace::remote::{computing_thread, waiting_thread, Hijacked};
+    if let Some(t) = Hijacked::find(pid).map_err(said)? {
+        return Ok(Some(t));
+    }
+    let Some(nth) = look else {
+        return Ok(None);
+    };
+    if code.is_empty() || waiting_thread(pid) {
+        return Ok(None);
+    }
+    Hijacked::in_code(pid, computing_thread(pid, nth), code, LOOK_WAIT).map_err(said)
+}
+
+/// Whether a look for the computing thread of `pid` is due ([`LOOK_EVERY`] since the
+/// last): the how-manyth it is (the running threads are looked at in turn).
+#[cfg(target_arch = "x86_64")]
+fn next_look(pid: i32) -> Option<usize> {
+    // The last look: at which process, when, and how many looks it had.
+    static LAST_LOOK: std::sync::Mutex<Option<(i32, std::time::Instant, usize)>> =
+        std::sync::Mutex::new(None);
+    let mut last = LAST_LOOK.lock().unwrap_or_else(|e| e.into_inner());
+    let nth = match *last {
+        Some((p, at, _)) if p == pid && at.elapsed() < LOOK_EVERY => return None,
+        Some((p, _, n)) if p == pid => n + 1,
+        _ => 0,
+    };
+    *last = Some((pid, std::time::Instant::now(), nth));
+    Some(nth)
+}
+
+/// [`attach_library`] once allowed (`look`: a look for the computing thread is due, see
+/// [`hijack`]): None when no thread was at a safe point after all.
+#[cfg(target_arch = "x86_64")]
+fn try_attach(
+    proc: &PythonProcess,
+    cfg: &MemoryConfig,
+    look: Option<usize>,
+) -> Result<Option<Ring>, Refusal> {
     let pid = proc.pid;
     let maps = crate::proc::read_maps(pid).map_err(|e| e.to_string())?;
     let place = Place::choose(pid)?;
+    let loaded = loaded_library(&maps);
+    let dlopen = match loaded {
+        Some(_) => None,
+        None => Some(find_dlopen(pid, &maps, proc.namespaces)?),
+    };
     let mut ring = Ring::create(
         &place.host_dir,
         ring::DEFAULT_CAPACITY,
@@ -102,12 +194,25 @@ fn try_attach(proc: &PythonProcess, cfg: &MemoryConfig) -> Result<Option<Ring>, 
     ring.header()
         .heartbeat_ns
         .store(layout::now_ns(), Ordering::Release);
-    let loaded = loaded_library(&maps);
-    let code = match loaded {
-        Some(base) => call_attach(pid, base, &ring_in_target)?,
-        None => load_and_attach(pid, &maps, proc.namespaces, &place, &ring_in_target)?,
+    let files = match loaded {
+        Some(_) => None,
+        None => Some(LibraryFiles::write(&place, pid)?),
     };
-    let Some(code) = code else {
+    let code = interpreter_code(proc);
+    let answer = (|| -> Result<Option<i32>, Refusal> {
+        let Some(mut t) = hijack(pid, &code, look)? else {
+            return Ok(None);
+        };
+        match (loaded, dlopen, &files) {
+            (Some(base), _, _) => call_attach(&mut t, base, &ring_in_target),
+            (None, Some(dl), Some(files)) => {
+                load_and_attach(&mut t, dl, &files.target_path, &ring_in_target)
+            }
+            _ => unreachable!("dlopen and the files are there when the library is not loaded"),
+        }
+    })()?;
+    drop(files);
+    let Some(code) = answer else {
         return Ok(None);
     };
     // The target has it mapped (or refused it): the file's name is no longer needed.
@@ -276,17 +381,19 @@ fn attach_offset() -> Result<u64, Refusal> {
         .ok_or_else(|| format!("our library has no {}", layout::ATTACH_SYMBOL))
 }
 
-/// `scalene_rs_attach(ring)` in the process whose library is loaded at `base`.
+/// `scalene_rs_attach(ring)`, called by `t`, in the process whose library is loaded at
+/// `base`.
 #[cfg(target_arch = "x86_64")]
-fn call_attach(pid: i32, base: u64, ring_in_target: &str) -> Result<Option<i32>, Refusal> {
+fn call_attach(
+    t: &mut crate::ptrace::remote::Hijacked,
+    base: u64,
+    ring_in_target: &str,
+) -> Result<Option<i32>, Refusal> {
     let func = base + attach_offset()?;
-    let Some(mut t) = crate::ptrace::remote::Hijacked::find(pid).map_err(said)? else {
-        return Ok(None);
-    };
-    attach_call(&mut t, func, ring_in_target)
+    attach_call(t, func, ring_in_target)
 }
 
-/// `scalene_rs_attach(ring)` at `func`, called by the stopped thread `t`: its answer; None
+/// `scalene_rs_attach(ring, how)` at `func`, called by the stopped thread `t`: its answer; None
 /// when the thread left its wait since an earlier call (the library is loaded: the next
 /// try calls it with a thread found anew).
 #[cfg(target_arch = "x86_64")]
@@ -295,9 +402,16 @@ fn attach_call(
     func: u64,
     ring_in_target: &str,
 ) -> Result<Option<i32>, Refusal> {
+    // The library is told how the thread was stopped (how it may have the interpreter's
+    // allocator wrapped: see `preload/src/attach.rs`).
+    let how = if t.stopped_running() {
+        layout::ATTACH_FROM_RUNNING_CODE
+    } else {
+        0
+    };
     match t.call(
         func,
-        &[crate::ptrace::remote::DATA],
+        &[crate::ptrace::remote::DATA, how],
         &c_string(ring_in_target),
     ) {
         Ok(rax) => Ok(Some(rax as u32 as i32)),
@@ -362,22 +476,17 @@ fn find_dlopen(
     })
 }
 
-/// Writes the library into the target's `place`, has the process load it and attach to
-/// `ring_in_target`; the file is removed whatever happens.
+/// Has the process (thread `t`) load our library, written at `library_in_target`, with
+/// `dlopen` (from [`find_dlopen`]) and attach to `ring_in_target`.
 #[cfg(target_arch = "x86_64")]
 fn load_and_attach(
-    pid: i32,
-    maps: &[crate::proc::maps::MapEntry],
-    ns: crate::proc::ns::Namespaces,
-    place: &Place,
+    t: &mut crate::ptrace::remote::Hijacked,
+    (dlopen, private, dlerror): (u64, bool, Option<u64>),
+    library_in_target: &str,
     ring_in_target: &str,
 ) -> Result<Option<i32>, Refusal> {
-    let (dlopen, private, dlerror) = find_dlopen(pid, maps, ns)?;
+    let pid = t.pid();
     let offset = attach_offset()?;
-    let files = LibraryFiles::write(place, pid)?;
-    let Some(mut t) = crate::ptrace::remote::Hijacked::find(pid).map_err(said)? else {
-        return Ok(None);
-    };
     let mode = if private {
         RTLD_NOW | RTLD_DLOPEN_PRIVATE
     } else {
@@ -387,10 +496,9 @@ fn load_and_attach(
         .call(
             dlopen,
             &[crate::ptrace::remote::DATA, mode],
-            &c_string(&files.target_path),
+            &c_string(library_in_target),
         )
         .map_err(said)?;
-    drop(files);
     if handle == 0 {
         let why = match dlerror {
             Some(f) => t
@@ -412,22 +520,15 @@ fn load_and_attach(
             .and_then(|m| m.read_u64(handle))
             .map_err(|e| e.to_string())?
     };
-    attach_call(&mut t, base + offset, ring_in_target)
+    attach_call(t, base + offset, ring_in_target)
 }
 
 #[cfg(not(target_arch = "x86_64"))]
-fn load_and_attach(
-    _: i32,
-    _: &[crate::proc::maps::MapEntry],
-    _: crate::proc::ns::Namespaces,
-    _: &Place,
-    _: &str,
-) -> Result<Option<i32>, Refusal> {
-    Err("loading our library into a running process is implemented for x86-64 only".into())
-}
-
-#[cfg(not(target_arch = "x86_64"))]
-fn call_attach(_: i32, _: u64, _: &str) -> Result<Option<i32>, Refusal> {
+fn try_attach(
+    _: &PythonProcess,
+    _: &MemoryConfig,
+    _: Option<usize>,
+) -> Result<Option<Ring>, Refusal> {
     Err("loading our library into a running process is implemented for x86-64 only".into())
 }
 
@@ -441,11 +542,19 @@ struct LibraryFiles {
 impl LibraryFiles {
     fn write(place: &Place, pid: i32) -> Result<LibraryFiles, Refusal> {
         static COUNTER: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
-        let n = COUNTER.fetch_add(1, Ordering::Relaxed);
-        let name = format!("scalene-rs-attach-{}-{n}", std::process::id());
-        let dir = place.host_dir.join(&name);
+        // A name taken already is a directory a killed profiler of the same pid left behind
+        // (pids come round again): the next one.
+        let (name, dir, made) = loop {
+            let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+            let name = format!("scalene-rs-attach-{}-{n}", std::process::id());
+            let dir = place.host_dir.join(&name);
+            match std::fs::DirBuilder::new().mode(0o700).create(&dir) {
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && n < 4096 => {}
+                made => break (name, dir, made),
+            }
+        };
         let written = (|| {
-            std::fs::DirBuilder::new().mode(0o700).create(&dir)?;
+            made?;
             let path = dir.join(LIBRARY_NAME);
             let mut f = std::fs::OpenOptions::new()
                 .write(true)

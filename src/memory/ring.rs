@@ -148,15 +148,24 @@ impl Ring {
     ) -> std::io::Result<Ring> {
         assert!(capacity.is_power_of_two());
         static COUNTER: AtomicU32 = AtomicU32::new(0);
-        let n = COUNTER.fetch_add(1, Ordering::Relaxed);
-        let path = dir.join(format!("{PREFIX}{}-{n}.ring", std::process::id()));
-        let file = std::fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create_new(true)
-            .mode(0o600)
-            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-            .open(&path)?;
+        // A name taken already is a ring a killed profiler of the same pid left behind (pids
+        // come round again): the next one.
+        let (path, file) = loop {
+            let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+            let path = dir.join(format!("{PREFIX}{}-{n}.ring", std::process::id()));
+            match std::fs::OpenOptions::new()
+                .read(true)
+                .write(true)
+                .create_new(true)
+                .mode(0o600)
+                .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+                .open(&path)
+            {
+                Ok(f) => break (path, f),
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && n < 4096 => {}
+                Err(e) => return Err(e),
+            }
+        };
         let cleanup = |e| {
             let _ = std::fs::remove_file(&path);
             e

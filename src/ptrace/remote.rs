@@ -15,15 +15,28 @@
 //! the call would deadlock the process for good. Only that thread is stopped: the others
 //! run on, so that a lock one of them holds is released while the call waits for it.
 //!
+//! Or, where no thread waits (one thread that only computes): that thread stopped while it
+//! runs code the caller names ([`Hijacked::in_code`]: the interpreter's own, where no
+//! C-library lock is held — `memory/inject.rs` says why), found there by stopping it with
+//! PTRACE_INTERRUPT now and then. Such a stop is no signal: a profiler that dies with the
+//! thread stopped, or between two stops, leaves it to run on. (Measured here, and why not a
+//! breakpoint: debug registers set with PTRACE_POKEUSER stay armed after the tracer
+//! detaches or dies — Linux 6.18: the thread died of SIGTRAP at its next pass — and a
+//! perf-event breakpoint, which goes with its descriptor, still stops the thread with a
+//! SIGTRAP that kills the process when its tracer dies before collecting the stop: the
+//! kill test hit that window.) Its way back is the trampoline's second listing, which puts
+//! every register back where the thread was, also in the middle of a function.
+//!
 //! Also: the kernel restarts an interrupted system call by looking at the registers a
 //! thread resumes with; the call runs with `orig_rax = -1` so it does not.
 //!
 //! The way back needs no tracer: the function returns into our trampoline
 //! (`trampoline.rs`), which puts every register and the vector state back and restarts the
-//! thread's wait by itself, so a profiler SIGKILLed mid-call (or giving up on a call that
-//! takes too long) leaves the thread as if nothing happened. Everything the way back needs
-//! is written before the thread is let run: from the moment its registers are ours, it
-//! returns by itself. Between two calls the thread is stopped again in its wait.
+//! thread's wait (or resumes its code) by itself, so a profiler SIGKILLed mid-call (or
+//! giving up on a call that takes too long) leaves the thread as if nothing happened.
+//! Everything the way back needs is written before the thread is let run: from the moment
+//! its registers are ours, it returns by itself. Between two calls the thread is stopped
+//! again in its wait (or in the trampoline's short wait, and set back where it was).
 //!
 //! Must not: stop the target longer than the call takes, or leave a thread with anything
 //! of ours (registers, a pending signal swallowed); stack bytes are written only below the
@@ -65,10 +78,11 @@ const XSTATE_BYTES: usize = 64 * 1024;
 /// Longest a call may take before we stop waiting for it (the thread comes back by itself
 /// whenever it returns: see the trampoline).
 const CALL_TIMEOUT: Duration = Duration::from_secs(30);
-/// `SCALENE_RS_TEST_STALL_CALL=before|after`: tests only. Stalls the profiler for a minute
-/// just before (the thread stopped with the call's registers set) or just after the thread
-/// is let run into a call, saying so on stderr, so that a test can kill it at the worst
-/// moment on purpose.
+/// `SCALENE_RS_TEST_STALL_CALL=stopped|before|after`: tests only. Stalls the profiler for a
+/// minute once a computing thread is stopped inside the interpreter (`stopped`), just before
+/// (the thread stopped with the call's registers set) or just after the thread is let run
+/// into a call, saying so on stderr, so that a test can kill it at the worst moment on
+/// purpose.
 const STALL_ENV: &str = "SCALENE_RS_TEST_STALL_CALL";
 
 /// Whether a thread blocked in system call `nr` with first two arguments `a0`, `a1` waits
@@ -84,6 +98,23 @@ pub(crate) fn waiting_thread(pid: i32) -> bool {
         .unwrap_or_default()
         .into_iter()
         .any(|tid| in_usable_wait(pid, tid))
+}
+
+/// The thread of `pid` to stop inside the interpreter's code when none waits, at the
+/// `nth` look: the running threads in turn (the one holding the GIL among them, in a
+/// program of one computing thread; others may be running C code), the main thread first;
+/// the main thread when none runs now.
+pub(crate) fn computing_thread(pid: i32, nth: usize) -> i32 {
+    let mut tids = crate::proc::threads(pid).unwrap_or_default();
+    tids.sort_by_key(|&t| t != pid);
+    let running: Vec<i32> = tids
+        .into_iter()
+        .filter(|&t| crate::proc::thread_state(pid, t) == Some('R'))
+        .collect();
+    if running.is_empty() {
+        return pid;
+    }
+    running[nth % running.len()]
 }
 
 /// Whether thread `tid` of `pid` is blocked in one of [`SAFE_SYSCALLS`] now (from /proc).
@@ -114,6 +145,20 @@ pub(crate) struct Hijacked {
     state: State,
     /// Where our trampoline is in the process, once written.
     trampoline: Option<u64>,
+    /// How the thread was stopped, and so how it is put back.
+    way: Way,
+}
+
+/// Where a hijacked thread was stopped.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Way {
+    /// In a system call that waits: put back by restarting it ([`super::trampoline::CODE`]).
+    Wait,
+    /// Anywhere outside a system call (a computing thread, interrupted inside the
+    /// interpreter's code): put back with every register as it was
+    /// ([`super::trampoline::RESUME_CODE`]). Between two calls it is stopped in the
+    /// trampoline's short wait and set back where it was.
+    Running,
 }
 
 impl Hijacked {
@@ -136,6 +181,14 @@ impl Hijacked {
     /// Seizes and stops `tid`; Some when it is stopped in a safe wait (checked again on its
     /// registers: it may have left the wait before the stop), else it is let go.
     fn stop(pid: i32, tid: i32) -> Result<Option<Hijacked>> {
+        let Some(mut h) = Hijacked::seize(pid, tid, Way::Wait)? else {
+            return Ok(None);
+        };
+        Ok(h.park().then_some(h))
+    }
+
+    /// Seizes `tid` without stopping it (None when it is gone): let go on drop.
+    fn seize(pid: i32, tid: i32, way: Way) -> Result<Option<Hijacked>> {
         let t = Pid::from_raw(tid);
         match ptrace::seize(t, ptrace::Options::empty()) {
             Ok(()) => {}
@@ -154,17 +207,83 @@ impl Hijacked {
                 ))
             }
         }
-        let mut h = Hijacked {
+        Ok(Some(Hijacked {
             pid,
             tid: t,
-            // SAFETY: an all-zero register set is a valid value; replaced below.
+            // SAFETY: an all-zero register set is a valid value; replaced once stopped.
             regs: unsafe { std::mem::zeroed() },
             xstate: Vec::new(),
             old_mask: block_termination_signals(),
             state: State::Released,
             trampoline: None,
+            way,
+        }))
+    }
+
+    /// Stops thread `tid` of `pid`, which computes, inside the interpreter's own code: one
+    /// of the `ranges` of code (AVMA start, length) where a thread holds no C-library lock
+    /// (the caller's choice). It is stopped with PTRACE_INTERRUPT now and then (no signal:
+    /// a profiler that dies meanwhile just lets it run on) until one stop finds it there,
+    /// outside a system call, for at most `wait`. None when none did (it runs on as it
+    /// was).
+    pub(crate) fn in_code(
+        pid: i32,
+        tid: i32,
+        ranges: &[(u64, u64)],
+        wait: Duration,
+    ) -> Result<Option<Hijacked>> {
+        let Some(mut h) = Hijacked::seize(pid, tid, Way::Running)? else {
+            return Ok(None);
         };
-        Ok(h.park().then_some(h))
+        let deadline = Instant::now() + wait;
+        loop {
+            if !h.interrupt() {
+                return Ok(None);
+            }
+            let regs = ptrace::getregs(h.tid).map_err(|e| h.os("PTRACE_GETREGS", e))?;
+            let inside = ranges
+                .iter()
+                .any(|&(at, len)| regs.rip.wrapping_sub(at) < len);
+            // Outside a system call (there orig_rax is the call's number).
+            if inside && regs.orig_rax as i64 == -1 {
+                let Some(x) = get_xstate(h.tid) else {
+                    return Ok(None);
+                };
+                h.regs = regs;
+                h.xstate = x;
+                h.state = State::Parked;
+                h.stall_for_tests("stopped");
+                return Ok(Some(h));
+            }
+            if Instant::now() >= deadline {
+                // Let go from this stop (a detach needs the thread stopped).
+                return Ok(None);
+            }
+            ptrace::cont(h.tid, None).map_err(|e| h.os("PTRACE_CONT", e))?;
+            // Not in step with anything the thread repeats.
+            std::thread::sleep(Duration::from_micros(300 + (regs.rip & 0x1ff)));
+        }
+    }
+
+    /// Stops the (seized, running) thread with PTRACE_INTERRUPT: true once it is stopped
+    /// there. A signal's delivery stop that comes first is let through with its signal and
+    /// the interrupt's stop awaited.
+    fn interrupt(&mut self) -> bool {
+        if ptrace::interrupt(self.tid).is_err() {
+            return false;
+        }
+        loop {
+            match waitpid(self.tid, Some(WaitPidFlag::__WALL)) {
+                Ok(WaitStatus::PtraceEvent(..)) => return true,
+                Ok(WaitStatus::Stopped(_, sig)) => {
+                    if ptrace::cont(self.tid, Some(sig)).is_err() {
+                        return false;
+                    }
+                }
+                Err(nix::errno::Errno::EINTR) => {}
+                _ => return false,
+            }
+        }
     }
 
     /// Stops the (seized) thread and checks it is in a safe wait, its registers and vector
@@ -226,9 +345,10 @@ impl Hijacked {
             Some(t) => t,
             None => *self.trampoline.insert(super::trampoline::install(pid)?),
         };
+        let running = self.way == Way::Running;
         // A wait the kernel would restart is restarted by the trampoline at its `syscall`
         // instruction: it must be one.
-        let restarts = self.regs.rax as i64 != -(libc::EINTR as i64);
+        let restarts = !running && self.regs.rax as i64 != -(libc::EINTR as i64);
         if restarts {
             use crate::ptrace::ProcessMemory;
             let insn = crate::ptrace::RemoteMemory::new(pid)?.read_vec(self.regs.rip - 2, 2)?;
@@ -243,15 +363,29 @@ impl Hijacked {
             }
         }
         // From the stack pointer down: the red zone (128 bytes a leaf function may use),
-        // the data, the trampoline's block (64-byte aligned), the return address (into the
-        // trampoline; rsp ≡ 8 mod 16 at the function's entry, as after a `call`).
-        let block = super::trampoline::Block::bytes(&self.regs, &self.xstate);
-        let data_at = (self.regs.rsp - 128 - data.len() as u64) & !15;
+        // (for a thread stopped while running: the resume address's slot, below the red
+        // zone), the data, the trampoline's block (64-byte aligned), the return address
+        // (into the trampoline; rsp ≡ 8 mod 16 at the function's entry, as after a `call`).
+        use super::trampoline::{Block, RESUME_AT, RESUME_SLOT_BELOW};
+        let (block, below, back) = if running {
+            let b = Block::resume_bytes(&self.regs, &self.xstate);
+            (b, RESUME_SLOT_BELOW + 16, trampoline + RESUME_AT)
+        } else {
+            (Block::bytes(&self.regs, &self.xstate), 128, trampoline)
+        };
+        let data_at = (self.regs.rsp - below - data.len() as u64) & !15;
         let block_at = (data_at - block.len() as u64) & !63;
         let entry_rsp = block_at - 8;
+        if running {
+            write_memory(
+                pid,
+                self.regs.rsp - RESUME_SLOT_BELOW,
+                &self.regs.rip.to_le_bytes(),
+            )?;
+        }
         write_memory(pid, data_at, data)?;
         write_memory(pid, block_at, &block)?;
-        write_memory(pid, entry_rsp, &trampoline.to_le_bytes())?;
+        write_memory(pid, entry_rsp, &back.to_le_bytes())?;
         let mut regs = self.regs;
         let resolve = |a: u64| {
             if a >= DATA && a < DATA + data.len() as u64 + 1 {
@@ -278,16 +412,55 @@ impl Hijacked {
         ptrace::setregs(self.tid, regs).map_err(|e| self.os("PTRACE_SETREGS", e))?;
         // From here on the thread comes back by itself, whatever becomes of us.
         self.state = State::Faulted;
-        stall_for_tests("before", pid);
+        self.stall_for_tests("before");
         ptrace::cont(self.tid, None).map_err(|e| self.os("PTRACE_CONT", e))?;
-        stall_for_tests("after", pid);
+        self.stall_for_tests("after");
         let result = self.await_return(block_at)?;
+        if running {
+            // Waiting in the trampoline for us: stopped there and set back where it was.
+            self.repark(trampoline + super::trampoline::RESUME_WAKE);
+            return Ok(result);
+        }
         // Back in its wait (the trampoline's last instructions take nanoseconds): stopped
         // there again for the next call.
         self.state = State::Released;
         std::thread::sleep(Duration::from_micros(500));
         self.park();
         Ok(result)
+    }
+
+    /// [`Way::Running`], after a call: the thread waits in the trampoline's `futex` at `wake`;
+    /// stopped there, it is set back where it was (every register, its vector state) and
+    /// Parked for the next call. Released if it is not there (its wait ended early: it goes
+    /// on by itself).
+    fn repark(&mut self, wake: u64) {
+        use super::trampoline::RESUME_AT;
+        self.state = State::Released;
+        // The trampoline's first instructions (the done word written, the wait not yet
+        // begun) take nanoseconds: a stop there is let go and made again.
+        let before_wait = (wake - super::trampoline::RESUME_WAKE + RESUME_AT)..wake;
+        let mut tries = 0;
+        loop {
+            if !self.interrupt() {
+                return;
+            }
+            match ptrace::getregs(self.tid) {
+                Ok(now) if now.rip == wake => break,
+                Ok(now) if before_wait.contains(&now.rip) && tries < 10 => {
+                    tries += 1;
+                    if ptrace::cont(self.tid, None).is_err() {
+                        return;
+                    }
+                    std::thread::sleep(Duration::from_micros(50));
+                }
+                _ => return,
+            }
+        }
+        set_xstate(self.tid, &mut self.xstate);
+        // orig_rax -1 (saved outside a system call): the futex is not restarted.
+        if ptrace::setregs(self.tid, self.regs).is_ok() {
+            self.state = State::Parked;
+        }
     }
 
     /// Waits for the thread to come back through the trampoline (its block's done word),
@@ -352,6 +525,16 @@ impl Hijacked {
         }
     }
 
+    /// The process the thread belongs to.
+    pub(crate) fn pid(&self) -> i32 {
+        self.pid
+    }
+
+    /// Whether the thread was stopped while running (not in a wait): see [`Hijacked::in_code`].
+    pub(crate) fn stopped_running(&self) -> bool {
+        self.way == Way::Running
+    }
+
     /// Whether `e` says the thread left its wait between two calls (try again later, with
     /// a thread found anew).
     pub(crate) fn released(e: &Error) -> bool {
@@ -377,11 +560,21 @@ pub(crate) const DATA: u64 = 0xffff_ff00_0000_0000;
 /// Why a call was not made: the thread left its wait after the previous call.
 const RELEASED: &str = "the thread left its wait between two calls";
 
-/// Under [`STALL_ENV`] (tests only): says where we are and sleeps a minute.
-fn stall_for_tests(at: &str, pid: i32) {
-    if std::env::var(STALL_ENV).is_ok_and(|v| v == at) {
+/// Under [`STALL_ENV`] (tests only): whether to stall at `at`, said on stderr.
+fn stall_for_tests(at: &str, pid: i32) -> bool {
+    let stall = std::env::var(STALL_ENV).is_ok_and(|v| v == at);
+    if stall {
         eprintln!("scalene-rs: test stall {at} a call into process {pid}");
-        std::thread::sleep(Duration::from_secs(60));
+    }
+    stall
+}
+
+impl Hijacked {
+    /// Under [`STALL_ENV`] (tests only): stalls a minute at `at`.
+    fn stall_for_tests(&self, at: &str) {
+        if stall_for_tests(at, self.pid) {
+            std::thread::sleep(Duration::from_secs(60));
+        }
     }
 }
 

@@ -6,12 +6,12 @@
 //! too long). They also leave the function's result and a "done" word where the profiler
 //! reads them.
 //!
-//! Owns: the code ([`CODE`], its assembly below), the layout of the block the profiler
-//! writes on the thread's stack ([`Block`]), and where the code goes ([`install`]): a cave
-//! at the end of the last page of an executable segment of a file the target mapped — bytes
-//! past the segment's end that are mapped but never executed nor read, written through
-//! /proc/PID/mem (which writes into a read-only private mapping by copying its page: only
-//! this process's copy changes, never the file).
+//! Owns: the code ([`CODE`] and [`RESUME_CODE`], their assembly below), the layout of the
+//! block the profiler writes on the thread's stack ([`Block`]), and where the code goes
+//! ([`install`]): a cave at the end of the last page of an executable segment of a file
+//! the target mapped — bytes past the segment's end that are mapped but never executed nor
+//! read, written through /proc/PID/mem (which writes into a read-only private mapping by
+//! copying its page: only this process's copy changes, never the file).
 //! Must not: write anywhere a thread may execute or read, or depend on the profiler after
 //! the call has started.
 //!
@@ -46,6 +46,51 @@
 //! kernel restarts an interrupted wait) or, for a wait that was to fail with EINTR, the
 //! instruction after it with rax = -EINTR. Nothing in the code depends on the call: the
 //! same bytes serve every call, also one that returns after a later call rewrote them.
+//!
+//! A thread stopped anywhere outside a system call (`remote.rs`: a computing thread,
+//! interrupted inside the interpreter's own code) is put back with every register as it
+//! was, `r11` and `rcx` too, by the second listing, [`RESUME_CODE`], [`RESUME_AT`] bytes
+//! after the first. First it waits, at most the block's timeout (200 ms), on the done word
+//! (`futex`): a profiler still there stops it in that wait ([`RESUME_WAKE`]) and sets it back
+//! where it was, for the next call; without us it goes on by itself when the wait ends.
+//! It ends on a `ret $136` whose return address the profiler wrote 144 bytes below the
+//! thread's own stack pointer, the block's `rsp` pointing there: the return pops it and
+//! moves `rsp` back to the thread's own. Those 8 bytes are below the 128-byte red zone,
+//! which stays untouched, and a signal delivered just before the `ret` builds its frame
+//! below them. No signal of ours is involved anywhere: a profiler that dies at any moment
+//! leaves the thread to finish the call and come back by itself.
+//! ```text
+//!     mov    %rax, 144(%rsp)
+//!     movq   $1, 152(%rsp)
+//!     lea    152(%rsp), %rdi      # futex(&done, FUTEX_WAIT_PRIVATE, 1, &timeout)
+//!     mov    $128, %esi
+//!     mov    $1, %edx
+//!     lea    160(%rsp), %r10
+//!     mov    $202, %eax
+//!     syscall                     # [RESUME_WAKE] after it
+//!     mov    $-1, %eax
+//!     mov    $-1, %edx
+//!     xrstor64 192(%rsp)
+//!     pushq  128(%rsp)
+//!     popfq
+//!     mov    0(%rsp), %r15
+//!     mov    8(%rsp), %r14
+//!     mov    16(%rsp), %r13
+//!     mov    24(%rsp), %r12
+//!     mov    32(%rsp), %rbp
+//!     mov    40(%rsp), %rbx
+//!     mov    48(%rsp), %r11
+//!     mov    56(%rsp), %r10
+//!     mov    64(%rsp), %r9
+//!     mov    72(%rsp), %r8
+//!     mov    80(%rsp), %rax
+//!     mov    88(%rsp), %rcx
+//!     mov    96(%rsp), %rdx
+//!     mov    104(%rsp), %rsi
+//!     mov    112(%rsp), %rdi
+//!     mov    120(%rsp), %rsp      # the resume address's slot
+//!     ret    $136                 # resume, rsp back to the thread's own
+//! ```
 
 use crate::error::{Error, Result};
 
@@ -62,8 +107,33 @@ pub(crate) const CODE: [u8; 132] = [
     0x78, 0x41, 0xff, 0xe3,
 ];
 
-/// Room the cave must have (the code, rounded up).
-const CAVE_BYTES: u64 = 144;
+/// The second listing (see the module's doc).
+pub(crate) const RESUME_CODE: [u8; 162] = [
+    0x48, 0x89, 0x84, 0x24, 0x90, 0x00, 0x00, 0x00, 0x48, 0xc7, 0x84, 0x24, 0x98, 0x00, 0x00, 0x00,
+    0x01, 0x00, 0x00, 0x00, 0x48, 0x8d, 0xbc, 0x24, 0x98, 0x00, 0x00, 0x00, 0xbe, 0x80, 0x00, 0x00,
+    0x00, 0xba, 0x01, 0x00, 0x00, 0x00, 0x4c, 0x8d, 0x94, 0x24, 0xa0, 0x00, 0x00, 0x00, 0xb8, 0xca,
+    0x00, 0x00, 0x00, 0x0f, 0x05, 0xb8, 0xff, 0xff, 0xff, 0xff, 0xba, 0xff, 0xff, 0xff, 0xff, 0x48,
+    0x0f, 0xae, 0xac, 0x24, 0xc0, 0x00, 0x00, 0x00, 0xff, 0xb4, 0x24, 0x80, 0x00, 0x00, 0x00, 0x9d,
+    0x4c, 0x8b, 0x3c, 0x24, 0x4c, 0x8b, 0x74, 0x24, 0x08, 0x4c, 0x8b, 0x6c, 0x24, 0x10, 0x4c, 0x8b,
+    0x64, 0x24, 0x18, 0x48, 0x8b, 0x6c, 0x24, 0x20, 0x48, 0x8b, 0x5c, 0x24, 0x28, 0x4c, 0x8b, 0x5c,
+    0x24, 0x30, 0x4c, 0x8b, 0x54, 0x24, 0x38, 0x4c, 0x8b, 0x4c, 0x24, 0x40, 0x4c, 0x8b, 0x44, 0x24,
+    0x48, 0x48, 0x8b, 0x44, 0x24, 0x50, 0x48, 0x8b, 0x4c, 0x24, 0x58, 0x48, 0x8b, 0x54, 0x24, 0x60,
+    0x48, 0x8b, 0x74, 0x24, 0x68, 0x48, 0x8b, 0x7c, 0x24, 0x70, 0x48, 0x8b, 0x64, 0x24, 0x78, 0xc2,
+    0x88, 0x00,
+];
+
+/// Where [`RESUME_CODE`] starts, from the cave's start.
+pub(crate) const RESUME_AT: u64 = 144;
+/// Where a thread waiting in [`RESUME_CODE`]'s `futex` is (the instruction after its
+/// `syscall`), from the cave's start.
+pub(crate) const RESUME_WAKE: u64 = RESUME_AT + 53;
+/// How far below the thread's stack pointer [`RESUME_CODE`]'s resume address goes.
+pub(crate) const RESUME_SLOT_BELOW: u64 = 144;
+/// How long [`RESUME_CODE`] waits for the profiler to stop it after a call, nanoseconds.
+pub(crate) const RESUME_PARK_NS: u64 = 200_000_000;
+
+/// Room the cave must have (both listings, rounded up).
+const CAVE_BYTES: u64 = 320;
 
 /// The block the profiler writes on the thread's stack for [`CODE`]: offsets in bytes from
 /// its start, which must be 64-byte aligned (XRSTOR's rule) and is where `rsp` points when
@@ -77,6 +147,8 @@ impl Block {
     pub(crate) const R12: usize = 24;
     pub(crate) const RBP: usize = 32;
     pub(crate) const RBX: usize = 40;
+    /// [`RESUME_CODE`] only (the first listing uses r11 for its jump).
+    pub(crate) const R11: usize = 48;
     pub(crate) const R10: usize = 56;
     pub(crate) const R9: usize = 64;
     pub(crate) const R8: usize = 72;
@@ -91,6 +163,8 @@ impl Block {
     /// Written by the code: the function's result, then 1.
     pub(crate) const RESULT: usize = 144;
     pub(crate) const DONE: usize = 152;
+    /// [`RESUME_CODE`] only: the `struct timespec` of its wait ([`RESUME_PARK_NS`]).
+    pub(crate) const TIMEOUT: usize = 160;
     /// The XSAVE image (standard form, as PTRACE_GETREGSET NT_X86_XSTATE gives it).
     pub(crate) const XSAVE: usize = 192;
 
@@ -125,6 +199,40 @@ impl Block {
             (Self::RSP, regs.rsp),
             (Self::RFLAGS, regs.eflags),
             (Self::RESUME, resume),
+        ] {
+            put(at, v);
+        }
+        b[Self::XSAVE..].copy_from_slice(xsave);
+        b
+    }
+
+    /// The block's bytes for [`RESUME_CODE`]: a thread stopped with `regs` anywhere outside
+    /// a system call, put back with every register as it was; its stack pointer is the
+    /// resume address's slot ([`RESUME_SLOT_BELOW`] below its own), which the caller writes.
+    pub(crate) fn resume_bytes(regs: &libc::user_regs_struct, xsave: &[u8]) -> Vec<u8> {
+        let mut b = vec![0u8; Self::XSAVE + xsave.len()];
+        let mut put = |at: usize, v: u64| b[at..at + 8].copy_from_slice(&v.to_le_bytes());
+        for (at, v) in [
+            (Self::R15, regs.r15),
+            (Self::R14, regs.r14),
+            (Self::R13, regs.r13),
+            (Self::R12, regs.r12),
+            (Self::RBP, regs.rbp),
+            (Self::RBX, regs.rbx),
+            (Self::R11, regs.r11),
+            (Self::R10, regs.r10),
+            (Self::R9, regs.r9),
+            (Self::R8, regs.r8),
+            (Self::RAX, regs.rax),
+            (Self::RCX, regs.rcx),
+            (Self::RDX, regs.rdx),
+            (Self::RSI, regs.rsi),
+            (Self::RDI, regs.rdi),
+            (Self::RSP, regs.rsp - RESUME_SLOT_BELOW),
+            (Self::RFLAGS, regs.eflags),
+            (Self::RESUME, regs.rip),
+            (Self::TIMEOUT, 0),
+            (Self::TIMEOUT + 8, RESUME_PARK_NS),
         ] {
             put(at, v);
         }
@@ -209,8 +317,8 @@ fn find_cave(pid: i32) -> Result<u64> {
     })
 }
 
-/// Writes [`CODE`] into a cave of `pid` (again: the bytes are the same every time) and
-/// returns its address.
+/// Writes [`CODE`] and [`RESUME_CODE`] into a cave of `pid` (again: the bytes are the same
+/// every time) and returns the cave's address (where [`CODE`] starts).
 pub(crate) fn install(pid: i32) -> Result<u64> {
     use std::os::unix::fs::FileExt;
     let at = find_cave(pid)?;
@@ -220,10 +328,13 @@ pub(crate) fn install(pid: i32) -> Result<u64> {
         .write(true)
         .open(format!("/proc/{pid}/mem"))
         .map_err(io)?;
-    let mut now = [0u8; CODE.len()];
+    let mut code = [0u8; (RESUME_AT as usize) + RESUME_CODE.len()];
+    code[..CODE.len()].copy_from_slice(&CODE);
+    code[RESUME_AT as usize..].copy_from_slice(&RESUME_CODE);
+    let mut now = [0u8; (RESUME_AT as usize) + RESUME_CODE.len()];
     f.read_exact_at(&mut now, at).map_err(io)?;
-    if now != CODE {
-        f.write_all_at(&CODE, at).map_err(io)?;
+    if now != code {
+        f.write_all_at(&code, at).map_err(io)?;
     }
     Ok(at)
 }
@@ -232,19 +343,28 @@ pub(crate) fn install(pid: i32) -> Result<u64> {
 mod tests {
     use super::*;
 
-    /// The bytes are the module doc's listing, assembled (where GNU `as` is there).
+    /// The bytes are the module doc's listings, assembled (where GNU `as` is there).
     #[test]
     fn code_is_its_listing() {
+        assemble_listing(0, &CODE);
+        assemble_listing(1, &RESUME_CODE);
+        let wake = (RESUME_WAKE - RESUME_AT) as usize;
+        assert_eq!(RESUME_CODE[wake - 2..wake], [0x0f, 0x05]);
+    }
+
+    fn assemble_listing(nth: usize, code: &[u8]) {
         let src = include_str!("trampoline.rs");
-        let listing: String = src
-            .lines()
-            .skip_while(|l| !l.contains("```text"))
-            .skip(1)
+        let mut lines = src.lines();
+        for _ in 0..=nth {
+            lines.by_ref().find(|l| l.contains("```text"));
+        }
+        let listing: String = lines
             .take_while(|l| !l.contains("```"))
             .map(|l| l.trim_start_matches("//!").split('#').next().unwrap_or(""))
             .map(|l| format!("{l}\n"))
             .collect();
-        let dir = std::env::temp_dir().join(format!("scalene-rs-tramp-{}", std::process::id()));
+        let dir =
+            std::env::temp_dir().join(format!("scalene-rs-tramp-{}-{nth}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let (s, o, bin) = (dir.join("t.s"), dir.join("t.o"), dir.join("t.bin"));
         std::fs::write(&s, format!(".text\n{listing}")).unwrap();
@@ -257,7 +377,7 @@ mod tests {
             .args(["-O", "binary", "-j", ".text"])
             .arg(&o)
             .arg(&bin)));
-        assert_eq!(std::fs::read(&bin).unwrap(), CODE);
+        assert_eq!(std::fs::read(&bin).unwrap(), code);
         let _ = std::fs::remove_dir_all(&dir);
     }
 

@@ -551,3 +551,23 @@ pub fn native_function_list<'a>(
         })
         .collect()
 }
+
+/// Removes the files a SIGKILLed `attach` (process `profiler`) may have left in the places
+/// where it puts them (a killed profiler cannot remove its ring or its copy of the library;
+/// left there, they would meet a later profiler that has the same pid).
+#[allow(dead_code)]
+pub fn remove_attach_leftovers(profiler: u32) {
+    for dir in ["/dev/shm", "/tmp", "/var/tmp"] {
+        let Ok(entries) = std::fs::read_dir(dir) else {
+            continue;
+        };
+        for e in entries.flatten() {
+            let name = e.file_name().to_string_lossy().into_owned();
+            if name.starts_with(&format!("scalene-rs-attach-{profiler}-")) {
+                let _ = std::fs::remove_dir_all(e.path());
+            } else if name.starts_with(&format!("scalene-rs-ring-{profiler}-")) {
+                let _ = std::fs::remove_file(e.path());
+            }
+        }
+    }
+}
