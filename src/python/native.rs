@@ -471,7 +471,8 @@ pub(crate) fn merge(
 
 /// The native frames that hold each of the first `want` anchors (see
 /// [`PythonSide::anchors`]), innermost first. Err when one lies in no frame unwound, two
-/// share a frame, or a frame named by its symbol is not the evaluation loop's. A native
+/// share a frame, or a frame named by its symbol is not the evaluation loop's (a tail-call
+/// handler's included). A native
 /// stack cut at its depth limit holds only the innermost calls: the list stops at the
 /// first anchor past its outermost frame (whose end is not known).
 fn anchored_calls(
@@ -509,7 +510,9 @@ fn anchored_calls(
         if calls.last().is_some_and(|&last| last >= i) {
             return Err("two calls of the evaluation loop in one native frame".into());
         }
-        if let (Some(name), Role::Other) = (&native.frames[i].symbol, roles[i]) {
+        // Named, it must be the loop's (a tail-call handler runs on a C frame of its own,
+        // above the call's: the mark is never among its locals).
+        if let (Some(name), Role::Other | Role::TailCall) = (&native.frames[i].symbol, roles[i]) {
             return Err(format!(
                 "a call of the evaluation loop lies in the frame of {name}, not the loop's"
             ));

@@ -167,6 +167,107 @@ fn tail_call_handlers_go_with_their_call() {
     );
 }
 
+/// A 3.14+ interpreter built with the tail-call interpreter (clang, `--with-tail-call-interp`):
+/// `_PyEval_EvalFrameDefault` keeps the entry frame among its locals and calls the first
+/// handler (`_TAIL_CALL_start_frame`), each handler tail-calls the next, so one handler at a
+/// time sits right above each call of the loop: the one running the current instruction.
+#[test]
+fn tail_call_handlers_go_with_the_call_whose_mark_their_caller_holds() {
+    let native = stack(&[
+        "deflate",
+        "_TAIL_CALL_CALL_BUILTIN_O",
+        EVAL,
+        "_PyFunction_Vectorcall",
+        "PyObject_Call",
+        "_TAIL_CALL_CALL_FUNCTION_EX",
+        EVAL,
+        "PyEval_EvalCode",
+        "main",
+    ]);
+    let frames = [py("compress_it"), py("helper"), py("<module>")];
+    let side = PythonSide {
+        frames: &frames,
+        evals: &[2, 1],
+        open: 0,
+        truncated: false,
+        anchors: Some(&[inside(2), inside(6)]),
+    };
+    assert_eq!(
+        words(&merge(&native, &side, 3).unwrap()),
+        [
+            "deflate",
+            "py:compress_it",
+            "py:helper",
+            "_PyFunction_Vectorcall",
+            "PyObject_Call",
+            "py:<module>",
+            "PyEval_EvalCode",
+            "main"
+        ]
+    );
+    // Running bytecode: the innermost frame is a handler (or one of the labels the
+    // generator makes handlers of, `_TAIL_CALL_error`), which is the loop at work.
+    for handler in ["_TAIL_CALL_BINARY_OP_ADD_INT", "_TAIL_CALL_error"] {
+        let native = stack(&[handler, EVAL, "PyEval_EvalCode", "main"]);
+        let frames = [py("<module>")];
+        let side = PythonSide {
+            frames: &frames,
+            evals: &[1],
+            open: 0,
+            truncated: false,
+            anchors: Some(&[inside(1)]),
+        };
+        assert_eq!(
+            words(&merge(&native, &side, 3).unwrap()),
+            ["py:<module>", "PyEval_EvalCode", "main"]
+        );
+    }
+}
+
+#[test]
+fn a_tail_call_handler_is_hidden_only_right_above_a_call_of_the_loop() {
+    // The innermost call is ending (its entry frame unlinked already, so no mark): its
+    // loop frame is shown as it is, and so is the handler running its last instruction.
+    let native = stack(&[
+        "_TAIL_CALL_INTERPRETER_EXIT",
+        EVAL,
+        "call",
+        "_TAIL_CALL_CALL",
+        EVAL,
+        "main",
+    ]);
+    let frames = [py("f")];
+    let side = PythonSide {
+        frames: &frames,
+        evals: &[1],
+        open: 0,
+        truncated: false,
+        anchors: Some(&[inside(4)]),
+    };
+    assert_eq!(
+        words(&merge(&native, &side, 3).unwrap()),
+        ["_TAIL_CALL_INTERPRETER_EXIT", EVAL, "call", "py:f", "main"]
+    );
+    // A handler's name with no call of the loop right below it is a frame like any other.
+    let native = stack(&["_TAIL_CALL_CALL", "call", EVAL, "main"]);
+    let side = PythonSide {
+        anchors: Some(&[inside(2)]),
+        ..side
+    };
+    assert_eq!(
+        words(&merge(&native, &side, 3).unwrap()),
+        ["_TAIL_CALL_CALL", "call", "py:f", "main"]
+    );
+    // A handler holds no call's mark: a mark found in one is not paired with it.
+    let native = stack(&["_TAIL_CALL_CALL", EVAL, "main"]);
+    let side = PythonSide {
+        anchors: Some(&[inside(0)]),
+        ..side
+    };
+    let why = merge(&native, &side, 3).unwrap_err();
+    assert!(why.contains("_TAIL_CALL_CALL"), "{why}");
+}
+
 #[test]
 fn from_3_11_calls_are_found_by_their_marks_on_the_c_stack_without_symbols() {
     // A stripped interpreter: the loop's frames have no name.

@@ -35,6 +35,28 @@ impl Interpreter {
     pub fn is_py2(&self) -> bool {
         self.major == 2
     }
+
+    /// Built with the tail-call interpreter (3.14+, clang, `--with-tail-call-interp`): a
+    /// handler's native frame (`_TAIL_CALL_*`) sits above each call of the evaluation loop.
+    /// Asks the interpreter (`Py_TAIL_CALL_INTERP` in its build configuration).
+    pub fn tail_call(&self) -> Result<bool, String> {
+        let out = std::process::Command::new(&self.path)
+            .args([
+                "-c",
+                "import sysconfig; print(sysconfig.get_config_var('Py_TAIL_CALL_INTERP') or 0)",
+            ])
+            .output()
+            .map_err(|e| format!("cannot run {}: {e}", self.path.display()))?;
+        match String::from_utf8_lossy(&out.stdout).trim() {
+            "0" if out.status.success() => Ok(false),
+            "1" if out.status.success() => Ok(true),
+            other => Err(format!(
+                "{}: Py_TAIL_CALL_INTERP is {other:?}: {}",
+                self.label,
+                String::from_utf8_lossy(&out.stderr)
+            )),
+        }
+    }
 }
 
 /// Where `tools/pythons.sh` keeps what it makes.
