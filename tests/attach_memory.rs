@@ -384,6 +384,10 @@ fn attach_cycles_and_a_killed_profiler_leave_the_target_unharmed() {
         std::thread::sleep(Duration::from_millis(300));
         let _ = prof.kill();
         let _ = prof.wait();
+        // What the killed profiler could not remove (its ring, its copy of the library):
+        // left there, it would be a later profiler's of the same PID to the soak's check
+        // (the soak of this binary failed so once, its 1,000 profilers' PIDs meeting it).
+        common::remove_attach_leftovers(prof.id());
         // Past the library's heartbeat limit (3 s), so it has stopped counting by itself.
         std::thread::sleep(Duration::from_secs(4));
         let got = stop_busy(target, out)?;
