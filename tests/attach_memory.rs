@@ -628,7 +628,7 @@ fn rss_kb(pid: i32) -> Option<u64> {
 
 /// Files of ours (rings, library copies) in the directories attach writes into, named for
 /// one of `profilers`.
-fn leftovers(profilers: &[u32]) -> Vec<String> {
+fn leftovers(profilers: &[u32], since: std::time::SystemTime) -> Vec<String> {
     let mut found = Vec::new();
     for dir in ["/dev/shm", "/tmp", "/var/tmp"] {
         let Ok(entries) = std::fs::read_dir(dir) else {
@@ -640,7 +640,12 @@ fn leftovers(profilers: &[u32]) -> Vec<String> {
                 name.starts_with(&format!("scalene-rs-attach-{p}-"))
                     || name.starts_with(&format!("scalene-rs-ring-{p}-"))
             });
-            if ours {
+            // Made before the soak began: another run's profiler of the same PID.
+            let before = e
+                .metadata()
+                .and_then(|m| m.modified())
+                .is_ok_and(|t| t < since);
+            if ours && !before {
                 found.push(format!("{dir}/{name}"));
             }
         }
@@ -679,6 +684,7 @@ fn soak_of_attach_cycles_leaves_nothing_behind() {
         let mut profilers = Vec::new();
         let mut rss = Vec::new();
         let started = Instant::now();
+        let since = std::time::SystemTime::now();
         for i in 0..cycles {
             let json = dir.join("s.json");
             let child = Command::new(common::bin())
@@ -710,7 +716,7 @@ fn soak_of_attach_cycles_leaves_nothing_behind() {
             .count();
         let got = stop_busy(target, out)?;
         let _ = std::fs::remove_dir_all(&dir);
-        let left = leftovers(&profilers);
+        let left = leftovers(&profilers, since);
         if got != plain {
             return Err(format!("the target gave {got:?}; unprofiled {plain:?}"));
         }
