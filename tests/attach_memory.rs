@@ -685,27 +685,37 @@ fn soak_of_attach_cycles_leaves_nothing_behind() {
         let mut rss = Vec::new();
         let started = Instant::now();
         let since = std::time::SystemTime::now();
-        for i in 0..cycles {
-            let json = dir.join("s.json");
-            let child = Command::new(common::bin())
-                .args(["attach", &pid.to_string(), "--duration", "0.05", "-o"])
-                .arg(&json)
-                .stdout(Stdio::null())
-                .stderr(Stdio::piped())
-                .spawn()
-                .map_err(|e| e.to_string())?;
-            profilers.push(child.id());
-            let r = child.wait_with_output().map_err(|e| e.to_string())?;
-            let err = String::from_utf8_lossy(&r.stderr);
-            if !r.status.success() || !err.contains(COUNTING) {
-                return Err(format!("cycle {i}: {:?}: {}", r.status, err.trim()));
+        // The cycles, in a closure of their own: whatever ends them early, the target is
+        // ended too (a failed soak left busy_threads.py running).
+        let cycled = (|| -> Result<(), String> {
+            for i in 0..cycles {
+                let json = dir.join("s.json");
+                let child = Command::new(common::bin())
+                    .args(["attach", &pid.to_string(), "--duration", "0.05", "-o"])
+                    .arg(&json)
+                    .stdout(Stdio::null())
+                    .stderr(Stdio::piped())
+                    .spawn()
+                    .map_err(|e| e.to_string())?;
+                profilers.push(child.id());
+                let r = child.wait_with_output().map_err(|e| e.to_string())?;
+                let err = String::from_utf8_lossy(&r.stderr);
+                if !r.status.success() || !err.contains(COUNTING) {
+                    return Err(format!("cycle {i}: {:?}: {}", r.status, err.trim()));
+                }
+                if target.try_wait().map_err(|e| e.to_string())?.is_some() {
+                    return Err(format!("the target ended during cycle {i}"));
+                }
+                if i % (cycles / 10).max(1) == 0 || i + 1 == cycles {
+                    rss.push(rss_kb(pid).unwrap_or(0));
+                }
             }
-            if target.try_wait().map_err(|e| e.to_string())?.is_some() {
-                return Err(format!("the target ended during cycle {i}"));
-            }
-            if i % (cycles / 10).max(1) == 0 || i + 1 == cycles {
-                rss.push(rss_kb(pid).unwrap_or(0));
-            }
+            Ok(())
+        })();
+        if let Err(e) = cycled {
+            let _ = target.kill();
+            let _ = target.wait();
+            return Err(e);
         }
         let took = started.elapsed();
         std::thread::sleep(Duration::from_secs(4));
