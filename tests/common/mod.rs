@@ -4,8 +4,8 @@
 //! `/usr/bin/pythonX.Y`, and every interpreter `tools/pythons.sh` made (its manifest,
 //! `$SCALENE_RS_CACHE/interpreters.txt`: Debian's own 3.13–3.15 run chrooted in a Debian
 //! unstable root, shared-libpython 3.14/3.15, free-threaded builds). It must never silently
-//! shrink: an empty matrix fails, and `SCALENE_RS_MIN_PYTHONS=N` (set by `.ci/run`) fails the
-//! run when fewer than N are found.
+//! shrink: an empty matrix fails, and `SCALENE_RS_MIN_PYTHONS=N` (written by
+//! `tools/setup.sh`) fails the run when fewer than N are found.
 #![allow(dead_code)]
 
 use std::path::{Path, PathBuf};
@@ -423,13 +423,13 @@ pub fn ci_mode() -> bool {
 
 /// For a test that cannot run on this machine (`why`): outside CI it says so, on stderr
 /// written directly so that it shows without `--nocapture`, and the caller returns; in CI
-/// ([`ci_mode`]) it panics, since `.ci/run` provides everything the tests need and a skip
-/// there would be a check that silently never ran.
+/// ([`ci_mode`]) it panics, since `tools/setup.sh` (which `.ci/run` calls) provides
+/// everything the tests need, and a skip there would be a check that silently never ran.
 pub fn skip_or_fail(test: &str, why: &str) {
     if ci_mode() {
         panic!(
             "{test}: cannot run ({why}), and CI (CI=true or SCALENE_RS_CI=1) must run every \
-             test: .ci/run is meant to provide what it needs"
+             test: tools/setup.sh is meant to provide what it needs"
         );
     }
     say(&format!("{test}: SKIPPED: {why}"));
