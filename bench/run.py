@@ -5,6 +5,7 @@ table) from what it measured: one command for every figure.
   bench/run.py                      every suite, 7 rounds, rewrites the page and the README
   bench/run.py --suites native,threads --rounds 9
   bench/run.py --quick --no-write   one round each, short runs: checks the script itself
+  bench/run.py --render             the page and the README again from docs/benchmarks.json
 
 Suites (see SUITES): overhead against the peers on the four workloads (cpu, native, memory),
 many parked threads (threads), 10 kHz with the rate achieved (rate), CPython 3.15's own
@@ -255,13 +256,16 @@ def fmt_table(suite, runs):
     return "\n".join(rows)
 
 
-def meta_lines(meta):
+def meta_lines(meta, overhead=True):
+    machine = (f"{meta['machine']['cores']} cores ({meta['machine']['model']}), kernel "
+               f"{meta['machine']['kernel']}, load average {meta['machine']['load']} at the start")
+    if not overhead:
+        return [f"Measured {meta['date']} (UTC) at commit {meta['commit']} by `{meta['command']}`; "
+                f"{machine}. The bench names its interpreter and counts below.", ""]
     return [
         f"Measured {meta['date']} (UTC) at commit {meta['commit']} by `{meta['command']}`: "
-        f"{meta['rounds']} rounds after one warm-up round; {meta['machine']['cores']} cores "
-        f"({meta['machine']['model']}), kernel {meta['machine']['kernel']}, load average "
-        f"{meta['machine']['load']} at the start; {meta['python']} (the peers' venv) unless the "
-        "section names another.",
+        f"{meta['rounds']} rounds after one warm-up round; {machine}; {meta['python']} (the "
+        "peers' venv) unless the section names another.",
         "",
     ]
 
@@ -292,13 +296,14 @@ def write_page(store):
             first = next((r for r in tables[suite].values() if "command" in r), None)
             if first:
                 env = " ".join(f"{k}={shlex.quote(v)}" for k, v in first["env"].items())
+                shown = re.sub(r" --json \S+", "", first["command"])
+                shown = shown.replace(REPO + "/", "").replace(os.path.dirname(REPO) + "/", "../")
                 lines += ["One workload's command (the others differ by `--workload`):", "", "```sh",
-                          (env + " " if env else "") + first["command"].replace(REPO + "/", "").replace(os.path.dirname(REPO) + "/", "../"),
-                          "```", ""]
+                          (env + " " if env else "") + shown, "```", ""]
             lines += [fmt_table(suite, tables[suite]), ""]
     if "sample" in store:
         lines += ["## Cost of one sample (`cargo bench --bench snapshot`)", ""]
-        lines += meta_lines(store["sample"]["meta"])
+        lines += meta_lines(store["sample"]["meta"], overhead=False)
         lines += ["Its own output (wall and CPU time per case; see bench/snapshot.rs):", "",
                   "```text", store["sample"]["text"], "```", ""]
     not_run = [(s, v["not_run"]) for s, v in store.items() if "not_run" in v]
@@ -374,7 +379,16 @@ def main():
     ap.add_argument("--rounds", type=int, default=7)
     ap.add_argument("--quick", action="store_true", help="one round, short workloads: a check of the script")
     ap.add_argument("--no-write", action="store_true", help="print, do not rewrite the page and the README")
+    ap.add_argument("--render", action="store_true", help="only write the page and the README from docs/benchmarks.json")
     args = ap.parse_args()
+    if args.render:
+        with open(STORE) as f:
+            store = json.load(f)
+        write_page(store)
+        h = headline(store)
+        if h:
+            write_readme(h)
+        return
     suites = [s for s in args.suites.split(",") if s]
     for s in suites:
         if s not in ORDER:
