@@ -94,49 +94,6 @@ impl Target {
     }
 }
 
-/// A profiler's stderr, line by line, read by a thread of its own (so a wait can time out).
-struct Lines(std::sync::mpsc::Receiver<String>);
-
-impl Lines {
-    fn of(child: &mut Child) -> Lines {
-        let err = BufReader::new(child.stderr.take().unwrap());
-        let (tx, rx) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            for line in err.lines().map_while(Result::ok) {
-                if tx.send(line).is_err() {
-                    break;
-                }
-            }
-        });
-        Lines(rx)
-    }
-
-    /// Reads lines (into `seen`) until one contains `want` (true), the stream ends or 60 s
-    /// pass (false).
-    fn wait_for(&self, want: &str, seen: &mut Vec<String>) -> bool {
-        let deadline = Instant::now() + Duration::from_secs(60);
-        while let Some(left) = deadline.checked_duration_since(Instant::now()) {
-            match self.0.recv_timeout(left) {
-                Ok(line) => {
-                    let hit = line.contains(want);
-                    seen.push(line);
-                    if hit {
-                        return true;
-                    }
-                }
-                Err(_) => return false,
-            }
-        }
-        false
-    }
-
-    fn rest(&self, seen: &mut Vec<String>) {
-        while let Ok(line) = self.0.recv_timeout(Duration::from_secs(10)) {
-            seen.push(line);
-        }
-    }
-}
-
 fn attach(pid: i32, json: &std::path::Path, env: &[(&str, &str)]) -> Child {
     let mut cmd = Command::new(common::bin());
     cmd.args(["attach", &pid.to_string(), "-o"])
@@ -173,7 +130,7 @@ fn a_thread_that_only_computes_gets_its_memory_counted() {
         let dir = common::tempdir("scalene-rs-attach-busy");
         let json = dir.join("p.json");
         let mut prof = attach(target.pid(), &json, &[]);
-        let err = Lines::of(&mut prof);
+        let err = common::Lines::of(&mut prof);
         let mut seen = Vec::new();
         let want = if py.free_threaded {
             TIME_ONLY
@@ -268,7 +225,7 @@ fn a_profiler_killed_around_a_computing_thread_never_harms_the_target() {
         let json = dir.join("k.json");
         for at in ["stopped", "before", "after"] {
             let mut prof = attach(pid, &json, &[("SCALENE_RS_TEST_STALL_CALL", at)]);
-            let err = Lines::of(&mut prof);
+            let err = common::Lines::of(&mut prof);
             let mut seen = Vec::new();
             let stalled = err.wait_for("test stall", &mut seen);
             let _ = prof.kill();

@@ -129,50 +129,6 @@ fn attach(pid: i32, json: &Path, extra: &[&str]) -> Child {
         .expect("starting scalene-rs attach")
 }
 
-/// A child's stderr, line by line, read by a thread of its own (so a wait can time out).
-struct Lines(std::sync::mpsc::Receiver<String>);
-
-impl Lines {
-    fn of(child: &mut Child) -> Lines {
-        let err = BufReader::new(child.stderr.take().unwrap());
-        let (tx, rx) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            for line in err.lines().map_while(Result::ok) {
-                if tx.send(line).is_err() {
-                    break;
-                }
-            }
-        });
-        Lines(rx)
-    }
-
-    /// Reads lines (into `seen`) until one contains `want` (true), the stream ends or
-    /// 60 s pass (false).
-    fn wait_for(&self, want: &str, seen: &mut Vec<String>) -> bool {
-        let deadline = Instant::now() + Duration::from_secs(60);
-        while let Some(left) = deadline.checked_duration_since(Instant::now()) {
-            match self.0.recv_timeout(left) {
-                Ok(line) => {
-                    let hit = line.contains(want);
-                    seen.push(line);
-                    if hit {
-                        return true;
-                    }
-                }
-                Err(_) => return false,
-            }
-        }
-        false
-    }
-
-    /// The remaining lines, once the child has ended.
-    fn rest(&self, seen: &mut Vec<String>) {
-        while let Ok(line) = self.0.recv_timeout(Duration::from_secs(10)) {
-            seen.push(line);
-        }
-    }
-}
-
 fn line_of<'p>(p: &'p Value, file: &str, line: u64) -> Option<&'p Value> {
     p["files"]
         .as_array()?
@@ -214,7 +170,7 @@ fn attach_records_the_memory_of_a_process_started_without_us() {
         let target = Target::start(py, &[])?;
         let json = common::tempdir("scalene-rs-attach-mem").join("p.json");
         let mut prof = attach(target.pid(), &json, &[]);
-        let err = Lines::of(&mut prof);
+        let err = common::Lines::of(&mut prof);
         let mut seen = Vec::new();
         let want = if supported(py) { COUNTING } else { TIME_ONLY };
         if !err.wait_for(want, &mut seen) {
@@ -378,7 +334,7 @@ fn attach_cycles_and_a_killed_profiler_leave_the_target_unharmed() {
             .stderr(Stdio::piped())
             .spawn()
             .map_err(|e| e.to_string())?;
-        let err = Lines::of(&mut prof);
+        let err = common::Lines::of(&mut prof);
         let mut seen = Vec::new();
         let attached = err.wait_for(COUNTING, &mut seen);
         std::thread::sleep(Duration::from_millis(300));
@@ -417,7 +373,7 @@ fn a_process_with_remote_debugging_disabled_gets_no_library() {
         let pid = target.pid();
         let json = common::tempdir("scalene-rs-attach-off").join("p.json");
         let mut prof = attach(pid, &json, &[]);
-        let err = Lines::of(&mut prof);
+        let err = common::Lines::of(&mut prof);
         let mut seen = Vec::new();
         let told = err.wait_for(TIME_ONLY, &mut seen);
         // Read while it runs: nothing of ours is mapped in it.
@@ -594,7 +550,7 @@ fn a_profiler_killed_inside_a_call_never_harms_the_target() {
                 .stderr(Stdio::piped())
                 .spawn()
                 .map_err(|e| e.to_string())?;
-            let err = Lines::of(&mut prof);
+            let err = common::Lines::of(&mut prof);
             let stalled = err.wait_for("test stall", &mut seen);
             let _ = prof.kill();
             let _ = prof.wait();

@@ -593,3 +593,49 @@ pub fn remove_attach_leftovers(profiler: u32) {
         }
     }
 }
+
+/// A child's stderr, line by line, read by a thread of its own (so a wait can time out):
+/// what the attach tests wait on.
+pub struct Lines(std::sync::mpsc::Receiver<String>);
+
+impl Lines {
+    pub fn of(child: &mut std::process::Child) -> Lines {
+        let err = std::io::BufReader::new(child.stderr.take().unwrap());
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            use std::io::BufRead;
+            for line in err.lines().map_while(Result::ok) {
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        Lines(rx)
+    }
+
+    /// Reads lines (into `seen`) until one contains `want` (true), the stream ends or
+    /// 60 s pass (false).
+    pub fn wait_for(&self, want: &str, seen: &mut Vec<String>) -> bool {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        while let Some(left) = deadline.checked_duration_since(std::time::Instant::now()) {
+            match self.0.recv_timeout(left) {
+                Ok(line) => {
+                    let hit = line.contains(want);
+                    seen.push(line);
+                    if hit {
+                        return true;
+                    }
+                }
+                Err(_) => return false,
+            }
+        }
+        false
+    }
+
+    /// The remaining lines, once the child has ended.
+    pub fn rest(&self, seen: &mut Vec<String>) {
+        while let Ok(line) = self.0.recv_timeout(std::time::Duration::from_secs(10)) {
+            seen.push(line);
+        }
+    }
+}
