@@ -228,49 +228,16 @@ impl Unwinder {
             if frames.len() >= self.max_frames {
                 break End::Truncated;
             }
-            if let Some(row) = self.expression_row(at.address_for_lookup()) {
-                // The innermost frame knows every register; outer ones only these three.
-                let mut known = [None; 17];
-                match (&cap.regs, frames.len()) {
-                    (Some(all), 1) => known = all.map(Some),
-                    _ => {
-                        known[fde::RBP as usize] = Some(regs.bp());
-                        known[fde::RSP as usize] = Some(regs.sp());
-                        known[fde::RA as usize] = Some(regs.ip());
-                    }
-                }
-                match step(&row, &known, &read) {
-                    Step::Caller { ip, sp, bp } if frames.len() == 1 || sp > regs.sp() => {
-                        regs = UnwindRegsX86_64::new(ip, sp, bp);
-                        match FrameAddress::from_return_address(ip) {
-                            Some(next) => {
-                                at = next;
-                                frames.push(next);
-                                sps.push(sp);
-                                continue;
-                            }
-                            None => break End::Complete,
-                        }
-                    }
-                    Step::Caller { .. } => {
-                        break End::Stopped(
-                            "a frame's unwind rule (a DWARF expression) moved the stack pointer backwards"
-                                .into(),
-                        )
-                    }
-                    Step::Outermost => break End::Complete,
-                    Step::Unknown => {
-                        break End::Stopped(
-                            "a frame's unwind rule (a DWARF expression) could not be evaluated"
-                                .into(),
-                        )
-                    }
-                }
-            }
-            match self
-                .inner
-                .unwind_frame(at, &mut regs, &mut self.cache, &mut read)
-            {
+            let innermost = frames.len() == 1;
+            // The caller's return address (None: the stack ends here), regs moved to it.
+            let next = match self.expression_row(at.address_for_lookup()) {
+                Some(row) => expression_step(&row, cap, innermost, &mut regs, &read),
+                None => self
+                    .inner
+                    .unwind_frame(at, &mut regs, &mut self.cache, &mut read)
+                    .map_err(|e| e.to_string()),
+            };
+            match next {
                 Ok(Some(ret)) => match FrameAddress::from_return_address(ret) {
                     Some(next) => {
                         at = next;
@@ -280,10 +247,45 @@ impl Unwinder {
                     None => break End::Complete,
                 },
                 Ok(None) => break End::Complete,
-                Err(e) => break End::Stopped(e.to_string()),
+                Err(e) => break End::Stopped(e),
             }
         };
         Unwound { frames, sps, end }
+    }
+}
+
+/// Follows an expression row (see [`fde::ExprRow`]) from the frame `regs` stand in, as
+/// framehop's `unwind_frame` does: the caller's return address (None: the stack ends
+/// here), `regs` moved to the caller; Err: why it cannot.
+fn expression_step(
+    row: &ExprRow,
+    cap: &Capture,
+    innermost: bool,
+    regs: &mut UnwindRegsX86_64,
+    read: &dyn Fn(u64) -> Result<u64, ()>,
+) -> Result<Option<u64>, String> {
+    // The innermost frame knows every register; outer ones only these three.
+    let mut known = [None; 17];
+    match (&cap.regs, innermost) {
+        (Some(all), true) => known = all.map(Some),
+        _ => {
+            known[fde::RBP as usize] = Some(regs.bp());
+            known[fde::RSP as usize] = Some(regs.sp());
+            known[fde::RA as usize] = Some(regs.ip());
+        }
+    }
+    match step(row, &known, read) {
+        Step::Caller { ip, sp, bp } if innermost || sp > regs.sp() => {
+            *regs = UnwindRegsX86_64::new(ip, sp, bp);
+            Ok(Some(ip))
+        }
+        Step::Caller { .. } => Err(
+            "a frame's unwind rule (a DWARF expression) moved the stack pointer backwards".into(),
+        ),
+        Step::Outermost => Ok(None),
+        Step::Unknown => {
+            Err("a frame's unwind rule (a DWARF expression) could not be evaluated".into())
+        }
     }
 }
 

@@ -199,14 +199,12 @@ pub(crate) fn snapshot(
     let pid = proc.pid;
     // Scheduler states first: pausing turns every thread into 't'. A caller that read the
     // states has just listed the threads too.
-    let tids: Vec<i32> = match known_states {
-        Some(s) => {
-            let mut t: Vec<i32> = s.keys().copied().collect();
-            t.sort_unstable();
-            t
-        }
+    // Sorted: a paused read looks threads up in it.
+    let mut tids: Vec<i32> = match known_states {
+        Some(s) => s.keys().copied().collect(),
         None => crate::proc::threads(pid)?,
     };
+    tids.sort_unstable();
     let states: HashMap<i32, char> = match known_states {
         Some(s) => s.clone(),
         None => tids
@@ -496,6 +494,7 @@ const BLOCKING_PAUSES: usize = 3;
 /// [`BLOCKING_PAUSES`] times in all; what still fails after that is reported as the thread's
 /// error. The first pause leaves out the threads of [`SnapshotOptions::unpaused`]; one that
 /// turns out to have changed is an error of this kind, and the next pause takes every thread.
+/// `tids` is sorted.
 fn read_blocking(
     proc: &PythonProcess,
     walker: &mut StackWalker,
@@ -517,11 +516,14 @@ fn read_blocking(
         } else {
             tids.to_vec()
         };
+        // A thread left running: one of `unpaused`, or one not listed (it appeared since).
         let not_paused = |t: &stack::RawThread| -> bool {
             leave_out
                 && t.native_id
                     .or_else(|| opts.tids_by_thread.get(&t.thread_id).copied())
-                    .is_none_or(|tid| !paused_tids.contains(&tid))
+                    .is_none_or(|tid| {
+                        opts.unpaused.contains(&tid) || tids.binary_search(&tid).is_err()
+                    })
         };
         let read = {
             // Left out, the threads expected unchanged are not stopped, nor is any thread

@@ -22,13 +22,10 @@
 use super::{
     Frame, PythonProcess, ReadMode, Snapshot, SnapshotOptions, StackWalker, ThreadSnapshot,
 };
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::native::{Capture, Captures, NativeCache, NativeFrame, NativeProcess, NativeStack};
 use crate::ptrace::ProcessMemory;
-use std::collections::{HashMap, HashSet};
-
-/// Most `_PyCFrame`s followed on one thread (a chain longer than this is torn).
-const MAX_CFRAMES: usize = 1 << 16;
+use std::collections::HashMap;
 
 /// Like [`super::take_snapshot`], with every thread's native frames (`dump --native`): the
 /// threads are paused whatever `opts.mode` says, each one's registers and stack copied, and
@@ -105,39 +102,17 @@ pub(crate) fn take_native_snapshot_with_states(
 
 /// 3.11: the thread's `_PyCFrame`s, innermost first, without the root one (in the
 /// thread state): one per call of the evaluation loop, each a local of that call's C
-/// frame (see `Walk::anchors`). Empty on other versions.
+/// frame (see `Walk::anchors`). Empty on other versions (3.12 has them too, but marks its
+/// calls by their entry frames).
 pub(crate) fn cframe_anchors(
     walker: &StackWalker,
     mem: &dyn ProcessMemory,
     tstate: u64,
 ) -> Result<Vec<u64>> {
-    let t = &walker.layout.thread;
-    let (Some(prev), Some(_), true) = (
-        t.cframe_previous,
-        t.cframe_current_frame,
-        walker.layout.version == (3, 11),
-    ) else {
+    if walker.layout.version != (3, 11) {
         return Ok(Vec::new());
-    };
-    let mut out = Vec::new();
-    let mut seen = HashSet::new();
-    let mut at = mem.read_u64(tstate.wrapping_add(t.frame as u64))?;
-    while at != 0 {
-        if !seen.insert(at) || out.len() >= MAX_CFRAMES {
-            return Err(Error::Inconsistent {
-                addr: at,
-                why: "the C frame chain loops",
-            });
-        }
-        let previous = mem.read_u64(at.wrapping_add(prev as u64))?;
-        if previous == 0 {
-            // The root C frame, inside the thread state: no call of the loop.
-            break;
-        }
-        out.push(at);
-        at = previous;
     }
-    Ok(out)
+    walker.cframes(mem, tstate)
 }
 
 /// One entry of a merged stack.
@@ -199,21 +174,17 @@ impl NativeView {
         if !self.merged {
             return None;
         }
-        let above: Vec<&NativeFrame> = self
+        // No Python frame at all: nothing to charge.
+        let innermost_python = self
             .stack
             .iter()
-            .map_while(|e| match e {
-                StackEntry::Native(n) => Some(n),
-                StackEntry::Python(_) => None,
-            })
-            .collect();
-        if above.len() == self.stack.len() {
-            // No Python frame at all: nothing to charge.
-            return None;
-        }
-        above
+            .position(|e| matches!(e, StackEntry::Python(_)))?;
+        self.stack[..innermost_python]
             .iter()
-            .any(|n| n.module.as_deref().is_some_and(is_extension_module))
+            .any(|e| {
+                matches!(e, StackEntry::Native(n)
+                    if n.module.as_deref().is_some_and(is_extension_module))
+            })
             .then_some(true)
     }
 

@@ -365,8 +365,8 @@ impl StackWalker {
         }
         let first = match self.walk(mem, top) {
             Ok(w) => {
-                let calls = match self.cframe_calls(mem, tstate) {
-                    Some(n) if !w.truncated && w.evals.len() != n && n > 0 => n,
+                let calls = match self.cframes(mem, tstate).map(|c| c.len()) {
+                    Ok(n) if !w.truncated && w.evals.len() != n && n > 0 => n,
                     _ => return Ok(w),
                 };
                 return Ok(match self.caller_cframe_top(mem, tstate) {
@@ -388,30 +388,32 @@ impl StackWalker {
         }
     }
 
-    /// 3.11/3.12: how many calls of the evaluation loop the thread is in, by its
-    /// `_PyCFrame` chain (each call installs one; the root one, in the thread state, has no
-    /// `previous`); None on other versions, or when the chain cannot be read or loops.
-    fn cframe_calls(&self, mem: &dyn ProcessMemory, tstate: u64) -> Option<usize> {
-        /// More C frames than any thread has (each costs a C stack frame of the loop).
-        const MAX_CALLS: usize = 1 << 16;
-        let prev = self.layout.thread.cframe_previous?;
-        self.layout.thread.cframe_current_frame?;
-        let mut at = mem
-            .read_u64(tstate.wrapping_add(self.layout.thread.frame as u64))
-            .ok()?;
-        let mut calls = 0;
+    /// 3.11/3.12: the thread's `_PyCFrame`s, innermost first, without the root one (in the
+    /// thread state, the one with no `previous`): one per call of the evaluation loop the
+    /// thread is in, each a local of that call's C frame. Empty on other versions.
+    pub(crate) fn cframes(&self, mem: &dyn ProcessMemory, tstate: u64) -> Result<Vec<u64>> {
+        /// Most `_PyCFrame`s followed on one thread (a chain longer than this is torn).
+        const MAX_CFRAMES: usize = 1 << 16;
+        let t = &self.layout.thread;
+        let (Some(prev), Some(_)) = (t.cframe_previous, t.cframe_current_frame) else {
+            return Ok(Vec::new());
+        };
+        let mut out = Vec::new();
+        let mut seen = HashSet::new();
+        let mut at = mem.read_u64(tstate.wrapping_add(t.frame as u64))?;
         while at != 0 {
-            let previous = mem.read_u64(at.wrapping_add(prev as u64)).ok()?;
+            if !seen.insert(at) || out.len() >= MAX_CFRAMES {
+                return Err(torn(at, "the C frame chain loops"));
+            }
+            let previous = mem.read_u64(at.wrapping_add(prev as u64))?;
             if previous == 0 {
-                return Some(calls);
+                // The root C frame, inside the thread state: no call of the loop.
+                break;
             }
-            calls += 1;
-            if calls > MAX_CALLS {
-                return None;
-            }
+            out.push(at);
             at = previous;
         }
-        Some(calls)
+        Ok(out)
     }
 
     /// 3.11/3.12: `tstate->cframe->previous->current_frame` (0: the thread has no frame
