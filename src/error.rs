@@ -52,6 +52,10 @@ pub enum Error {
     )]
     NoGil { pid: i32, version: String },
 
+    /// `--async` asked of a Python whose asyncio tasks we cannot read.
+    #[error("--async: process {pid}: {why}")]
+    NoAsync { pid: i32, why: String },
+
     /// The interpreter is there but not in a state we can read (starting up, finalizing,
     /// or memory that does not look like what the layout promises).
     #[error("cannot read the Python interpreter of process {pid}: {why}")]
@@ -89,7 +93,9 @@ impl Error {
             Error::ProcessExited(_) => exit::PROCESS_EXITED,
             Error::PermissionDenied { .. } => exit::PERMISSION,
             Error::NotPython { .. } => exit::NOT_PYTHON,
-            Error::UnsupportedVersion { .. } | Error::NoGil { .. } => exit::UNSUPPORTED_VERSION,
+            Error::UnsupportedVersion { .. } | Error::NoGil { .. } | Error::NoAsync { .. } => {
+                exit::UNSUPPORTED_VERSION
+            }
             Error::BadState { .. }
             | Error::Read { .. }
             | Error::Inconsistent { .. }

@@ -201,6 +201,11 @@ struct DumpArgs {
     /// listed with their native stacks.
     #[arg(long)]
     native: bool,
+    /// Asyncio tasks too: per thread running an event loop, every task with its name, id
+    /// and coroutine stack, as a tree of who awaits whom (Python 3.14+, read in the same
+    /// pause as the stacks).
+    #[arg(long = "async")]
+    tasks: bool,
     /// Cut stacks deeper than this (the output says when it did).
     #[arg(long, default_value_t = 4096, value_parser = clap::value_parser!(u32).range(1..))]
     max_depth: u32,
@@ -251,6 +256,7 @@ struct DumpConfig {
     pid: i32,
     json: bool,
     native: bool,
+    tasks: bool,
     locate: LocateOptions,
     snapshot: SnapshotOptions,
     max_depth: usize,
@@ -263,10 +269,16 @@ impl TryFrom<DumpArgs> for DumpConfig {
         if a.native && a.nonblocking {
             return Err(Usage(NATIVE_NONBLOCKING));
         }
+        if a.native && a.tasks {
+            return Err(Usage(
+                "--async and --native cannot be combined yet: ask for one of them",
+            ));
+        }
         Ok(DumpConfig {
             pid: a.pid,
             json: a.json,
             native: a.native,
+            tasks: a.tasks,
             locate: LocateOptions {
                 version_override: a.python_version,
             },
@@ -296,6 +308,12 @@ fn dump(cfg: DumpConfig) -> anyhow::Result<i32> {
         let mut native = python::native_process(&proc, &mut cache)?;
         native.set_max_frames(cfg.max_native_depth);
         python::take_native_snapshot_with(&proc, &mut walker, &mut native, &cfg.snapshot)?
+    } else if cfg.tasks {
+        if let Some(why) = python::async_unsupported(proc.layout.version) {
+            return Err(scalene_rs::Error::NoAsync { pid: cfg.pid, why }.into());
+        }
+        let mut reader = python::AsyncReader::new();
+        python::take_snapshot_with_tasks(&proc, &mut walker, &cfg.snapshot, &mut reader)?
     } else {
         python::take_snapshot(&proc, &mut walker, &cfg.snapshot)?
     };

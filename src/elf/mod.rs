@@ -24,7 +24,6 @@ pub(crate) struct ElfFile {
     /// Symbol name → SVMA, from `.dynsym` and `.symtab` (local symbols included).
     symbols: HashMap<String, (u64, u64)>,
     /// Section name → (SVMA, size).
-    #[cfg(test)]
     sections: HashMap<String, (u64, u64)>,
     /// SVMA of the first PT_LOAD segment, rounded down to its page.
     first_load_svma: u64,
@@ -110,12 +109,10 @@ impl ElfFile {
                 }
             }
         }
-        #[cfg(test)]
         let mut sections = HashMap::new();
         let mut rodata = None;
         for sh in &elf.section_headers {
             if let Some(name) = elf.shdr_strtab.get_at(sh.sh_name) {
-                #[cfg(test)]
                 sections.insert(name.to_string(), (sh.sh_addr, sh.sh_size));
                 if name == ".rodata" {
                     let start = sh.sh_offset as usize;
@@ -139,7 +136,6 @@ impl ElfFile {
             })?;
         Ok(ElfFile {
             symbols,
-            #[cfg(test)]
             sections,
             first_load_svma: first.p_vaddr & PAGE_MASK,
             first_load_offset: first.p_offset & PAGE_MASK,
@@ -197,8 +193,7 @@ impl ElfFile {
     }
 
     /// (SVMA, size) of a section.
-    #[cfg(test)]
-    fn section(&self, name: &str) -> Option<(u64, u64)> {
+    pub(crate) fn section(&self, name: &str) -> Option<(u64, u64)> {
         self.sections.get(name).copied()
     }
 

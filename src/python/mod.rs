@@ -6,7 +6,11 @@
 //! detecting and retrying torn stacks.
 //! Must not: format output.
 
+mod asyncio;
 pub mod linetable;
+pub use asyncio::{
+    unsupported as async_unsupported, AsyncReader, AsyncSnapshot, LoopTasks, TaskInfo,
+};
 mod native;
 mod process;
 pub(crate) use native::StackEntry;
@@ -163,6 +167,9 @@ pub struct Snapshot {
     /// no Python thread state.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) native: Option<native::NativeSummary>,
+    /// With asyncio tasks (`dump --async`): every event loop's tasks.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) asyncio: Option<AsyncSnapshot>,
 }
 
 /// Reads the stacks of every thread of `proc`.
@@ -186,7 +193,18 @@ pub(crate) fn take_snapshot_with_states(
     opts: &SnapshotOptions,
     known_states: Option<&HashMap<i32, char>>,
 ) -> Result<Snapshot> {
-    snapshot(proc, walker, opts, known_states, None)
+    snapshot(proc, walker, opts, known_states, None, None)
+}
+
+/// Like [`take_snapshot`], with every event loop's asyncio tasks read in the same pause
+/// (or, without pausing, right after the stacks).
+pub fn take_snapshot_with_tasks(
+    proc: &PythonProcess,
+    walker: &mut StackWalker,
+    opts: &SnapshotOptions,
+    tasks: &mut AsyncReader,
+) -> Result<Snapshot> {
+    snapshot(proc, walker, opts, None, None, Some(tasks))
 }
 
 pub(crate) fn snapshot(
@@ -195,6 +213,7 @@ pub(crate) fn snapshot(
     opts: &SnapshotOptions,
     known_states: Option<&HashMap<i32, char>>,
     mut native: NativeCapture,
+    mut tasks: Option<&mut AsyncReader>,
 ) -> Result<Snapshot> {
     let pid = proc.pid;
     // Scheduler states first: pausing turns every thread into 't'. A caller that read the
@@ -217,6 +236,7 @@ pub(crate) fn snapshot(
     let nonblocking = opts.mode != ReadMode::Paused;
     walker.strict = nonblocking;
     let mut threads = None;
+    let mut async_tasks = None;
     for attempt in 0..2 {
         let read = if nonblocking {
             read_nonblocking(proc, walker, opts).and_then(|mut t| {
@@ -224,10 +244,17 @@ pub(crate) fn snapshot(
                     reread_paused(proc, walker, &tids, &opts.tids_by_thread, &mut t)?;
                 }
                 tag_native(&proc.mem, opcodes, &mut t);
+                if let Some(reader) = tasks.as_deref_mut() {
+                    async_tasks = Some(read_tasks(reader, proc, &proc.mem, walker, &t));
+                }
                 Ok(t)
             })
         } else {
-            read_blocking(proc, walker, &tids, opts, opcodes, native.as_mut())
+            let extra = PausedReads {
+                native: native.as_mut(),
+                tasks: tasks.as_deref_mut().map(|r| (r, &mut async_tasks)),
+            };
+            read_blocking(proc, walker, &tids, opts, opcodes, extra)
         };
         match read {
             // Python is starting up or shutting down (no interpreter yet, or no more).
@@ -243,6 +270,15 @@ pub(crate) fn snapshot(
     let threads = threads.expect("the second attempt always ends the loop");
 
     let threads = thread_snapshots(proc, &tids, &states, threads, opts.thread_names);
+    if let Some(a) = async_tasks.as_mut() {
+        // Kernel ids as the snapshot has them (ours, where the target's PID namespace differs).
+        for lt in &mut a.threads {
+            lt.native_id = threads
+                .iter()
+                .find(|t| t.thread_id == lt.thread_id && lt.thread_id != 0)
+                .and_then(|t| t.native_id);
+        }
+    }
     Ok(Snapshot {
         pid,
         python_version: proc.version.to_string(),
@@ -252,7 +288,30 @@ pub(crate) fn snapshot(
         executable: proc.executable.clone(),
         threads,
         native: None,
+        asyncio: async_tasks,
     })
+}
+
+/// The tasks of every thread of `threads`.
+fn read_tasks(
+    reader: &mut AsyncReader,
+    proc: &PythonProcess,
+    mem: &dyn ProcessMemory,
+    walker: &mut StackWalker,
+    threads: &[ThreadResult],
+) -> AsyncSnapshot {
+    let views: Vec<_> = threads
+        .iter()
+        .map(|(raw, walk, _)| (raw, walk.as_ref().ok()))
+        .collect();
+    reader.read(proc, mem, walker, &views)
+}
+
+/// What a blocking read reads besides the stacks, while the threads are paused: native
+/// registers and stacks, asyncio tasks (and where each goes).
+struct PausedReads<'a, 'b> {
+    native: Option<&'a mut (&'b mut NativeProcess, &'b mut Captures)>,
+    tasks: Option<(&'a mut AsyncReader, &'a mut Option<AsyncSnapshot>)>,
 }
 
 /// The threads of a snapshot as reported: each with its id in our PID namespace (and in
@@ -501,7 +560,7 @@ fn read_blocking(
     tids: &[i32],
     opts: &SnapshotOptions,
     opcodes: Option<&crate::python_bindings::opcodes::Opcodes>,
-    mut native: Option<&mut (&mut NativeProcess, &mut Captures)>,
+    mut extra: PausedReads,
 ) -> Result<Vec<ThreadResult>> {
     let reuse = &opts.reuse;
     let mut pauses = 0;
@@ -543,8 +602,11 @@ fn read_blocking(
                 t
             });
             walker.page_hint = hint_from(&cache);
+            if let (Some((reader, out)), Ok(t)) = (extra.tasks.as_mut(), &read) {
+                **out = Some(read_tasks(reader, proc, &cache, walker, t));
+            }
             // Registers and stacks, straight from the process (not the page cache).
-            if let Some((process, out)) = native.as_mut() {
+            if let Some((process, out)) = extra.native.as_mut() {
                 **out = match &_paused {
                     Some(p) => process.capture_all(p, &proc.mem),
                     None => Vec::new(),

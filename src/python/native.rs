@@ -87,6 +87,7 @@ pub(crate) fn take_native_snapshot_with_states(
         &opts,
         known_states,
         Some((&mut *process, &mut captures)),
+        None,
     );
     walker.want_anchors = anchors;
     let mut snap = snap?;

@@ -68,7 +68,7 @@ pub struct PythonProcess {
     /// The executable, as the target sees it.
     pub(crate) executable: String,
     /// The file that holds the interpreter (libpython or the executable).
-    binary: String,
+    pub(crate) binary: String,
     pub addrs: Addresses,
     /// Which of our namespaces the target shares (a container's process shares none).
     pub(crate) namespaces: Namespaces,
@@ -365,7 +365,7 @@ fn version_buffer(
 }
 
 /// Bytes of `_PyRuntime` read for `_Py_DebugOffsets` (the struct is well under this).
-const DEBUG_OFFSETS_READ: usize = 4096;
+pub(crate) const DEBUG_OFFSETS_READ: usize = 4096;
 
 fn choose_layout(
     pid: i32,

@@ -53,7 +53,7 @@ pub struct Walk {
     /// Addresses of every frame the walk went through (hidden ones too), innermost first.
     pub(crate) chain: Vec<u64>,
     /// For each entry of `chain`: whether it gave one of `frames` (hidden frames do not).
-    shown: Vec<bool>,
+    pub(crate) shown: Vec<bool>,
     /// Read with the thread paused after reads without pausing kept failing validation.
     pub(crate) paused: bool,
     /// The value of the thread state's top-frame field when [`StackWalker::verify`] read it
@@ -508,6 +508,31 @@ impl StackWalker {
             ));
         }
         Ok(w)
+    }
+
+    /// A `str` object's text (names, task names).
+    pub(crate) fn read_text(&self, mem: &dyn ProcessMemory, addr: u64) -> Result<String> {
+        strings::read_text(mem, &self.layout.string, &self.types, addr)
+    }
+
+    /// The frame at `addr` alone, as a walk would show it (None for a frame CPython hides),
+    /// and its bytes (`layout.frame.size` of them): for a suspended coroutine's frame, which
+    /// lives inside its coroutine object and is on no thread's chain.
+    pub(crate) fn frame_at(
+        &mut self,
+        mem: &dyn ProcessMemory,
+        addr: u64,
+    ) -> Result<(Option<Frame>, Vec<u8>)> {
+        let buf = mem.read_vec(addr, self.layout.frame.size)?;
+        let step = self.step(mem, addr, &buf, false, true);
+        self.validated.clear();
+        let frame = step?.frame.map(|(code, line)| Frame {
+            function: code.function.clone(),
+            filename: code.filename.clone(),
+            line,
+            native: false,
+        });
+        Ok((frame, buf))
     }
 
     /// Checks, after a walk without pausing, that the walk's stack is one the thread had:

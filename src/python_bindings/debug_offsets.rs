@@ -118,18 +118,22 @@ pub fn version_hex(bytes: &[u8]) -> Option<u64> {
     Some(read_u64(bytes, 8))
 }
 
-/// The table for CPython 3.`minor`, if we know its layout.
 /// Offset in the interpreter state of its `remote_debugging_enabled` flag (PEP 768, 3.14+),
 /// from the first bytes of `_PyRuntime`; None before 3.14 or when these are not debug offsets.
 pub fn remote_debugging_enabled_offset(bytes: &[u8]) -> Option<u64> {
+    field(bytes, "debugger_support.remote_debugging_enabled")
+}
+
+/// The value of one field ("section.field", as in the tables) of the debug offsets at the
+/// start of `bytes`; None when these are not debug offsets of a version we know, or that
+/// version has no such field.
+pub fn field(bytes: &[u8], name: &str) -> Option<u64> {
     let minor = check_version(version_hex(bytes)?).ok()?;
-    let i = table(minor)?
-        .fields
-        .iter()
-        .position(|n| *n == "debugger_support.remote_debugging_enabled")?;
+    let i = table(minor)?.fields.iter().position(|n| *n == name)?;
     (bytes.len() >= HEADER + (i + 1) * 8).then(|| read_u64(bytes, HEADER + i * 8))
 }
 
+/// The table for CPython 3.`minor`, if we know its layout.
 fn table(minor: u32) -> Option<&'static OffsetsTable> {
     TABLES.iter().find(|t| t.minor == minor)
 }

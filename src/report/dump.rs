@@ -4,6 +4,8 @@
 
 use crate::native::NativeFrame;
 use crate::python::{Frame, Snapshot, StackEntry};
+
+mod tasks;
 use std::fmt::Write;
 
 /// JSON schema version of `dump --json` output (documented in docs/dump-json.md).
@@ -165,6 +167,9 @@ pub fn to_text(s: &Snapshot) -> String {
             let _ = writeln!(out, "    <native unwinding stopped: {why}>");
         }
     }
+    if let Some(a) = &s.asyncio {
+        tasks::to_text(&mut out, a, s);
+    }
     out
 }
 
@@ -237,6 +242,7 @@ mod tests {
                 top_frame: 0,
             }],
             native: None,
+            asyncio: None,
         }
     }
 
