@@ -99,6 +99,9 @@ pub struct TaskInfo {
     /// (`_asyncio.Future`, `_GatheringFuture`, ...).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) awaiting: Option<String>,
+    /// The address of that object (a task's id when it awaits a task).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) awaiting_id: Option<u64>,
     /// Tasks that await this one (ids).
     pub(crate) awaited_by: Vec<u64>,
     /// Tasks this one awaits (ids): the inverse of `awaited_by`.
@@ -124,6 +127,8 @@ struct Offsets {
     ts_tasks_head: u64,
     ts_interp: u64,
     ob_type: u64,
+    /// `sizeof(PyObject)`: where a small object's first field is.
+    object_size: u64,
     tp_flags: u64,
     tp_name: u64,
     gi_iframe: u64,
@@ -356,6 +361,7 @@ fn offsets(
         ts_tasks_head: s(12),
         ts_interp: l.thread.interp as u64,
         ob_type: l.string.ob_type as u64,
+        object_size: d("pyobject.size")?,
         tp_flags: d("type_object.tp_flags")?,
         tp_name: d("type_object.tp_name")?,
         gi_iframe: d("gen_object.gi_iframe")?,
@@ -454,6 +460,7 @@ fn read_task(
         running: running.is_some(),
         stack: Vec::new(),
         awaiting: None,
+        awaiting_id: None,
         awaited_by: Vec::new(),
         awaits: Vec::new(),
         error: None,
@@ -479,7 +486,10 @@ fn read_task(
     match chain {
         Ok((stack, awaiting)) => {
             info.stack = stack;
-            info.awaiting = awaiting;
+            if let Some((what, at)) = awaiting {
+                info.awaiting = Some(what);
+                info.awaiting_id = Some(at);
+            }
         }
         Err(e) => errors.push(format!("its coroutines: {e}")),
     }
@@ -553,14 +563,19 @@ fn small_int(o: &Offsets, mem: &dyn ProcessMemory, addr: u64) -> Result<i64> {
     Ok(if tag & 3 == 2 { -value } else { value })
 }
 
+/// What a task awaits: its type's name and address. `await future` awaits the future's
+/// iterator (`_asyncio.FutureIter`, which holds the future after its object header): the
+/// future itself is what the user awaited.
+type Awaited = (String, u64);
+
 /// The coroutines of a suspended task, from its own down the awaits, innermost first, and
-/// what the innermost awaits (its type's name) when that is not a coroutine.
+/// what the innermost awaits when that is not a coroutine.
 fn coro_chain(
     o: &Offsets,
     mem: &dyn ProcessMemory,
     walker: &mut StackWalker,
     coro: u64,
-) -> Result<(Vec<Frame>, Option<String>)> {
+) -> Result<(Vec<Frame>, Option<Awaited>)> {
     let mut outer_first = Vec::new();
     let mut awaiting = None;
     let mut at = coro;
@@ -604,7 +619,17 @@ fn coro_chain(
         if ty == coro_type {
             at = awaited;
         } else {
-            awaiting = Some(type_name(o, mem, ty)?);
+            let mut what = type_name(o, mem, ty)?;
+            let mut at = awaited;
+            if what == "_asyncio.FutureIter" {
+                let future = mem.read_u64(awaited.wrapping_add(o.object_size))?;
+                if future != 0 {
+                    let ty = mem.read_u64(future.wrapping_add(o.ob_type))?;
+                    what = type_name(o, mem, ty)?;
+                    at = future;
+                }
+            }
+            awaiting = Some((what, at));
             break;
         }
     }
@@ -620,7 +645,7 @@ fn running_stack(
     walker: &mut StackWalker,
     coro: u64,
     walk: &Walk,
-) -> Result<(Vec<Frame>, Option<String>)> {
+) -> Result<(Vec<Frame>, Option<Awaited>)> {
     let frame = coro.wrapping_add(o.gi_iframe);
     let mut shown = 0;
     for (i, &addr) in walk.chain.iter().enumerate() {
@@ -736,6 +761,7 @@ mod tests {
             running: false,
             stack: Vec::new(),
             awaiting: None,
+            awaiting_id: None,
             awaited_by: awaited_by.to_vec(),
             awaits: Vec::new(),
             error: None,

@@ -139,7 +139,10 @@ impl<'a> Tree<'a> {
         }
         let state = if t.running {
             " running".to_string()
-        } else if let Some(what) = &t.awaiting {
+        } else if let (Some(what), false) = (
+            &t.awaiting,
+            t.awaiting_id.is_some_and(|id| t.awaits.contains(&id)),
+        ) {
             format!(" awaiting {what}")
         } else {
             String::new()

@@ -1,0 +1,381 @@
+//! `scalene-rs dump --async` against live asyncio programs, on every interpreter.
+//!
+//! Each fixture writes its own truth (fixtures/asyncio/shapes.py `describe()`: every task's
+//! coroutines as `cr_await` links them, whether it was the running one, its thread's native
+//! id and, on 3.14+, the tasks that await it as the task records them), then stays put.
+//! The dump must give, for every task: its name, its coroutine chain (function and line,
+//! exactly), its thread, who awaits it; the running task's stack from the thread's own
+//! frames; await cycles reported as cycles. Versions whose tasks are not read get a
+//! one-line error and exit code 6.
+
+mod common;
+
+use common::{Interpreter, Run};
+use serde_json::Value;
+use std::collections::{BTreeMap, BTreeSet};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+/// How long a fixture may take to write its truth.
+const TRUTH_TIMEOUT: Duration = Duration::from_secs(30);
+const DUMP_TIMEOUT: Duration = Duration::from_secs(60);
+/// `exit::UNSUPPORTED_VERSION`.
+const EXIT_UNSUPPORTED: i32 = 6;
+
+fn reads_tasks(py: &Interpreter) -> bool {
+    py.version() >= (3, 14)
+}
+
+fn dump(pid: i32, extra: &[&str]) -> Run {
+    let mut cmd = Command::new(common::bin());
+    cmd.args(["dump", "--async"])
+        .args(extra)
+        .arg(pid.to_string());
+    common::run_limited(cmd, DUMP_TIMEOUT)
+}
+
+/// Starts `script` (under fixtures/asyncio) with the truth file as its first argument and
+/// waits for that truth.
+fn start(
+    py: &Interpreter,
+    script: &str,
+    args: &[&str],
+) -> Result<(common::Fixture, Value), String> {
+    let dir = common::tempdir("scalene-rs-asyncio");
+    let truth = dir.join("truth.json");
+    let mut all = vec![truth.to_string_lossy().into_owned()];
+    all.extend(args.iter().map(|s| s.to_string()));
+    let mut fx = common::start_fixture(
+        py,
+        &common::fixture(&format!("asyncio/{script}")),
+        &all,
+        false,
+    )?;
+    let deadline = Instant::now() + TRUTH_TIMEOUT;
+    loop {
+        if let Ok(text) = std::fs::read_to_string(&truth) {
+            let _ = std::fs::remove_dir_all(&dir);
+            let v = serde_json::from_str(&text).map_err(|e| format!("truth: {e}: {text}"))?;
+            return Ok((fx, v));
+        }
+        if let Ok(Some(status)) = fx.child.try_wait() {
+            let err = fx.stderr.join().unwrap_or_default();
+            return Err(format!("{script} ended ({status}) before its truth: {err}"));
+        }
+        if Instant::now() > deadline {
+            let _ = fx.child.kill();
+            let _ = fx.child.wait();
+            return Err(format!("{script} wrote no truth in {TRUTH_TIMEOUT:?}"));
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn stop(mut fx: common::Fixture) {
+    let _ = fx.child.kill();
+    let _ = fx.child.wait();
+}
+
+/// The dump's tasks by name: (thread's native id, task).
+fn tasks_by_name(d: &Value) -> Result<BTreeMap<String, (i64, Value)>, String> {
+    let a = &d["asyncio"];
+    if let Some(why) = a.get("unavailable") {
+        return Err(format!("no tasks read: {why}"));
+    }
+    let mut out = BTreeMap::new();
+    for lt in a["threads"].as_array().ok_or("no threads")? {
+        for t in lt["tasks"].as_array().ok_or("no tasks")? {
+            if let Some(e) = t.get("error") {
+                return Err(format!("task {}: {e}", t["name"]));
+            }
+            let name = t["name"]
+                .as_str()
+                .ok_or("a task without a name")?
+                .to_string();
+            let tid = lt["native_id"].as_i64().unwrap_or(-1);
+            if out.insert(name.clone(), (tid, t.clone())).is_some() {
+                return Err(format!("two tasks named {name}"));
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// (function, line) of frames, outermost first (the dump's stacks are innermost first).
+fn outermost_first(stack: &Value) -> Vec<(String, i64)> {
+    let mut v: Vec<(String, i64)> = stack
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .map(|f| {
+                    (
+                        f["function"].as_str().unwrap_or("?").to_string(),
+                        f["line"].as_i64().unwrap_or(-1),
+                    )
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    v.reverse();
+    v
+}
+
+fn truth_chain(t: &Value) -> Vec<(String, i64)> {
+    t["chain"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .map(|f| {
+                    (
+                        f["function"].as_str().unwrap_or("?").to_string(),
+                        f["line"].as_i64().unwrap_or(-1),
+                    )
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Names of the tasks with ids `ids`.
+fn names_of(ids: &Value, by_id: &BTreeMap<u64, String>) -> BTreeSet<String> {
+    ids.as_array()
+        .map(|a| {
+            a.iter()
+                .map(|i| {
+                    by_id
+                        .get(&i.as_u64().unwrap_or(0))
+                        .cloned()
+                        .unwrap_or_else(|| format!("unknown {i}"))
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Every task of the truth against the dump: same names, chains (suspended tasks), threads
+/// and awaiters. Returns the dump's tasks.
+fn compare(d: &Value, truth: &Value) -> Result<BTreeMap<String, (i64, Value)>, String> {
+    let tasks = tasks_by_name(d)?;
+    let truth = truth.as_object().ok_or("truth is not an object")?;
+    let want: BTreeSet<&String> = truth.keys().collect();
+    let got: BTreeSet<&String> = tasks.keys().collect();
+    if want != got {
+        return Err(format!("tasks {got:?}, the program has {want:?}"));
+    }
+    let by_id: BTreeMap<u64, String> = tasks
+        .iter()
+        .map(|(n, (_, t))| (t["id"].as_u64().unwrap_or(0), n.clone()))
+        .collect();
+    for (name, t) in truth {
+        let (tid, got) = &tasks[name];
+        if t["thread"].as_i64() != Some(*tid) {
+            return Err(format!(
+                "{name}: in thread {tid}, the program says {}",
+                t["thread"]
+            ));
+        }
+        if !t["running"].as_bool().unwrap_or(false) {
+            let (g, w) = (outermost_first(&got["stack"]), truth_chain(t));
+            if g != w {
+                return Err(format!("{name}: coroutines {g:?}, the program has {w:?}"));
+            }
+        }
+        if let Some(by) = t.get("awaited_by") {
+            let w: BTreeSet<String> = by
+                .as_array()
+                .map(|a| {
+                    a.iter()
+                        .filter_map(|s| s.as_str().map(String::from))
+                        .collect()
+                })
+                .unwrap_or_default();
+            let g = names_of(&got["awaited_by"], &by_id);
+            if g != w {
+                return Err(format!("{name}: awaited by {g:?}, the program says {w:?}"));
+            }
+        }
+    }
+    Ok(tasks)
+}
+
+fn json_dump(pid: i32) -> Result<Value, String> {
+    let run = dump(pid, &["--json"]);
+    if run.code != Some(0) {
+        return Err(format!("dump --async --json: {}", run.describe()));
+    }
+    serde_json::from_str(&run.stdout).map_err(|e| format!("dump's JSON: {e}"))
+}
+
+/// Versions whose tasks are not read: the one-line error, exit code 6.
+fn refused(py: &Interpreter) -> Result<String, String> {
+    let script = "import time; time.sleep(120)";
+    let mut child = Command::new(&py.path)
+        .args(["-c", script])
+        .spawn()
+        .map_err(|e| e.to_string())?;
+    std::thread::sleep(Duration::from_millis(300));
+    let run = dump(child.id() as i32, &[]);
+    let _ = child.kill();
+    let _ = child.wait();
+    let want = if py.version() < (3, 11) {
+        "async stacks need Python 3.11 or later"
+    } else {
+        "are not read yet"
+    };
+    let lines: Vec<&str> = run.stderr.lines().collect();
+    if run.code != Some(EXIT_UNSUPPORTED) || lines.len() != 1 || !lines[0].contains(want) {
+        return Err(format!(
+            "expected exit 6 and one line saying {want:?}: {}",
+            run.describe()
+        ));
+    }
+    Ok(format!("refused: {}", lines[0]))
+}
+
+#[test]
+fn a_chain_of_five_tasks_reads_whole() {
+    let fixture = common::fixture("asyncio/chain.py");
+    let (burn, leaf_call) = (
+        common::mark(&fixture, "burn") as i64,
+        common::mark(&fixture, "leaf_call") as i64,
+    );
+    common::for_each_interpreter(|py| {
+        if !reads_tasks(py) {
+            return refused(py);
+        }
+        let (fx, truth) = start(py, "chain.py", &["120"])?;
+        let pid = fx.pid;
+        let result = (|| {
+            let d = json_dump(pid)?;
+            let tasks = compare(&d, &truth)?;
+            let (_, leaf) = &tasks["leaf"];
+            if leaf["running"] != Value::Bool(true) {
+                return Err("the leaf task is not the running one".into());
+            }
+            let stack = outermost_first(&leaf["stack"]);
+            let want = vec![("level".to_string(), leaf_call), ("burn".to_string(), burn)];
+            if stack != want {
+                return Err(format!(
+                    "the running leaf's stack {stack:?}, expected {want:?}"
+                ));
+            }
+            let lt = &d["asyncio"]["threads"][0];
+            if lt["running_task"] != leaf["id"] || lt["loop_running"] != Value::Bool(true) {
+                return Err(format!("the loop's running task: {}", lt["running_task"]));
+            }
+            // The chain, root first: Task-1 → outer → t2 → t3 → t4 → leaf.
+            let names = ["Task-1", "outer", "t2", "t3", "t4", "leaf"];
+            for w in names.windows(2) {
+                let (_, parent) = &tasks[w[0]];
+                let (_, child) = &tasks[w[1]];
+                if parent["awaits"] != serde_json::json!([child["id"]]) {
+                    return Err(format!(
+                        "{} awaits {}, not {}",
+                        w[0], parent["awaits"], w[1]
+                    ));
+                }
+            }
+            let text = dump(pid, &[]);
+            let t = text.stdout.as_str();
+            let order: Vec<Option<usize>> = names
+                .iter()
+                .map(|n| t.find(&format!("task \"{n}\"")))
+                .collect();
+            if order.iter().any(Option::is_none) || !order.windows(2).all(|w| w[0] < w[1]) {
+                return Err(format!("the text does not show the chain root first:\n{t}"));
+            }
+            Ok(format!(
+                "{} tasks, the leaf running in burn:{burn}",
+                tasks.len()
+            ))
+        })();
+        stop(fx);
+        result
+    });
+}
+
+#[test]
+fn diamond_gather_cycle_and_two_loops() {
+    common::for_each_interpreter(|py| {
+        if !reads_tasks(py) {
+            return Ok("tasks not read (see a_chain_of_five_tasks_reads_whole)".into());
+        }
+        let (fx, truth) = start(py, "shapes.py", &[])?;
+        let result = (|| {
+            let d = json_dump(fx.pid)?;
+            let tasks = compare(&d, &truth)?;
+            let threads = d["asyncio"]["threads"]
+                .as_array()
+                .cloned()
+                .unwrap_or_default();
+            let cycles: Vec<BTreeSet<String>> = threads
+                .iter()
+                .flat_map(|lt| lt["cycles"].as_array().cloned().unwrap_or_default())
+                .map(|c| {
+                    c.as_array()
+                        .unwrap_or(&Vec::new())
+                        .iter()
+                        .filter_map(|id| tasks.iter().find(|(_, (_, t))| t["id"] == *id))
+                        .map(|(n, _)| n.clone())
+                        .collect()
+                })
+                .collect();
+            let want: BTreeSet<String> = ["cyc_a", "cyc_b"].map(String::from).into();
+            if cycles != vec![want] {
+                return Err(format!(
+                    "cycles {cycles:?}, expected one of cyc_a and cyc_b"
+                ));
+            }
+            if threads
+                .iter()
+                .filter(|lt| lt["loop_running"] == Value::Bool(true))
+                .count()
+                != 2
+            {
+                return Err("expected two threads running a loop".into());
+            }
+            let text = dump(fx.pid, &[]).stdout;
+            for want in ["an await cycle", "shown above", "awaiting _GatheringFuture"] {
+                if !text.contains(want) {
+                    return Err(format!("the text lacks {want:?}:\n{text}"));
+                }
+            }
+            Ok(format!(
+                "{} tasks in {} threads",
+                tasks.len(),
+                threads.len()
+            ))
+        })();
+        stop(fx);
+        result
+    });
+}
+
+#[test]
+fn a_program_without_asyncio_has_no_tasks() {
+    common::for_each_interpreter(|py| {
+        if !reads_tasks(py) {
+            return Ok("tasks not read".into());
+        }
+        let mut child = Command::new(&py.path)
+            .args(["-c", "import time; time.sleep(120)"])
+            .spawn()
+            .map_err(|e| e.to_string())?;
+        std::thread::sleep(Duration::from_millis(500));
+        let run = dump(child.id() as i32, &[]);
+        let _ = child.kill();
+        let _ = child.wait();
+        let ok = run.code == Some(0)
+            && (run.stdout.contains("is not loaded yet")
+                || run.stdout.contains("Asyncio tasks: none"));
+        if !ok {
+            return Err(format!("{}\n{}", run.describe(), run.stdout));
+        }
+        let line = run
+            .stdout
+            .lines()
+            .find(|l| l.starts_with("Asyncio"))
+            .unwrap_or("");
+        Ok(line.to_string())
+    });
+}
