@@ -65,6 +65,11 @@ struct RecordArgs {
     /// each line with native time lists the native functions it was spent in.
     #[arg(long)]
     native: bool,
+    /// Asyncio-aware stacks (Python 3.14+): a thread running a task is charged to that
+    /// task's coroutines joined to those of the tasks awaiting it, root task first, with
+    /// the tasks' names as frames (`task NAME`) and without the event loop's own frames.
+    #[arg(long = "async", conflicts_with = "native")]
+    tasks: bool,
     /// Report stdlib and site-packages lines too (by default their time goes to the line of
     /// your code that called them).
     #[arg(long)]
@@ -356,6 +361,7 @@ impl RecordArgs {
             profile_all: self.profile_all,
             handshake_file: None,
             native: self.native,
+            tasks: self.tasks,
         }
     }
 }

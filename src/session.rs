@@ -605,7 +605,7 @@ pub fn attach(cfg: &AttachConfig, progress: &mut dyn FnMut(&Stats)) -> Result<(P
         return Err(Error::NoSuchProcess(cfg.pid));
     }
     let proc = PythonProcess::locate(cfg.pid, &cfg.locate)?;
-    proc.check_gil_request(cfg.sampler.gil_only)?;
+    proc.check_request(cfg.sampler.gil_only, cfg.sampler.tasks)?;
     if proc.interp_head()? == 0 {
         return Err(Error::BadState {
             pid: cfg.pid,

@@ -379,3 +379,91 @@ fn a_program_without_asyncio_has_no_tasks() {
         Ok(line.to_string())
     });
 }
+
+#[test]
+fn run_async_charges_the_leaf_to_the_whole_task_chain() {
+    let fixture = common::fixture("asyncio/chain.py");
+    let file = fixture.to_string_lossy().into_owned();
+    let line = |label: &str| common::mark(&fixture, label);
+    // Root first, as collapsed stacks read.
+    let chain = [
+        "task Task-1 (<asyncio>)".to_string(),
+        format!("main ({file}:{})", line("main_await")),
+        "task outer (<asyncio>)".into(),
+        format!("level ({file}:{})", line("await_child")),
+        "task t2 (<asyncio>)".into(),
+        format!("level ({file}:{})", line("await_child")),
+        "task t3 (<asyncio>)".into(),
+        format!("level ({file}:{})", line("await_child")),
+        "task t4 (<asyncio>)".into(),
+        format!("level ({file}:{})", line("await_child")),
+        "task leaf (<asyncio>)".into(),
+        format!("level ({file}:{})", line("leaf_call")),
+        format!("burn ({file}:{})", line("burn")),
+    ]
+    .join(";");
+    let burn = format!("burn ({file}:{})", line("burn"));
+    common::for_each_interpreter(|py| {
+        if !reads_tasks(py) {
+            let mut cmd = Command::new(common::bin());
+            cmd.args(["run", "--cpu-only", "--async", "--"])
+                .arg(&py.path)
+                .args(["-c", "import time; time.sleep(1.5)"]);
+            let run = common::run_limited(cmd, DUMP_TIMEOUT);
+            let said = run
+                .stderr
+                .lines()
+                .find(|l| l.contains("--async"))
+                .unwrap_or("");
+            return if said.contains("async stacks") {
+                Ok(format!("refused: {said}"))
+            } else {
+                Err(format!(
+                    "--async on {:?} was not refused: {}",
+                    py.version(),
+                    run.describe()
+                ))
+            };
+        }
+        let dir = common::tempdir("scalene-rs-asyncio-run");
+        let out = dir.join("p.collapsed");
+        let mut cmd = Command::new(common::bin());
+        cmd.current_dir(common::repo_root())
+            .args(["run", "--cpu-only", "--async", "-o"])
+            .arg(&out)
+            .arg("--")
+            .arg(&py.path)
+            .arg(&fixture)
+            .arg(dir.join("truth.json"))
+            .arg("2.5");
+        let run = common::run_limited(cmd, DUMP_TIMEOUT);
+        let text = std::fs::read_to_string(&out).unwrap_or_default();
+        let _ = std::fs::remove_dir_all(&dir);
+        if run.code != Some(0) {
+            return Err(run.describe());
+        }
+        let (mut total, mut burning, mut whole) = (0u64, 0u64, 0u64);
+        for l in text.lines() {
+            let Some((stack, n)) = l.rsplit_once(' ') else {
+                continue;
+            };
+            let n: u64 = n.parse().map_err(|_| format!("bad line {l:?}"))?;
+            total += n;
+            if stack.ends_with(&burn) {
+                burning += n;
+                if stack == chain {
+                    whole += n;
+                }
+            }
+        }
+        // The leaf burns from its start to the end (2.5 s); startup and imports are the rest.
+        if burning * 2 < total || whole * 100 < burning * 95 {
+            return Err(format!(
+                "{whole} of {burning} samples in burn carry the whole chain ({total} in all):\n{text}"
+            ));
+        }
+        Ok(format!(
+            "{whole} of {burning} samples in burn carry the 5-task chain ({total} in all)"
+        ))
+    });
+}

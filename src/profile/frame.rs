@@ -26,7 +26,27 @@ pub struct Frame {
     pub native: bool,
 }
 
+/// The file of an asyncio task's frame (`--async`): the task, named, between the
+/// coroutines it runs and those of the task that awaits it.
+pub(crate) const TASK_FILE: &str = "<asyncio>";
+
 impl Frame {
+    /// An asyncio task as a frame of a stack (`task NAME`): never charged for time or
+    /// memory (the coroutine frames around it are).
+    pub(crate) fn of_task(name: &str) -> Frame {
+        Frame {
+            function: format!("task {name}").into(),
+            filename: TASK_FILE.into(),
+            line: None,
+            native: false,
+        }
+    }
+
+    /// Whether this is a task's frame ([`Frame::of_task`]).
+    pub(crate) fn is_task(&self) -> bool {
+        self.line.is_none() && &*self.filename == TASK_FILE
+    }
+
     /// A native frame as a stack entry of a profile (see [`Frame::native`]).
     pub(crate) fn of_native(label: String, module: Option<&str>) -> Frame {
         Frame {
@@ -62,7 +82,7 @@ fn is_library_file(path: &str) -> bool {
 /// innermost frame, or with library folding (`profile_all` off) the innermost frame of the
 /// user's own code (else the innermost frame).
 pub(crate) fn charged_frame(frames: &[Frame], profile_all: bool) -> Option<&Frame> {
-    let mut python = frames.iter().filter(|f| !f.native);
+    let mut python = frames.iter().filter(|f| !f.native && !f.is_task());
     if profile_all {
         return python.next();
     }

@@ -184,23 +184,51 @@ const FRAME_OWNED_BY_GENERATOR: u8 = 1;
 /// reads at every sample).
 #[derive(Debug, Default)]
 pub struct AsyncReader {
+    /// Read only what a sample needs: each thread's running task and the chain of tasks
+    /// that await it (not every task of every list).
+    running_only: bool,
     offsets: Option<Offsets>,
     /// The mapped files already searched for the section (the module is loaded late:
     /// files mapped since are searched at the next read).
     searched: HashSet<String>,
+    /// When the process's map was last read for that (a sample of a program that has not
+    /// imported asyncio must not read its map every time): see [`RESCAN`].
+    scanned: Option<std::time::Instant>,
 }
+
+/// How often the map of a process without `_asyncio` loaded is read again: soon while a
+/// thread runs asyncio's code (importing it, or running a loop), rarely otherwise.
+const RESCAN: [std::time::Duration; 2] = [
+    std::time::Duration::from_millis(5),
+    std::time::Duration::from_secs(1),
+];
 
 impl AsyncReader {
     pub fn new() -> AsyncReader {
         AsyncReader::default()
     }
 
+    /// A reader for samples: see [`AsyncReader::running_only`].
+    pub fn for_samples() -> AsyncReader {
+        AsyncReader {
+            running_only: true,
+            ..AsyncReader::default()
+        }
+    }
+
     /// Looks for `.AsyncioDebug` in the interpreter's binary and in `_asyncio`'s shared
     /// object, among the files mapped now that were not searched before.
-    fn locate(&mut self, proc: &PythonProcess, mem: &dyn ProcessMemory) -> Result<()> {
-        if self.offsets.is_some() {
+    fn locate(
+        &mut self,
+        proc: &PythonProcess,
+        mem: &dyn ProcessMemory,
+        in_asyncio: bool,
+    ) -> Result<()> {
+        let every = RESCAN[usize::from(!in_asyncio)];
+        if self.offsets.is_some() || self.scanned.is_some_and(|t| t.elapsed() < every) {
             return Ok(());
         }
+        self.scanned = Some(std::time::Instant::now());
         let maps = crate::proc::read_maps(proc.pid)?;
         let mut paths: Vec<&str> = maps
             .iter()
@@ -246,7 +274,10 @@ impl AsyncReader {
                 unavailable: Some(why),
             };
         }
-        if let Err(e) = self.locate(proc, mem) {
+        let in_asyncio = threads.iter().any(|(_, w)| {
+            w.is_some_and(|w| w.frames.iter().any(|f| f.filename.contains("/asyncio/")))
+        });
+        if let Err(e) = self.locate(proc, mem, in_asyncio) {
             return AsyncSnapshot {
                 threads: Vec::new(),
                 unavailable: Some(format!("the asyncio module's offsets are unreadable: {e}")),
@@ -261,7 +292,7 @@ impl AsyncReader {
         let mut out = AsyncSnapshot::default();
         let mut interps = Vec::new();
         for &(raw, walk) in threads {
-            let mut lt = read_thread(&o, mem, walker, raw, walk);
+            let mut lt = read_thread(&o, mem, walker, raw, walk, self.running_only);
             if let Ok(interp) = mem.read_u64(raw.tstate.wrapping_add(o.ts_interp)) {
                 if !interps.contains(&interp) {
                     interps.push(interp);
@@ -273,7 +304,7 @@ impl AsyncReader {
             }
         }
         // Tasks of threads that ended move to their interpreter's list.
-        for interp in interps {
+        for interp in interps.into_iter().filter(|_| !self.running_only) {
             let head = interp.wrapping_add(o.interp_tasks_head);
             let mut lt = empty_loop(0, None);
             read_list(&o, mem, walker, head, &mut lt, None);
@@ -385,6 +416,7 @@ fn read_thread(
     walker: &mut StackWalker,
     raw: &RawThread,
     walk: Option<&Walk>,
+    running_only: bool,
 ) -> LoopTasks {
     let mut lt = empty_loop(raw.thread_id, raw.native_id);
     let ts = raw.tstate;
@@ -401,9 +433,69 @@ fn read_thread(
     lt.loop_running = running_loop != 0;
     let running = (running_loop != 0 && running_task != 0).then_some(running_task);
     lt.running_task = running;
-    let head = ts.wrapping_add(o.ts_tasks_head);
-    read_list(o, mem, walker, head, &mut lt, running.zip(walk));
+    if running_only {
+        if let Some(task) = running {
+            read_awaiters(o, mem, walker, task, walk, &mut lt);
+        }
+    } else {
+        let head = ts.wrapping_add(o.ts_tasks_head);
+        read_list(o, mem, walker, head, &mut lt, running.zip(walk));
+    }
     lt
+}
+
+/// The running task `task` and the tasks that await it, up to a root (the first awaiter
+/// of each, where several await one task).
+fn read_awaiters(
+    o: &Offsets,
+    mem: &dyn ProcessMemory,
+    walker: &mut StackWalker,
+    task: u64,
+    walk: Option<&Walk>,
+    lt: &mut LoopTasks,
+) {
+    let Some(walk) = walk else { return };
+    let mut info = read_task(o, mem, walker, task, Some(walk));
+    let mut seen = HashSet::from([task]);
+    loop {
+        let next = info.awaited_by.iter().copied().min();
+        lt.tasks.push(info);
+        match next {
+            Some(by) if seen.insert(by) && lt.tasks.len() < MAX_CHAIN => {
+                info = read_task(o, mem, walker, by, None);
+            }
+            _ => return,
+        }
+    }
+}
+
+impl LoopTasks {
+    /// The stack a sample of this thread is charged to under `--async`: the running task's
+    /// frames (the thread's, down to the task's coroutine: not the event loop's), its name
+    /// as a frame, then each awaiting task's coroutines and name, to the root task;
+    /// innermost first. None when the thread runs no task.
+    pub(crate) fn task_stack(&self) -> Option<Vec<Frame>> {
+        let running = self.running_task?;
+        let index: HashMap<u64, usize> = self
+            .tasks
+            .iter()
+            .enumerate()
+            .map(|(i, t)| (t.id, i))
+            .collect();
+        let mut at = *index.get(&running)?;
+        let mut out = Vec::new();
+        let mut seen = HashSet::new();
+        while seen.insert(at) {
+            let t = &self.tasks[at];
+            out.extend(t.stack.iter().cloned());
+            out.push(Frame::of_task(&t.name));
+            match t.awaited_by.iter().filter_map(|id| index.get(id)).min() {
+                Some(&next) => at = next,
+                None => break,
+            }
+        }
+        Some(out)
+    }
 }
 
 /// Reads the circular task list at `head` into `lt`; `running`: the running task and the

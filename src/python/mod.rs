@@ -196,6 +196,35 @@ pub(crate) fn take_snapshot_with_states(
     snapshot(proc, walker, opts, known_states, None, None)
 }
 
+/// Like [`take_snapshot_with_states`], and under `--async` (`tasks`), each thread that runs
+/// an asyncio task gets the task's stack instead of its own (see
+/// [`LoopTasks::task_stack`]): the event loop's frames give way to the tasks that await
+/// the running one.
+pub(crate) fn take_sample_snapshot(
+    proc: &PythonProcess,
+    walker: &mut StackWalker,
+    opts: &SnapshotOptions,
+    known_states: Option<&HashMap<i32, char>>,
+    tasks: Option<&mut AsyncReader>,
+) -> Result<Snapshot> {
+    let mut snap = snapshot(proc, walker, opts, known_states, None, tasks)?;
+    if let Some(a) = snap.asyncio.take() {
+        for lt in &a.threads {
+            let Some(stack) = lt.task_stack() else {
+                continue;
+            };
+            if let Some(t) = snap
+                .threads
+                .iter_mut()
+                .find(|t| t.thread_id == lt.thread_id && !t.unchanged && t.error.is_none())
+            {
+                t.frames = stack;
+            }
+        }
+    }
+    Ok(snap)
+}
+
 /// Like [`take_snapshot`], with every event loop's asyncio tasks read in the same pause
 /// (or, without pausing, right after the stacks).
 pub fn take_snapshot_with_tasks(

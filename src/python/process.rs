@@ -251,13 +251,20 @@ impl PythonProcess {
     }
 
     /// `--gil` (sample only the thread holding the GIL) cannot be followed in a
-    /// free-threaded build: an error that says so.
-    pub(crate) fn check_gil_request(&self, gil_only: bool) -> Result<()> {
+    /// free-threaded build, nor `--async` (`tasks`) where tasks are not read: an error that
+    /// says so.
+    pub(crate) fn check_request(&self, gil_only: bool, tasks: bool) -> Result<()> {
         if gil_only && self.layout.free_threaded {
             return Err(Error::NoGil {
                 pid: self.pid,
                 version: self.version.to_string(),
             });
+        }
+        if let Some(why) = tasks
+            .then(|| super::async_unsupported(self.layout.version))
+            .flatten()
+        {
+            return Err(Error::NoAsync { pid: self.pid, why });
         }
         Ok(())
     }

@@ -43,6 +43,9 @@ pub struct SamplerConfig {
     /// Read native frames too (`--native`): every sample pauses the threads, and their
     /// stacks are merged native and Python frames.
     pub native: bool,
+    /// Charge a thread that runs an asyncio task to the task's stack joined to those of
+    /// the tasks awaiting it (`--async`, Python 3.14+).
+    pub tasks: bool,
 }
 
 impl Default for SamplerConfig {
@@ -55,6 +58,7 @@ impl Default for SamplerConfig {
             profile_all: false,
             handshake_file: None,
             native: false,
+            tasks: false,
         }
     }
 }
@@ -115,6 +119,8 @@ pub struct Sampler {
     positions: Option<Vec<crate::gpu::Position>>,
     /// `--native`: the process's modules and the merge counts.
     native: Option<native::NativeSampling>,
+    /// `--async`: finds each thread's running task and its awaiters.
+    tasks: Option<python::AsyncReader>,
     /// Each thread's last stack read (not of a thread holding the GIL), by kernel id: what a
     /// thread that has not run since is charged to without reading it again.
     last_read: HashMap<i32, LastRead>,
@@ -163,6 +169,7 @@ impl Sampler {
             walker,
             cpu: CpuTracker::new(),
             files: cputime::ThreadFiles::new(),
+            tasks: cfg.tasks.then(python::AsyncReader::for_samples),
             cfg,
             agg: Aggregator::new(),
             stats: Stats::default(),
@@ -288,11 +295,12 @@ impl Sampler {
         }
         let snap = match &mut self.native {
             Some(n) => n.snapshot(&self.proc, &mut self.walker, &opts, &states),
-            None => python::take_snapshot_with_states(
+            None => python::take_sample_snapshot(
                 &self.proc,
                 &mut self.walker,
                 &opts,
                 Some(&states),
+                self.tasks.as_mut(),
             ),
         };
         let mut snap = match snap {

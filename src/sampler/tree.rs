@@ -151,7 +151,10 @@ impl ProcessTree {
     pub(crate) fn with_located(mut self, proc: PythonProcess) -> Self {
         // A process `--gil` cannot follow (a free-threaded build) is left to the scan, which
         // says why and does not sample it (see `tick`).
-        if proc.check_gil_request(self.cfg.gil_only).is_err() {
+        if proc
+            .check_request(self.cfg.gil_only, self.cfg.tasks)
+            .is_err()
+        {
             return self;
         }
         let pid = proc.pid;
@@ -339,7 +342,10 @@ impl ProcessTree {
                 None => PythonProcess::locate(pid, &self.locate),
             };
             let backoff = (STARTING_RETRY * 2u32.saturating_pow(tries.min(16))).min(OTHER_RETRY);
-            let located = located.and_then(|p| p.check_gil_request(self.cfg.gil_only).map(|_| p));
+            let located = located.and_then(|p| {
+                p.check_request(self.cfg.gil_only, self.cfg.tasks)
+                    .map(|_| p)
+            });
             let next = match located {
                 Ok(p) if matches!(p.interp_head(), Ok(h) if h != 0) => {
                     self.start_sampling(p, exe);
@@ -353,7 +359,8 @@ impl ProcessTree {
                 Err(
                     e @ (Error::UnsupportedVersion { .. }
                     | Error::PermissionDenied { .. }
-                    | Error::NoGil { .. }),
+                    | Error::NoGil { .. }
+                    | Error::NoAsync { .. }),
                 ) if tries + 1 >= REFUSAL_TRIES => {
                     self.notes.insert(pid, e.to_string());
                     now + Duration::from_secs(3600)
