@@ -467,3 +467,200 @@ fn run_async_charges_the_leaf_to_the_whole_task_chain() {
         ))
     });
 }
+
+/// Collapsed stacks (`stack count`), summed by `key` of each stack (None: left out).
+fn collapsed_by(text: &str, key: impl Fn(&str) -> Option<String>) -> BTreeMap<String, u64> {
+    let mut out = BTreeMap::new();
+    for l in text.lines() {
+        let Some((stack, n)) = l.rsplit_once(' ') else {
+            continue;
+        };
+        let (Some(k), Ok(n)) = (key(stack), n.parse::<u64>()) else {
+            continue;
+        };
+        *out.entry(k).or_insert(0) += n;
+    }
+    out
+}
+
+/// The innermost task of a collapsed stack (root first).
+fn innermost_task(stack: &str) -> Option<String> {
+    stack
+        .split(';')
+        .filter_map(|f| f.strip_prefix("task ")?.strip_suffix(" (<asyncio>)"))
+        .next_back()
+        .map(String::from)
+}
+
+fn attach(pid: i32, args: &[&str], out: &std::path::Path) -> Run {
+    let mut cmd = Command::new(common::bin());
+    cmd.args(["attach", "--cpu-only", "--async"])
+        .args(args)
+        .arg("-o")
+        .arg(out)
+        .arg(pid.to_string());
+    common::run_limited(cmd, DUMP_TIMEOUT)
+}
+
+#[test]
+fn wall_charges_every_waiting_task_its_wait() {
+    common::for_each_interpreter(|py| {
+        if !reads_tasks(py) {
+            return Ok("tasks not read".into());
+        }
+        let (fx, truth) = start(py, "shapes.py", &[])?;
+        let dir = common::tempdir("scalene-rs-asyncio-wall");
+        let out = dir.join("p.collapsed");
+        let run = attach(fx.pid, &["--wall", "--duration", "1.5"], &out);
+        let text = std::fs::read_to_string(&out).unwrap_or_default();
+        let _ = std::fs::remove_dir_all(&dir);
+        stop(fx);
+        if run.code != Some(0) {
+            return Err(run.describe());
+        }
+        // Every task waits the whole time (none runs once the truth is written): each is
+        // the innermost task of as many samples as the others, within 10%.
+        let by_task = collapsed_by(&text, innermost_task);
+        let names: BTreeSet<&String> = truth.as_object().ok_or("truth")?.keys().collect();
+        let got: BTreeSet<&String> = by_task.keys().collect();
+        if names != got {
+            return Err(format!("waiting tasks {got:?}, the program has {names:?}"));
+        }
+        let max = *by_task.values().max().unwrap_or(&0);
+        let min = *by_task.values().min().unwrap_or(&0);
+        if max == 0 || min * 10 < max * 9 {
+            return Err(format!(
+                "samples per waiting task {by_task:?}: not all alike"
+            ));
+        }
+        Ok(format!(
+            "{} waiting tasks, {min}–{max} samples each",
+            by_task.len()
+        ))
+    });
+}
+
+#[test]
+fn attach_finds_the_tasks_of_asyncio_imported_after_it() {
+    let fixture = common::fixture("asyncio/chain.py");
+    let burn = format!(
+        "burn ({}:{})",
+        fixture.display(),
+        common::mark(&fixture, "burn")
+    );
+    common::for_each_interpreter(|py| {
+        if !reads_tasks(py) {
+            return Ok("tasks not read".into());
+        }
+        let dir = common::tempdir("scalene-rs-asyncio-late");
+        let truth = dir.join("truth.json");
+        let fx = common::start_fixture(
+            py,
+            &common::fixture("asyncio/late.py"),
+            &[
+                "1.0".to_string(),
+                truth.to_string_lossy().into_owned(),
+                "2.0".into(),
+            ],
+            false,
+        )?;
+        std::thread::sleep(Duration::from_millis(200));
+        let out = dir.join("p.collapsed");
+        let run = attach(fx.pid, &["--duration", "3.5"], &out);
+        let text = std::fs::read_to_string(&out).unwrap_or_default();
+        let _ = std::fs::remove_dir_all(&dir);
+        stop(fx);
+        if run.code != Some(0) {
+            return Err(run.describe());
+        }
+        let burning = collapsed_by(&text, |s| {
+            s.ends_with(&burn)
+                .then(|| innermost_task(s).unwrap_or_default())
+        });
+        let in_leaf = burning.get("leaf").copied().unwrap_or(0);
+        let all: u64 = burning.values().sum();
+        if in_leaf < 50 || in_leaf * 100 < all * 95 {
+            return Err(format!("samples in burn by innermost task: {burning:?}"));
+        }
+        Ok(format!(
+            "{in_leaf} of {all} samples in burn under task leaf"
+        ))
+    });
+}
+
+#[test]
+fn ten_thousand_tasks_churning_are_read_without_harm() {
+    // A few interpreters: the load is the point, not the version (each task list is the
+    // same structure on 3.14 and 3.15).
+    let all = common::interpreters();
+    let some: Vec<&Interpreter> = all.iter().filter(|p| reads_tasks(p)).take(2).collect();
+    if some.is_empty() {
+        common::skip_or_fail("ten_thousand_tasks", "no interpreter whose tasks are read");
+        return;
+    }
+    common::for_each_interpreter_alone_of(&some, |py| {
+        // Dumps while tasks come and go: every one succeeds, in bounded time.
+        let fx = common::start_fixture(
+            py,
+            &common::fixture("asyncio/churn.py"),
+            &["10000", "4"],
+            false,
+        )?;
+        std::thread::sleep(Duration::from_millis(700));
+        let mut most = 0;
+        let mut slowest = Duration::ZERO;
+        for _ in 0..5 {
+            let t0 = Instant::now();
+            let run = dump(fx.pid, &["--json"]);
+            slowest = slowest.max(t0.elapsed());
+            if run.code != Some(0) {
+                stop(fx);
+                return Err(format!("dump --async during churn: {}", run.describe()));
+            }
+            let v: Value = serde_json::from_str(&run.stdout).map_err(|e| e.to_string())?;
+            let n = v["asyncio"]["threads"][0]["tasks"]
+                .as_array()
+                .map_or(0, |a| a.len());
+            most = most.max(n);
+        }
+        let mut fx = fx;
+        let status = fx.child.wait().map_err(|e| e.to_string())?;
+        let said: String = fx.lines.try_iter().collect::<Vec<_>>().join("\n");
+        if !status.success() || !said.starts_with("rounds ") {
+            return Err(format!(
+                "the program after the dumps: {status}, said {said:?}"
+            ));
+        }
+        if most < 5_000 || slowest > Duration::from_secs(20) {
+            return Err(format!(
+                "at most {most} tasks read, slowest dump {slowest:?}"
+            ));
+        }
+        // A recording that reads every task at every sample (--wall) of the same churn.
+        let dir = common::tempdir("scalene-rs-asyncio-churn");
+        let out = dir.join("p.collapsed");
+        let mut cmd = Command::new(common::bin());
+        cmd.current_dir(common::repo_root())
+            .args(["run", "--cpu-only", "--async", "--wall", "-o"])
+            .arg(&out)
+            .arg("--")
+            .arg(&py.path)
+            .arg(common::fixture("asyncio/churn.py"))
+            .args(["10000", "3"]);
+        let run = common::run_limited(cmd, DUMP_TIMEOUT);
+        let text = std::fs::read_to_string(&out).unwrap_or_default();
+        let _ = std::fs::remove_dir_all(&dir);
+        if run.code != Some(0) || !run.stdout.contains("rounds ") {
+            return Err(format!(
+                "run --async --wall of the churn: {}, stdout {:?}",
+                run.describe(),
+                run.stdout
+            ));
+        }
+        let tiny = collapsed_by(&text, |s| s.contains("tiny (").then(|| "tiny".to_string()));
+        if tiny.get("tiny").copied().unwrap_or(0) == 0 {
+            return Err("no sample in the churning tasks".into());
+        }
+        Ok(format!("up to {most} tasks per dump, slowest {slowest:?}; collapsed weight {} in the tasks under --wall", tiny["tiny"]))
+    });
+}

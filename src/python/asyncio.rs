@@ -27,6 +27,9 @@ use std::collections::{HashMap, HashSet};
 
 /// Tasks read per thread list at most (a bigger list is cut, and says so).
 pub(crate) const MAX_TASKS: usize = 100_000;
+/// Tasks read per thread list at most by a sample under `--wall` (each waiting task is
+/// charged its wait): what keeps a sample's time bounded with many thousands of tasks.
+pub(crate) const MAX_SAMPLED_TASKS: usize = 1_000;
 /// Coroutines followed in one task's chain at most.
 const MAX_CHAIN: usize = 1024;
 /// Slots of an `awaited_by` set read at most.
@@ -90,6 +93,10 @@ pub struct TaskInfo {
     /// The task object's address: unique while the task lives.
     pub(crate) id: u64,
     pub(crate) name: String,
+    /// Named by its number (asyncio's default, `Task-N`): a sample names it `Task-*`, so
+    /// that the stacks of a thousand short tasks of one kind add up.
+    #[serde(skip)]
+    pub(crate) numbered: bool,
     /// The loop is running this task now.
     pub(crate) running: bool,
     /// Its coroutines' frames, innermost first (for the running task, the thread's frames
@@ -187,6 +194,8 @@ pub struct AsyncReader {
     /// Read only what a sample needs: each thread's running task and the chain of tasks
     /// that await it (not every task of every list).
     running_only: bool,
+    /// Tasks read per list at most.
+    limit: usize,
     offsets: Option<Offsets>,
     /// The mapped files already searched for the section (the module is loaded late:
     /// files mapped since are searched at the next read).
@@ -205,13 +214,19 @@ const RESCAN: [std::time::Duration; 2] = [
 
 impl AsyncReader {
     pub fn new() -> AsyncReader {
-        AsyncReader::default()
+        AsyncReader {
+            limit: MAX_TASKS,
+            ..AsyncReader::default()
+        }
     }
 
-    /// A reader for samples: see [`AsyncReader::running_only`].
-    pub fn for_samples() -> AsyncReader {
+    /// A reader for samples: the running tasks and their awaiters only (see
+    /// [`AsyncReader::running_only`]), or with `waiting` (`--wall`) every task, up to
+    /// [`MAX_SAMPLED_TASKS`] a thread.
+    pub fn for_samples(waiting: bool) -> AsyncReader {
         AsyncReader {
-            running_only: true,
+            running_only: !waiting,
+            limit: MAX_SAMPLED_TASKS,
             ..AsyncReader::default()
         }
     }
@@ -292,7 +307,7 @@ impl AsyncReader {
         let mut out = AsyncSnapshot::default();
         let mut interps = Vec::new();
         for &(raw, walk) in threads {
-            let mut lt = read_thread(&o, mem, walker, raw, walk, self.running_only);
+            let mut lt = read_thread(&o, mem, walker, raw, walk, self.running_only, self.limit);
             if let Ok(interp) = mem.read_u64(raw.tstate.wrapping_add(o.ts_interp)) {
                 if !interps.contains(&interp) {
                     interps.push(interp);
@@ -307,7 +322,7 @@ impl AsyncReader {
         for interp in interps.into_iter().filter(|_| !self.running_only) {
             let head = interp.wrapping_add(o.interp_tasks_head);
             let mut lt = empty_loop(0, None);
-            read_list(&o, mem, walker, head, &mut lt, None);
+            read_list(&o, mem, walker, head, &mut lt, None, self.limit);
             if !lt.tasks.is_empty() || lt.error.is_some() {
                 lt.cycles = link(&mut lt.tasks);
                 out.threads.push(lt);
@@ -417,6 +432,7 @@ fn read_thread(
     raw: &RawThread,
     walk: Option<&Walk>,
     running_only: bool,
+    limit: usize,
 ) -> LoopTasks {
     let mut lt = empty_loop(raw.thread_id, raw.native_id);
     let ts = raw.tstate;
@@ -439,7 +455,7 @@ fn read_thread(
         }
     } else {
         let head = ts.wrapping_add(o.ts_tasks_head);
-        read_list(o, mem, walker, head, &mut lt, running.zip(walk));
+        read_list(o, mem, walker, head, &mut lt, running.zip(walk), limit);
     }
     lt
 }
@@ -475,20 +491,37 @@ impl LoopTasks {
     /// as a frame, then each awaiting task's coroutines and name, to the root task;
     /// innermost first. None when the thread runs no task.
     pub(crate) fn task_stack(&self) -> Option<Vec<Frame>> {
-        let running = self.running_task?;
-        let index: HashMap<u64, usize> = self
-            .tasks
+        let index = self.index();
+        self.stack_from(self.running_task?, &index)
+    }
+
+    /// Each waiting task's stack (`--wall`: a task waits at its innermost await), joined
+    /// to its awaiters' as [`LoopTasks::task_stack`] joins the running one's.
+    pub(crate) fn waiting_stacks(&self) -> Vec<Vec<Frame>> {
+        let index = self.index();
+        self.tasks
+            .iter()
+            .filter(|t| !t.running && !t.stack.is_empty())
+            .filter_map(|t| self.stack_from(t.id, &index))
+            .collect()
+    }
+
+    fn index(&self) -> HashMap<u64, usize> {
+        self.tasks
             .iter()
             .enumerate()
             .map(|(i, t)| (t.id, i))
-            .collect();
-        let mut at = *index.get(&running)?;
+            .collect()
+    }
+
+    fn stack_from(&self, task: u64, index: &HashMap<u64, usize>) -> Option<Vec<Frame>> {
+        let mut at = *index.get(&task)?;
         let mut out = Vec::new();
         let mut seen = HashSet::new();
         while seen.insert(at) {
             let t = &self.tasks[at];
             out.extend(t.stack.iter().cloned());
-            out.push(Frame::of_task(&t.name));
+            out.push(Frame::of_task(if t.numbered { "Task-*" } else { &t.name }));
             match t.awaited_by.iter().filter_map(|id| index.get(id)).min() {
                 Some(&next) => at = next,
                 None => break,
@@ -507,6 +540,7 @@ fn read_list(
     head: u64,
     lt: &mut LoopTasks,
     running: Option<(u64, &Walk)>,
+    limit: usize,
 ) {
     let mut node = match mem.read_u64(head.wrapping_add(o.llist_next)) {
         Ok(n) => n,
@@ -521,7 +555,7 @@ fn read_list(
             lt.error = Some("its task list is broken (changed while read?)".into());
             return;
         }
-        if lt.tasks.len() >= MAX_TASKS {
+        if lt.tasks.len() >= limit {
             lt.truncated = true;
             return;
         }
@@ -549,6 +583,7 @@ fn read_task(
     let mut info = TaskInfo {
         id: task,
         name: String::new(),
+        numbered: false,
         running: running.is_some(),
         stack: Vec::new(),
         awaiting: None,
@@ -566,10 +601,11 @@ fn read_task(
         }
     };
     let mut errors = Vec::new();
-    info.name = task_name(o, mem, walker, field_u64(&buf, o.task_name)).unwrap_or_else(|e| {
-        errors.push(format!("its name: {e}"));
-        format!("Task at {task:#x}")
-    });
+    (info.name, info.numbered) = task_name(o, mem, walker, field_u64(&buf, o.task_name))
+        .unwrap_or_else(|e| {
+            errors.push(format!("its name: {e}"));
+            (format!("Task at {task:#x}"), true)
+        });
     let coro = field_u64(&buf, o.task_coro);
     let chain = match running {
         Some(w) => running_stack(o, mem, walker, coro, w),
@@ -605,13 +641,13 @@ fn read_task(
     info
 }
 
-/// A task's name: a `str`, or an `int` (a task named by its number, `Task-N`).
+/// A task's name: a `str`, or an `int` (a task named by its number, `Task-N`: then true).
 fn task_name(
     o: &Offsets,
     mem: &dyn ProcessMemory,
     walker: &StackWalker,
     name: u64,
-) -> Result<String> {
+) -> Result<(String, bool)> {
     if name == 0 {
         return Err(Error::Inconsistent {
             addr: name,
@@ -621,10 +657,10 @@ fn task_name(
     let ty = mem.read_u64(name.wrapping_add(o.ob_type))?;
     let flags = mem.read_u64(ty.wrapping_add(o.tp_flags))?;
     if flags & TPFLAGS_LONG_SUBCLASS != 0 {
-        return Ok(format!("Task-{}", small_int(o, mem, name)?));
+        return Ok((format!("Task-{}", small_int(o, mem, name)?), true));
     }
     if flags & TPFLAGS_UNICODE_SUBCLASS != 0 {
-        return walker.read_text(mem, name);
+        return Ok((walker.read_text(mem, name)?, false));
     }
     Err(Error::Inconsistent {
         addr: name,
@@ -850,6 +886,7 @@ mod tests {
         TaskInfo {
             id,
             name: format!("t{id}"),
+            numbered: false,
             running: false,
             stack: Vec::new(),
             awaiting: None,

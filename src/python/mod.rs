@@ -199,17 +199,22 @@ pub(crate) fn take_snapshot_with_states(
 /// Like [`take_snapshot_with_states`], and under `--async` (`tasks`), each thread that runs
 /// an asyncio task gets the task's stack instead of its own (see
 /// [`LoopTasks::task_stack`]): the event loop's frames give way to the tasks that await
-/// the running one.
+/// the running one. `waiting` (`--wall`) gets the stack of every task that waits, by the
+/// `thread_id` of its loop's thread.
 pub(crate) fn take_sample_snapshot(
     proc: &PythonProcess,
     walker: &mut StackWalker,
     opts: &SnapshotOptions,
     known_states: Option<&HashMap<i32, char>>,
     tasks: Option<&mut AsyncReader>,
+    mut waiting: Option<&mut Vec<(u64, Vec<Frame>)>>,
 ) -> Result<Snapshot> {
     let mut snap = snapshot(proc, walker, opts, known_states, None, tasks)?;
     if let Some(a) = snap.asyncio.take() {
         for lt in &a.threads {
+            if let Some(w) = waiting.as_deref_mut().filter(|_| lt.thread_id != 0) {
+                w.extend(lt.waiting_stacks().into_iter().map(|s| (lt.thread_id, s)));
+            }
             let Some(stack) = lt.task_stack() else {
                 continue;
             };

@@ -121,6 +121,9 @@ pub struct Sampler {
     native: Option<native::NativeSampling>,
     /// `--async`: finds each thread's running task and its awaiters.
     tasks: Option<python::AsyncReader>,
+    /// `--async --wall`: the stacks of the tasks that waited at this sample, by kernel id
+    /// of their loop's thread: each is charged the sample's interval as time off the CPU.
+    waiting: Vec<(i32, Vec<crate::profile::Frame>)>,
     /// Each thread's last stack read (not of a thread holding the GIL), by kernel id: what a
     /// thread that has not run since is charged to without reading it again.
     last_read: HashMap<i32, LastRead>,
@@ -169,7 +172,10 @@ impl Sampler {
             walker,
             cpu: CpuTracker::new(),
             files: cputime::ThreadFiles::new(),
-            tasks: cfg.tasks.then(python::AsyncReader::for_samples),
+            tasks: cfg
+                .tasks
+                .then(|| python::AsyncReader::for_samples(cfg.wall)),
+            waiting: Vec::new(),
             cfg,
             agg: Aggregator::new(),
             stats: Stats::default(),
@@ -239,6 +245,25 @@ impl Sampler {
                 charge(agg, sources, proc, cwd.as_deref(), cfg.profile_all, c)
             });
         }
+        // `--async --wall`: every waiting task waits the whole interval at its await.
+        for (tid, frames) in std::mem::take(&mut self.waiting) {
+            let c = Charge {
+                tid,
+                frames: &frames,
+                activity: crate::profile::Activity::Python,
+                user_s: 0.0,
+                system_s: 0.0,
+                idle_s: wall_s,
+            };
+            charge(
+                &mut self.agg,
+                &mut self.sources,
+                &self.proc,
+                self.cwd.as_deref(),
+                self.cfg.profile_all,
+                c,
+            );
+        }
         self.attribution.retain(&tids);
         Ok(())
     }
@@ -293,6 +318,7 @@ impl Sampler {
                 *c = (*c + WOKEN_S).min(3.0 * WOKEN_S);
             }
         }
+        let mut waiting = Vec::new();
         let snap = match &mut self.native {
             Some(n) => n.snapshot(&self.proc, &mut self.walker, &opts, &states),
             None => python::take_sample_snapshot(
@@ -301,6 +327,7 @@ impl Sampler {
                 &opts,
                 Some(&states),
                 self.tasks.as_mut(),
+                self.cfg.wall.then_some(&mut waiting),
             ),
         };
         let mut snap = match snap {
@@ -335,6 +362,10 @@ impl Sampler {
             .threads
             .iter()
             .filter_map(|t| Some((t.thread_id, t.native_id?)))
+            .collect();
+        self.waiting = waiting
+            .into_iter()
+            .filter_map(|(thread, frames)| Some((*self.last_tids.get(&thread)?, frames)))
             .collect();
         let mut seen = Vec::with_capacity(snap.threads.len());
         for mut t in snap.threads {
