@@ -9,7 +9,8 @@ table) from what it measured: one command for every figure.
 
 Suites (see SUITES): overhead against the peers on the four workloads (cpu, native, memory),
 many parked threads (threads), 10 kHz with the rate achieved (rate), CPython 3.15's own
-sampler (tachyon), attach to a running process (attach), and the cost of one sample
+sampler (tachyon), async-aware stacks against Tachyon's (async), attach to a running process
+(attach), and the cost of one sample
 (sample: `cargo bench --bench snapshot`). The overhead suites run
 ../shared/bench/overhead.py (bare run and each tool in turn, round after round: the ratio
 of whole-process wall times, median of the rounds, with min and max). The peers come from
@@ -112,6 +113,24 @@ SUITES = {
         python=PY315,
         env={"SCALENE_RS_ROOT_BIND": os.path.dirname(SHARED)},
     ),
+    "async": dict(
+        title="Async-aware stacks (`--async`) against Tachyon's `--async-aware` (CPython 3.15)",
+        what="pyperformance's async_tree, variant `none` (bench/workloads/async_tree.py drives "
+        "the benchmark's own module without pyperf: a tree of gathered tasks 6 deep and 6 wide, "
+        "scheduling only, the hardest case). `run --cpu-only --async` at 100 Hz; Tachyon "
+        "`--async-aware` at its default 1 kHz and at 100 Hz (wall mode: it refuses `--mode cpu` "
+        "with `--async-aware`). Debian's 3.15, chrooted. Goal: ≤1.05×.",
+        workloads=["async_tree"],
+        tools=[
+            ("scalene-rs --async", ours("--cpu-only --async --rate 100")),
+            ("tachyon --async-aware", "{python} -m profiling.sampling run --async-aware --collapsed -o {out}/ta.txt {script}"),
+            ("tachyon --async-aware 100 Hz", "{python} -m profiling.sampling run --async-aware -r 100hz --collapsed -o {out}/ta.txt {script}"),
+        ],
+        python=PY315,
+        env={
+            "SCALENE_RS_ROOT_BIND": os.path.dirname(SHARED) + ":" + os.path.expanduser("~/.cache/scalene-rs-bench"),
+        },
+    ),
     "attach": dict(
         title="`attach` to a process started without us",
         what="bench/attach_run.sh starts the program and attaches 0.1 s into it (with memory, "
@@ -123,7 +142,7 @@ SUITES = {
         ],
     ),
 }
-ORDER = ["cpu", "native", "memory", "threads", "rate", "tachyon", "attach", "sample"]
+ORDER = ["cpu", "native", "memory", "threads", "rate", "tachyon", "async", "attach", "sample"]
 
 
 def log(msg):
