@@ -14,8 +14,8 @@
 //! the wrappers meet with a test suite to run.
 //!
 //! Bounded: the slow modules run a subset (`-m` patterns, below, with the reason), every
-//! run has the runner's per-test `--timeout` and is killed after [`LIMIT`]; about two
-//! minutes in all on a 2-core machine.
+//! run has the runner's per-test `--timeout` and is killed after [`LIMIT`]; 140 s in all
+//! on a 2-core machine (the profiled runs take 1.1-3× their bare time).
 mod common;
 
 use common::{bin, run_limited, Interpreter};
