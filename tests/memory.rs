@@ -256,6 +256,64 @@ fn each_python_allocator_mode_reaches_the_program() {
     }
 }
 
+/// `sys._debugmallocstats()` prints pymalloc's statistics under `run` where it does bare:
+/// CPython prints them only when the object allocator is pymalloc's own function, and the
+/// library puts it back for the call (preload/src/mallocstats.rs), then its wrappers again:
+/// the small objects of the line after the call are counted (320 MB of them; none would
+/// be without the wrappers). 3.8+ (the wrappers); 3.6 and 3.7 run with PYTHONMALLOC=malloc
+/// under `run`, where pymalloc has no statistics to print; 2.7 has no such function.
+#[test]
+fn debugmallocstats_shows_pymalloc_under_run() {
+    const PYMALLOC: &str = "Small block threshold";
+    let dir = common::tempdir("scalene-rs-mallocstats");
+    let script = dir.join("mallocstats.py");
+    std::fs::write(
+        &script,
+        "import sys\nsys._debugmallocstats()\nfor i in range(3000000): s = str(i)\n",
+    )
+    .unwrap();
+    let json = dir.join("profile.json");
+    for py in interpreters().iter().filter(|py| py.version() >= (3, 8)) {
+        let bare = Command::new(&py.path).arg(&script).output().unwrap();
+        let run = Command::new(BIN)
+            .args(["run", "--format", "json", "-o"])
+            .arg(&json)
+            .arg("--")
+            .arg(&py.path)
+            .arg(&script)
+            .output()
+            .unwrap();
+        assert!(
+            bare.status.success() && run.status.success(),
+            "{}",
+            py.label
+        );
+        let (bare_err, run_err) = (
+            String::from_utf8_lossy(&bare.stderr),
+            String::from_utf8_lossy(&run.stderr),
+        );
+        assert_eq!(
+            run_err.contains(PYMALLOC),
+            bare_err.contains(PYMALLOC),
+            "{}: pymalloc's statistics printed bare: {}, under run: {}",
+            py.label,
+            bare_err.contains(PYMALLOC),
+            run_err.contains(PYMALLOC)
+        );
+        let profile: Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap())
+            .unwrap_or_else(|e| panic!("{}: {e}", py.label));
+        let mb = common::profile_line(&profile, "mallocstats.py", 3)
+            .and_then(|l| l["mem_alloc_mb"].as_f64())
+            .unwrap_or(0.0);
+        assert!(
+            mb > 100.0,
+            "{}: {mb} MB allocated on the line after the call",
+            py.label
+        );
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 #[test]
 fn a_forked_child_keeps_working() {
     for py in interpreters() {

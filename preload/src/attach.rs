@@ -106,7 +106,7 @@ fn self_addr() -> usize {
 
 // ---- ELF ----
 
-const PT_LOAD: u32 = 1;
+pub(crate) const PT_LOAD: u32 = 1;
 const PT_DYNAMIC: u32 = 2;
 const PT_GNU_RELRO: u32 = 0x6474_e552;
 const DT_NULL: i64 = 0;
@@ -158,14 +158,14 @@ enum Kind {
 }
 
 /// One loaded object as dl_iterate_phdr describes it.
-struct Object<'a> {
-    base: usize,
+pub(crate) struct Object<'a> {
+    pub(crate) base: usize,
     name: &'a [u8],
-    phdrs: &'a [libc::Elf64_Phdr],
+    pub(crate) phdrs: &'a [libc::Elf64_Phdr],
 }
 
 impl<'a> Object<'a> {
-    fn of(info: &'a libc::dl_phdr_info) -> Object<'a> {
+    pub(crate) fn of(info: &'a libc::dl_phdr_info) -> Object<'a> {
         let name = if info.dlpi_name.is_null() {
             &[][..]
         } else {
@@ -185,7 +185,7 @@ impl<'a> Object<'a> {
         }
     }
 
-    fn contains(&self, addr: usize) -> bool {
+    pub(crate) fn contains(&self, addr: usize) -> bool {
         self.phdrs.iter().any(|p| {
             p.p_type == PT_LOAD
                 && addr.wrapping_sub(self.base + p.p_vaddr as usize) < p.p_memsz as usize
@@ -213,7 +213,7 @@ impl<'a> Object<'a> {
 
     /// The object's `[lo, hi)` that the dynamic linker made read-only after relocation,
     /// whole pages only (as it does): (0, 0) when none.
-    fn relro(&self) -> (usize, usize) {
+    pub(crate) fn relro(&self) -> (usize, usize) {
         let page = page_size();
         self.phdrs
             .iter()

@@ -15,6 +15,7 @@
 mod arenas;
 mod attach;
 pub mod layout;
+mod mallocstats;
 mod maps;
 mod pymem;
 mod real;

@@ -56,6 +56,7 @@ pub const SMALL: usize = 512;
 
 /// `PyMemAllocatorEx` (3.5+).
 #[repr(C)]
+#[derive(Clone, Copy)]
 struct Allocator {
     ctx: *mut c_void,
     malloc: Option<unsafe extern "C" fn(*mut c_void, usize) -> *mut c_void>,
@@ -72,9 +73,10 @@ const EMPTY: Allocator = Allocator {
     free: None,
 };
 
-/// The interpreter's own allocators of `PYMEM_DOMAIN_MEM` (1) and `PYMEM_DOMAIN_OBJ` (2)
-/// (our wrappers' `ctx`); written once, read-only afterwards: before `main` (one thread)
-/// when preloaded, or, loaded late (`attach`), by the pending call that installs the
+/// The interpreter's own allocators of `PYMEM_DOMAIN_MEM` (1) and `PYMEM_DOMAIN_OBJ` (2),
+/// at [`MEM`] and [`OBJ`] (each domain has wrappers of its own, which find what they wrap
+/// here, not through `ctx`: see [`ours`]); written once, read-only afterwards: before
+/// `main` (one thread) when preloaded, or, loaded late (`attach`), by the pending call that installs the
 /// wrappers, on the main thread with the thread state attached (the GIL held: no other
 /// thread uses these two domains meanwhile, and those that do later take the GIL first,
 /// which orders the writes before their reads). Never written again once [`HOOKED`].
@@ -83,6 +85,10 @@ struct Slots(UnsafeCell<[Allocator; 2]>);
 // (see above); read-only after.
 unsafe impl Sync for Slots {}
 static SLOTS: Slots = Slots(UnsafeCell::new([EMPTY, EMPTY]));
+
+/// [`SLOTS`]' index of each domain.
+const MEM: usize = 0;
+const OBJ: usize = 1;
 
 /// The wrappers are in.
 static HOOKED: AtomicBool = AtomicBool::new(false);
@@ -154,6 +160,7 @@ pub fn choose(accounting: bool) {
         return;
     }
     if accounting && install() {
+        crate::mallocstats::take_over();
         // SAFETY: before main, one thread: nothing else reads the environment now.
         unsafe { libc::unsetenv(c"PYTHONMALLOC".as_ptr()) };
     } else {
@@ -286,7 +293,11 @@ pub fn install_late() -> bool {
     if is_free_threaded_build() || !late_api() {
         return false;
     }
-    wrap_domains()
+    let wrapped = wrap_domains();
+    if wrapped {
+        crate::mallocstats::take_over();
+    }
+    wrapped
 }
 
 /// Wraps `PYMEM_DOMAIN_MEM` and `PYMEM_DOMAIN_OBJ` (see [`install`], [`install_late`]).
@@ -325,28 +336,84 @@ fn wrap_domains() -> bool {
         if fn_addr(&inner[1]) == fn_addr(&raw) {
             return false;
         }
-        for (i, domain) in [PYMEM_DOMAIN_MEM, PYMEM_DOMAIN_OBJ].into_iter().enumerate() {
-            let mut ours = Allocator {
-                ctx: &mut inner[i] as *mut Allocator as *mut c_void,
-                malloc: Some(wrapped_malloc),
-                calloc: Some(wrapped_calloc),
-                realloc: Some(wrapped_realloc),
-                free: Some(wrapped_free),
-            };
-            set(domain, &mut ours);
-        }
+        set(PYMEM_DOMAIN_MEM, &mut ours::<MEM>());
+        set(PYMEM_DOMAIN_OBJ, &mut ours::<OBJ>());
     }
     HOOKED.store(true, Ordering::Release);
     true
 }
 
-/// The wrapped allocator a wrapper's `ctx` names.
+/// Our wrappers of the domain at `SLOTS[D]`. Their `ctx` is the wrapped allocator's own,
+/// and they find what they wrap in [`SLOTS`] (never through `ctx`): so a thread that reads
+/// the domain's allocator while [`with_own_obj_allocator`] swaps it (the fields are not
+/// written at once) calls either function with the right `ctx`, whichever it got.
 ///
 /// # Safety
-/// `ctx` is one we installed: it points at an entry of `SLOTS`, filled before main.
+/// `SLOTS[D]` is filled (see [`SLOTS`]).
+unsafe fn ours<const D: usize>() -> Allocator {
+    Allocator {
+        ctx: inner::<D>().ctx,
+        malloc: Some(wrapped_malloc::<D>),
+        calloc: Some(wrapped_calloc::<D>),
+        realloc: Some(wrapped_realloc::<D>),
+        free: Some(wrapped_free::<D>),
+    }
+}
+
+/// The address of our `malloc` of `PYMEM_DOMAIN_OBJ`.
+fn ours_obj_malloc() -> usize {
+    let f: unsafe extern "C" fn(*mut c_void, usize) -> *mut c_void = wrapped_malloc::<OBJ>;
+    f as usize
+}
+
+/// The wrapped allocator of the domain at `SLOTS[D]`.
+///
+/// # Safety
+/// `SLOTS[D]` is filled (see [`SLOTS`]): true in every wrapper we installed.
 #[inline(always)]
-unsafe fn inner<'a>(ctx: *mut c_void) -> &'a Allocator {
-    &*(ctx as *const Allocator)
+unsafe fn inner<'a, const D: usize>() -> &'a Allocator {
+    &(*SLOTS.0.get())[D]
+}
+
+/// Calls `f` with the interpreter's own allocator back in `PYMEM_DOMAIN_OBJ` when ours is
+/// there, and ours again after; else just calls it. The caller holds the GIL, as
+/// `PyMem_SetAllocator` requires (never on a free-threaded build: see `mallocstats.rs`).
+///
+/// For CPython's `_PyObject_DebugMallocStats` (`sys._debugmallocstats()`, `mallocstats.rs`):
+/// it prints pymalloc's statistics only when the domain's `malloc` is pymalloc's own, and
+/// pymalloc's state (its arenas and pools) is what it was, since pymalloc serves every
+/// object under the wrappers. Meanwhile this domain's requests go to pymalloc uncounted
+/// (a thread of another interpreter with a GIL of its own may make some).
+pub fn with_own_obj_allocator<R>(f: impl FnOnce() -> R) -> R {
+    let (get, set) = (symbol(c"PyMem_GetAllocator"), symbol(c"PyMem_SetAllocator"));
+    if !hooked() || get.is_null() || set.is_null() {
+        return f();
+    }
+    // SAFETY: both are CPython's `void (PyMemAllocatorDomain, PyMemAllocatorEx *)`.
+    let (get, set) = unsafe {
+        (
+            core::mem::transmute::<*mut c_void, GetSet>(get),
+            core::mem::transmute::<*mut c_void, GetSet>(set),
+        )
+    };
+    let mut now = EMPTY;
+    // SAFETY: the GIL is held (see above); the interpreter fills the struct.
+    unsafe { get(PYMEM_DOMAIN_OBJ, &mut now) };
+    let ours_now = ours_obj_malloc();
+    if now.malloc.map(|f| f as usize) != Some(ours_now) {
+        // Another allocator (tracemalloc's, the debug hooks) sits on ours, or replaced it:
+        // CPython then prints what it would print without us.
+        return f();
+    }
+    // SAFETY: hooked, so SLOTS is filled; the GIL is held; the interpreter copies the
+    // structs we pass.
+    unsafe {
+        let mut own = *inner::<OBJ>();
+        set(PYMEM_DOMAIN_OBJ, &mut own);
+        let r = f();
+        set(PYMEM_DOMAIN_OBJ, &mut ours::<OBJ>());
+        r
+    }
 }
 
 /// Calls `f` (the wrapped allocator) marked as inside it when `large` (pymalloc hands such
@@ -364,8 +431,8 @@ fn inside<R>(large: bool, f: impl FnOnce() -> R) -> R {
     })
 }
 
-unsafe extern "C" fn wrapped_malloc(ctx: *mut c_void, n: usize) -> *mut c_void {
-    let a = inner(ctx);
+unsafe extern "C" fn wrapped_malloc<const D: usize>(_: *mut c_void, n: usize) -> *mut c_void {
+    let a = inner::<D>();
     // SAFETY: `install` checked every function of the wrapped allocator is there.
     let small = n <= counted_up_to();
     let p = inside(!small, || (a.malloc.unwrap_unchecked())(a.ctx, n));
@@ -386,8 +453,12 @@ fn counted(p: *mut c_void, n: usize) {
     }
 }
 
-unsafe extern "C" fn wrapped_calloc(ctx: *mut c_void, k: usize, n: usize) -> *mut c_void {
-    let a = inner(ctx);
+unsafe extern "C" fn wrapped_calloc<const D: usize>(
+    _: *mut c_void,
+    k: usize,
+    n: usize,
+) -> *mut c_void {
+    let a = inner::<D>();
     let bytes = k.checked_mul(n);
     let small = bytes.is_some_and(|b| b <= counted_up_to());
     // SAFETY: as in `wrapped_malloc`.
@@ -398,8 +469,12 @@ unsafe extern "C" fn wrapped_calloc(ctx: *mut c_void, k: usize, n: usize) -> *mu
     p
 }
 
-unsafe extern "C" fn wrapped_realloc(ctx: *mut c_void, p: *mut c_void, n: usize) -> *mut c_void {
-    let a = inner(ctx);
+unsafe extern "C" fn wrapped_realloc<const D: usize>(
+    _: *mut c_void,
+    p: *mut c_void,
+    n: usize,
+) -> *mut c_void {
+    let a = inner::<D>();
     // The block may be (or become) one of the C allocator's, whatever `n` is; and what the
     // call copies (through the interposed memcpy) tells what was there before.
     let copied = || tls::with(|t| t.copied.get());
@@ -428,8 +503,8 @@ unsafe extern "C" fn wrapped_realloc(ctx: *mut c_void, p: *mut c_void, n: usize)
     q
 }
 
-unsafe extern "C" fn wrapped_free(ctx: *mut c_void, p: *mut c_void) {
-    let a = inner(ctx);
+unsafe extern "C" fn wrapped_free<const D: usize>(_: *mut c_void, p: *mut c_void) {
+    let a = inner::<D>();
     if !p.is_null() && active() {
         on_free_small(p, mimalloc_maps());
     }
