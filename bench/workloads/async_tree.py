@@ -3,7 +3,7 @@ with six branches a level, gathered (the benchmark's own module, from the peers'
 imported and driven directly; pyperf, which only its command line uses, is stood in for).
 
 ASYNC_TREE_VARIANT: none (default: scheduling only, the hardest case for a profiler),
-cpu_io_mixed, io, memoization; ASYNC_TREE_LOOPS: trees per run (default 3).
+cpu_io_mixed, io, memoization; ASYNC_TREE_LOOPS: trees per run (default 6).
 ASYNC_TREE_MODULE: the benchmark's run_benchmark.py (default: found in the peers' venv).
 """
 import asyncio
@@ -33,5 +33,5 @@ variants = {
     "cpu_io_mixed": bench.CpuIoMixedAsyncTree,
 }
 tree = variants[os.environ.get("ASYNC_TREE_VARIANT", "none")]
-for _ in range(int(os.environ.get("ASYNC_TREE_LOOPS", "3"))):
+for _ in range(int(os.environ.get("ASYNC_TREE_LOOPS", "6"))):
     asyncio.run(tree().run())
