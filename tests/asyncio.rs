@@ -426,7 +426,7 @@ fn run_async_charges_the_leaf_to_the_whole_task_chain() {
             };
         }
         let dir = common::tempdir("scalene-rs-asyncio-run");
-        let out = dir.join("p.collapsed");
+        let out = dir.join("p.json");
         let mut cmd = Command::new(common::bin());
         cmd.current_dir(common::repo_root())
             .args(["run", "--cpu-only", "--async", "-o"])
@@ -437,11 +437,43 @@ fn run_async_charges_the_leaf_to_the_whole_task_chain() {
             .arg(dir.join("truth.json"))
             .arg("2.5");
         let run = common::run_limited(cmd, DUMP_TIMEOUT);
-        let text = std::fs::read_to_string(&out).unwrap_or_default();
-        let _ = std::fs::remove_dir_all(&dir);
         if run.code != Some(0) {
+            let _ = std::fs::remove_dir_all(&dir);
             return Err(run.describe());
         }
+        // Every output shows the tasks: the profile rendered again in each format.
+        let mut text = String::new();
+        for format in ["collapsed", "flamegraph", "speedscope", "html", "pprof"] {
+            let file = dir.join(format!("p.{format}"));
+            let mut view = Command::new(common::bin());
+            view.arg("view")
+                .arg(&out)
+                .args(["--format", format, "-o"])
+                .arg(&file);
+            let r = common::run_limited(view, DUMP_TIMEOUT);
+            let bytes = std::fs::read(&file).unwrap_or_default();
+            let shown = if format == "pprof" {
+                use std::io::Read;
+                let mut s = String::new();
+                let mut raw = Vec::new();
+                let _ = flate2::read::GzDecoder::new(&bytes[..]).read_to_end(&mut raw);
+                s.push_str(&String::from_utf8_lossy(&raw));
+                s
+            } else {
+                String::from_utf8_lossy(&bytes).into_owned()
+            };
+            if r.code != Some(0) || !shown.contains("task leaf") {
+                let _ = std::fs::remove_dir_all(&dir);
+                return Err(format!(
+                    "view --format {format}: no task frame: {}",
+                    r.describe()
+                ));
+            }
+            if format == "collapsed" {
+                text = shown;
+            }
+        }
+        let _ = std::fs::remove_dir_all(&dir);
         let (mut total, mut burning, mut whole) = (0u64, 0u64, 0u64);
         for l in text.lines() {
             let Some((stack, n)) = l.rsplit_once(' ') else {
