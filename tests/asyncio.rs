@@ -2,11 +2,13 @@
 //!
 //! Each fixture writes its own truth (fixtures/asyncio/shapes.py `describe()`: every task's
 //! coroutines as `cr_await` links them, whether it was the running one, its thread's native
-//! id and, on 3.14+, the tasks that await it as the task records them), then stays put.
-//! The dump must give, for every task: its name, its coroutine chain (function and line,
+//! id and the tasks that await it as asyncio itself can know it: on 3.14+ as the task records
+//! it, before that the tasks whose `_fut_waiter` it is or is a `gather` child of), then stays
+//! put. The dump must give, for every task: its name, its coroutine chain (function and line,
 //! exactly), its thread, who awaits it; the running task's stack from the thread's own
-//! frames; await cycles reported as cycles. Versions whose tasks are not read get a
-//! one-line error and exit code 6.
+//! frames; await cycles reported as cycles. Tasks are read from 3.11 on (3.11–3.13 through
+//! the `_asyncio` module's containers, 3.14+ as CPython describes them); older versions get
+//! a one-line error and exit code 6.
 
 mod common;
 
@@ -23,7 +25,7 @@ const DUMP_TIMEOUT: Duration = Duration::from_secs(60);
 const EXIT_UNSUPPORTED: i32 = 6;
 
 fn reads_tasks(py: &Interpreter) -> bool {
-    py.version() >= (3, 14)
+    py.version() >= (3, 11)
 }
 
 fn dump(pid: i32, extra: &[&str]) -> Run {
@@ -217,11 +219,7 @@ fn refused(py: &Interpreter) -> Result<String, String> {
     let run = dump(child.id() as i32, &[]);
     let _ = child.kill();
     let _ = child.wait();
-    let want = if py.version() < (3, 11) {
-        "async stacks need Python 3.11 or later"
-    } else {
-        "are not read yet"
-    };
+    let want = "async stacks need Python 3.11 or later";
     let lines: Vec<&str> = run.stderr.lines().collect();
     if run.code != Some(EXIT_UNSUPPORTED) || lines.len() != 1 || !lines[0].contains(want) {
         return Err(format!(
@@ -333,6 +331,30 @@ fn diamond_gather_cycle_and_two_loops() {
                 != 2
             {
                 return Err("expected two threads running a loop".into());
+            }
+            // What asyncio can know of the edges: a gather's children are linked to the task
+            // awaiting the gather on every version (before 3.14 through the gather's own
+            // list of children); a TaskGroup's children to the task in its `async with` only
+            // from 3.14 on (before, nothing records them: no edge is made up).
+            let by_id: BTreeMap<u64, String> = tasks
+                .iter()
+                .map(|(n, (_, t))| (t["id"].as_u64().unwrap_or(0), n.clone()))
+                .collect();
+            let awaits = |name: &str| names_of(&tasks[name].1["awaits"], &by_id);
+            let set = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<BTreeSet<_>>();
+            if awaits("gatherer") != set(&["g1", "g2"]) {
+                return Err(format!("gatherer awaits {:?}", awaits("gatherer")));
+            }
+            let group = if py.version() >= (3, 14) {
+                set(&["left", "right"])
+            } else {
+                set(&[])
+            };
+            if awaits("group") != group {
+                return Err(format!(
+                    "group awaits {:?}, expected {group:?}",
+                    awaits("group")
+                ));
             }
             let text = dump(fx.pid, &[]).stdout;
             for want in ["an await cycle", "shown above", "awaiting _GatheringFuture"] {
@@ -465,5 +487,62 @@ fn run_async_charges_the_leaf_to_the_whole_task_chain() {
         Ok(format!(
             "{whole} of {burning} samples in burn carry the 5-task chain ({total} in all)"
         ))
+    });
+}
+
+#[test]
+fn eager_tasks_caught_in_their_first_step() {
+    let fixture = common::fixture("asyncio/eager.py");
+    let (burn, e2_call) = (
+        common::mark(&fixture, "eager_burn") as i64,
+        common::mark(&fixture, "e2_call") as i64,
+    );
+    common::for_each_interpreter(|py| {
+        if !reads_tasks(py) {
+            return Ok("tasks not read (see a_chain_of_five_tasks_reads_whole)".into());
+        }
+        if py.version() < (3, 12) {
+            return Ok("no eager tasks before 3.12".into());
+        }
+        let (fx, truth) = start(py, "eager.py", &["120"])?;
+        let result = (|| {
+            let d = json_dump(fx.pid)?;
+            // Every task, the eager ones still in their first step included (3.12/3.13:
+            // listed in `_eager_tasks` only), with chains and awaiters as the program has them.
+            let tasks = compare(&d, &truth)?;
+            let running: Vec<&String> = truth
+                .as_object()
+                .map(|o| {
+                    o.iter()
+                        .filter(|(_, t)| t["running"] == Value::Bool(true))
+                        .map(|(n, _)| n)
+                        .collect()
+                })
+                .unwrap_or_default();
+            let [name] = running[..] else {
+                return Err(format!("the program has running tasks {running:?}"));
+            };
+            let (_, t) = &tasks[name];
+            let lt = &d["asyncio"]["threads"][0];
+            if lt["running_task"] != t["id"] || t["running"] != Value::Bool(true) {
+                return Err(format!(
+                    "the loop runs {}, the program says {name}",
+                    lt["running_task"]
+                ));
+            }
+            let stack = outermost_first(&t["stack"]);
+            let want = vec![("e2".to_string(), e2_call), ("burn".to_string(), burn)];
+            if stack != want {
+                return Err(format!(
+                    "the running task's stack {stack:?}, expected {want:?}"
+                ));
+            }
+            Ok(format!(
+                "{} tasks, {name} running eagerly in burn:{burn}",
+                tasks.len()
+            ))
+        })();
+        stop(fx);
+        result
     });
 }

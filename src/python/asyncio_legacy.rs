@@ -223,12 +223,8 @@ impl Rd<'_> {
         let buf = self.mem.read_vec(at, (n * size) as usize)?;
         let split = if values != 0 {
             let mut n = n;
-            if let Some(valid) = l.values_valid {
-                // 3.13: the values say how many slots they have, and whether they hold
-                // the attributes (or a dict made from them does).
-                if self.byte(values, valid)? == 0 {
-                    return Ok(Vec::new());
-                }
+            if l.values_valid.is_some() {
+                // 3.13: the values say how many slots they have (their first byte).
                 n = n.min(self.byte(values, 0)? as i64);
             }
             let v = self.mem.read_vec(
@@ -318,6 +314,12 @@ impl Rd<'_> {
                         return Err(bad(ty, "a type of implausible size"));
                     }
                     values = obj.wrapping_add_signed(size);
+                    // Inline values say whether they hold the attributes (`valid`; only
+                    // they set it: values a dict allocated leave it unset).
+                    let valid = l.values_valid.expect("3.13 has valid");
+                    if self.byte(values, valid)? == 0 {
+                        return Ok(None);
+                    }
                 }
             }
             if values != 0 {
