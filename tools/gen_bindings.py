@@ -131,6 +131,99 @@ static int state_bit(int which) {
 """
 
 
+# What `dump --async` reads on 3.11-3.13, where CPython describes no task for outside readers
+# (src/python/asyncio_legacy.rs): the objects on the way from the interpreter's sys.modules to
+# the `_asyncio` module's task containers, and a suspended coroutine's awaited object.
+# Rendered into one table per minor version (and build kind) in asyncio_legacy.rs.
+ASYNC_FIRST, ASYNC_LAST = (3, 11), (3, 13)
+ASYNC_FIELDS = [
+    ("object_size", None, None, "sizeof(PyObject)"),
+    ("ob_type", None, None, "offsetof(PyObject, ob_type)"),
+    ("ob_size", None, None, "offsetof(PyVarObject, ob_size)"),
+    ("tp_name", None, None, "offsetof(PyTypeObject, tp_name)"),
+    ("tp_basicsize", None, None, "offsetof(PyTypeObject, tp_basicsize)"),
+    ("tp_flags", None, None, "offsetof(PyTypeObject, tp_flags)"),
+    ("tp_base", None, None, "offsetof(PyTypeObject, tp_base)"),
+    ("tp_dictoffset", None, None, "offsetof(PyTypeObject, tp_dictoffset)"),
+    ("ht_cached_keys", None, None, "offsetof(PyHeapTypeObject, ht_cached_keys)"),
+    ("flag_managed_dict", None, None, "Py_TPFLAGS_MANAGED_DICT"),
+    ("flag_inline_values", (3, 13), None, "Py_TPFLAGS_INLINE_VALUES"),
+    ("flag_long", None, None, "Py_TPFLAGS_LONG_SUBCLASS"),
+    ("flag_unicode", None, None, "Py_TPFLAGS_UNICODE_SUBCLASS"),
+    # Instance attributes of a type with a managed dict (3.11: a values pointer and a dict
+    # pointer before the object; 3.12: one word, the values tagged by its low bit; 3.13: a
+    # dict pointer before the object, the values inline after tp_basicsize bytes).
+    ("managed_values", (3, 11), (3, 11), "(char *)_PyObject_ValuesPointer(FAKE) - (char *)FAKE"),
+    ("managed_dict", (3, 11), (3, 11), "(char *)_PyObject_ManagedDictPointer(FAKE) - (char *)FAKE"),
+    ("managed_dict", (3, 12), (3, 12), "(char *)_PyObject_DictOrValuesPointer(FAKE) - (char *)FAKE"),
+    ("values_untag", (3, 12), (3, 12), "values_untag()"),
+    ("managed_dict", (3, 13), None, "MANAGED_DICT_OFFSET"),
+    ("values_values", None, None, "offsetof(PyDictValues, values)"),
+    ("values_valid", (3, 13), None, "offsetof(PyDictValues, valid)"),
+    ("interp_modules", None, (3, 11), "offsetof(PyInterpreterState, modules)"),
+    ("interp_modules", (3, 12), None, "offsetof(PyInterpreterState, imports.modules)"),
+    ("md_dict", None, None, "offsetof(PyModuleObject, md_dict)"),
+    ("ma_keys", None, None, "offsetof(PyDictObject, ma_keys)"),
+    ("ma_values", None, None, "offsetof(PyDictObject, ma_values)"),
+    ("dk_log2_size", None, None, "offsetof(PyDictKeysObject, dk_log2_size)"),
+    ("dk_log2_index_bytes", None, None, "offsetof(PyDictKeysObject, dk_log2_index_bytes)"),
+    ("dk_kind", None, None, "offsetof(PyDictKeysObject, dk_kind)"),
+    ("dk_nentries", None, None, "offsetof(PyDictKeysObject, dk_nentries)"),
+    ("dk_indices", None, None, "offsetof(PyDictKeysObject, dk_indices)"),
+    ("dict_keys_general", None, None, "DICT_KEYS_GENERAL"),
+    ("entry_size", None, None, "sizeof(PyDictKeyEntry)"),
+    ("entry_key", None, None, "offsetof(PyDictKeyEntry, me_key)"),
+    ("entry_value", None, None, "offsetof(PyDictKeyEntry, me_value)"),
+    ("uentry_size", None, None, "sizeof(PyDictUnicodeEntry)"),
+    ("uentry_key", None, None, "offsetof(PyDictUnicodeEntry, me_key)"),
+    ("uentry_value", None, None, "offsetof(PyDictUnicodeEntry, me_value)"),
+    ("set_mask", None, None, "offsetof(PySetObject, mask)"),
+    ("set_table", None, None, "offsetof(PySetObject, table)"),
+    ("setentry_size", None, None, "sizeof(setentry)"),
+    ("setentry_key", None, None, "offsetof(setentry, key)"),
+    ("wr_object", None, None, "offsetof(PyWeakReference, wr_object)"),
+    ("list_items", None, None, "offsetof(PyListObject, ob_item)"),
+    ("long_digits", None, (3, 11), "offsetof(PyLongObject, ob_digit)"),
+    ("long_digits", (3, 12), None, "offsetof(PyLongObject, long_value.ob_digit)"),
+    ("long_tag", (3, 12), None, "offsetof(PyLongObject, long_value.lv_tag)"),
+    ("long_shift", None, None, "PyLong_SHIFT"),
+    ("gi_iframe", None, None, "offsetof(PyGenObject, gi_iframe)"),
+    ("gi_frame_state", None, None, "offsetof(PyGenObject, gi_frame_state)"),
+    ("frame_stacktop", None, None, "offsetof(_PyInterpreterFrame, stacktop)"),
+    ("frame_localsplus", None, None, "offsetof(_PyInterpreterFrame, localsplus)"),
+    ("frame_instr", None, (3, 12), "offsetof(_PyInterpreterFrame, prev_instr)"),
+    ("frame_instr", (3, 13), None, "offsetof(_PyInterpreterFrame, instr_ptr)"),
+    ("frame_owner", None, None, "offsetof(_PyInterpreterFrame, owner)"),
+    ("owned_by_generator", None, None, "FRAME_OWNED_BY_GENERATOR"),
+    ("frame_created", None, None, "FRAME_CREATED"),
+    ("frame_suspended_yield_from", (3, 13), None, "FRAME_SUSPENDED_YIELD_FROM"),
+    ("frame_cleared", None, None, "FRAME_CLEARED"),
+    ("op_resume", None, None, "RESUME"),
+    ("op_resume_quick", (3, 11), (3, 11), "RESUME_QUICK"),
+    ("op_resume_instrumented", (3, 12), None, "INSTRUMENTED_RESUME"),
+]
+
+ASYNC_INCLUDES = ["opcode.h", "internal/pycore_interp.h", "internal/pycore_runtime.h",
+                  "internal/pycore_frame.h", "internal/pycore_code.h",
+                  "internal/pycore_dict.h", "internal/pycore_object.h",
+                  "internal/pycore_moduleobject.h", "internal/pycore_genobject.h"]
+
+# An object in the middle of a buffer, for the inline functions that locate the words before
+# an object (they only compute addresses; NDEBUG keeps their asserts from reading its type).
+ASYNC_PROBE_HEAD = r"""
+static char fake_buf[512];
+#define FAKE ((PyObject *)(fake_buf + 256))
+"""
+
+ASYNC_VALUES_TAG_312 = r"""
+static long long values_untag(void) {
+    PyDictOrValues d;
+    d.values = fake_buf + 7;
+    if (!_PyDictOrValues_IsValues(d)) return -100;
+    return (long long)((char *)_PyDictOrValues_GetValues(d) - (fake_buf + 7));
+}
+"""
+
 def in_range(v, first, last):
     return (first is None or v >= first) and (last is None or v <= last)
 
@@ -157,6 +250,81 @@ def probe_source(version):
     lines.append("}")
     return "\n".join(lines) + "\n"
 
+
+
+def async_probe_source(version):
+    lines = ["#define Py_BUILD_CORE 1", "#define NDEBUG 1", "#include <Python.h>"]
+    lines += ["#include <%s>" % h for h in ASYNC_INCLUDES]
+    lines += ["#include <stddef.h>", "#include <stdio.h>", "#include <string.h>"]
+    lines.append(ASYNC_PROBE_HEAD)
+    if version == (3, 12):
+        lines.append(ASYNC_VALUES_TAG_312)
+    lines.append("int main(void) {")
+    lines.append('    printf("{\\n");')
+    for name, first, last, expr in ASYNC_FIELDS:
+        if in_range(version, first, last):
+            lines.append('    printf("\\"%s\\": %%lld,\\n", (long long)(%s));' % (name, expr))
+    lines.append('    printf("\\"end\\": 0\\n}\\n");')
+    lines.append("    return 0;")
+    lines.append("}")
+    return "\n".join(lines) + "\n"
+
+
+def compile_and_run(python, inc, source):
+    """The JSON a probe prints, compiled against `inc` (python's headers)."""
+    tmp = tempfile.mkdtemp(prefix="scalene-rs-probe-")
+    try:
+        src = os.path.join(tmp, "probe.c")
+        exe = os.path.join(tmp, "probe")
+        with open(src, "w") as f:
+            f.write(source)
+        cmd = [os.environ.get("CC", "cc"), "-w", "-I", inc, "-I", os.path.join(inc, "internal")]
+        if python.root not in ("", "/"):
+            # A root's own headers (Debian keeps pyconfig.h under its multiarch directory),
+            # after this machine's C library's.
+            cmd += ["-idirafter", os.path.join(python.root, "usr", "include")]
+        cmd += [src, "-o", exe]
+        p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        out, _ = p.communicate()
+        if p.returncode != 0:
+            sys.exit("probe for %s did not compile:\n%s" % (python.label, out.decode(errors="replace")))
+        values = json.loads(subprocess.check_output([exe]).decode())
+    finally:
+        shutil.rmtree(tmp)
+    values.pop("end")
+    return values
+
+
+def render_async(tables):
+    """asyncio_legacy.rs: one `LegacyAsyncLayout` per (full version, free-threaded, values).
+    A field some version lacks is an Option."""
+    names = []
+    for name, _, _, _ in ASYNC_FIELDS:
+        if name not in names:
+            names.append(name)
+    minors = [(3, m) for m in range(ASYNC_FIRST[1], ASYNC_LAST[1] + 1)]
+
+    def everywhere(name):
+        return all(any(n == name and in_range(m, f, l) for n, f, l, _ in ASYNC_FIELDS)
+                   for m in minors)
+
+    out = ["// Generated by tools/gen_bindings.py from the headers of CPython %s. Do not edit by hand."
+           % ", ".join("%d.%d.%d%s" % (full + ("t" if ft else "",)) for full, ft, _ in tables),
+           "", "use super::LegacyAsyncLayout;", "",
+           "/// One table per minor version (and build kind), oldest first.",
+           "pub(crate) const TABLES: &[LegacyAsyncLayout] = &["]
+    for full, ft, v in tables:
+        out.append("    LegacyAsyncLayout {")
+        out.append("        version: (%d, %d)," % full[:2])
+        out.append("        free_threaded: %s," % ("true" if ft else "false"))
+        for name in names:
+            if everywhere(name):
+                out.append("        %s: %d," % (name, v[name]))
+            else:
+                out.append("        %s: %s," % (name, "Some(%d)" % v[name] if name in v else "None"))
+        out.append("    },")
+    out.append("];")
+    return "\n".join(out) + "\n"
 
 def interpreter_info(python):
     code = ("import sys, sysconfig, json; print(json.dumps({'version': list(sys.version_info[:3]),"
@@ -349,6 +517,7 @@ def main():
         sys.exit("no interpreters found (pass --python)")
     stale = []
     done = set()
+    async_tables = []
     for python in pythons:
         full, inc, free_threaded, values = probe(python)
         name = "v%d_%d%s.rs" % (full[0], full[1], "t" if free_threaded else "")
@@ -358,6 +527,9 @@ def main():
             print("%s: no headers under %s, skipped" % (python.label, inc), file=sys.stderr)
             continue
         done.add(name)
+        if in_range(full[:2], ASYNC_FIRST, ASYNC_LAST):
+            async_tables.append((full, free_threaded,
+                                 compile_and_run(python, inc, async_probe_source(full[:2]))))
         text = rustfmt(render(full, inc, free_threaded, values))
         path = os.path.join(args.out, name)
         if args.check:
@@ -373,6 +545,22 @@ def main():
                 f.write(text)
             print("%d.%d.%d: wrote %s (%d fields)" % (full + (path, len(values))),
                   file=sys.stderr)
+    if async_tables and not args.python:
+        async_tables.sort(key=lambda t: (t[0][:2], t[1]))
+        path = os.path.join(args.out, "asyncio_legacy.rs")
+        text = rustfmt(render_async(async_tables))
+        old = open(path).read() if os.path.exists(path) else ""
+        if args.check:
+            if old != text:
+                stale.append(path)
+                sys.stdout.writelines(difflib.unified_diff(
+                    old.splitlines(True), text.splitlines(True), path, "generated"))
+            print("asyncio_legacy.rs: %s" % ("differs" if old != text else "up to date"),
+                  file=sys.stderr)
+        else:
+            with open(path, "w") as f:
+                f.write(text)
+            print("wrote %s (%d tables)" % (path, len(async_tables)), file=sys.stderr)
     if stale:
         sys.exit("%d table(s) differ from what the headers give" % len(stale))
 

@@ -10,6 +10,9 @@
 //! frame lives inside the coroutine object; what it awaits is the value on top of that
 //! frame's stack (one slot below the stack pointer on 3.14, two on 3.15).
 //!
+//! 3.11–3.13 keep their tasks in containers of the `_asyncio` module instead, and record
+//! only what a task waits for: `asyncio_legacy` reads those into the same snapshot.
+//!
 //! Owns: [`AsyncReader`] (finding the section, once it is loaded, and reading the graph)
 //! and [`AsyncSnapshot`] (what `dump --async` prints and what a sample is charged to).
 //! Must not: pause threads (the caller reads under its own pause, or says it did not), or
@@ -31,7 +34,7 @@ pub(crate) const MAX_TASKS: usize = 100_000;
 /// charged its wait): what keeps a sample's time bounded with many thousands of tasks.
 pub(crate) const MAX_SAMPLED_TASKS: usize = 1_000;
 /// Coroutines followed in one task's chain at most.
-const MAX_CHAIN: usize = 1024;
+pub(super) const MAX_CHAIN: usize = 1024;
 /// Slots of an `awaited_by` set read at most.
 const MAX_SET_SLOTS: u64 = 1 << 20;
 
@@ -40,12 +43,6 @@ pub fn unsupported(version: (u32, u32)) -> Option<String> {
     if version < (3, 11) {
         Some(format!(
             "async stacks need Python 3.11 or later (the target runs {}.{})",
-            version.0, version.1
-        ))
-    } else if version < (3, 14) {
-        Some(format!(
-            "async stacks of Python {}.{} are not read yet: this build reads the tasks that \
-             Python 3.14 and later describe for outside readers",
             version.0, version.1
         ))
     } else {
@@ -203,6 +200,8 @@ pub struct AsyncReader {
     /// When the process's map was last read for that (a sample of a program that has not
     /// imported asyncio must not read its map every time): see [`RESCAN`].
     scanned: Option<std::time::Instant>,
+    /// 3.11–3.13, whose tasks are found another way: see `asyncio_legacy`.
+    legacy: super::asyncio_legacy::LegacyState,
 }
 
 /// How often the map of a process without `_asyncio` loaded is read again: soon while a
@@ -289,6 +288,17 @@ impl AsyncReader {
                 unavailable: Some(why),
             };
         }
+        if version < (3, 14) {
+            let legacy = &mut self.legacy;
+            return super::asyncio_legacy::read(
+                legacy,
+                self.running_only,
+                proc,
+                mem,
+                walker,
+                threads,
+            );
+        }
         let in_asyncio = threads.iter().any(|(_, w)| {
             w.is_some_and(|w| w.frames.iter().any(|f| f.filename.contains("/asyncio/")))
         });
@@ -332,7 +342,7 @@ impl AsyncReader {
     }
 }
 
-fn empty_loop(thread_id: u64, native_id: Option<i32>) -> LoopTasks {
+pub(super) fn empty_loop(thread_id: u64, native_id: Option<i32>) -> LoopTasks {
     LoopTasks {
         thread_id,
         native_id,
@@ -660,12 +670,21 @@ fn task_name(
         return Ok((format!("Task-{}", small_int(o, mem, name)?), true));
     }
     if flags & TPFLAGS_UNICODE_SUBCLASS != 0 {
-        return Ok((walker.read_text(mem, name)?, false));
+        let text = walker.read_text(mem, name)?;
+        let numbered = is_default_name(&text);
+        return Ok((text, numbered));
     }
     Err(Error::Inconsistent {
         addr: name,
         why: "a task name that is neither str nor int",
     })
+}
+
+/// Whether `name` is asyncio's default name, `Task-N` (a `str` before 3.13 and for some
+/// tasks after; an `int` until asked for otherwise since).
+pub(super) fn is_default_name(name: &str) -> bool {
+    name.strip_prefix("Task-")
+        .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
 }
 
 /// An `int` of at most two 30-bit digits (3.12+ layout: `lv_tag` holds the digit count
@@ -817,7 +836,7 @@ fn type_name(o: &Offsets, mem: &dyn ProcessMemory, ty: u64) -> Result<String> {
 
 /// Keeps in each task's `awaited_by` only tasks of the list (a set's deleted slots and
 /// plain futures are not tasks), fills `awaits`, and returns the await cycles.
-fn link(tasks: &mut [TaskInfo]) -> Vec<Vec<u64>> {
+pub(super) fn link(tasks: &mut [TaskInfo]) -> Vec<Vec<u64>> {
     let index: HashMap<u64, usize> = tasks.iter().enumerate().map(|(i, t)| (t.id, i)).collect();
     let mut awaits: Vec<Vec<u64>> = vec![Vec::new(); tasks.len()];
     for t in tasks.iter_mut() {
@@ -933,6 +952,8 @@ mod tests {
     fn says_which_versions_have_no_tasks_to_read() {
         assert!(unsupported((3, 10)).unwrap().contains("3.11 or later"));
         assert!(unsupported((2, 7)).is_some());
+        assert!(unsupported((3, 11)).is_none());
+        assert!(unsupported((3, 13)).is_none());
         assert!(unsupported((3, 14)).is_none());
         assert!(unsupported((3, 15)).is_none());
     }

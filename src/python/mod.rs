@@ -7,6 +7,7 @@
 //! Must not: format output.
 
 mod asyncio;
+mod asyncio_legacy;
 pub mod linetable;
 pub use asyncio::{
     unsupported as async_unsupported, AsyncReader, AsyncSnapshot, LoopTasks, TaskInfo,

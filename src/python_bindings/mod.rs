@@ -5,10 +5,13 @@
 //! written by `tools/gen_bindings.py`, which compiles a small C probe against each
 //! interpreter's own headers; never edit them by hand (see `docs/NEW_PYTHON_VERSION.md`).
 //! For 3.13 and later the layout is also read at run time from `_Py_DebugOffsets`
-//! (`debug_offsets.rs`), which is what makes an untested 3.14+ target work.
+//! (`debug_offsets.rs`), which is what makes an untested 3.14+ target work. What asyncio's
+//! tasks need on 3.11–3.13 (before CPython describes them itself) is in a table of its own,
+//! [`LegacyAsyncLayout`] (`asyncio_legacy.rs`, written by the same generator).
 //!
 //! Must not: read process memory (that is `crate::python`'s job) or know about output.
 
+mod asyncio_legacy;
 pub mod debug_offsets;
 mod debug_offsets_fields;
 pub(crate) mod opcodes;
@@ -245,4 +248,98 @@ pub(crate) fn supported_versions() -> String {
         })
         .collect::<Vec<_>>()
         .join(", ")
+}
+
+/// What `dump --async` reads on 3.11–3.13 besides [`Layout`]: the objects from the
+/// interpreter's `sys.modules` to the `_asyncio` module's task containers (dicts, sets, weak
+/// references, instance attributes) and a suspended coroutine's frame. Byte offsets, sizes and
+/// constants, generated from each version's headers (`tools/gen_bindings.py`); the task object
+/// itself is no header's (see `python::asyncio_legacy`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct LegacyAsyncLayout {
+    pub(crate) version: (u32, u32),
+    pub(crate) free_threaded: bool,
+    /// `sizeof(PyObject)`: 16, or 32 in a free-threaded build.
+    pub(crate) object_size: i64,
+    pub(crate) ob_type: i64,
+    /// `PyVarObject.ob_size` (a list's length; a 3.11 int's signed digit count).
+    pub(crate) ob_size: i64,
+    pub(crate) tp_name: i64,
+    pub(crate) tp_basicsize: i64,
+    pub(crate) tp_flags: i64,
+    pub(crate) tp_base: i64,
+    pub(crate) tp_dictoffset: i64,
+    /// `PyHeapTypeObject.ht_cached_keys`: the keys an instance's values are ordered by.
+    pub(crate) ht_cached_keys: i64,
+    pub(crate) flag_managed_dict: i64,
+    /// 3.13: `Py_TPFLAGS_INLINE_VALUES` (an instance's values follow it, `tp_basicsize` in).
+    pub(crate) flag_inline_values: Option<i64>,
+    pub(crate) flag_long: i64,
+    pub(crate) flag_unicode: i64,
+    /// 3.11: where the values pointer of an instance with a managed dict is (before it).
+    pub(crate) managed_values: Option<i64>,
+    /// Where the dict pointer of an instance with a managed dict is (before it); 3.12: the
+    /// word holds the dict or, tagged by its low bit, the values.
+    pub(crate) managed_dict: i64,
+    /// 3.12: what to add to a tagged values word to get the values.
+    pub(crate) values_untag: Option<i64>,
+    /// `offsetof(PyDictValues, values)`.
+    pub(crate) values_values: i64,
+    /// 3.13: `offsetof(PyDictValues, valid)`.
+    pub(crate) values_valid: Option<i64>,
+    /// `PyInterpreterState`'s `modules` (3.11) / `imports.modules`: `sys.modules`.
+    pub(crate) interp_modules: i64,
+    pub(crate) md_dict: i64,
+    pub(crate) ma_keys: i64,
+    pub(crate) ma_values: i64,
+    pub(crate) dk_log2_size: i64,
+    pub(crate) dk_log2_index_bytes: i64,
+    pub(crate) dk_kind: i64,
+    pub(crate) dk_nentries: i64,
+    pub(crate) dk_indices: i64,
+    pub(crate) dict_keys_general: i64,
+    pub(crate) entry_size: i64,
+    pub(crate) entry_key: i64,
+    pub(crate) entry_value: i64,
+    pub(crate) uentry_size: i64,
+    pub(crate) uentry_key: i64,
+    pub(crate) uentry_value: i64,
+    pub(crate) set_mask: i64,
+    pub(crate) set_table: i64,
+    pub(crate) setentry_size: i64,
+    pub(crate) setentry_key: i64,
+    pub(crate) wr_object: i64,
+    pub(crate) list_items: i64,
+    pub(crate) long_digits: i64,
+    /// 3.12+: `lv_tag` (digit count above 3 bits of sign); 3.11 keeps the signed count in
+    /// `ob_size`.
+    pub(crate) long_tag: Option<i64>,
+    pub(crate) long_shift: i64,
+    pub(crate) gi_iframe: i64,
+    pub(crate) gi_frame_state: i64,
+    /// `_PyInterpreterFrame.stacktop`: an int, the stack's top as a slot of `localsplus`.
+    pub(crate) frame_stacktop: i64,
+    pub(crate) frame_localsplus: i64,
+    /// `prev_instr` (3.11/3.12: the last instruction started) / `instr_ptr` (3.13).
+    pub(crate) frame_instr: i64,
+    pub(crate) frame_owner: i64,
+    pub(crate) owned_by_generator: i64,
+    pub(crate) frame_created: i64,
+    /// 3.13: the state of a generator suspended in `yield from` / `await`.
+    pub(crate) frame_suspended_yield_from: Option<i64>,
+    pub(crate) frame_cleared: i64,
+    pub(crate) op_resume: i64,
+    pub(crate) op_resume_quick: Option<i64>,
+    pub(crate) op_resume_instrumented: Option<i64>,
+}
+
+/// The asyncio table of `major.minor` (3.11–3.13; free-threaded or not), if generated.
+pub(crate) fn legacy_async(
+    major: u32,
+    minor: u32,
+    free_threaded: bool,
+) -> Option<&'static LegacyAsyncLayout> {
+    asyncio_legacy::TABLES
+        .iter()
+        .find(|l| l.version == (major, minor) && l.free_threaded == free_threaded)
 }
