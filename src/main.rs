@@ -65,7 +65,7 @@ struct RecordArgs {
     /// each line with native time lists the native functions it was spent in.
     #[arg(long)]
     native: bool,
-    /// Asyncio-aware stacks (Python 3.14+): a thread running a task is charged to that
+    /// Asyncio-aware stacks (Python 3.11+): a thread running a task is charged to that
     /// task's coroutines joined to those of the tasks awaiting it, root task first, with
     /// the tasks' names as frames (`task NAME`) and without the event loop's own frames.
     #[arg(long = "async", conflicts_with = "native")]
@@ -207,7 +207,7 @@ struct DumpArgs {
     #[arg(long)]
     native: bool,
     /// Asyncio tasks too: per thread running an event loop, every task with its name, id
-    /// and coroutine stack, as a tree of who awaits whom (Python 3.14+, read in the same
+    /// and coroutine stack, as a tree of who awaits whom (Python 3.11+, read in the same
     /// pause as the stacks).
     #[arg(long = "async")]
     tasks: bool,

@@ -44,7 +44,7 @@ pub struct SamplerConfig {
     /// stacks are merged native and Python frames.
     pub native: bool,
     /// Charge a thread that runs an asyncio task to the task's stack joined to those of
-    /// the tasks awaiting it (`--async`, Python 3.14+).
+    /// the tasks awaiting it (`--async`, Python 3.11+).
     pub tasks: bool,
 }
 
