@@ -33,6 +33,8 @@ pub(crate) const MAX_TASKS: usize = 100_000;
 /// Tasks read per thread list at most by a sample under `--wall` (each waiting task is
 /// charged its wait): what keeps a sample's time bounded with many thousands of tasks.
 pub(crate) const MAX_SAMPLED_TASKS: usize = 1_000;
+/// Pages of the last read prefetched by the next at most.
+const MAX_HINT_RANGES: usize = 128;
 /// Coroutines followed in one task's chain at most.
 pub(super) const MAX_CHAIN: usize = 1024;
 /// Slots of an `awaited_by` set read at most.
@@ -200,6 +202,8 @@ pub struct AsyncReader {
     /// When the process's map was last read for that (a sample of a program that has not
     /// imported asyncio must not read its map every time): see [`RESCAN`].
     scanned: Option<std::time::Instant>,
+    /// What the last read used, one range per page: the next read prefetches it.
+    hint: Vec<(u64, usize)>,
     /// 3.11–3.13, whose tasks are found another way: see `asyncio_legacy`.
     legacy: super::asyncio_legacy::LegacyState,
 }
@@ -275,6 +279,23 @@ impl AsyncReader {
     /// The tasks of every thread of `threads` (as a read of the process found them, with
     /// their walks), read through `mem`.
     pub(crate) fn read(
+        &mut self,
+        proc: &PythonProcess,
+        mem: &dyn ProcessMemory,
+        walker: &mut StackWalker,
+        threads: &[(&RawThread, Option<&Walk>)],
+    ) -> AsyncSnapshot {
+        // The tasks, coroutines and names one sample reads are mostly where the last one
+        // found them: one request fetches them all (else each is a system call of its own).
+        let cache = crate::ptrace::PageCache::new(mem);
+        cache.prefetch(&self.hint);
+        let out = self.read_through(proc, &cache, walker, threads);
+        self.hint = cache.used_ranges();
+        self.hint.truncate(MAX_HINT_RANGES);
+        out
+    }
+
+    fn read_through(
         &mut self,
         proc: &PythonProcess,
         mem: &dyn ProcessMemory,
