@@ -458,11 +458,38 @@ fn run_async_charges_the_leaf_to_the_whole_task_chain() {
             .arg(&py.path)
             .arg(&fixture)
             .arg(dir.join("truth.json"))
-            .arg("2.5");
+            .arg("2.5")
+            .arg(dir.join("cpu.json"));
         let run = common::run_limited(cmd, DUMP_TIMEOUT);
         if run.code != Some(0) {
             let _ = std::fs::remove_dir_all(&dir);
             return Err(run.describe());
+        }
+        // The burning line's share of the time, against the program's own CPU clock: the
+        // truth, ±5 points.
+        let cpu: Value = serde_json::from_str(
+            &std::fs::read_to_string(dir.join("cpu.json")).unwrap_or_default(),
+        )
+        .map_err(|e| format!("the program's CPU truth: {e}"))?;
+        let want_pct = 100.0 * cpu["burn_cpu_s"].as_f64().unwrap_or(0.0)
+            / cpu["total_cpu_s"].as_f64().unwrap_or(1.0);
+        let profile: Value =
+            serde_json::from_str(&std::fs::read_to_string(&out).unwrap_or_default())
+                .map_err(|e| format!("the profile: {e}"))?;
+        let burn_line = common::mark(&fixture, "burn");
+        let got_pct = common::profile_line(&profile, "chain.py", burn_line)
+            .map(|l| {
+                ["cpu_python_pct", "cpu_native_pct", "cpu_system_pct"]
+                    .iter()
+                    .map(|k| l[*k].as_f64().unwrap_or(0.0))
+                    .sum::<f64>()
+            })
+            .unwrap_or(0.0);
+        if (got_pct - want_pct).abs() > 5.0 {
+            let _ = std::fs::remove_dir_all(&dir);
+            return Err(format!(
+                "the burning line has {got_pct:.1}% of the time, the program says {want_pct:.1}%"
+            ));
         }
         // Every output shows the tasks: the profile rendered again in each format.
         let mut text = String::new();
@@ -518,7 +545,8 @@ fn run_async_charges_the_leaf_to_the_whole_task_chain() {
             ));
         }
         Ok(format!(
-            "{whole} of {burning} samples in burn carry the 5-task chain ({total} in all)"
+            "{whole} of {burning} samples in burn carry the 5-task chain ({total} in all); \
+             the line {got_pct:.1}% of the time, {want_pct:.1}% by the program's clock"
         ))
     });
 }
