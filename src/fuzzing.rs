@@ -201,6 +201,43 @@ pub fn stack_walk(data: &[u8]) {
     }
 }
 
+/// Asyncio task graphs over random memory: byte 0 picks 3.14's or 3.15's layout (frames,
+/// strings); the rest goes to `python::fuzz_tasks` (the offsets, the thread state's place,
+/// the address space at [`STACK_BASE`]). What it reads is rendered as `dump --async`
+/// renders it (the await tree, cycles and all).
+pub fn async_tasks(data: &[u8]) {
+    let ([pick], rest) = take::<1>(data);
+    let Some(layout) = python_bindings::generated(3, 14 + u32::from(pick & 1), false) else {
+        return;
+    };
+    let [code, frame, unicode, bytes] = STACK_TYPES;
+    let types = crate::python::TypeAddrs {
+        code,
+        frame,
+        unicode,
+        bytes,
+    };
+    let mut w = StackWalker::new(*layout, types);
+    w.max_depth = 256;
+    let threads = crate::python::fuzz_tasks(rest, STACK_BASE, &mut w);
+    let snap = crate::python::Snapshot {
+        pid: 1,
+        python_version: "3.14.0".into(),
+        version_source: crate::python::version::VersionSource::PyVersionSymbol,
+        untested_version: false,
+        free_threaded: false,
+        executable: "/fuzz".into(),
+        threads: Vec::new(),
+        native: None,
+        asyncio: Some(crate::python::AsyncSnapshot {
+            threads,
+            unavailable: None,
+        }),
+    };
+    let _ = report::dump::to_text(&snap);
+    let _ = report::dump::to_json_string(&snap);
+}
+
 /// A native stack: bytes 0–15 pick the instruction pointer (a module of this process, and
 /// an offset into it) and the frame pointer; the rest is the stack from the stack pointer
 /// up. It is unwound with this process's own modules' rules, as a captured thread's is.

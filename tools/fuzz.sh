@@ -28,7 +28,7 @@ else
     seconds="${1:-12}"
     shift || true
 fi
-all=(line_table ring proc_maps elf profile_json stack_walk unwind)
+all=(line_table ring proc_maps elf profile_json stack_walk unwind async_tasks)
 if [ "$#" -gt 0 ]; then targets=("$@"); else targets=("${all[@]}"); fi
 
 cache="${XDG_CACHE_HOME:-$HOME/.cache}/scalene-rs"

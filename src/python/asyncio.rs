@@ -969,6 +969,92 @@ mod tests {
         assert_eq!(c, vec![vec![1, 2, 3], vec![4]]);
     }
 
+    /// Bytes for [`fuzz_tasks`] (after the fuzz target's layout byte) holding a thread that
+    /// runs task B (`Task-7`), awaited by task A (`Task-5`): both on its list.
+    /// Where the fuzz target's memory lies (`fuzzing::STACK_BASE`).
+    const BASE: u64 = 0x5500_0000_0000;
+
+    fn two_task_graph() -> Vec<u8> {
+        let base = BASE;
+        // Offsets, as fuzz_tasks derives them from each byte (twice the byte, most of them
+        // modulo 64): task of 168 bytes, name at 16, awaited_by 24, is_task 32, its set flag
+        // 34, coro 40, list node 48; thread state: loop 16, running task 24, list head 32;
+        // ob_type 8, tp_flags 16, tp_name 24; generator frame at 64, its state at 48.
+        let mut head = [0u8; 26];
+        for (i, v) in [52, 8, 12, 16, 17, 20, 24, 0, 8, 12, 16, 0, 4, 8, 12, 32, 24]
+            .into_iter()
+            .enumerate()
+        {
+            head[i] = v;
+        }
+        head[24..26].copy_from_slice(&0x100u16.to_le_bytes());
+        let mut mem = vec![0u8; 0x800];
+        let mut put =
+            |at: u64, v: u64| mem[at as usize..at as usize + 8].copy_from_slice(&v.to_le_bytes());
+        let (ts, a, b, int_type, n5, n7) = (0x100u64, 0x400u64, 0x600u64, 0x200, 0x280, 0x2c0);
+        put(ts + 16, base + 0x10); // a running loop
+        put(ts + 24, base + b); // running task B
+        put(ts + 32, base + a + 48); // list: head → A → B → head
+        put(a + 48, base + b + 48);
+        put(b + 48, base + ts + 32);
+        put(int_type + 16, 1 << 24); // an int type's tp_flags
+        for (n, v) in [(n5, 5), (n7, 7)] {
+            put(n + 8, base + int_type);
+            put(n + 16, 1 << 3); // one digit
+            put(n + 24, v);
+        }
+        put(a + 16, base + n5);
+        put(b + 16, base + n7);
+        put(b + 24, base + a); // B awaited by A
+        mem[a as usize + 32] = 1;
+        mem[b as usize + 32] = 1;
+        let mut out = head.to_vec();
+        out.extend(mem);
+        out
+    }
+
+    fn fuzz_walker() -> StackWalker {
+        let layout = crate::python_bindings::generated(3, 14, false).expect("3.14's table");
+        StackWalker::new(*layout, super::super::strings::TypeAddrs::default())
+    }
+
+    #[test]
+    fn reads_a_running_task_and_its_awaiter_from_memory() {
+        let base = BASE;
+        let got = fuzz_tasks(&two_task_graph(), base, &mut fuzz_walker());
+        let [all, running] = &got[..] else {
+            panic!("two reads");
+        };
+        let names: Vec<&str> = all.tasks.iter().map(|t| t.name.as_str()).collect();
+        assert_eq!(names, ["Task-5", "Task-7"]);
+        assert_eq!(all.running_task, Some(base + 0x600));
+        assert_eq!(all.tasks[1].awaited_by, vec![base + 0x400]);
+        assert_eq!(all.tasks[0].awaits, vec![base + 0x600]);
+        let stack: Vec<String> = running
+            .task_stack()
+            .expect("a running task")
+            .iter()
+            .map(|f| f.function.to_string())
+            .collect();
+        assert_eq!(
+            stack,
+            ["task Task-*", "task Task-*"],
+            "B, then A that awaits it"
+        );
+    }
+
+    /// Writes the async_tasks fuzz target's seed (`cargo test --lib write_async_tasks_seed
+    /// -- --ignored`).
+    #[test]
+    #[ignore]
+    fn write_async_tasks_seed() {
+        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/fuzz/corpus/async_tasks");
+        std::fs::create_dir_all(dir).unwrap();
+        let mut seed = vec![0u8]; // 3.14's layout
+        seed.extend(two_task_graph());
+        std::fs::write(format!("{dir}/two_tasks"), seed).unwrap();
+    }
+
     #[test]
     fn says_which_versions_have_no_tasks_to_read() {
         assert!(unsupported((3, 10)).unwrap().contains("3.11 or later"));
@@ -978,4 +1064,70 @@ mod tests {
         assert!(unsupported((3, 14)).is_none());
         assert!(unsupported((3, 15)).is_none());
     }
+}
+
+/// The task-graph reader over the fuzzer's bytes (`fuzz/fuzz_targets/async_tasks.rs`):
+/// bytes 0–23 are the offsets (of `.AsyncioDebug`'s and those taken from the debug
+/// offsets, each small), bytes 24–25 the thread state's place; the rest is the address
+/// space at `base`. Reads the thread's list (every task) and its running task's awaiters,
+/// links them, builds the samples' stacks; returns what a dump would render.
+#[cfg(any(test, feature = "fuzzing"))]
+pub(crate) fn fuzz_tasks(data: &[u8], base: u64, walker: &mut StackWalker) -> Vec<LoopTasks> {
+    use crate::ptrace::BufferMemory;
+    let mut head = [0u8; 26];
+    let n = data.len().min(head.len());
+    head[..n].copy_from_slice(&data[..n]);
+    let memory = &data[n..];
+    let small = |i: usize| usize::from(head[i]) * 2;
+    let o = Offsets {
+        task_size: 64 + small(0),
+        task_name: small(1) % 64,
+        task_awaited_by: small(2) % 64,
+        task_is_task: small(3) % 64,
+        task_awaited_by_is_set: small(4) % 64,
+        task_coro: small(5) % 64,
+        task_node: (small(6) % 64) as u64,
+        interp_tasks_head: small(7) as u64,
+        ts_running_loop: small(8) as u64,
+        ts_running_task: small(9) as u64,
+        ts_tasks_head: small(10) as u64,
+        ts_interp: small(11) as u64,
+        ob_type: small(12) as u64 % 32,
+        object_size: 16,
+        tp_flags: small(13) as u64,
+        tp_name: small(14) as u64,
+        gi_iframe: small(15) as u64,
+        gi_frame_state: small(16) as u64,
+        frame_owner: small(17) % walker.layout.frame.size.max(1),
+        frame_stackpointer: small(18) % walker.layout.frame.size.saturating_sub(8).max(1),
+        set_used: small(19) as u64,
+        set_mask: small(20) as u64,
+        set_table: small(21) as u64,
+        llist_next: small(22) as u64 % 16,
+        long_lv_tag: 16,
+        long_digit: 24,
+        states: FrameStates::of(14 + u32::from(head[23] & 1)),
+    };
+    let mem = BufferMemory {
+        base,
+        bytes: memory.to_vec(),
+    };
+    let raw = RawThread {
+        tstate: base + u64::from(u16::from_le_bytes([head[24], head[25]])),
+        thread_id: 1,
+        native_id: Some(1),
+        top_frame: 0,
+        interp_index: 0,
+        holds_gil: false,
+    };
+    let walk = Walk::default();
+    let mut out = Vec::new();
+    for running_only in [false, true] {
+        let mut lt = read_thread(&o, &mem, walker, &raw, Some(&walk), running_only, 64);
+        lt.cycles = link(&mut lt.tasks);
+        let _ = lt.task_stack();
+        let _ = lt.waiting_stacks();
+        out.push(lt);
+    }
+    out
 }

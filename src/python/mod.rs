@@ -8,6 +8,8 @@
 
 mod asyncio;
 mod asyncio_legacy;
+#[cfg(feature = "fuzzing")]
+pub(crate) use asyncio::fuzz_tasks;
 pub mod linetable;
 pub use asyncio::{
     unsupported as async_unsupported, AsyncReader, AsyncSnapshot, LoopTasks, TaskInfo,
