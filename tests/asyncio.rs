@@ -103,27 +103,9 @@ fn tasks_by_name(d: &Value) -> Result<BTreeMap<String, (i64, Value)>, String> {
     Ok(out)
 }
 
-/// (function, line) of frames, outermost first (the dump's stacks are innermost first).
-fn outermost_first(stack: &Value) -> Vec<(String, i64)> {
-    let mut v: Vec<(String, i64)> = stack
-        .as_array()
-        .map(|a| {
-            a.iter()
-                .map(|f| {
-                    (
-                        f["function"].as_str().unwrap_or("?").to_string(),
-                        f["line"].as_i64().unwrap_or(-1),
-                    )
-                })
-                .collect()
-        })
-        .unwrap_or_default();
-    v.reverse();
-    v
-}
-
-fn truth_chain(t: &Value) -> Vec<(String, i64)> {
-    t["chain"]
+/// (function, line) of a JSON array of frames, in its order.
+fn frames_of(frames: &Value) -> Vec<(String, i64)> {
+    frames
         .as_array()
         .map(|a| {
             a.iter()
@@ -136,6 +118,18 @@ fn truth_chain(t: &Value) -> Vec<(String, i64)> {
                 .collect()
         })
         .unwrap_or_default()
+}
+
+/// (function, line) of frames, outermost first (the dump's stacks are innermost first).
+fn outermost_first(stack: &Value) -> Vec<(String, i64)> {
+    let mut v = frames_of(stack);
+    v.reverse();
+    v
+}
+
+/// The program's truth of a task's coroutines, outermost first.
+fn truth_chain(t: &Value) -> Vec<(String, i64)> {
+    frames_of(&t["chain"])
 }
 
 /// Names of the tasks with ids `ids`.

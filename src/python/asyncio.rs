@@ -352,6 +352,20 @@ impl LoopTasks {
     }
 }
 
+/// The running task's stack as its thread's walk has it: the frames from the innermost
+/// down to `frame`, the task's own coroutine's (the frames below are the event loop's);
+/// None when `frame` is not on the chain (the task is starting or ending).
+pub(super) fn frames_down_to(walk: &Walk, frame: u64) -> Option<Vec<Frame>> {
+    let mut shown = 0;
+    for (i, &addr) in walk.chain.iter().enumerate() {
+        shown += usize::from(walk.shown.get(i).copied().unwrap_or(false));
+        if addr == frame {
+            return Some(walk.frames[..shown.min(walk.frames.len())].to_vec());
+        }
+    }
+    None
+}
+
 /// Whether `name` is asyncio's default name, `Task-N` (a `str` before 3.13 and for some
 /// tasks after; an `int` until asked for otherwise since).
 pub(super) fn is_default_name(name: &str) -> bool {

@@ -640,22 +640,16 @@ fn coro_chain(
     Ok((outer_first, awaiting))
 }
 
-/// The running task's stack: the thread's frames from the innermost down to the task's
-/// own coroutine (the frames below are the event loop's).
+/// The running task's stack: the thread's frames down to the task's own coroutine
+/// (`asyncio::frames_down_to`), or, off the thread's chain, its own frames.
 fn running_stack(
     rd: &mut Rd,
     walker: &mut StackWalker,
     coro: u64,
     walk: &Walk,
 ) -> Result<(Vec<Frame>, Option<Awaited>)> {
-    let frame = coro.wrapping_add_signed(rd.l.gi_iframe);
-    let mut shown = 0;
-    for (i, &addr) in walk.chain.iter().enumerate() {
-        shown += usize::from(walk.shown.get(i).copied().unwrap_or(false));
-        if addr == frame {
-            return Ok((walk.frames[..shown.min(walk.frames.len())].to_vec(), None));
-        }
+    match super::asyncio::frames_down_to(walk, coro.wrapping_add_signed(rd.l.gi_iframe)) {
+        Some(frames) => Ok((frames, None)),
+        None => coro_chain(rd, walker, coro),
     }
-    // Not on the thread's chain (the task is starting or ending): its own frames.
-    coro_chain(rd, walker, coro)
 }
