@@ -156,8 +156,8 @@ const DONE: &str = "done 128 64 320 120";
 /// attach (KEEP 128 MiB of Python, NATIVE 64 MiB native), copied (320 MiB), leaked (LEAK,
 /// not NOLEAK); its output and exit status as without us. Where memory cannot be had, the
 /// attach records time and says why. On a machine so busy that the profiler falls behind
-/// (CI once saw "30/41 samples missed" at a load of 20 on 2 cores), the figures may fall
-/// short, but only by what the report itself says was lost, never above the truth.
+/// (CI once saw "30/41 samples missed" at a load of 20 on 2 cores), the figures may be off,
+/// but only by what the report itself says was lost or moved to another line.
 #[test]
 fn attach_records_the_memory_of_a_process_started_without_us() {
     let name = "attach_target.py";
@@ -234,23 +234,27 @@ fn attach_records_the_memory_of_a_process_started_without_us() {
             return Ok(summary);
         }
         // What the product promises on a machine too busy for the profiler to keep up: the
-        // report says what it lost (events dropped from a full ring, allocations whose
-        // thread stopped waiting for its stack), and what it counted plus what it lost
-        // covers the truth; it never counts more than there was.
+        // report says what it lost or moved (events dropped from a full ring; allocations
+        // whose thread stopped waiting for its stack, charged to the line it ran next), and
+        // each figure is off by no more than that (the Python shares are not checked then:
+        // a late KEEP event counts on the NATIVE line).
         let m = &p["memory"];
         let dropped = m["dropped_events"].as_f64().unwrap_or(0.0);
         let late = m["handshake_timeouts"].as_f64().unwrap_or(0.0);
         let window_mb = m["window_bytes"].as_f64().unwrap_or(0.0) / 1048576.0;
         let copy_window_mb = m["copy_window_bytes"].as_f64().unwrap_or(0.0) / 1048576.0;
-        let lost_mb = dropped * window_mb.max(copy_window_mb);
-        let short = (128.0 * 0.9 - keep_peak).max(0.0)
-            + (64.0 * 0.9 - native_alloc).max(0.0)
-            + (320.0 * 0.8 - copied).max(0.0);
-        let over = keep_peak > 128.0 * 1.1 || native_alloc > 64.0 * 1.1 || copied > 320.0 * 1.2;
-        if (dropped > 0.0 || late > 0.0) && !over && short <= lost_mb + late * window_mb {
+        let slack = dropped * window_mb.max(copy_window_mb) + late * window_mb;
+        let near =
+            |got: f64, want: f64, tolerance: f64| (got - want).abs() <= want * tolerance + slack;
+        if (dropped > 0.0 || late > 0.0)
+            && near(keep_peak, 128.0, 0.10)
+            && near(native_alloc, 64.0, 0.10)
+            && near(copied, 320.0, 0.20)
+            && leaks.contains(&leak)
+        {
             return Ok(format!(
                 "{summary}; the machine was too busy: the report says {dropped} events dropped \
-                 and {late} late handshakes, which cover the {short:.0} MB missing"
+                 and {late} late handshakes, {slack:.0} MB that may be missing or moved"
             ));
         }
         Err(format!(
