@@ -1,7 +1,8 @@
 //! The sampling loop: every thread of a Python process, at a steady rate, from outside.
 //!
 //! Owns: [`Sampler`] — timing (deadline-based, missed ticks counted, never invented), the
-//! per-thread CPU time from /proc (user vs system measured by the kernel), the Python-vs-native
+//! per-thread CPU time (the scheduler's count: from a BPF program's records where one may be
+//! loaded, see [`bpf`], else /proc; user vs system measured by the kernel), the Python-vs-native
 //! tag (the innermost frame's current instruction is a CALL of some form), idle and GIL state,
 //! folding library frames into the user's calling line, and feeding the [`Aggregator`].
 //! Must not: format output, or keep samples one by one (memory stays bounded).

@@ -87,21 +87,30 @@ pub(crate) fn read_counter(map: &OwnedFd) -> io::Result<u64> {
     Ok(value)
 }
 
-/// Loads a raw tracepoint program; the error carries the verifier's log.
+/// Loads a raw tracepoint program; the error carries the end of the verifier's log (the
+/// load is tried again with a log only when it failed: a log too small fails a load).
 pub(crate) fn load_raw_tracepoint(insns: &[Insn]) -> io::Result<OwnedFd> {
     let code: Vec<u8> = insns.iter().flat_map(|i| i.to_bytes()).collect();
     let license = b"GPL\0";
-    let mut log = vec![0u8; 64 * 1024];
-    let mut a = Attr::new();
-    a.u32(0, PROG_TYPE_RAW_TRACEPOINT)
-        .u32(4, insns.len() as u32)
-        .u64(8, code.as_ptr() as u64)
-        .u64(16, license.as_ptr() as u64)
-        .u32(24, 1)
-        .u32(28, log.len() as u32)
-        .u64(32, log.as_mut_ptr() as u64);
-    a.0[48..56].copy_from_slice(b"scalene\0");
-    bpf(BPF_PROG_LOAD, &mut a).map(fd_of).map_err(|e| {
+    let load = |log: &mut [u8]| {
+        let mut a = Attr::new();
+        a.u32(0, PROG_TYPE_RAW_TRACEPOINT)
+            .u32(4, insns.len() as u32)
+            .u64(8, code.as_ptr() as u64)
+            .u64(16, license.as_ptr() as u64);
+        if !log.is_empty() {
+            a.u32(24, 1)
+                .u32(28, log.len() as u32)
+                .u64(32, log.as_mut_ptr() as u64);
+        }
+        a.0[48..56].copy_from_slice(b"scalene\0");
+        bpf(BPF_PROG_LOAD, &mut a).map(fd_of)
+    };
+    if let Ok(fd) = load(&mut []) {
+        return Ok(fd);
+    }
+    let mut log = vec![0u8; 256 * 1024];
+    load(&mut log).map_err(|e| {
         let end = log.iter().position(|&b| b == 0).unwrap_or(log.len());
         let text = String::from_utf8_lossy(&log[..end]);
         let last = text.lines().rev().take(3).collect::<Vec<_>>().join(" / ");

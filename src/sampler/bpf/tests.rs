@@ -113,3 +113,19 @@ fn parked_thread_writes_no_record() {
     bpf.drain();
     assert!(bpf.has_record(me));
 }
+
+#[test]
+fn the_last_record_of_a_thread_wins() {
+    let mut threads = HashMap::new();
+    let rec = |tid, switch_in, run_ns| prog::Record {
+        tid,
+        switch_in,
+        run_ns,
+    };
+    apply(&mut threads, rec(5, true, 100));
+    assert!(threads[&5].on_cpu);
+    apply(&mut threads, rec(5, false, 250));
+    assert!(!threads[&5].on_cpu && threads[&5].run_ns == 250);
+    apply(&mut threads, rec(6, false, 7));
+    assert_eq!(threads.len(), 2);
+}
