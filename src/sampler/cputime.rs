@@ -135,7 +135,7 @@ impl ThreadFiles {
     }
 
     /// Closes the files of threads not in `alive`.
-    pub(crate) fn retain(&mut self, alive: &[i32]) {
+    pub(crate) fn retain(&mut self, alive: &std::collections::HashSet<i32>) {
         self.open.retain(|t, _| alive.contains(t));
     }
 }
@@ -218,7 +218,7 @@ impl CpuTracker {
     }
 
     /// Forgets threads not in `alive` (they exited).
-    pub(crate) fn retain(&mut self, alive: &[i32]) {
+    pub(crate) fn retain(&mut self, alive: &std::collections::HashSet<i32>) {
         self.last.retain(|t, _| alive.contains(t));
     }
 }

@@ -1,12 +1,14 @@
 //! The sampling loop: every thread of a Python process, at a steady rate, from outside.
 //!
 //! Owns: [`Sampler`] — timing (deadline-based, missed ticks counted, never invented), the
-//! per-thread CPU time from /proc (user vs system measured by the kernel), the Python-vs-native
+//! per-thread CPU time (the scheduler's count: from a BPF program's records where one may be
+//! loaded, see [`bpf`], else /proc; user vs system measured by the kernel), the Python-vs-native
 //! tag (the innermost frame's current instruction is a CALL of some form), idle and GIL state,
 //! folding library frames into the user's calling line, and feeding the [`Aggregator`].
 //! Must not: format output, or keep samples one by one (memory stays bounded).
 
 mod attribution;
+pub(crate) mod bpf;
 pub mod cputime;
 pub(crate) mod native;
 mod pauses;
@@ -84,6 +86,8 @@ pub struct Stats {
     /// (their stack is that read's).
     pub unchanged: u64,
     pub elapsed: Duration,
+    /// Where per-thread CPU time came from (the first process's; said once).
+    pub cpu_times_from: Option<String>,
     /// Things the user should know about the recording (e.g. why there is no memory data).
     pub notes: Vec<String>,
 }
@@ -95,6 +99,8 @@ pub struct Sampler {
     cpu: CpuTracker,
     /// /proc files of the threads, open between samples.
     files: cputime::ThreadFiles,
+    /// The scheduler's records of the target's threads (see `bpf`); None: read /proc.
+    bpf: Option<bpf::BpfCpu>,
     cfg: SamplerConfig,
     agg: Aggregator,
     pub stats: Stats,
@@ -167,18 +173,27 @@ impl Sampler {
     pub fn new(proc: PythonProcess, cfg: SamplerConfig) -> Sampler {
         let walker = StackWalker::new(proc.layout, proc.addrs.types);
         let cwd = crate::proc::cwd(proc.pid);
+        let (bpf, cpu_times_from) = match bpf::BpfCpu::attach(proc.pid) {
+            Ok(b) => (Some(b), "the scheduler (BPF on sched_switch)".to_string()),
+            Err(why) => (None, format!("/proc schedstat (no BPF: {why})")),
+        };
+        let stats = Stats {
+            cpu_times_from: Some(cpu_times_from),
+            ..Stats::default()
+        };
         Sampler {
             proc,
             walker,
             cpu: CpuTracker::new(),
             files: cputime::ThreadFiles::new(),
+            bpf,
             tasks: cfg
                 .tasks
                 .then(|| python::AsyncReader::for_samples(cfg.wall)),
             waiting: Vec::new(),
             cfg,
             agg: Aggregator::new(),
-            stats: Stats::default(),
+            stats,
             last_wall: None,
             cwd,
             attribution: Attribution::new(),
@@ -443,23 +458,37 @@ impl Sampler {
             .unzip()
     }
 
-    /// Every listed thread's total CPU time (schedstat: precise and cheap), nanoseconds; a
-    /// thread that exited is missing (and the threads are listed again next time).
+    /// Every listed thread's total CPU time, nanoseconds: from the BPF records where the
+    /// program is loaded (a thread that did not run costs no read), else from schedstat
+    /// (precise and cheap, one read a thread); a thread that exited is missing (and the
+    /// threads are listed again next time).
     fn cpu_times(&mut self, tids: &[i32]) -> HashMap<i32, u64> {
         let pid = self.proc.pid;
         let mut run_ns: HashMap<i32, u64> = HashMap::with_capacity(tids.len());
+        let mut bpf = self.bpf.as_mut();
+        if let Some(b) = bpf.as_mut() {
+            b.drain();
+        }
         for &t in tids {
-            match self.files.read_sched(pid, t) {
+            let ns = match bpf.as_mut() {
+                Some(b) => b.total(pid, t, &mut self.files),
+                None => self.files.read_sched(pid, t),
+            };
+            match ns {
                 Some(ns) => {
                     run_ns.insert(t, ns);
                 }
                 None => self.tids_listed = None,
             }
         }
-        self.cpu.retain(tids);
-        self.files.retain(tids);
-        self.stat_cache.retain(|t, _| tids.contains(t));
-        self.last_read.retain(|t, _| tids.contains(t));
+        let alive: HashSet<i32> = tids.iter().copied().collect();
+        if let Some(b) = bpf {
+            b.retain(&alive);
+        }
+        self.cpu.retain(&alive);
+        self.files.retain(&alive);
+        self.stat_cache.retain(|t, _| alive.contains(t));
+        self.last_read.retain(|t, _| alive.contains(t));
         run_ns
     }
 

@@ -393,6 +393,9 @@ impl ProcessTree {
             Tracked::Other { .. } => None,
         });
         for st in live.chain(self.done.iter().map(|d| &d.sampler.stats)) {
+            if self.stats.cpu_times_from.is_none() {
+                self.stats.cpu_times_from.clone_from(&st.cpu_times_from);
+            }
             errors += st.errors;
             paused += st.paused_reads;
             thinned += st.thinned;
