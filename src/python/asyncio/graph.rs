@@ -488,10 +488,13 @@ fn set_items(o: &Offsets, mem: &dyn ProcessMemory, set: u64) -> Result<Vec<u64>>
             why: "a set of implausible size",
         });
     }
-    // Each slot: the key, then its hash.
+    // Each slot: the key, then its hash. A deleted key's slot keeps the set's dummy
+    // object with hash -1 (no object hashes to -1): not an awaiter, and a sample that
+    // follows the first awaiter must not take it for one.
     let slots = mem.read_vec(table, ((mask + 1) * 16) as usize)?;
     Ok(slots
         .chunks_exact(16)
+        .filter(|s| field_u64(s, 8) != u64::MAX)
         .map(|s| field_u64(s, 0))
         .filter(|&k| k != 0)
         .collect())

@@ -53,11 +53,18 @@ fn reports_each_cycle_once() {
 const BASE: u64 = 0x5500_0000_0000;
 
 fn two_task_graph() -> Vec<u8> {
+    graph(false)
+}
+
+/// [`two_task_graph`]; with `by_set`, B's awaiters are a set holding A and, before it, a
+/// deleted key's dummy (hash -1), as a set keeps one after a removal.
+fn graph(by_set: bool) -> Vec<u8> {
     let base = BASE;
     // Offsets, as fuzz_tasks derives them from each byte (twice the byte, most of them
     // modulo 64): task of 168 bytes, name at 16, awaited_by 24, is_task 32, its set flag
     // 34, coro 40, list node 48; thread state: loop 16, running task 24, list head 32;
     // ob_type 8, tp_flags 16, tp_name 24; generator frame at 64, its state at 48.
+    // A set: its used count at 16, mask at 24, table at 32.
     let mut head = [0u8; 26];
     for (i, v) in [52, 8, 12, 16, 17, 20, 24, 0, 8, 12, 16, 0, 4, 8, 12, 32, 24]
         .into_iter()
@@ -65,6 +72,7 @@ fn two_task_graph() -> Vec<u8> {
     {
         head[i] = v;
     }
+    head[19..22].copy_from_slice(&[8, 12, 16]);
     head[24..26].copy_from_slice(&0x100u16.to_le_bytes());
     let mut mem = vec![0u8; 0x800];
     let mut put =
@@ -83,7 +91,20 @@ fn two_task_graph() -> Vec<u8> {
     }
     put(a + 16, base + n5);
     put(b + 16, base + n7);
-    put(b + 24, base + a); // B awaited by A
+    if by_set {
+        let (set, table) = (0x300u64, 0x340u64);
+        put(set + 16, 1);
+        put(set + 24, 3); // four slots
+        put(set + 32, base + table);
+        put(table, base + 0x380); // the dummy, below A's address
+        put(table + 8, u64::MAX);
+        put(table + 16, base + a);
+        put(table + 24, 12345);
+        put(b + 24, base + set);
+        mem[b as usize + 34] = 1;
+    } else {
+        put(b + 24, base + a); // B awaited by A
+    }
     mem[a as usize + 32] = 1;
     mem[b as usize + 32] = 1;
     let mut out = head.to_vec();
@@ -118,6 +139,21 @@ fn reads_a_running_task_and_its_awaiter_from_memory() {
         stack,
         ["task Task-*", "task Task-*"],
         "B, then A that awaits it"
+    );
+}
+
+#[test]
+fn a_deleted_key_of_an_awaiter_set_is_no_awaiter() {
+    let got = fuzz_tasks(&graph(true), BASE, &mut fuzz_walker());
+    let [all, running] = &got[..] else {
+        panic!("two reads");
+    };
+    assert_eq!(all.tasks[1].awaited_by, vec![BASE + 0x400]);
+    let ids: Vec<u64> = running.tasks.iter().map(|t| t.id).collect();
+    assert_eq!(
+        ids,
+        [BASE + 0x600, BASE + 0x400],
+        "B, then A: not the dummy"
     );
 }
 
