@@ -170,26 +170,32 @@ impl AsyncReader {
         &mut self,
         proc: &PythonProcess,
         mem: &dyn ProcessMemory,
-        in_asyncio: bool,
+        threads: &[(&RawThread, Option<&Walk>)],
     ) -> Result<()> {
+        if self.offsets.is_some() {
+            return Ok(());
+        }
+        let in_asyncio = threads.iter().any(|(_, w)| {
+            w.is_some_and(|w| w.frames.iter().any(|f| f.filename.contains("/asyncio/")))
+        });
         let every = RESCAN[usize::from(!in_asyncio)];
-        if self.offsets.is_some() || self.scanned.is_some_and(|t| t.elapsed() < every) {
+        if self.scanned.is_some_and(|t| t.elapsed() < every) {
             return Ok(());
         }
         self.scanned = Some(std::time::Instant::now());
         let maps = crate::proc::read_maps(proc.pid)?;
-        let mut paths: Vec<&str> = maps
+        let paths = maps
             .iter()
             .filter_map(|m| m.path.as_deref())
-            .filter(|p| *p == proc.binary || maps::basename(p).starts_with("_asyncio."))
-            .collect();
-        paths.dedup();
+            .filter(|p| *p == proc.binary || maps::basename(p).starts_with("_asyncio."));
         for path in paths {
-            if !self.searched.insert(path.to_string()) {
+            if self.searched.contains(path) {
                 continue;
             }
             let (file, name) = maps::open_target_file(proc.pid, path, &maps, proc.namespaces)?;
             let elf = ElfFile::from_file(&file, &name)?;
+            // Searched once read (a file that could not be opened is tried again).
+            self.searched.insert(path.to_string());
             let Some((svma, size)) = elf.section(".AsyncioDebug") else {
                 continue;
             };
@@ -250,10 +256,7 @@ impl AsyncReader {
                 threads,
             );
         }
-        let in_asyncio = threads.iter().any(|(_, w)| {
-            w.is_some_and(|w| w.frames.iter().any(|f| f.filename.contains("/asyncio/")))
-        });
-        if let Err(e) = self.locate(proc, mem, in_asyncio) {
+        if let Err(e) = self.locate(proc, mem, threads) {
             return AsyncSnapshot {
                 threads: Vec::new(),
                 unavailable: Some(format!("the asyncio module's offsets are unreadable: {e}")),
@@ -269,9 +272,12 @@ impl AsyncReader {
         let mut interps = Vec::new();
         for &(raw, walk) in threads {
             let mut lt = read_thread(&o, mem, walker, raw, walk, self.running_only, self.limit);
-            if let Ok(interp) = mem.read_u64(raw.tstate.wrapping_add(o.ts_interp)) {
-                if !interps.contains(&interp) {
-                    interps.push(interp);
+            // A sample reads no task of threads that ended: no interpreter's list.
+            if !self.running_only {
+                if let Ok(interp) = mem.read_u64(raw.tstate.wrapping_add(o.ts_interp)) {
+                    if !interps.contains(&interp) {
+                        interps.push(interp);
+                    }
                 }
             }
             if lt.loop_running || !lt.tasks.is_empty() || lt.error.is_some() {
@@ -280,7 +286,7 @@ impl AsyncReader {
             }
         }
         // Tasks of threads that ended move to their interpreter's list.
-        for interp in interps.into_iter().filter(|_| !self.running_only) {
+        for interp in interps {
             let head = interp.wrapping_add(o.interp_tasks_head);
             let mut lt = empty_loop(0, None);
             read_list(&o, mem, walker, head, &mut lt, None, self.limit);
@@ -327,12 +333,9 @@ impl LoopTasks {
             .collect()
     }
 
-    fn index(&self) -> HashMap<u64, usize> {
-        self.tasks
-            .iter()
-            .enumerate()
-            .map(|(i, t)| (t.id, i))
-            .collect()
+    /// Each task's place in `tasks`, by id.
+    pub(crate) fn index(&self) -> HashMap<u64, usize> {
+        index_of(&self.tasks)
     }
 
     fn stack_from(&self, task: u64, index: &HashMap<u64, usize>) -> Option<Vec<Frame>> {
@@ -376,7 +379,7 @@ pub(super) fn is_default_name(name: &str) -> bool {
 /// Keeps in each task's `awaited_by` only tasks of the list (a set's deleted slots and
 /// plain futures are not tasks), fills `awaits`, and returns the await cycles.
 pub(super) fn link(tasks: &mut [TaskInfo]) -> Vec<Vec<u64>> {
-    let index: HashMap<u64, usize> = tasks.iter().enumerate().map(|(i, t)| (t.id, i)).collect();
+    let index = index_of(tasks);
     let mut awaits: Vec<Vec<u64>> = vec![Vec::new(); tasks.len()];
     for t in tasks.iter_mut() {
         t.awaited_by.retain(|id| index.contains_key(id));
@@ -391,6 +394,11 @@ pub(super) fn link(tasks: &mut [TaskInfo]) -> Vec<Vec<u64>> {
         t.awaits = a;
     }
     cycles(tasks, &index)
+}
+
+/// Each task's place in `tasks`, by id.
+fn index_of(tasks: &[TaskInfo]) -> HashMap<u64, usize> {
+    tasks.iter().enumerate().map(|(i, t)| (t.id, i)).collect()
 }
 
 /// Every cycle of the "awaits" relation, once each (from its smallest id).

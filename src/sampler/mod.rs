@@ -127,9 +127,6 @@ pub struct Sampler {
     native: Option<native::NativeSampling>,
     /// `--async`: finds each thread's running task and its awaiters.
     tasks: Option<python::AsyncReader>,
-    /// `--async --wall`: the stacks of the tasks that waited at this sample, by kernel id
-    /// of their loop's thread: each is charged the sample's interval as time off the CPU.
-    waiting: Vec<(i32, Vec<crate::profile::Frame>)>,
     /// Each thread's last stack read (not of a thread holding the GIL), by kernel id: what a
     /// thread that has not run since is charged to without reading it again.
     last_read: HashMap<i32, LastRead>,
@@ -169,6 +166,13 @@ const WOKEN_S: f64 = 100e-6;
 /// CPU time starts being read.
 const RELIST_INTERVAL: Duration = Duration::from_millis(50);
 
+/// What [`Sampler::observe`] saw.
+type Observed = (
+    Vec<Observation>,
+    Vec<i32>,
+    Vec<(i32, Vec<crate::profile::Frame>)>,
+);
+
 impl Sampler {
     pub fn new(proc: PythonProcess, cfg: SamplerConfig) -> Sampler {
         let walker = StackWalker::new(proc.layout, proc.addrs.types);
@@ -201,7 +205,6 @@ impl Sampler {
             tasks: cfg
                 .tasks
                 .then(|| python::AsyncReader::for_samples(cfg.wall)),
-            waiting: Vec::new(),
             cfg,
             agg: Aggregator::new(),
             stats,
@@ -251,7 +254,7 @@ impl Sampler {
         if pausing {
             self.pauses.paused_at(now);
         }
-        let Some((seen, tids)) = self.observe(now, wall_s, pause_these)? else {
+        let Some((seen, tids, waiting)) = self.observe(now, wall_s, pause_these)? else {
             return Ok(());
         };
         if let Some(buf) = self.positions.as_mut() {
@@ -272,7 +275,7 @@ impl Sampler {
             });
         }
         // `--async --wall`: every waiting task waits the whole interval at its await.
-        for (tid, frames) in std::mem::take(&mut self.waiting) {
+        for (tid, frames) in waiting {
             let c = Charge {
                 tid,
                 frames: &frames,
@@ -281,14 +284,7 @@ impl Sampler {
                 system_s: 0.0,
                 idle_s: wall_s,
             };
-            charge(
-                &mut self.agg,
-                &mut self.sources,
-                &self.proc,
-                self.cwd.as_deref(),
-                self.cfg.profile_all,
-                c,
-            );
+            charge(agg, sources, proc, cwd.as_deref(), cfg.profile_all, c);
         }
         self.attribution.retain(&tids);
         Ok(())
@@ -296,13 +292,15 @@ impl Sampler {
 
     /// What one sample sees: each thread's stack, activity and CPU time since its last
     /// sample (threads not to be charged left out: unreadable ones are counted as errors),
-    /// and the target's threads. None: the sample was lost (counted).
+    /// the target's threads, and under `--async --wall` the stacks of the tasks that wait,
+    /// by kernel id of their loop's thread (each is charged the interval off the CPU).
+    /// None: the sample was lost (counted).
     fn observe(
         &mut self,
         now: Instant,
         wall_s: f64,
         pause_these: Vec<u64>,
-    ) -> Result<Option<(Vec<Observation>, Vec<i32>)>> {
+    ) -> Result<Option<Observed>> {
         let pid = self.proc.pid;
         let tids = match self.thread_list(pid) {
             Ok(t) => t,
@@ -389,7 +387,7 @@ impl Sampler {
             .iter()
             .filter_map(|t| Some((t.thread_id, t.native_id?)))
             .collect();
-        self.waiting = waiting
+        let waiting = waiting
             .into_iter()
             .filter_map(|(thread, frames)| Some((*self.last_tids.get(&thread)?, frames)))
             .collect();
@@ -429,7 +427,7 @@ impl Sampler {
                 seen.push(o);
             }
         }
-        Ok(Some((seen, tids)))
+        Ok(Some((seen, tids, waiting)))
     }
 
     /// Spends the credit our pauses left (see `wake_credit`) on what each thread used

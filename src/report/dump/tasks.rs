@@ -29,7 +29,7 @@ pub(super) fn to_text(out: &mut String, a: &AsyncSnapshot, s: &Snapshot) {
     for lt in &a.threads {
         out.push('\n');
         header(out, lt, s);
-        Tree::new(&lt.tasks).print(out);
+        Tree::new(lt).print(out);
     }
 }
 
@@ -96,10 +96,10 @@ struct Tree<'a> {
 }
 
 impl<'a> Tree<'a> {
-    fn new(tasks: &'a [TaskInfo]) -> Tree<'a> {
+    fn new(lt: &'a LoopTasks) -> Tree<'a> {
         Tree {
-            tasks,
-            index: tasks.iter().enumerate().map(|(i, t)| (t.id, i)).collect(),
+            tasks: &lt.tasks,
+            index: lt.index(),
             shown: HashSet::new(),
             path: Vec::new(),
         }
