@@ -66,6 +66,27 @@ pub(crate) fn thread_state(pid: i32, tid: i32) -> Option<char> {
     stat_fields(&s)?.next()?.chars().next()
 }
 
+/// A thread's CPU time so far in nanoseconds (/proc/PID/task/TID/schedstat, its first
+/// field); None when it cannot be read (no schedstat in this kernel, or the thread ended).
+pub(crate) fn thread_run_ns(pid: i32, tid: i32) -> Option<u64> {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/schedstat")).ok()?;
+    s.split_ascii_whitespace().next()?.parse().ok()
+}
+
+/// Waits until each thread of `before` (tid, CPU time then) has run since (its CPU time
+/// grew), one that cannot be read or has ended counting as done, for `limit` at most.
+pub(crate) fn wait_until_ran(pid: i32, before: &[(i32, u64)], limit: std::time::Duration) {
+    let until = std::time::Instant::now() + limit;
+    let mut left: Vec<(i32, u64)> = before.to_vec();
+    loop {
+        left.retain(|&(tid, then)| thread_run_ns(pid, tid).is_some_and(|now| now == then));
+        if left.is_empty() || std::time::Instant::now() >= until {
+            return;
+        }
+        std::thread::sleep(std::time::Duration::from_micros(50));
+    }
+}
+
 /// The OS name of a thread (/proc/PID/task/TID/comm).
 pub(crate) fn thread_name(pid: i32, tid: i32) -> Option<String> {
     std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/comm"))

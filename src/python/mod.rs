@@ -581,6 +581,10 @@ fn interp_head_checked(proc: &PythonProcess, mem: &dyn ProcessMemory) -> Result<
 /// How many times a blocking snapshot pauses the process at most (see [`read_blocking`]).
 const BLOCKING_PAUSES: usize = 3;
 
+/// How long a blocking snapshot waits at most, before it pauses the process again, for the
+/// threads it could not read to run (see [`read_blocking`]).
+const RUN_AGAIN_WAIT: std::time::Duration = std::time::Duration::from_millis(20);
+
 /// Pauses every thread and reads them all. A thread can be stopped where its own frame
 /// pointers are half written: 3.11's evaluation loop stores `tstate->cframe` (pointing at
 /// its new C frame) eight instructions before it fills that C frame's `current_frame` and
@@ -649,15 +653,36 @@ fn read_blocking(
                     None => Vec::new(),
                 };
             }
-            read
+            // The CPU time of each thread that could not be read while it ran its own code
+            // (stopped outside any system call), taken while it cannot run.
+            let torn: Vec<(i32, u64)> = match &read {
+                Ok(t) if pauses < BLOCKING_PAUSES => t
+                    .iter()
+                    .filter(|(_, w, _)| w.is_err())
+                    .filter_map(|(r, _, _)| {
+                        r.native_id
+                            .or_else(|| opts.tids_by_thread.get(&r.thread_id).copied())
+                    })
+                    .filter(|&tid| {
+                        crate::proc::blocked_syscall(proc.pid, tid).is_some_and(|(nr, _)| nr < 0)
+                    })
+                    .filter_map(|tid| Some((tid, crate::proc::thread_run_ns(proc.pid, tid)?)))
+                    .collect(),
+                _ => Vec::new(),
+            };
+            (read, torn)
             // `_paused` drops here: every thread runs again before we do anything else.
         };
         match read {
-            Ok(t) if pauses < BLOCKING_PAUSES && t.iter().any(|(_, w, _)| w.is_err()) => {
+            (Ok(t), torn) if pauses < BLOCKING_PAUSES && t.iter().any(|(_, w, _)| w.is_err()) => {
                 leave_out = false;
-                std::thread::yield_now();
+                // Caught mid-way (a frame half linked), a thread needs to run a few
+                // instructions before it can be read: on a loaded machine it may wait for a
+                // CPU longer than we take to pause again (seen: three pauses in a row found
+                // the same thread at the same instant).
+                crate::proc::wait_until_ran(proc.pid, &torn, RUN_AGAIN_WAIT);
             }
-            r => return r,
+            (r, _) => return r,
         }
     }
 }

@@ -352,24 +352,33 @@ impl StackWalker {
     /// met by the walk, one per `_PyCFrame` below the root one); a whole walk that met
     /// another count, while the walk from the caller's C frame meets one less than the C
     /// frames, is this moment, and the caller's walk is the thread's stack.
+    ///
+    /// The new C frame's `previous` may not be written yet either (the compiler orders
+    /// the stores as it likes): then nothing says where the thread's stack is (seen on
+    /// pyenv's 3.12 under load, about one paused read in 12,000, as a thread with no
+    /// Python frame under two calls of the loop). That reads as a C frame, not the root
+    /// one, that links to 0 or to one inner to it, and is an error
+    /// ([`StackWalker::outer_cframe`]): the snapshot pauses the thread again.
     pub(crate) fn walk_still(
         &mut self,
         mem: &dyn ProcessMemory,
         tstate: u64,
         top: u64,
     ) -> Result<Walk> {
+        // Err: caught installing a C frame whose link is not written yet.
+        let caller = self.caller_cframe_top(mem, tstate)?;
         if top == 0 {
-            if let Some(outer) = self.caller_cframe_top(mem, tstate).filter(|&o| o != 0) {
+            if let Some(outer) = caller.filter(|&o| o != 0) {
                 return self.walk(mem, outer);
             }
         }
         let first = match self.walk(mem, top) {
             Ok(w) => {
-                let calls = match self.cframes(mem, tstate).map(|c| c.len()) {
-                    Ok(n) if !w.truncated && w.evals.len() != n && n > 0 => n,
+                let calls = match self.cframes(mem, tstate)?.len() {
+                    n if !w.truncated && w.evals.len() != n && n > 0 => n,
                     _ => return Ok(w),
                 };
-                return Ok(match self.caller_cframe_top(mem, tstate) {
+                return Ok(match caller {
                     Some(outer) if outer != top => match self.walk(mem, outer) {
                         Ok(c) if !c.truncated && c.evals.len() + 1 == calls => c,
                         _ => w,
@@ -382,55 +391,84 @@ impl StackWalker {
         if first.is_process_gone() {
             return Err(first);
         }
-        match self.caller_cframe_top(mem, tstate) {
+        match caller {
             Some(outer) if outer != top => self.walk(mem, outer).map_err(|_| first),
             _ => Err(first),
         }
     }
 
     /// 3.11/3.12: the thread's `_PyCFrame`s, innermost first, without the root one (in the
-    /// thread state, the one with no `previous`): one per call of the evaluation loop the
-    /// thread is in, each a local of that call's C frame. Empty on other versions.
+    /// thread state): one per call of the evaluation loop the thread is in, each a local of
+    /// that call's C frame. Empty on other versions. Err when one is being installed (see
+    /// [`StackWalker::outer_cframe`]).
     pub(crate) fn cframes(&self, mem: &dyn ProcessMemory, tstate: u64) -> Result<Vec<u64>> {
         /// Most `_PyCFrame`s followed on one thread (a chain longer than this is torn).
         const MAX_CFRAMES: usize = 1 << 16;
         let t = &self.layout.thread;
-        let (Some(prev), Some(_)) = (t.cframe_previous, t.cframe_current_frame) else {
+        if t.cframe_previous.is_none() || t.cframe_current_frame.is_none() {
             return Ok(Vec::new());
-        };
+        }
         let mut out = Vec::new();
         let mut seen = HashSet::new();
-        let mut at = mem.read_u64(tstate.wrapping_add(t.frame as u64))?;
-        while at != 0 {
-            if !seen.insert(at) || out.len() >= MAX_CFRAMES {
-                return Err(torn(at, "the C frame chain loops"));
+        let mut at = Some(mem.read_u64(tstate.wrapping_add(t.frame as u64))?);
+        while let Some(c) = at.filter(|&c| c != 0) {
+            if !seen.insert(c) || out.len() >= MAX_CFRAMES {
+                return Err(torn(c, "the C frame chain loops"));
             }
-            let previous = mem.read_u64(at.wrapping_add(prev as u64))?;
-            if previous == 0 {
-                // The root C frame, inside the thread state: no call of the loop.
-                break;
+            at = self.outer_cframe(mem, tstate, c)?;
+            if at.is_some() {
+                out.push(c);
             }
-            out.push(at);
-            at = previous;
         }
         Ok(out)
     }
 
-    /// 3.11/3.12: `tstate->cframe->previous->current_frame` (0: the thread has no frame
-    /// there); None on other versions or when it cannot be read.
-    fn caller_cframe_top(&self, mem: &dyn ProcessMemory, tstate: u64) -> Option<u64> {
-        let (cur, prev) = (
-            self.layout.thread.cframe_current_frame?,
-            self.layout.thread.cframe_previous?,
-        );
-        let cframe = mem
-            .read_u64(tstate.wrapping_add(self.layout.thread.frame as u64))
-            .ok()?;
-        let previous = mem.read_u64(cframe.wrapping_add(prev as u64)).ok()?;
-        if previous == 0 {
-            return None;
+    /// 3.11/3.12: the C frame outer to `cframe` (its `previous`), None for the root one.
+    /// A call of the evaluation loop points `tstate->cframe` at its new C frame before it
+    /// writes that frame's fields, and the compiler may order those stores either way:
+    /// caught in between, `previous` is whatever the stack held. Every C frame but the root
+    /// one is a local of a call of the loop, on the thread's C stack, outer calls at higher
+    /// addresses, and links to a C frame outer to it or to the root one (a greenlet's first
+    /// C frame too), never to 0: one that does not is being installed (Err, torn: the
+    /// thread has no stack to report at this instant).
+    fn outer_cframe(
+        &self,
+        mem: &dyn ProcessMemory,
+        tstate: u64,
+        cframe: u64,
+    ) -> Result<Option<u64>> {
+        let t = &self.layout.thread;
+        let Some(prev) = t.cframe_previous else {
+            return Ok(None);
+        };
+        let root = t.root_cframe.map(|o| tstate.wrapping_add(o as u64));
+        if root == Some(cframe) {
+            return Ok(None);
         }
-        mem.read_u64(previous.wrapping_add(cur as u64)).ok()
+        let previous = mem.read_u64(cframe.wrapping_add(prev as u64))?;
+        match root {
+            // Without the root's place (not in the layout): 0 ends the chain.
+            None if previous == 0 => Ok(None),
+            Some(root) if previous != root && previous <= cframe => Err(torn(
+                cframe,
+                "a call of the evaluation loop is installing its C frame (its link is not written yet)",
+            )),
+            _ => Ok(Some(previous)),
+        }
+    }
+
+    /// 3.11/3.12: `tstate->cframe->previous->current_frame` (0: the thread has no frame
+    /// there); None on other versions or at the root C frame. Err when the current C frame
+    /// is being installed with its link not written yet.
+    fn caller_cframe_top(&self, mem: &dyn ProcessMemory, tstate: u64) -> Result<Option<u64>> {
+        let Some(cur) = self.layout.thread.cframe_current_frame else {
+            return Ok(None);
+        };
+        let cframe = mem.read_u64(tstate.wrapping_add(self.layout.thread.frame as u64))?;
+        match self.outer_cframe(mem, tstate, cframe)? {
+            Some(previous) => Ok(Some(mem.read_u64(previous.wrapping_add(cur as u64))?)),
+            None => Ok(None),
+        }
     }
 
     /// Walks one thread's frames from its innermost frame `top`.
@@ -1090,9 +1128,10 @@ mod tests {
     use crate::ptrace::BufferMemory;
     use crate::python::strings::TypeAddrs;
 
-    /// A 3.11 thread caught between installing a new `_PyCFrame` and writing its
+    /// A 3.11/3.12 thread caught between installing a new `_PyCFrame` and writing its
     /// `current_frame` (garbage): the still walk reads the caller's C frame instead, and
-    /// only when there is one.
+    /// only when there is one; caught before the new C frame's link to its caller is
+    /// written (0, or a C frame inner to it), the thread has no stack to report (an error).
     #[test]
     fn a_thread_caught_installing_a_c_frame_is_read_from_the_callers() {
         for (major, minor) in [(3, 11), (3, 12)] {
@@ -1101,6 +1140,7 @@ mod tests {
             let (cur, prev) = (t.cframe_current_frame.unwrap(), t.cframe_previous.unwrap());
             let base = 0x10_0000u64;
             let (tstate, cframe, caller) = (base, base + 0x1000, base + 0x2000);
+            let root = tstate + t.root_cframe.unwrap() as u64;
             let mut bytes = vec![0u8; 0x3000];
             let mut put = |at: u64, v: u64| {
                 let o = (at - base) as usize;
@@ -1110,8 +1150,16 @@ mod tests {
             // The new C frame's current_frame: stack garbage, unreadable.
             put(cframe + cur as u64, 0xe839_4de8_894c_0000);
             put(cframe + prev as u64, caller);
-            // The caller's C frame: the thread had no Python frame yet (0).
+            // The caller's C frame, the outermost call's: the thread had no Python frame
+            // yet (0).
             put(caller + cur as u64, 0);
+            put(caller + prev as u64, root);
+            let with = |bytes: &[u8], at: u64, v: u64| {
+                let mut bytes = bytes.to_vec();
+                let o = (at - base) as usize;
+                bytes[o..o + 8].copy_from_slice(&v.to_le_bytes());
+                BufferMemory { base, bytes }
+            };
             let mem = BufferMemory {
                 base,
                 bytes: bytes.clone(),
@@ -1128,24 +1176,27 @@ mod tests {
             assert!(w.walk(&mem, top).is_err(), "{major}.{minor}");
             let still = w.walk_still(&mem, tstate, top).unwrap();
             assert!(still.frames.is_empty(), "{major}.{minor}");
-            // No caller C frame (the root one): the walk's own error stands.
-            let o = (cframe + prev as u64 - base) as usize;
-            bytes[o..o + 8].copy_from_slice(&0u64.to_le_bytes());
-            let mem = BufferMemory {
-                base,
-                bytes: bytes.clone(),
-            };
-            assert!(w.walk_still(&mem, tstate, top).is_err(), "{major}.{minor}");
             // The garbage is 0 (no frame, it seems): the caller's C frame is walked all
-            // the same (here unreadable: an error, not an empty stack); without a caller C
-            // frame, 0 is a thread with no Python frame.
+            // the same (here unreadable: an error, not an empty stack).
             assert!(w.walk_still(&mem, tstate, 0).unwrap().frames.is_empty());
-            let o = (cframe + prev as u64 - base) as usize;
-            bytes[o..o + 8].copy_from_slice(&caller.to_le_bytes());
-            let o = (caller + cur as u64 - base) as usize;
-            bytes[o..o + 8].copy_from_slice(&0xdead_0000u64.to_le_bytes());
-            let mem = BufferMemory { base, bytes };
-            assert!(w.walk_still(&mem, tstate, 0).is_err(), "{major}.{minor}");
+            let bad = with(&bytes, caller + cur as u64, 0xdead_0000);
+            assert!(w.walk_still(&bad, tstate, 0).is_err(), "{major}.{minor}");
+            // The new C frame's link not written yet: 0, or a C frame inner to it (stack
+            // garbage). An error, whatever its current_frame reads.
+            for link in [0, cframe - 0x200] {
+                let torn = with(&bytes, cframe + prev as u64, link);
+                for top in [top, 0] {
+                    let e = w.walk_still(&torn, tstate, top).unwrap_err();
+                    assert!(e.to_string().contains("installing"), "{major}.{minor}: {e}");
+                }
+                assert!(w.cframes(&torn, tstate).is_err(), "{major}.{minor}");
+            }
+            // Outside any call of the loop, the thread state points at its root C frame:
+            // a current_frame of 0 there is a thread with no Python frame.
+            let idle = with(&bytes, tstate + t.frame as u64, root);
+            assert!(w.walk_still(&idle, tstate, 0).unwrap().frames.is_empty());
+            assert!(w.cframes(&idle, tstate).unwrap().is_empty());
+            assert_eq!(w.cframes(&mem, tstate).unwrap(), vec![cframe, caller]);
         }
     }
 

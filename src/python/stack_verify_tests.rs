@@ -261,10 +261,15 @@ impl Space {
     /// A thread state whose innermost frame is `top` (behind a `_PyCFrame` on 3.11/3.12).
     fn thread(&mut self, top: u64) -> u64 {
         let t = self.l.thread;
-        let tstate = self.alloc(t.frame + 8);
-        if let Some(cur) = t.cframe_current_frame {
-            let cframe = self.alloc(cur.max(t.cframe_previous.unwrap_or(0)) + 8);
-            self.put(tstate + t.frame as u64, cframe);
+        let root = t.root_cframe.unwrap_or(0);
+        let c_frame_end = root
+            + t.cframe_current_frame
+                .unwrap_or(0)
+                .max(t.cframe_previous.unwrap_or(0));
+        let tstate = self.alloc((t.frame + 8).max(c_frame_end + 8));
+        if t.cframe_current_frame.is_some() {
+            // Outside any call of the loop: the thread state's own root C frame.
+            self.put(tstate + t.frame as u64, tstate + root as u64);
         }
         self.set_top(tstate, top);
         tstate
@@ -746,15 +751,18 @@ fn a_stale_generator_frame_in_a_c_frame_being_installed_is_not_the_stack() {
             }
         }
         let t = l.thread;
-        let first = st.s.get(st.tstate + t.frame as u64);
-        let root = st.s.alloc(cur.max(prev) + 8);
+        // The C frames of the thread's two calls, on its C stack (the inner one lower), the
+        // first linked to the thread state's root one and running the stack.
+        let root = st.s.get(st.tstate + t.frame as u64);
+        let second = st.s.alloc(cur.max(prev) + 8);
+        let first = st.s.alloc(cur.max(prev) + 8);
         st.s.put(first + prev as u64, root);
+        st.s.put(first + cur as u64, st.s.get(root + cur as u64));
         // A generator, suspended: its frame links nowhere.
         let code = st.s.code("squares", 60);
         let stale = st.s.generator_frame(code, 0, 1);
         st.s.set_executing(stale, false);
         // The second call installs its C frame, `current_frame` still the stale one.
-        let second = st.s.alloc(cur.max(prev) + 8);
         st.s.put(second + prev as u64, first);
         st.s.put(second + cur as u64, stale);
         st.s.put(st.tstate + t.frame as u64, second);

@@ -269,6 +269,7 @@ pub fn parse(bytes: &[u8], fallback: &Layout) -> Result<Layout, DebugOffsetsErro
             frame: f.us("thread_state.current_frame"),
             cframe_current_frame: None,
             cframe_previous: None,
+            root_cframe: None,
             thread_id: f.us("thread_state.thread_id"),
             native_thread_id: Some(f.us("thread_state.native_thread_id")),
         },

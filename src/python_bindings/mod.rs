@@ -102,6 +102,10 @@ pub struct ThreadLayout {
     /// thread's stack while a new `_PyCFrame` is installed but its `current_frame` not yet
     /// written).
     pub(crate) cframe_previous: Option<usize>,
+    /// 3.11/3.12 only: offset of `root_cframe` inside the thread state: the C frame `cframe`
+    /// points at while the thread runs no call of the evaluation loop. Every other one is a
+    /// local of such a call, on the thread's C stack.
+    pub(crate) root_cframe: Option<usize>,
     /// `thread_id` (the `pthread_t` of the thread, as an unsigned long).
     pub(crate) thread_id: usize,
     /// 3.11+: `native_thread_id` (the kernel tid).

@@ -22,6 +22,7 @@ pub(crate) const LAYOUT: Layout = Layout {
         frame: 56,
         cframe_current_frame: Some(8),
         cframe_previous: Some(16),
+        root_cframe: Some(336),
         thread_id: 152,
         native_thread_id: Some(160),
     },

@@ -22,6 +22,7 @@ pub(crate) const LAYOUT: Layout = Layout {
         frame: 56,
         cframe_current_frame: Some(0),
         cframe_previous: Some(8),
+        root_cframe: Some(272),
         thread_id: 136,
         native_thread_id: Some(144),
     },

@@ -22,6 +22,7 @@ pub(crate) const LAYOUT: Layout = Layout {
         frame: 24,
         cframe_current_frame: None,
         cframe_previous: None,
+        root_cframe: None,
         thread_id: 152,
         native_thread_id: None,
     },
