@@ -12,6 +12,8 @@
 //!   the default mode (read without pausing, validate) and with `--blocking` (paused),
 //! - the highest sampling rate sustained with ≥95% of the scheduled samples taken.
 //!
+//! `SCALENE_RS_BENCH_PARKED=N` starts N more threads in the target, parked on an event (a
+//! thread pool at rest: what a sample pays for threads that do not run).
 //! `SCALENE_RS_BENCH_PYTHON=/path/to/python` picks the interpreter (default: the newest
 //! pyenv one, else `python3`); `SCALENE_RS_BENCH_ITERS` the number of snapshots (2000);
 //! `SCALENE_RS_BENCH_SUSTAINED=0` skips the sustained-rate part; `SCALENE_RS_BENCH_ONLY=WORD`
@@ -66,8 +68,15 @@ fn start(py: &str, busy: bool) -> Target {
     } else {
         "    time.sleep(3600)\n"
     };
+    let parked: usize = std::env::var("SCALENE_RS_BENCH_PARKED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0);
     let code = format!(
-        "import sys, time\n\
+        "import sys, time, threading\n\
+         stop = threading.Event()\n\
+         for _ in range({parked}):\n    \
+             threading.Thread(target=stop.wait, daemon=True).start()\n\
          def leaf():\n\
          {}\
          def deep(n):\n    \
@@ -152,7 +161,10 @@ fn main() {
         .ok()
         .and_then(|s| s.parse().ok())
         .unwrap_or(2000);
-    println!("interpreter: {py}; stack depth {DEPTH}; {iters} snapshots per case");
+    let parked = std::env::var("SCALENE_RS_BENCH_PARKED").unwrap_or_else(|_| "0".into());
+    println!(
+        "interpreter: {py}; stack depth {DEPTH}; {parked} parked threads; {iters} snapshots per case"
+    );
     for busy in [false, true] {
         let target = start(&py, busy);
         let pid = target.0.id() as i32;
@@ -185,7 +197,12 @@ fn main() {
             let mut depth = 0;
             let times = time_it(iters, || {
                 let snap = python::take_snapshot(&proc, &mut walker, &opts).unwrap();
-                depth = snap.threads[0].frames.len();
+                depth = snap
+                    .threads
+                    .iter()
+                    .map(|t| t.frames.len())
+                    .max()
+                    .unwrap_or(0);
             });
             assert_eq!(depth, DEPTH, "the target's stack is {DEPTH} frames deep");
             report(&label, times);
@@ -214,7 +231,12 @@ fn main() {
                 let snap =
                     python::take_native_snapshot_with(&proc, &mut walker, &mut native, &opts)
                         .unwrap();
-                depth = snap.threads[0].frames.len();
+                depth = snap
+                    .threads
+                    .iter()
+                    .map(|t| t.frames.len())
+                    .max()
+                    .unwrap_or(0);
                 stopped.push(native.last_capture_time());
             });
             assert_eq!(depth, DEPTH, "the target's stack is {DEPTH} frames deep");

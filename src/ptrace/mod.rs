@@ -12,6 +12,7 @@ pub(crate) mod remote;
 pub(crate) mod trampoline;
 
 use crate::error::{Error, Result};
+use std::collections::HashMap;
 use std::fs::File;
 use std::io::IoSliceMut;
 use std::os::unix::fs::FileExt;
@@ -300,8 +301,9 @@ impl ProcessMemory for BufferMemory {
 
 /// Page size of the read cache.
 pub(crate) const CACHE_PAGE: u64 = 4096;
-/// Most pages one cache keeps (a walk touches a handful; this bounds a runaway walk).
-const CACHE_MAX_PAGES: usize = 256;
+/// Most pages one cache keeps: a walk touches a handful, a thread list one page or so per
+/// thread; this bounds a runaway walk (16 MiB).
+const CACHE_MAX_PAGES: usize = 4096;
 
 /// A read-through cache of pages over another [`ProcessMemory`], for the reads of one
 /// snapshot: one system call costs about the same for a small read as for a page, and the
@@ -314,7 +316,7 @@ const CACHE_MAX_PAGES: usize = 256;
 /// whose result is checked by other means; never keep one across samples.
 pub(crate) struct PageCache<'a> {
     inner: &'a dyn ProcessMemory,
-    pages: std::cell::RefCell<Vec<CachedPage>>,
+    pages: std::cell::RefCell<Pages>,
     /// Reads that went to `inner` after the prefetch (bytes the cache did not hold).
     misses: std::cell::Cell<u32>,
 }
@@ -328,6 +330,38 @@ struct CachedPage {
     buf: Page,
     valid: (u32, u32),
     used: (u32, u32),
+}
+
+/// A cache's pages in the order they were fetched, found by address through an index (a
+/// process with a thousand threads has a thousand thread states to read on as many pages).
+#[derive(Default)]
+struct Pages {
+    list: Vec<CachedPage>,
+    index: HashMap<u64, usize, ahash::RandomState>,
+}
+
+impl Pages {
+    fn position(&self, addr: u64) -> Option<usize> {
+        self.index.get(&addr).copied()
+    }
+
+    fn push(&mut self, page: CachedPage) {
+        self.index.insert(page.addr, self.list.len());
+        self.list.push(page);
+    }
+}
+
+impl std::ops::Deref for Pages {
+    type Target = [CachedPage];
+    fn deref(&self) -> &[CachedPage] {
+        &self.list
+    }
+}
+
+impl std::ops::DerefMut for Pages {
+    fn deref_mut(&mut self) -> &mut [CachedPage] {
+        &mut self.list
+    }
 }
 
 const WHOLE: (u32, u32) = (0, CACHE_PAGE as u32);
@@ -361,7 +395,7 @@ fn give_back(pages: impl IntoIterator<Item = Page>) {
 impl Drop for PageCache<'_> {
     fn drop(&mut self) {
         let pages = std::mem::take(&mut *self.pages.borrow_mut());
-        give_back(pages.into_iter().map(|p| p.buf));
+        give_back(pages.list.into_iter().map(|p| p.buf));
     }
 }
 
@@ -369,7 +403,7 @@ impl<'a> PageCache<'a> {
     pub(crate) fn new(inner: &'a dyn ProcessMemory) -> PageCache<'a> {
         PageCache {
             inner,
-            pages: std::cell::RefCell::new(Vec::new()),
+            pages: std::cell::RefCell::new(Pages::default()),
             misses: std::cell::Cell::new(0),
         }
     }
@@ -419,8 +453,7 @@ impl<'a> PageCache<'a> {
     fn copy_from_page(&self, page: u64, from: usize, out: &mut [u8]) -> bool {
         let (lo, hi) = (from as u32, (from + out.len()) as u32);
         let mut pages = self.pages.borrow_mut();
-        let at = pages.iter().position(|p| p.addr == page);
-        if let Some(i) = at {
+        if let Some(i) = pages.position(page) {
             let p = &mut pages[i];
             if p.valid.0 > lo || p.valid.1 < hi {
                 self.miss();
@@ -460,6 +493,7 @@ impl PageCache<'_> {
         // (page, from, to) to read: per page, the span covering every range on it (and
         // what the page already holds, so that it stays one span).
         let mut want: Vec<(u64, u32, u32)> = Vec::new();
+        let mut wanted: HashMap<u64, usize, ahash::RandomState> = HashMap::default();
         {
             let pages = self.pages.borrow();
             for &(addr, len) in ranges {
@@ -474,7 +508,7 @@ impl PageCache<'_> {
                     let lo = (addr.max(this) - this) as u32;
                     let hi = (end.min(page) - this) as u32;
                     let page = this;
-                    let held = pages.iter().find(|p| p.addr == page).map(|p| p.valid);
+                    let held = pages.position(page).map(|i| pages[i].valid);
                     if held.is_some_and(|v| v.0 <= lo && v.1 >= hi) {
                         continue;
                     }
@@ -482,12 +516,16 @@ impl PageCache<'_> {
                         Some(v) => (lo.min(v.0), hi.max(v.1)),
                         None => (lo, hi),
                     };
-                    match want.iter_mut().find(|w| w.0 == page) {
-                        Some(w) => {
+                    match wanted.get(&page) {
+                        Some(&i) => {
+                            let w = &mut want[i];
                             w.1 = w.1.min(lo);
                             w.2 = w.2.max(hi);
                         }
-                        None => want.push((page, lo, hi)),
+                        None => {
+                            wanted.insert(page, want.len());
+                            want.push((page, lo, hi));
+                        }
                     }
                 }
             }
@@ -529,8 +567,9 @@ impl PageCache<'_> {
         let mut pages = self.pages.borrow_mut();
         let mut bufs = bufs.into_iter();
         for ((addr, lo, hi), buf) in want.into_iter().zip(bufs.by_ref()).take(done) {
-            match pages.iter_mut().find(|p| p.addr == addr) {
-                Some(p) => {
+            match pages.position(addr) {
+                Some(i) => {
+                    let p = &mut pages[i];
                     let old = std::mem::replace(&mut p.buf, buf);
                     p.valid = (lo, hi);
                     give_back([old]);

@@ -928,8 +928,9 @@ fn first_then_fresh<'a>(
     }
 }
 
-/// Most pages a snapshot's prefetch asks for.
-const MAX_HINT_PAGES: usize = 64;
+/// Most pages a snapshot's prefetch asks for: a thousand thread states on as many pages,
+/// each thread's frames besides (two requests of 1,024 ranges; one page's span each).
+const MAX_HINT_PAGES: usize = 2048;
 
 /// What is worth fetching up front next time: the bytes `cache` served this time, one
 /// range per page (bounded).
@@ -971,11 +972,22 @@ fn reread_paused(
     // Only a thread itself changes its stack: pausing the threads to re-read is enough,
     // when their kernel ids are known (recorded in the thread state on 3.11+, else as an
     // earlier snapshot matched them); else every thread is paused.
+    //
+    // 3.11+ records every thread's kernel id once it runs: a thread state without one
+    // (0) belongs to a thread not started yet (or ending), with no frame to read; it is
+    // left unread rather than pausing every thread for it (a thousand threads starting
+    // would each cost a pause of them all).
+    let reread = |t: &stack::RawThread, w: &std::result::Result<stack::Walk, ThreadError>| {
+        w.is_err() && (t.native_id.is_some() || walker.layout.thread.native_thread_id.is_none())
+    };
     let failed: Vec<&stack::RawThread> = threads
         .iter()
-        .filter(|(_, w, _)| w.is_err())
+        .filter(|(t, w, _)| reread(t, w))
         .map(|(t, _, _)| t)
         .collect();
+    if failed.is_empty() {
+        return Ok(());
+    }
     let recorded: Option<Vec<i32>> = failed.iter().map(|t| t.native_id).collect();
     let only = match recorded {
         Some(inner) if !proc.tids.translates() => Some(inner),
@@ -988,10 +1000,14 @@ fn reread_paused(
             .map(|t| tids_by_thread.get(&t.thread_id).copied())
             .collect(),
     };
+    // A kernel id read from the target's memory is paused only when it is one of the
+    // target's threads: listed (`tids` is sorted), or new since and in its task list.
+    let of_target = |t: &i32| {
+        tids.binary_search(t).is_ok()
+            || std::path::Path::new(&format!("/proc/{}/task/{t}", proc.pid)).exists()
+    };
     let paused = match &only {
-        Some(ours) if ours.iter().all(|t| tids.contains(t)) => {
-            PausedThreads::pause_threads(proc.pid, ours)
-        }
+        Some(ours) if ours.iter().all(of_target) => PausedThreads::pause_threads(proc.pid, ours),
         _ => PausedThreads::pause_from(proc.pid, tids),
     };
     let _paused = match paused {
@@ -1003,7 +1019,8 @@ fn reread_paused(
     let cache = ptrace::PageCache::new(&proc.mem);
     cache.prefetch(&walker.page_hint);
     let strict = std::mem::replace(&mut walker.strict, false);
-    let result = reread_each(walker, &cache, threads);
+    let marks: Vec<bool> = threads.iter().map(|(t, w, _)| reread(t, w)).collect();
+    let result = reread_each(walker, &cache, threads, &marks);
     walker.strict = strict;
     drop(_paused);
     // The next snapshot's prefetch: what this paused read used as well as what the read
@@ -1020,8 +1037,9 @@ fn reread_each(
     walker: &mut StackWalker,
     cache: &ptrace::PageCache,
     threads: &mut [ThreadResult],
+    marks: &[bool],
 ) -> Result<()> {
-    for (t, walk, _) in threads.iter_mut().filter(|(_, w, _)| w.is_err()) {
+    for ((t, walk, _), _) in threads.iter_mut().zip(marks).filter(|(_, &m)| m) {
         let read = walker
             .current_top_frame(cache, t.tstate)
             .and_then(|top| {

@@ -19,6 +19,11 @@ use std::time::{Duration, Instant};
 /// How often the process tree is listed again: a worker that lives a second is found
 /// within a few hundredths of it.
 const SCAN_INTERVAL: Duration = Duration::from_millis(20);
+/// A scan reads one file per thread of every process followed (a fork's child hangs off
+/// the thread that forked): with a thousand threads, a few milliseconds. The next scan
+/// waits at least this many times as long as the last took, so that scanning costs at most
+/// about 2% of a CPU however many threads there are.
+const SCAN_COST_FACTOR: u32 = 50;
 /// The longest wait before a process that is not Python (yet) is looked at again when its
 /// executable did not change (a program may load libpython later; most never do).
 const OTHER_RETRY: Duration = Duration::from_millis(500);
@@ -60,7 +65,9 @@ pub(crate) struct ProcessTree {
     locate: LocateOptions,
     tracked: BTreeMap<i32, Tracked>,
     done: Vec<Done>,
-    last_scan: Option<Instant>,
+    /// When the next scan is due: [`SCAN_INTERVAL`] after the last, or later when listing
+    /// the processes was costly (see [`SCAN_COST_FACTOR`]).
+    next_scan: Option<Instant>,
     /// Serial of the next image sampled.
     next_serial: u64,
     /// Images retired and not yet taken by [`ProcessTree::take_retired`].
@@ -129,7 +136,7 @@ impl ProcessTree {
             locate,
             tracked: BTreeMap::new(),
             done: Vec::new(),
-            last_scan: None,
+            next_scan: None,
             next_serial: 0,
             retired: Vec::new(),
             scanned: false,
@@ -289,13 +296,14 @@ impl ProcessTree {
     /// Looks for new processes, processes that exec'd, and processes that are gone.
     fn scan(&mut self) {
         let now = Instant::now();
-        self.last_scan = Some(now);
         self.scanned = true;
         let pids = if self.follow {
             descendants(self.root)
         } else {
             vec![self.root]
         };
+        // Locating a new process's interpreter is not counted: it happens once.
+        self.next_scan = Some(now + SCAN_INTERVAL.max(now.elapsed() * SCAN_COST_FACTOR));
         let gone: Vec<i32> = self
             .tracked
             .keys()
@@ -416,7 +424,7 @@ impl ProcessTree {
     /// One tick: a scan when due, then one sample of every Python process. False once
     /// the root is gone and nothing is left to sample.
     pub(crate) fn tick(&mut self) -> Result<bool> {
-        if self.last_scan.is_none_or(|t| t.elapsed() >= SCAN_INTERVAL) {
+        if self.next_scan.is_none_or(|t| Instant::now() >= t) {
             self.scan();
         }
         let mut ended = Vec::new();
