@@ -332,8 +332,12 @@ fn main() {
             assert_eq!(sampler.stats.errors, 0, "{:?}", sampler.stats.error_kinds);
             report(&label, times);
             println!(
-                "    ({} samples, {} read paused, {} ticks thinned)",
-                sampler.stats.samples, sampler.stats.paused_reads, sampler.stats.thinned
+                "    ({} samples, {} read paused, {} ticks thinned; CPU times of the threads \
+                 that ran lately only: {})",
+                sampler.stats.samples,
+                sampler.stats.paused_reads,
+                sampler.stats.thinned,
+                sampler.stats.short_cpu_reads
             );
         }
     }

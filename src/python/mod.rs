@@ -850,14 +850,12 @@ fn read_nonblocking(
         }
         out.push((t, result, None));
     }
-    // A thread left to be read paused used nothing here: the pages it needs stay in the
-    // hint for that read, right after.
+    // A thread left to be read paused used nothing here: the pages it needs are in the
+    // last hint, kept for that read, right after (and only for it: merged into the next
+    // hint, the pages of threads read once would stay in every hint after).
     let hint = hint_from(&cache);
-    walker.page_hint = if skipped {
-        with_hint(hint, std::mem::take(&mut walker.page_hint))
-    } else {
-        hint
-    };
+    let last = std::mem::replace(&mut walker.page_hint, hint);
+    walker.reread_hint = if skipped { last } else { Vec::new() };
     walker.recheck_hint = recheck.ranges();
     Ok(out)
 }
@@ -932,6 +930,9 @@ fn first_then_fresh<'a>(
 /// each thread's frames besides (two requests of 1,024 ranges; one page's span each).
 const MAX_HINT_PAGES: usize = 2048;
 
+/// Most pages a paused re-read fetches up front (see [`reread_paused`]).
+const REREAD_PREFETCH_PAGES: usize = 64;
+
 /// What is worth fetching up front next time: the bytes `cache` served this time, one
 /// range per page (bounded).
 fn hint_from(cache: &ptrace::PageCache) -> Vec<(u64, usize)> {
@@ -944,13 +945,19 @@ fn hint_from(cache: &ptrace::PageCache) -> Vec<(u64, usize)> {
 /// name, the span covering both ranges), bounded.
 fn with_hint(mut hint: Vec<(u64, usize)>, more: Vec<(u64, usize)>) -> Vec<(u64, usize)> {
     let page = |a: u64| a & !(ptrace::CACHE_PAGE - 1);
+    let mut at: HashMap<u64, usize> = hint
+        .iter()
+        .enumerate()
+        .map(|(i, h)| (page(h.0), i))
+        .collect();
     for (addr, len) in more {
         let end = addr + len as u64;
-        if let Some(h) = hint.iter_mut().find(|h| page(h.0) == page(addr)) {
+        if let Some(h) = at.get(&page(addr)).map(|&i| &mut hint[i]) {
             let start = h.0.min(addr);
             h.1 = ((h.0 + h.1 as u64).max(end) - start) as usize;
             h.0 = start;
         } else if hint.len() < MAX_HINT_PAGES {
+            at.insert(page(addr), hint.len());
             hint.push((addr, len));
         }
     }
@@ -1006,6 +1013,13 @@ fn reread_paused(
         tids.binary_search(t).is_ok()
             || std::path::Path::new(&format!("/proc/{}/task/{t}", proc.pid)).exists()
     };
+    // Two thread states can name one thread: 3.11 starts a new thread's state with the id
+    // of the thread that creates it, until the new thread runs. A thread is paused once.
+    let only = only.map(|mut ours| {
+        ours.sort_unstable();
+        ours.dedup();
+        ours
+    });
     let paused = match &only {
         Some(ours) if ours.iter().all(of_target) => PausedThreads::pause_threads(proc.pid, ours),
         _ => PausedThreads::pause_from(proc.pid, tids),
@@ -1015,9 +1029,15 @@ fn reread_paused(
         Err(e) if e.is_process_gone() => return Err(e),
         Err(_) => return Ok(()),
     };
-    // What the reads without pausing needed, fetched in one request.
+    // What the reads without pausing needed, fetched in one request — unless that is
+    // mostly other threads' (a thread list of hundreds): then the few threads re-read
+    // fetch their pages as they go.
     let cache = ptrace::PageCache::new(&proc.mem);
-    cache.prefetch(&walker.page_hint);
+    let earlier = std::mem::take(&mut walker.reread_hint);
+    if walker.page_hint.len() + earlier.len() <= REREAD_PREFETCH_PAGES {
+        cache.prefetch(&walker.page_hint);
+        cache.prefetch(&earlier);
+    }
     let strict = std::mem::replace(&mut walker.strict, false);
     let marks: Vec<bool> = threads.iter().map(|(t, w, _)| reread(t, w)).collect();
     let result = reread_each(walker, &cache, threads, &marks);
@@ -1026,7 +1046,7 @@ fn reread_paused(
     // The next snapshot's prefetch: what this paused read used as well as what the read
     // without pausing did (which, for a thread read paused without a try, is only the
     // thread list: the next paused read would fetch every frame page on its own, one
-    // system call each, while the thread waits).
+    // system call each, while the thread waits). What neither used is left out.
     let kept = std::mem::take(&mut walker.page_hint);
     walker.page_hint = with_hint(hint_from(&cache), kept);
     result

@@ -160,6 +160,9 @@ pub struct StackWalker {
     /// What the last snapshot read, one range per page (see
     /// [`crate::ptrace::PageCache::used_ranges`]): the next one prefetches it.
     pub page_hint: Vec<(u64, usize)>,
+    /// The hint of the snapshot before, while a read without pausing left threads to be
+    /// read paused right after (their pages are there, not in `page_hint`); else empty.
+    pub(crate) reread_hint: Vec<(u64, usize)>,
     /// What the last snapshot's verification read (each thread's frames, then its
     /// top-frame fields): the next one reads it a second time right after its prefetch.
     pub recheck_hint: Vec<(u64, usize)>,
@@ -217,6 +220,7 @@ impl StackWalker {
             strict: false,
             code_cache: HashMap::default(),
             page_hint: Vec::new(),
+            reread_hint: Vec::new(),
             recheck_hint: Vec::new(),
             want_anchors: false,
             validated: Vec::new(),

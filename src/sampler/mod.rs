@@ -12,6 +12,7 @@ pub(crate) mod bpf;
 pub mod cputime;
 pub(crate) mod native;
 mod pauses;
+mod ran;
 pub(crate) mod tree;
 
 use crate::error::Result;
@@ -85,6 +86,9 @@ pub struct Stats {
     /// Thread samples of threads that had not run since their last read: not read again
     /// (their stack is that read's).
     pub unchanged: u64,
+    /// Samples that read the CPU time of only the threads that ran lately, the process's
+    /// CPU clock showing that no other thread ran (see `ran`).
+    pub short_cpu_reads: u64,
     pub elapsed: Duration,
     /// Where per-thread CPU time came from (the first process's; said once).
     pub cpu_times_from: Option<String>,
@@ -101,6 +105,9 @@ pub struct Sampler {
     files: cputime::ThreadFiles,
     /// The scheduler's records of the target's threads (see `bpf`); None: read /proc.
     bpf: Option<bpf::BpfCpu>,
+    /// Without BPF: the target's process CPU clock, which tells when only the threads
+    /// that ran lately ran (see `ran`); None: every sample reads every thread's time.
+    clock: Option<ran::ProcessClock>,
     cfg: SamplerConfig,
     agg: Aggregator,
     pub stats: Stats,
@@ -192,6 +199,17 @@ impl Sampler {
                 "/proc schedstat (SCALENE_RS_BPF=1 asks for BPF)".to_string(),
             )
         };
+        let clock = bpf
+            .is_none()
+            .then(|| ran::ProcessClock::new(proc.pid))
+            .flatten();
+        let cpu_times_from = match (&bpf, &clock) {
+            (None, Some(_)) => format!(
+                "{cpu_times_from}, of the threads that ran lately when the process's CPU clock \
+                 shows no other thread ran"
+            ),
+            _ => cpu_times_from,
+        };
         let stats = Stats {
             cpu_times_from: Some(cpu_times_from),
             ..Stats::default()
@@ -202,6 +220,7 @@ impl Sampler {
             cpu: CpuTracker::new(),
             files: cputime::ThreadFiles::new(),
             bpf,
+            clock,
             tasks: cfg
                 .tasks
                 .then(|| python::AsyncReader::for_samples(cfg.wall)),
@@ -473,22 +492,26 @@ impl Sampler {
     /// threads are listed again next time).
     fn cpu_times(&mut self, tids: &[i32]) -> HashMap<i32, u64> {
         let pid = self.proc.pid;
-        let mut run_ns: HashMap<i32, u64> = HashMap::with_capacity(tids.len());
         let mut bpf = self.bpf.as_mut();
-        if let Some(b) = bpf.as_mut() {
-            b.drain();
-        }
-        for &t in tids {
-            let ns = match bpf.as_mut() {
-                Some(b) => b.total(pid, t, &mut self.files),
-                None => self.files.read_sched(pid, t),
-            };
-            match ns {
-                Some(ns) => {
-                    run_ns.insert(t, ns);
-                }
-                None => self.tids_listed = None,
+        let run_ns: HashMap<i32, u64> = match (bpf.as_mut(), self.clock.as_mut()) {
+            (Some(b), _) => {
+                b.drain();
+                tids.iter()
+                    .filter_map(|&t| Some((t, b.total(pid, t, &mut self.files)?)))
+                    .collect()
             }
+            (None, Some(clock)) => {
+                let t = clock.times(tids, &mut self.files);
+                self.stats.short_cpu_reads = clock.short_reads;
+                t
+            }
+            (None, None) => tids
+                .iter()
+                .filter_map(|&t| Some((t, self.files.read_sched(pid, t)?)))
+                .collect(),
+        };
+        if run_ns.len() != tids.len() {
+            self.tids_listed = None;
         }
         let alive: HashSet<i32> = tids.iter().copied().collect();
         if let Some(b) = bpf {

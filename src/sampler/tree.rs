@@ -394,6 +394,7 @@ impl ProcessTree {
         let mut paused = 0;
         let mut thinned = 0;
         let mut unchanged = 0;
+        let mut short = 0;
         let mut kinds: BTreeMap<crate::python::Unread, u64> = BTreeMap::new();
         let mut native = super::native::MergeCounts::default();
         let live = self.tracked.values().filter_map(|t| match t {
@@ -408,6 +409,7 @@ impl ProcessTree {
             paused += st.paused_reads;
             thinned += st.thinned;
             unchanged += st.unchanged;
+            short += st.short_cpu_reads;
             native.add(&st.native);
             for (k, n) in &st.error_kinds {
                 *kinds.entry(*k).or_insert(0) += n;
@@ -417,6 +419,7 @@ impl ProcessTree {
         self.stats.paused_reads = paused;
         self.stats.thinned = thinned;
         self.stats.unchanged = unchanged;
+        self.stats.short_cpu_reads = short;
         self.stats.error_kinds = kinds;
         self.stats.native = native;
     }
