@@ -85,8 +85,9 @@ SUITES = {
         "stops every thread at every sample). Goal: ≤1.03×.",
         workloads=[
             ("parked-150", {"BENCH_THREADS": "150"}),
-            # Less work: py-spy stops 1,000 threads at every sample.
-            ("parked-1000", {"BENCH_THREADS": "1000", "BENCH_WORK": "10"}),
+            # The same work: starting and joining 1,000 threads takes a few tenths of a
+            # second, noisy; with less work that noise was most of the ratio.
+            ("parked-1000", {"BENCH_THREADS": "1000", "BENCH_WORK": "30"}),
         ],
         tools=[("scalene-rs", ours("--cpu-only")), ("py-spy", "@py-spy")],
     ),
@@ -247,7 +248,19 @@ def sample_cost(quick):
     r = subprocess.run(["cargo", "bench", "--bench", "snapshot"], cwd=REPO, env=env, text=True, capture_output=True)
     if r.returncode != 0:
         raise RuntimeError("cargo bench --bench snapshot failed: " + r.stderr.strip()[-400:])
-    return r.stdout.strip()
+    text = [r.stdout.strip()]
+    # What threads that do not run cost: the busy sample again beside parked threads.
+    for parked in (150, 1000):
+        log(f"sample: beside {parked} parked threads")
+        env_p = dict(env, SCALENE_RS_BENCH_PARKED=str(parked), SCALENE_RS_BENCH_SUSTAINED="0",
+                     SCALENE_RS_BENCH_ONLY="busy default sample")
+        r = subprocess.run(["cargo", "bench", "--bench", "snapshot"], cwd=REPO, env=env_p, text=True,
+                           capture_output=True)
+        if r.returncode != 0:
+            raise RuntimeError("cargo bench --bench snapshot failed: " + r.stderr.strip()[-400:])
+        lines = [l for l in r.stdout.strip().splitlines() if not l.startswith("interpreter:")]
+        text.append(f"\nbeside {parked} parked threads (SCALENE_RS_BENCH_PARKED={parked}):\n" + "\n".join(lines))
+    return "\n".join(text)
 
 
 def interpreter_version(python):
