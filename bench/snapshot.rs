@@ -101,6 +101,15 @@ fn start(py: &str, busy: bool) -> Target {
     Target(child)
 }
 
+/// The deepest stack of a snapshot (the busy or sleeping thread's, beside parked ones).
+fn deepest(snap: &python::Snapshot) -> usize {
+    snap.threads
+        .iter()
+        .map(|t| t.frames.len())
+        .max()
+        .unwrap_or(0)
+}
+
 /// CPU time used by the calling thread so far.
 fn thread_cpu() -> Duration {
     let mut ts = libc::timespec {
@@ -197,12 +206,7 @@ fn main() {
             let mut depth = 0;
             let times = time_it(iters, || {
                 let snap = python::take_snapshot(&proc, &mut walker, &opts).unwrap();
-                depth = snap
-                    .threads
-                    .iter()
-                    .map(|t| t.frames.len())
-                    .max()
-                    .unwrap_or(0);
+                depth = deepest(&snap);
             });
             assert_eq!(depth, DEPTH, "the target's stack is {DEPTH} frames deep");
             report(&label, times);
@@ -231,12 +235,7 @@ fn main() {
                 let snap =
                     python::take_native_snapshot_with(&proc, &mut walker, &mut native, &opts)
                         .unwrap();
-                depth = snap
-                    .threads
-                    .iter()
-                    .map(|t| t.frames.len())
-                    .max()
-                    .unwrap_or(0);
+                depth = deepest(&snap);
                 stopped.push(native.last_capture_time());
             });
             assert_eq!(depth, DEPTH, "the target's stack is {DEPTH} frames deep");
