@@ -114,20 +114,8 @@ fn interpreter() -> common::Interpreter {
 }
 
 /// `scalene-rs run [extra] -o DIR/p.json -- python fixture args`, then `view` of it as
-/// `DIR/p.pb.gz`: the JSON profile and the pprof file's path.
+/// `DIR/p.pb.gz`: the JSON profile, the pprof file's path and what the program printed.
 fn record(
-    py: &common::Interpreter,
-    dir: &Path,
-    fixture: &Path,
-    args: &[&str],
-    extra: &[&str],
-) -> (Value, PathBuf) {
-    let (p, pb, _) = record_with_output(py, dir, fixture, args, extra);
-    (p, pb)
-}
-
-/// [`record`], and what the program printed.
-fn record_with_output(
     py: &common::Interpreter,
     dir: &Path,
     fixture: &Path,
@@ -163,7 +151,7 @@ fn go_tool_pprof_reads_the_same_hot_lines_and_split_as_the_json() {
     let name = fx.to_string_lossy().to_string();
     let (python_line, native_line) = (mark(&fx, "python"), mark(&fx, "native"));
     let dir = tempdir("scalene-rs-pprof");
-    let (p, pb) = record(&py, &dir, &fx, &["3"], &[]);
+    let (p, pb, _) = record(&py, &dir, &fx, &["3"], &[]);
     let json = dir.join("p.json");
 
     // By extension, and by --format: the same bytes.
@@ -305,7 +293,7 @@ fn go_tool_pprof_gives_every_thread_its_share() {
     let py = interpreter();
     let dir = tempdir("scalene-rs-pprof");
     // Four threads of equal work (fixtures/cpu/threads.py), the main thread waiting.
-    let (p, pb, printed) = record_with_output(
+    let (p, pb, printed) = record(
         &py,
         &dir,
         &common::fixture("cpu/threads.py"),
@@ -388,7 +376,7 @@ fn native_frames_reach_pprof_flame_graphs_and_speedscope() {
     let py = interpreter();
     let dir = tempdir("scalene-rs-pprof-native");
     let fx = common::fixture("native/zlib_sort.py");
-    let (p, pb) = record(&py, &dir, &fx, &["2"], &["--native", "--cpu-only"]);
+    let (p, pb, _) = record(&py, &dir, &fx, &["2"], &["--native", "--cpu-only"]);
     assert!(
         p["native"]["merge_rate_pct"].as_f64() >= Some(99.0),
         "{}",

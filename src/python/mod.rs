@@ -656,20 +656,19 @@ fn read_blocking(
             // The CPU time of each thread that could not be read while it ran its own code
             // (stopped outside any system call), taken while it cannot run.
             let torn: Vec<(i32, u64)> = match &read {
-                Ok(t) if pauses < BLOCKING_PAUSES => t
-                    .iter()
-                    .filter(|(_, w, _)| w.is_err())
-                    .filter_map(|(r, _, _)| {
-                        r.native_id
-                            .or_else(|| opts.tids_by_thread.get(&r.thread_id).copied())
-                    })
-                    .filter(|&tid| {
-                        crate::proc::blocked_syscall(proc.pid, tid).is_some_and(|(nr, _)| nr < 0)
-                    })
-                    .filter_map(|tid| Some((tid, crate::proc::thread_run_ns(proc.pid, tid)?)))
-                    .collect(),
+                Ok(t) if pauses < BLOCKING_PAUSES => {
+                    let failed = t.iter().filter(|(_, w, _)| w.is_err()).map(|(r, _, _)| r);
+                    kernel_ids(proc, tids, &opts.tids_by_thread, failed)
+                }
                 _ => Vec::new(),
-            };
+            }
+            .into_iter()
+            .flatten()
+            .filter(|&tid| {
+                crate::proc::blocked_syscall(proc.pid, tid).is_some_and(|(nr, _)| nr < 0)
+            })
+            .filter_map(|tid| Some((tid, crate::proc::thread_run_ns(proc.pid, tid)?)))
+            .collect();
             (read, torn)
             // `_paused` drops here: every thread runs again before we do anything else.
         };
@@ -964,6 +963,28 @@ fn with_hint(mut hint: Vec<(u64, usize)>, more: Vec<(u64, usize)>) -> Vec<(u64, 
     hint
 }
 
+/// Our kernel id of each thread of `threads` (listed in `tids`), None when unknown: the id
+/// its thread state records (3.11+), translated when the target lives in another PID
+/// namespace, else the one an earlier snapshot matched (`tids_by_thread`).
+fn kernel_ids<'a>(
+    proc: &PythonProcess,
+    tids: &[i32],
+    tids_by_thread: &HashMap<u64, i32>,
+    threads: impl Iterator<Item = &'a stack::RawThread>,
+) -> Vec<Option<i32>> {
+    let mut inner_to_ours: Option<HashMap<i32, i32>> = None;
+    threads
+        .map(|t| match t.native_id {
+            Some(id) if proc.tids.translates() => inner_to_ours
+                .get_or_insert_with(|| proc.tids.inner_to_ours(tids))
+                .get(&id)
+                .copied(),
+            Some(id) => Some(id),
+            None => tids_by_thread.get(&t.thread_id).copied(),
+        })
+        .collect()
+}
+
 /// Reads again, with the threads paused, the stacks that a read without pausing could not
 /// validate (they kept changing). Paused, nothing is torn: the strict checks (meant to catch
 /// torn reads) are off, as in `--blocking` — they would reject the transitional states a
@@ -987,26 +1008,18 @@ fn reread_paused(
     let reread = |t: &stack::RawThread, w: &std::result::Result<stack::Walk, ThreadError>| {
         w.is_err() && (t.native_id.is_some() || walker.layout.thread.native_thread_id.is_none())
     };
-    let failed: Vec<&stack::RawThread> = threads
-        .iter()
-        .filter(|(t, w, _)| reread(t, w))
-        .map(|(t, _, _)| t)
-        .collect();
-    if failed.is_empty() {
+    let marks: Vec<bool> = threads.iter().map(|(t, w, _)| reread(t, w)).collect();
+    if !marks.contains(&true) {
         return Ok(());
     }
-    let recorded: Option<Vec<i32>> = failed.iter().map(|t| t.native_id).collect();
-    let only = match recorded {
-        Some(inner) if !proc.tids.translates() => Some(inner),
-        Some(inner) => {
-            let map = proc.tids.inner_to_ours(tids);
-            inner.iter().map(|i| map.get(i).copied()).collect()
-        }
-        None => failed
-            .iter()
-            .map(|t| tids_by_thread.get(&t.thread_id).copied())
-            .collect(),
-    };
+    let failed = threads
+        .iter()
+        .zip(&marks)
+        .filter(|(_, &m)| m)
+        .map(|((t, _, _), _)| t);
+    let only: Option<Vec<i32>> = kernel_ids(proc, tids, tids_by_thread, failed)
+        .into_iter()
+        .collect();
     // A kernel id read from the target's memory is paused only when it is one of the
     // target's threads: listed (`tids` is sorted), or new since and in its task list.
     let of_target = |t: &i32| {
@@ -1039,7 +1052,6 @@ fn reread_paused(
         cache.prefetch(&earlier);
     }
     let strict = std::mem::replace(&mut walker.strict, false);
-    let marks: Vec<bool> = threads.iter().map(|(t, w, _)| reread(t, w)).collect();
     let result = reread_each(walker, &cache, threads, &marks);
     walker.strict = strict;
     drop(_paused);

@@ -106,8 +106,8 @@ pub struct Sampler {
     /// The scheduler's records of the target's threads (see `bpf`); None: read /proc.
     bpf: Option<bpf::BpfCpu>,
     /// Without BPF: the target's process CPU clock, which tells when only the threads
-    /// that ran lately ran (see `ran`); None: every sample reads every thread's time.
-    clock: Option<ran::ProcessClock>,
+    /// that ran lately ran (see `ran`).
+    clock: ran::ProcessClock,
     cfg: SamplerConfig,
     agg: Aggregator,
     pub stats: Stats,
@@ -199,12 +199,9 @@ impl Sampler {
                 "/proc schedstat (SCALENE_RS_BPF=1 asks for BPF)".to_string(),
             )
         };
-        let clock = bpf
-            .is_none()
-            .then(|| ran::ProcessClock::new(proc.pid))
-            .flatten();
-        let cpu_times_from = match (&bpf, &clock) {
-            (None, Some(_)) => format!(
+        let mut clock = ran::ProcessClock::new(proc.pid);
+        let cpu_times_from = match &bpf {
+            None if clock.works() => format!(
                 "{cpu_times_from}, of the threads that ran lately when the process's CPU clock \
                  shows no other thread ran"
             ),
@@ -493,22 +490,18 @@ impl Sampler {
     fn cpu_times(&mut self, tids: &[i32]) -> HashMap<i32, u64> {
         let pid = self.proc.pid;
         let mut bpf = self.bpf.as_mut();
-        let run_ns: HashMap<i32, u64> = match (bpf.as_mut(), self.clock.as_mut()) {
-            (Some(b), _) => {
+        let run_ns: HashMap<i32, u64> = match bpf.as_mut() {
+            Some(b) => {
                 b.drain();
                 tids.iter()
                     .filter_map(|&t| Some((t, b.total(pid, t, &mut self.files)?)))
                     .collect()
             }
-            (None, Some(clock)) => {
-                let t = clock.times(tids, &mut self.files);
-                self.stats.short_cpu_reads = clock.short_reads;
+            None => {
+                let t = self.clock.times(tids, &mut self.files);
+                self.stats.short_cpu_reads = self.clock.short_reads;
                 t
             }
-            (None, None) => tids
-                .iter()
-                .filter_map(|&t| Some((t, self.files.read_sched(pid, t)?)))
-                .collect(),
         };
         if run_ns.len() != tids.len() {
             self.tids_listed = None;

@@ -37,20 +37,22 @@ pub(crate) struct ProcessClock {
 }
 
 impl ProcessClock {
-    /// The clock of process `pid`; None when it cannot be read (then every sample reads
-    /// every thread).
-    pub(crate) fn new(pid: i32) -> Option<ProcessClock> {
-        let clock = process_clock_id(pid);
-        let mut c = ProcessClock {
+    /// The clock of process `pid` (one that cannot be read makes every sample read every
+    /// thread: see [`ProcessClock::works`]).
+    pub(crate) fn new(pid: i32) -> ProcessClock {
+        ProcessClock {
             pid,
-            clock,
+            clock: process_clock_id(pid),
             exited_ns: None,
             last: HashMap::new(),
             full_reads: 0,
             short_reads: 0,
-        };
-        c.now()?;
-        Some(c)
+        }
+    }
+
+    /// Whether the clock can be read (else no sample is a short one).
+    pub(crate) fn works(&mut self) -> bool {
+        self.now().is_some()
     }
 
     /// The process's CPU time so far, nanoseconds.
@@ -190,7 +192,8 @@ mod tests {
         std::thread::sleep(Duration::from_millis(100));
         let tids = crate::proc::threads(pid).unwrap();
         assert_eq!(tids.len(), 22);
-        let mut clock = ProcessClock::new(pid).expect("the process clock of a child");
+        let mut clock = ProcessClock::new(pid);
+        assert!(clock.works(), "the process clock of a child");
         let mut files = ThreadFiles::new();
         let mut short = 0;
         for _ in 0..40 {
