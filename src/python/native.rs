@@ -316,17 +316,21 @@ pub(crate) fn merge(
         }
     }
     let want = evals.len();
-    if let Some(marks @ [first, next, ..]) = anchors {
+    if let Some(marks @ [first, rest @ ..]) = anchors {
         // 3.11 marks each call by its `_PyCFrame`, which a call pushes (`tstate->cframe`)
         // a few instructions before it links its first frame: caught between the two, the
         // thread has one mark more than calls with frames, the innermost, in a native frame
-        // inner to the next mark's. That call runs no Python frame yet: its frame of the
-        // loop is shown as it is, like any call of the loop starting (see below).
+        // inner to the next mark's (or the only mark: the thread's first call of the loop,
+        // a main thread starting its module, with no Python frame at all yet). That call
+        // runs no Python frame yet: its frame of the loop is shown as it is, like any call
+        // of the loop starting (see below).
         let frame_of = |a: u64| native.sps.partition_point(|&sp| sp <= a);
         if !py.truncated
             && marks.len() == want + 1
             && native.stack_range.contains(first)
-            && frame_of(*first) < frame_of(*next)
+            && rest
+                .first()
+                .is_none_or(|next| frame_of(*first) < frame_of(*next))
         {
             anchors = Some(&marks[1..]);
         }

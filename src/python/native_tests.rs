@@ -524,6 +524,38 @@ fn a_3_11_call_caught_before_it_links_its_first_frame_merges() {
     assert!(merge(&native, &side, 3).is_err());
 }
 
+#[test]
+fn a_3_11_first_call_caught_before_it_links_its_first_frame_merges() {
+    // A main thread entering its module: the one call of the loop has pushed its
+    // `_PyCFrame` (the only mark) and linked no Python frame yet (seen once in ~4,000
+    // samples on pyenv's 3.11.7).
+    let native = stack(&[EVAL, "PyEval_EvalCode", "run_mod", "main"]);
+    let side = PythonSide {
+        frames: &[],
+        evals: &[],
+        open: 0,
+        truncated: false,
+        anchors: Some(&[inside(0)]),
+    };
+    assert_eq!(
+        words(&merge(&native, &side, 3).unwrap()),
+        [EVAL, "PyEval_EvalCode", "run_mod", "main"]
+    );
+    // The mark outside the thread's stack, or a Python frame outside any call: no guess.
+    let off = PythonSide {
+        anchors: Some(&[0x20000]),
+        ..side
+    };
+    assert!(merge(&native, &off, 3).is_err());
+    let frames = [py("<module>")];
+    let open = PythonSide {
+        frames: &frames,
+        open: 1,
+        ..side
+    };
+    assert!(merge(&native, &open, 3).is_err());
+}
+
 /// With `--native`, a sample is native time when a native frame above its innermost Python
 /// frame is an extension's or a library's (BLAS under `a @ a`, which is no call), not when
 /// only the interpreter's own code or the C library is there.
