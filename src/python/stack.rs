@@ -54,6 +54,9 @@ pub struct Walk {
     pub(crate) chain: Vec<u64>,
     /// For each entry of `chain`: whether it gave one of `frames` (hidden frames do not).
     pub(crate) shown: Vec<bool>,
+    /// The bytes the walk decoded, `layout.frame.size` for each entry of `chain`, one after
+    /// another: [`StackWalker::verify`] compares a second read with them.
+    pub(crate) bytes: Vec<u8>,
     /// Read with the thread paused after reads without pausing kept failing validation.
     pub(crate) paused: bool,
     /// The value of the thread state's top-frame field when [`StackWalker::verify`] read it
@@ -113,6 +116,7 @@ pub(crate) fn spans(addrs: &[u64], size: u64) -> Vec<(u64, u64)> {
 type CodeAt = (Arc<CodeInfo>, Option<u32>, Option<u64>);
 
 /// One frame decoded by [`StackWalker::step`].
+#[derive(Clone)]
 struct FrameStep {
     /// The next (outer) frame's address.
     back: u64,
@@ -172,7 +176,22 @@ pub struct StackWalker {
     /// Code objects already validated during the current walk (a recursive function's
     /// code is checked once, not once per frame). Empty outside a walk.
     validated: Vec<u64>,
+    /// Frames decoded by earlier walks, by address: see [`StackWalker::step_memo`].
+    memo: HashMap<u64, Decoded, ahash::RandomState>,
+    /// Frames on the chain of the last whole walk.
+    last_depth: usize,
 }
+
+/// A frame's bytes as a walk read them and what they decoded to.
+struct Decoded {
+    bytes: Vec<u8>,
+    step: FrameStep,
+    /// The checks its decoding made: see [`StackWalker::checks`].
+    checks: u8,
+}
+
+/// Most frames [`StackWalker::memo`] holds (it starts afresh past this).
+const MEMO_LIMIT: usize = 16_384;
 
 /// Limits that stop a walk of corrupt or torn memory from running forever.
 const MAX_INTERPRETERS: usize = 4096;
@@ -224,6 +243,8 @@ impl StackWalker {
             recheck_hint: Vec::new(),
             want_anchors: false,
             validated: Vec::new(),
+            memo: HashMap::default(),
+            last_depth: 0,
         }
     }
 
@@ -488,7 +509,16 @@ impl StackWalker {
         if mem.prefetches() {
             self.prefetch_code(mem, top);
         }
-        let mut w = Walk::default();
+        // Room for a stack as deep as the last one walked (growing the vectors frame by
+        // frame was a tenth of a busy sample's own work).
+        let room = self.last_depth.min(self.max_depth) + 4;
+        let mut w = Walk {
+            frames: Vec::with_capacity(room),
+            chain: Vec::with_capacity(room),
+            shown: Vec::with_capacity(room),
+            bytes: Vec::with_capacity(room * size),
+            ..Walk::default()
+        };
         // Loop check: a linear search of the chain while it is short, a set beyond.
         let mut seen: Option<HashSet<u64, ahash::RandomState>> = None;
         let mut buf = vec![0u8; size];
@@ -510,8 +540,9 @@ impl StackWalker {
                 return Err(torn(addr, "the frame chain loops"));
             }
             mem.read(addr, &mut buf)?;
-            let step = self.step(mem, addr, &buf, false, w.chain.is_empty())?;
+            let step = self.step_memo(mem, addr, &buf, w.chain.is_empty())?;
             w.chain.push(addr);
+            w.bytes.extend_from_slice(&buf);
             w.shown.push(step.frame.is_some());
             w.evals_open += u32::from(step.frame.is_some());
             if step.entry {
@@ -539,6 +570,7 @@ impl StackWalker {
             }
             addr = step.back;
         }
+        self.last_depth = w.chain.len();
         if self.strict && w.frames.is_empty() && !w.chain.is_empty() {
             // A thread has no frame but C-stack entry frames only for an instant (starting
             // or ending); a read without pausing that sees that was most likely misled by
@@ -596,6 +628,7 @@ impl StackWalker {
         op_mem: Option<&dyn ProcessMemory>,
     ) -> Result<bool> {
         let n = w.chain.len();
+        let size = self.layout.frame.size;
         let again = self.read_again(mem, tstate, w, op_mem)?;
         let (op, field) = (again.op, again.field);
         let locate = |addr: u64| again.frame(addr);
@@ -628,10 +661,22 @@ impl StackWalker {
             if w.shown[i] {
                 at += 1;
             }
+            // A frame that reads byte for byte as the walk read it is as the walk saw it:
+            // same link, code and instruction. Only the others are decoded, and a
+            // generator's frame (whether it still executes is not in its bytes).
+            let now_bytes = locate(addr);
+            if !now_bytes.is_empty()
+                && !self.generator_frame(now_bytes)
+                && w.bytes.get(i * size..(i + 1) * size) == Some(now_bytes)
+            {
+                steady[i] = true;
+                same_line[i] = true;
+                continue;
+            }
             // Frames above the thread's innermost one may be anything now (suspended,
             // freed): an error reading one only means it changed.
             let innermost = k.map_or(i == 0, |k| i == k);
-            let step = match self.step(mem, addr, locate(addr), true, innermost) {
+            let step = match self.step(mem, addr, now_bytes, true, innermost) {
                 Ok(s) => s,
                 Err(e) if e.is_process_gone() => return Err(e),
                 Err(_) => continue,
@@ -748,6 +793,71 @@ impl StackWalker {
             }
         }
         Ok(None)
+    }
+
+    /// [`StackWalker::step`] for a walk, without decoding again a frame that reads byte for
+    /// byte as one an earlier walk decoded at the same address: the frames under a busy
+    /// thread's innermost ones wait in calls and do not change from one sample to the next,
+    /// and decoding them (code object, line table) was most of a sample's own work. Same
+    /// bytes are the same link, code object (which the frame holds a reference to, so it
+    /// is still that object) and instruction, so the same result, with two exceptions that
+    /// are decoded every time: a generator's frame (whether it is executing is not in its
+    /// bytes) and a frame whose earlier decoding skipped a check this one needs.
+    fn step_memo(
+        &mut self,
+        mem: &dyn ProcessMemory,
+        addr: u64,
+        buf: &[u8],
+        innermost: bool,
+    ) -> Result<FrameStep> {
+        let checks = self.checks(innermost);
+        if self.generator_frame(buf) {
+            return self.step(mem, addr, buf, false, innermost);
+        }
+        if let Some(d) = self.memo.get(&addr) {
+            if d.bytes == buf && d.checks >= checks {
+                return Ok(d.step.clone());
+            }
+        }
+        let step = self.step(mem, addr, buf, false, innermost)?;
+        if self.memo.len() >= MEMO_LIMIT {
+            self.memo.clear();
+        }
+        match self.memo.get_mut(&addr) {
+            Some(d) if d.bytes.len() == buf.len() => {
+                d.bytes.copy_from_slice(buf);
+                d.step = step.clone();
+                d.checks = checks;
+            }
+            _ => {
+                self.memo.insert(
+                    addr,
+                    Decoded {
+                        bytes: buf.to_vec(),
+                        step: step.clone(),
+                        checks,
+                    },
+                );
+            }
+        }
+        Ok(step)
+    }
+
+    /// 3.11+: the frame is a generator's (whether the generator is executing is kept in the
+    /// generator object, not in the frame's bytes).
+    fn generator_frame(&self, buf: &[u8]) -> bool {
+        const FRAME_OWNED_BY_GENERATOR: u8 = 1;
+        let f = &self.layout.frame;
+        matches!(f.model, FrameModel::Interpreter)
+            && f.owner
+                .is_some_and(|o| field_u8(buf, o) == FRAME_OWNED_BY_GENERATOR)
+    }
+
+    /// The checks [`StackWalker::step`] makes of a frame's bytes, in increasing order: none
+    /// beyond its type (0), a strict walk's (1: a frame object freed meanwhile), and those
+    /// of a frame reached through a link in a strict walk (2: it is executing).
+    fn checks(&self, innermost: bool) -> u8 {
+        u8::from(self.strict) + u8::from(self.strict && !innermost)
     }
 
     /// Decodes one frame from its bytes `buf` (read at `addr`): its link, its code object
@@ -920,11 +1030,18 @@ impl StackWalker {
         let mut codes: Vec<(u64, usize)> = Vec::new();
         let mut addr = top;
         let mut n = 0;
+        let mut buf = vec![0u8; f.size];
         while addr != 0 && n < self.max_depth + 64 {
-            let Ok(buf) = mem.read_vec(addr, f.size) else {
+            if mem.read(addr, &mut buf).is_err() {
                 break;
+            }
+            // A frame the walk will not decode again needs no code object.
+            let known = self.memo.get(&addr).is_some_and(|d| d.bytes == buf);
+            let code = if known {
+                0
+            } else {
+                field_u64(&buf, f.code) & !7
             };
-            let code = field_u64(&buf, f.code) & !7;
             // 3.12+: a frame owned by the C stack is not read as Python (see `step`).
             let c_owned =
                 self.layout.version >= (3, 12) && f.owner.is_some_and(|o| field_u8(&buf, o) >= 3);

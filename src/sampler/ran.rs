@@ -22,6 +22,11 @@ use std::time::{Duration, Instant};
 /// that a busy thread sampled faster than the ticks stays among those read.
 const QUIET_FOR: Duration = Duration::from_millis(50);
 
+/// Below this many threads every thread's time is read without the clock: its two reads
+/// cost about one `schedstat` read, so with one or two threads they save nothing (and a
+/// sample of a single busy thread, the most common target, paid them for nothing).
+const CLOCK_FROM_THREADS: usize = 3;
+
 /// The target's process CPU clock and what each thread had used at its last reading.
 pub(crate) struct ProcessClock {
     pid: i32,
@@ -71,18 +76,22 @@ impl ProcessClock {
     /// read, gone meanwhile, is missing), reading `schedstat` through `files` only for the
     /// threads that ran lately when the process clock shows that no other thread ran.
     pub(crate) fn times(&mut self, tids: &[i32], files: &mut ThreadFiles) -> HashMap<i32, u64> {
+        if tids.len() < CLOCK_FROM_THREADS {
+            // Threads that exit meanwhile go unmeasured: the next read with the clock
+            // measures the exited part again.
+            self.full_reads += 1;
+            self.exited_ns = None;
+            let out = read_all(self.pid, tids, files);
+            self.remember(&out);
+            return out;
+        }
         if let Some(out) = self.short_read(tids, files) {
             self.short_reads += 1;
             return out;
         }
         self.full_reads += 1;
         let before = self.now();
-        let mut out = HashMap::with_capacity(tids.len());
-        for &t in tids {
-            if let Some(ns) = files.read_sched(self.pid, t) {
-                out.insert(t, ns);
-            }
-        }
+        let out = read_all(self.pid, tids, files);
         let after = self.now();
         // Exact only if nothing changed meanwhile (the clock did not move) and every thread
         // was read.
@@ -91,19 +100,20 @@ impl ProcessClock {
             (Some(b), Some(a)) if a == b && out.len() == tids.len() => b.checked_sub(sum),
             _ => None,
         };
-        let last = std::mem::take(&mut self.last);
-        let now = Instant::now();
-        self.last = out
-            .iter()
-            .map(|(&t, &ns)| {
-                let since = match last.get(&t) {
-                    Some(&(was, since)) if was == ns => since,
-                    _ => now,
-                };
-                (t, (ns, since))
-            })
-            .collect();
+        self.remember(&out);
         out
+    }
+
+    /// Takes a reading of every thread as each one's last.
+    fn remember(&mut self, out: &HashMap<i32, u64>) {
+        let now = Instant::now();
+        self.last.retain(|t, _| out.contains_key(t));
+        for (&t, &ns) in out {
+            let e = self.last.entry(t).or_insert((ns, now));
+            if e.0 != ns {
+                *e = (ns, now);
+            }
+        }
     }
 
     /// The short read: None when it cannot tell exactly that only the threads read ran.
@@ -146,6 +156,13 @@ impl ProcessClock {
         }
         Some(self.last.iter().map(|(&t, &(ns, _))| (t, ns)).collect())
     }
+}
+
+/// Every thread of `tids` with its CPU time (a thread that could not be read is left out).
+fn read_all(pid: i32, tids: &[i32], files: &mut ThreadFiles) -> HashMap<i32, u64> {
+    tids.iter()
+        .filter_map(|&t| Some((t, files.read_sched(pid, t)?)))
+        .collect()
 }
 
 /// The clock id of process `pid`'s CPU time (what `clock_getcpuclockid` returns: the pid,
