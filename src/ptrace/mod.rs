@@ -338,11 +338,19 @@ struct CachedPage {
 struct Pages {
     list: Vec<CachedPage>,
     index: HashMap<u64, usize, ahash::RandomState>,
+    /// The page found last: most reads follow one on the same page (a frame stack's frames).
+    last: std::cell::Cell<usize>,
 }
 
 impl Pages {
     fn position(&self, addr: u64) -> Option<usize> {
-        self.index.get(&addr).copied()
+        let last = self.last.get();
+        if self.list.get(last).is_some_and(|p| p.addr == addr) {
+            return Some(last);
+        }
+        let i = self.index.get(&addr).copied()?;
+        self.last.set(i);
+        Some(i)
     }
 
     fn push(&mut self, page: CachedPage) {
@@ -379,6 +387,55 @@ fn take_page() -> Page {
     SPARE_PAGES
         .with(|s| s.borrow_mut().pop())
         .unwrap_or_else(|| Box::new([0u8; CACHE_PAGE as usize]))
+}
+
+thread_local! {
+    /// Byte buffers of earlier reads (second looks, a walk's frames read again), reused:
+    /// zeroing kilobytes for every sample only to overwrite them was a visible part of a
+    /// sample's own work.
+    static SPARE_BUFS: std::cell::RefCell<Vec<Vec<u8>>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// Most buffers [`SPARE_BUFS`] keeps, and the largest it keeps.
+const SPARE_BUFS_MAX: usize = 64;
+const SPARE_BUF_MAX_BYTES: usize = 256 * 1024;
+
+/// A buffer of `len` bytes for a read to fill: a spare one when there is one. Its contents
+/// are whatever it held (a read that fails leaves them, and such a buffer is never used for
+/// data).
+pub(crate) fn take_buf(len: usize) -> Vec<u8> {
+    // The same ranges are read sample after sample: one of that length first, else one at
+    // least as long, so that little is ever zeroed.
+    let mut b = SPARE_BUFS.with(|s| {
+        let mut spare = s.borrow_mut();
+        let pick = spare
+            .iter()
+            .position(|b| b.len() == len)
+            .or_else(|| spare.iter().position(|b| b.len() >= len));
+        match pick {
+            Some(i) => spare.swap_remove(i),
+            None => spare.pop().unwrap_or_default(),
+        }
+    });
+    if b.len() < len {
+        b.resize(len, 0);
+    } else {
+        b.truncate(len);
+    }
+    b
+}
+
+/// Keeps `buf` for [`take_buf`].
+pub(crate) fn give_back_buf(buf: Vec<u8>) {
+    if buf.capacity() > SPARE_BUF_MAX_BYTES {
+        return;
+    }
+    SPARE_BUFS.with(|s| {
+        let mut spare = s.borrow_mut();
+        if spare.len() < SPARE_BUFS_MAX {
+            spare.push(buf);
+        }
+    });
 }
 
 fn give_back(pages: impl IntoIterator<Item = Page>) {
@@ -543,7 +600,7 @@ impl PageCache<'_> {
             return Vec::new();
         }
         let mut bufs: Vec<Page> = want.iter().map(|_| take_page()).collect();
-        let mut second: Vec<Vec<u8>> = again.iter().map(|&(_, len)| vec![0u8; len]).collect();
+        let mut second: Vec<Vec<u8>> = again.iter().map(|&(_, len)| take_buf(len)).collect();
         let mut reqs: Vec<(u64, &mut [u8])> = want
             .iter()
             .zip(bufs.iter_mut())
@@ -629,6 +686,14 @@ impl ProcessMemory for PageCache<'_> {
 pub(crate) struct SecondLook<'a> {
     inner: &'a dyn ProcessMemory,
     ranges: Vec<(u64, Vec<u8>)>,
+}
+
+impl Drop for SecondLook<'_> {
+    fn drop(&mut self) {
+        for (_, b) in self.ranges.drain(..) {
+            give_back_buf(b);
+        }
+    }
 }
 
 impl SecondLook<'_> {

@@ -98,7 +98,12 @@ const MAX_JOIN_LINKS: usize = 3;
 pub(crate) fn spans(addrs: &[u64], size: u64) -> Vec<(u64, u64)> {
     const JOIN: u64 = 4096;
     let mut sorted: Vec<u64> = addrs.to_vec();
-    sorted.sort_unstable();
+    // A chain of 3.11+'s frame stack comes innermost first, at falling addresses.
+    if sorted.windows(2).all(|w| w[0] >= w[1]) {
+        sorted.reverse();
+    } else {
+        sorted.sort_unstable();
+    }
     let mut out: Vec<(u64, u64)> = Vec::new();
     for a in sorted {
         let end = a.saturating_add(size);
@@ -182,6 +187,15 @@ pub struct StackWalker {
     last_depth: usize,
 }
 
+/// The chain as [`StackWalker::read_ahead`] followed it: each frame's address, its bytes
+/// (`layout.frame.size` each, one after another) and what the memo knows of it.
+#[derive(Default)]
+struct Ahead {
+    chain: Vec<u64>,
+    bytes: Vec<u8>,
+    known: Vec<Option<FrameStep>>,
+}
+
 /// A frame's bytes as a walk read them and what they decoded to.
 struct Decoded {
     bytes: Vec<u8>,
@@ -211,6 +225,12 @@ struct ReadAgain {
     frame_size: usize,
     op: [u8; 1],
     field: [u8; 8],
+}
+
+impl Drop for ReadAgain {
+    fn drop(&mut self) {
+        crate::ptrace::give_back_buf(std::mem::take(&mut self.bufs));
+    }
 }
 
 impl ReadAgain {
@@ -506,9 +526,13 @@ impl StackWalker {
 
     fn walk_inner(&mut self, mem: &dyn ProcessMemory, top: u64) -> Result<Walk> {
         let size = self.layout.frame.size;
-        if mem.prefetches() {
-            self.prefetch_code(mem, top);
-        }
+        // From a page cache: the chain followed once first, its frames' bytes kept, and the
+        // code objects of the frames that need decoding fetched in one request.
+        let mut ahead = if mem.prefetches() {
+            self.read_ahead(mem, top)
+        } else {
+            Ahead::default()
+        };
         // Room for a stack as deep as the last one walked (growing the vectors frame by
         // frame was a tenth of a busy sample's own work).
         let room = self.last_depth.min(self.max_depth) + 4;
@@ -539,10 +563,22 @@ impl StackWalker {
             if looped {
                 return Err(torn(addr, "the frame chain loops"));
             }
-            mem.read(addr, &mut buf)?;
-            let step = self.step_memo(mem, addr, &buf, w.chain.is_empty())?;
+            let i = w.chain.len();
+            let (step, bytes) = match ahead.chain.get(i) {
+                Some(&a) if a == addr => {
+                    let bytes = &ahead.bytes[i * size..(i + 1) * size];
+                    match ahead.known[i].take() {
+                        Some(step) => (step, bytes),
+                        None => (self.step_memo(mem, addr, bytes, i == 0)?, bytes),
+                    }
+                }
+                _ => {
+                    mem.read(addr, &mut buf)?;
+                    (self.step_memo(mem, addr, &buf, i == 0)?, &buf[..])
+                }
+            };
             w.chain.push(addr);
-            w.bytes.extend_from_slice(&buf);
+            w.bytes.extend_from_slice(bytes);
             w.shown.push(step.frame.is_some());
             w.evals_open += u32::from(step.frame.is_some());
             if step.entry {
@@ -741,7 +777,7 @@ impl StackWalker {
         let spans = spans(&w.chain, size as u64);
         let total: usize = spans.iter().map(|&(a, b)| (b - a) as usize).sum();
         let mut again = ReadAgain {
-            bufs: vec![0u8; total],
+            bufs: crate::ptrace::take_buf(total),
             spans,
             frame_size: size,
             op: [0u8; 1],
@@ -810,16 +846,14 @@ impl StackWalker {
         buf: &[u8],
         innermost: bool,
     ) -> Result<FrameStep> {
+        if let Some(step) = self.known(addr, buf, innermost) {
+            return Ok(step);
+        }
         let checks = self.checks(innermost);
-        if self.generator_frame(buf) {
-            return self.step(mem, addr, buf, false, innermost);
-        }
-        if let Some(d) = self.memo.get(&addr) {
-            if d.bytes == buf && d.checks >= checks {
-                return Ok(d.step.clone());
-            }
-        }
         let step = self.step(mem, addr, buf, false, innermost)?;
+        if self.generator_frame(buf) {
+            return Ok(step);
+        }
         if self.memo.len() >= MEMO_LIMIT {
             self.memo.clear();
         }
@@ -841,6 +875,14 @@ impl StackWalker {
             }
         }
         Ok(step)
+    }
+
+    /// What [`StackWalker::step_memo`] knows of the frame at `addr` whose bytes are `buf`,
+    /// without decoding it.
+    fn known(&self, addr: u64, buf: &[u8], innermost: bool) -> Option<FrameStep> {
+        let d = self.memo.get(&addr)?;
+        (d.bytes == buf && d.checks >= self.checks(innermost) && !self.generator_frame(buf))
+            .then(|| d.step.clone())
     }
 
     /// 3.11+: the frame is a generator's (whether the generator is executing is kept in the
@@ -1021,37 +1063,40 @@ impl StackWalker {
         Ok((code, line, instr))
     }
 
-    /// Follows the chain from `top` once, only to learn which code objects it uses, and asks
-    /// `mem` (a page cache) to fetch them all at once: the walk proper then finds frames and
-    /// code objects in the cache instead of reading each with its own system call. Errors
-    /// here only end the prefetch; the walk proper reports them.
-    fn prefetch_code(&self, mem: &dyn ProcessMemory, top: u64) {
+    /// Follows the chain from `top` once, keeping each frame's bytes and what the memo
+    /// already knows of it (see [`StackWalker::step_memo`]), and asks `mem` (a page cache)
+    /// to fetch the code objects of the other frames all at once: the walk proper then finds
+    /// frames and code objects in the cache instead of reading each with its own system
+    /// call, and does not read the frames again. Errors here only end the look ahead; the
+    /// walk proper reports them.
+    fn read_ahead(&self, mem: &dyn ProcessMemory, top: u64) -> Ahead {
         let f = self.layout.frame;
+        let mut ahead = Ahead::default();
         let mut codes: Vec<(u64, usize)> = Vec::new();
         let mut addr = top;
-        let mut n = 0;
         let mut buf = vec![0u8; f.size];
-        while addr != 0 && n < self.max_depth + 64 {
+        while addr != 0 && ahead.chain.len() < self.max_depth + 64 {
             if mem.read(addr, &mut buf).is_err() {
                 break;
             }
-            // A frame the walk will not decode again needs no code object.
-            let known = self.memo.get(&addr).is_some_and(|d| d.bytes == buf);
-            let code = if known {
-                0
-            } else {
-                field_u64(&buf, f.code) & !7
-            };
-            // 3.12+: a frame owned by the C stack is not read as Python (see `step`).
-            let c_owned =
-                self.layout.version >= (3, 12) && f.owner.is_some_and(|o| field_u8(&buf, o) >= 3);
-            if code != 0 && !c_owned && !codes.iter().any(|&(c, _)| c == code) {
-                codes.push((code, self.layout.code.size));
+            let innermost = ahead.chain.is_empty();
+            let known = self.known(addr, &buf, innermost);
+            if known.is_none() {
+                let code = field_u64(&buf, f.code) & !7;
+                // 3.12+: a frame owned by the C stack is not read as Python (see `step`).
+                let c_owned = self.layout.version >= (3, 12)
+                    && f.owner.is_some_and(|o| field_u8(&buf, o) >= 3);
+                if code != 0 && !c_owned && !codes.iter().any(|&(c, _)| c == code) {
+                    codes.push((code, self.layout.code.size));
+                }
             }
+            ahead.chain.push(addr);
+            ahead.bytes.extend_from_slice(&buf);
+            ahead.known.push(known);
             addr = field_u64(&buf, f.back);
-            n += 1;
         }
         mem.prefetch(&codes);
+        ahead
     }
 
     /// Whether the code object at `code_addr` (already cached by the walk) is a generator,
