@@ -617,13 +617,14 @@ fn read_blocking(
             tids.to_vec()
         };
         // A thread left running: one of `unpaused`, or one not listed (it appeared since).
+        // (By our kernel id: the one a thread state records is the target's, which in a
+        // PID namespace of its own is another.)
+        let ids = KernelIds::new(proc, tids, &opts.tids_by_thread);
         let not_paused = |t: &stack::RawThread| -> bool {
             leave_out
-                && t.native_id
-                    .or_else(|| opts.tids_by_thread.get(&t.thread_id).copied())
-                    .is_none_or(|tid| {
-                        opts.unpaused.contains(&tid) || tids.binary_search(&tid).is_err()
-                    })
+                && ids.of(t).is_none_or(|tid| {
+                    opts.unpaused.contains(&tid) || tids.binary_search(&tid).is_err()
+                })
         };
         let read = {
             // Left out, the threads expected unchanged are not stopped, nor is any thread
@@ -657,13 +658,12 @@ fn read_blocking(
             // (stopped outside any system call), taken while it cannot run.
             let torn: Vec<(i32, u64)> = match &read {
                 Ok(t) if pauses < BLOCKING_PAUSES => {
-                    let failed = t.iter().filter(|(_, w, _)| w.is_err()).map(|(r, _, _)| r);
-                    kernel_ids(proc, tids, &opts.tids_by_thread, failed)
+                    let failed = t.iter().filter(|(_, w, _)| w.is_err());
+                    failed.filter_map(|(r, _, _)| ids.of(r)).collect()
                 }
                 _ => Vec::new(),
             }
             .into_iter()
-            .flatten()
             .filter(|&tid| {
                 crate::proc::blocked_syscall(proc.pid, tid).is_some_and(|(nr, _)| nr < 0)
             })
@@ -963,26 +963,42 @@ fn with_hint(mut hint: Vec<(u64, usize)>, more: Vec<(u64, usize)>) -> Vec<(u64, 
     hint
 }
 
-/// Our kernel id of each thread of `threads` (listed in `tids`), None when unknown: the id
-/// its thread state records (3.11+), translated when the target lives in another PID
-/// namespace, else the one an earlier snapshot matched (`tids_by_thread`).
-fn kernel_ids<'a>(
-    proc: &PythonProcess,
-    tids: &[i32],
-    tids_by_thread: &HashMap<u64, i32>,
-    threads: impl Iterator<Item = &'a stack::RawThread>,
-) -> Vec<Option<i32>> {
-    let mut inner_to_ours: Option<HashMap<i32, i32>> = None;
-    threads
-        .map(|t| match t.native_id {
-            Some(id) if proc.tids.translates() => inner_to_ours
-                .get_or_insert_with(|| proc.tids.inner_to_ours(tids))
+/// Our kernel ids of thread states (of threads listed in `tids`), None when unknown: the
+/// id a thread state records (3.8+), translated when the target lives in another PID
+/// namespace (the map made once, when first needed), else the one an earlier snapshot
+/// matched (`by_thread`).
+struct KernelIds<'a> {
+    proc: &'a PythonProcess,
+    tids: &'a [i32],
+    by_thread: &'a HashMap<u64, i32>,
+    inner_to_ours: std::cell::OnceCell<HashMap<i32, i32>>,
+}
+
+impl<'a> KernelIds<'a> {
+    fn new(
+        proc: &'a PythonProcess,
+        tids: &'a [i32],
+        by_thread: &'a HashMap<u64, i32>,
+    ) -> KernelIds<'a> {
+        KernelIds {
+            proc,
+            tids,
+            by_thread,
+            inner_to_ours: std::cell::OnceCell::new(),
+        }
+    }
+
+    fn of(&self, t: &stack::RawThread) -> Option<i32> {
+        match t.native_id {
+            Some(id) if self.proc.tids.translates() => self
+                .inner_to_ours
+                .get_or_init(|| self.proc.tids.inner_to_ours(self.tids))
                 .get(&id)
                 .copied(),
             Some(id) => Some(id),
-            None => tids_by_thread.get(&t.thread_id).copied(),
-        })
-        .collect()
+            None => self.by_thread.get(&t.thread_id).copied(),
+        }
+    }
 }
 
 /// Reads again, with the threads paused, the stacks that a read without pausing could not
@@ -1017,9 +1033,8 @@ fn reread_paused(
         .zip(&marks)
         .filter(|(_, &m)| m)
         .map(|((t, _, _), _)| t);
-    let only: Option<Vec<i32>> = kernel_ids(proc, tids, tids_by_thread, failed)
-        .into_iter()
-        .collect();
+    let ids = KernelIds::new(proc, tids, tids_by_thread);
+    let only: Option<Vec<i32>> = failed.map(|t| ids.of(t)).collect();
     // A kernel id read from the target's memory is paused only when it is one of the
     // target's threads: listed (`tids` is sorted), or new since and in its task list.
     let of_target = |t: &i32| {

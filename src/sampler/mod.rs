@@ -253,7 +253,7 @@ impl Sampler {
         let now = Instant::now();
         let auto = self.cfg.mode == ReadMode::Auto;
         let pause_these = if auto {
-            self.pauses.pause_these()
+            self.pauses.pause_these(now)
         } else {
             Vec::new()
         };
@@ -396,7 +396,7 @@ impl Sampler {
                 .iter()
                 .map(|t| (t.thread_id, t.read_paused))
                 .collect();
-            self.pauses.update(&outcome);
+            self.pauses.update(&outcome, now);
         }
         self.last_tids = snap
             .threads

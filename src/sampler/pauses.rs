@@ -2,8 +2,9 @@
 //! pausing failed.
 //!
 //! Owns: [`PauseSchedule`]. When more than [`UNSETTLED_LIMIT`] of a thread's recent samples
-//! could not be read without pausing, its next [`PAUSED_STRETCH`] samples are taken paused
-//! (that thread only: the others are read as before), at most [`PAUSED_MAX_HZ`] a second.
+//! could not be read without pausing, its samples for a while (see [`PAUSED_FOR_FIRST`]) are
+//! taken paused (that thread only: the others are read as before), at most
+//! [`PAUSED_MAX_HZ`] a second.
 //! A sample whose read without pausing fails is read paused, a fresh draw; the samples that
 //! read cleanly are the states that hold still long enough to be read, so they under-count
 //! states that last less than a read (a generator resumed by C code every few hundred
@@ -15,14 +16,28 @@
 //! pause.
 
 use std::collections::HashMap;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 /// See the module documentation.
 const UNSETTLED_LIMIT: f64 = 0.05;
 /// Weight of one sample in a thread's share of failed reads (a moving average).
 const UNSETTLED_WEIGHT: f64 = 1.0 / 64.0;
-/// Samples taken paused once [`UNSETTLED_LIMIT`] is passed, before trying again without.
-const PAUSED_STRETCH: u32 = 400;
+/// A thread's first samples start no stretch: the moving average is a share of nothing
+/// before it has seen about `1 / UNSETTLED_WEIGHT` samples, and a new thread's first reads
+/// often fail for a moment (julia's main thread: four failed reads in its first
+/// millisecond, importing, which at 10 kHz started a stretch that took 6% of the run's
+/// samples away). Those reads are still each read paused.
+const WARM_AFTER: u32 = 64;
+/// How long a thread's samples are taken paused once [`UNSETTLED_LIMIT`] is passed, before
+/// trying again without: [`PAUSED_FOR_FIRST`], doubled for each stretch that starts
+/// within [`PAUSED_FOR_MAX`] of the last one's end, up to that. A time, not a count of
+/// samples: a fixed 400 samples were 2 s at 10 kHz (paused samples are thinned to
+/// [`PAUSED_MAX_HZ`]) and 4 s at 100 Hz, so that a burst of failed reads of a few
+/// milliseconds (julia's start-up, say) took half of a 4-second run's samples at 10 kHz
+/// away; a thread that keeps failing (bm_mdp's generators) starts a new stretch within a
+/// few samples of each probe, and soon spends its stretches at the longest.
+const PAUSED_FOR_FIRST: Duration = Duration::from_millis(20);
+const PAUSED_FOR_MAX: Duration = Duration::from_millis(320);
 /// At most this many paused samples a second in such a stretch: a pause costs the target
 /// tens of microseconds (see docs/benchmarks.md). The ticks between take no sample; the
 /// CPU time of those ticks goes to the next sample, as at a lower rate.
@@ -33,8 +48,12 @@ pub const PAUSED_MAX_HZ: f64 = 200.0;
 struct Unsettled {
     /// Moving average of "its read without pausing failed".
     failed: f64,
-    /// Samples still to be taken paused.
-    stretch: u32,
+    /// Until when its samples are taken paused.
+    until: Option<Instant>,
+    /// Samples of it taken so far (up to [`WARM_AFTER`]).
+    seen: u32,
+    /// The length of its last stretch.
+    last_for: Duration,
 }
 
 /// Per thread (by `thread_id`): the recent share of its samples whose read without pausing
@@ -51,11 +70,11 @@ impl PauseSchedule {
         PauseSchedule::default()
     }
 
-    /// The threads whose next sample is to be read paused without a try first.
-    pub(crate) fn pause_these(&self) -> Vec<u64> {
+    /// The threads whose sample at `now` is to be read paused without a try first.
+    pub(crate) fn pause_these(&self, now: Instant) -> Vec<u64> {
         self.threads
             .iter()
-            .filter(|(_, u)| u.stretch > 0)
+            .filter(|(_, u)| u.until.is_some_and(|t| now < t))
             .map(|(&id, _)| id)
             .collect()
     }
@@ -76,22 +95,30 @@ impl PauseSchedule {
 
     /// Takes one sample's outcome: for each thread (`thread_id`, whether its read had to
     /// pause). Threads not in it are forgotten.
-    pub(crate) fn update(&mut self, threads: &[(u64, bool)]) {
+    pub(crate) fn update(&mut self, threads: &[(u64, bool)], now: Instant) {
         if self.threads.len() > threads.len() {
             self.threads
                 .retain(|id, _| threads.iter().any(|&(t, _)| t == *id));
         }
         for &(id, read_paused) in threads {
             let u = self.threads.entry(id).or_default();
-            if u.stretch > 0 {
-                u.stretch -= 1;
+            if u.until.is_some_and(|t| now < t) {
                 continue;
             }
             u.failed += UNSETTLED_WEIGHT * (f64::from(u8::from(read_paused)) - u.failed);
-            if u.failed > UNSETTLED_LIMIT {
+            u.seen = (u.seen + 1).min(WARM_AFTER);
+            if u.failed > UNSETTLED_LIMIT && u.seen >= WARM_AFTER {
+                let again = u.until.is_some_and(|end| now < end + PAUSED_FOR_MAX);
+                let length = if again {
+                    (u.last_for * 2).min(PAUSED_FOR_MAX)
+                } else {
+                    PAUSED_FOR_FIRST
+                };
                 *u = Unsettled {
                     failed: 0.0,
-                    stretch: PAUSED_STRETCH,
+                    until: Some(now + length),
+                    seen: u.seen,
+                    last_for: length,
                 };
             }
         }
@@ -101,46 +128,111 @@ impl PauseSchedule {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::time::Duration;
 
     #[test]
     fn reads_that_keep_failing_start_a_paused_stretch_for_that_thread_only() {
         let mut s = PauseSchedule::new();
+        let t0 = Instant::now();
+        let tick = Duration::from_millis(1);
         // Thread 1 reads cleanly; thread 2's reads fail one in ten (over the 5% limit).
         let mut i = 0u32;
-        while s.pause_these().is_empty() {
-            s.update(&[(1, false), (2, i.is_multiple_of(10))]);
+        let (mut now, mut started) = (t0, t0);
+        while s.pause_these(now).is_empty() {
+            s.update(&[(1, false), (2, i.is_multiple_of(10))], now);
+            started = now;
             i += 1;
+            now += tick;
             assert!(i < 1000, "no stretch after {i} samples");
         }
-        assert_eq!(s.pause_these(), vec![2]);
-        // The stretch lasts PAUSED_STRETCH samples, then the thread is probed again.
-        for k in 0..PAUSED_STRETCH {
-            assert_eq!(s.pause_these(), vec![2], "sample {k} of the stretch");
-            s.update(&[(1, false), (2, true)]);
+        assert_eq!(s.pause_these(now), vec![2]);
+        // The stretch lasts PAUSED_FOR_FIRST from the sample that started it, however many
+        // samples it holds, then the thread is probed again.
+        let end = started + PAUSED_FOR_FIRST;
+        while now + tick < end {
+            now += tick;
+            assert_eq!(
+                s.pause_these(now),
+                vec![2],
+                "{:?} into the stretch",
+                now - t0
+            );
+            s.update(&[(1, false), (2, true)], now);
         }
-        assert!(s.pause_these().is_empty(), "stretch after {i} samples");
+        assert!(
+            s.pause_these(end).is_empty(),
+            "stretch past {PAUSED_FOR_FIRST:?}"
+        );
+        // A thread that still fails starts a new stretch within a few samples, each twice
+        // as long as the last, up to PAUSED_FOR_MAX.
+        now = end;
+        let mut lengths = Vec::new();
+        for _ in 0..6 {
+            let mut probes = 0;
+            while s.pause_these(now).is_empty() {
+                s.update(&[(1, false), (2, true)], now);
+                started = now;
+                probes += 1;
+                now += tick;
+                assert!(probes < 10, "no new stretch after {probes} failed probes");
+            }
+            let mut ms = 0;
+            while !s.pause_these(now).is_empty() {
+                now += tick;
+                ms += 1;
+            }
+            lengths.push(ms);
+            assert_eq!(now - started, Duration::from_millis(ms + 1));
+        }
+        assert_eq!(lengths, [39, 79, 159, 319, 319, 319]);
+        // Readable again for longer than the longest stretch: the next one is short.
+        for _ in 0..400 {
+            s.update(&[(1, false), (2, false)], now);
+            now += tick;
+        }
+        while s.pause_these(now).is_empty() {
+            s.update(&[(1, false), (2, true)], now);
+            started = now;
+            now += tick;
+        }
+        while !s.pause_these(now).is_empty() {
+            now += tick;
+        }
+        assert_eq!(now - started, PAUSED_FOR_FIRST);
+    }
+
+    #[test]
+    fn a_new_thread_s_first_failures_start_no_stretch() {
+        let mut s = PauseSchedule::new();
+        let now = Instant::now();
+        for i in 1..WARM_AFTER {
+            s.update(&[(1, true)], now);
+            assert!(s.pause_these(now).is_empty(), "sample {i}");
+        }
+        s.update(&[(1, true)], now);
+        assert_eq!(s.pause_these(now), vec![1], "still failing once warm");
     }
 
     #[test]
     fn rare_failures_never_pause() {
         let mut s = PauseSchedule::new();
         for i in 0..10_000u32 {
-            s.update(&[(1, i.is_multiple_of(50))]);
+            let now = Instant::now();
+            s.update(&[(1, i.is_multiple_of(50))], now);
             // One in 50 (2%): the moving average peaks near 2.9%, under the 5% limit.
-            assert!(s.pause_these().is_empty(), "sample {i}");
+            assert!(s.pause_these(now).is_empty(), "sample {i}");
         }
     }
 
     #[test]
     fn gone_threads_are_forgotten() {
         let mut s = PauseSchedule::new();
-        for _ in 0..20 {
-            s.update(&[(1, true), (2, true)]);
+        let now = Instant::now();
+        for _ in 0..WARM_AFTER {
+            s.update(&[(1, true), (2, true)], now);
         }
-        assert_eq!(s.pause_these().len(), 2);
-        s.update(&[(1, true)]);
-        assert_eq!(s.pause_these(), vec![1]);
+        assert_eq!(s.pause_these(now).len(), 2);
+        s.update(&[(1, true)], now);
+        assert_eq!(s.pause_these(now), vec![1]);
     }
 
     #[test]
