@@ -204,6 +204,9 @@ struct Decoded {
     checks: u8,
 }
 
+/// 3.11+: the owner of a generator's (or coroutine's) frame, which lives in the generator.
+const FRAME_OWNED_BY_GENERATOR: u8 = 1;
+
 /// Most frames [`StackWalker::memo`] holds (it starts afresh past this).
 const MEMO_LIMIT: usize = 16_384;
 
@@ -569,7 +572,7 @@ impl StackWalker {
                     let bytes = &ahead.bytes[i * size..(i + 1) * size];
                     match ahead.known[i].take() {
                         Some(step) => (step, bytes),
-                        None => (self.step_memo(mem, addr, bytes, i == 0)?, bytes),
+                        None => (self.remember(mem, addr, bytes, i == 0)?, bytes),
                     }
                 }
                 _ => {
@@ -846,9 +849,21 @@ impl StackWalker {
         buf: &[u8],
         innermost: bool,
     ) -> Result<FrameStep> {
-        if let Some(step) = self.known(addr, buf, innermost) {
-            return Ok(step);
+        match self.known(addr, buf, innermost) {
+            Some(step) => Ok(step),
+            None => self.remember(mem, addr, buf, innermost),
         }
+    }
+
+    /// Decodes the frame at `addr` ([`StackWalker::step`]) and keeps the result for
+    /// [`StackWalker::known`] (generator frames aside).
+    fn remember(
+        &mut self,
+        mem: &dyn ProcessMemory,
+        addr: u64,
+        buf: &[u8],
+        innermost: bool,
+    ) -> Result<FrameStep> {
         let checks = self.checks(innermost);
         let step = self.step(mem, addr, buf, false, innermost)?;
         if self.generator_frame(buf) {
@@ -878,17 +893,16 @@ impl StackWalker {
     }
 
     /// What [`StackWalker::step_memo`] knows of the frame at `addr` whose bytes are `buf`,
-    /// without decoding it.
+    /// without decoding it. (Never a generator's frame: none is kept, and equal bytes have
+    /// the same owner.)
     fn known(&self, addr: u64, buf: &[u8], innermost: bool) -> Option<FrameStep> {
         let d = self.memo.get(&addr)?;
-        (d.bytes == buf && d.checks >= self.checks(innermost) && !self.generator_frame(buf))
-            .then(|| d.step.clone())
+        (d.bytes == buf && d.checks >= self.checks(innermost)).then(|| d.step.clone())
     }
 
     /// 3.11+: the frame is a generator's (whether the generator is executing is kept in the
     /// generator object, not in the frame's bytes).
     fn generator_frame(&self, buf: &[u8]) -> bool {
-        const FRAME_OWNED_BY_GENERATOR: u8 = 1;
         let f = &self.layout.frame;
         matches!(f.model, FrameModel::Interpreter)
             && f.owner
@@ -954,7 +968,6 @@ impl StackWalker {
                 let owner = f.owner.map(|o| field_u8(buf, o));
                 // 3.12+: frames owned by the C stack (shim / entry frames) are not Python.
                 let not_python = self.layout.version >= (3, 12) && owner.unwrap_or(0) >= 3;
-                const FRAME_OWNED_BY_GENERATOR: u8 = 1;
                 if let (
                     true,
                     Some(FRAME_OWNED_BY_GENERATOR),
@@ -1140,7 +1153,6 @@ impl StackWalker {
         };
         let instr = field_u64(buf, self.layout.frame.lasti);
         // Incomplete frames (3.11/3.12): still before the first traceable instruction.
-        const FRAME_OWNED_BY_GENERATOR: u8 = 1;
         if let Some(first) = code.firsttraceable {
             if owner != Some(FRAME_OWNED_BY_GENERATOR)
                 && instr < code.bytecode.wrapping_add(first as u64 * 2)

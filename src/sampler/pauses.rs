@@ -23,10 +23,11 @@ const UNSETTLED_LIMIT: f64 = 0.05;
 /// Weight of one sample in a thread's share of failed reads (a moving average).
 const UNSETTLED_WEIGHT: f64 = 1.0 / 64.0;
 /// A thread's first samples start no stretch: the moving average is a share of nothing
-/// before it has seen about `1 / UNSETTLED_WEIGHT` samples, and a new thread's first reads
-/// often fail for a moment (julia's main thread: four failed reads in its first
-/// millisecond, importing, which at 10 kHz started a stretch that took 6% of the run's
-/// samples away). Those reads are still each read paused.
+/// before it has seen about `1 / UNSETTLED_WEIGHT` samples (from 0, four failed reads in a
+/// row pass the limit), and a new thread's first reads often fail for a moment (julia's
+/// main thread, importing: 13 failed reads in its first 14 ms; a burst that outlasts the
+/// warm-up starts a short stretch, see [`PAUSED_FOR_FIRST`]). Those reads are still each
+/// read paused.
 const WARM_AFTER: u32 = 64;
 /// How long a thread's samples are taken paused once [`UNSETTLED_LIMIT`] is passed, before
 /// trying again without: [`PAUSED_FOR_FIRST`], doubled for each stretch that starts
@@ -56,6 +57,13 @@ struct Unsettled {
     last_for: Duration,
 }
 
+impl Unsettled {
+    /// Its samples at `now` are taken paused.
+    fn paused_at(&self, now: Instant) -> bool {
+        self.until.is_some_and(|t| now < t)
+    }
+}
+
 /// Per thread (by `thread_id`): the recent share of its samples whose read without pausing
 /// failed, and how many of its samples are still to be taken paused.
 #[derive(Debug, Default)]
@@ -74,7 +82,7 @@ impl PauseSchedule {
     pub(crate) fn pause_these(&self, now: Instant) -> Vec<u64> {
         self.threads
             .iter()
-            .filter(|(_, u)| u.until.is_some_and(|t| now < t))
+            .filter(|(_, u)| u.paused_at(now))
             .map(|(&id, _)| id)
             .collect()
     }
@@ -102,7 +110,7 @@ impl PauseSchedule {
         }
         for &(id, read_paused) in threads {
             let u = self.threads.entry(id).or_default();
-            if u.until.is_some_and(|t| now < t) {
+            if u.paused_at(now) {
                 continue;
             }
             u.failed += UNSETTLED_WEIGHT * (f64::from(u8::from(read_paused)) - u.failed);
