@@ -339,10 +339,77 @@ fn main() {
                 sampler.stats.short_cpu_reads
             );
         }
+        // The two above, taken in turn: on a shared machine the time of a system call swings
+        // by half from one minute to the next, so the ratio of a sample to its floor is only
+        // meaningful when both are measured side by side.
+        let label = format!("{state} in turn: default sample over its floor");
+        if wanted(&label) {
+            sample_over_floor(&label, pid, iters, &mut walker, &proc);
+        }
     }
     if std::env::var("SCALENE_RS_BENCH_SUSTAINED").as_deref() != Ok("0") {
         sustained(&py);
     }
+}
+
+/// A default sample and the floor under it ("a sample's own reads", see above), one after
+/// the other `iters` times: the median of each and their ratio.
+fn sample_over_floor(
+    label: &str,
+    pid: i32,
+    iters: usize,
+    walker: &mut StackWalker,
+    proc: &PythonProcess,
+) {
+    let opts = SnapshotOptions {
+        mode: ReadMode::Nonblocking,
+        ..Default::default()
+    };
+    for _ in 0..10 {
+        python::take_snapshot(proc, walker, &opts).unwrap();
+    }
+    let ranges: Vec<(u64, usize)> = walker
+        .page_hint
+        .iter()
+        .chain(&walker.recheck_hint)
+        .copied()
+        .collect();
+    let mut bufs: Vec<Vec<u8>> = ranges.iter().map(|r| vec![0u8; r.1]).collect();
+    let mut files = scalene_rs::sampler::cputime::ThreadFiles::new();
+    let p = PythonProcess::locate(pid, &LocateOptions::default()).unwrap();
+    let mut sampler = Sampler::new(
+        p,
+        SamplerConfig {
+            mode: ReadMode::Auto,
+            ..Default::default()
+        },
+    );
+    let (mut floor, mut sample) = (Vec::with_capacity(iters), Vec::with_capacity(iters));
+    for _ in 0..iters {
+        let t = Instant::now();
+        let mut reqs: Vec<(u64, &mut [u8])> = ranges
+            .iter()
+            .zip(bufs.iter_mut())
+            .map(|(r, b)| (r.0, &mut b[..]))
+            .collect();
+        let want = reqs.len();
+        assert_eq!(proc.mem.read_many(&mut reqs), want);
+        files.read_sched(pid, pid).unwrap();
+        floor.push(t.elapsed());
+        let t = Instant::now();
+        sampler.sample_once().unwrap();
+        sample.push(t.elapsed());
+    }
+    assert_eq!(sampler.stats.errors, 0, "{:?}", sampler.stats.error_kinds);
+    let median = |v: &mut Vec<Duration>| {
+        v.sort();
+        v[v.len() / 2].as_secs_f64() * 1e6
+    };
+    let (f, s) = (median(&mut floor), median(&mut sample));
+    println!(
+        "{label:<34} wall median {s:8.1} µs over {f:.1} µs: {:.2}x   (n={iters} each)",
+        s / f
+    );
 }
 
 /// The highest rate the sampler keeps up with: sample the busy 30-deep target for two

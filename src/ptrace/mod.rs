@@ -67,6 +67,11 @@ pub trait ProcessMemory {
         false
     }
 
+    /// A hint that the range `(addr, len)` matters to the next snapshot although this one
+    /// did not read all of it: a caching implementation counts what it holds of it as used
+    /// (so that the next prefetch fetches it again), and reads nothing.
+    fn keep(&self, _addr: u64, _len: usize) {}
+
     /// For memory that serves earlier copies ([`SecondLook`]): the process itself, for a
     /// read that must happen now. None: this memory reads the process when asked.
     fn live(&self) -> Option<&dyn ProcessMemory> {
@@ -332,30 +337,58 @@ struct CachedPage {
     used: (u32, u32),
 }
 
-/// A cache's pages in the order they were fetched, found by address through an index (a
-/// process with a thousand threads has a thousand thread states to read on as many pages).
+/// A cache's pages in the order they were fetched, found by address: by a look at each
+/// while they are few (a sample's walk touches a handful), through an index past
+/// [`Pages::FEW`] (a process with a thousand threads has a thousand thread states to read
+/// on as many pages).
 #[derive(Default)]
 struct Pages {
     list: Vec<CachedPage>,
-    index: HashMap<u64, usize, ahash::RandomState>,
+    /// Built once the list outgrows [`Pages::FEW`] (making even an empty map costs a
+    /// seeded hasher).
+    index: Option<HashMap<u64, usize, ahash::RandomState>>,
     /// The page found last: most reads follow one on the same page (a frame stack's frames).
     last: std::cell::Cell<usize>,
 }
 
 impl Pages {
+    /// Pages looked up one by one, without the index.
+    const FEW: usize = 16;
+
     fn position(&self, addr: u64) -> Option<usize> {
         let last = self.last.get();
         if self.list.get(last).is_some_and(|p| p.addr == addr) {
             return Some(last);
         }
-        let i = self.index.get(&addr).copied()?;
+        let i = match &self.index {
+            None => self.list.iter().position(|p| p.addr == addr)?,
+            Some(index) => index.get(&addr).copied()?,
+        };
         self.last.set(i);
         Some(i)
     }
 
     fn push(&mut self, page: CachedPage) {
-        self.index.insert(page.addr, self.list.len());
+        if self.list.capacity() == 0 {
+            self.list.reserve(Self::FEW);
+        }
         self.list.push(page);
+        let n = self.list.len();
+        match &mut self.index {
+            Some(index) => {
+                index.insert(self.list[n - 1].addr, n - 1);
+            }
+            None if n > Self::FEW => {
+                self.index = Some(
+                    self.list
+                        .iter()
+                        .enumerate()
+                        .map(|(i, p)| (p.addr, i))
+                        .collect(),
+                );
+            }
+            None => {}
+        }
     }
 }
 
@@ -549,8 +582,9 @@ impl PageCache<'_> {
     fn fill(&self, ranges: &[(u64, usize)], again: &[(u64, usize)]) -> Vec<(u64, Vec<u8>)> {
         // (page, from, to) to read: per page, the span covering every range on it (and
         // what the page already holds, so that it stays one span).
-        let mut want: Vec<(u64, u32, u32)> = Vec::new();
-        let mut wanted: HashMap<u64, usize, ahash::RandomState> = HashMap::default();
+        let mut want: Vec<(u64, u32, u32)> = Vec::with_capacity(ranges.len());
+        // Where each page is in `want`: by a look at each while they are few.
+        let mut wanted: Option<HashMap<u64, usize, ahash::RandomState>> = None;
         {
             let pages = self.pages.borrow();
             for &(addr, len) in ranges {
@@ -573,14 +607,26 @@ impl PageCache<'_> {
                         Some(v) => (lo.min(v.0), hi.max(v.1)),
                         None => (lo, hi),
                     };
-                    match wanted.get(&page) {
-                        Some(&i) => {
+                    let found = if want.len() <= Pages::FEW {
+                        want.iter().position(|w| w.0 == page)
+                    } else {
+                        wanted
+                            .get_or_insert_with(|| {
+                                want.iter().enumerate().map(|(i, w)| (w.0, i)).collect()
+                            })
+                            .get(&page)
+                            .copied()
+                    };
+                    match found {
+                        Some(i) => {
                             let w = &mut want[i];
                             w.1 = w.1.min(lo);
                             w.2 = w.2.max(hi);
                         }
                         None => {
-                            wanted.insert(page, want.len());
+                            if let Some(wanted) = wanted.as_mut() {
+                                wanted.insert(page, want.len());
+                            }
                             want.push((page, lo, hi));
                         }
                     }
@@ -648,6 +694,28 @@ impl ProcessMemory for PageCache<'_> {
     /// Reads the parts of pages that `ranges` cover (one span per page) in one request.
     fn prefetch(&self, ranges: &[(u64, usize)]) {
         self.fill(ranges, &[]);
+    }
+
+    fn keep(&self, addr: u64, len: usize) {
+        if len == 0 || len as u64 > CACHE_PAGE || addr > u64::MAX - 3 * CACHE_PAGE {
+            return;
+        }
+        let end = addr + len as u64;
+        let mut pages = self.pages.borrow_mut();
+        let mut page = addr & !(CACHE_PAGE - 1);
+        while page < end {
+            let lo = (addr.max(page) - page) as u32;
+            let hi = (end.min(page + CACHE_PAGE) - page) as u32;
+            if let Some(i) = pages.position(page) {
+                let p = &mut pages[i];
+                // What the page holds of the range.
+                let (lo, hi) = (lo.max(p.valid.0), hi.min(p.valid.1));
+                if lo < hi {
+                    p.used = (p.used.0.min(lo), p.used.1.max(hi));
+                }
+            }
+            page += CACHE_PAGE;
+        }
     }
 
     fn prefetches(&self) -> bool {
@@ -881,6 +949,49 @@ mod tests {
             c.used_ranges(),
             vec![(base + 20, 4096 - 20), (base + 4096, 4)]
         );
+    }
+
+    #[test]
+    fn a_cache_of_many_pages_finds_each_and_keeps_counts_only_what_it_holds() {
+        // More pages than are looked up one by one: the index takes over, and every page
+        // (those before it was built too) is found, in a prefetch and in reads.
+        let pages = 3 * Pages::FEW as u64;
+        let bytes: Vec<u8> = (0..pages * CACHE_PAGE)
+            .map(|i| (i * 31 % 253) as u8)
+            .collect();
+        let base = 0x100000u64;
+        let m = BufferMemory {
+            base,
+            bytes: bytes.clone(),
+        };
+        let c = PageCache::new(&m);
+        let ranges: Vec<(u64, usize)> = (0..pages)
+            .map(|p| (base + p * CACHE_PAGE + 64, 32))
+            .collect();
+        c.prefetch(&ranges);
+        assert_eq!(c.pages.borrow().len(), pages as usize);
+        for p in (0..pages).rev() {
+            let at = (p * CACHE_PAGE + 72) as usize;
+            assert_eq!(c.read_vec(base + at as u64, 8).unwrap(), bytes[at..at + 8]);
+        }
+        assert_eq!(c.misses(), 0, "every read came from the prefetch");
+        // The same page twice in one prefetch, past the point where the prefetch indexes
+        // what it wants: one span.
+        let c = PageCache::new(&m);
+        let mut twice = ranges.clone();
+        twice.push((base + 5 * CACHE_PAGE + 512, 16));
+        c.prefetch(&twice);
+        assert_eq!(c.pages.borrow().len(), pages as usize);
+        assert_eq!(c.pages.borrow()[5].valid, (64, 528));
+        // `keep`: what the cache holds of a range counts as used; what it does not hold, or
+        // a page it has not got, is not read and not counted.
+        let c = PageCache::new(&m);
+        c.prefetch(&[(base + 100, 50)]);
+        c.keep(base + 80, 100);
+        c.keep(base + 3 * CACHE_PAGE, 8);
+        assert_eq!(c.used_ranges(), vec![(base + 100, 50)]);
+        assert_eq!(c.pages.borrow().len(), 1);
+        assert_eq!(c.misses(), 0);
     }
 
     #[test]

@@ -885,7 +885,15 @@ impl Recheck {
         } else {
             0
         };
-        for (start, end) in stack::spans(&w.chain, size) {
+        // The ranges verification read (the same as `spans` of the chain).
+        let computed;
+        let spans = if w.spans.is_empty() {
+            computed = stack::spans(&w.chain, size);
+            &computed
+        } else {
+            &w.spans
+        };
+        for &(start, end) in spans {
             self.frames.push((start, (end - start + room) as usize));
         }
         self.fields

@@ -77,6 +77,9 @@ pub struct Walk {
     /// Not walked: the thread did not run since its last read (see
     /// `SnapshotOptions::reuse`); everything else is empty.
     pub(crate) unchanged: bool,
+    /// The ranges [`StackWalker::verify`] read `chain` again in ([`spans`] of it): the next
+    /// sample's second look reads them (empty until verified).
+    pub(crate) spans: Vec<(u64, u64)>,
 }
 
 impl Walk {
@@ -97,10 +100,20 @@ const MAX_JOIN_LINKS: usize = 3;
 /// objects less than a page apart.
 pub(crate) fn spans(addrs: &[u64], size: u64) -> Vec<(u64, u64)> {
     const JOIN: u64 = 4096;
-    let mut sorted: Vec<u64> = addrs.to_vec();
-    // A chain of 3.11+'s frame stack comes innermost first, at falling addresses.
-    if sorted.windows(2).all(|w| w[0] >= w[1]) {
-        sorted.reverse();
+    // A chain of 3.11+'s frame stack comes innermost first, at falling addresses, with
+    // a few frames elsewhere (3.12+'s entry frames on the C stack, generators' frames):
+    // reversed, it is nearly sorted, and an insertion sort does little more than look.
+    let mut sorted: Vec<u64> = addrs.iter().rev().copied().collect();
+    if sorted.len() <= 256 {
+        for i in 1..sorted.len() {
+            let a = sorted[i];
+            let mut j = i;
+            while j > 0 && sorted[j - 1] > a {
+                sorted[j] = sorted[j - 1];
+                j -= 1;
+            }
+            sorted[j] = a;
+        }
     } else {
         sorted.sort_unstable();
     }
@@ -181,19 +194,41 @@ pub struct StackWalker {
     /// Code objects already validated during the current walk (a recursive function's
     /// code is checked once, not once per frame). Empty outside a walk.
     validated: Vec<u64>,
-    /// Frames decoded by earlier walks, by address: see [`StackWalker::step_memo`].
-    memo: HashMap<u64, Decoded, ahash::RandomState>,
+    /// Frames decoded by earlier walks, by address (where in `memo_frames`): see
+    /// [`StackWalker::step_memo`].
+    memo: HashMap<u64, usize, ahash::RandomState>,
+    /// What `memo` points into. A walk refers to its entries by index, which stay put
+    /// until the memo starts afresh, between walks (taking a reference to each frame's
+    /// code object instead was a visible part of a busy sample: atomic increments).
+    memo_frames: Vec<Decoded>,
     /// Frames on the chain of the last whole walk.
     last_depth: usize,
+    /// The look ahead's room, kept between walks (see [`Ahead`]).
+    ahead: Ahead,
+    /// [`StackWalker::verify`]'s marks of each frame, kept between walks.
+    marks: Vec<bool>,
 }
 
 /// The chain as [`StackWalker::read_ahead`] followed it: each frame's address, its bytes
-/// (`layout.frame.size` each, one after another) and what the memo knows of it.
+/// (`layout.frame.size` each, one after another) and what the memo knows of it. The
+/// walker keeps one and reuses its room walk after walk (allocating and growing these
+/// vectors for every walk was a tenth of a busy sample's own work).
 #[derive(Default)]
 struct Ahead {
     chain: Vec<u64>,
     bytes: Vec<u8>,
-    known: Vec<Option<FrameStep>>,
+    known: Vec<Option<usize>>,
+    /// The code objects to fetch (address, size).
+    codes: Vec<(u64, usize)>,
+}
+
+impl Ahead {
+    fn clear(&mut self) {
+        self.chain.clear();
+        self.bytes.clear();
+        self.known.clear();
+        self.codes.clear();
+    }
 }
 
 /// A frame's bytes as a walk read them and what they decoded to.
@@ -214,6 +249,40 @@ const MEMO_LIMIT: usize = 16_384;
 const MAX_INTERPRETERS: usize = 4096;
 const MAX_THREADS: usize = 1 << 16;
 const CODE_CACHE_LIMIT: usize = 100_000;
+
+/// Addresses met on a list, to catch a loop: looked at one by one while they are few (one
+/// interpreter, a few threads: every sample), in a set past that.
+#[derive(Default)]
+struct Seen {
+    few: Vec<u64>,
+    many: Option<HashSet<u64, ahash::RandomState>>,
+}
+
+impl Seen {
+    const FEW: usize = 32;
+
+    /// False when `a` was met before.
+    fn insert(&mut self, a: u64) -> bool {
+        match &mut self.many {
+            Some(many) => many.insert(a),
+            None if self.few.contains(&a) => false,
+            None if self.few.len() < Self::FEW => {
+                self.few.push(a);
+                true
+            }
+            None => {
+                let mut many: HashSet<u64, ahash::RandomState> = self.few.drain(..).collect();
+                many.insert(a);
+                self.many = Some(many);
+                true
+            }
+        }
+    }
+
+    fn len(&self) -> usize {
+        self.few.len() + self.many.as_ref().map_or(0, |m| m.len())
+    }
+}
 
 fn torn(addr: u64, why: &'static str) -> Error {
     Error::Inconsistent { addr, why }
@@ -267,7 +336,10 @@ impl StackWalker {
             want_anchors: false,
             validated: Vec::new(),
             memo: HashMap::default(),
+            memo_frames: Vec::new(),
             last_depth: 0,
+            ahead: Ahead::default(),
+            marks: Vec::new(),
         }
     }
 
@@ -282,7 +354,7 @@ impl StackWalker {
     ) -> Result<Vec<RawThread>> {
         let l = &self.layout;
         let mut out = Vec::new();
-        let mut seen_interps = HashSet::new();
+        let mut seen_interps = Seen::default();
         let mut interp = interp_head;
         let mut index = 0;
         while interp != 0 {
@@ -294,7 +366,7 @@ impl StackWalker {
                 None => self.gil_holder_312(mem, interp)?,
             };
             let mut tstate = mem.read_u64(interp.wrapping_add(l.interp.tstate_head as u64))?;
-            let mut seen = HashSet::new();
+            let mut seen = Seen::default();
             while tstate != 0 {
                 if !seen.insert(tstate) || seen.len() > MAX_THREADS {
                     return Err(torn(tstate, "the thread list loops"));
@@ -345,20 +417,29 @@ impl StackWalker {
         .max()
         .unwrap_or(0)
             + 8;
-        let buf = mem.read_vec(tstate, size)?;
-        if field_u64(&buf, t.interp) != interp {
+        // On the stack: a thread state's first fields are a few hundred bytes.
+        let mut small = [0u8; 512];
+        let large;
+        let buf: &[u8] = if size <= small.len() {
+            mem.read(tstate, &mut small[..size])?;
+            &small[..size]
+        } else {
+            large = mem.read_vec(tstate, size)?;
+            &large
+        };
+        if field_u64(buf, t.interp) != interp {
             return Err(torn(
                 tstate,
                 "a thread state does not point back to its interpreter",
             ));
         }
-        let top_frame = self.top_frame_from(mem, field_u64(&buf, t.frame))?;
+        let top_frame = self.top_frame_from(mem, field_u64(buf, t.frame))?;
         Ok(RawThread {
             tstate,
-            thread_id: field_u64(&buf, t.thread_id),
+            thread_id: field_u64(buf, t.thread_id),
             native_id: t
                 .native_thread_id
-                .map(|o| field_u64(&buf, o) as i32)
+                .map(|o| field_u64(buf, o) as i32)
                 .filter(|&n| n > 0),
             top_frame,
             interp_index: 0,
@@ -522,20 +603,26 @@ impl StackWalker {
     /// Walks one thread's frames from its innermost frame `top`.
     pub(crate) fn walk(&mut self, mem: &dyn ProcessMemory, top: u64) -> Result<Walk> {
         self.validated.clear();
-        let w = self.walk_inner(mem, top);
+        if self.memo.len() >= MEMO_LIMIT {
+            self.memo.clear();
+            self.memo_frames.clear();
+        }
+        let mut ahead = std::mem::take(&mut self.ahead);
+        ahead.clear();
+        let w = self.walk_inner(mem, top, &mut ahead);
+        ahead.known.clear();
+        self.ahead = ahead;
         self.validated.clear();
         w
     }
 
-    fn walk_inner(&mut self, mem: &dyn ProcessMemory, top: u64) -> Result<Walk> {
+    fn walk_inner(&mut self, mem: &dyn ProcessMemory, top: u64, ahead: &mut Ahead) -> Result<Walk> {
         let size = self.layout.frame.size;
         // From a page cache: the chain followed once first, its frames' bytes kept, and the
         // code objects of the frames that need decoding fetched in one request.
-        let mut ahead = if mem.prefetches() {
-            self.read_ahead(mem, top)
-        } else {
-            Ahead::default()
-        };
+        if mem.prefetches() {
+            self.read_ahead(mem, top, ahead);
+        }
         // Room for a stack as deep as the last one walked (growing the vectors frame by
         // frame was a tenth of a busy sample's own work).
         let room = self.last_depth.min(self.max_depth) + 4;
@@ -548,7 +635,8 @@ impl StackWalker {
         };
         // Loop check: a linear search of the chain while it is short, a set beyond.
         let mut seen: Option<HashSet<u64, ahash::RandomState>> = None;
-        let mut buf = vec![0u8; size];
+        // For frames the look ahead did not read (allocated on first need).
+        let mut buf = Vec::new();
         let mut addr = top;
         while addr != 0 {
             if w.frames.len() >= self.max_depth {
@@ -567,17 +655,23 @@ impl StackWalker {
                 return Err(torn(addr, "the frame chain loops"));
             }
             let i = w.chain.len();
+            let decoded: FrameStep;
             let (step, bytes) = match ahead.chain.get(i) {
                 Some(&a) if a == addr => {
                     let bytes = &ahead.bytes[i * size..(i + 1) * size];
-                    match ahead.known[i].take() {
-                        Some(step) => (step, bytes),
-                        None => (self.remember(mem, addr, bytes, i == 0)?, bytes),
+                    match ahead.known[i] {
+                        Some(k) => (&self.memo_frames[k].step, bytes),
+                        None => {
+                            decoded = self.remember(mem, addr, bytes, i == 0)?;
+                            (&decoded, bytes)
+                        }
                     }
                 }
                 _ => {
+                    buf.resize(size, 0);
                     mem.read(addr, &mut buf)?;
-                    (self.step_memo(mem, addr, &buf, i == 0)?, &buf[..])
+                    decoded = self.step_memo(mem, addr, &buf, i == 0)?;
+                    (&decoded, &buf[..])
                 }
             };
             w.chain.push(addr);
@@ -590,14 +684,14 @@ impl StackWalker {
                     w.anchors.push(addr);
                 }
             }
-            if let Some((code, line)) = step.frame {
+            if let Some((code, line)) = &step.frame {
                 if w.frames.is_empty() {
                     w.top_instr = step.instr;
                 }
                 w.frames.push(Frame {
                     function: code.function.clone(),
                     filename: code.filename.clone(),
-                    line,
+                    line: *line,
                     native: false,
                 });
             }
@@ -666,9 +760,23 @@ impl StackWalker {
         w: &mut Walk,
         op_mem: Option<&dyn ProcessMemory>,
     ) -> Result<bool> {
+        let mut marks = std::mem::take(&mut self.marks);
+        let same = self.verify_with(mem, tstate, w, op_mem, &mut marks);
+        self.marks = marks;
+        same
+    }
+
+    fn verify_with(
+        &mut self,
+        mem: &dyn ProcessMemory,
+        tstate: u64,
+        w: &mut Walk,
+        op_mem: Option<&dyn ProcessMemory>,
+        marks: &mut Vec<bool>,
+    ) -> Result<bool> {
         let n = w.chain.len();
         let size = self.layout.frame.size;
-        let again = self.read_again(mem, tstate, w, op_mem)?;
+        let mut again = self.read_again(mem, tstate, w, op_mem)?;
         let (op, field) = (again.op, again.field);
         let locate = |addr: u64| again.frame(addr);
         // Where the thread's stack stands now (its innermost frame, read after every frame).
@@ -692,8 +800,9 @@ impl StackWalker {
         let k = w.chain.iter().position(|&a| a == now);
         // `steady[i]`: frame `i` reads as the walk saw it (its line aside) with the same
         // link; `same_line[i]`: on the same line too.
-        let mut steady = vec![false; n];
-        let mut same_line = vec![false; n];
+        marks.clear();
+        marks.resize(2 * n, false);
+        let (steady, same_line) = marks.split_at_mut(n);
         let mut at = 0;
         for (i, &addr) in w.chain.iter().enumerate() {
             let shown_at = at;
@@ -762,6 +871,7 @@ impl StackWalker {
         if w.top_instr.is_some() {
             w.top_op = Some(op[0]);
         }
+        w.spans = std::mem::take(&mut again.spans);
         Ok(true)
     }
 
@@ -807,6 +917,12 @@ impl StackWalker {
         }
         if let (Some(at), Some(m)) = (w.top_instr, op_mem) {
             m.read(at, &mut again.op)?;
+            // The instructions around it count as used: the next sample's prefetch brings
+            // them, where a busy thread most likely is by then (the opcode alone missed
+            // whenever the thread had moved on: one request more).
+            const AROUND: u64 = 64;
+            let lo = at.saturating_sub(AROUND);
+            m.keep(lo, (at.saturating_add(AROUND) - lo) as usize);
         }
         Ok(again)
     }
@@ -850,7 +966,7 @@ impl StackWalker {
         innermost: bool,
     ) -> Result<FrameStep> {
         match self.known(addr, buf, innermost) {
-            Some(step) => Ok(step),
+            Some(k) => Ok(self.memo_frames[k].step.clone()),
             None => self.remember(mem, addr, buf, innermost),
         }
     }
@@ -869,24 +985,23 @@ impl StackWalker {
         if self.generator_frame(buf) {
             return Ok(step);
         }
-        if self.memo.len() >= MEMO_LIMIT {
-            self.memo.clear();
-        }
-        match self.memo.get_mut(&addr) {
-            Some(d) if d.bytes.len() == buf.len() => {
-                d.bytes.copy_from_slice(buf);
+        // (The memo starts afresh past its limit between walks, in `walk`: indices into it
+        // stay put during one.)
+        match self.memo.get(&addr) {
+            Some(&k) => {
+                let d = &mut self.memo_frames[k];
+                d.bytes.clear();
+                d.bytes.extend_from_slice(buf);
                 d.step = step.clone();
                 d.checks = checks;
             }
-            _ => {
-                self.memo.insert(
-                    addr,
-                    Decoded {
-                        bytes: buf.to_vec(),
-                        step: step.clone(),
-                        checks,
-                    },
-                );
+            None => {
+                self.memo.insert(addr, self.memo_frames.len());
+                self.memo_frames.push(Decoded {
+                    bytes: buf.to_vec(),
+                    step: step.clone(),
+                    checks,
+                });
             }
         }
         Ok(step)
@@ -895,9 +1010,10 @@ impl StackWalker {
     /// What [`StackWalker::step_memo`] knows of the frame at `addr` whose bytes are `buf`,
     /// without decoding it. (Never a generator's frame: none is kept, and equal bytes have
     /// the same owner.)
-    fn known(&self, addr: u64, buf: &[u8], innermost: bool) -> Option<FrameStep> {
-        let d = self.memo.get(&addr)?;
-        (d.bytes == buf && d.checks >= self.checks(innermost)).then(|| d.step.clone())
+    fn known(&self, addr: u64, buf: &[u8], innermost: bool) -> Option<usize> {
+        let k = *self.memo.get(&addr)?;
+        let d = &self.memo_frames[k];
+        (d.bytes == buf && d.checks >= self.checks(innermost)).then_some(k)
     }
 
     /// 3.11+: the frame is a generator's (whether the generator is executing is kept in the
@@ -1082,34 +1198,44 @@ impl StackWalker {
     /// frames and code objects in the cache instead of reading each with its own system
     /// call, and does not read the frames again. Errors here only end the look ahead; the
     /// walk proper reports them.
-    fn read_ahead(&self, mem: &dyn ProcessMemory, top: u64) -> Ahead {
+    fn read_ahead(&self, mem: &dyn ProcessMemory, top: u64, ahead: &mut Ahead) {
         let f = self.layout.frame;
-        let mut ahead = Ahead::default();
-        let mut codes: Vec<(u64, usize)> = Vec::new();
         let mut addr = top;
-        let mut buf = vec![0u8; f.size];
         while addr != 0 && ahead.chain.len() < self.max_depth + 64 {
-            if mem.read(addr, &mut buf).is_err() {
+            // Read straight into the look ahead's bytes.
+            let at = ahead.bytes.len();
+            ahead.bytes.resize(at + f.size, 0);
+            if mem.read(addr, &mut ahead.bytes[at..]).is_err() {
+                ahead.bytes.truncate(at);
                 break;
             }
+            let buf = &ahead.bytes[at..];
             let innermost = ahead.chain.is_empty();
-            let known = self.known(addr, &buf, innermost);
+            let known = self.known(addr, buf, innermost);
+            if known.is_some() && innermost {
+                // Its code object was not read this time (the frame is known), but the next
+                // sample will most likely find the innermost frame on another instruction
+                // and read it: keep it in the next prefetch instead of a request of its own.
+                let code = field_u64(buf, f.code) & !7;
+                mem.keep(code, self.layout.code.size);
+            }
             if known.is_none() {
-                let code = field_u64(&buf, f.code) & !7;
+                let code = field_u64(buf, f.code) & !7;
                 // 3.12+: a frame owned by the C stack is not read as Python (see `step`).
                 let c_owned = self.layout.version >= (3, 12)
-                    && f.owner.is_some_and(|o| field_u8(&buf, o) >= 3);
-                if code != 0 && !c_owned && !codes.iter().any(|&(c, _)| c == code) {
-                    codes.push((code, self.layout.code.size));
+                    && f.owner.is_some_and(|o| field_u8(buf, o) >= 3);
+                if code != 0 && !c_owned && !ahead.codes.iter().any(|&(c, _)| c == code) {
+                    ahead.codes.push((code, self.layout.code.size));
                 }
             }
+            let back = field_u64(buf, f.back);
             ahead.chain.push(addr);
-            ahead.bytes.extend_from_slice(&buf);
             ahead.known.push(known);
-            addr = field_u64(&buf, f.back);
+            addr = back;
         }
-        mem.prefetch(&codes);
-        ahead
+        if !ahead.codes.is_empty() {
+            mem.prefetch(&ahead.codes);
+        }
     }
 
     /// Whether the code object at `code_addr` (already cached by the walk) is a generator,
@@ -1301,8 +1427,8 @@ impl StackWalker {
 
 #[cfg(test)]
 mod tests {
-    use super::spans;
     use super::StackWalker;
+    use super::{spans, Seen};
     use crate::ptrace::BufferMemory;
     use crate::python::strings::TypeAddrs;
 
@@ -1399,6 +1525,40 @@ mod tests {
         assert_eq!(s.last().unwrap().1, 0x10_0000 + 1999 * 0x50 + 0x50);
         // Addresses at the top of the address space do not overflow.
         assert_eq!(spans(&[u64::MAX - 8], 0x50), vec![(u64::MAX - 8, u64::MAX)]);
+        // A 3.12+ chain: the frame stack falling, an entry frame on the C stack between,
+        // a generator's frame on the heap: the same ranges as the sorted addresses give.
+        let mixed = [
+            0x7000_2000,
+            0x7000_1f00,
+            0x7fff_0000,
+            0x7000_1e00,
+            0x5555_0000,
+            0x7000_1d00,
+        ];
+        let mut sorted = mixed.to_vec();
+        sorted.sort_unstable();
+        assert_eq!(spans(&mixed, 0x50), spans(&sorted, 0x50));
+        assert_eq!(
+            spans(&mixed, 0x50),
+            vec![
+                (0x5555_0000, 0x5555_0050),
+                (0x7000_1d00, 0x7000_2050),
+                (0x7fff_0000, 0x7fff_0050)
+            ]
+        );
+    }
+
+    #[test]
+    fn a_list_that_loops_is_caught_however_long() {
+        for n in [3u64, 40, 200] {
+            let mut seen = Seen::default();
+            for a in 0..n {
+                assert!(seen.insert(0x1000 + a * 8), "{a} of {n} is new");
+            }
+            assert_eq!(seen.len(), n as usize);
+            assert!(!seen.insert(0x1000), "the first of {n} again");
+            assert!(!seen.insert(0x1000 + (n - 1) * 8), "the last of {n} again");
+        }
     }
 }
 
