@@ -22,3 +22,13 @@ pub mod sampler;
 pub mod session;
 
 pub use error::Error;
+
+/// Maps and sets keyed by thread ids, addresses and the like, made and looked up at every
+/// sample: a fixed-key hasher (std's default hasher, SipHash with a random key, costs
+/// several times more per lookup, and a randomly seeded one costs that seed each time a map
+/// is made). Keys come from the target; the worst a hostile one could do is slow our lookups.
+pub(crate) type IdMap<K, V> =
+    std::collections::HashMap<K, V, std::hash::BuildHasherDefault<ahash::AHasher>>;
+/// See [`IdMap`].
+pub(crate) type IdSet<K> =
+    std::collections::HashSet<K, std::hash::BuildHasherDefault<ahash::AHasher>>;

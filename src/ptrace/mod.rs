@@ -67,6 +67,17 @@ pub trait ProcessMemory {
         false
     }
 
+    /// Reads `len` bytes at `addr` onto the end of `out` (left as it was on an error).
+    fn read_append(&self, addr: u64, len: usize, out: &mut Vec<u8>) -> Result<()> {
+        let at = out.len();
+        out.resize(at + len, 0);
+        let r = self.read(addr, &mut out[at..]);
+        if r.is_err() {
+            out.truncate(at);
+        }
+        r
+    }
+
     /// A hint that the range `(addr, len)` matters to the next snapshot although this one
     /// did not read all of it: a caching implementation counts what it holds of it as used
     /// (so that the next prefetch fetches it again), and reads nothing.
@@ -484,6 +495,9 @@ fn give_back(pages: impl IntoIterator<Item = Page>) {
 
 impl Drop for PageCache<'_> {
     fn drop(&mut self) {
+        if self.pages.get_mut().list.is_empty() {
+            return;
+        }
         let pages = std::mem::take(&mut *self.pages.borrow_mut());
         give_back(pages.list.into_iter().map(|p| p.buf));
     }
@@ -647,11 +661,12 @@ impl PageCache<'_> {
         }
         let mut bufs: Vec<Page> = want.iter().map(|_| take_page()).collect();
         let mut second: Vec<Vec<u8>> = again.iter().map(|&(_, len)| take_buf(len)).collect();
-        let mut reqs: Vec<(u64, &mut [u8])> = want
-            .iter()
-            .zip(bufs.iter_mut())
-            .map(|(&(a, lo, hi), b)| (a + lo as u64, &mut b[lo as usize..hi as usize]))
-            .collect();
+        let mut reqs: Vec<(u64, &mut [u8])> = Vec::with_capacity(want.len() + again.len());
+        reqs.extend(
+            want.iter()
+                .zip(bufs.iter_mut())
+                .map(|(&(a, lo, hi), b)| (a + lo as u64, &mut b[lo as usize..hi as usize])),
+        );
         reqs.extend(
             again
                 .iter()
@@ -694,6 +709,31 @@ impl ProcessMemory for PageCache<'_> {
     /// Reads the parts of pages that `ranges` cover (one span per page) in one request.
     fn prefetch(&self, ranges: &[(u64, usize)]) {
         self.fill(ranges, &[]);
+    }
+
+    /// Straight from the page when the cache holds the bytes (a walk's frames, every
+    /// sample): no zeroing, no copy in between.
+    fn read_append(&self, addr: u64, len: usize, out: &mut Vec<u8>) -> Result<()> {
+        let first = addr & !(CACHE_PAGE - 1);
+        if len > 0 && addr <= u64::MAX - 3 * CACHE_PAGE && addr + len as u64 <= first + CACHE_PAGE {
+            let (lo, hi) = ((addr - first) as u32, (addr - first) as u32 + len as u32);
+            let mut pages = self.pages.borrow_mut();
+            if let Some(i) = pages.position(first) {
+                let p = &mut pages[i];
+                if p.valid.0 <= lo && p.valid.1 >= hi {
+                    out.extend_from_slice(&p.buf[lo as usize..hi as usize]);
+                    p.used = (p.used.0.min(lo), p.used.1.max(hi));
+                    return Ok(());
+                }
+            }
+        }
+        let at = out.len();
+        out.resize(at + len, 0);
+        let r = self.read(addr, &mut out[at..]);
+        if r.is_err() {
+            out.truncate(at);
+        }
+        r
     }
 
     fn keep(&self, addr: u64, len: usize) {
@@ -975,6 +1015,21 @@ mod tests {
             assert_eq!(c.read_vec(base + at as u64, 8).unwrap(), bytes[at..at + 8]);
         }
         assert_eq!(c.misses(), 0, "every read came from the prefetch");
+        // Onto the end of a buffer: from the page, across pages, and past the end (an
+        // error that leaves the buffer as it was).
+        let mut out = vec![7u8];
+        c.read_append(base + 80, 8, &mut out).unwrap();
+        c.read_append(base + CACHE_PAGE - 4, 8, &mut out).unwrap();
+        assert_eq!(out[0], 7);
+        assert_eq!(out[1..9], bytes[80..88]);
+        assert_eq!(
+            out[9..],
+            bytes[CACHE_PAGE as usize - 4..CACHE_PAGE as usize + 4]
+        );
+        assert!(c
+            .read_append(base + pages * CACHE_PAGE - 4, 8, &mut out)
+            .is_err());
+        assert_eq!(out.len(), 17);
         // The same page twice in one prefetch, past the point where the prefetch indexes
         // what it wants: one span.
         let c = PageCache::new(&m);

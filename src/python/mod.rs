@@ -58,18 +58,18 @@ pub struct SnapshotOptions {
     /// namespace changes), with the innermost frame that read found: one whose thread
     /// state still names that frame, and that does not hold the GIL, is not walked again
     /// (`ThreadSnapshot::unchanged`): a thread's stack changes only when it runs.
-    pub reuse: HashMap<u64, u64>,
+    pub reuse: crate::IdMap<u64, u64>,
     /// Kernel ids (ours) of threads by `thread_id`, as an earlier snapshot matched them:
     /// before 3.11 a thread state does not record its kernel id, and a stack to be read
     /// again paused would otherwise pause every thread (waking those that wait, at a cost
     /// of CPU charged to them).
-    pub tids_by_thread: HashMap<u64, i32>,
+    pub tids_by_thread: crate::IdMap<u64, i32>,
     /// [`ReadMode::Paused`]: kernel ids (ours) of the threads the caller expects to find
     /// unchanged (those of `reuse`): they are not paused. A thread among them that turns out
     /// to have changed (its top frame moved, or it holds the GIL) cannot be read unpaused:
     /// the process is then paused whole and read again. So a thousand parked threads cost a
     /// paused read nothing (no stop and restart of each, no wake-up charged to them).
-    pub unpaused: std::collections::HashSet<i32>,
+    pub unpaused: crate::IdSet<i32>,
 }
 
 /// How stacks are read.
@@ -94,9 +94,9 @@ impl Default for SnapshotOptions {
             retries: 5,
             thread_names: true,
             pause_these: Vec::new(),
-            reuse: HashMap::new(),
-            tids_by_thread: HashMap::new(),
-            unpaused: std::collections::HashSet::new(),
+            reuse: crate::IdMap::default(),
+            tids_by_thread: crate::IdMap::default(),
+            unpaused: crate::IdSet::default(),
         }
     }
 }
@@ -157,14 +157,14 @@ pub struct ThreadSnapshot {
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct Snapshot {
     pub(crate) pid: i32,
-    pub(crate) python_version: String,
+    pub(crate) python_version: std::sync::Arc<str>,
     pub(crate) version_source: version::VersionSource,
     /// No generated layout for this version: read through `_Py_DebugOffsets`, untested.
     pub(crate) untested_version: bool,
     /// A free-threaded build (no GIL).
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub(crate) free_threaded: bool,
-    pub(crate) executable: String,
+    pub(crate) executable: std::sync::Arc<str>,
     pub threads: Vec<ThreadSnapshot>,
     /// With native frames (`dump --native`): how many threads merged, and the threads with
     /// no Python thread state.
@@ -194,7 +194,7 @@ pub(crate) fn take_snapshot_with_states(
     proc: &PythonProcess,
     walker: &mut StackWalker,
     opts: &SnapshotOptions,
-    known_states: Option<&HashMap<i32, char>>,
+    known_states: Option<&crate::IdMap<i32, char>>,
 ) -> Result<Snapshot> {
     snapshot(proc, walker, opts, known_states, None, None)
 }
@@ -208,7 +208,7 @@ pub(crate) fn take_sample_snapshot(
     proc: &PythonProcess,
     walker: &mut StackWalker,
     opts: &SnapshotOptions,
-    known_states: Option<&HashMap<i32, char>>,
+    known_states: Option<&crate::IdMap<i32, char>>,
     tasks: Option<&mut AsyncReader>,
     mut waiting: Option<&mut Vec<(u64, Vec<Frame>)>>,
 ) -> Result<Snapshot> {
@@ -248,7 +248,7 @@ pub(crate) fn snapshot(
     proc: &PythonProcess,
     walker: &mut StackWalker,
     opts: &SnapshotOptions,
-    known_states: Option<&HashMap<i32, char>>,
+    known_states: Option<&crate::IdMap<i32, char>>,
     mut native: NativeCapture,
     mut tasks: Option<&mut AsyncReader>,
 ) -> Result<Snapshot> {
@@ -261,7 +261,7 @@ pub(crate) fn snapshot(
         None => crate::proc::threads(pid)?,
     };
     tids.sort_unstable();
-    let states: HashMap<i32, char> = match known_states {
+    let states: crate::IdMap<i32, char> = match known_states {
         Some(s) => s.clone(),
         None => tids
             .iter()
@@ -318,7 +318,7 @@ pub(crate) fn snapshot(
     }
     Ok(Snapshot {
         pid,
-        python_version: proc.version.to_string(),
+        python_version: proc.version_text.clone(),
         version_source: proc.version_source,
         untested_version: proc.untested,
         free_threaded: proc.layout.free_threaded,
@@ -356,7 +356,7 @@ struct PausedReads<'a, 'b> {
 fn thread_snapshots(
     proc: &PythonProcess,
     tids: &[i32],
-    states: &HashMap<i32, char>,
+    states: &crate::IdMap<i32, char>,
     threads: Vec<ThreadResult>,
     thread_names: bool,
 ) -> Vec<ThreadSnapshot> {
@@ -689,7 +689,7 @@ fn read_blocking(
 /// Whether thread `t` is one [`SnapshotOptions::reuse`] lets go unread: it did not run
 /// since its last read, its thread state still names the frame that read started from, and
 /// it does not hold the GIL (a thread that holds it is about to run, if it is not running).
-fn is_unchanged(t: &stack::RawThread, reuse: &HashMap<u64, u64>) -> bool {
+fn is_unchanged(t: &stack::RawThread, reuse: &crate::IdMap<u64, u64>) -> bool {
     !t.holds_gil && reuse.get(&t.thread_id) == Some(&t.top_frame)
 }
 
@@ -698,7 +698,7 @@ fn read_all(
     proc: &PythonProcess,
     mem: &dyn ProcessMemory,
     walker: &mut StackWalker,
-    reuse: &HashMap<u64, u64>,
+    reuse: &crate::IdMap<u64, u64>,
     not_paused: &dyn Fn(&stack::RawThread) -> bool,
 ) -> Result<Vec<ThreadResult>> {
     let head = interp_head_checked(proc, mem)?;
@@ -978,7 +978,7 @@ fn with_hint(mut hint: Vec<(u64, usize)>, more: Vec<(u64, usize)>) -> Vec<(u64, 
 struct KernelIds<'a> {
     proc: &'a PythonProcess,
     tids: &'a [i32],
-    by_thread: &'a HashMap<u64, i32>,
+    by_thread: &'a crate::IdMap<u64, i32>,
     inner_to_ours: std::cell::OnceCell<HashMap<i32, i32>>,
 }
 
@@ -986,7 +986,7 @@ impl<'a> KernelIds<'a> {
     fn new(
         proc: &'a PythonProcess,
         tids: &'a [i32],
-        by_thread: &'a HashMap<u64, i32>,
+        by_thread: &'a crate::IdMap<u64, i32>,
     ) -> KernelIds<'a> {
         KernelIds {
             proc,
@@ -1018,7 +1018,7 @@ fn reread_paused(
     proc: &PythonProcess,
     walker: &mut StackWalker,
     tids: &[i32],
-    tids_by_thread: &HashMap<u64, i32>,
+    tids_by_thread: &crate::IdMap<u64, i32>,
     threads: &mut [ThreadResult],
 ) -> Result<()> {
     // Only a thread itself changes its stack: pausing the threads to re-read is enough,

@@ -73,7 +73,7 @@ pub(crate) fn take_native_snapshot_with_states(
     walker: &mut StackWalker,
     process: &mut NativeProcess,
     opts: &SnapshotOptions,
-    known_states: Option<&HashMap<i32, char>>,
+    known_states: Option<&crate::IdMap<i32, char>>,
 ) -> Result<(Snapshot, Captures)> {
     let opts = SnapshotOptions {
         mode: ReadMode::Paused,

@@ -60,13 +60,15 @@ pub struct PythonProcess {
     pub(crate) pid: i32,
     pub mem: RemoteMemory,
     pub(crate) version: Version,
+    /// `version` as text, made once (every snapshot carries it).
+    pub(crate) version_text: std::sync::Arc<str>,
     pub(crate) version_source: VersionSource,
     /// True when no layout of ours was generated for this version (3.14+ read through
     /// `_Py_DebugOffsets`): it should work, but we have not tested it.
     pub untested: bool,
     pub layout: Layout,
     /// The executable, as the target sees it.
-    pub(crate) executable: String,
+    pub(crate) executable: std::sync::Arc<str>,
     /// The file that holds the interpreter (libpython or the executable).
     pub(crate) binary: String,
     pub addrs: Addresses,
@@ -213,11 +215,12 @@ impl PythonProcess {
         Ok(PythonProcess {
             pid,
             mem,
+            version_text: version.to_string().into(),
             version,
             version_source,
             untested,
             layout,
-            executable,
+            executable: executable.into(),
             binary,
             addrs,
             namespaces,
@@ -238,6 +241,7 @@ impl PythonProcess {
             pid,
             mem,
             version: self.version.clone(),
+            version_text: self.version_text.clone(),
             version_source: self.version_source,
             untested: self.untested,
             layout: self.layout,

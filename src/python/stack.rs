@@ -207,6 +207,9 @@ pub struct StackWalker {
     ahead: Ahead,
     /// [`StackWalker::verify`]'s marks of each frame, kept between walks.
     marks: Vec<bool>,
+    /// The chain [`StackWalker::verify`] last read again, and its [`spans`].
+    spans_of: Vec<u64>,
+    spans_last: Vec<(u64, u64)>,
 }
 
 /// The chain as [`StackWalker::read_ahead`] followed it: each frame's address, its bytes
@@ -233,6 +236,11 @@ impl Ahead {
 
 /// A frame's bytes as a walk read them and what they decoded to.
 struct Decoded {
+    /// Where the frame is.
+    addr: u64,
+    /// The memo entry of the frame it linked to when a walk last went through both
+    /// (`usize::MAX`: none yet): the next frame's entry without a lookup by address.
+    next: std::cell::Cell<usize>,
     bytes: Vec<u8>,
     step: FrameStep,
     /// The checks its decoding made: see [`StackWalker::checks`].
@@ -252,10 +260,21 @@ const CODE_CACHE_LIMIT: usize = 100_000;
 
 /// Addresses met on a list, to catch a loop: looked at one by one while they are few (one
 /// interpreter, a few threads: every sample), in a set past that.
-#[derive(Default)]
 struct Seen {
-    few: Vec<u64>,
+    few: [u64; Seen::FEW],
+    /// How many of `few` are in use.
+    n: usize,
     many: Option<HashSet<u64, ahash::RandomState>>,
+}
+
+impl Default for Seen {
+    fn default() -> Seen {
+        Seen {
+            few: [0; Seen::FEW],
+            n: 0,
+            many: None,
+        }
+    }
 }
 
 impl Seen {
@@ -265,13 +284,14 @@ impl Seen {
     fn insert(&mut self, a: u64) -> bool {
         match &mut self.many {
             Some(many) => many.insert(a),
-            None if self.few.contains(&a) => false,
-            None if self.few.len() < Self::FEW => {
-                self.few.push(a);
+            None if self.few[..self.n].contains(&a) => false,
+            None if self.n < Self::FEW => {
+                self.few[self.n] = a;
+                self.n += 1;
                 true
             }
             None => {
-                let mut many: HashSet<u64, ahash::RandomState> = self.few.drain(..).collect();
+                let mut many: HashSet<u64, ahash::RandomState> = self.few.iter().copied().collect();
                 many.insert(a);
                 self.many = Some(many);
                 true
@@ -280,7 +300,7 @@ impl Seen {
     }
 
     fn len(&self) -> usize {
-        self.few.len() + self.many.as_ref().map_or(0, |m| m.len())
+        self.many.as_ref().map_or(self.n, |m| m.len())
     }
 }
 
@@ -340,6 +360,8 @@ impl StackWalker {
             last_depth: 0,
             ahead: Ahead::default(),
             marks: Vec::new(),
+            spans_of: Vec::new(),
+            spans_last: Vec::new(),
         }
     }
 
@@ -633,8 +655,10 @@ impl StackWalker {
             bytes: Vec::with_capacity(room * size),
             ..Walk::default()
         };
-        // Loop check: a linear search of the chain while it is short, a set beyond.
-        let mut seen: Option<HashSet<u64, ahash::RandomState>> = None;
+        // Loop check (Brent's): the address `lap` frames back is kept, and a new one taken
+        // each time `lap` doubles; a chain that loops meets the kept address within twice
+        // the loop's length. Constant work per frame (a search of the chain was quadratic).
+        let (mut kept, mut lap, mut power) = (0u64, 0usize, 1usize);
         // For frames the look ahead did not read (allocated on first need).
         let mut buf = Vec::new();
         let mut addr = top;
@@ -643,16 +667,12 @@ impl StackWalker {
                 w.truncated = true;
                 return Ok(w);
             }
-            let looped = match &mut seen {
-                Some(set) => !set.insert(addr),
-                None if w.chain.len() < 64 => w.chain.contains(&addr),
-                None => {
-                    let set = seen.insert(w.chain.iter().copied().collect());
-                    !set.insert(addr)
-                }
-            };
-            if looped {
+            if addr == kept {
                 return Err(torn(addr, "the frame chain loops"));
+            }
+            lap += 1;
+            if lap == power {
+                (kept, lap, power) = (addr, 0, power * 2);
             }
             let i = w.chain.len();
             let decoded: FrameStep;
@@ -880,14 +900,19 @@ impl StackWalker {
     /// separately), the opcode at the innermost instruction (from `op_mem` when given),
     /// and last the thread state's top-frame field, after every frame.
     fn read_again(
-        &self,
+        &mut self,
         mem: &dyn ProcessMemory,
         tstate: u64,
         w: &Walk,
         op_mem: Option<&dyn ProcessMemory>,
     ) -> Result<ReadAgain> {
         let size = self.layout.frame.size;
-        let spans = spans(&w.chain, size as u64);
+        // A busy thread's chain is most often the one verified last time: its ranges too.
+        if self.spans_of != w.chain {
+            self.spans_of.clone_from(&w.chain);
+            self.spans_last = spans(&w.chain, size as u64);
+        }
+        let spans = self.spans_last.clone();
         let total: usize = spans.iter().map(|&(a, b)| (b - a) as usize).sum();
         let mut again = ReadAgain {
             bufs: crate::ptrace::take_buf(total),
@@ -998,6 +1023,8 @@ impl StackWalker {
             None => {
                 self.memo.insert(addr, self.memo_frames.len());
                 self.memo_frames.push(Decoded {
+                    addr,
+                    next: std::cell::Cell::new(usize::MAX),
                     bytes: buf.to_vec(),
                     step: step.clone(),
                     checks,
@@ -1011,9 +1038,38 @@ impl StackWalker {
     /// without decoding it. (Never a generator's frame: none is kept, and equal bytes have
     /// the same owner.)
     fn known(&self, addr: u64, buf: &[u8], innermost: bool) -> Option<usize> {
-        let k = *self.memo.get(&addr)?;
+        self.known_at(*self.memo.get(&addr)?, buf, innermost)
+    }
+
+    /// [`StackWalker::known`] of memo entry `k` (an entry of the frame's address).
+    fn known_at(&self, k: usize, buf: &[u8], innermost: bool) -> Option<usize> {
         let d = &self.memo_frames[k];
         (d.bytes == buf && d.checks >= self.checks(innermost)).then_some(k)
+    }
+
+    /// [`StackWalker::known`] of the frame at `addr` that the frame of memo entry `prev`
+    /// links to: through `prev`'s note of its next frame when it names `addr` (the same
+    /// chain as last time: no lookup by address), else by address, noting the result.
+    fn known_after(
+        &self,
+        prev: Option<usize>,
+        addr: u64,
+        buf: &[u8],
+        innermost: bool,
+    ) -> Option<usize> {
+        let Some(p) = prev else {
+            return self.known(addr, buf, innermost);
+        };
+        let next = self.memo_frames[p].next.get();
+        if self.memo_frames.get(next).is_some_and(|d| d.addr == addr) {
+            // The memo holds one entry per address: this is the one a lookup would find.
+            return self.known_at(next, buf, innermost);
+        }
+        let k = self.known(addr, buf, innermost);
+        if let Some(k) = k {
+            self.memo_frames[p].next.set(k);
+        }
+        k
     }
 
     /// 3.11+: the frame is a generator's (whether the generator is executing is kept in the
@@ -1201,17 +1257,17 @@ impl StackWalker {
     fn read_ahead(&self, mem: &dyn ProcessMemory, top: u64, ahead: &mut Ahead) {
         let f = self.layout.frame;
         let mut addr = top;
+        let mut prev = None;
         while addr != 0 && ahead.chain.len() < self.max_depth + 64 {
             // Read straight into the look ahead's bytes.
             let at = ahead.bytes.len();
-            ahead.bytes.resize(at + f.size, 0);
-            if mem.read(addr, &mut ahead.bytes[at..]).is_err() {
-                ahead.bytes.truncate(at);
+            if mem.read_append(addr, f.size, &mut ahead.bytes).is_err() {
                 break;
             }
             let buf = &ahead.bytes[at..];
             let innermost = ahead.chain.is_empty();
-            let known = self.known(addr, buf, innermost);
+            let known = self.known_after(prev, addr, buf, innermost);
+            prev = known;
             if known.is_some() && innermost {
                 // Its code object was not read this time (the frame is known), but the next
                 // sample will most likely find the innermost frame on another instruction

@@ -813,3 +813,34 @@ fn write_stack_walk_seeds() {
         std::fs::write(dir.join(format!("py{}", name(l).replace('.', ""))), seed).unwrap();
     }
 }
+
+/// A chain that loops (torn memory) is an error, wherever the loop closes and however long
+/// the stack above it, never an endless walk or a stack cut at the depth limit.
+#[test]
+fn a_frame_chain_that_loops_is_an_error() {
+    for l in layouts() {
+        for (from, to) in [(0, 0), (2, 0), (2, 1), (1, 0)] {
+            let mut st = Stack::new(l);
+            // Frames above the loop, so that it closes well past the first links.
+            let mut top = st.frames[0];
+            for _ in 0..37 {
+                top = st.push(top);
+            }
+            st.set_top(top);
+            st.set_back(from, st.frames[to]);
+            let mem = st.s.mem();
+            let mut sw = StackWalker::new(*l, TYPES);
+            let top = sw.current_top_frame(&mem, st.tstate).unwrap();
+            match sw.walk(&mem, top) {
+                Err(Error::Inconsistent { why, .. }) => {
+                    assert_eq!(why, "the frame chain loops", "{} {from}->{to}", name(l))
+                }
+                other => panic!(
+                    "{} {from}->{to}: {:?}",
+                    name(l),
+                    other.map(|w| w.frames.len())
+                ),
+            }
+        }
+    }
+}

@@ -8,7 +8,7 @@
 //! that it can be tested over recorded observations.
 
 use crate::profile::{Activity, Frame};
-use std::collections::HashMap;
+use crate::IdMap as HashMap;
 
 /// One thread as one sample saw it.
 #[derive(Debug, Clone, PartialEq)]

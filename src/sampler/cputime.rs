@@ -5,7 +5,7 @@
 //! Kernel time is measured here, never guessed: `stime` ticks are what the kernel charged to
 //! the thread while it ran in kernel mode.
 
-use std::collections::HashMap;
+use crate::IdMap as HashMap;
 
 /// One reading of one thread.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -135,7 +135,7 @@ impl ThreadFiles {
     }
 
     /// Closes the files of threads not in `alive`.
-    pub(crate) fn retain(&mut self, alive: &std::collections::HashSet<i32>) {
+    pub(crate) fn retain(&mut self, alive: &crate::IdSet<i32>) {
         self.open.retain(|t, _| alive.contains(t));
     }
 }
@@ -151,7 +151,7 @@ pub(crate) struct CpuTracker {
 impl CpuTracker {
     pub(crate) fn new() -> CpuTracker {
         CpuTracker {
-            last: HashMap::new(),
+            last: HashMap::default(),
             tick_s: tick_seconds(),
         }
     }
@@ -218,7 +218,7 @@ impl CpuTracker {
     }
 
     /// Forgets threads not in `alive` (they exited).
-    pub(crate) fn retain(&mut self, alive: &std::collections::HashSet<i32>) {
+    pub(crate) fn retain(&mut self, alive: &crate::IdSet<i32>) {
         self.last.retain(|t, _| alive.contains(t));
     }
 }
@@ -238,7 +238,7 @@ mod tests {
     #[test]
     fn deltas_split_user_and_system() {
         let mut t = CpuTracker {
-            last: HashMap::new(),
+            last: HashMap::default(),
             tick_s: 0.01,
         };
         let r = |ns, u, s| CpuReading {

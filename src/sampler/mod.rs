@@ -19,11 +19,12 @@ use crate::error::Result;
 use crate::profile::{Activity, Aggregator, ProfileMeta, ThreadSample, TimeMode};
 pub use crate::python::ReadMode;
 use crate::python::{self, PythonProcess, SnapshotOptions, StackWalker, Unread};
+use crate::{IdMap as HashMap, IdSet as HashSet};
 use attribution::{Attribution, Charge, Observation};
 use cputime::{CpuReading, CpuTracker};
 use pauses::PauseSchedule;
 pub use pauses::PAUSED_MAX_HZ;
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 /// What to record.
@@ -227,16 +228,16 @@ impl Sampler {
             last_wall: None,
             cwd,
             attribution: Attribution::new(),
-            sources: HashMap::new(),
+            sources: HashMap::default(),
             tids_listed: None,
-            stat_cache: HashMap::new(),
+            stat_cache: HashMap::default(),
             handshake_range: None,
             pauses: PauseSchedule::new(),
             positions: None,
             native: None,
-            last_read: HashMap::new(),
-            wake_credit: HashMap::new(),
-            last_tids: HashMap::new(),
+            last_read: HashMap::default(),
+            wake_credit: HashMap::default(),
+            last_tids: HashMap::default(),
         }
         .with_handshake_range()
     }

@@ -9,7 +9,7 @@
 
 use crate::native::{NativeCache, NativeProcess};
 use crate::python::{self, PythonProcess, Snapshot, SnapshotOptions, StackWalker};
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -122,7 +122,7 @@ impl NativeSampling {
         proc: &PythonProcess,
         walker: &mut StackWalker,
         opts: &SnapshotOptions,
-        states: &HashMap<i32, char>,
+        states: &crate::IdMap<i32, char>,
     ) -> crate::error::Result<Snapshot> {
         let reread_due = self.read_at.is_none_or(|t| t.elapsed() >= REREAD_INTERVAL);
         if self.process.is_none() || ((self.stale || self.missing_stack) && reread_due) {

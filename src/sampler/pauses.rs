@@ -15,7 +15,7 @@
 //! Must not: read anything: its inputs are times and, per thread, whether its read had to
 //! pause.
 
-use std::collections::HashMap;
+use crate::IdMap as HashMap;
 use std::time::{Duration, Instant};
 
 /// See the module documentation.

@@ -13,7 +13,7 @@
 //! thread's time unreadable) means a read of every thread.
 
 use super::cputime::ThreadFiles;
-use std::collections::HashMap;
+use crate::IdMap as HashMap;
 use std::time::{Duration, Instant};
 
 /// A thread whose time has not changed for this long is left out of the threads read at
@@ -49,7 +49,7 @@ impl ProcessClock {
             pid,
             clock: process_clock_id(pid),
             exited_ns: None,
-            last: HashMap::new(),
+            last: HashMap::default(),
             full_reads: 0,
             short_reads: 0,
         }
@@ -232,7 +232,7 @@ mod tests {
         use std::io::Write;
         child.stdin.as_mut().unwrap().write_all(b"go\n").unwrap();
         std::thread::sleep(Duration::from_millis(1500));
-        let mut now = HashMap::new();
+        let mut now = HashMap::default();
         for _ in 0..5 {
             now = clock.times(&tids, &mut files);
             std::thread::sleep(Duration::from_millis(5));

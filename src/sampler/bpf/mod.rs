@@ -15,7 +15,7 @@ mod btf;
 mod prog;
 mod sys;
 
-use std::collections::{HashMap, HashSet};
+use crate::{IdMap as HashMap, IdSet as HashSet};
 use std::os::fd::OwnedFd;
 
 /// The ring's size: 43,690 records of 16 bytes (and their 8-byte headers), far more than the
@@ -87,7 +87,7 @@ impl BpfCpu {
             ring,
             drops,
             drops_seen: 0,
-            threads: HashMap::new(),
+            threads: HashMap::default(),
         })
     }
 
