@@ -200,6 +200,46 @@ impl RemoteMemory {
     }
 }
 
+/// Requests of at most this many ranges are described on the stack (a sample's prefetch
+/// is about ten): no vectors made for every sample.
+const FEW_RANGES: usize = 16;
+
+impl RemoteMemory {
+    /// [`ProcessMemory::read_many`] of at most [`FEW_RANGES`] ranges, in one
+    /// process_vm_readv.
+    fn read_few(&self, reqs: &mut [(u64, &mut [u8])]) -> usize {
+        let n = reqs.len();
+        let mut remote = [nix::sys::uio::RemoteIoVec { base: 0, len: 0 }; FEW_RANGES];
+        for (r, (addr, buf)) in remote.iter_mut().zip(reqs.iter()) {
+            *r = nix::sys::uio::RemoteIoVec {
+                base: *addr as usize,
+                len: buf.len(),
+            };
+        }
+        let mut bufs = reqs.iter_mut();
+        let mut local: [IoSliceMut; FEW_RANGES] = std::array::from_fn(|_| {
+            IoSliceMut::new(bufs.next().map_or(&mut [][..], |(_, b)| &mut b[..]))
+        });
+        let got = nix::sys::uio::process_vm_readv(
+            nix::unistd::Pid::from_raw(self.pid),
+            &mut local[..n],
+            &remote[..n],
+        )
+        .unwrap_or(0);
+        // Whole leading buffers (the kernel stops at the first range it cannot read).
+        let mut left = got;
+        let mut whole = 0;
+        for r in &remote[..n] {
+            if left < r.len {
+                break;
+            }
+            left -= r.len;
+            whole += 1;
+        }
+        whole
+    }
+}
+
 impl ProcessMemory for RemoteMemory {
     fn read_many(&self, reqs: &mut [(u64, &mut [u8])]) -> usize {
         if self.mem_file.is_some() || reqs.len() < 2 {
@@ -208,6 +248,9 @@ impl ProcessMemory for RemoteMemory {
         // One process_vm_readv for all of them (the kernel takes up to 1024 ranges); it
         // stops at the first range it cannot read, so what it returns counts whole
         // leading buffers plus maybe part of the next.
+        if reqs.len() <= FEW_RANGES {
+            return self.read_few(reqs);
+        }
         let mut done = 0;
         for chunk in reqs.chunks_mut(1024) {
             let remote: Vec<nix::sys::uio::RemoteIoVec> = chunk
@@ -1047,6 +1090,34 @@ mod tests {
         assert_eq!(c.used_ranges(), vec![(base + 100, 50)]);
         assert_eq!(c.pages.borrow().len(), 1);
         assert_eq!(c.misses(), 0);
+    }
+
+    #[test]
+    fn many_ranges_read_in_one_request_stop_at_the_first_unreadable_one() {
+        // Fewer ranges than are described on the stack, and more.
+        let a: Vec<u8> = (0..4096u32).map(|i| (i % 251) as u8).collect();
+        let m = RemoteMemory::new(std::process::id() as i32).unwrap();
+        let base = a.as_ptr() as u64;
+        for n in [2usize, FEW_RANGES, FEW_RANGES + 1, 40] {
+            let mut bufs = vec![[0u8; 16]; n];
+            let mut reqs: Vec<(u64, &mut [u8])> = bufs
+                .iter_mut()
+                .enumerate()
+                .map(|(i, b)| (base + 64 * i as u64, &mut b[..]))
+                .collect();
+            assert_eq!(m.read_many(&mut reqs), n, "{n} ranges");
+            for (i, b) in bufs.iter().enumerate() {
+                assert_eq!(b[..], a[64 * i..64 * i + 16], "{n} ranges, range {i}");
+            }
+            // An unmapped range in the middle: the ranges before it only.
+            let mut bufs = vec![[0u8; 8]; n];
+            let mut reqs: Vec<(u64, &mut [u8])> = bufs
+                .iter_mut()
+                .enumerate()
+                .map(|(i, b)| (if i == n / 2 { 8 } else { base + 8 * i as u64 }, &mut b[..]))
+                .collect();
+            assert_eq!(m.read_many(&mut reqs), n / 2, "{n} ranges, one unmapped");
+        }
     }
 
     #[test]

@@ -261,12 +261,16 @@ pub(crate) fn snapshot(
         None => crate::proc::threads(pid)?,
     };
     tids.sort_unstable();
-    let states: crate::IdMap<i32, char> = match known_states {
-        Some(s) => s.clone(),
-        None => tids
-            .iter()
-            .filter_map(|&t| Some((t, crate::proc::thread_state(pid, t)?)))
-            .collect(),
+    let read_states: crate::IdMap<i32, char>;
+    let states = match known_states {
+        Some(s) => s,
+        None => {
+            read_states = tids
+                .iter()
+                .filter_map(|&t| Some((t, crate::proc::thread_state(pid, t)?)))
+                .collect();
+            &read_states
+        }
     };
 
     let opcodes = crate::python_bindings::opcodes(proc.version.major, proc.version.minor);
@@ -306,7 +310,7 @@ pub(crate) fn snapshot(
     }
     let threads = threads.expect("the second attempt always ends the loop");
 
-    let threads = thread_snapshots(proc, &tids, &states, threads, opts.thread_names);
+    let threads = thread_snapshots(proc, &tids, states, threads, opts.thread_names);
     if let Some(a) = async_tasks.as_mut() {
         // Kernel ids as the snapshot has them (ours, where the target's PID namespace differs).
         for lt in &mut a.threads {

@@ -661,11 +661,14 @@ impl StackWalker {
         let (mut kept, mut lap, mut power) = (0u64, 0usize, 1usize);
         // For frames the look ahead did not read (allocated on first need).
         let mut buf = Vec::new();
+        // `w.bytes` is the look ahead's, copied at once at the end, while every frame so
+        // far came from it; from the first that did not, it is kept frame by frame.
+        let mut own_bytes = false;
         let mut addr = top;
         while addr != 0 {
             if w.frames.len() >= self.max_depth {
                 w.truncated = true;
-                return Ok(w);
+                break;
             }
             if addr == kept {
                 return Err(torn(addr, "the frame chain loops"));
@@ -688,6 +691,10 @@ impl StackWalker {
                     }
                 }
                 _ => {
+                    if !own_bytes {
+                        own_bytes = true;
+                        w.bytes.extend_from_slice(&ahead.bytes[..i * size]);
+                    }
                     buf.resize(size, 0);
                     mem.read(addr, &mut buf)?;
                     decoded = self.step_memo(mem, addr, &buf, i == 0)?;
@@ -695,7 +702,9 @@ impl StackWalker {
                 }
             };
             w.chain.push(addr);
-            w.bytes.extend_from_slice(bytes);
+            if own_bytes {
+                w.bytes.extend_from_slice(bytes);
+            }
             w.shown.push(step.frame.is_some());
             w.evals_open += u32::from(step.frame.is_some());
             if step.entry {
@@ -722,6 +731,13 @@ impl StackWalker {
                 ));
             }
             addr = step.back;
+        }
+        if !own_bytes {
+            w.bytes
+                .extend_from_slice(&ahead.bytes[..w.chain.len() * size]);
+        }
+        if w.truncated {
+            return Ok(w);
         }
         self.last_depth = w.chain.len();
         if self.strict && w.frames.is_empty() && !w.chain.is_empty() {

@@ -148,6 +148,10 @@ pub struct Sampler {
     /// Each thread's kernel id by `thread_id`, as the last snapshot matched them (see
     /// `SnapshotOptions::tids_by_thread`).
     last_tids: HashMap<u64, i32>,
+    /// The threads listed by the last sample (room reused sample after sample).
+    alive: HashSet<i32>,
+    /// Their scheduler states as last read, for the snapshot (room reused likewise).
+    states: HashMap<i32, char>,
 }
 
 /// A thread's stack as last read, and the frame its thread state named then.
@@ -238,6 +242,8 @@ impl Sampler {
             last_read: HashMap::default(),
             wake_credit: HashMap::default(),
             last_tids: HashMap::default(),
+            alive: HashSet::default(),
+            states: HashMap::default(),
         }
         .with_handshake_range()
     }
@@ -332,10 +338,13 @@ impl Sampler {
         let run_ns = self.cpu_times(&tids);
         // Scheduler states as last read: the snapshot needs the thread list, and uses the
         // states only for its idle flag, which the sampler does not use.
-        let states: HashMap<i32, char> = run_ns
-            .keys()
-            .map(|&t| (t, self.stat_cache.get(&t).map_or('R', |s| s.1)))
-            .collect();
+        let mut states = std::mem::take(&mut self.states);
+        states.clear();
+        states.extend(
+            run_ns
+                .keys()
+                .map(|&t| (t, self.stat_cache.get(&t).map_or('R', |s| s.1))),
+        );
         self.absorb_wake_ups(&run_ns);
         let (reuse, unpaused) = self.reusable(&run_ns);
         let tids_by_thread = self
@@ -371,6 +380,7 @@ impl Sampler {
                 self.cfg.wall.then_some(&mut waiting),
             ),
         };
+        self.states = states;
         let mut snap = match snap {
             Ok(s) => s,
             Err(e) if e.is_process_gone() => return Err(e),
@@ -399,11 +409,12 @@ impl Sampler {
                 .collect();
             self.pauses.update(&outcome, now);
         }
-        self.last_tids = snap
-            .threads
-            .iter()
-            .filter_map(|t| Some((t.thread_id, t.native_id?)))
-            .collect();
+        self.last_tids.clear();
+        self.last_tids.extend(
+            snap.threads
+                .iter()
+                .filter_map(|t| Some((t.thread_id, t.native_id?))),
+        );
         let waiting = waiting
             .into_iter()
             .filter_map(|(thread, frames)| Some((*self.last_tids.get(&thread)?, frames)))
@@ -507,7 +518,10 @@ impl Sampler {
         if run_ns.len() != tids.len() {
             self.tids_listed = None;
         }
-        let alive: HashSet<i32> = tids.iter().copied().collect();
+        // (Kept between samples: its room is reused.)
+        let mut alive = std::mem::take(&mut self.alive);
+        alive.clear();
+        alive.extend(tids.iter().copied());
         if let Some(b) = bpf {
             b.retain(&alive);
         }
@@ -515,6 +529,7 @@ impl Sampler {
         self.files.retain(&alive);
         self.stat_cache.retain(|t, _| alive.contains(t));
         self.last_read.retain(|t, _| alive.contains(t));
+        self.alive = alive;
         run_ns
     }
 
