@@ -29,6 +29,7 @@ import os
 import platform
 import re
 import shlex
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -260,6 +261,16 @@ def sample_cost(quick):
             raise RuntimeError("cargo bench --bench snapshot failed: " + r.stderr.strip()[-400:])
         lines = [l for l in r.stdout.strip().splitlines() if not l.startswith("interpreter:")]
         text.append(f"\nbeside {parked} parked threads (SCALENE_RS_BENCH_PARKED={parked}):\n" + "\n".join(lines))
+    # Instructions per busy sample: a figure the machine's noise does not move.
+    if shutil.which("valgrind") and not quick:
+        log("sample: bench/instructions.sh (callgrind)")
+        r = subprocess.run([os.path.join(REPO, "bench", "instructions.sh")], cwd=REPO, env=env, text=True,
+                           capture_output=True)
+        if r.returncode == 0:
+            text.append("\ninstructions of our own per sample (bench/instructions.sh, valgrind's callgrind):\n"
+                        + r.stdout.strip())
+        else:
+            text.append("\nbench/instructions.sh failed: " + r.stderr.strip()[-300:])
     return "\n".join(text)
 
 
