@@ -269,19 +269,7 @@ fn main() {
         // the next snapshot would ask for them) and one pread of schedstat; no decoding.
         let floor_label = format!("{state} floor: a sample's own reads");
         if wanted(&floor_label) {
-            let opts = SnapshotOptions {
-                mode: ReadMode::Nonblocking,
-                ..Default::default()
-            };
-            for _ in 0..10 {
-                python::take_snapshot(&proc, &mut walker, &opts).unwrap();
-            }
-            let ranges: Vec<(u64, usize)> = walker
-                .page_hint
-                .iter()
-                .chain(&walker.recheck_hint)
-                .copied()
-                .collect();
+            let ranges = floor_ranges(&proc, &mut walker);
             let bytes: usize = ranges.iter().map(|r| r.1).sum();
             let pages: std::collections::HashSet<u64> = ranges
                 .iter()
@@ -290,14 +278,7 @@ fn main() {
             let mut bufs: Vec<Vec<u8>> = ranges.iter().map(|r| vec![0u8; r.1]).collect();
             let mut files = scalene_rs::sampler::cputime::ThreadFiles::new();
             let times = time_it(iters, || {
-                let mut reqs: Vec<(u64, &mut [u8])> = ranges
-                    .iter()
-                    .zip(bufs.iter_mut())
-                    .map(|(r, b)| (r.0, &mut b[..]))
-                    .collect();
-                let want = reqs.len();
-                assert_eq!(proc.mem.read_many(&mut reqs), want);
-                files.read_sched(pid, pid).unwrap();
+                floor_reads(&proc, pid, &ranges, &mut bufs, &mut files);
             });
             report(&floor_label, times);
             println!(
@@ -352,6 +333,42 @@ fn main() {
     }
 }
 
+/// The ranges a nonblocking snapshot of the target reads (its prefetch and its second look,
+/// as the next snapshot would ask for them), once ten snapshots have settled them.
+fn floor_ranges(proc: &PythonProcess, walker: &mut StackWalker) -> Vec<(u64, usize)> {
+    let opts = SnapshotOptions {
+        mode: ReadMode::Nonblocking,
+        ..Default::default()
+    };
+    for _ in 0..10 {
+        python::take_snapshot(proc, walker, &opts).unwrap();
+    }
+    walker
+        .page_hint
+        .iter()
+        .chain(&walker.recheck_hint)
+        .copied()
+        .collect()
+}
+
+/// The floor's reads: `ranges` in one request, then one pread of schedstat.
+fn floor_reads(
+    proc: &PythonProcess,
+    pid: i32,
+    ranges: &[(u64, usize)],
+    bufs: &mut [Vec<u8>],
+    files: &mut scalene_rs::sampler::cputime::ThreadFiles,
+) {
+    let mut reqs: Vec<(u64, &mut [u8])> = ranges
+        .iter()
+        .zip(bufs.iter_mut())
+        .map(|(r, b)| (r.0, &mut b[..]))
+        .collect();
+    let want = reqs.len();
+    assert_eq!(proc.mem.read_many(&mut reqs), want);
+    files.read_sched(pid, pid).unwrap();
+}
+
 /// A default sample and the floor under it ("a sample's own reads", see above), one after
 /// the other `iters` times: the median of each and their ratio.
 fn sample_over_floor(
@@ -361,19 +378,7 @@ fn sample_over_floor(
     walker: &mut StackWalker,
     proc: &PythonProcess,
 ) {
-    let opts = SnapshotOptions {
-        mode: ReadMode::Nonblocking,
-        ..Default::default()
-    };
-    for _ in 0..10 {
-        python::take_snapshot(proc, walker, &opts).unwrap();
-    }
-    let ranges: Vec<(u64, usize)> = walker
-        .page_hint
-        .iter()
-        .chain(&walker.recheck_hint)
-        .copied()
-        .collect();
+    let ranges = floor_ranges(proc, walker);
     let mut bufs: Vec<Vec<u8>> = ranges.iter().map(|r| vec![0u8; r.1]).collect();
     let mut files = scalene_rs::sampler::cputime::ThreadFiles::new();
     let p = PythonProcess::locate(pid, &LocateOptions::default()).unwrap();
@@ -387,14 +392,7 @@ fn sample_over_floor(
     let (mut floor, mut sample) = (Vec::with_capacity(iters), Vec::with_capacity(iters));
     for _ in 0..iters {
         let t = Instant::now();
-        let mut reqs: Vec<(u64, &mut [u8])> = ranges
-            .iter()
-            .zip(bufs.iter_mut())
-            .map(|(r, b)| (r.0, &mut b[..]))
-            .collect();
-        let want = reqs.len();
-        assert_eq!(proc.mem.read_many(&mut reqs), want);
-        files.read_sched(pid, pid).unwrap();
+        floor_reads(proc, pid, &ranges, &mut bufs, &mut files);
         floor.push(t.elapsed());
         let t = Instant::now();
         sampler.sample_once().unwrap();
