@@ -69,13 +69,7 @@ pub trait ProcessMemory {
 
     /// Reads `len` bytes at `addr` onto the end of `out` (left as it was on an error).
     fn read_append(&self, addr: u64, len: usize, out: &mut Vec<u8>) -> Result<()> {
-        let at = out.len();
-        out.resize(at + len, 0);
-        let r = self.read(addr, &mut out[at..]);
-        if r.is_err() {
-            out.truncate(at);
-        }
-        r
+        append_by_read(self, addr, len, out)
     }
 
     /// A hint that the range `(addr, len)` matters to the next snapshot although this one
@@ -88,6 +82,37 @@ pub trait ProcessMemory {
     fn live(&self) -> Option<&dyn ProcessMemory> {
         None
     }
+}
+
+/// [`ProcessMemory::read_append`] through [`ProcessMemory::read`].
+fn append_by_read<M: ProcessMemory + ?Sized>(
+    mem: &M,
+    addr: u64,
+    len: usize,
+    out: &mut Vec<u8>,
+) -> Result<()> {
+    let at = out.len();
+    out.resize(at + len, 0);
+    let r = mem.read(addr, &mut out[at..]);
+    if r.is_err() {
+        out.truncate(at);
+    }
+    r
+}
+
+/// How many of the leading buffers of lengths `lens` a request that copied `got` bytes
+/// filled whole (the kernel stops at the first range it cannot read).
+fn whole_leading(got: usize, lens: impl Iterator<Item = usize>) -> usize {
+    let mut left = got;
+    let mut whole = 0;
+    for len in lens {
+        if left < len {
+            break;
+        }
+        left -= len;
+        whole += 1;
+    }
+    whole
 }
 
 /// [`ProcessMemory::read_many`] one read at a time.
@@ -226,17 +251,7 @@ impl RemoteMemory {
             &remote[..n],
         )
         .unwrap_or(0);
-        // Whole leading buffers (the kernel stops at the first range it cannot read).
-        let mut left = got;
-        let mut whole = 0;
-        for r in &remote[..n] {
-            if left < r.len {
-                break;
-            }
-            left -= r.len;
-            whole += 1;
-        }
-        whole
+        whole_leading(got, remote[..n].iter().map(|r| r.len))
     }
 }
 
@@ -260,7 +275,6 @@ impl ProcessMemory for RemoteMemory {
                     len: buf.len(),
                 })
                 .collect();
-            let lens: Vec<usize> = chunk.iter().map(|(_, b)| b.len()).collect();
             let mut local: Vec<IoSliceMut> =
                 chunk.iter_mut().map(|(_, b)| IoSliceMut::new(b)).collect();
             let n = nix::sys::uio::process_vm_readv(
@@ -269,15 +283,7 @@ impl ProcessMemory for RemoteMemory {
                 &remote,
             )
             .unwrap_or(0);
-            let mut left = n;
-            let mut whole = 0;
-            for len in lens {
-                if left < len {
-                    break;
-                }
-                left -= len;
-                whole += 1;
-            }
+            let whole = whole_leading(n, remote.iter().map(|r| r.len));
             done += whole;
             if whole < chunk.len() {
                 break;
@@ -389,6 +395,43 @@ struct CachedPage {
     buf: Page,
     valid: (u32, u32),
     used: (u32, u32),
+}
+
+impl CachedPage {
+    /// It holds the bytes `[lo, hi)` of its page.
+    fn holds(&self, lo: u32, hi: u32) -> bool {
+        self.valid.0 <= lo && self.valid.1 >= hi
+    }
+
+    /// Counts the bytes `[lo, hi)` as used (see [`PageCache::used_ranges`]).
+    fn mark_used(&mut self, lo: u32, hi: u32) {
+        self.used = (self.used.0.min(lo), self.used.1.max(hi));
+    }
+
+    /// The bytes `[lo, hi)`, which it holds, now counted as used.
+    fn serve(&mut self, lo: u32, hi: u32) -> &[u8] {
+        self.mark_used(lo, hi);
+        &self.buf[lo as usize..hi as usize]
+    }
+}
+
+/// Whether the range `(addr, len)` goes through the cache: not empty, at most a page (larger
+/// reads go straight through), and not so near the top of the address space (a torn
+/// pointer may be anywhere) that page arithmetic would overflow.
+fn cacheable(addr: u64, len: usize) -> bool {
+    len > 0 && len as u64 <= CACHE_PAGE && addr <= u64::MAX - 3 * CACHE_PAGE
+}
+
+/// The pages the cacheable range `(addr, len)` covers, each with the part of it covered:
+/// `(page, lo, hi)`, offsets in the page.
+fn page_parts(addr: u64, len: usize) -> impl Iterator<Item = (u64, u32, u32)> {
+    let end = addr + len as u64;
+    let first = addr & !(CACHE_PAGE - 1);
+    (first..end).step_by(CACHE_PAGE as usize).map(move |page| {
+        let lo = (addr.max(page) - page) as u32;
+        let hi = (end.min(page + CACHE_PAGE) - page) as u32;
+        (page, lo, hi)
+    })
 }
 
 /// A cache's pages in the order they were fetched, found by address: by a look at each
@@ -602,15 +645,14 @@ impl<'a> PageCache<'a> {
         let mut pages = self.pages.borrow_mut();
         if let Some(i) = pages.position(page) {
             let p = &mut pages[i];
-            if p.valid.0 > lo || p.valid.1 < hi {
+            if !p.holds(lo, hi) {
                 self.miss();
                 if self.inner.read(page, &mut p.buf[..]).is_err() {
                     return false;
                 }
                 p.valid = WHOLE;
             }
-            out.copy_from_slice(&p.buf[from..from + out.len()]);
-            p.used = (p.used.0.min(lo), p.used.1.max(hi));
+            out.copy_from_slice(p.serve(lo, hi));
             return true;
         }
         if pages.len() >= CACHE_MAX_PAGES {
@@ -644,24 +686,14 @@ impl PageCache<'_> {
         let mut wanted: Option<HashMap<u64, usize, ahash::RandomState>> = None;
         {
             let pages = self.pages.borrow();
-            for &(addr, len) in ranges {
-                if len == 0 || len as u64 > CACHE_PAGE || addr > u64::MAX - 3 * CACHE_PAGE {
-                    continue;
-                }
-                let end = addr + len as u64;
-                let mut page = addr & !(CACHE_PAGE - 1);
-                while page < end {
-                    let this = page;
-                    page += CACHE_PAGE;
-                    let lo = (addr.max(this) - this) as u32;
-                    let hi = (end.min(page) - this) as u32;
-                    let page = this;
-                    let held = pages.position(page).map(|i| pages[i].valid);
-                    if held.is_some_and(|v| v.0 <= lo && v.1 >= hi) {
+            for &(addr, len) in ranges.iter().filter(|&&(a, n)| cacheable(a, n)) {
+                for (page, lo, hi) in page_parts(addr, len) {
+                    let held = pages.position(page).map(|i| &pages[i]);
+                    if held.is_some_and(|p| p.holds(lo, hi)) {
                         continue;
                     }
                     let (lo, hi) = match held {
-                        Some(v) => (lo.min(v.0), hi.max(v.1)),
+                        Some(p) => (lo.min(p.valid.0), hi.max(p.valid.1)),
                         None => (lo, hi),
                     };
                     let found = if want.len() <= Pages::FEW {
@@ -757,47 +789,37 @@ impl ProcessMemory for PageCache<'_> {
     /// Straight from the page when the cache holds the bytes (a walk's frames, every
     /// sample): no zeroing, no copy in between.
     fn read_append(&self, addr: u64, len: usize, out: &mut Vec<u8>) -> Result<()> {
-        let first = addr & !(CACHE_PAGE - 1);
-        if len > 0 && addr <= u64::MAX - 3 * CACHE_PAGE && addr + len as u64 <= first + CACHE_PAGE {
-            let (lo, hi) = ((addr - first) as u32, (addr - first) as u32 + len as u32);
-            let mut pages = self.pages.borrow_mut();
-            if let Some(i) = pages.position(first) {
-                let p = &mut pages[i];
-                if p.valid.0 <= lo && p.valid.1 >= hi {
-                    out.extend_from_slice(&p.buf[lo as usize..hi as usize]);
-                    p.used = (p.used.0.min(lo), p.used.1.max(hi));
-                    return Ok(());
+        if cacheable(addr, len) {
+            let page = addr & !(CACHE_PAGE - 1);
+            let (lo, hi) = ((addr - page) as u32, (addr - page) as u32 + len as u32);
+            // On one page (a frame, nearly always): straight from it when it holds them.
+            if hi as u64 <= CACHE_PAGE {
+                let mut pages = self.pages.borrow_mut();
+                if let Some(p) = pages.position(page).map(|i| &mut pages[i]) {
+                    if p.holds(lo, hi) {
+                        out.extend_from_slice(p.serve(lo, hi));
+                        return Ok(());
+                    }
                 }
             }
         }
-        let at = out.len();
-        out.resize(at + len, 0);
-        let r = self.read(addr, &mut out[at..]);
-        if r.is_err() {
-            out.truncate(at);
-        }
-        r
+        append_by_read(self, addr, len, out)
     }
 
     fn keep(&self, addr: u64, len: usize) {
-        if len == 0 || len as u64 > CACHE_PAGE || addr > u64::MAX - 3 * CACHE_PAGE {
+        if !cacheable(addr, len) {
             return;
         }
-        let end = addr + len as u64;
         let mut pages = self.pages.borrow_mut();
-        let mut page = addr & !(CACHE_PAGE - 1);
-        while page < end {
-            let lo = (addr.max(page) - page) as u32;
-            let hi = (end.min(page + CACHE_PAGE) - page) as u32;
+        for (page, lo, hi) in page_parts(addr, len) {
             if let Some(i) = pages.position(page) {
                 let p = &mut pages[i];
                 // What the page holds of the range.
                 let (lo, hi) = (lo.max(p.valid.0), hi.min(p.valid.1));
                 if lo < hi {
-                    p.used = (p.used.0.min(lo), p.used.1.max(hi));
+                    p.mark_used(lo, hi);
                 }
             }
-            page += CACHE_PAGE;
         }
     }
 
@@ -810,7 +832,7 @@ impl ProcessMemory for PageCache<'_> {
         // Large reads (strings, line tables) go straight through.
         // (A torn pointer may be anywhere: near the top of the address space the page
         // arithmetic below would overflow, so such reads go straight through too.)
-        if len == 0 || len > CACHE_PAGE || addr > u64::MAX - 3 * CACHE_PAGE {
+        if !cacheable(addr, buf.len()) {
             if len > 0 {
                 self.miss();
             }

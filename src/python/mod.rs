@@ -889,15 +889,8 @@ impl Recheck {
         } else {
             0
         };
-        // The ranges verification read (the same as `spans` of the chain).
-        let computed;
-        let spans = if w.spans.is_empty() {
-            computed = stack::spans(&w.chain, size);
-            &computed
-        } else {
-            &w.spans
-        };
-        for &(start, end) in spans {
+        // The ranges verification read the chain in (`stack::spans` of it).
+        for &(start, end) in &w.spans {
             self.frames.push((start, (end - start + room) as usize));
         }
         self.fields

@@ -16,7 +16,7 @@ use super::strings::{self, TypeAddrs};
 use crate::error::{Error, Result};
 use crate::ptrace::{field_u32, field_u64, field_u8, ProcessMemory};
 use crate::python_bindings::{FrameModel, Layout};
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::sync::Arc;
 
 pub(crate) use crate::profile::Frame;
@@ -258,49 +258,41 @@ const MAX_INTERPRETERS: usize = 4096;
 const MAX_THREADS: usize = 1 << 16;
 const CODE_CACHE_LIMIT: usize = 100_000;
 
-/// Addresses met on a list, to catch a loop: looked at one by one while they are few (one
-/// interpreter, a few threads: every sample), in a set past that.
-struct Seen {
-    few: [u64; Seen::FEW],
-    /// How many of `few` are in use.
-    n: usize,
-    many: Option<HashSet<u64, ahash::RandomState>>,
+/// Catches a list or chain that loops (torn memory: the interpreters, a thread list, the
+/// frames, the C frames), in constant work and memory per step (Brent's): the element
+/// `lap` steps back is kept, and a new one taken each time `lap` doubles; a list that loops
+/// meets the kept element within three times its length. (A set of every element met cost
+/// a seeded hasher and an allocation per list at every sample; a search of the elements
+/// met was quadratic.)
+struct LoopCheck {
+    kept: u64,
+    lap: usize,
+    power: usize,
+    /// Elements met so far.
+    steps: usize,
 }
 
-impl Default for Seen {
-    fn default() -> Seen {
-        Seen {
-            few: [0; Seen::FEW],
-            n: 0,
-            many: None,
-        }
-    }
-}
-
-impl Seen {
-    const FEW: usize = 32;
-
-    /// False when `a` was met before.
-    fn insert(&mut self, a: u64) -> bool {
-        match &mut self.many {
-            Some(many) => many.insert(a),
-            None if self.few[..self.n].contains(&a) => false,
-            None if self.n < Self::FEW => {
-                self.few[self.n] = a;
-                self.n += 1;
-                true
-            }
-            None => {
-                let mut many: HashSet<u64, ahash::RandomState> = self.few.iter().copied().collect();
-                many.insert(a);
-                self.many = Some(many);
-                true
-            }
+impl LoopCheck {
+    fn new() -> LoopCheck {
+        LoopCheck {
+            kept: 0,
+            lap: 0,
+            power: 1,
+            steps: 0,
         }
     }
 
-    fn len(&self) -> usize {
-        self.many.as_ref().map_or(self.n, |m| m.len())
+    /// False when `a` (never 0) closes a loop.
+    fn step(&mut self, a: u64) -> bool {
+        if a == self.kept {
+            return false;
+        }
+        self.steps += 1;
+        self.lap += 1;
+        if self.lap == self.power {
+            (self.kept, self.lap, self.power) = (a, 0, self.power * 2);
+        }
+        true
     }
 }
 
@@ -376,11 +368,11 @@ impl StackWalker {
     ) -> Result<Vec<RawThread>> {
         let l = &self.layout;
         let mut out = Vec::new();
-        let mut seen_interps = Seen::default();
+        let mut interps = LoopCheck::new();
         let mut interp = interp_head;
         let mut index = 0;
         while interp != 0 {
-            if !seen_interps.insert(interp) || seen_interps.len() > MAX_INTERPRETERS {
+            if !interps.step(interp) || interps.steps > MAX_INTERPRETERS {
                 return Err(torn(interp, "the interpreter list loops"));
             }
             let holder = match gil_tstate_current {
@@ -388,9 +380,9 @@ impl StackWalker {
                 None => self.gil_holder_312(mem, interp)?,
             };
             let mut tstate = mem.read_u64(interp.wrapping_add(l.interp.tstate_head as u64))?;
-            let mut seen = Seen::default();
+            let mut tstates = LoopCheck::new();
             while tstate != 0 {
-                if !seen.insert(tstate) || seen.len() > MAX_THREADS {
+                if !tstates.step(tstate) || tstates.steps > MAX_THREADS {
                     return Err(torn(tstate, "the thread list loops"));
                 }
                 let t = self.read_thread(mem, tstate, interp)?;
@@ -560,10 +552,10 @@ impl StackWalker {
             return Ok(Vec::new());
         }
         let mut out = Vec::new();
-        let mut seen = HashSet::new();
+        let mut chain = LoopCheck::new();
         let mut at = Some(mem.read_u64(tstate.wrapping_add(t.frame as u64))?);
         while let Some(c) = at.filter(|&c| c != 0) {
-            if !seen.insert(c) || out.len() >= MAX_CFRAMES {
+            if !chain.step(c) || out.len() >= MAX_CFRAMES {
                 return Err(torn(c, "the C frame chain loops"));
             }
             at = self.outer_cframe(mem, tstate, c)?;
@@ -655,10 +647,7 @@ impl StackWalker {
             bytes: Vec::with_capacity(room * size),
             ..Walk::default()
         };
-        // Loop check (Brent's): the address `lap` frames back is kept, and a new one taken
-        // each time `lap` doubles; a chain that loops meets the kept address within twice
-        // the loop's length. Constant work per frame (a search of the chain was quadratic).
-        let (mut kept, mut lap, mut power) = (0u64, 0usize, 1usize);
+        let mut frames = LoopCheck::new();
         // For frames the look ahead did not read (allocated on first need).
         let mut buf = Vec::new();
         // `w.bytes` is the look ahead's, copied at once at the end, while every frame so
@@ -670,12 +659,8 @@ impl StackWalker {
                 w.truncated = true;
                 break;
             }
-            if addr == kept {
+            if !frames.step(addr) {
                 return Err(torn(addr, "the frame chain loops"));
-            }
-            lap += 1;
-            if lap == power {
-                (kept, lap, power) = (addr, 0, power * 2);
             }
             let i = w.chain.len();
             let decoded: FrameStep;
@@ -1284,15 +1269,14 @@ impl StackWalker {
             let innermost = ahead.chain.is_empty();
             let known = self.known_after(prev, addr, buf, innermost);
             prev = known;
+            let code = field_u64(buf, f.code) & !7;
             if known.is_some() && innermost {
                 // Its code object was not read this time (the frame is known), but the next
                 // sample will most likely find the innermost frame on another instruction
                 // and read it: keep it in the next prefetch instead of a request of its own.
-                let code = field_u64(buf, f.code) & !7;
                 mem.keep(code, self.layout.code.size);
             }
             if known.is_none() {
-                let code = field_u64(buf, f.code) & !7;
                 // 3.12+: a frame owned by the C stack is not read as Python (see `step`).
                 let c_owned = self.layout.version >= (3, 12)
                     && f.owner.is_some_and(|o| field_u8(buf, o) >= 3);
@@ -1500,7 +1484,7 @@ impl StackWalker {
 #[cfg(test)]
 mod tests {
     use super::StackWalker;
-    use super::{spans, Seen};
+    use super::{spans, LoopCheck};
     use crate::ptrace::BufferMemory;
     use crate::python::strings::TypeAddrs;
 
@@ -1622,14 +1606,25 @@ mod tests {
 
     #[test]
     fn a_list_that_loops_is_caught_however_long() {
-        for n in [3u64, 40, 200] {
-            let mut seen = Seen::default();
+        for n in [1u64, 3, 40, 200] {
+            // A list of `n` that ends: every element passes, each counted.
+            let mut check = LoopCheck::new();
             for a in 0..n {
-                assert!(seen.insert(0x1000 + a * 8), "{a} of {n} is new");
+                assert!(check.step(0x1000 + a * 8), "{a} of {n} is new");
             }
-            assert_eq!(seen.len(), n as usize);
-            assert!(!seen.insert(0x1000), "the first of {n} again");
-            assert!(!seen.insert(0x1000 + (n - 1) * 8), "the last of {n} again");
+            assert_eq!(check.steps, n as usize);
+            // The same list with its last element linked back to the first, to the middle,
+            // or to itself: caught within three times the list's length.
+            for back in [0, n / 2, n - 1] {
+                let mut check = LoopCheck::new();
+                let mut a = 0;
+                let mut steps = 0;
+                while check.step(0x1000 + a * 8) {
+                    a = if a + 1 == n { back } else { a + 1 };
+                    steps += 1;
+                    assert!(steps <= 3 * n + 2, "{n} linked back to {back}: not caught");
+                }
+            }
         }
     }
 }

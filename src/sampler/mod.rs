@@ -338,9 +338,8 @@ impl Sampler {
         let run_ns = self.cpu_times(&tids);
         // Scheduler states as last read: the snapshot needs the thread list, and uses the
         // states only for its idle flag, which the sampler does not use.
-        let mut states = std::mem::take(&mut self.states);
-        states.clear();
-        states.extend(
+        self.states.clear();
+        self.states.extend(
             run_ns
                 .keys()
                 .map(|&t| (t, self.stat_cache.get(&t).map_or('R', |s| s.1))),
@@ -370,17 +369,16 @@ impl Sampler {
         }
         let mut waiting = Vec::new();
         let snap = match &mut self.native {
-            Some(n) => n.snapshot(&self.proc, &mut self.walker, &opts, &states),
+            Some(n) => n.snapshot(&self.proc, &mut self.walker, &opts, &self.states),
             None => python::take_sample_snapshot(
                 &self.proc,
                 &mut self.walker,
                 &opts,
-                Some(&states),
+                Some(&self.states),
                 self.tasks.as_mut(),
                 self.cfg.wall.then_some(&mut waiting),
             ),
         };
-        self.states = states;
         let mut snap = match snap {
             Ok(s) => s,
             Err(e) if e.is_process_gone() => return Err(e),
@@ -518,18 +516,16 @@ impl Sampler {
         if run_ns.len() != tids.len() {
             self.tids_listed = None;
         }
-        // (Kept between samples: its room is reused.)
-        let mut alive = std::mem::take(&mut self.alive);
-        alive.clear();
-        alive.extend(tids.iter().copied());
+        self.alive.clear();
+        self.alive.extend(tids.iter().copied());
+        let alive = &self.alive;
         if let Some(b) = bpf {
-            b.retain(&alive);
+            b.retain(alive);
         }
-        self.cpu.retain(&alive);
-        self.files.retain(&alive);
+        self.cpu.retain(alive);
+        self.files.retain(alive);
         self.stat_cache.retain(|t, _| alive.contains(t));
         self.last_read.retain(|t, _| alive.contains(t));
-        self.alive = alive;
         run_ns
     }
 
