@@ -189,7 +189,7 @@ pub fn stack_walk(data: &[u8]) {
     w.max_depth = 512;
     w.want_anchors = true;
     let _ = w.walk_still(&mem, tstate, top);
-    if let Ok(threads) = w.threads(&mem, STACK_BASE, None) {
+    if let Ok(threads) = w.threads(&mem, STACK_BASE, None, None) {
         for t in threads.iter().take(4) {
             let _ = w.walk_still(&mem, t.tstate, t.top_frame);
         }

@@ -18,7 +18,7 @@ mod native;
 mod process;
 pub(crate) use native::StackEntry;
 pub(crate) use native::{
-    attach as attach_native, take_native_snapshot_with_states, waiting_view, NativeView,
+    attach as attach_native, take_native_snapshot_with_tids, waiting_view, NativeView,
 };
 pub use native::{check_can_stop, native_process, take_native_snapshot, take_native_snapshot_with};
 mod stack;
@@ -181,25 +181,15 @@ pub fn take_snapshot(
     walker: &mut StackWalker,
     opts: &SnapshotOptions,
 ) -> Result<Snapshot> {
-    take_snapshot_with_states(proc, walker, opts, None)
+    snapshot(proc, walker, opts, None, None, None)
 }
 
 /// Native captures, taken during the pause of a blocking read: the process's modules and
 /// where its threads' captures go.
 pub(crate) type NativeCapture<'a> = Option<(&'a mut NativeProcess, &'a mut Captures)>;
 
-/// Like [`take_snapshot`], with the threads' scheduler states already read by the caller
-/// (the sampler reads them together with CPU times).
-pub(crate) fn take_snapshot_with_states(
-    proc: &PythonProcess,
-    walker: &mut StackWalker,
-    opts: &SnapshotOptions,
-    known_states: Option<&crate::IdMap<i32, char>>,
-) -> Result<Snapshot> {
-    snapshot(proc, walker, opts, known_states, None, None)
-}
-
-/// Like [`take_snapshot_with_states`], and under `--async` (`tasks`), each thread that runs
+/// Like [`take_snapshot`], for a caller that has just listed the threads (`known_tids`,
+/// ascending: the sampler), and under `--async` (`tasks`), each thread that runs
 /// an asyncio task gets the task's stack instead of its own (see
 /// [`LoopTasks::task_stack`]): the event loop's frames give way to the tasks that await
 /// the running one. `waiting` (`--wall`) gets the stack of every task that waits, by the
@@ -208,11 +198,11 @@ pub(crate) fn take_sample_snapshot(
     proc: &PythonProcess,
     walker: &mut StackWalker,
     opts: &SnapshotOptions,
-    known_states: Option<&crate::IdMap<i32, char>>,
+    known_tids: Option<&[i32]>,
     tasks: Option<&mut AsyncReader>,
     mut waiting: Option<&mut Vec<(u64, Vec<Frame>)>>,
 ) -> Result<Snapshot> {
-    let mut snap = snapshot(proc, walker, opts, known_states, None, tasks)?;
+    let mut snap = snapshot(proc, walker, opts, known_tids, None, tasks)?;
     if let Some(a) = snap.asyncio.take() {
         for lt in &a.threads {
             if let Some(w) = waiting.as_deref_mut().filter(|_| lt.thread_id != 0) {
@@ -248,29 +238,25 @@ pub(crate) fn snapshot(
     proc: &PythonProcess,
     walker: &mut StackWalker,
     opts: &SnapshotOptions,
-    known_states: Option<&crate::IdMap<i32, char>>,
+    known_tids: Option<&[i32]>,
     mut native: NativeCapture,
     mut tasks: Option<&mut AsyncReader>,
 ) -> Result<Snapshot> {
     let pid = proc.pid;
-    // Scheduler states first: pausing turns every thread into 't'. A caller that read the
-    // states has just listed the threads too.
+    // Scheduler states first: pausing turns every thread into 't'. A caller that lists
+    // the threads itself (the sampler) does not need them (only `idle` tells them).
     // Sorted: a paused read looks threads up in it.
-    let mut tids: Vec<i32> = match known_states {
-        Some(s) => s.keys().copied().collect(),
+    let mut tids: Vec<i32> = match known_tids {
+        Some(t) => t.to_vec(),
         None => crate::proc::threads(pid)?,
     };
     tids.sort_unstable();
-    let read_states: crate::IdMap<i32, char>;
-    let states = match known_states {
-        Some(s) => s,
-        None => {
-            read_states = tids
-                .iter()
-                .filter_map(|&t| Some((t, crate::proc::thread_state(pid, t)?)))
-                .collect();
-            &read_states
-        }
+    let states: crate::IdMap<i32, char> = match known_tids {
+        Some(_) => crate::IdMap::default(),
+        None => tids
+            .iter()
+            .filter_map(|&t| Some((t, crate::proc::thread_state(pid, t)?)))
+            .collect(),
     };
 
     let opcodes = crate::python_bindings::opcodes(proc.version.major, proc.version.minor);
@@ -310,7 +296,7 @@ pub(crate) fn snapshot(
     }
     let threads = threads.expect("the second attempt always ends the loop");
 
-    let threads = thread_snapshots(proc, &tids, states, threads, opts.thread_names);
+    let threads = thread_snapshots(proc, &tids, &states, threads, opts.thread_names);
     if let Some(a) = async_tasks.as_mut() {
         // Kernel ids as the snapshot has them (ours, where the target's PID namespace differs).
         for lt in &mut a.threads {
@@ -706,7 +692,7 @@ fn read_all(
     not_paused: &dyn Fn(&stack::RawThread) -> bool,
 ) -> Result<Vec<ThreadResult>> {
     let head = interp_head_checked(proc, mem)?;
-    let raw = walker.threads(mem, head, gil_current(proc, mem)?)?;
+    let raw = walker.threads(mem, head, gil_current(proc, mem)?, Some(reuse))?;
     let mut out = Vec::with_capacity(raw.len());
     for t in raw {
         if is_unchanged(&t, reuse) {
@@ -743,14 +729,14 @@ fn thread_list(
     proc: &PythonProcess,
     walker: &mut StackWalker,
     cache: &ptrace::PageCache,
-    tries: usize,
+    opts: &SnapshotOptions,
 ) -> Result<(Vec<stack::RawThread>, bool)> {
     let mut last_err = None;
-    for attempt in 0..tries.max(1) {
+    for attempt in 0..opts.retries.max(1) {
         let fresh = ptrace::PageCache::new(&proc.mem);
         let mem = first_then_fresh(attempt, cache, &fresh);
         let read = interp_head_checked(proc, mem)
-            .and_then(|head| walker.threads(mem, head, gil_current(proc, mem)?));
+            .and_then(|head| walker.threads(mem, head, gil_current(proc, mem)?, Some(&opts.reuse)));
         match read {
             Ok(r) => return Ok((r, attempt == 0 && cache.misses() == 0)),
             Err(e) if e.is_process_gone() => return Err(e),
@@ -779,7 +765,7 @@ fn read_nonblocking(
     // microseconds after what it read, without another system call.
     let cache = ptrace::PageCache::new(&proc.mem);
     let second = cache.prefetch_with_second_look(&walker.page_hint, &walker.recheck_hint);
-    let (raw, clean) = thread_list(proc, walker, &cache, opts.retries)?;
+    let (raw, clean) = thread_list(proc, walker, &cache, opts)?;
     let mut recheck = Recheck::default();
     let mut out = Vec::with_capacity(raw.len());
     let auto = opts.mode == ReadMode::Auto;

@@ -61,19 +61,19 @@ pub fn take_native_snapshot_with(
     process: &mut NativeProcess,
     opts: &SnapshotOptions,
 ) -> Result<Snapshot> {
-    take_native_snapshot_with_states(proc, walker, process, opts, None).map(|(snap, _)| snap)
+    take_native_snapshot_with_tids(proc, walker, process, opts, None).map(|(snap, _)| snap)
 }
 
-/// [`take_native_snapshot_with`] for a caller that has just listed the threads and read
-/// their scheduler states (the sampler): those threads are the ones paused. Returns the
+/// [`take_native_snapshot_with`] for a caller that has just listed the threads (the
+/// sampler): those threads are the ones paused. Returns the
 /// captures too, attached already: [`attach`] them again after reading the modules again
 /// when the stacks met code outside them (an extension mapped since they were read).
-pub(crate) fn take_native_snapshot_with_states(
+pub(crate) fn take_native_snapshot_with_tids(
     proc: &PythonProcess,
     walker: &mut StackWalker,
     process: &mut NativeProcess,
     opts: &SnapshotOptions,
-    known_states: Option<&crate::IdMap<i32, char>>,
+    known_tids: Option<&[i32]>,
 ) -> Result<(Snapshot, Captures)> {
     let opts = SnapshotOptions {
         mode: ReadMode::Paused,
@@ -85,7 +85,7 @@ pub(crate) fn take_native_snapshot_with_states(
         proc,
         walker,
         &opts,
-        known_states,
+        known_tids,
         Some((&mut *process, &mut captures)),
         None,
     );

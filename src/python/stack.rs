@@ -210,7 +210,42 @@ pub struct StackWalker {
     /// The chain [`StackWalker::verify`] last read again, and its [`spans`].
     spans_of: Vec<u64>,
     spans_last: Vec<(u64, u64)>,
+    /// The thread states the last read of the thread list found (see [`KnownStates`]).
+    known_states: KnownStates,
 }
+
+/// The thread states as reads of the thread list found them, by address: a thread that has
+/// not run since its state was read left that state as it was (its innermost frame, its
+/// ids), and its link to the next state changes only when the next thread leaves the list
+/// (a new thread goes in at the head). So a list of a thousand threads of which two ran is
+/// read in three states (the two and the head), not a thousand: each state is a request's
+/// range and a page the kernel pins, at every sample.
+///
+/// A thread that leaves the list while its neighbour rests would be found again through
+/// the neighbour's old link (it is read, as a thread that changed, until the list is read
+/// whole): every [`FULL_LIST_EVERY`], and after a read that failed, every state is read.
+#[derive(Default)]
+struct KnownStates {
+    by_addr: crate::IdMap<u64, KnownState>,
+    /// When every state of the list was last read (None: never, or a read failed since).
+    full_at: Option<std::time::Instant>,
+    /// The number of the current read of the list (marks the entries it met).
+    read: u32,
+}
+
+/// A thread state as last read: the thread found, and what its `next` field held.
+struct KnownState {
+    raw: RawThread,
+    interp: u64,
+    next: u64,
+    /// The read of the list that last met it.
+    met: u32,
+}
+
+/// How often a sample reads every thread state of the list, whatever the threads did
+/// (see [`KnownStates`]): a bound on how long a list changed behind a resting thread goes
+/// unseen; a read of a thousand states once a second is a few hundred microseconds.
+const FULL_LIST_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// The chain as [`StackWalker::read_ahead`] followed it: each frame's address, its bytes
 /// (`layout.frame.size` each, one after another) and what the memo knows of it. The
@@ -354,6 +389,7 @@ impl StackWalker {
             marks: Vec::new(),
             spans_of: Vec::new(),
             spans_last: Vec::new(),
+            known_states: KnownStates::default(),
         }
     }
 
@@ -361,16 +397,56 @@ impl StackWalker {
     /// `gil_tstate_current`: the value of `_PyThreadState_Current` (2.7/3.6) or
     /// `_PyRuntime.gilstate.tstate_current` (3.7–3.11), when the caller has it.
     pub(crate) fn threads(
-        &self,
+        &mut self,
         mem: &dyn ProcessMemory,
         interp_head: u64,
         gil_tstate_current: Option<u64>,
+        reuse: Option<&crate::IdMap<u64, u64>>,
+    ) -> Result<Vec<RawThread>> {
+        let whole = reuse.is_none()
+            || self
+                .known_states
+                .full_at
+                .is_none_or(|t| t.elapsed() >= FULL_LIST_EVERY);
+        self.known_states.read = self.known_states.read.wrapping_add(1);
+        let read = self.read_list(
+            mem,
+            interp_head,
+            gil_tstate_current,
+            reuse.filter(|_| !whole),
+        );
+        let known = &mut self.known_states;
+        match &read {
+            Ok(list) => {
+                if whole {
+                    known.full_at = Some(std::time::Instant::now());
+                }
+                if known.by_addr.len() > list.len() {
+                    let now = known.read;
+                    known.by_addr.retain(|_, k| k.met == now);
+                }
+            }
+            Err(_) => known.full_at = None,
+        }
+        read
+    }
+
+    /// [`StackWalker::threads`]' walk of the lists: a state whose thread is in `reuse` with
+    /// the innermost frame it was last read with, and which does not hold the GIL, is
+    /// taken as the last read found it (see [`KnownStates`]).
+    fn read_list(
+        &mut self,
+        mem: &dyn ProcessMemory,
+        interp_head: u64,
+        gil_tstate_current: Option<u64>,
+        reuse: Option<&crate::IdMap<u64, u64>>,
     ) -> Result<Vec<RawThread>> {
         let l = &self.layout;
         let mut out = Vec::new();
         let mut interps = LoopCheck::new();
         let mut interp = interp_head;
         let mut index = 0;
+        let now = self.known_states.read;
         while interp != 0 {
             if !interps.step(interp) || interps.steps > MAX_INTERPRETERS {
                 return Err(torn(interp, "the interpreter list loops"));
@@ -385,13 +461,38 @@ impl StackWalker {
                 if !tstates.step(tstate) || tstates.steps > MAX_THREADS {
                     return Err(torn(tstate, "the thread list loops"));
                 }
-                let t = self.read_thread(mem, tstate, interp)?;
+                let holds_gil = holder != 0 && holder == tstate;
+                let rested = match (reuse, self.known_states.by_addr.get_mut(&tstate)) {
+                    (Some(reuse), Some(k))
+                        if !holds_gil
+                            && k.interp == interp
+                            && reuse.get(&k.raw.thread_id) == Some(&k.raw.top_frame) =>
+                    {
+                        k.met = now;
+                        Some((k.raw.clone(), k.next))
+                    }
+                    _ => None,
+                };
+                let (t, next) = match rested {
+                    Some(known) => known,
+                    None => {
+                        let (t, next) = self.read_thread(mem, tstate, interp)?;
+                        let k = KnownState {
+                            raw: t.clone(),
+                            interp,
+                            next,
+                            met: now,
+                        };
+                        self.known_states.by_addr.insert(tstate, k);
+                        (t, next)
+                    }
+                };
                 out.push(RawThread {
                     interp_index: index,
-                    holds_gil: holder != 0 && holder == tstate,
+                    holds_gil,
                     ..t
                 });
-                tstate = mem.read_u64(tstate.wrapping_add(l.thread.next as u64))?;
+                tstate = next;
             }
             interp = mem.read_u64(interp.wrapping_add(l.interp.next as u64))?;
             index += 1;
@@ -418,7 +519,13 @@ impl StackWalker {
         mem.read_u64(gil.wrapping_add(holder as u64))
     }
 
-    fn read_thread(&self, mem: &dyn ProcessMemory, tstate: u64, interp: u64) -> Result<RawThread> {
+    /// The thread state at `tstate`, and its `next` field.
+    fn read_thread(
+        &self,
+        mem: &dyn ProcessMemory,
+        tstate: u64,
+        interp: u64,
+    ) -> Result<(RawThread, u64)> {
         let t = &self.layout.thread;
         let size = [
             t.next,
@@ -448,7 +555,7 @@ impl StackWalker {
             ));
         }
         let top_frame = self.top_frame_from(mem, field_u64(buf, t.frame))?;
-        Ok(RawThread {
+        let raw = RawThread {
             tstate,
             thread_id: field_u64(buf, t.thread_id),
             native_id: t
@@ -458,7 +565,8 @@ impl StackWalker {
             top_frame,
             interp_index: 0,
             holds_gil: false,
-        })
+        };
+        Ok((raw, field_u64(buf, t.next)))
     }
 
     /// The innermost frame address from the thread state's `frame` field value

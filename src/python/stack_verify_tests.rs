@@ -7,6 +7,7 @@
 //! what `verify` makes of it: the thread's stack now must be a part of the walk's, from
 //! some frame down to the outermost, unchanged (that frame's line aside), with whatever
 //! returned or was pushed above it since; Ok(false) when not; Err when a read fails.
+//! And the thread list's reads ([`StackWalker::threads`]) with threads at rest.
 
 use super::{StackWalker, Walk};
 use crate::error::{Error, Result};
@@ -842,5 +843,119 @@ fn a_frame_chain_that_loops_is_an_error() {
                 ),
             }
         }
+    }
+}
+
+/// Memory that notes every range read from it.
+struct Noted<'a> {
+    mem: &'a BufferMemory,
+    reads: std::cell::RefCell<Vec<(u64, usize)>>,
+}
+
+impl ProcessMemory for Noted<'_> {
+    fn read(&self, addr: u64, buf: &mut [u8]) -> Result<()> {
+        self.reads.borrow_mut().push((addr, buf.len()));
+        self.mem.read(addr, buf)
+    }
+}
+
+impl Noted<'_> {
+    /// Whether a read since the last [`Noted::forget`] touched `[at, at + len)`.
+    fn touched(&self, at: u64, len: u64) -> bool {
+        self.reads
+            .borrow()
+            .iter()
+            .any(|&(a, n)| a < at + len && a + n as u64 > at)
+    }
+
+    fn forget(&self) {
+        self.reads.borrow_mut().clear();
+    }
+}
+
+/// A thread list read with `reuse` (threads that did not run since, with the innermost
+/// frame they were read at) reads neither the state of such a thread nor its `_PyCFrame`,
+/// and gives the same threads; a thread that ran, or holds the GIL, is read; a failed
+/// read of the list makes the next one read every state.
+#[test]
+fn resting_threads_states_are_not_read_again() {
+    for l in layouts() {
+        let mut st = Stack::new(l);
+        let t = l.thread;
+        // Four threads (on the same frames: only their states matter here), listed as
+        // `first → a → b → c`, and their interpreter. Each state is followed by room for
+        // the fields the list reads (a `_PyCFrame` state holds fewer).
+        let state_size = [t.next, t.interp, t.frame, t.thread_id]
+            .into_iter()
+            .chain(t.native_thread_id)
+            .max()
+            .unwrap() as u64
+            + 8;
+        st.s.alloc(state_size as usize);
+        let mut states = vec![];
+        for _ in 0..4 {
+            states.push(st.s.thread(st.frames[0]));
+            st.s.alloc(state_size as usize);
+        }
+        let interp = st.s.alloc(l.interp.tstate_head.max(l.interp.next) + 8);
+        for (i, &ts) in states.iter().enumerate() {
+            st.s.put(ts + t.interp as u64, interp);
+            st.s.put(ts + t.thread_id as u64, 0x7f00 + i as u64);
+            if let Some(o) = t.native_thread_id {
+                st.s.put(ts + o as u64, 100 + i as u64);
+            }
+            let next = states.get(i + 1).copied().unwrap_or(0);
+            st.s.put(ts + t.next as u64, next);
+        }
+        st.s.put(interp + l.interp.tstate_head as u64, states[0]);
+        let mem = st.s.mem();
+        let noted = Noted {
+            mem: &mem,
+            reads: Default::default(),
+        };
+        let mut sw = StackWalker::new(*l, TYPES);
+        let none = crate::IdMap::default();
+        let first = sw.threads(&noted, interp, Some(0), Some(&none)).unwrap();
+        assert_eq!(first.len(), 4, "{}", name(l));
+        assert!(states.iter().all(|&s| noted.touched(s, state_size)));
+        // `a` and `c` rested; `b` ran.
+        let rest: crate::IdMap<u64, u64> = [1, 3]
+            .into_iter()
+            .map(|i| (first[i].thread_id, first[i].top_frame))
+            .collect();
+        noted.forget();
+        let again = sw.threads(&noted, interp, Some(0), Some(&rest)).unwrap();
+        for (i, &s) in states.iter().enumerate() {
+            let read = noted.touched(s, state_size);
+            assert_eq!(read, i == 0 || i == 2, "{} state {i}", name(l));
+        }
+        noted.forget();
+        let ids = |v: &[super::RawThread]| -> Vec<(u64, u64, Option<i32>, u64)> {
+            v.iter()
+                .map(|r| (r.tstate, r.thread_id, r.native_id, r.top_frame))
+                .collect()
+        };
+        assert_eq!(ids(&again), ids(&first), "{}", name(l));
+        // `c` holds the GIL: read, and said to hold it.
+        let held = sw
+            .threads(&noted, interp, Some(states[3]), Some(&rest))
+            .unwrap();
+        assert!(noted.touched(states[3], state_size), "{}", name(l));
+        assert!(!noted.touched(states[1], state_size));
+        noted.forget();
+        assert!(held[3].holds_gil && !held[1].holds_gil, "{}", name(l));
+        // A read that fails (the head of the list unreadable) leaves the next read whole.
+        let holed = WithHole {
+            mem: &mem,
+            hole: (states[0], states[0] + 8),
+        };
+        assert!(sw.threads(&holed, interp, Some(0), Some(&rest)).is_err());
+        noted.forget();
+        sw.threads(&noted, interp, Some(0), Some(&rest)).unwrap();
+        assert!(
+            states.iter().all(|&s| noted.touched(s, state_size)),
+            "{}",
+            name(l)
+        );
     }
 }

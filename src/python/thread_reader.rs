@@ -172,7 +172,7 @@ impl ThreadReader {
     ) -> Result<Option<(stack::RawThread, Walk)>> {
         let walker = &mut self.walker;
         let head = interp_head_checked(proc, cache)?;
-        let raw = walker.threads(cache, head, gil_current(proc, cache)?)?;
+        let raw = walker.threads(cache, head, gil_current(proc, cache)?, None)?;
         let t = if raw.iter().any(|t| t.native_id.is_some()) {
             raw.into_iter().find(|t| t.native_id == Some(tid))
         } else {

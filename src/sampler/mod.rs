@@ -148,10 +148,23 @@ pub struct Sampler {
     /// Each thread's kernel id by `thread_id`, as the last snapshot matched them (see
     /// `SnapshotOptions::tids_by_thread`).
     last_tids: HashMap<u64, i32>,
-    /// The threads listed by the last sample (room reused sample after sample).
+    /// The threads listed by the last sample, as a list and a set: while the list stays
+    /// the same, nothing kept per thread needs forgetting.
+    alive_list: Vec<i32>,
     alive: HashSet<i32>,
-    /// Their scheduler states as last read, for the snapshot (room reused likewise).
-    states: HashMap<i32, char>,
+    /// Each listed thread's CPU time (nanoseconds), as the last sample read it: kept from
+    /// one sample to the next, where only the threads that ran change (see `ran`).
+    run_ns: HashMap<i32, u64>,
+    /// The snapshot's `reuse`, `unpaused` and `tids_by_thread` (see [`SnapshotOptions`]),
+    /// their room kept from one sample to the next.
+    reuse: HashMap<u64, u64>,
+    unpaused: HashSet<i32>,
+    tids_by_thread: HashMap<u64, i32>,
+    /// The outcome of a sample's reads, for [`PauseSchedule::update`] (room kept likewise).
+    outcome: Vec<(u64, bool)>,
+    /// Whether the last CPU reading was a short one (see `ran`): no thread outside the
+    /// listing ran.
+    cpu_short: bool,
 }
 
 /// A thread's stack as last read, and the frame its thread state named then.
@@ -177,6 +190,13 @@ const WOKEN_S: f64 = 100e-6;
 /// matched by their kernel id at once (3.8+); this bounds how late another new thread's
 /// CPU time starts being read.
 const RELIST_INTERVAL: Duration = Duration::from_millis(50);
+
+/// How long a listing is reused while the process clock shows that no thread outside it
+/// ran (the last CPU reading was a short one, see `ran`): a thread started since that has
+/// not run yet has nothing to be charged, and one that runs breaks the clock's sum (the
+/// next reading is a full one, and the listing after it is taken anew). A listing of a
+/// thousand threads costs a millisecond.
+const RELIST_AT_REST: Duration = Duration::from_secs(1);
 
 /// What [`Sampler::observe`] saw.
 type Observed = (
@@ -242,8 +262,14 @@ impl Sampler {
             last_read: HashMap::default(),
             wake_credit: HashMap::default(),
             last_tids: HashMap::default(),
+            alive_list: Vec::new(),
             alive: HashSet::default(),
-            states: HashMap::default(),
+            run_ns: HashMap::default(),
+            reuse: HashMap::default(),
+            unpaused: HashSet::default(),
+            tids_by_thread: HashMap::default(),
+            outcome: Vec::new(),
+            cpu_short: false,
         }
         .with_handshake_range()
     }
@@ -335,30 +361,27 @@ impl Sampler {
                 return Ok(None);
             }
         };
-        let run_ns = self.cpu_times(&tids);
-        // Scheduler states as last read: the snapshot needs the thread list, and uses the
-        // states only for its idle flag, which the sampler does not use.
-        self.states.clear();
-        self.states.extend(
-            run_ns
-                .keys()
-                .map(|&t| (t, self.stat_cache.get(&t).map_or('R', |s| s.1))),
-        );
-        self.absorb_wake_ups(&run_ns);
-        let (reuse, unpaused) = self.reusable(&run_ns);
-        let tids_by_thread = self
-            .last_tids
-            .iter()
-            .filter(|(_, tid)| run_ns.contains_key(tid))
-            .map(|(&thread, &tid)| (thread, tid))
-            .collect();
+        let listed_anew = self.cpu_times(&tids);
+        self.absorb_wake_ups();
+        self.reusable();
+        // Before 3.8 a thread state lacks the kernel id: the last snapshot's matches.
+        self.tids_by_thread.clear();
+        if self.proc.layout.thread.native_thread_id.is_none() {
+            let run_ns = &self.run_ns;
+            self.tids_by_thread.extend(
+                self.last_tids
+                    .iter()
+                    .filter(|(_, tid)| run_ns.contains_key(tid))
+                    .map(|(&thread, &tid)| (thread, tid)),
+            );
+        }
         let opts = SnapshotOptions {
             mode: self.cfg.mode,
             pause_these,
             thread_names: false,
-            reuse,
-            tids_by_thread,
-            unpaused,
+            reuse: std::mem::take(&mut self.reuse),
+            tids_by_thread: std::mem::take(&mut self.tids_by_thread),
+            unpaused: std::mem::take(&mut self.unpaused),
             ..Default::default()
         };
         if self.cfg.mode == ReadMode::Paused || self.native.is_some() {
@@ -369,16 +392,19 @@ impl Sampler {
         }
         let mut waiting = Vec::new();
         let snap = match &mut self.native {
-            Some(n) => n.snapshot(&self.proc, &mut self.walker, &opts, &self.states),
+            Some(n) => n.snapshot(&self.proc, &mut self.walker, &opts, &tids),
             None => python::take_sample_snapshot(
                 &self.proc,
                 &mut self.walker,
                 &opts,
-                Some(&self.states),
+                Some(&tids),
                 self.tasks.as_mut(),
                 self.cfg.wall.then_some(&mut waiting),
             ),
         };
+        // The maps' room, for the next sample.
+        (self.reuse, self.tids_by_thread, self.unpaused) =
+            (opts.reuse, opts.tids_by_thread, opts.unpaused);
         let mut snap = match snap {
             Ok(s) => s,
             Err(e) if e.is_process_gone() => return Err(e),
@@ -394,25 +420,37 @@ impl Sampler {
         // A Python thread whose kernel thread we have not listed yet: list again next time.
         // (In another PID namespace, such a thread has its own id but none of ours yet.)
         if snap.threads.iter().any(|t| {
-            t.native_id.is_some_and(|n| !tids.contains(&n))
+            t.native_id.is_some_and(|n| tids.binary_search(&n).is_err())
                 || (t.native_id.is_none() && t.ns_native_id.is_some())
         }) {
             self.tids_listed = None;
         }
         if self.cfg.mode == ReadMode::Auto {
-            let outcome: Vec<(u64, bool)> = snap
-                .threads
-                .iter()
-                .map(|t| (t.thread_id, t.read_paused))
-                .collect();
-            self.pauses.update(&outcome, now);
+            self.outcome.clear();
+            self.outcome.extend(
+                snap.threads
+                    .iter()
+                    .filter(|t| !t.unchanged)
+                    .map(|t| (t.thread_id, t.read_paused)),
+            );
+            self.pauses.update(&self.outcome, now);
+            if listed_anew {
+                let present: HashSet<u64> = snap.threads.iter().map(|t| t.thread_id).collect();
+                self.pauses.retain(|id| present.contains(&id));
+            }
         }
-        self.last_tids.clear();
-        self.last_tids.extend(
-            snap.threads
-                .iter()
-                .filter_map(|t| Some((t.thread_id, t.native_id?))),
-        );
+        // Each thread's kernel id by `thread_id`: the same as last time for threads that
+        // stay (only changes are written).
+        if listed_anew || self.last_tids.len() > snap.threads.len() {
+            self.last_tids.clear();
+        }
+        for t in &snap.threads {
+            if let Some(tid) = t.native_id {
+                if self.last_tids.get(&t.thread_id) != Some(&tid) {
+                    self.last_tids.insert(t.thread_id, tid);
+                }
+            }
+        }
         let waiting = waiting
             .into_iter()
             .filter_map(|(thread, frames)| Some((*self.last_tids.get(&thread)?, frames)))
@@ -446,7 +484,7 @@ impl Sampler {
             } else {
                 self.last_read.remove(&tid);
             }
-            let Some(&ns) = run_ns.get(&tid) else {
+            let Some(&ns) = self.run_ns.get(&tid) else {
                 continue;
             };
             if let Some(o) = self.observation(t, tid, ns, now, wall_s) {
@@ -458,7 +496,8 @@ impl Sampler {
 
     /// Spends the credit our pauses left (see `wake_credit`) on what each thread used
     /// since its last sample: CPU it covers is ours, not counted (the thread did not run).
-    fn absorb_wake_ups(&mut self, run_ns: &HashMap<i32, u64>) {
+    fn absorb_wake_ups(&mut self) {
+        let run_ns = &self.run_ns;
         self.wake_credit
             .retain(|t, c| *c > 0.0 && run_ns.contains_key(t));
         for (tid, credit) in self.wake_credit.iter_mut() {
@@ -475,58 +514,71 @@ impl Sampler {
         }
     }
 
-    /// The threads a snapshot may leave unread (see `SnapshotOptions::reuse`): those whose
-    /// CPU time has not moved since their last sample (our own pauses' wake-ups aside: see
-    /// `absorb_wake_ups`), that were not running when last looked at, and whose last read
-    /// we keep; by `thread_id`, with the frame that read started from; and their kernel ids
-    /// (`SnapshotOptions::unpaused`).
-    fn reusable(&self, run_ns: &HashMap<i32, u64>) -> (HashMap<u64, u64>, HashSet<i32>) {
-        self.last_read
-            .iter()
-            .filter(|(tid, _)| {
-                run_ns
-                    .get(tid)
-                    .is_some_and(|&ns| self.cpu.unchanged(**tid, ns))
-                    && self.stat_cache.get(tid).is_some_and(|s| s.1 != 'R')
-            })
-            .map(|(&tid, last)| ((last.thread_id, last.top_frame), tid))
-            .unzip()
+    /// The threads a snapshot may leave unread (see `SnapshotOptions::reuse`), into
+    /// `reuse` and `unpaused`: those whose CPU time has not moved since their last sample
+    /// (our own pauses' wake-ups aside: see `absorb_wake_ups`), that were not running when
+    /// last looked at, and whose last read we keep; by `thread_id`, with the frame that
+    /// read started from; and their kernel ids (`SnapshotOptions::unpaused`).
+    fn reusable(&mut self) {
+        self.reuse.clear();
+        self.unpaused.clear();
+        for (&tid, last) in &self.last_read {
+            let still = self
+                .run_ns
+                .get(&tid)
+                .is_some_and(|&ns| self.cpu.unchanged(tid, ns))
+                && self.stat_cache.get(&tid).is_some_and(|s| s.1 != 'R');
+            if still {
+                self.reuse.insert(last.thread_id, last.top_frame);
+                self.unpaused.insert(tid);
+            }
+        }
     }
 
-    /// Every listed thread's total CPU time, nanoseconds: from the BPF records where the
-    /// program is loaded (a thread that did not run costs no read), else from schedstat
-    /// (precise and cheap, one read a thread); a thread that exited is missing (and the
-    /// threads are listed again next time).
-    fn cpu_times(&mut self, tids: &[i32]) -> HashMap<i32, u64> {
+    /// Reads every listed thread's total CPU time into `run_ns`, nanoseconds: from the BPF
+    /// records where the program is loaded (a thread that did not run costs no read), else
+    /// from schedstat (precise and cheap, one read a thread, and only of the threads that
+    /// ran lately while the process clock shows no other did); a thread that exited is
+    /// missing (and the threads are listed again next time). True when the threads are
+    /// not those of the last sample (what is kept of the others is then forgotten).
+    fn cpu_times(&mut self, tids: &[i32]) -> bool {
         let pid = self.proc.pid;
-        let mut bpf = self.bpf.as_mut();
-        let run_ns: HashMap<i32, u64> = match bpf.as_mut() {
+        match self.bpf.as_mut() {
             Some(b) => {
                 b.drain();
-                tids.iter()
-                    .filter_map(|&t| Some((t, b.total(pid, t, &mut self.files)?)))
-                    .collect()
+                self.run_ns.clear();
+                let files = &mut self.files;
+                self.run_ns.extend(
+                    tids.iter()
+                        .filter_map(|&t| Some((t, b.total(pid, t, files)?))),
+                );
             }
             None => {
-                let t = self.clock.times(tids, &mut self.files);
+                let short = self.clock.short_reads;
+                self.clock.times(tids, &mut self.files, &mut self.run_ns);
+                self.cpu_short = self.clock.short_reads > short;
                 self.stats.short_cpu_reads = self.clock.short_reads;
-                t
             }
-        };
-        if run_ns.len() != tids.len() {
+        }
+        if self.run_ns.len() != tids.len() {
             self.tids_listed = None;
         }
+        if self.alive_list == tids {
+            return false;
+        }
+        self.alive_list.clear();
+        self.alive_list.extend_from_slice(tids);
         self.alive.clear();
         self.alive.extend(tids.iter().copied());
         let alive = &self.alive;
-        if let Some(b) = bpf {
+        if let Some(b) = self.bpf.as_mut() {
             b.retain(alive);
         }
         self.cpu.retain(alive);
         self.files.retain(alive);
         self.stat_cache.retain(|t, _| alive.contains(t));
         self.last_read.retain(|t, _| alive.contains(t));
-        run_ns
+        true
     }
 
     /// One thread of a snapshot as an observation, with its CPU time since its last
@@ -614,10 +666,12 @@ impl Sampler {
     }
 
     /// The target's threads: listed again from /proc when the last listing is older than
-    /// [`RELIST_INTERVAL`] or a thread was found missing or new; else the last listing.
+    /// [`RELIST_INTERVAL`] (or, while the last CPU reading was a short one, older than
+    /// [`RELIST_AT_REST`]) or a thread was found missing or new; else the last listing.
     fn thread_list(&mut self, pid: i32) -> Result<Vec<i32>> {
         if let Some((at, tids)) = &self.tids_listed {
-            if at.elapsed() < RELIST_INTERVAL {
+            let age = at.elapsed();
+            if age < RELIST_INTERVAL || (self.cpu_short && age < RELIST_AT_REST) {
                 return Ok(tids.clone());
             }
         }

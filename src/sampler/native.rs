@@ -112,7 +112,7 @@ impl NativeSampling {
         }
     }
 
-    /// One snapshot of every thread in `states` with its native frames (the threads are
+    /// One snapshot of every thread of `tids` with its native frames (the threads are
     /// paused for it whatever `opts.mode` says). When its stacks meet code outside the
     /// modules known and the process's code mappings changed (an extension imported since
     /// they were read), the modules are read again and the same captures unwound again: a
@@ -122,7 +122,7 @@ impl NativeSampling {
         proc: &PythonProcess,
         walker: &mut StackWalker,
         opts: &SnapshotOptions,
-        states: &crate::IdMap<i32, char>,
+        tids: &[i32],
     ) -> crate::error::Result<Snapshot> {
         let reread_due = self.read_at.is_none_or(|t| t.elapsed() >= REREAD_INTERVAL);
         if self.process.is_none() || ((self.stale || self.missing_stack) && reread_due) {
@@ -130,7 +130,7 @@ impl NativeSampling {
         }
         let process = self.process.as_mut().expect("read above");
         let (mut snap, captures) =
-            python::take_native_snapshot_with_states(proc, walker, process, opts, Some(states))?;
+            python::take_native_snapshot_with_tids(proc, walker, process, opts, Some(tids))?;
         let unknown = snap
             .threads
             .iter()

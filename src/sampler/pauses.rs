@@ -101,13 +101,14 @@ impl PauseSchedule {
         self.last_paused = Some(now);
     }
 
-    /// Takes one sample's outcome: for each thread (`thread_id`, whether its read had to
-    /// pause). Threads not in it are forgotten.
+    /// Forgets the threads for which `present` is false (gone from the process).
+    pub(crate) fn retain(&mut self, present: impl Fn(u64) -> bool) {
+        self.threads.retain(|&id, _| present(id));
+    }
+
+    /// Takes one sample's outcome: for each thread it read (`thread_id`, whether its read
+    /// had to pause). A thread that was not read (it had not run) keeps its record.
     pub(crate) fn update(&mut self, threads: &[(u64, bool)], now: Instant) {
-        if self.threads.len() > threads.len() {
-            self.threads
-                .retain(|id, _| threads.iter().any(|&(t, _)| t == *id));
-        }
         for &(id, read_paused) in threads {
             let u = self.threads.entry(id).or_default();
             if u.paused_at(now) {
@@ -240,6 +241,8 @@ mod tests {
         }
         assert_eq!(s.pause_these(now).len(), 2);
         s.update(&[(1, true)], now);
+        assert_eq!(s.pause_these(now).len(), 2, "a thread not read is kept");
+        s.retain(|id| id == 1);
         assert_eq!(s.pause_these(now), vec![1]);
     }
 

@@ -6,7 +6,8 @@
 //! and the process clock of another process is the sum of those of its threads plus what
 //! its exited threads used. So when the process total moved by exactly what the threads
 //! that ran lately moved by, no other thread ran: a sample reads `schedstat` only for those
-//! (plus two clock reads), not for the thousand threads of a pool at rest. When the sums
+//! (plus one clock read), not for the thousand threads of a pool at rest, and does no work
+//! per thread at rest (what they add up to is kept). When the sums
 //! disagree, or the thread set changed, every thread is read, as without the clock, and the
 //! exited threads' part is measured again.
 //! Must not: guess. A sum that cannot be checked exactly (the clock moved while we read, a
@@ -22,20 +23,30 @@ use std::time::{Duration, Instant};
 /// that a busy thread sampled faster than the ticks stays among those read.
 const QUIET_FOR: Duration = Duration::from_millis(50);
 
-/// Below this many threads every thread's time is read without the clock: its two reads
-/// cost about one `schedstat` read, so with one or two threads they save nothing (and a
+/// Below this many threads every thread's time is read without the clock: a reading of it
+/// costs about one `schedstat` read, so with one or two threads it saves nothing (and a
 /// sample of a single busy thread, the most common target, paid them for nothing).
 const CLOCK_FROM_THREADS: usize = 3;
 
-/// The target's process CPU clock and what each thread had used at its last reading.
+/// The target's process CPU clock, and since when each thread has had the CPU time of its
+/// last reading (the times themselves are in the caller's map, see [`ProcessClock::times`]).
+/// A short read costs in the threads that ran lately only, not in the threads there are:
+/// what a thousand threads at rest add up to is kept, not summed again.
 pub(crate) struct ProcessClock {
     pid: i32,
     clock: libc::clockid_t,
     /// What the process's exited threads used (the clock less its threads' sum), when
     /// known exactly.
     exited_ns: Option<u64>,
-    /// Every thread's CPU time at its last reading, and since when it has had that value.
-    last: HashMap<i32, (u64, Instant)>,
+    /// The threads of the last reading, ascending, and since when each has had its time.
+    tids: Vec<i32>,
+    since: Vec<Instant>,
+    /// Where in `tids` the threads whose time moved within [`QUIET_FOR`] are (those a
+    /// short read reads), and the sum of the others' times.
+    lately: Vec<usize>,
+    quiet_ns: u64,
+    /// A reading's (position in `tids`, time) pairs (room kept from one to the next).
+    read: Vec<(usize, u64)>,
     /// Samples that read every thread, and those that read only the threads that ran lately.
     pub(crate) full_reads: u64,
     pub(crate) short_reads: u64,
@@ -49,7 +60,11 @@ impl ProcessClock {
             pid,
             clock: process_clock_id(pid),
             exited_ns: None,
-            last: HashMap::default(),
+            tids: Vec::new(),
+            since: Vec::new(),
+            lately: Vec::new(),
+            quiet_ns: 0,
+            read: Vec::new(),
             full_reads: 0,
             short_reads: 0,
         }
@@ -72,97 +87,125 @@ impl ProcessClock {
         (rc == 0).then(|| ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64)
     }
 
-    /// Every thread of `tids` with its CPU time in nanoseconds (a thread that could not be
-    /// read, gone meanwhile, is missing), reading `schedstat` through `files` only for the
-    /// threads that ran lately when the process clock shows that no other thread ran.
-    pub(crate) fn times(&mut self, tids: &[i32], files: &mut ThreadFiles) -> HashMap<i32, u64> {
+    /// Sets `times` to every thread of `tids` (ascending) with its CPU time in nanoseconds
+    /// (a thread that could not be read, gone meanwhile, is missing), reading `schedstat`
+    /// through `files` only for the threads that ran lately when the process clock shows
+    /// that no other thread ran: then only their entries change. `times` must be the map
+    /// this clock filled last (it holds the other threads' times).
+    pub(crate) fn times(
+        &mut self,
+        tids: &[i32],
+        files: &mut ThreadFiles,
+        times: &mut HashMap<i32, u64>,
+    ) {
         if tids.len() < CLOCK_FROM_THREADS {
             // Threads that exit meanwhile go unmeasured: the next read with the clock
             // measures the exited part again.
             self.full_reads += 1;
             self.exited_ns = None;
-            let out = read_all(self.pid, tids, files);
-            self.remember(&out);
-            return out;
+            self.read_all(tids, files, times);
+            return;
         }
-        if let Some(out) = self.short_read(tids, files) {
+        if self.short_read(tids, files, times).is_some() {
             self.short_reads += 1;
-            return out;
+            return;
         }
         self.full_reads += 1;
         let before = self.now();
-        let out = read_all(self.pid, tids, files);
+        self.read_all(tids, files, times);
         let after = self.now();
         // Exact only if nothing changed meanwhile (the clock did not move) and every thread
         // was read.
-        let sum: u64 = out.values().sum();
+        let sum: u64 = self.read.iter().map(|&(_, ns)| ns).sum();
         self.exited_ns = match (before, after) {
-            (Some(b), Some(a)) if a == b && out.len() == tids.len() => b.checked_sub(sum),
+            (Some(b), Some(a)) if a == b && times.len() == tids.len() => b.checked_sub(sum),
             _ => None,
         };
-        self.remember(&out);
-        out
     }
 
-    /// Takes a reading of every thread as each one's last.
-    fn remember(&mut self, out: &HashMap<i32, u64>) {
+    /// Reads every thread of `tids` into `times`, and takes the readings as each one's
+    /// last: which ran lately, and what the others add up to.
+    fn read_all(&mut self, tids: &[i32], files: &mut ThreadFiles, times: &mut HashMap<i32, u64>) {
         let now = Instant::now();
-        self.last.retain(|t, _| out.contains_key(t));
-        for (&t, &ns) in out {
-            let e = self.last.entry(t).or_insert((ns, now));
-            if e.0 != ns {
-                *e = (ns, now);
+        let mut since = Vec::with_capacity(tids.len());
+        self.read.clear();
+        for (i, &t) in tids.iter().enumerate() {
+            let Some(ns) = files.read_sched(self.pid, t) else {
+                since.push(now);
+                continue;
+            };
+            self.read.push((i, ns));
+            // Unchanged since the last reading: since when it had that time.
+            let was = self
+                .tids
+                .binary_search(&t)
+                .ok()
+                .filter(|_| times.get(&t) == Some(&ns))
+                .map(|j| self.since[j]);
+            since.push(was.unwrap_or(now));
+        }
+        times.clear();
+        times.extend(self.read.iter().map(|&(i, ns)| (tids[i], ns)));
+        self.tids.clear();
+        self.tids.extend_from_slice(tids);
+        self.since = since;
+        self.lately.clear();
+        self.quiet_ns = 0;
+        for &(i, ns) in &self.read {
+            if now.duration_since(self.since[i]) >= QUIET_FOR {
+                self.quiet_ns += ns;
+            } else {
+                self.lately.push(i);
             }
         }
     }
 
     /// The short read: None when it cannot tell exactly that only the threads read ran.
-    fn short_read(&mut self, tids: &[i32], files: &mut ThreadFiles) -> Option<HashMap<i32, u64>> {
+    fn short_read(
+        &mut self,
+        tids: &[i32],
+        files: &mut ThreadFiles,
+        times: &mut HashMap<i32, u64>,
+    ) -> Option<()> {
         let exited = self.exited_ns?;
-        if tids.len() != self.last.len() || tids.iter().any(|t| !self.last.contains_key(t)) {
+        if tids != self.tids.as_slice() || times.len() != tids.len() {
             return None;
         }
         let now = Instant::now();
-        let quiet = |since: Instant| now.duration_since(since) >= QUIET_FOR;
-        let lately: Vec<i32> = tids
-            .iter()
-            .copied()
-            .filter(|t| !quiet(self.last[t].1))
-            .collect();
-        let before = self.now()?;
-        let mut read = Vec::with_capacity(lately.len());
-        for &t in &lately {
-            read.push((t, files.read_sched(self.pid, t)?));
+        // Threads quiet for long enough join the sum (a full read counts it again, should
+        // this read fail).
+        let (since, ids) = (&self.since, &self.tids);
+        let mut quiet_ns = self.quiet_ns;
+        self.lately.retain(|&i| {
+            if now.duration_since(since[i]) < QUIET_FOR {
+                return true;
+            }
+            quiet_ns += times.get(&ids[i]).copied().unwrap_or(0);
+            false
+        });
+        self.quiet_ns = quiet_ns;
+        self.read.clear();
+        for &i in &self.lately {
+            self.read.push((i, files.read_sched(self.pid, tids[i])?));
         }
-        let after = self.now()?;
-        if before != after {
+        // One reading of the clock, after the threads' (each costs a walk of the process's
+        // threads in the kernel). Every term only grows: when the clock equals the sum of
+        // what was read before it, each term still had the value read (any later CPU
+        // would make the clock larger), and the threads not read had not run.
+        let clock = self.now()?;
+        let read_sum: u64 = self.read.iter().map(|&(_, ns)| ns).sum();
+        if exited.checked_add(self.quiet_ns)?.checked_add(read_sum)? != clock {
             return None;
         }
-        let quiet_sum: u64 = self
-            .last
-            .values()
-            .filter(|&&(_, since)| quiet(since))
-            .map(|&(ns, _)| ns)
-            .sum();
-        let read_sum: u64 = read.iter().map(|&(_, ns)| ns).sum();
-        if exited.checked_add(quiet_sum)?.checked_add(read_sum)? != before {
-            return None;
-        }
-        for &(t, ns) in &read {
-            let e = self.last.get_mut(&t)?;
-            if e.0 != ns {
-                *e = (ns, now);
+        for &(i, ns) in &self.read {
+            let e = times.get_mut(&tids[i])?;
+            if *e != ns {
+                *e = ns;
+                self.since[i] = now;
             }
         }
-        Some(self.last.iter().map(|(&t, &(ns, _))| (t, ns)).collect())
+        Some(())
     }
-}
-
-/// Every thread of `tids` with its CPU time (a thread that could not be read is left out).
-fn read_all(pid: i32, tids: &[i32], files: &mut ThreadFiles) -> HashMap<i32, u64> {
-    tids.iter()
-        .filter_map(|&t| Some((t, files.read_sched(pid, t)?)))
-        .collect()
 }
 
 /// The clock id of process `pid`'s CPU time (what `clock_getcpuclockid` returns: the pid,
@@ -213,8 +256,9 @@ mod tests {
         assert!(clock.works(), "the process clock of a child");
         let mut files = ThreadFiles::new();
         let mut short = 0;
+        let mut t = HashMap::default();
         for _ in 0..40 {
-            let t = clock.times(&tids, &mut files);
+            clock.times(&tids, &mut files, &mut t);
             assert_eq!(t.len(), tids.len());
             std::thread::sleep(Duration::from_millis(5));
         }
@@ -226,15 +270,15 @@ mod tests {
         );
         // The parked threads compute for a while: seen, each, at the next samples.
         let quiet: Vec<(i32, u64)> = {
-            let t = clock.times(&tids, &mut files);
+            clock.times(&tids, &mut files, &mut t);
             tids.iter().map(|&tid| (tid, t[&tid])).collect()
         };
         use std::io::Write;
         child.stdin.as_mut().unwrap().write_all(b"go\n").unwrap();
         std::thread::sleep(Duration::from_millis(1500));
-        let mut now = HashMap::default();
+        let mut now = t;
         for _ in 0..5 {
-            now = clock.times(&tids, &mut files);
+            clock.times(&tids, &mut files, &mut now);
             std::thread::sleep(Duration::from_millis(5));
         }
         let woke = quiet.iter().filter(|(t, was)| now[t] > *was).count();
