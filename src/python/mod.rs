@@ -70,6 +70,10 @@ pub struct SnapshotOptions {
     /// the process is then paused whole and read again. So a thousand parked threads cost a
     /// paused read nothing (no stop and restart of each, no wake-up charged to them).
     pub unpaused: crate::IdSet<i32>,
+    /// Leave the threads found unchanged (see `reuse`) out of the snapshot: a caller that
+    /// keeps their last reads and needs nothing of them this time (the sampler, when it
+    /// charges CPU time only) saves an entry per thread of a pool at rest at every sample.
+    pub omit_unchanged: bool,
 }
 
 /// How stacks are read.
@@ -97,6 +101,7 @@ impl Default for SnapshotOptions {
             reuse: crate::IdMap::default(),
             tids_by_thread: crate::IdMap::default(),
             unpaused: crate::IdSet::default(),
+            omit_unchanged: false,
         }
     }
 }
@@ -173,6 +178,9 @@ pub struct Snapshot {
     /// With asyncio tasks (`dump --async`): every event loop's tasks.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) asyncio: Option<AsyncSnapshot>,
+    /// Threads found unchanged and left out of `threads` ([`SnapshotOptions::omit_unchanged`]).
+    #[serde(skip)]
+    pub(crate) left_out: usize,
 }
 
 /// Reads the stacks of every thread of `proc`.
@@ -316,6 +324,7 @@ pub(crate) fn snapshot(
         threads,
         native: None,
         asyncio: async_tasks,
+        left_out: walker.left_out,
     })
 }
 
@@ -593,7 +602,6 @@ fn read_blocking(
     opcodes: Option<&crate::python_bindings::opcodes::Opcodes>,
     mut extra: PausedReads,
 ) -> Result<Vec<ThreadResult>> {
-    let reuse = &opts.reuse;
     let mut pauses = 0;
     let mut leave_out = !opts.unpaused.is_empty();
     loop {
@@ -629,7 +637,7 @@ fn read_blocking(
             // starting with the pages the last snapshot needed, fetched in one request.
             let cache = ptrace::PageCache::new(&proc.mem);
             cache.prefetch(&walker.page_hint);
-            let read = read_all(proc, &cache, walker, reuse, &not_paused).map(|mut t| {
+            let read = read_all(proc, &cache, walker, opts, &not_paused).map(|mut t| {
                 tag_native(&cache, opcodes, &mut t);
                 t
             });
@@ -688,15 +696,21 @@ fn read_all(
     proc: &PythonProcess,
     mem: &dyn ProcessMemory,
     walker: &mut StackWalker,
-    reuse: &crate::IdMap<u64, u64>,
+    opts: &SnapshotOptions,
     not_paused: &dyn Fn(&stack::RawThread) -> bool,
 ) -> Result<Vec<ThreadResult>> {
+    let reuse = &opts.reuse;
     let head = interp_head_checked(proc, mem)?;
     let raw = walker.threads(mem, head, gil_current(proc, mem)?, Some(reuse))?;
     let mut out = Vec::with_capacity(raw.len());
+    walker.left_out = 0;
     for t in raw {
         if is_unchanged(&t, reuse) {
-            out.push((t, Ok(stack::Walk::unchanged()), None));
+            if opts.omit_unchanged {
+                walker.left_out += 1;
+            } else {
+                out.push((t, Ok(stack::Walk::unchanged()), None));
+            }
             continue;
         }
         if not_paused(&t) {
@@ -766,6 +780,7 @@ fn read_nonblocking(
     let cache = ptrace::PageCache::new(&proc.mem);
     let second = cache.prefetch_with_second_look(&walker.page_hint, &walker.recheck_hint);
     let (raw, clean) = thread_list(proc, walker, &cache, opts)?;
+    walker.left_out = 0;
     let mut recheck = Recheck::default();
     let mut out = Vec::with_capacity(raw.len());
     let auto = opts.mode == ReadMode::Auto;
@@ -773,7 +788,11 @@ fn read_nonblocking(
     let mut skipped = false;
     for mut t in raw {
         if is_unchanged(&t, &opts.reuse) {
-            out.push((t, Ok(stack::Walk::unchanged()), None));
+            if opts.omit_unchanged {
+                walker.left_out += 1;
+            } else {
+                out.push((t, Ok(stack::Walk::unchanged()), None));
+            }
             continue;
         }
         if auto && opts.pause_these.contains(&t.thread_id) {

@@ -212,6 +212,9 @@ pub struct StackWalker {
     spans_last: Vec<(u64, u64)>,
     /// The thread states the last read of the thread list found (see [`KnownStates`]).
     known_states: KnownStates,
+    /// Threads the last snapshot found unchanged and left out (see
+    /// [`crate::python::SnapshotOptions::omit_unchanged`]).
+    pub(crate) left_out: usize,
 }
 
 /// The thread states as reads of the thread list found them, by address: a thread that has
@@ -390,6 +393,7 @@ impl StackWalker {
             spans_of: Vec::new(),
             spans_last: Vec::new(),
             known_states: KnownStates::default(),
+            left_out: 0,
         }
     }
 

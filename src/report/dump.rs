@@ -243,6 +243,7 @@ mod tests {
             }],
             native: None,
             asyncio: None,
+            left_out: 0,
         }
     }
 

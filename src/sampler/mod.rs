@@ -375,10 +375,20 @@ impl Sampler {
                     .map(|(&thread, &tid)| (thread, tid)),
             );
         }
+        // Threads at rest are left out of the snapshot when nothing needs where they rest:
+        // CPU time only (no time off the CPU to charge), no GPU positions, no tasks, no
+        // native merge; and the listing is the last one (a new listing rebuilds what is
+        // kept by thread from a whole snapshot).
+        let omit_unchanged = !self.cfg.wall
+            && self.positions.is_none()
+            && self.tasks.is_none()
+            && self.native.is_none()
+            && !listed_anew;
         let opts = SnapshotOptions {
             mode: self.cfg.mode,
             pause_these,
             thread_names: false,
+            omit_unchanged,
             reuse: std::mem::take(&mut self.reuse),
             tids_by_thread: std::mem::take(&mut self.tids_by_thread),
             unpaused: std::mem::take(&mut self.unpaused),
@@ -414,6 +424,7 @@ impl Sampler {
             }
         };
         self.stats.samples += 1;
+        self.stats.unchanged += snap.left_out as u64;
         if let Some(n) = &mut self.native {
             n.merge_into(&mut snap, &mut self.stats.native);
         }
@@ -441,7 +452,7 @@ impl Sampler {
         }
         // Each thread's kernel id by `thread_id`: the same as last time for threads that
         // stay (only changes are written).
-        if listed_anew || self.last_tids.len() > snap.threads.len() {
+        if listed_anew || (!omit_unchanged && self.last_tids.len() > snap.threads.len()) {
             self.last_tids.clear();
         }
         for t in &snap.threads {
