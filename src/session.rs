@@ -320,6 +320,7 @@ fn record(
             }
         },
         progress,
+        Some(pid),
     );
     let status = match exited {
         Some(s) => s,
@@ -653,6 +654,7 @@ pub fn attach(cfg: &AttachConfig, progress: &mut dyn FnMut(&Stats)) -> Result<(P
                 })
         },
         progress,
+        Some(cfg.pid),
     );
     for line in fleet.iter_mut().flat_map(|f| f.last_announcements()) {
         eprintln!("scalene-rs: {line}");

@@ -214,3 +214,67 @@ fn run_ends_when_the_program_is_killed() {
         );
     }
 }
+
+/// A recording ends when its program does, not at the sampler's next tick: at 1 Hz the
+/// next tick after the first is a second away, yet `run` of a program of 0.2 s returns
+/// (its profile written) and `attach` to a process that exits 0.3 s in returns, each well
+/// before it. (Before, `run` took the whole second: a program run by us seemed to take up
+/// to one sampling period longer.)
+#[test]
+fn the_recording_ends_when_the_program_does() {
+    let py = common::interpreters()
+        .into_iter()
+        .rev()
+        .find(|p| p.major >= 3 && p.root.is_none())
+        .expect("an interpreter");
+    let out = tmp("ends.json");
+    let start = Instant::now();
+    let run = Command::new(bin())
+        .args(["run", "--cpu-only", "--rate", "1", "-o"])
+        .arg(&out)
+        .arg("--")
+        .arg(&py.path)
+        .args(["-c", "import time; time.sleep(0.2)"])
+        .output()
+        .unwrap();
+    let took = start.elapsed();
+    assert!(
+        run.status.success(),
+        "{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    assert!(out.exists(), "the profile is written");
+    assert!(
+        took < Duration::from_millis(800),
+        "{}: run of a 0.2 s program at 1 Hz took {took:?}",
+        py.label
+    );
+    let _ = std::fs::remove_file(&out);
+
+    let mut target = Command::new(&py.path)
+        .args(["-c", "import time; time.sleep(0.5)"])
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(200));
+    let start = Instant::now();
+    let attach = Command::new(bin())
+        .args(["attach", "--cpu-only", "--rate", "1", "-o"])
+        .arg(&out)
+        .arg(target.id().to_string())
+        .output()
+        .unwrap();
+    let took = start.elapsed();
+    let _ = target.wait();
+    assert!(
+        attach.status.success(),
+        "{}",
+        String::from_utf8_lossy(&attach.stderr)
+    );
+    assert!(
+        took < Duration::from_millis(800),
+        "{}: attach to a process exiting 0.3 s in, at 1 Hz, took {took:?}",
+        py.label
+    );
+    let _ = std::fs::remove_file(&out);
+    eprintln!("{}: attach returned in {took:?}", py.label);
+}

@@ -168,10 +168,13 @@ impl ProcessClock {
         times: &mut HashMap<i32, u64>,
     ) -> Option<()> {
         let exited = self.exited_ns?;
-        if tids != self.tids.as_slice() || times.len() != tids.len() {
+        if times.len() != self.tids.len() {
             return None;
         }
         let now = Instant::now();
+        if tids != self.tids.as_slice() {
+            self.add_new(tids, now)?;
+        }
         // Threads quiet for long enough join the sum (a full read counts it again, should
         // this read fail).
         let (since, ids) = (&self.since, &self.tids);
@@ -198,12 +201,53 @@ impl ProcessClock {
             return None;
         }
         for &(i, ns) in &self.read {
-            let e = times.get_mut(&tids[i])?;
+            let e = times.entry(tids[i]).or_insert(ns);
             if *e != ns {
                 *e = ns;
                 self.since[i] = now;
             }
         }
+        Some(())
+    }
+
+    /// Takes `tids` (ascending) as the threads, when they are the last reading's and
+    /// more: the new ones join those read at each sample (a thread pool starting up is
+    /// read in the threads it adds, not in all it has). None when a thread of the last
+    /// reading is not among them (it exited: what it used went into the exited part,
+    /// unknown until a full read).
+    fn add_new(&mut self, tids: &[i32], now: Instant) -> Option<()> {
+        if tids.len() <= self.tids.len() {
+            return None;
+        }
+        // Where each old thread goes among the new (both ascending: one merge).
+        let mut moved = Vec::with_capacity(self.tids.len());
+        let mut since = Vec::with_capacity(tids.len());
+        let mut old = self.tids.iter().zip(&self.since).peekable();
+        let mut new = Vec::new();
+        for (j, &t) in tids.iter().enumerate() {
+            match old.peek() {
+                Some(&(&o, &s)) if o == t => {
+                    moved.push(j);
+                    since.push(s);
+                    old.next();
+                }
+                Some(&(&o, _)) if o < t => return None,
+                _ => {
+                    new.push(j);
+                    since.push(now);
+                }
+            }
+        }
+        if old.next().is_some() {
+            return None;
+        }
+        for i in &mut self.lately {
+            *i = moved[*i];
+        }
+        self.lately.extend(new);
+        self.tids.clear();
+        self.tids.extend_from_slice(tids);
+        self.since = since;
         Some(())
     }
 }
@@ -219,6 +263,33 @@ mod tests {
     use super::*;
     use std::process::{Command, Stdio};
     use std::time::Duration;
+
+    /// New threads join the last reading's (those read at each sample, since now), the
+    /// others keep their places in it; a listing without one of the last reading's threads
+    /// is not taken (it exited: a full read is due).
+    #[test]
+    fn new_threads_join_the_last_reading() {
+        let t0 = Instant::now();
+        let later = t0 + Duration::from_millis(5);
+        let mut c = ProcessClock::new(0);
+        c.tids = vec![10, 30, 50];
+        c.since = vec![t0, t0, t0];
+        c.lately = vec![1];
+        assert_eq!(c.add_new(&[10, 20, 30, 50, 60], later), Some(()));
+        assert_eq!(c.tids, vec![10, 20, 30, 50, 60]);
+        assert_eq!(c.since, vec![t0, later, t0, t0, later]);
+        assert_eq!(c.lately, vec![2, 1, 4], "30 moved to 2; 20 and 60 are new");
+        let kept = (c.tids.clone(), c.since.clone(), c.lately.clone());
+        // Without 50, without 60 (each with a new thread), and without 60 alone.
+        for gone in [
+            &[10, 20, 30, 60, 70][..],
+            &[5, 10, 20, 30, 50],
+            &[10, 20, 30, 50],
+        ] {
+            assert_eq!(c.add_new(gone, later), None, "{gone:?}");
+        }
+        assert_eq!((c.tids.clone(), c.since.clone(), c.lately.clone()), kept);
+    }
 
     /// A child with a busy thread and parked ones: the process clock is the sum of its
     /// threads' schedstat times (no thread exited), and once the parked threads have been
