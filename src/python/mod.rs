@@ -74,6 +74,10 @@ pub struct SnapshotOptions {
     /// keeps their last reads and needs nothing of them this time (the sampler, when it
     /// charges CPU time only) saves an entry per thread of a pool at rest at every sample.
     pub omit_unchanged: bool,
+    /// Read every thread state of the thread list, those of threads at rest too (the
+    /// walker otherwise takes them as it last found them): a caller that saw a thread
+    /// leave asks for it, as the state before the one that left still links to it.
+    pub list_whole: bool,
 }
 
 /// How stacks are read.
@@ -102,6 +106,7 @@ impl Default for SnapshotOptions {
             tids_by_thread: crate::IdMap::default(),
             unpaused: crate::IdSet::default(),
             omit_unchanged: false,
+            list_whole: false,
         }
     }
 }
@@ -701,7 +706,8 @@ fn read_all(
 ) -> Result<Vec<ThreadResult>> {
     let reuse = &opts.reuse;
     let head = interp_head_checked(proc, mem)?;
-    let raw = walker.threads(mem, head, gil_current(proc, mem)?, Some(reuse))?;
+    let rested = (!opts.list_whole).then_some(reuse);
+    let raw = walker.threads(mem, head, gil_current(proc, mem)?, rested)?;
     let mut out = Vec::with_capacity(raw.len());
     walker.left_out = 0;
     for t in raw {
@@ -749,8 +755,10 @@ fn thread_list(
     for attempt in 0..opts.retries.max(1) {
         let fresh = ptrace::PageCache::new(&proc.mem);
         let mem = first_then_fresh(attempt, cache, &fresh);
-        let read = interp_head_checked(proc, mem)
-            .and_then(|head| walker.threads(mem, head, gil_current(proc, mem)?, Some(&opts.reuse)));
+        let read = interp_head_checked(proc, mem).and_then(|head| {
+            let rested = (!opts.list_whole).then_some(&opts.reuse);
+            walker.threads(mem, head, gil_current(proc, mem)?, rested)
+        });
         match read {
             Ok(r) => return Ok((r, attempt == 0 && cache.misses() == 0)),
             Err(e) if e.is_process_gone() => return Err(e),

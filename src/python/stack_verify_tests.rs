@@ -876,7 +876,8 @@ impl Noted<'_> {
 /// A thread list read with `reuse` (threads that did not run since, with the innermost
 /// frame they were read at) reads neither the state of such a thread nor its `_PyCFrame`,
 /// and gives the same threads; a thread that ran, or holds the GIL, is read; a failed
-/// read of the list makes the next one read every state.
+/// read of the list makes the next one read every state; a thread that left behind a
+/// resting one is gone from a read without `reuse` (a whole one).
 #[test]
 fn resting_threads_states_are_not_read_again() {
     for l in layouts() {
@@ -957,5 +958,15 @@ fn resting_threads_states_are_not_read_again() {
             "{}",
             name(l)
         );
+        // `b` leaves the list while `a`, before it, rests: `a`'s kept link still leads to
+        // `b` (what `SnapshotOptions::list_whole` is for) until every state is read again.
+        let mut gone = st.s.mem();
+        let a_next = (states[1] + t.next as u64 - BASE) as usize;
+        gone.bytes[a_next..a_next + 8].copy_from_slice(&states[3].to_le_bytes());
+        let stale = sw.threads(&gone, interp, Some(0), Some(&rest)).unwrap();
+        assert_eq!(stale.len(), 4, "{}", name(l));
+        let whole = sw.threads(&gone, interp, Some(0), None).unwrap();
+        let left: Vec<u64> = whole.iter().map(|r| r.tstate).collect();
+        assert_eq!(left, [states[0], states[1], states[3]], "{}", name(l));
     }
 }

@@ -198,6 +198,16 @@ const RELIST_INTERVAL: Duration = Duration::from_millis(50);
 /// thousand threads costs a millisecond.
 const RELIST_AT_REST: Duration = Duration::from_secs(1);
 
+/// The threads of a sample against the last sample's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Listing {
+    Same,
+    /// Only new ones.
+    Added,
+    /// One or more of the last sample's are gone.
+    Left,
+}
+
 /// What [`Sampler::observe`] saw.
 type Observed = (
     Vec<Observation>,
@@ -361,7 +371,8 @@ impl Sampler {
                 return Ok(None);
             }
         };
-        let listed_anew = self.cpu_times(&tids);
+        let listing = self.cpu_times(&tids);
+        let listed_anew = listing != Listing::Same;
         self.absorb_wake_ups();
         self.reusable();
         // Before 3.8 a thread state lacks the kernel id: the last snapshot's matches.
@@ -389,6 +400,8 @@ impl Sampler {
             pause_these,
             thread_names: false,
             omit_unchanged,
+            // A thread left: the state before its own in the list still links to it.
+            list_whole: listing == Listing::Left,
             reuse: std::mem::take(&mut self.reuse),
             tids_by_thread: std::mem::take(&mut self.tids_by_thread),
             unpaused: std::mem::take(&mut self.unpaused),
@@ -550,9 +563,9 @@ impl Sampler {
     /// records where the program is loaded (a thread that did not run costs no read), else
     /// from schedstat (precise and cheap, one read a thread, and only of the threads that
     /// ran lately while the process clock shows no other did); a thread that exited is
-    /// missing (and the threads are listed again next time). True when the threads are
-    /// not those of the last sample (what is kept of the others is then forgotten).
-    fn cpu_times(&mut self, tids: &[i32]) -> bool {
+    /// missing (and the threads are listed again next time). Says how the threads compare
+    /// with the last sample's (what is kept of threads gone is then forgotten).
+    fn cpu_times(&mut self, tids: &[i32]) -> Listing {
         let pid = self.proc.pid;
         match self.bpf.as_mut() {
             Some(b) => {
@@ -575,8 +588,12 @@ impl Sampler {
             self.tids_listed = None;
         }
         if self.alive_list == tids {
-            return false;
+            return Listing::Same;
         }
+        let left = self
+            .alive_list
+            .iter()
+            .any(|t| tids.binary_search(t).is_err());
         self.alive_list.clear();
         self.alive_list.extend_from_slice(tids);
         self.alive.clear();
@@ -589,7 +606,11 @@ impl Sampler {
         self.files.retain(alive);
         self.stat_cache.retain(|t, _| alive.contains(t));
         self.last_read.retain(|t, _| alive.contains(t));
-        true
+        if left {
+            Listing::Left
+        } else {
+            Listing::Added
+        }
     }
 
     /// One thread of a snapshot as an observation, with its CPU time since its last
