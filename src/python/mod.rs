@@ -872,7 +872,8 @@ fn read_nonblocking(
     let hint = hint_from(&cache);
     let last = std::mem::replace(&mut walker.page_hint, hint);
     walker.reread_hint = if skipped { last } else { Vec::new() };
-    walker.recheck_hint = recheck.ranges();
+    // Into the last hint's room (it was read by the prefetch above).
+    recheck.ranges_into(&mut walker.recheck_hint);
     Ok(out)
 }
 
@@ -915,8 +916,9 @@ impl Recheck {
         }
     }
 
-    fn ranges(self) -> Vec<(u64, usize)> {
-        let mut out = Vec::new();
+    /// The ranges, bounded, in place of what `out` held.
+    fn ranges_into(self, out: &mut Vec<(u64, usize)>) {
+        out.clear();
         let mut bytes = 0;
         for r in self.frames.into_iter().chain(self.fields) {
             if out.len() >= Self::MAX_RANGES || bytes + r.1 > Self::MAX_BYTES {
@@ -925,7 +927,6 @@ impl Recheck {
             bytes += r.1;
             out.push(r);
         }
-        out
     }
 }
 

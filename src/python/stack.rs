@@ -446,7 +446,8 @@ impl StackWalker {
         reuse: Option<&crate::IdMap<u64, u64>>,
     ) -> Result<Vec<RawThread>> {
         let l = &self.layout;
-        let mut out = Vec::new();
+        // Room for as many threads as the last read met.
+        let mut out = Vec::with_capacity(self.known_states.by_addr.len());
         let mut interps = LoopCheck::new();
         let mut interp = interp_head;
         let mut index = 0;
