@@ -233,6 +233,7 @@ pub fn async_tasks(data: &[u8]) {
             threads,
             unavailable: None,
         }),
+        left_out: 0,
     };
     let _ = report::dump::to_text(&snap);
     let _ = report::dump::to_json_string(&snap);

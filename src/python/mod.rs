@@ -641,6 +641,9 @@ fn read_blocking(
             // Nothing changes while paused: one page cache serves the whole snapshot,
             // starting with the pages the last snapshot needed, fetched in one request.
             let cache = ptrace::PageCache::new(&proc.mem);
+            if let Some(states) = walker.list_hint(opts.list_whole) {
+                cache.prefetch(&states);
+            }
             cache.prefetch(&walker.page_hint);
             let read = read_all(proc, &cache, walker, opts, &not_paused).map(|mut t| {
                 tag_native(&cache, opcodes, &mut t);
@@ -786,6 +789,11 @@ fn read_nonblocking(
     // (`second`): a first walk that found everything in the cache is verified against that,
     // microseconds after what it read, without another system call.
     let cache = ptrace::PageCache::new(&proc.mem);
+    // A whole read of the thread list is due: the states of the threads at rest come in
+    // one request (once a second; no hint has them).
+    if let Some(states) = walker.list_hint(opts.list_whole) {
+        cache.prefetch(&states);
+    }
     let second = cache.prefetch_with_second_look(&walker.page_hint, &walker.recheck_hint);
     let (raw, clean) = thread_list(proc, walker, &cache, opts)?;
     walker.left_out = 0;

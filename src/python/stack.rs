@@ -241,8 +241,40 @@ struct KnownState {
     raw: RawThread,
     interp: u64,
     next: u64,
+    /// Its `frame` field (on 3.11/3.12 the `_PyCFrame` that names the top frame).
+    frame_field: u64,
     /// The read of the list that last met it.
     met: u32,
+}
+
+impl KnownStates {
+    /// Whether the next read of the list is to be a whole one (asked for, due, or after
+    /// a failed read).
+    fn whole(&self, asked: bool) -> bool {
+        asked || self.full_at.is_none_or(|t| t.elapsed() >= FULL_LIST_EVERY)
+    }
+
+    /// A read of the list begins: whether it is to be a whole one.
+    fn begin(&mut self, asked: bool) -> bool {
+        self.read = self.read.wrapping_add(1);
+        self.whole(asked)
+    }
+
+    /// A read of the list ended: states it did not meet are forgotten.
+    fn end(&mut self, read: &Result<Vec<RawThread>>, whole: bool) {
+        match read {
+            Ok(list) => {
+                if whole {
+                    self.full_at = Some(std::time::Instant::now());
+                }
+                if self.by_addr.len() > list.len() {
+                    let now = self.read;
+                    self.by_addr.retain(|_, k| k.met == now);
+                }
+            }
+            Err(_) => self.full_at = None,
+        }
+    }
 }
 
 /// How often a sample reads every thread state of the list, whatever the threads did
@@ -407,42 +439,59 @@ impl StackWalker {
         gil_tstate_current: Option<u64>,
         reuse: Option<&crate::IdMap<u64, u64>>,
     ) -> Result<Vec<RawThread>> {
-        let whole = reuse.is_none()
-            || self
-                .known_states
-                .full_at
-                .is_none_or(|t| t.elapsed() >= FULL_LIST_EVERY);
-        self.known_states.read = self.known_states.read.wrapping_add(1);
-        let read = self.read_list(
-            mem,
-            interp_head,
-            gil_tstate_current,
-            reuse.filter(|_| !whole),
-        );
-        let known = &mut self.known_states;
-        match &read {
-            Ok(list) => {
-                if whole {
-                    known.full_at = Some(std::time::Instant::now());
-                }
-                if known.by_addr.len() > list.len() {
-                    let now = known.read;
-                    known.by_addr.retain(|_, k| k.met == now);
-                }
-            }
-            Err(_) => known.full_at = None,
-        }
+        // A state whose thread is in `reuse` with the innermost frame it was last read
+        // with, and which does not hold the GIL, is taken as the last read found it (see
+        // [`KnownStates`]); but not at a whole read.
+        let whole = self.known_states.begin(reuse.is_none());
+        let reuse = reuse.filter(|_| !whole);
+        let read = self.read_list(mem, interp_head, gil_tstate_current, reuse);
+        self.known_states.end(&read, whole);
         read
     }
 
-    /// [`StackWalker::threads`]' walk of the lists: a state whose thread is in `reuse` with
-    /// the innermost frame it was last read with, and which does not hold the GIL, is
-    /// taken as the last read found it (see [`KnownStates`]).
+    /// What the next read of the thread list will read of the states as last found, when
+    /// it is to be a whole one (`asked`, or due): each state's fields and on 3.11/3.12 its
+    /// `_PyCFrame`'s, for the caller's prefetch (read one at a time, a thousand resting
+    /// states cost a thousand system calls once a second). None otherwise.
+    pub(crate) fn list_hint(&self, asked: bool) -> Option<Vec<(u64, usize)>> {
+        let known = &self.known_states;
+        if known.by_addr.is_empty() || !known.whole(asked) {
+            return None;
+        }
+        let size = self.state_size();
+        let cframe = self.layout.thread.cframe_current_frame;
+        let mut out = Vec::with_capacity(2 * known.by_addr.len());
+        for (&addr, k) in &known.by_addr {
+            out.push((addr, size));
+            if let Some(off) = cframe.filter(|_| k.frame_field != 0) {
+                out.push((k.frame_field.wrapping_add(off as u64), 8));
+            }
+        }
+        Some(out)
+    }
+
+    /// The bytes of a thread state the list reads (up to its last field read).
+    fn state_size(&self) -> usize {
+        let t = &self.layout.thread;
+        [
+            t.next,
+            t.interp,
+            t.frame,
+            t.thread_id,
+            t.native_thread_id.unwrap_or(0),
+        ]
+        .into_iter()
+        .max()
+        .unwrap_or(0)
+            + 8
+    }
+
+    /// [`StackWalker::threads`]' walk of the lists.
     fn read_list(
         &mut self,
         mem: &dyn ProcessMemory,
         interp_head: u64,
-        gil_tstate_current: Option<u64>,
+        gil: Option<u64>,
         reuse: Option<&crate::IdMap<u64, u64>>,
     ) -> Result<Vec<RawThread>> {
         let l = &self.layout;
@@ -456,7 +505,7 @@ impl StackWalker {
             if !interps.step(interp) || interps.steps > MAX_INTERPRETERS {
                 return Err(torn(interp, "the interpreter list loops"));
             }
-            let holder = match gil_tstate_current {
+            let holder = match gil {
                 Some(h) => h,
                 None => self.gil_holder_312(mem, interp)?,
             };
@@ -481,11 +530,12 @@ impl StackWalker {
                 let (t, next) = match rested {
                     Some(known) => known,
                     None => {
-                        let (t, next) = self.read_thread(mem, tstate, interp)?;
+                        let (t, next, frame_field) = self.read_thread(mem, tstate, interp)?;
                         let k = KnownState {
                             raw: t.clone(),
                             interp,
                             next,
+                            frame_field,
                             met: now,
                         };
                         self.known_states.by_addr.insert(tstate, k);
@@ -524,25 +574,15 @@ impl StackWalker {
         mem.read_u64(gil.wrapping_add(holder as u64))
     }
 
-    /// The thread state at `tstate`, and its `next` field.
+    /// The thread state at `tstate`, and its `next` and `frame` fields.
     fn read_thread(
         &self,
         mem: &dyn ProcessMemory,
         tstate: u64,
         interp: u64,
-    ) -> Result<(RawThread, u64)> {
+    ) -> Result<(RawThread, u64, u64)> {
         let t = &self.layout.thread;
-        let size = [
-            t.next,
-            t.interp,
-            t.frame,
-            t.thread_id,
-            t.native_thread_id.unwrap_or(0),
-        ]
-        .into_iter()
-        .max()
-        .unwrap_or(0)
-            + 8;
+        let size = self.state_size();
         // On the stack: a thread state's first fields are a few hundred bytes.
         let mut small = [0u8; 512];
         let large;
@@ -559,7 +599,8 @@ impl StackWalker {
                 "a thread state does not point back to its interpreter",
             ));
         }
-        let top_frame = self.top_frame_from(mem, field_u64(buf, t.frame))?;
+        let frame_field = field_u64(buf, t.frame);
+        let top_frame = self.top_frame_from(mem, frame_field)?;
         let raw = RawThread {
             tstate,
             thread_id: field_u64(buf, t.thread_id),
@@ -571,7 +612,7 @@ impl StackWalker {
             interp_index: 0,
             holds_gil: false,
         };
-        Ok((raw, field_u64(buf, t.next)))
+        Ok((raw, field_u64(buf, t.next), frame_field))
     }
 
     /// The innermost frame address from the thread state's `frame` field value

@@ -950,7 +950,17 @@ fn resting_threads_states_are_not_read_again() {
             mem: &mem,
             hole: (states[0], states[0] + 8),
         };
+        assert_eq!(sw.list_hint(false), None, "{}: no whole read due", name(l));
         assert!(sw.threads(&holed, interp, Some(0), Some(&rest)).is_err());
+        // The next read is a whole one: the states as last found, for the prefetch.
+        let hint = sw.list_hint(false).expect("a whole read is due");
+        for &s in &states {
+            assert!(
+                hint.iter().any(|&(a, n)| a == s && n as u64 >= state_size),
+                "{}",
+                name(l)
+            );
+        }
         noted.forget();
         sw.threads(&noted, interp, Some(0), Some(&rest)).unwrap();
         assert!(

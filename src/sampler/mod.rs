@@ -165,6 +165,9 @@ pub struct Sampler {
     /// Whether the last CPU reading was a short one (see `ran`): no thread outside the
     /// listing ran.
     cpu_short: bool,
+    /// Whether the last snapshot had a Python thread without a kernel id (before 3.11 a
+    /// new thread's is found through the listing, so one is due soon).
+    unmapped: bool,
 }
 
 /// A thread's stack as last read, and the frame its thread state named then.
@@ -280,6 +283,7 @@ impl Sampler {
             tids_by_thread: HashMap::default(),
             outcome: Vec::new(),
             cpu_short: false,
+            unmapped: false,
         }
         .with_handshake_range()
     }
@@ -441,6 +445,9 @@ impl Sampler {
         if let Some(n) = &mut self.native {
             n.merge_into(&mut snap, &mut self.stats.native);
         }
+        // A Python thread with no kernel id yet (before 3.11 its id is matched through the
+        // listing): the listing is not kept for long.
+        self.unmapped = snap.threads.iter().any(|t| t.native_id.is_none());
         // A Python thread whose kernel thread we have not listed yet: list again next time.
         // (In another PID namespace, such a thread has its own id but none of ours yet.)
         if snap.threads.iter().any(|t| {
@@ -698,12 +705,14 @@ impl Sampler {
     }
 
     /// The target's threads: listed again from /proc when the last listing is older than
-    /// [`RELIST_INTERVAL`] (or, while the last CPU reading was a short one, older than
-    /// [`RELIST_AT_REST`]) or a thread was found missing or new; else the last listing.
+    /// [`RELIST_INTERVAL`] (or, while the last CPU reading was a short one and every
+    /// Python thread had its kernel id, older than [`RELIST_AT_REST`]) or a thread was
+    /// found missing or new; else the last listing.
     fn thread_list(&mut self, pid: i32) -> Result<Vec<i32>> {
         if let Some((at, tids)) = &self.tids_listed {
             let age = at.elapsed();
-            if age < RELIST_INTERVAL || (self.cpu_short && age < RELIST_AT_REST) {
+            let at_rest = self.cpu_short && !self.unmapped;
+            if age < RELIST_INTERVAL || (at_rest && age < RELIST_AT_REST) {
                 return Ok(tids.clone());
             }
         }
