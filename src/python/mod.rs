@@ -95,6 +95,13 @@ pub enum ReadMode {
     Nonblocking,
 }
 
+impl SnapshotOptions {
+    /// The threads the thread list may take as last found (none for a whole read).
+    fn rested(&self) -> Option<&crate::IdMap<u64, u64>> {
+        (!self.list_whole).then_some(&self.reuse)
+    }
+}
+
 impl Default for SnapshotOptions {
     fn default() -> Self {
         SnapshotOptions {
@@ -699,6 +706,21 @@ fn is_unchanged(t: &stack::RawThread, reuse: &crate::IdMap<u64, u64>) -> bool {
     !t.holds_gil && reuse.get(&t.thread_id) == Some(&t.top_frame)
 }
 
+/// A thread found unchanged: its entry (a walk marked unchanged), or under
+/// `omit_unchanged` none, counted in `walker.left_out`.
+fn keep_unchanged(
+    walker: &mut StackWalker,
+    opts: &SnapshotOptions,
+    out: &mut Vec<ThreadResult>,
+    t: stack::RawThread,
+) {
+    if opts.omit_unchanged {
+        walker.left_out += 1;
+    } else {
+        out.push((t, Ok(stack::Walk::unchanged()), None));
+    }
+}
+
 /// Reads everything while the threads are paused (one pause).
 fn read_all(
     proc: &PythonProcess,
@@ -709,17 +731,12 @@ fn read_all(
 ) -> Result<Vec<ThreadResult>> {
     let reuse = &opts.reuse;
     let head = interp_head_checked(proc, mem)?;
-    let rested = (!opts.list_whole).then_some(reuse);
-    let raw = walker.threads(mem, head, gil_current(proc, mem)?, rested)?;
+    let raw = walker.threads(mem, head, gil_current(proc, mem)?, opts.rested())?;
     let mut out = Vec::with_capacity(raw.len());
     walker.left_out = 0;
     for t in raw {
         if is_unchanged(&t, reuse) {
-            if opts.omit_unchanged {
-                walker.left_out += 1;
-            } else {
-                out.push((t, Ok(stack::Walk::unchanged()), None));
-            }
+            keep_unchanged(walker, opts, &mut out, t);
             continue;
         }
         if not_paused(&t) {
@@ -758,10 +775,8 @@ fn thread_list(
     for attempt in 0..opts.retries.max(1) {
         let fresh = ptrace::PageCache::new(&proc.mem);
         let mem = first_then_fresh(attempt, cache, &fresh);
-        let read = interp_head_checked(proc, mem).and_then(|head| {
-            let rested = (!opts.list_whole).then_some(&opts.reuse);
-            walker.threads(mem, head, gil_current(proc, mem)?, rested)
-        });
+        let read = interp_head_checked(proc, mem)
+            .and_then(|head| walker.threads(mem, head, gil_current(proc, mem)?, opts.rested()));
         match read {
             Ok(r) => return Ok((r, attempt == 0 && cache.misses() == 0)),
             Err(e) if e.is_process_gone() => return Err(e),
@@ -804,11 +819,7 @@ fn read_nonblocking(
     let mut skipped = false;
     for mut t in raw {
         if is_unchanged(&t, &opts.reuse) {
-            if opts.omit_unchanged {
-                walker.left_out += 1;
-            } else {
-                out.push((t, Ok(stack::Walk::unchanged()), None));
-            }
+            keep_unchanged(walker, opts, &mut out, t);
             continue;
         }
         if auto && opts.pause_these.contains(&t.thread_id) {

@@ -134,9 +134,9 @@ impl ThreadFiles {
         self.read_stat(pid, tid).map(|(state, _, _)| state)
     }
 
-    /// Closes the files of threads not in `alive`.
-    pub(crate) fn retain(&mut self, alive: &crate::IdSet<i32>) {
-        self.open.retain(|t, _| alive.contains(t));
+    /// Closes the files of threads not in `alive` (ascending).
+    pub(crate) fn retain(&mut self, alive: &[i32]) {
+        self.open.retain(|t, _| alive.binary_search(t).is_ok());
     }
 }
 
@@ -217,9 +217,9 @@ impl CpuTracker {
         d
     }
 
-    /// Forgets threads not in `alive` (they exited).
-    pub(crate) fn retain(&mut self, alive: &crate::IdSet<i32>) {
-        self.last.retain(|t, _| alive.contains(t));
+    /// Forgets threads not in `alive` (ascending; the others exited).
+    pub(crate) fn retain(&mut self, alive: &[i32]) {
+        self.last.retain(|t, _| alive.binary_search(t).is_ok());
     }
 }
 

@@ -148,10 +148,9 @@ pub struct Sampler {
     /// Each thread's kernel id by `thread_id`, as the last snapshot matched them (see
     /// `SnapshotOptions::tids_by_thread`).
     last_tids: HashMap<u64, i32>,
-    /// The threads listed by the last sample, as a list and a set: while the list stays
-    /// the same, nothing kept per thread needs forgetting.
+    /// The threads listed by the last sample (ascending): while they stay the same,
+    /// nothing kept per thread needs forgetting.
     alive_list: Vec<i32>,
-    alive: HashSet<i32>,
     /// Each listed thread's CPU time (nanoseconds), as the last sample read it: kept from
     /// one sample to the next, where only the threads that ran change (see `ran`).
     run_ns: HashMap<i32, u64>,
@@ -276,7 +275,6 @@ impl Sampler {
             wake_credit: HashMap::default(),
             last_tids: HashMap::default(),
             alive_list: Vec::new(),
-            alive: HashSet::default(),
             run_ns: HashMap::default(),
             reuse: HashMap::default(),
             unpaused: HashSet::default(),
@@ -603,16 +601,15 @@ impl Sampler {
             .any(|t| tids.binary_search(t).is_err());
         self.alive_list.clear();
         self.alive_list.extend_from_slice(tids);
-        self.alive.clear();
-        self.alive.extend(tids.iter().copied());
-        let alive = &self.alive;
+        let alive = &self.alive_list[..];
+        let listed = |t: &i32| alive.binary_search(t).is_ok();
         if let Some(b) = self.bpf.as_mut() {
             b.retain(alive);
         }
         self.cpu.retain(alive);
         self.files.retain(alive);
-        self.stat_cache.retain(|t, _| alive.contains(t));
-        self.last_read.retain(|t, _| alive.contains(t));
+        self.stat_cache.retain(|t, _| listed(t));
+        self.last_read.retain(|t, _| listed(t));
         if left {
             Listing::Left
         } else {

@@ -15,7 +15,7 @@ mod btf;
 mod prog;
 mod sys;
 
-use crate::{IdMap as HashMap, IdSet as HashSet};
+use crate::IdMap as HashMap;
 use std::os::fd::OwnedFd;
 
 /// The ring's size: 43,690 records of 16 bytes (and their 8-byte headers), far more than the
@@ -155,9 +155,9 @@ impl BpfCpu {
         self.threads.contains_key(&tid)
     }
 
-    /// Forgets threads not in `alive` (they exited).
-    pub(crate) fn retain(&mut self, alive: &HashSet<i32>) {
-        self.threads.retain(|t, _| alive.contains(t));
+    /// Forgets threads not in `alive` (ascending; the others exited).
+    pub(crate) fn retain(&mut self, alive: &[i32]) {
+        self.threads.retain(|t, _| alive.binary_search(t).is_ok());
     }
 }
 
