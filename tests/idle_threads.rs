@@ -13,6 +13,15 @@
 //!   - `run --cpu-only --wall`: the parked threads' waiting is still charged to the line
 //!     they wait on, from the stacks read when they parked: the `park` line holds at least
 //!     80% of the time (50 of 51 threads wait all along).
+//!   - 400 parked threads that start together: a sample walks at most 64 stacks, the
+//!     rest wait for the next samples (`deferred_reads` > 0), every thread is read in the
+//!     end (at least 80% of the parked threads' samples not read again) and the `work`
+//!     line still gets most of the time.
+//!   - fixtures/cpu/pool_grows.py (a pool that grows by one parked thread every 25 ms
+//!     beside a busy main thread): at least 75% of the samples read only the threads that
+//!     ran lately (`short_cpu_reads`): a new thread is listed at the first sample after it
+//!     starts and read with those, not by a read of every thread (about half of the
+//!     samples before it was).
 
 mod common;
 
@@ -31,6 +40,15 @@ fn line_total(p: &Value, line: u64) -> f64 {
 }
 
 fn record(py: &common::Interpreter, extra: &[&str]) -> Result<Value, String> {
+    record_fixture(py, "cpu/parked.py", &[THREADS, "2"], extra)
+}
+
+fn record_fixture(
+    py: &common::Interpreter,
+    fixture: &str,
+    args: &[&str],
+    extra: &[&str],
+) -> Result<Value, String> {
     let dir = common::tempdir("scalene-rs-idle");
     let out = dir.join("p.json");
     let mut cmd = Command::new(common::bin());
@@ -40,8 +58,8 @@ fn record(py: &common::Interpreter, extra: &[&str]) -> Result<Value, String> {
         .arg(&out)
         .arg("--")
         .arg(&py.path)
-        .arg(common::fixture("cpu/parked.py"))
-        .args([THREADS, "2"]);
+        .arg(common::fixture(fixture))
+        .args(args);
     let r = common::run_limited(cmd, std::time::Duration::from_secs(60));
     if r.code != Some(0) || !r.stdout.contains("done") {
         return Err(format!("run {extra:?}: {}", r.describe()));
@@ -87,6 +105,44 @@ fn threads_that_did_not_run_are_not_read_again() {
         let k = line_total(&p, park);
         summary.push_str(&format!("; wall: park line {k:.1}%"));
         if k < 80.0 {
+            return Err(summary);
+        }
+        Ok(summary)
+    });
+}
+
+#[test]
+fn a_growing_pool_is_read_in_the_threads_that_ran() {
+    common::for_each_interpreter_alone(|py| {
+        let p = record_fixture(py, "cpu/pool_grows.py", &[], &[])?;
+        let samples = p["samples"].as_u64().unwrap_or(0);
+        let short = p["short_cpu_reads"].as_u64().unwrap_or(0);
+        let share = short as f64 / samples.max(1) as f64;
+        let summary = format!("{short} of {samples} samples read the threads that ran lately only");
+        if samples < 50 || share < 0.75 {
+            return Err(summary);
+        }
+        Ok(summary)
+    });
+}
+
+#[test]
+fn a_pool_that_starts_at_once_is_read_over_a_few_samples() {
+    let fx = common::fixture("cpu/parked.py");
+    let work = common::mark(&fx, "work");
+    let threads = 400u64;
+    common::for_each_interpreter_alone(|py| {
+        let p = record_fixture(py, "cpu/parked.py", &["400", "1.5"], &[])?;
+        let samples = p["samples"].as_u64().unwrap_or(0);
+        let unchanged = p["unchanged_reads"].as_u64().unwrap_or(0);
+        let deferred = p["deferred_reads"].as_u64().unwrap_or(0);
+        let share = unchanged as f64 / (threads * samples).max(1) as f64;
+        let w = line_total(&p, work);
+        let summary = format!(
+            "{deferred} thread samples deferred, {:.0}% of parked thread samples not read again, work line {w:.1}%",
+            100.0 * share
+        );
+        if deferred == 0 || share < 0.8 || w < 50.0 {
             return Err(summary);
         }
         Ok(summary)

@@ -389,6 +389,15 @@ pub struct ProfileMeta {
     /// read again (their stack is that read's).
     #[serde(default, skip_serializing_if = "is_zero")]
     pub unchanged_reads: u64,
+    /// Samples whose reading of CPU times read only the threads that ran lately: the
+    /// process's CPU clock showed that no other thread had run (see how-it-works). The
+    /// others read every thread's.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub short_cpu_reads: u64,
+    /// Thread samples left for a later sample: more threads ran than a sample walks (a
+    /// pool starting or ending at once; see how-it-works).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub deferred_reads: u64,
     /// Recorded with native frames (`--native`): how their merge with the Python frames
     /// went.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -384,6 +384,8 @@ pub(crate) struct PageCache<'a> {
     pages: std::cell::RefCell<Pages>,
     /// Reads that went to `inner` after the prefetch (bytes the cache did not hold).
     misses: std::cell::Cell<u32>,
+    /// Requests made by prefetches (each one later than what the earlier ones read).
+    fetches: std::cell::Cell<u32>,
 }
 
 type Page = Box<[u8; CACHE_PAGE as usize]>;
@@ -595,7 +597,13 @@ impl<'a> PageCache<'a> {
             inner,
             pages: std::cell::RefCell::new(Pages::default()),
             misses: std::cell::Cell::new(0),
+            fetches: std::cell::Cell::new(0),
         }
+    }
+
+    /// How many requests the prefetches made so far.
+    pub(crate) fn fetches(&self) -> u32 {
+        self.fetches.get()
     }
 
     /// How many reads so far needed bytes the cache did not hold (each one a system call
@@ -748,18 +756,40 @@ impl PageCache<'_> {
                 .zip(second.iter_mut())
                 .map(|(&(a, _), b)| (a, &mut b[..])),
         );
-        let done_all = self.inner.read_many(&mut reqs);
+        // The kernel stops at the first range it cannot read (memory unmapped since: a
+        // thread that ended freed its frame stack): the ranges after it are asked for
+        // again, in order, up to [`MAX_SKIPS`] times (one bad range among a thousand
+        // threads' frames left every thread after it to a system call of its own).
+        const MAX_SKIPS: usize = 16;
+        let mut ok = vec![false; reqs.len()];
+        let mut at = 0;
+        for _ in 0..=MAX_SKIPS {
+            let n = self.inner.read_many(&mut reqs[at..]);
+            ok[at..at + n].iter_mut().for_each(|o| *o = true);
+            at += n + 1;
+            if at >= reqs.len() {
+                break;
+            }
+        }
         drop(reqs);
-        let done = done_all.min(want.len());
+        self.fetches.set(self.fetches.get().saturating_add(1));
+        let (ok_pages, ok_again) = ok.split_at(want.len());
         let looked: Vec<(u64, Vec<u8>)> = again
             .iter()
             .map(|&(a, _)| a)
             .zip(second)
-            .take(done_all.saturating_sub(want.len()))
+            .zip(ok_again)
+            .filter(|(_, &o)| o)
+            .map(|(r, _)| r)
             .collect();
         let mut pages = self.pages.borrow_mut();
         let mut bufs = bufs.into_iter();
-        for ((addr, lo, hi), buf) in want.into_iter().zip(bufs.by_ref()).take(done) {
+        let mut spare = Vec::new();
+        for (((addr, lo, hi), buf), &o) in want.into_iter().zip(bufs.by_ref()).zip(ok_pages) {
+            if !o {
+                spare.push(buf);
+                continue;
+            }
             match pages.position(addr) {
                 Some(i) => {
                     let p = &mut pages[i];
@@ -775,7 +805,7 @@ impl PageCache<'_> {
                 }),
             }
         }
-        give_back(bufs);
+        give_back(bufs.chain(spare));
         looked
     }
 }
@@ -958,6 +988,45 @@ mod tests {
         ] {
             assert!(c.read_vec(addr, 8).is_err());
             c.prefetch(&[(addr, 8)]);
+        }
+    }
+
+    /// A range that cannot be read (unmapped since: a thread that ended freed its frame
+    /// stack) costs only itself: the ranges after it in the same prefetch are read too.
+    #[test]
+    fn a_prefetch_reads_past_a_range_it_cannot_read() {
+        let page = CACHE_PAGE as usize;
+        // SAFETY: a fresh anonymous mapping of three pages, the middle one unmapped again;
+        // only the outer two are touched, and all is unmapped at the end.
+        let base = unsafe {
+            let p = libc::mmap(
+                std::ptr::null_mut(),
+                3 * page,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            );
+            assert_ne!(p, libc::MAP_FAILED);
+            let p = p as *mut u8;
+            std::ptr::write_bytes(p, 0x5a, page);
+            std::ptr::write_bytes(p.add(2 * page), 0xa5, page);
+            assert_eq!(libc::munmap(p.add(page) as *mut libc::c_void, page), 0);
+            p as u64
+        };
+        let m = RemoteMemory::new(std::process::id() as i32).unwrap();
+        let c = PageCache::new(&m);
+        let (first, hole, last) = (base + 8, base + CACHE_PAGE + 8, base + 2 * CACHE_PAGE + 8);
+        c.prefetch(&[(first, 16), (hole, 16), (last, 16)]);
+        assert_eq!(c.fetches(), 1);
+        assert_eq!(c.read_vec(first, 16).unwrap(), vec![0x5a; 16]);
+        assert_eq!(c.read_vec(last, 16).unwrap(), vec![0xa5; 16]);
+        assert_eq!(c.misses(), 0, "both readable ranges came from the prefetch");
+        assert!(c.read_vec(hole, 16).is_err());
+        // SAFETY: the two pages mapped above, unmapped once.
+        unsafe {
+            libc::munmap(base as *mut libc::c_void, page);
+            libc::munmap((base + 2 * CACHE_PAGE) as *mut libc::c_void, page);
         }
     }
 

@@ -78,6 +78,11 @@ pub struct SnapshotOptions {
     /// walker otherwise takes them as it last found them): a caller that saw a thread
     /// leave asks for it, as the state before the one that left still links to it.
     pub list_whole: bool,
+    /// Under `omit_unchanged`, the most threads walked (the GIL holder aside): the others
+    /// that need a walk are left out of this snapshot (counted in `walker.deferred`), and
+    /// the next snapshot starts where this one stopped. A pool of a thousand threads that
+    /// start, or wake to end, together costs each sample this many walks, not a thousand.
+    pub max_walks: Option<usize>,
 }
 
 /// How stacks are read.
@@ -114,6 +119,7 @@ impl Default for SnapshotOptions {
             unpaused: crate::IdSet::default(),
             omit_unchanged: false,
             list_whole: false,
+            max_walks: None,
         }
     }
 }
@@ -774,6 +780,13 @@ fn thread_list(
     let mut last_err = None;
     for attempt in 0..opts.retries.max(1) {
         let fresh = ptrace::PageCache::new(&proc.mem);
+        // A try after a failed one reads every state (see `stack::KnownStates`): the
+        // states as last found, in one request (not one system call each).
+        if attempt > 0 {
+            if let Some(states) = walker.list_hint(true) {
+                fresh.prefetch(&states);
+            }
+        }
         let mem = first_then_fresh(attempt, cache, &fresh);
         let read = interp_head_checked(proc, mem)
             .and_then(|head| walker.threads(mem, head, gil_current(proc, mem)?, opts.rested()));
@@ -806,21 +819,60 @@ fn read_nonblocking(
     let cache = ptrace::PageCache::new(&proc.mem);
     // A whole read of the thread list is due: the states of the threads at rest come in
     // one request (once a second; no hint has them).
-    if let Some(states) = walker.list_hint(opts.list_whole) {
+    if let Some(states) = walker
+        .list_hint(opts.list_whole)
+        .or_else(|| opts.rested().and_then(|r| walker.ran_hint(r)))
+    {
         cache.prefetch(&states);
     }
     let second = cache.prefetch_with_second_look(&walker.page_hint, &walker.recheck_hint);
     let (raw, clean) = thread_list(proc, walker, &cache, opts)?;
     walker.left_out = 0;
+    let auto = opts.mode == ReadMode::Auto;
+    walker.deferred = 0;
+    // Under a bound on walks, from where the last snapshot stopped (in list order).
+    let bound = opts.max_walks.filter(|_| opts.omit_unchanged);
+    let mut raw = raw;
+    let start = match bound {
+        Some(_) if !raw.is_empty() => walker.walk_cursor % raw.len(),
+        _ => 0,
+    };
+    raw.rotate_left(start);
+    // The innermost frames of the threads to walk, in one request: those of threads new
+    // or back from a rest are in no hint (one system call each otherwise; a pool of a
+    // thousand threads starting, or woken at once, has hundreds of them in a sample).
+    let fetched = cache.fetches();
+    let tops: Vec<(u64, usize)> = raw
+        .iter()
+        .filter(|t| {
+            t.top_frame != 0
+                && !is_unchanged(t, &opts.reuse)
+                && !(auto && opts.pause_these.contains(&t.thread_id))
+        })
+        .take(bound.map_or(usize::MAX, |b| b + 1))
+        .map(|t| walker.top_span(t.top_frame))
+        .collect();
+    cache.prefetch(&tops);
+    // That request came after the second look: a walk may hold bytes read after it, and
+    // is then verified by a read of its own.
+    let late = cache.fetches() > fetched;
     let mut recheck = Recheck::default();
     let mut out = Vec::with_capacity(raw.len());
-    let auto = opts.mode == ReadMode::Auto;
     let stack_tries = if auto { 1 } else { opts.retries.max(1) };
     let mut skipped = false;
-    for mut t in raw {
+    let (n, mut walks, mut stopped_at) = (raw.len(), 0, None);
+    for (k, mut t) in raw.into_iter().enumerate() {
         if is_unchanged(&t, &opts.reuse) {
             keep_unchanged(walker, opts, &mut out, t);
             continue;
+        }
+        if let Some(most) = bound {
+            if walks >= most && !t.holds_gil {
+                walker.deferred += 1;
+                stopped_at.get_or_insert((start + k) % n);
+                continue;
+            }
+            walks += 1;
         }
         if auto && opts.pause_these.contains(&t.thread_id) {
             skipped = true;
@@ -855,7 +907,7 @@ fn read_nonblocking(
                 // Everything this walk read came from the prefetch: the second look, taken
                 // after it, can verify it. Otherwise (a miss was read after the second look)
                 // the process is read again now.
-                let early = attempt == 0 && clean && cache.misses() == misses;
+                let early = attempt == 0 && clean && !late && cache.misses() == misses;
                 let again: &dyn ProcessMemory = if early { &second } else { &proc.mem };
                 let same = walker.verify(again, t.tstate, &mut w, Some(mem))?;
                 Ok((w, same))
@@ -885,6 +937,7 @@ fn read_nonblocking(
         }
         out.push((t, result, None));
     }
+    walker.walk_cursor = stopped_at.unwrap_or(0);
     // A thread left to be read paused used nothing here: the pages it needs are in the
     // last hint, kept for that read, right after (and only for it: merged into the next
     // hint, the pages of threads read once would stay in every hint after).
@@ -966,6 +1019,12 @@ fn first_then_fresh<'a>(
 /// Most pages a snapshot's prefetch asks for: a thousand thread states on as many pages,
 /// each thread's frames besides (two requests of 1,024 ranges; one page's span each).
 const MAX_HINT_PAGES: usize = 2048;
+
+/// Most threads a snapshot re-reads paused (see [`reread_paused`]): a pool whose threads
+/// all wake at once (to end, say) fails hundreds of reads without pausing in one sample,
+/// and pausing each would cost the target and us a millisecond per twenty. The others
+/// are lost (counted) for that sample.
+const MAX_REREADS: usize = 16;
 
 /// Most pages a paused re-read fetches up front (see [`reread_paused`]).
 const REREAD_PREFETCH_PAGES: usize = 64;
@@ -1062,23 +1121,41 @@ fn reread_paused(
     let reread = |t: &stack::RawThread, w: &std::result::Result<stack::Walk, ThreadError>| {
         w.is_err() && (t.native_id.is_some() || walker.layout.thread.native_thread_id.is_none())
     };
-    let marks: Vec<bool> = threads.iter().map(|(t, w, _)| reread(t, w)).collect();
+    let mut marks: Vec<bool> = threads.iter().map(|(t, w, _)| reread(t, w)).collect();
     if !marks.contains(&true) {
         return Ok(());
     }
-    let failed = threads
-        .iter()
-        .zip(&marks)
-        .filter(|(_, &m)| m)
-        .map(|((t, _, _), _)| t);
     let ids = KernelIds::new(proc, tids, tids_by_thread);
-    let only: Option<Vec<i32>> = failed.map(|t| ids.of(t)).collect();
     // A kernel id read from the target's memory is paused only when it is one of the
     // target's threads: listed (`tids` is sorted), or new since and in its task list.
     let of_target = |t: &i32| {
         tids.binary_search(t).is_ok()
             || std::path::Path::new(&format!("/proc/{}/task/{t}", proc.pid)).exists()
     };
+    // Whose kernel id is known but no longer the target's has exited: nothing to read (a
+    // pool of threads ending together once paused every thread for it, a thousand at a
+    // time). Past [`MAX_REREADS`] the others are left unread too.
+    let mut only = Some(Vec::new());
+    let mut kept = 0;
+    for ((t, _, _), m) in threads.iter().zip(marks.iter_mut()).filter(|(_, m)| **m) {
+        match ids.of(t) {
+            Some(id) if !of_target(&id) => *m = false,
+            _ if kept >= MAX_REREADS => *m = false,
+            Some(id) => {
+                kept += 1;
+                if let Some(o) = only.as_mut() {
+                    o.push(id);
+                }
+            }
+            None => {
+                kept += 1;
+                only = None;
+            }
+        }
+    }
+    if kept == 0 {
+        return Ok(());
+    }
     // Two thread states can name one thread: 3.11 starts a new thread's state with the id
     // of the thread that creates it, until the new thread runs. A thread is paused once.
     let only = only.map(|mut ours| {
@@ -1087,8 +1164,8 @@ fn reread_paused(
         ours
     });
     let paused = match &only {
-        Some(ours) if ours.iter().all(of_target) => PausedThreads::pause_threads(proc.pid, ours),
-        _ => PausedThreads::pause_from(proc.pid, tids),
+        Some(ours) => PausedThreads::pause_threads(proc.pid, ours),
+        None => PausedThreads::pause_from(proc.pid, tids),
     };
     let _paused = match paused {
         Ok(p) => p,

@@ -215,6 +215,10 @@ pub struct StackWalker {
     /// Threads the last snapshot found unchanged and left out (see
     /// [`crate::python::SnapshotOptions::omit_unchanged`]).
     pub(crate) left_out: usize,
+    /// Threads the last snapshot left unread under `SnapshotOptions::max_walks`, and where
+    /// in the thread list the next one starts.
+    pub(crate) deferred: usize,
+    pub(crate) walk_cursor: usize,
 }
 
 /// The thread states as reads of the thread list found them, by address: a thread that has
@@ -426,6 +430,8 @@ impl StackWalker {
             spans_last: Vec::new(),
             known_states: KnownStates::default(),
             left_out: 0,
+            deferred: 0,
+            walk_cursor: 0,
         }
     }
 
@@ -449,6 +455,21 @@ impl StackWalker {
         read
     }
 
+    /// What a walk from innermost frame `top` reads first, for a prefetch: that frame, and
+    /// on 3.11+ (frames side by side in the thread's frame stack, callers below) the bytes
+    /// below it on its page, where its callers most likely are.
+    pub(crate) fn top_span(&self, top: u64) -> (u64, usize) {
+        const BELOW: u64 = 2048;
+        let size = self.layout.frame.size as u64;
+        let start = if matches!(self.layout.frame.model, FrameModel::Interpreter) {
+            top.saturating_sub(BELOW)
+                .max(top & !(crate::ptrace::CACHE_PAGE - 1))
+        } else {
+            top
+        };
+        (start, (top + size - start) as usize)
+    }
+
     /// What the next read of the thread list will read of the states as last found, when
     /// it is to be a whole one (`asked`, or due): each state's fields and on 3.11/3.12 its
     /// `_PyCFrame`'s, for the caller's prefetch (read one at a time, a thousand resting
@@ -462,6 +483,32 @@ impl StackWalker {
         let cframe = self.layout.thread.cframe_current_frame;
         let mut out = Vec::with_capacity(2 * known.by_addr.len());
         for (&addr, k) in &known.by_addr {
+            out.push((addr, size));
+            if let Some(off) = cframe.filter(|_| k.frame_field != 0) {
+                out.push((k.frame_field.wrapping_add(off as u64), 8));
+            }
+        }
+        Some(out)
+    }
+
+    /// What the next read of the thread list will read of the states as last found when
+    /// it is not a whole one, for the caller's prefetch: the states of the threads not in
+    /// `reuse` (they ran) — when there are more than a few (a pool waking at once has
+    /// hundreds, each a system call of its own otherwise). None otherwise, without a look
+    /// at every state.
+    pub(crate) fn ran_hint(&self, reuse: &crate::IdMap<u64, u64>) -> Option<Vec<(u64, usize)>> {
+        const FEW: usize = 8;
+        let known = &self.known_states;
+        if known.by_addr.len() <= reuse.len() + FEW {
+            return None;
+        }
+        let size = self.state_size();
+        let cframe = self.layout.thread.cframe_current_frame;
+        let mut out = Vec::new();
+        for (&addr, k) in &known.by_addr {
+            if reuse.get(&k.raw.thread_id) == Some(&k.raw.top_frame) {
+                continue;
+            }
             out.push((addr, size));
             if let Some(off) = cframe.filter(|_| k.frame_field != 0) {
                 out.push((k.frame_field.wrapping_add(off as u64), 8));

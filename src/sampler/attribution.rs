@@ -43,6 +43,8 @@ pub(crate) struct Charge<'a> {
 #[derive(Debug, Default)]
 pub(crate) struct Attribution {
     last_running: HashMap<i32, (Vec<Frame>, Activity)>,
+    /// The listing (ascending) the last [`Attribution::retain`] kept threads of.
+    retained_for: Vec<i32>,
 }
 
 impl Attribution {
@@ -86,9 +88,18 @@ impl Attribution {
         }
     }
 
-    /// Forgets the threads that are gone (not in `tids`).
+    /// Forgets the threads that are gone (not in `tids`, ascending).
     pub(crate) fn retain(&mut self, tids: &[i32]) {
-        self.last_running.retain(|t, _| tids.contains(t));
+        // The same listing as at the last call: nobody to forget (a thread pool at rest
+        // keeps hundreds of entries here, and a search of the listing for each was most
+        // of a sample's own work beside a thousand threads).
+        if self.retained_for == tids {
+            return;
+        }
+        self.last_running
+            .retain(|t, _| tids.binary_search(t).is_ok());
+        self.retained_for.clear();
+        self.retained_for.extend_from_slice(tids);
     }
 }
 

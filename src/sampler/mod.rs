@@ -90,6 +90,9 @@ pub struct Stats {
     /// Samples that read the CPU time of only the threads that ran lately, the process's
     /// CPU clock showing that no other thread ran (see `ran`).
     pub short_cpu_reads: u64,
+    /// Thread samples of threads that ran but were left for a later sample, past the
+    /// most walks a sample makes ([`MAX_WALKS`]; their CPU time waits for that read).
+    pub deferred: u64,
     pub elapsed: Duration,
     /// Where per-thread CPU time came from (the first process's; said once).
     pub cpu_times_from: Option<String>,
@@ -122,6 +125,9 @@ pub struct Sampler {
     sources: HashMap<String, Option<Vec<String>>>,
     /// The last listing of the target's threads and when it was taken.
     tids_listed: Option<(Instant, Vec<i32>)>,
+    /// /proc/PID/task, open: its link count tells how many threads the process has (see
+    /// [`Sampler::thread_list`]). None until first needed, or when it cannot be opened.
+    task_dir: Option<std::fs::File>,
     /// Each thread's last `stat` reading: when, state, user and system ticks.
     stat_cache: HashMap<i32, (Instant, char, u64, u64)>,
     /// Where the memory ring is mapped in the target (see [`SamplerConfig::handshake_file`]).
@@ -158,6 +164,12 @@ pub struct Sampler {
     /// their room kept from one sample to the next.
     reuse: HashMap<u64, u64>,
     unpaused: HashSet<i32>,
+    /// The `thread_id` of each kernel id in `reuse`; whether `reuse` and `unpaused` hold
+    /// for the last sample's state (see [`Sampler::reusable`]); the threads the last
+    /// sample read (to be looked at again).
+    reuse_by_tid: HashMap<i32, u64>,
+    reuse_kept: bool,
+    touched: Vec<i32>,
     tids_by_thread: HashMap<u64, i32>,
     /// The outcome of a sample's reads, for [`PauseSchedule::update`] (room kept likewise).
     outcome: Vec<(u64, bool)>,
@@ -177,6 +189,19 @@ struct LastRead {
     top_frame: u64,
     frames: Vec<crate::profile::Frame>,
     in_native: Option<bool>,
+}
+
+/// How many threads process `pid` has: the link count of its /proc/PID/task (two plus
+/// one per thread; one `fstat` of the directory held open in `dir`, whatever the number
+/// of threads, where a listing costs a millisecond for a thousand). None when it cannot
+/// be read.
+fn thread_count(dir: &mut Option<std::fs::File>, pid: i32) -> Option<usize> {
+    use std::os::unix::fs::MetadataExt;
+    if dir.is_none() {
+        *dir = std::fs::File::open(format!("/proc/{pid}/task")).ok();
+    }
+    let links = dir.as_ref()?.metadata().ok()?.nlink();
+    usize::try_from(links.checked_sub(2)?).ok()
 }
 
 /// How long a thread's user/system tick counts are reused: they advance in whole clock
@@ -199,6 +224,14 @@ const RELIST_INTERVAL: Duration = Duration::from_millis(50);
 /// next reading is a full one, and the listing after it is taken anew). A listing of a
 /// thousand threads costs a millisecond.
 const RELIST_AT_REST: Duration = Duration::from_secs(1);
+
+/// The most stacks a CPU-only sample walks (the thread holding the GIL aside: see
+/// `SnapshotOptions::max_walks`): a pool of a thousand threads starting, or woken at once
+/// to end, made each sample walk hundreds (15 µs each). The threads left over are walked
+/// at the next samples (round the list), their CPU time charged then, as to a thread
+/// sampled less often for that while; a thread that ends before has its last moments
+/// uncharged. A sample at 100 Hz meets this many threads that ran only in such bursts.
+const MAX_WALKS: usize = 64;
 
 /// The threads of a sample against the last sample's.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -266,6 +299,7 @@ impl Sampler {
             attribution: Attribution::new(),
             sources: HashMap::default(),
             tids_listed: None,
+            task_dir: None,
             stat_cache: HashMap::default(),
             handshake_range: None,
             pauses: PauseSchedule::new(),
@@ -278,6 +312,9 @@ impl Sampler {
             run_ns: HashMap::default(),
             reuse: HashMap::default(),
             unpaused: HashSet::default(),
+            reuse_by_tid: HashMap::default(),
+            reuse_kept: false,
+            touched: Vec::new(),
             tids_by_thread: HashMap::default(),
             outcome: Vec::new(),
             cpu_short: false,
@@ -376,7 +413,7 @@ impl Sampler {
         let listing = self.cpu_times(&tids);
         let listed_anew = listing != Listing::Same;
         self.absorb_wake_ups();
-        self.reusable();
+        self.reusable(listing);
         // Before 3.8 a thread state lacks the kernel id: the last snapshot's matches.
         self.tids_by_thread.clear();
         if self.proc.layout.thread.native_thread_id.is_none() {
@@ -390,13 +427,11 @@ impl Sampler {
         }
         // Threads at rest are left out of the snapshot when nothing needs where they rest:
         // CPU time only (no time off the CPU to charge), no GPU positions, no tasks, no
-        // native merge; and the listing is the last one (a new listing rebuilds what is
-        // kept by thread from a whole snapshot).
+        // native merge.
         let omit_unchanged = !self.cfg.wall
             && self.positions.is_none()
             && self.tasks.is_none()
-            && self.native.is_none()
-            && !listed_anew;
+            && self.native.is_none();
         let opts = SnapshotOptions {
             mode: self.cfg.mode,
             pause_these,
@@ -404,6 +439,7 @@ impl Sampler {
             omit_unchanged,
             // A thread left: the state before its own in the list still links to it.
             list_whole: listing == Listing::Left,
+            max_walks: Some(MAX_WALKS),
             reuse: std::mem::take(&mut self.reuse),
             tids_by_thread: std::mem::take(&mut self.tids_by_thread),
             unpaused: std::mem::take(&mut self.unpaused),
@@ -440,6 +476,7 @@ impl Sampler {
         };
         self.stats.samples += 1;
         self.stats.unchanged += snap.left_out as u64;
+        self.stats.deferred += self.walker.deferred as u64;
         if let Some(n) = &mut self.native {
             n.merge_into(&mut snap, &mut self.stats.native);
         }
@@ -470,7 +507,11 @@ impl Sampler {
         }
         // Each thread's kernel id by `thread_id`: the same as last time for threads that
         // stay (only changes are written).
-        if listed_anew || (!omit_unchanged && self.last_tids.len() > snap.threads.len()) {
+        // (A thread left out of the snapshot keeps its entry while it is listed.)
+        if listed_anew {
+            self.last_tids
+                .retain(|_, tid| tids.binary_search(tid).is_ok());
+        } else if !omit_unchanged && self.last_tids.len() > snap.threads.len() {
             self.last_tids.clear();
         }
         for t in &snap.threads {
@@ -488,6 +529,9 @@ impl Sampler {
         for mut t in snap.threads {
             self.stats.paused_reads += t.read_paused as u64;
             let Some(tid) = t.native_id else { continue };
+            if !t.unchanged {
+                self.touched.push(tid);
+            }
             if t.unchanged {
                 self.stats.unchanged += 1;
                 let Some(last) = self.last_read.get(&tid) else {
@@ -548,20 +592,76 @@ impl Sampler {
     /// (our own pauses' wake-ups aside: see `absorb_wake_ups`), that were not running when
     /// last looked at, and whose last read we keep; by `thread_id`, with the frame that
     /// read started from; and their kernel ids (`SnapshotOptions::unpaused`).
-    fn reusable(&mut self) {
-        self.reuse.clear();
-        self.unpaused.clear();
-        for (&tid, last) in &self.last_read {
-            let still = self
-                .run_ns
-                .get(&tid)
-                .is_some_and(|&ns| self.cpu.unchanged(tid, ns))
-                && self.stat_cache.get(&tid).is_some_and(|s| s.1 != 'R');
-            if still {
-                self.reuse.insert(last.thread_id, last.top_frame);
-                self.unpaused.insert(tid);
+    /// Kept from one sample to the next where it can be: when the listing is the last
+    /// one and the CPU reading says which threads' times changed, only those and the
+    /// threads the last sample read are looked at again (what decides is changed by
+    /// nothing else); a thousand threads at rest cost nothing here.
+    fn reusable(&mut self, listing: Listing) {
+        let moved = match (&self.bpf, self.clock.moved()) {
+            // Our pauses' wake-ups (paused reads) move the CPU tracker outside the threads
+            // read: the whole again.
+            (None, Some(m))
+                if listing == Listing::Same && self.reuse_kept && self.wake_credit.is_empty() =>
+            {
+                m
             }
+            _ => {
+                self.reuse.clear();
+                self.unpaused.clear();
+                self.reuse_by_tid.clear();
+                let tids: Vec<i32> = self.last_read.keys().copied().collect();
+                for tid in tids {
+                    self.reconsider(tid);
+                }
+                self.reuse_kept = true;
+                self.touched.clear();
+                return;
+            }
+        };
+        let mut again = std::mem::take(&mut self.touched);
+        again.extend_from_slice(moved);
+        for &tid in &again {
+            self.reconsider(tid);
         }
+        again.clear();
+        self.touched = again;
+        #[cfg(debug_assertions)]
+        {
+            // What the whole would have given (at every sample of the debug build's tests).
+            let whole: HashMap<u64, u64> = self
+                .last_read
+                .keys()
+                .filter_map(|&tid| self.still(tid))
+                .collect();
+            assert_eq!(self.reuse, whole, "the reuse kept from the last sample");
+            assert_eq!(self.unpaused.len(), whole.len());
+        }
+    }
+
+    /// Puts thread `tid` into `reuse` and `unpaused`, or takes it out, as
+    /// [`Sampler::reusable`] decides.
+    fn reconsider(&mut self, tid: i32) {
+        if let Some(thread) = self.reuse_by_tid.remove(&tid) {
+            self.reuse.remove(&thread);
+            self.unpaused.remove(&tid);
+        }
+        if let Some((thread, top)) = self.still(tid) {
+            self.reuse.insert(thread, top);
+            self.unpaused.insert(tid);
+            self.reuse_by_tid.insert(tid, thread);
+        }
+    }
+
+    /// Thread `tid`'s `thread_id` and the frame its last read started from, when that read
+    /// still holds: it used no CPU since, and was not running then.
+    fn still(&self, tid: i32) -> Option<(u64, u64)> {
+        let last = self.last_read.get(&tid)?;
+        let still = self
+            .run_ns
+            .get(&tid)
+            .is_some_and(|&ns| self.cpu.unchanged(tid, ns))
+            && self.stat_cache.get(&tid).is_some_and(|s| s.1 != 'R');
+        still.then_some((last.thread_id, last.top_frame))
     }
 
     /// Reads every listed thread's total CPU time into `run_ns`, nanoseconds: from the BPF
@@ -703,13 +803,21 @@ impl Sampler {
 
     /// The target's threads: listed again from /proc when the last listing is older than
     /// [`RELIST_INTERVAL`] (or, while the last CPU reading was a short one and every
-    /// Python thread had its kernel id, older than [`RELIST_AT_REST`]) or a thread was
-    /// found missing or new; else the last listing.
+    /// Python thread had its kernel id, older than [`RELIST_AT_REST`]), when a thread was
+    /// found missing or new, or when the process has another number of threads than the
+    /// listing (checked at each sample once it has [`ran::CLOCK_FROM_THREADS`]: a pool
+    /// that starts is listed as it grows, so that its new threads are read with the ones
+    /// that ran lately instead of breaking the process clock's sum, which costs a read of
+    /// every thread); else the last listing.
     fn thread_list(&mut self, pid: i32) -> Result<Vec<i32>> {
         if let Some((at, tids)) = &self.tids_listed {
             let age = at.elapsed();
             let at_rest = self.cpu_short && !self.unmapped;
-            if age < RELIST_INTERVAL || (at_rest && age < RELIST_AT_REST) {
+            let recent = age < RELIST_INTERVAL || (at_rest && age < RELIST_AT_REST);
+            if recent
+                && (tids.len() < ran::CLOCK_FROM_THREADS
+                    || thread_count(&mut self.task_dir, pid).is_none_or(|n| n == tids.len()))
+            {
                 return Ok(tids.clone());
             }
         }
@@ -843,6 +951,8 @@ fn profile_meta(
         paused_max_hz: Some(PAUSED_MAX_HZ),
         profile_all: cfg.profile_all,
         unchanged_reads: stats.unchanged,
+        short_cpu_reads: stats.short_cpu_reads,
+        deferred_reads: stats.deferred,
         native: cfg.native.then(|| {
             let n = &stats.native;
             let all = n.merged + n.unmerged;

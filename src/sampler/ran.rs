@@ -7,11 +7,17 @@
 //! its exited threads used. So when the process total moved by exactly what the threads
 //! that ran lately moved by, no other thread ran: a sample reads `schedstat` only for those
 //! (plus one clock read), not for the thousand threads of a pool at rest, and does no work
-//! per thread at rest (what they add up to is kept). When the sums
-//! disagree, or the thread set changed, every thread is read, as without the clock, and the
-//! exited threads' part is measured again.
-//! Must not: guess. A sum that cannot be checked exactly (the clock moved while we read, a
-//! thread's time unreadable) means a read of every thread.
+//! per thread at rest (what they add up to is kept). When the sums disagree, or a thread
+//! left, every thread is read, as without the clock, and the exited threads' part is
+//! measured again when the clock held still meanwhile (kept while no thread left) — at
+//! most once per [`FULL_READ_EVERY`] while the sums keep failing (threads starting or
+//! ending in numbers): the samples between read the threads that ran lately and the new
+//! ones only, and say so ([`ProcessClock::moved`] tells the caller what changed either
+//! way).
+//! Must not: take an unchecked sum for a proof. A sum that cannot be checked exactly (the
+//! clock moved while we read, a thread's time unreadable) is never a short read; what a
+//! sample between full reads keeps of a thread at rest is its last reading, corrected at
+//! the next full read.
 
 use super::cputime::ThreadFiles;
 use crate::IdMap as HashMap;
@@ -26,7 +32,29 @@ const QUIET_FOR: Duration = Duration::from_millis(50);
 /// Below this many threads every thread's time is read without the clock: a reading of it
 /// costs about one `schedstat` read, so with one or two threads it saves nothing (and a
 /// sample of a single busy thread, the most common target, paid them for nothing).
-const CLOCK_FROM_THREADS: usize = 3;
+pub(crate) const CLOCK_FROM_THREADS: usize = 3;
+
+/// How a short read went.
+enum Short {
+    /// The clock proves that the threads read are the only ones that ran.
+    Proven,
+    /// Every thread that ran lately was read (at the time given), but the clock's sum
+    /// disagrees: another may have run.
+    Unproven(Instant),
+    /// It could not read them all, or the listing lost a thread, or the exited part is
+    /// unknown.
+    Failed,
+}
+
+/// While the sums fail (threads starting or ending in numbers: a pool of a thousand
+/// starting takes a hundred milliseconds, every thread it starts breaks the sum of the
+/// sample it runs in, and each thread that ends loses the exited part), at most one read
+/// of every thread in this long: the samples between read the threads that ran lately and
+/// the new ones, and keep the other threads' last readings unproven. A thread at rest that
+/// ran meanwhile is seen at the next full read, this much later at most (its CPU time is
+/// not lost: it is charged then, as to a thread sampled at that rate), instead of every
+/// sample reading a thousand threads (as much work as the rest of such a sample).
+const FULL_READ_EVERY: Duration = Duration::from_millis(50);
 
 /// The target's process CPU clock, and since when each thread has had the CPU time of its
 /// last reading (the times themselves are in the caller's map, see [`ProcessClock::times`]).
@@ -47,9 +75,15 @@ pub(crate) struct ProcessClock {
     quiet_ns: u64,
     /// A reading's (position in `tids`, time) pairs (room kept from one to the next).
     read: Vec<(usize, u64)>,
-    /// Samples that read every thread, and those that read only the threads that ran lately.
+    /// The threads whose time the last reading changed; None: any may have (a full read).
+    moved: Option<Vec<i32>>,
+    /// When the last full read was.
+    last_full: Option<Instant>,
+    /// Samples that read every thread, those that read only the threads that ran lately,
+    /// and those that read only these without the clock's proof (see [`FULL_READ_EVERY`]).
     pub(crate) full_reads: u64,
     pub(crate) short_reads: u64,
+    pub(crate) partial_reads: u64,
 }
 
 impl ProcessClock {
@@ -65,8 +99,11 @@ impl ProcessClock {
             lately: Vec::new(),
             quiet_ns: 0,
             read: Vec::new(),
+            moved: None,
+            last_full: None,
             full_reads: 0,
             short_reads: 0,
+            partial_reads: 0,
         }
     }
 
@@ -98,29 +135,125 @@ impl ProcessClock {
         files: &mut ThreadFiles,
         times: &mut HashMap<i32, u64>,
     ) {
-        if tids.len() < CLOCK_FROM_THREADS {
-            // Threads that exit meanwhile go unmeasured: the next read with the clock
-            // measures the exited part again.
-            self.full_reads += 1;
-            self.exited_ns = None;
-            self.read_all(tids, files, times);
-            return;
-        }
-        if self.short_read(tids, files, times).is_some() {
-            self.short_reads += 1;
-            return;
+        if tids.len() >= CLOCK_FROM_THREADS {
+            let short = self.short_read(tids, files, times);
+            if let Short::Proven = short {
+                self.short_reads += 1;
+                return;
+            }
+            if self
+                .last_full
+                .is_some_and(|t| t.elapsed() < FULL_READ_EVERY)
+            {
+                match short {
+                    // What was read holds (only unproven): taken as it is.
+                    Short::Unproven(now) => self.take_read(tids, times, now),
+                    _ => self.partial_read(tids, files, times),
+                }
+                self.partial_reads += 1;
+                return;
+            }
         }
         self.full_reads += 1;
-        let before = self.now();
+        self.moved = None;
+        self.last_full = Some(Instant::now());
+        // No thread of the last reading gone: none exited since.
+        let none_left = times.len() == self.tids.len() && includes(tids, &self.tids);
+        // With a thread or two the clock is not used, but the exited part is measured
+        // while unknown (two clock readings), so that it is known when a pool starts.
+        let few = tids.len() < CLOCK_FROM_THREADS;
+        let measure = !few || self.exited_ns.is_none() || !none_left;
+        let before = if measure { self.now() } else { None };
         self.read_all(tids, files, times);
-        let after = self.now();
+        let after = if measure { self.now() } else { None };
+        let all_read = times.len() == tids.len();
         // Exact only if nothing changed meanwhile (the clock did not move) and every thread
         // was read.
         let sum: u64 = self.read.iter().map(|&(_, ns)| ns).sum();
-        self.exited_ns = match (before, after) {
-            (Some(b), Some(a)) if a == b && times.len() == tids.len() => b.checked_sub(sum),
+        let measured = match (before, after) {
+            (Some(b), Some(a)) if a == b && all_read => b.checked_sub(sum),
             _ => None,
         };
+        // Else, while no thread exited, the exited part is still the one measured last (a
+        // busy thread, or a pool starting, moves the clock during most full reads: each
+        // would leave the next sample a full read too). A thread that started and ended
+        // unlisted meanwhile adds to it unseen: the sums then come out short of the clock,
+        // never over it, and fail (read every thread) until a read measures it again.
+        self.exited_ns = measured.or(self.exited_ns.filter(|_| none_left && all_read));
+    }
+
+    /// Between full reads (see [`FULL_READ_EVERY`]): takes `tids` as the threads, reads
+    /// the new ones and those that ran lately, and keeps the others' last readings
+    /// unproven. A thread that left is forgotten (and with it what the exited part was).
+    fn partial_read(
+        &mut self,
+        tids: &[i32],
+        files: &mut ThreadFiles,
+        times: &mut HashMap<i32, u64>,
+    ) {
+        let now = Instant::now();
+        if tids != self.tids.as_slice() {
+            // Both ascending: one merge. `at[j]`: where the last reading's thread `j` is
+            // now (None: gone).
+            let mut at: Vec<Option<usize>> = Vec::with_capacity(self.tids.len());
+            let mut since = Vec::with_capacity(tids.len());
+            let mut new = Vec::new();
+            let mut old = self.tids.iter().zip(&self.since).peekable();
+            for (j, &t) in tids.iter().enumerate() {
+                while let Some(&(&o, _)) = old.peek() {
+                    if o >= t {
+                        break;
+                    }
+                    at.push(None);
+                    old.next();
+                }
+                match old.peek() {
+                    Some(&(&o, &s)) if o == t => {
+                        at.push(Some(j));
+                        since.push(s);
+                        old.next();
+                    }
+                    _ => {
+                        new.push(j);
+                        since.push(now);
+                    }
+                }
+            }
+            at.extend(old.map(|_| None));
+            let lately: std::collections::HashSet<usize> = self.lately.iter().copied().collect();
+            for (j, &t) in self.tids.iter().enumerate() {
+                if at[j].is_none() {
+                    self.exited_ns = None;
+                    if let Some(ns) = times.remove(&t) {
+                        if !lately.contains(&j) {
+                            self.quiet_ns = self.quiet_ns.saturating_sub(ns);
+                        }
+                    }
+                }
+            }
+            self.lately = self.lately.iter().filter_map(|&i| at[i]).collect();
+            self.lately.extend(new);
+            self.tids.clear();
+            self.tids.extend_from_slice(tids);
+            self.since = since;
+        }
+        self.settle(now, times);
+        self.read.clear();
+        for &i in &self.lately {
+            match files.read_sched(self.pid, tids[i]) {
+                Some(ns) => self.read.push((i, ns)),
+                None => {
+                    times.remove(&tids[i]);
+                }
+            }
+        }
+        self.take_read(tids, times, now);
+    }
+
+    /// The threads whose time the last [`ProcessClock::times`] changed in the map, when it
+    /// read only the threads that ran lately; None after a read of every thread.
+    pub(crate) fn moved(&self) -> Option<&[i32]> {
+        self.moved.as_deref()
     }
 
     /// Reads every thread of `tids` into `times`, and takes the readings as each one's
@@ -166,17 +299,61 @@ impl ProcessClock {
         tids: &[i32],
         files: &mut ThreadFiles,
         times: &mut HashMap<i32, u64>,
-    ) -> Option<()> {
-        let exited = self.exited_ns?;
+    ) -> Short {
+        let Some(exited) = self.exited_ns else {
+            return Short::Failed;
+        };
         if times.len() != self.tids.len() {
-            return None;
+            return Short::Failed;
         }
         let now = Instant::now();
-        if tids != self.tids.as_slice() {
-            self.add_new(tids, now)?;
+        if tids != self.tids.as_slice() && self.add_new(tids, now).is_none() {
+            return Short::Failed;
         }
-        // Threads quiet for long enough join the sum (a full read counts it again, should
-        // this read fail).
+        self.settle(now, times);
+        self.read.clear();
+        for &i in &self.lately {
+            match files.read_sched(self.pid, tids[i]) {
+                Some(ns) => self.read.push((i, ns)),
+                None => return Short::Failed,
+            }
+        }
+        // One reading of the clock, after the threads' (each costs a walk of the process's
+        // threads in the kernel). Every term only grows: when the clock equals the sum of
+        // what was read before it, each term still had the value read (any later CPU
+        // would make the clock larger), and the threads not read had not run.
+        let read_sum: u64 = self.read.iter().map(|&(_, ns)| ns).sum();
+        let proven = self.now().is_some_and(|clock| {
+            exited
+                .checked_add(self.quiet_ns)
+                .and_then(|n| n.checked_add(read_sum))
+                == Some(clock)
+        });
+        if !proven {
+            return Short::Unproven(now);
+        }
+        self.take_read(tids, times, now);
+        Short::Proven
+    }
+
+    /// Puts the readings in `read` into `times`, noting which moved.
+    fn take_read(&mut self, tids: &[i32], times: &mut HashMap<i32, u64>, now: Instant) {
+        let mut moved = self.moved.take().unwrap_or_default();
+        moved.clear();
+        for &(i, ns) in &self.read {
+            let e = times.entry(tids[i]).or_insert(ns);
+            if *e != ns {
+                *e = ns;
+                self.since[i] = now;
+                moved.push(tids[i]);
+            }
+        }
+        self.moved = Some(moved);
+    }
+
+    /// Threads quiet for long enough join the sum of the quiet ones (a full read counts it
+    /// again, should this read fail).
+    fn settle(&mut self, now: Instant, times: &HashMap<i32, u64>) {
         let (since, ids) = (&self.since, &self.tids);
         let mut quiet_ns = self.quiet_ns;
         self.lately.retain(|&i| {
@@ -187,27 +364,6 @@ impl ProcessClock {
             false
         });
         self.quiet_ns = quiet_ns;
-        self.read.clear();
-        for &i in &self.lately {
-            self.read.push((i, files.read_sched(self.pid, tids[i])?));
-        }
-        // One reading of the clock, after the threads' (each costs a walk of the process's
-        // threads in the kernel). Every term only grows: when the clock equals the sum of
-        // what was read before it, each term still had the value read (any later CPU
-        // would make the clock larger), and the threads not read had not run.
-        let clock = self.now()?;
-        let read_sum: u64 = self.read.iter().map(|&(_, ns)| ns).sum();
-        if exited.checked_add(self.quiet_ns)?.checked_add(read_sum)? != clock {
-            return None;
-        }
-        for &(i, ns) in &self.read {
-            let e = times.entry(tids[i]).or_insert(ns);
-            if *e != ns {
-                *e = ns;
-                self.since[i] = now;
-            }
-        }
-        Some(())
     }
 
     /// Takes `tids` (ascending) as the threads, when they are the last reading's and
@@ -252,6 +408,12 @@ impl ProcessClock {
     }
 }
 
+/// Whether ascending `all` holds every element of ascending `some`.
+fn includes(all: &[i32], some: &[i32]) -> bool {
+    let mut rest = all.iter();
+    some.iter().all(|t| rest.any(|a| a == t))
+}
+
 /// The clock id of process `pid`'s CPU time (what `clock_getcpuclockid` returns: the pid,
 /// complemented, above the clock kind; kind 2 is the scheduler's precise sum).
 fn process_clock_id(pid: i32) -> libc::clockid_t {
@@ -289,6 +451,39 @@ mod tests {
             assert_eq!(c.add_new(gone, later), None, "{gone:?}");
         }
         assert_eq!((c.tids.clone(), c.since.clone(), c.lately.clone()), kept);
+    }
+
+    /// Between full reads: a thread that left is forgotten (its part of the quiet sum
+    /// too, and the exited part with it), a new one is read with those that ran lately,
+    /// one that cannot be read is left out of the times.
+    #[test]
+    fn a_partial_read_takes_the_new_listing() {
+        let me = nix::unistd::gettid().as_raw();
+        let (gone, new) = (me + 1_000_000, me + 2_000_000);
+        // Some CPU time of our own, counted at the switch a sleep makes.
+        let spin = Instant::now();
+        while spin.elapsed() < Duration::from_millis(2) {}
+        std::thread::sleep(Duration::from_millis(1));
+        let t0 = Instant::now();
+        let mut c = ProcessClock::new(std::process::id() as i32);
+        c.tids = vec![me, gone];
+        c.since = vec![t0, t0 - Duration::from_secs(1)];
+        c.lately = vec![0];
+        c.quiet_ns = 500;
+        c.exited_ns = Some(7);
+        let mut times: HashMap<i32, u64> = [(me, 1), (gone, 500)].into_iter().collect();
+        let mut files = ThreadFiles::new();
+        c.partial_read(&[me, new], &mut files, &mut times);
+        assert_eq!(c.tids, vec![me, new]);
+        assert_eq!(c.quiet_ns, 0, "the thread that left was a quiet one");
+        assert_eq!(c.exited_ns, None);
+        assert_eq!(c.lately, vec![0, 1]);
+        assert!(times[&me] > 1, "our own thread has run: {times:?}");
+        assert!(
+            !times.contains_key(&gone) && !times.contains_key(&new),
+            "{times:?}"
+        );
+        assert_eq!(c.moved(), Some(&[me][..]));
     }
 
     /// A child with a busy thread and parked ones: the process clock is the sum of its

@@ -395,6 +395,7 @@ impl ProcessTree {
         let mut thinned = 0;
         let mut unchanged = 0;
         let mut short = 0;
+        let mut deferred = 0;
         let mut kinds: BTreeMap<crate::python::Unread, u64> = BTreeMap::new();
         let mut native = super::native::MergeCounts::default();
         let live = self.tracked.values().filter_map(|t| match t {
@@ -410,6 +411,7 @@ impl ProcessTree {
             thinned += st.thinned;
             unchanged += st.unchanged;
             short += st.short_cpu_reads;
+            deferred += st.deferred;
             native.add(&st.native);
             for (k, n) in &st.error_kinds {
                 *kinds.entry(*k).or_insert(0) += n;
@@ -420,6 +422,7 @@ impl ProcessTree {
         self.stats.thinned = thinned;
         self.stats.unchanged = unchanged;
         self.stats.short_cpu_reads = short;
+        self.stats.deferred = deferred;
         self.stats.error_kinds = kinds;
         self.stats.native = native;
     }
