@@ -606,6 +606,17 @@ impl<'a> PageCache<'a> {
         self.fetches.get()
     }
 
+    /// Whether the cache holds the `len` bytes at `addr` (on one page).
+    pub(crate) fn holds(&self, addr: u64, len: usize) -> bool {
+        if !cacheable(addr, len) {
+            return false;
+        }
+        let page = addr & !(CACHE_PAGE - 1);
+        let (lo, hi) = ((addr - page) as u32, (addr - page) as u32 + len as u32);
+        let pages = self.pages.borrow();
+        hi as u64 <= CACHE_PAGE && pages.position(page).is_some_and(|i| pages[i].holds(lo, hi))
+    }
+
     /// How many reads so far needed bytes the cache did not hold (each one a system call
     /// made after the prefetch, so later than anything the prefetch read).
     pub(crate) fn misses(&self) -> u32 {

@@ -850,6 +850,8 @@ fn read_nonblocking(
                 && !(auto && opts.pause_these.contains(&t.thread_id))
         })
         .take(bound.map_or(usize::MAX, |b| b + 1))
+        // A busy thread's frames came with the first request (the last snapshot's pages).
+        .filter(|t| !cache.holds(t.top_frame, walker.layout.frame.size))
         .map(|t| walker.top_span(t.top_frame))
         .collect();
     cache.prefetch(&tops);
