@@ -239,19 +239,27 @@ impl ProcessClock {
         }
         self.settle(now, times);
         self.read.clear();
+        let mut lost = Vec::new();
         for &i in &self.lately {
             match files.read_sched(self.pid, tids[i]) {
                 Some(ns) => self.read.push((i, ns)),
                 None => {
-                    times.remove(&tids[i]);
+                    // Gone meanwhile (the next listing will say): out of the map.
+                    if times.remove(&tids[i]).is_some() {
+                        lost.push(tids[i]);
+                    }
                 }
             }
         }
         self.take_read(tids, times, now);
+        if let Some(m) = self.moved.as_mut() {
+            m.extend(lost);
+        }
     }
 
-    /// The threads whose time the last [`ProcessClock::times`] changed in the map, when it
-    /// read only the threads that ran lately; None after a read of every thread.
+    /// The threads whose entry the last [`ProcessClock::times`] changed in the map (a new
+    /// time, or none: it could not be read), when it read only the threads that ran
+    /// lately; None after a read of every thread.
     pub(crate) fn moved(&self) -> Option<&[i32]> {
         self.moved.as_deref()
     }
@@ -484,6 +492,18 @@ mod tests {
             "{times:?}"
         );
         assert_eq!(c.moved(), Some(&[me][..]));
+        // A thread that ran lately and cannot be read any more leaves the map: moved.
+        let mut again: HashMap<i32, u64> = [(me, times[&me]), (gone, 9)].into_iter().collect();
+        c.tids = vec![me, gone];
+        c.since = vec![t0, Instant::now()];
+        c.lately = vec![0, 1];
+        c.partial_read(&[me, gone], &mut files, &mut again);
+        assert!(!again.contains_key(&gone));
+        assert!(
+            c.moved().is_some_and(|m| m.contains(&gone)),
+            "{:?}",
+            c.moved()
+        );
     }
 
     /// A child with a busy thread and parked ones: the process clock is the sum of its
