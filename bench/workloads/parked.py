@@ -36,4 +36,5 @@ def main():
     print("done", result)
 
 
-main()
+if __name__ == "__main__":
+    main()

@@ -10,17 +10,8 @@ import sys
 import threading
 import time
 
-
-def parked(stop):
-    stop.wait()
-
-
-def work(units):
-    total = 0
-    for _ in range(units):
-        for i in range(1000000):
-            total += i * i % 7
-    return total
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from parked import parked, work  # noqa: E402  (the same threads and work as parked.py)
 
 
 def main():
