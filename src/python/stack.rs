@@ -479,16 +479,7 @@ impl StackWalker {
         if known.by_addr.is_empty() || !known.whole(asked) {
             return None;
         }
-        let size = self.state_size();
-        let cframe = self.layout.thread.cframe_current_frame;
-        let mut out = Vec::with_capacity(2 * known.by_addr.len());
-        for (&addr, k) in &known.by_addr {
-            out.push((addr, size));
-            if let Some(off) = cframe.filter(|_| k.frame_field != 0) {
-                out.push((k.frame_field.wrapping_add(off as u64), 8));
-            }
-        }
-        Some(out)
+        Some(self.state_ranges(|_| true))
     }
 
     /// What the next read of the thread list will read of the states as last found when
@@ -502,19 +493,22 @@ impl StackWalker {
         if known.by_addr.len() <= reuse.len() + FEW {
             return None;
         }
+        Some(self.state_ranges(|k| reuse.get(&k.raw.thread_id) != Some(&k.raw.top_frame)))
+    }
+
+    /// What a read of the known states `pick` chooses reads: each one's fields and on
+    /// 3.11/3.12 its `_PyCFrame`'s.
+    fn state_ranges(&self, pick: impl Fn(&KnownState) -> bool) -> Vec<(u64, usize)> {
         let size = self.state_size();
         let cframe = self.layout.thread.cframe_current_frame;
         let mut out = Vec::new();
-        for (&addr, k) in &known.by_addr {
-            if reuse.get(&k.raw.thread_id) == Some(&k.raw.top_frame) {
-                continue;
-            }
+        for (&addr, k) in self.known_states.by_addr.iter().filter(|(_, k)| pick(k)) {
             out.push((addr, size));
             if let Some(off) = cframe.filter(|_| k.frame_field != 0) {
                 out.push((k.frame_field.wrapping_add(off as u64), 8));
             }
         }
-        Some(out)
+        out
     }
 
     /// The bytes of a thread state the list reads (up to its last field read).

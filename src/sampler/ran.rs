@@ -193,49 +193,7 @@ impl ProcessClock {
     ) {
         let now = Instant::now();
         if tids != self.tids.as_slice() {
-            // Both ascending: one merge. `at[j]`: where the last reading's thread `j` is
-            // now (None: gone).
-            let mut at: Vec<Option<usize>> = Vec::with_capacity(self.tids.len());
-            let mut since = Vec::with_capacity(tids.len());
-            let mut new = Vec::new();
-            let mut old = self.tids.iter().zip(&self.since).peekable();
-            for (j, &t) in tids.iter().enumerate() {
-                while let Some(&(&o, _)) = old.peek() {
-                    if o >= t {
-                        break;
-                    }
-                    at.push(None);
-                    old.next();
-                }
-                match old.peek() {
-                    Some(&(&o, &s)) if o == t => {
-                        at.push(Some(j));
-                        since.push(s);
-                        old.next();
-                    }
-                    _ => {
-                        new.push(j);
-                        since.push(now);
-                    }
-                }
-            }
-            at.extend(old.map(|_| None));
-            let lately: std::collections::HashSet<usize> = self.lately.iter().copied().collect();
-            for (j, &t) in self.tids.iter().enumerate() {
-                if at[j].is_none() {
-                    self.exited_ns = None;
-                    if let Some(ns) = times.remove(&t) {
-                        if !lately.contains(&j) {
-                            self.quiet_ns = self.quiet_ns.saturating_sub(ns);
-                        }
-                    }
-                }
-            }
-            self.lately = self.lately.iter().filter_map(|&i| at[i]).collect();
-            self.lately.extend(new);
-            self.tids.clear();
-            self.tids.extend_from_slice(tids);
-            self.since = since;
+            self.take_listing(tids, now, true, times);
         }
         self.settle(now, times);
         self.read.clear();
@@ -380,34 +338,61 @@ impl ProcessClock {
     /// reading is not among them (it exited: what it used went into the exited part,
     /// unknown until a full read).
     fn add_new(&mut self, tids: &[i32], now: Instant) -> Option<()> {
-        if tids.len() <= self.tids.len() {
-            return None;
-        }
-        // Where each old thread goes among the new (both ascending: one merge).
-        let mut moved = Vec::with_capacity(self.tids.len());
+        self.take_listing(tids, now, false, &mut HashMap::default())
+    }
+
+    /// Takes `tids` (ascending) as the threads: those of the last reading keep their
+    /// places in `lately` and their `since`, new ones join `lately` (since `now`). A thread
+    /// of the last reading not among them exited: with `gone_ok` it is forgotten (its
+    /// entry in `times`, its part of the quiet sum, and the exited part); without, the
+    /// listing is refused (None) and nothing changes.
+    fn take_listing(
+        &mut self,
+        tids: &[i32],
+        now: Instant,
+        gone_ok: bool,
+        times: &mut HashMap<i32, u64>,
+    ) -> Option<()> {
+        // Both ascending: one merge. `at[j]`: where the last reading's thread `j` is now
+        // (None: gone).
+        let mut at: Vec<Option<usize>> = Vec::with_capacity(self.tids.len());
         let mut since = Vec::with_capacity(tids.len());
-        let mut old = self.tids.iter().zip(&self.since).peekable();
         let mut new = Vec::new();
+        let mut old = self.tids.iter().zip(&self.since).peekable();
         for (j, &t) in tids.iter().enumerate() {
-            match old.peek() {
-                Some(&(&o, &s)) if o == t => {
-                    moved.push(j);
+            while old.next_if(|&(&o, _)| o < t).is_some() {
+                at.push(None);
+            }
+            match old.next_if(|&(&o, _)| o == t) {
+                Some((_, &s)) => {
+                    at.push(Some(j));
                     since.push(s);
-                    old.next();
                 }
-                Some(&(&o, _)) if o < t => return None,
-                _ => {
+                None => {
                     new.push(j);
                     since.push(now);
                 }
             }
         }
-        if old.next().is_some() {
+        at.extend(old.map(|_| None));
+        if !gone_ok && at.contains(&None) {
             return None;
         }
-        for i in &mut self.lately {
-            *i = moved[*i];
+        let mut lately = vec![false; self.tids.len()];
+        for &i in &self.lately {
+            lately[i] = true;
         }
+        for (j, &t) in self.tids.iter().enumerate() {
+            if at[j].is_none() {
+                self.exited_ns = None;
+                if let Some(ns) = times.remove(&t) {
+                    if !lately[j] {
+                        self.quiet_ns = self.quiet_ns.saturating_sub(ns);
+                    }
+                }
+            }
+        }
+        self.lately = self.lately.iter().filter_map(|&i| at[i]).collect();
         self.lately.extend(new);
         self.tids.clear();
         self.tids.extend_from_slice(tids);
