@@ -3,7 +3,7 @@
 (1,000 threads started, parked, woken and joined; BENCH_WORK million turns of work between,
 default 0) run bare and under each profiler build given, in turn, for ROUNDS rounds after one
 warm-up round. Prints, per tool, the median [min-max] of the start and join phases (as the
-program timed them), the whole run's wall time, and the profiler's own CPU time: its
+program timed them, and the work between), the whole run's wall time, and the profiler's own CPU time: its
 rusage (it reaps the program) less the program's own CPU time, which the program reports.
 
     python3 bench/pool_ramp.py 10                                  # target/release/scalene-rs
@@ -46,7 +46,7 @@ def main():
     env = dict(os.environ)
     env.setdefault("BENCH_THREADS", "1000")
     env.setdefault("BENCH_WORK", "0")
-    keys = ["start", "join", "wall", "profiler CPU"]
+    keys = ["start", "work", "join", "wall", "profiler CPU"]
     res = {name: {k: [] for k in keys} for name in tools}
     py = python()
     print("interpreter %s, %s threads, %s million turns of work, %d rounds"
@@ -68,6 +68,7 @@ def main():
                 continue
             d = res[name]
             d["start"].append(float(phases.group(1)))
+            d["work"].append(float(phases.group(2)))
             d["join"].append(float(phases.group(3)))
             d["wall"].append(wall)
             total = (ru.ru_utime + ru.ru_stime) * 1e3

@@ -4,6 +4,7 @@
 //! interpreter, walking stacks) → `sampler` → `profile` → `report` (rendering); `proc` (what
 //! /proc says) and `error` are below everything. See docs/how-it-works.md.
 
+pub(crate) mod courtesy;
 mod elf;
 pub mod error;
 #[cfg(feature = "fuzzing")]

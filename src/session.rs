@@ -301,6 +301,7 @@ fn record(
     let mut exited = None;
     let rate = cfg.sampler.rate_hz;
     let mut gpu = cfg.gpu.as_ref().map(GpuRecording::start);
+    let courteous = cfg.sampler.courteous(fleet.is_some());
     let result = crate::sampler::drive(
         &mut Recording {
             tree: &mut tree,
@@ -321,6 +322,7 @@ fn record(
         },
         progress,
         Some(pid),
+        courteous,
     );
     let status = match exited {
         Some(s) => s,
@@ -638,6 +640,7 @@ pub fn attach(cfg: &AttachConfig, progress: &mut dyn FnMut(&Stats)) -> Result<(P
     // `--duration` runs from when memory is settled (counted, or refused with its reason),
     // so that a short attach still counts memory; without memory, from the start.
     let settled = std::cell::Cell::new(fleet.is_none().then_some(start));
+    let courteous = cfg.sampler.courteous(fleet.is_some());
     let result = crate::sampler::drive(
         &mut Recording {
             tree: &mut tree,
@@ -655,6 +658,7 @@ pub fn attach(cfg: &AttachConfig, progress: &mut dyn FnMut(&Stats)) -> Result<(P
         },
         progress,
         Some(cfg.pid),
+        courteous,
     );
     for line in fleet.iter_mut().flat_map(|f| f.last_announcements()) {
         eprintln!("scalene-rs: {line}");

@@ -398,6 +398,11 @@ pub struct ProfileMeta {
     /// pool starting or ending at once; see how-it-works).
     #[serde(default, skip_serializing_if = "is_zero")]
     pub deferred_reads: u64,
+    /// The sampler gave way to the program (it ran under `SCHED_IDLE` while it read without
+    /// stopping it; see how-it-works): how often it took the normal policy back because
+    /// it could not run for a while (every CPU busy). Absent: it did not give way.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gave_way_boosts: Option<u64>,
     /// Recorded with native frames (`--native`): how their merge with the Python frames
     /// went.
     #[serde(default, skip_serializing_if = "Option::is_none")]

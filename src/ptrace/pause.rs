@@ -36,6 +36,9 @@ pub(crate) struct PausedThreads {
     old_mask: Option<SigSet>,
     /// Held until every thread is let go and reaped (dropped after `Drop::drop` runs).
     _turn: Turn,
+    /// The normal scheduling policy for a sampler that otherwise gives way to the program
+    /// (see `courtesy`), from before the first thread stops until the last is let go.
+    _stand: crate::courtesy::Stand,
 }
 
 /// The profiler's one turn at stopping threads and waiting for their reports (see the
@@ -173,6 +176,7 @@ impl PausedThreads {
 
     /// Nothing seized yet, with the termination signals blocked until drop.
     fn new_masked() -> PausedThreads {
+        let stand = crate::courtesy::Stand::take();
         let mut old = SigSet::empty();
         // Blocking signals cannot fail with a valid set; if it does, go on unblocked.
         let old_mask = nix::sys::signal::pthread_sigmask(
@@ -186,6 +190,7 @@ impl PausedThreads {
             seized: Vec::new(),
             old_mask,
             _turn: Turn::take(),
+            _stand: stand,
         }
     }
 

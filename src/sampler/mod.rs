@@ -52,6 +52,16 @@ pub struct SamplerConfig {
     pub tasks: bool,
 }
 
+impl SamplerConfig {
+    /// Whether the sampler may give way to the program (see [`crate::courtesy`]): it reads
+    /// without stopping the program as a rule (not `--blocking`, not `--native`), and no
+    /// memory handshake makes the program wait for it (`memory`: whether this recording
+    /// reads a memory ring, whose consumer runs in the sampler's ticks).
+    pub(crate) fn courteous(&self, memory: bool) -> bool {
+        !memory && !self.native && self.handshake_file.is_none() && self.mode != ReadMode::Paused
+    }
+}
+
 impl Default for SamplerConfig {
     fn default() -> Self {
         SamplerConfig {
@@ -94,6 +104,10 @@ pub struct Stats {
     /// most walks a sample makes ([`MAX_WALKS`]; their CPU time waits for that read).
     pub deferred: u64,
     pub elapsed: Duration,
+    /// The sampler gave way to the program (ran under `SCHED_IDLE` while reading without
+    /// stopping it, see `courtesy`): how often it took the normal policy back because it
+    /// could not run (a machine whose CPUs were all busy). None: it did not give way.
+    pub gave_way: Option<u64>,
     /// Where per-thread CPU time came from (the first process's; said once).
     pub cpu_times_from: Option<String>,
     /// Things the user should know about the recording (e.g. why there is no memory data).
@@ -840,7 +854,8 @@ impl Sampler {
     ) -> Result<()> {
         let rate = self.cfg.rate_hz;
         let pid = self.proc.pid;
-        drive(self, rate, stop, progress, Some(pid))
+        let courteous = self.cfg.courteous(false);
+        drive(self, rate, stop, progress, Some(pid), courteous)
     }
 
     /// The memory ring of this process, known once it has one (see
@@ -953,6 +968,7 @@ fn profile_meta(
         unchanged_reads: stats.unchanged,
         short_cpu_reads: stats.short_cpu_reads,
         deferred_reads: stats.deferred,
+        gave_way_boosts: stats.gave_way,
         native: cfg.native.then(|| {
             let n = &stats.native;
             let all = n.merged + n.unmerged;
@@ -1008,15 +1024,18 @@ const OFF_GRID: f64 = 97.0 / 98.0;
 /// recording (the program run, the process attached to): the wait between ticks ends when
 /// it exits, so that the end is seen at once, not at the next tick (a tenth of a second
 /// later at 10 Hz, and on average half a period at any rate: time a program run by us
-/// would seem to take longer).
+/// would seem to take longer). `courteous`: the recording reads without stopping the
+/// program as a rule, and this thread may give way to it (see [`crate::courtesy`]).
 pub(crate) fn drive(
     t: &mut dyn Ticker,
     rate_hz: f64,
     stop: &mut dyn FnMut() -> bool,
     progress: &mut dyn FnMut(&Stats),
     ends: Option<i32>,
+    courteous: bool,
 ) -> Result<()> {
     let mut exit = ends.and_then(ExitWatch::open);
+    let courtesy = courteous.then(crate::courtesy::Courtesy::begin).flatten();
     let period = Duration::from_secs_f64(1.0 / rate_hz.max(0.001)).mul_f64(OFF_GRID);
     // Sleeps of tens of microseconds: the default timer slack (50 µs) would stretch
     // each one by up to that much, halving a 20 kHz rate.
@@ -1035,12 +1054,16 @@ pub(crate) fn drive(
                 break;
             }
         }
+        if let Some(c) = &courtesy {
+            c.tick_begins();
+        }
         if !t.tick()? {
             break;
         }
         next += period;
         let now = Instant::now();
-        if now > next {
+        let fell_behind = now > next;
+        if fell_behind {
             // Fell behind. Ticks stay on their schedule (start + k·period): every tick
             // whose successor is also already due is missed and counted; the latest due
             // one is taken at once. (Restarting the schedule from `now` would drop the
@@ -1050,6 +1073,12 @@ pub(crate) fn drive(
             let skipped = behind.floor() as u64;
             t.stats_mut().missed += skipped;
             next += period.mul_f64(skipped as f64);
+        }
+        if let Some(c) = &courtesy {
+            c.tick_ends(next);
+        }
+        if fell_behind {
+            // The latest tick due is taken at once.
         } else if let Some(e) = &exit {
             if e.wait(next) {
                 // It exited: `stop` says so now (a tick would find it gone). Watched no
@@ -1068,6 +1097,9 @@ pub(crate) fn drive(
         }
     }
     t.stats_mut().elapsed = start.elapsed();
+    if let Some(c) = &courtesy {
+        t.stats_mut().gave_way = Some(c.boosts());
+    }
     Ok(())
 }
 
@@ -1257,7 +1289,7 @@ mod tests {
             want: 400,
             stats: Stats::default(),
         };
-        drive(&mut c, 1000.0, &mut || false, &mut |_| {}, None).unwrap();
+        drive(&mut c, 1000.0, &mut || false, &mut |_| {}, None, false).unwrap();
         let first = c.ticks[0];
         let mut bins = [0u32; 40];
         for t in &c.ticks {
