@@ -116,8 +116,9 @@ impl Courtesy {
         if std::env::var_os("SCALENE_RS_NO_YIELD").is_some_and(|v| v != "0") || !can_return() {
             return None;
         }
-        // SAFETY: gettid has no arguments and cannot fail.
-        let tid = unsafe { libc::gettid() };
+        // SAFETY: gettid has no arguments and cannot fail. (The system call, not glibc's
+        // wrapper: the wheel links against glibc 2.17, which has none.)
+        let tid = unsafe { libc::syscall(libc::SYS_gettid) } as i32;
         let shared = Arc::new(Shared {
             tid,
             base: Instant::now(),

@@ -113,6 +113,15 @@ pub(crate) fn exe_path(pid: i32) -> Result<String> {
     Ok(s.strip_suffix(" (deleted)").unwrap_or(&s).to_string())
 }
 
+/// The id most recently given to a task (process or thread) in our PID namespace:
+/// /proc/loadavg's last field. It changes whenever a task starts anywhere we can see
+/// (a task started in a namespace below ours takes an id in ours too), so while it holds
+/// still, no process has started. None where it cannot be read.
+pub(crate) fn last_pid() -> Option<u32> {
+    let text = std::fs::read_to_string("/proc/loadavg").ok()?;
+    text.split_ascii_whitespace().nth(4)?.parse().ok()
+}
+
 /// The direct children of every thread of `pid` (fork children hang off the thread that
 /// forked). Empty when the process is gone or the kernel lacks CONFIG_PROC_CHILDREN.
 pub(crate) fn children(pid: i32) -> Vec<i32> {

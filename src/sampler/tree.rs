@@ -24,6 +24,11 @@ const SCAN_INTERVAL: Duration = Duration::from_millis(20);
 /// waits at least this many times as long as the last took, so that scanning costs at most
 /// about 2% of a CPU however many threads there are.
 const SCAN_COST_FACTOR: u32 = 50;
+/// While no task has started anywhere (see [`crate::proc::last_pid`]), a scan takes the
+/// last listing of the descendants (less those gone) instead of reading every thread's
+/// children again; at least this often it reads them all (a process whose parent exited
+/// leaves the tree without any task starting).
+const RELIST_EVERY: Duration = Duration::from_secs(1);
 /// The longest wait before a process that is not Python (yet) is looked at again when its
 /// executable did not change (a program may load libpython later; most never do).
 const OTHER_RETRY: Duration = Duration::from_millis(500);
@@ -68,6 +73,9 @@ pub(crate) struct ProcessTree {
     /// When the next scan is due: [`SCAN_INTERVAL`] after the last, or later when listing
     /// the processes was costly (see [`SCAN_COST_FACTOR`]).
     next_scan: Option<Instant>,
+    /// The last whole listing of the descendants: the last task id given out before it
+    /// (see [`crate::proc::last_pid`]), when, and what it found.
+    listed: Option<(u32, Instant, Vec<i32>)>,
     /// Serial of the next image sampled.
     next_serial: u64,
     /// Images retired and not yet taken by [`ProcessTree::take_retired`].
@@ -137,6 +145,7 @@ impl ProcessTree {
             tracked: BTreeMap::new(),
             done: Vec::new(),
             next_scan: None,
+            listed: None,
             next_serial: 0,
             retired: Vec::new(),
             scanned: false,
@@ -293,12 +302,32 @@ impl ProcessTree {
         }
     }
 
+    /// The root and its descendants: the last listing less the processes gone while no
+    /// task has started since (no process can have joined the tree: a thousand threads at
+    /// rest cost a scan no read each), else read again.
+    fn descendants(&mut self, now: Instant) -> Vec<i32> {
+        // Read before the listing: a task that starts during it changes the id.
+        let last = crate::proc::last_pid();
+        if let (Some(l), Some((was, at, pids))) = (last, &self.listed) {
+            if l == *was && now.duration_since(*at) < RELIST_EVERY {
+                return pids
+                    .iter()
+                    .copied()
+                    .filter(|p| std::path::Path::new(&format!("/proc/{p}")).exists())
+                    .collect();
+            }
+        }
+        let pids = descendants(self.root);
+        self.listed = last.map(|l| (l, now, pids.clone()));
+        pids
+    }
+
     /// Looks for new processes, processes that exec'd, and processes that are gone.
     fn scan(&mut self) {
         let now = Instant::now();
         self.scanned = true;
         let pids = if self.follow {
-            descendants(self.root)
+            self.descendants(now)
         } else {
             vec![self.root]
         };
@@ -534,6 +563,60 @@ impl Ticker for ProcessTree {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A kept listing still loses the processes that ended and gains the ones that started
+    /// since (a start gives out a new task id: the tree is listed again).
+    #[test]
+    fn a_kept_listing_follows_processes_that_end_and_start() {
+        // sh → sleep 30 and sleep 0.4 at once; a second sleep 30 once the short one ends.
+        let mut child = std::process::Command::new("sh")
+            .args(["-c", "sleep 30 & sleep 0.4; sleep 30 & wait"])
+            .spawn()
+            .expect("sh");
+        let root = child.id() as i32;
+        let mut tree = ProcessTree::new(
+            root,
+            true,
+            SamplerConfig::default(),
+            LocateOptions::default(),
+        );
+        let sleeps = |pids: &[i32]| -> Vec<i32> {
+            pids.iter()
+                .copied()
+                .filter(|&p| crate::proc::exe_path(p).is_ok_and(|e| e.ends_with("/sleep")))
+                .collect()
+        };
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let mut first = Vec::new();
+        while Instant::now() < deadline && first.len() < 2 {
+            first = sleeps(&tree.descendants(Instant::now()));
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        // Every scan of the next second, as the sampler would make them.
+        let mut later = Vec::new();
+        let until = Instant::now() + Duration::from_secs(1);
+        while Instant::now() < until {
+            later = tree.descendants(Instant::now());
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let later_sleeps = sleeps(&later);
+        for p in later.iter().chain(&first).filter(|&&p| p != root) {
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(*p),
+                nix::sys::signal::Signal::SIGKILL,
+            );
+        }
+        let _ = child.kill();
+        let _ = child.wait();
+        assert_eq!(first.len(), 2, "sleep 30 and sleep 0.4: {first:?}");
+        assert_eq!(later_sleeps.len(), 2, "the two sleep 30s: {later:?}");
+        let gone: Vec<_> = first.iter().filter(|p| !later_sleeps.contains(p)).collect();
+        assert_eq!(gone.len(), 1, "sleep 0.4 ended: {first:?} then {later:?}");
+        assert!(
+            later_sleeps.iter().any(|p| !first.contains(p)),
+            "the new sleep 30 is found"
+        );
+    }
 
     #[test]
     fn finds_children_and_grandchildren() {
