@@ -12,25 +12,10 @@
 mod common;
 
 use serde_json::Value;
-use std::process::Command;
 
 fn record(py: &common::Interpreter, extra: &[&str]) -> Result<Value, String> {
-    let dir = common::tempdir("scalene-rs-courtesy");
-    let out = dir.join("p.json");
-    let mut cmd = Command::new(common::bin());
-    cmd.args(["run", "--cpu-only"])
-        .args(extra)
-        .arg("-o")
-        .arg(&out)
-        .arg("--")
-        .arg(&py.path)
-        .arg(common::fixture("cpu/policy.py"));
-    let r = common::run_limited(cmd, std::time::Duration::from_secs(60));
-    if r.code != Some(0) || !r.stdout.contains("done") {
-        return Err(format!("run {extra:?}: {}", r.describe()));
-    }
-    let policies: Vec<&str> = r
-        .stdout
+    let (stdout, profile) = common::record_cpu_profile(py, "cpu/policy.py", &[], extra)?;
+    let policies: Vec<&str> = stdout
         .lines()
         .filter_map(|l| l.strip_prefix("policy "))
         .collect();
@@ -39,9 +24,7 @@ fn record(py: &common::Interpreter, extra: &[&str]) -> Result<Value, String> {
             "run {extra:?}: the program's threads (tid policy) should all be 0 (SCHED_OTHER): {policies:?}"
         ));
     }
-    let text = std::fs::read_to_string(&out).map_err(|e| e.to_string())?;
-    let _ = std::fs::remove_dir_all(&dir);
-    serde_json::from_str(&text).map_err(|e| e.to_string())
+    Ok(profile)
 }
 
 #[test]

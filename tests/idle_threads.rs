@@ -26,7 +26,6 @@
 mod common;
 
 use serde_json::Value;
-use std::process::Command;
 
 const THREADS: &str = "50";
 
@@ -49,24 +48,7 @@ fn record_fixture(
     args: &[&str],
     extra: &[&str],
 ) -> Result<Value, String> {
-    let dir = common::tempdir("scalene-rs-idle");
-    let out = dir.join("p.json");
-    let mut cmd = Command::new(common::bin());
-    cmd.args(["run", "--cpu-only"])
-        .args(extra)
-        .arg("-o")
-        .arg(&out)
-        .arg("--")
-        .arg(&py.path)
-        .arg(common::fixture(fixture))
-        .args(args);
-    let r = common::run_limited(cmd, std::time::Duration::from_secs(60));
-    if r.code != Some(0) || !r.stdout.contains("done") {
-        return Err(format!("run {extra:?}: {}", r.describe()));
-    }
-    let text = std::fs::read_to_string(&out).map_err(|e| e.to_string())?;
-    let _ = std::fs::remove_dir_all(&dir);
-    serde_json::from_str(&text).map_err(|e| e.to_string())
+    common::record_cpu_profile(py, fixture, args, extra).map(|(_, p)| p)
 }
 
 #[test]

@@ -639,3 +639,33 @@ impl Lines {
         }
     }
 }
+
+/// `scalene-rs run --cpu-only EXTRA -o P.json -- PY FIXTURE ARGS` (at most 60 s): the
+/// program's stdout, which must say "done", and the profile. Err: what went wrong.
+#[allow(dead_code)]
+pub fn record_cpu_profile(
+    py: &Interpreter,
+    fixture_name: &str,
+    args: &[&str],
+    extra: &[&str],
+) -> Result<(String, serde_json::Value), String> {
+    let dir = tempdir("scalene-rs-record");
+    let out = dir.join("p.json");
+    let mut cmd = std::process::Command::new(bin());
+    cmd.args(["run", "--cpu-only"])
+        .args(extra)
+        .arg("-o")
+        .arg(&out)
+        .arg("--")
+        .arg(&py.path)
+        .arg(fixture(fixture_name))
+        .args(args);
+    let r = run_limited(cmd, std::time::Duration::from_secs(60));
+    if r.code != Some(0) || !r.stdout.contains("done") {
+        return Err(format!("run {extra:?}: {}", r.describe()));
+    }
+    let text = std::fs::read_to_string(&out).map_err(|e| e.to_string())?;
+    let _ = std::fs::remove_dir_all(&dir);
+    let profile = serde_json::from_str(&text).map_err(|e| e.to_string())?;
+    Ok((r.stdout, profile))
+}
