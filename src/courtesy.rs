@@ -70,6 +70,12 @@ struct Policy {
 }
 
 impl Shared {
+    /// The policy's record (a thread that panicked holding it left it whole: every change
+    /// to it is one assignment after the system call).
+    fn lock(&self) -> std::sync::MutexGuard<'_, Policy> {
+        self.policy.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
     fn ns(&self, t: Instant) -> u64 {
         (t.saturating_duration_since(self.base).as_nanos() as u64).max(1)
     }
@@ -143,7 +149,7 @@ impl Courtesy {
             watchdog: Some(watchdog),
         };
         let took = {
-            let mut p = c.lock();
+            let mut p = c.shared.lock();
             c.shared.set(&mut p, true)
         };
         if !took {
@@ -152,10 +158,6 @@ impl Courtesy {
         }
         CURRENT.with(|cur| *cur.borrow_mut() = Some(c.shared.clone()));
         Some(c)
-    }
-
-    fn lock(&self) -> std::sync::MutexGuard<'_, Policy> {
-        self.shared.policy.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// A tick begins.
@@ -170,7 +172,7 @@ impl Courtesy {
         let s = &self.shared;
         s.due.store(s.ns(next), Ordering::Relaxed);
         s.tick_since.store(0, Ordering::Relaxed);
-        let mut p = self.lock();
+        let mut p = self.shared.lock();
         if !p.idle && p.stands == 0 && p.held_until.is_none_or(|t| Instant::now() >= t) {
             p.held_until = None;
             s.set(&mut p, true);
@@ -186,7 +188,7 @@ impl Courtesy {
     fn finish(&mut self) {
         CURRENT.with(|cur| cur.borrow_mut().take());
         {
-            let mut p = self.lock();
+            let mut p = self.shared.lock();
             self.shared.set(&mut p, false);
         }
         self.shared.stop.store(true, Ordering::Relaxed);
@@ -219,7 +221,7 @@ fn watch(s: &Shared) {
         if !late {
             continue;
         }
-        let mut p = s.policy.lock().unwrap_or_else(|e| e.into_inner());
+        let mut p = s.lock();
         if p.idle && s.set(&mut p, false) {
             s.boosts.fetch_add(1, Ordering::Relaxed);
             p.held_until = Some(Instant::now() + HOLD);
@@ -238,7 +240,7 @@ impl Stand {
     pub(crate) fn take() -> Stand {
         let shared = CURRENT.with(|cur| cur.borrow().clone());
         if let Some(s) = &shared {
-            let mut p = s.policy.lock().unwrap_or_else(|e| e.into_inner());
+            let mut p = s.lock();
             p.stands += 1;
             s.set(&mut p, false);
         }
@@ -249,7 +251,7 @@ impl Stand {
 impl Drop for Stand {
     fn drop(&mut self) {
         if let Some(s) = &self.shared {
-            let mut p = s.policy.lock().unwrap_or_else(|e| e.into_inner());
+            let mut p = s.lock();
             p.stands -= 1;
             if p.stands == 0 && p.held_until.is_none() {
                 s.set(&mut p, true);
