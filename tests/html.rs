@@ -15,7 +15,6 @@ use serde_json::Value;
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::sync::Arc;
 
 /// The text in fixtures/html_report.py that must show as text.
 const MARKUP: &str = "</script><b>bold?</b><img src=x onerror=alert(1)>";
@@ -254,8 +253,8 @@ pub fn synthetic_profile() -> Profile {
         files.push(f);
     }
     let frame = |fi: usize, n: u32| Frame {
-        function: Arc::from(format!("function_{fi}_{}", n / 20)),
-        filename: Arc::from(names[fi].as_str()),
+        function: format!("function_{fi}_{}", n / 20).into(),
+        filename: names[fi].as_str().into(),
         line: Some(n),
         native: false,
     };

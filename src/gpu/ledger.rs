@@ -88,7 +88,7 @@ pub(crate) struct Ledger {
     /// Memory readings (pid, read by, MiB) waiting for a position after them.
     pending_mem: Vec<(u32, u64, f64)>,
     last_at_us: u64,
-    lines: HashMap<(Arc<str>, u32), (f64, f64)>,
+    lines: HashMap<(crate::profile::Name, u32), (f64, f64)>,
     stacks: HashMap<(Arc<[Frame]>, i32), f64>,
     procs: HashMap<u32, (f64, f64)>,
     device_acc: HashMap<u32, DeviceAcc>,
@@ -107,7 +107,7 @@ pub(crate) struct Ledger {
 pub(crate) struct GpuResult {
     pub(crate) summary: GpuSummary,
     /// (file, line) → the line's figures.
-    pub(crate) lines: HashMap<(Arc<str>, u32), LineGpu>,
+    pub(crate) lines: HashMap<(crate::profile::Name, u32), LineGpu>,
     /// pid → (share of the program's GPU time %, peak MB).
     pub(crate) procs: HashMap<i32, (f64, f64)>,
 }
@@ -338,7 +338,7 @@ impl Ledger {
             let share = gpu_s * w;
             if let Some(f) = &p.charged {
                 if let Some(line) = f.line {
-                    self.lines.entry((f.filename.clone(), line)).or_default().0 += share;
+                    self.lines.entry((f.filename, line)).or_default().0 += share;
                 }
             }
             *self.stacks.entry((p.frames.clone(), p.tid)).or_default() += share;
@@ -416,7 +416,7 @@ impl Ledger {
                 .filter(|(_, w)| *w >= MEMORY_MIN_WEIGHT)
             {
                 if let Some((f, line)) = p.charged.as_ref().and_then(|f| f.line.map(|l| (f, l))) {
-                    let e = self.lines.entry((f.filename.clone(), line)).or_default();
+                    let e = self.lines.entry((f.filename, line)).or_default();
                     e.1 = e.1.max(mib);
                 }
             }
@@ -522,7 +522,7 @@ impl Ledger {
             .iter()
             .map(|(k, &(s, mib))| {
                 (
-                    k.clone(),
+                    *k,
                     LineGpu {
                         gpu_pct: pct(s),
                         gpu_mem_peak_mb: mib,

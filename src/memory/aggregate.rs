@@ -16,7 +16,6 @@ use crate::profile::{
 use crate::python::Frame;
 use crate::sampler::native::MergeCounts;
 use std::collections::HashMap;
-use std::sync::Arc;
 
 const MB: f64 = 1024.0 * 1024.0;
 /// Points of a line's footprint timeline in the profile.
@@ -49,7 +48,7 @@ struct LineAcc {
     freed_at: Vec<u64>,
     /// `--native`: bytes of its sampled allocations by the native function that made them
     /// (function, module): the innermost frame of a handshake's stack, machinery dropped.
-    native: HashMap<(Arc<str>, Arc<str>), f64>,
+    native: HashMap<(crate::profile::Name, crate::profile::Name), f64>,
 }
 
 /// (ns, bytes) points, decimated to stay bounded.
@@ -122,7 +121,9 @@ impl LineAcc {
 
 /// A line's native functions by bytes, most first (then by name), at most
 /// [`NATIVE_FUNCTIONS_PER_LINE`].
-fn top_native(by: &HashMap<(Arc<str>, Arc<str>), f64>) -> Vec<NativeAllocation> {
+fn top_native(
+    by: &HashMap<(crate::profile::Name, crate::profile::Name), f64>,
+) -> Vec<NativeAllocation> {
     let mut all: Vec<_> = by.iter().collect();
     all.sort_by(|a, b| b.1.total_cmp(a.1).then_with(|| a.0.cmp(b.0)));
     all.into_iter()
@@ -216,9 +217,7 @@ impl MemoryAggregator {
             return;
         }
         let l = self.lines.entry(line.clone()).or_default();
-        *l.native
-            .entry((leaf.function.clone(), leaf.filename.clone()))
-            .or_default() += bytes as f64;
+        *l.native.entry((leaf.function, leaf.filename)).or_default() += bytes as f64;
     }
 
     /// `--native`: how the handshakes' native stacks went.

@@ -9,11 +9,10 @@ mod frame;
 mod gpu;
 
 pub(crate) use frame::charged_frame;
-pub use frame::Frame;
+pub use frame::{Frame, Name};
 pub use gpu::{GpuDevice, GpuStack, GpuSummary, LineGpu};
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
-use std::sync::Arc;
 
 /// The aggregator's maps are hit on every sample with keys of text: a fast hash
 /// (aHash) instead of std's SipHash, which is built to resist hash flooding we do not face.
@@ -69,7 +68,7 @@ impl Split {
 }
 
 /// A function: its file and its name.
-type FunctionKey = (Arc<str>, Arc<str>);
+type FunctionKey = (Name, Name);
 
 /// One full stack's samples and time, split, by the thread that saw it (None: the thread's
 /// id was not known). A stack is seen by one thread or a few: a list is enough.
@@ -95,12 +94,12 @@ fn first_of(a: Option<u32>, b: Option<u32>) -> Option<u32> {
 }
 
 /// Seconds by native function (function, module).
-type NativeSeconds = FastMap<(Arc<str>, Arc<str>), f64>;
+type NativeSeconds = FastMap<(Name, Name), f64>;
 
 /// Folds samples as they come.
 #[derive(Debug, Default)]
 pub(crate) struct Aggregator {
-    lines: FastMap<(Arc<str>, u32), Split>,
+    lines: FastMap<(Name, u32), Split>,
     /// A function's time and its first line seen (None: no line seen yet), by file and name.
     functions: FastMap<FunctionKey, (Split, Option<u32>)>,
     /// A full stack's samples and their time, split, by thread.
@@ -108,7 +107,7 @@ pub(crate) struct Aggregator {
     threads: FastMap<i32, (Option<String>, Split, u64)>,
     /// Native seconds of a line by the native function they were spent in (function,
     /// module): `--native` recordings only.
-    line_native: FastMap<(Arc<str>, u32), NativeSeconds>,
+    line_native: FastMap<(Name, u32), NativeSeconds>,
     /// Samples (thread observations) folded in.
     thread_samples: u64,
 }
@@ -142,16 +141,16 @@ impl Aggregator {
         if let Some(f) = attribution {
             if let Some(line) = f.line {
                 self.lines
-                    .entry((f.filename.clone(), line))
+                    .entry((f.filename, line))
                     .or_default()
                     .add(&split);
                 match s.frames.first() {
                     Some(leaf) if leaf.native && split.native_s > 0.0 => {
                         *self
                             .line_native
-                            .entry((f.filename.clone(), line))
+                            .entry((f.filename, line))
                             .or_default()
-                            .entry((leaf.function.clone(), leaf.filename.clone()))
+                            .entry((leaf.function, leaf.filename))
                             .or_default() += split.native_s;
                     }
                     _ => {}
@@ -159,7 +158,7 @@ impl Aggregator {
             }
             let e = self
                 .functions
-                .entry((f.filename.clone(), f.function.clone()))
+                .entry((f.filename, f.function))
                 .or_insert((Split::default(), None));
             e.0.add(&split);
             e.1 = first_of(e.1, f.line);
@@ -184,13 +183,10 @@ impl Aggregator {
     /// seconds, so the sums are the program's totals.
     pub(crate) fn absorb(&mut self, other: &Aggregator) {
         for (k, v) in &other.lines {
-            self.lines.entry(k.clone()).or_default().add(v);
+            self.lines.entry(*k).or_default().add(v);
         }
         for (k, (split, first)) in &other.functions {
-            let e = self
-                .functions
-                .entry(k.clone())
-                .or_insert((Split::default(), None));
+            let e = self.functions.entry(*k).or_insert((Split::default(), None));
             e.0.add(split);
             e.1 = first_of(e.1, *first);
         }
@@ -201,9 +197,9 @@ impl Aggregator {
             }
         }
         for (line, theirs) in &other.line_native {
-            let ours = self.line_native.entry(line.clone()).or_default();
+            let ours = self.line_native.entry(*line).or_default();
             for (function, seconds) in theirs {
-                *ours.entry(function.clone()).or_default() += seconds;
+                *ours.entry(*function).or_default() += seconds;
             }
         }
         for (tid, (name, split, n)) in &other.threads {
@@ -249,7 +245,7 @@ impl Aggregator {
                 gpu: None,
                 native_functions: self
                     .line_native
-                    .get(&(file.clone(), *line))
+                    .get(&(*file, *line))
                     .map(|by| top_native(by, &pct))
                     .unwrap_or_default(),
             });

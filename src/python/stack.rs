@@ -152,8 +152,8 @@ struct FrameStep {
 /// Decoded facts about one code object.
 #[derive(Debug)]
 struct CodeInfo {
-    function: Arc<str>,
-    filename: Arc<str>,
+    function: crate::profile::Name,
+    filename: crate::profile::Name,
     firstlineno: u32,
     table: LineTable,
     /// AVMA of the first bytecode byte (3.11+: `co_code_adaptive`; ≤3.10: the payload of
@@ -898,8 +898,8 @@ impl StackWalker {
                     w.top_instr = step.instr;
                 }
                 w.frames.push(Frame {
-                    function: code.function.clone(),
-                    filename: code.filename.clone(),
+                    function: code.function,
+                    filename: code.filename,
                     line: *line,
                     native: false,
                 });
@@ -950,8 +950,8 @@ impl StackWalker {
         let step = self.step(mem, addr, &buf, false, true);
         self.validated.clear();
         let frame = step?.frame.map(|(code, line)| Frame {
-            function: code.function.clone(),
-            filename: code.filename.clone(),
+            function: code.function,
+            filename: code.filename,
             line,
             native: false,
         });

@@ -82,7 +82,7 @@ fn poll(at_ms: u64, util: &[(u32, u64, u32)], mem: &[(u32, f64)]) -> Report {
 
 fn line_pct(r: &GpuResult, line: u32) -> f64 {
     r.lines
-        .get(&(Arc::from("/app.py"), line))
+        .get(&(crate::profile::Name::new("/app.py"), line))
         .map_or(0.0, |g| g.gpu_pct)
 }
 
@@ -127,7 +127,7 @@ fn gpu_time_goes_where_the_process_was_and_never_to_another_process() {
     assert_eq!(line_pct(&r, 20), 0.0);
     assert_eq!(r.summary.other_process_samples, 20);
     // Memory: the process held 4096 MiB only while line 20 ran; 9000 is another's.
-    let m = |line: u32| r.lines[&(Arc::from("/app.py"), line)].gpu_mem_peak_mb;
+    let m = |line: u32| r.lines[&(crate::profile::Name::new("/app.py"), line)].gpu_mem_peak_mb;
     assert_eq!(m(10), 512.0);
     assert_eq!(m(20), 4096.0);
     assert_eq!(r.summary.mem_peak_mb, 4096.0);
@@ -307,7 +307,7 @@ fn memory_read_just_after_a_line_changed_goes_to_the_new_line() {
     // Read 1 ms after the last position on line 10: the memory was there by then.
     l.take(vec![poll(2001, &[], &[(7, 4096.0)])]);
     let r = l.finish(T0 + 3000 * MS, true);
-    let m = |line: u32| r.lines[&(Arc::from("/app.py"), line)].gpu_mem_peak_mb;
+    let m = |line: u32| r.lines[&(crate::profile::Name::new("/app.py"), line)].gpu_mem_peak_mb;
     assert_eq!(m(10), 512.0);
     assert_eq!(m(20), 4096.0);
 }
