@@ -708,8 +708,9 @@ fn read_blocking(
 /// Whether thread `t` is one [`SnapshotOptions::reuse`] lets go unread: it did not run
 /// since its last read, its thread state still names the frame that read started from, and
 /// it does not hold the GIL (a thread that holds it is about to run, if it is not running).
+/// A thread the list took as it was ([`stack::RawThread::rested`]) is one, without a look.
 fn is_unchanged(t: &stack::RawThread, reuse: &crate::IdMap<u64, u64>) -> bool {
-    !t.holds_gil && reuse.get(&t.thread_id) == Some(&t.top_frame)
+    t.rested || (!t.holds_gil && reuse.get(&t.thread_id) == Some(&t.top_frame))
 }
 
 /// A thread found unchanged: its entry (a walk marked unchanged), or under

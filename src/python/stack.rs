@@ -36,6 +36,10 @@ pub(crate) struct RawThread {
     pub(crate) interp_index: usize,
     /// Whether this thread holds its interpreter's GIL.
     pub(crate) holds_gil: bool,
+    /// Taken as the last read found it, unread: the thread is in the `reuse` map the list
+    /// was read with, with this innermost frame, and does not hold the GIL (see
+    /// [`KnownStates`]). Saves the callers a look-up of that map per thread.
+    pub(crate) rested: bool,
 }
 
 /// The result of walking one thread's frames.
@@ -564,7 +568,11 @@ impl StackWalker {
                             && reuse.get(&k.raw.thread_id) == Some(&k.raw.top_frame) =>
                     {
                         k.met = now;
-                        Some((k.raw.clone(), k.next))
+                        let raw = RawThread {
+                            rested: true,
+                            ..k.raw.clone()
+                        };
+                        Some((raw, k.next))
                     }
                     _ => None,
                 };
@@ -652,6 +660,7 @@ impl StackWalker {
             top_frame,
             interp_index: 0,
             holds_gil: false,
+            rested: false,
         };
         Ok((raw, field_u64(buf, t.next), frame_field))
     }

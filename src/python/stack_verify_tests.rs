@@ -937,6 +937,10 @@ fn resting_threads_states_are_not_read_again() {
                 .collect()
         };
         assert_eq!(ids(&again), ids(&first), "{}", name(l));
+        // The two taken as they were say so (their callers skip the map); none did at first.
+        let rested = |v: &[super::RawThread]| v.iter().map(|r| r.rested).collect::<Vec<_>>();
+        assert_eq!(rested(&again), [false, true, false, true], "{}", name(l));
+        assert_eq!(rested(&first), [false; 4], "{}", name(l));
         // `c` holds the GIL: read, and said to hold it.
         let held = sw
             .threads(&noted, interp, Some(states[3]), Some(&rest))
@@ -945,6 +949,7 @@ fn resting_threads_states_are_not_read_again() {
         assert!(!noted.touched(states[1], state_size));
         noted.forget();
         assert!(held[3].holds_gil && !held[1].holds_gil, "{}", name(l));
+        assert!(!held[3].rested && held[1].rested, "{}", name(l));
         // A read that fails (the head of the list unreadable) leaves the next read whole.
         let holed = WithHole {
             mem: &mem,

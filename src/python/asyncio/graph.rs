@@ -562,6 +562,7 @@ pub(crate) fn fuzz_tasks(data: &[u8], base: u64, walker: &mut StackWalker) -> Ve
         top_frame: 0,
         interp_index: 0,
         holds_gil: false,
+        rested: false,
     };
     let walk = Walk::default();
     let mut out = Vec::new();
