@@ -83,6 +83,20 @@ pub struct SnapshotOptions {
     /// the next snapshot starts where this one stopped. A pool of a thousand threads that
     /// start, or wake to end, together costs each sample this many walks, not a thousand.
     pub max_walks: Option<usize>,
+    /// How `reuse` differs from the map of the caller's last snapshot, under
+    /// `omit_unchanged`: then the thread list is read for the threads that did not rest
+    /// only (see [`ReuseDelta`]). None: not known (the map was made anew).
+    pub reuse_delta: Option<ReuseDelta>,
+}
+
+/// What changed in [`SnapshotOptions::reuse`] since the caller's snapshot before: the
+/// `thread_id`s whose entry was added, removed or changed. `epoch` counts the caller's
+/// snapshots (one more than that of the map before): a snapshot that missed one, or a
+/// read of the list in between, reads the list the whole way.
+#[derive(Debug, Clone, Default)]
+pub struct ReuseDelta {
+    pub epoch: u64,
+    pub threads: Vec<u64>,
 }
 
 /// How stacks are read.
@@ -120,6 +134,7 @@ impl Default for SnapshotOptions {
             omit_unchanged: false,
             list_whole: false,
             max_walks: None,
+            reuse_delta: None,
         }
     }
 }
@@ -771,13 +786,15 @@ fn read_all(
 
 /// The interpreter's threads, read without pausing from `cache` first, then afresh, in up to
 /// `tries` tries; and whether the first try found everything in the cache (then `verify`
-/// may check a walk against the cache's second look).
+/// may check a walk against the cache's second look), and how many threads at rest were
+/// left out (under `omit_unchanged`, see [`StackWalker::threads_in_sample`]).
 fn thread_list(
     proc: &PythonProcess,
     walker: &mut StackWalker,
     cache: &ptrace::PageCache,
     opts: &SnapshotOptions,
-) -> Result<(Vec<stack::RawThread>, bool)> {
+) -> Result<(Vec<stack::RawThread>, bool, usize)> {
+    let delta = opts.reuse_delta.as_ref().filter(|_| opts.omit_unchanged);
     let mut last_err = None;
     for attempt in 0..opts.retries.max(1) {
         let fresh = ptrace::PageCache::new(&proc.mem);
@@ -789,10 +806,12 @@ fn thread_list(
             }
         }
         let mem = first_then_fresh(attempt, cache, &fresh);
-        let read = interp_head_checked(proc, mem)
-            .and_then(|head| walker.threads(mem, head, gil_current(proc, mem)?, opts.rested()));
+        let read = interp_head_checked(proc, mem).and_then(|head| {
+            let gil = gil_current(proc, mem)?;
+            walker.threads_in_sample(mem, head, gil, opts.rested(), delta)
+        });
         match read {
-            Ok(r) => return Ok((r, attempt == 0 && cache.misses() == 0)),
+            Ok((r, left_out)) => return Ok((r, attempt == 0 && cache.misses() == 0, left_out)),
             Err(e) if e.is_process_gone() => return Err(e),
             Err(e) => last_err = Some(e),
         }
@@ -827,8 +846,8 @@ fn read_nonblocking(
         cache.prefetch(&states);
     }
     let second = cache.prefetch_with_second_look(&walker.page_hint, &walker.recheck_hint);
-    let (raw, clean) = thread_list(proc, walker, &cache, opts)?;
-    walker.left_out = 0;
+    let (raw, clean, left_out) = thread_list(proc, walker, &cache, opts)?;
+    walker.left_out = left_out;
     let auto = opts.mode == ReadMode::Auto;
     walker.deferred = 0;
     // Under a bound on walks, from where the last snapshot stopped (in list order).

@@ -242,6 +242,29 @@ struct KnownStates {
     full_at: Option<std::time::Instant>,
     /// The number of the current read of the list (marks the entries it met).
     read: u32,
+    /// The list as the last read of a sample found it, for the next sample's read of only
+    /// the threads that ran (see [`StackWalker::threads_in_sample`]); None after any other
+    /// read.
+    shape: Option<Shape>,
+}
+
+/// The thread list of one interpreter as a sample's read found it, against the caller's
+/// map of threads at rest (`reuse`) as of `epoch`: the next sample, given what changed in
+/// that map since ([`crate::python::ReuseDelta`]), reads the states of the threads that
+/// did not rest and those whose entry changed, and counts the others, instead of
+/// following a thousand links and looking each thread up.
+struct Shape {
+    /// The interpreter (the only one) and its first thread state (a new thread goes in at
+    /// the head).
+    interp: u64,
+    head: u64,
+    /// States on the list.
+    len: usize,
+    /// The states that were not taken as they were, in list order.
+    unrested: Vec<u64>,
+    /// Each state by its `thread_id`.
+    by_thread: crate::IdMap<u64, u64>,
+    epoch: u64,
 }
 
 /// A thread state as last read: the thread found, and what its `next` field held.
@@ -253,6 +276,8 @@ struct KnownState {
     frame_field: u64,
     /// The read of the list that last met it.
     met: u32,
+    /// Where that read met it in the list (0: the head).
+    pos: u32,
 }
 
 impl KnownStates {
@@ -282,6 +307,34 @@ impl KnownStates {
             }
             Err(_) => self.full_at = None,
         }
+    }
+}
+
+impl Shape {
+    /// The shape of `list` as a read of interpreter `interp` found it, against the map of
+    /// `epoch`; None for a list that spans interpreters or names a thread twice.
+    fn of(list: &[RawThread], interp: u64, epoch: u64) -> Option<Shape> {
+        if list.iter().any(|t| t.interp_index != 0) {
+            return None;
+        }
+        let mut by_thread = crate::IdMap::default();
+        for t in list {
+            if by_thread.insert(t.thread_id, t.tstate).is_some() {
+                return None;
+            }
+        }
+        Some(Shape {
+            interp,
+            head: list.first().map_or(0, |t| t.tstate),
+            len: list.len(),
+            unrested: list
+                .iter()
+                .filter(|t| !t.rested)
+                .map(|t| t.tstate)
+                .collect(),
+            by_thread,
+            epoch,
+        })
     }
 }
 
@@ -452,11 +505,121 @@ impl StackWalker {
         // A state whose thread is in `reuse` with the innermost frame it was last read
         // with, and which does not hold the GIL, is taken as the last read found it (see
         // [`KnownStates`]); but not at a whole read.
+        self.known_states.shape = None;
         let whole = self.known_states.begin(reuse.is_none());
         let reuse = reuse.filter(|_| !whole);
         let read = self.read_list(mem, interp_head, gil_tstate_current, reuse);
         self.known_states.end(&read, whole);
         read
+    }
+
+    /// A sample's read of the thread list: [`StackWalker::threads`], or, when `delta` says
+    /// how `reuse` changed since the last sample's read and that read found one
+    /// interpreter, only the threads that did not rest (the states of threads whose entry
+    /// in `reuse` changed, of those that ran last time, and of the GIL holder; each read as
+    /// `threads` reads it), with the number of threads at rest left out: what `threads`
+    /// would give, the threads taken as they were aside. The list is read the whole way
+    /// (every link followed) when its head moved (a thread started), a state read shows
+    /// another link or another thread than last time, or every [`FULL_LIST_EVERY`].
+    pub(crate) fn threads_in_sample(
+        &mut self,
+        mem: &dyn ProcessMemory,
+        interp_head: u64,
+        gil_tstate_current: Option<u64>,
+        reuse: Option<&crate::IdMap<u64, u64>>,
+        delta: Option<&crate::python::ReuseDelta>,
+    ) -> Result<(Vec<RawThread>, usize)> {
+        if let (Some(reuse), Some(delta), Some(shape)) =
+            (reuse, delta, self.known_states.shape.take())
+        {
+            let fits = shape.epoch.wrapping_add(1) == delta.epoch
+                && shape.interp == interp_head
+                && !self.known_states.whole(false);
+            if fits {
+                match self.ran_since(mem, shape, gil_tstate_current, reuse, delta) {
+                    Ok(Some(read)) => return Ok(read),
+                    Ok(None) => {}
+                    Err(e) => {
+                        self.known_states.full_at = None;
+                        return Err(e);
+                    }
+                }
+            }
+        }
+        // A whole read takes no thread as it was: not a shape to go on from.
+        let whole = self.known_states.whole(reuse.is_none());
+        let list = self.threads(mem, interp_head, gil_tstate_current, reuse)?;
+        if let (false, Some(_), Some(delta)) = (whole, reuse, delta) {
+            self.known_states.shape = Shape::of(&list, interp_head, delta.epoch);
+        }
+        Ok((list, 0))
+    }
+
+    /// [`StackWalker::threads_in_sample`]'s read of the threads that did not rest. None:
+    /// the list is to be read the whole way.
+    fn ran_since(
+        &mut self,
+        mem: &dyn ProcessMemory,
+        mut shape: Shape,
+        gil: Option<u64>,
+        reuse: &crate::IdMap<u64, u64>,
+        delta: &crate::python::ReuseDelta,
+    ) -> Result<Option<(Vec<RawThread>, usize)>> {
+        let l = &self.layout;
+        let interp = shape.interp;
+        if mem.read_u64(interp.wrapping_add(l.interp.tstate_head as u64))? != shape.head
+            || mem.read_u64(interp.wrapping_add(l.interp.next as u64))? != 0
+        {
+            return Ok(None);
+        }
+        let holder = match gil {
+            Some(h) => h,
+            None => self.gil_holder_312(mem, interp)?,
+        };
+        let known = &self.known_states.by_addr;
+        let at = |tstate: u64| known.get(&tstate).map(|k| (k.pos, tstate));
+        let mut look: Vec<(u32, u64)> =
+            Vec::with_capacity(shape.unrested.len() + delta.threads.len() + 1);
+        look.extend(shape.unrested.iter().filter_map(|&t| at(t)));
+        for thread in &delta.threads {
+            if let Some(&t) = shape.by_thread.get(thread) {
+                look.extend(at(t));
+            }
+        }
+        if holder != 0 {
+            // A state not on the list holds the GIL: the list changed.
+            let Some(h) = at(holder) else { return Ok(None) };
+            look.push(h);
+        }
+        look.sort_unstable();
+        look.dedup();
+        let mut out = Vec::with_capacity(look.len());
+        shape.unrested.clear();
+        for (_, tstate) in look {
+            let holds_gil = tstate == holder;
+            let Some(k) = self.known_states.by_addr.get(&tstate) else {
+                return Ok(None);
+            };
+            if !holds_gil && reuse.get(&k.raw.thread_id) == Some(&k.raw.top_frame) {
+                // At rest: taken as it was, left out.
+                continue;
+            }
+            let (was_thread, was_next) = (k.raw.thread_id, k.next);
+            let (t, next, frame_field) = self.read_thread(mem, tstate, interp)?;
+            if next != was_next || t.thread_id != was_thread {
+                return Ok(None);
+            }
+            if let Some(k) = self.known_states.by_addr.get_mut(&tstate) {
+                k.raw = t.clone();
+                k.frame_field = frame_field;
+            }
+            shape.unrested.push(tstate);
+            out.push(RawThread { holds_gil, ..t });
+        }
+        let left_out = shape.len - out.len();
+        shape.epoch = delta.epoch;
+        self.known_states.shape = Some(shape);
+        Ok(Some((out, left_out)))
     }
 
     /// What a walk from innermost frame `top` reads first, for a prefetch: that frame, and
@@ -568,6 +731,7 @@ impl StackWalker {
                             && reuse.get(&k.raw.thread_id) == Some(&k.raw.top_frame) =>
                     {
                         k.met = now;
+                        k.pos = out.len() as u32;
                         let raw = RawThread {
                             rested: true,
                             ..k.raw.clone()
@@ -586,6 +750,7 @@ impl StackWalker {
                             next,
                             frame_field,
                             met: now,
+                            pos: out.len() as u32,
                         };
                         self.known_states.by_addr.insert(tstate, k);
                         (t, next)

@@ -873,6 +873,40 @@ impl Noted<'_> {
     }
 }
 
+/// Four thread states on the same frames (only the states matter), listed as
+/// `first → a → b → c` (`thread_id` 0x7f00 + i, kernel id 100 + i), and their interpreter:
+/// (the stack, the states, the interpreter, the bytes of a state the list reads).
+fn four_threads(l: &Layout) -> (Stack, Vec<u64>, u64, u64) {
+    let mut st = Stack::new(l);
+    let t = l.thread;
+    // Each state is followed by room for the fields the list reads (a `_PyCFrame` state
+    // holds fewer).
+    let state_size = [t.next, t.interp, t.frame, t.thread_id]
+        .into_iter()
+        .chain(t.native_thread_id)
+        .max()
+        .unwrap() as u64
+        + 8;
+    st.s.alloc(state_size as usize);
+    let mut states = vec![];
+    for _ in 0..4 {
+        states.push(st.s.thread(st.frames[0]));
+        st.s.alloc(state_size as usize);
+    }
+    let interp = st.s.alloc(l.interp.tstate_head.max(l.interp.next) + 8);
+    for (i, &ts) in states.iter().enumerate() {
+        st.s.put(ts + t.interp as u64, interp);
+        st.s.put(ts + t.thread_id as u64, 0x7f00 + i as u64);
+        if let Some(o) = t.native_thread_id {
+            st.s.put(ts + o as u64, 100 + i as u64);
+        }
+        let next = states.get(i + 1).copied().unwrap_or(0);
+        st.s.put(ts + t.next as u64, next);
+    }
+    st.s.put(interp + l.interp.tstate_head as u64, states[0]);
+    (st, states, interp, state_size)
+}
+
 /// A thread list read with `reuse` (threads that did not run since, with the innermost
 /// frame they were read at) reads neither the state of such a thread nor its `_PyCFrame`,
 /// and gives the same threads; a thread that ran, or holds the GIL, is read; a failed
@@ -881,34 +915,8 @@ impl Noted<'_> {
 #[test]
 fn resting_threads_states_are_not_read_again() {
     for l in layouts() {
-        let mut st = Stack::new(l);
+        let (st, states, interp, state_size) = four_threads(l);
         let t = l.thread;
-        // Four threads (on the same frames: only their states matter here), listed as
-        // `first → a → b → c`, and their interpreter. Each state is followed by room for
-        // the fields the list reads (a `_PyCFrame` state holds fewer).
-        let state_size = [t.next, t.interp, t.frame, t.thread_id]
-            .into_iter()
-            .chain(t.native_thread_id)
-            .max()
-            .unwrap() as u64
-            + 8;
-        st.s.alloc(state_size as usize);
-        let mut states = vec![];
-        for _ in 0..4 {
-            states.push(st.s.thread(st.frames[0]));
-            st.s.alloc(state_size as usize);
-        }
-        let interp = st.s.alloc(l.interp.tstate_head.max(l.interp.next) + 8);
-        for (i, &ts) in states.iter().enumerate() {
-            st.s.put(ts + t.interp as u64, interp);
-            st.s.put(ts + t.thread_id as u64, 0x7f00 + i as u64);
-            if let Some(o) = t.native_thread_id {
-                st.s.put(ts + o as u64, 100 + i as u64);
-            }
-            let next = states.get(i + 1).copied().unwrap_or(0);
-            st.s.put(ts + t.next as u64, next);
-        }
-        st.s.put(interp + l.interp.tstate_head as u64, states[0]);
         let mem = st.s.mem();
         let noted = Noted {
             mem: &mem,
@@ -983,5 +991,137 @@ fn resting_threads_states_are_not_read_again() {
         let whole = sw.threads(&gone, interp, Some(0), None).unwrap();
         let left: Vec<u64> = whole.iter().map(|r| r.tstate).collect();
         assert_eq!(left, [states[0], states[1], states[3]], "{}", name(l));
+    }
+}
+
+/// A sample's read of the list, given what changed in the map of threads at rest since the
+/// last one (`ReuseDelta`), reads the states of the threads that did not rest, of those
+/// whose entry changed and of the GIL holder only, leaves the others out (counted), and
+/// gives the threads `threads` gives less those taken as they were; it reads the list the
+/// whole way when a sample was missed, a thread started (the head moved), or a state read
+/// links elsewhere than before.
+#[test]
+fn a_sample_reads_only_the_states_of_threads_that_did_not_rest() {
+    use crate::python::ReuseDelta;
+    for l in layouts() {
+        let (mut st, states, interp, state_size) = four_threads(l);
+        let t = l.thread;
+        let mut sw = StackWalker::new(*l, TYPES);
+        let delta = |epoch: u64, threads: &[u64]| ReuseDelta {
+            epoch,
+            threads: threads.to_vec(),
+        };
+        let at = |v: &[super::RawThread]| v.iter().map(|r| r.tstate).collect::<Vec<_>>();
+        let mem = st.s.mem();
+        let noted = Noted {
+            mem: &mem,
+            reads: Default::default(),
+        };
+        let none = crate::IdMap::default();
+        let (first, left) = sw
+            .threads_in_sample(&noted, interp, Some(0), Some(&none), Some(&delta(1, &[])))
+            .unwrap();
+        assert_eq!((at(&first), left), (states.clone(), 0), "{}", name(l));
+        // `a` and `c` come to rest (their entries came in).
+        let (ta, tc) = (first[1].thread_id, first[3].thread_id);
+        let mut rest: crate::IdMap<u64, u64> = [1, 3]
+            .into_iter()
+            .map(|i| (first[i].thread_id, first[i].top_frame))
+            .collect();
+        // The first read was a whole one (as every first is): the next follows the links
+        // (taking `a` and `c` as they were) and notes the shape of the list.
+        let (two, left) = sw
+            .threads_in_sample(
+                &noted,
+                interp,
+                Some(0),
+                Some(&rest),
+                Some(&delta(2, &[ta, tc])),
+            )
+            .unwrap();
+        assert_eq!((at(&two), left), (states.clone(), 0), "{}", name(l));
+        let rested = two.iter().map(|r| r.rested).collect::<Vec<_>>();
+        assert_eq!(rested, [false, true, false, true], "{}", name(l));
+        // From then on only `first` and `b` are read; `a` and `c` are left out.
+        noted.forget();
+        let (three, left) = sw
+            .threads_in_sample(&noted, interp, Some(0), Some(&rest), Some(&delta(3, &[])))
+            .unwrap();
+        assert_eq!(
+            (at(&three), left),
+            (vec![states[0], states[2]], 2),
+            "{}",
+            name(l)
+        );
+        assert!(three.iter().all(|r| !r.rested && !r.holds_gil));
+        for (i, &s) in states.iter().enumerate() {
+            let read = noted.touched(s, state_size);
+            assert_eq!(read, i == 0 || i == 2, "{} state {i}", name(l));
+        }
+        // `c` holds the GIL: read, and said to hold it.
+        let (four, left) = sw
+            .threads_in_sample(
+                &noted,
+                interp,
+                Some(states[3]),
+                Some(&rest),
+                Some(&delta(4, &[])),
+            )
+            .unwrap();
+        assert_eq!(
+            (at(&four), left),
+            (vec![states[0], states[2], states[3]], 1)
+        );
+        assert!(four[2].holds_gil && !four[0].holds_gil, "{}", name(l));
+        // `a` ran (its entry went): read again; `c`, no longer holding the GIL, left out.
+        rest.remove(&ta);
+        noted.forget();
+        let (five, left) = sw
+            .threads_in_sample(&noted, interp, Some(0), Some(&rest), Some(&delta(5, &[ta])))
+            .unwrap();
+        assert_eq!(
+            (at(&five), left),
+            (vec![states[0], states[1], states[2]], 1)
+        );
+        assert!(noted.touched(states[1], state_size) && !noted.touched(states[3], state_size));
+        // A sample missed (epoch 7 after 5): the whole way, as `threads` reads it.
+        let (six, left) = sw
+            .threads_in_sample(&noted, interp, Some(0), Some(&rest), Some(&delta(7, &[])))
+            .unwrap();
+        assert_eq!((at(&six), left), (states.clone(), 0), "{}", name(l));
+        assert_eq!(
+            six.iter().map(|r| r.rested).collect::<Vec<_>>(),
+            [false, false, false, true]
+        );
+        let (_, left) = sw
+            .threads_in_sample(&noted, interp, Some(0), Some(&rest), Some(&delta(8, &[])))
+            .unwrap();
+        assert_eq!(left, 1, "{}: back to the threads that ran", name(l));
+        // `c` leaves behind `b` (which ran): `b`'s link moved: the whole way (`c` gone).
+        let b_next = (states[2] + t.next as u64 - BASE) as usize;
+        let mut gone = st.s.mem();
+        gone.bytes[b_next..b_next + 8].copy_from_slice(&0u64.to_le_bytes());
+        let (nine, left) = sw
+            .threads_in_sample(&gone, interp, Some(0), Some(&rest), Some(&delta(9, &[])))
+            .unwrap();
+        assert_eq!((at(&nine), left), (states[..3].to_vec(), 0), "{}", name(l));
+        // A thread starts: a state at the head of the list: the whole way, the new one in.
+        let new = st.s.thread(st.frames[0]);
+        st.s.alloc(state_size as usize);
+        st.s.put(new + t.interp as u64, interp);
+        st.s.put(new + t.thread_id as u64, 0x7f10);
+        st.s.put(new + t.next as u64, states[0]);
+        st.s.put(interp + l.interp.tstate_head as u64, new);
+        let grown = st.s.mem();
+        let (ten, left) = sw
+            .threads_in_sample(&grown, interp, Some(0), Some(&rest), Some(&delta(10, &[])))
+            .unwrap();
+        assert_eq!(at(&ten)[..2], [new, states[0]], "{}", name(l));
+        assert_eq!((ten.len(), left), (5, 0), "{}", name(l));
+        // Without what changed in the map (None), always the whole way.
+        let (_, left) = sw
+            .threads_in_sample(&grown, interp, Some(0), Some(&rest), None)
+            .unwrap();
+        assert_eq!(left, 0, "{}", name(l));
     }
 }

@@ -184,6 +184,11 @@ pub struct Sampler {
     reuse_by_tid: HashMap<i32, u64>,
     reuse_kept: bool,
     touched: Vec<i32>,
+    /// What changed in `reuse` since the last snapshot (the `thread_id`s of the entries
+    /// taken out or put in; None: it was made anew), and the snapshots taken so far: see
+    /// [`python::ReuseDelta`].
+    reuse_changes: Option<Vec<u64>>,
+    reuse_epoch: u64,
     tids_by_thread: HashMap<u64, i32>,
     /// The outcome of a sample's reads, for [`PauseSchedule::update`] (room kept likewise).
     outcome: Vec<(u64, bool)>,
@@ -329,6 +334,8 @@ impl Sampler {
             reuse_by_tid: HashMap::default(),
             reuse_kept: false,
             touched: Vec::new(),
+            reuse_changes: None,
+            reuse_epoch: 0,
             tids_by_thread: HashMap::default(),
             outcome: Vec::new(),
             cpu_short: false,
@@ -454,6 +461,7 @@ impl Sampler {
             // A thread left: the state before its own in the list still links to it.
             list_whole: listing == Listing::Left,
             max_walks: Some(MAX_WALKS),
+            reuse_delta: self.reuse_delta(),
             reuse: std::mem::take(&mut self.reuse),
             tids_by_thread: std::mem::take(&mut self.tids_by_thread),
             unpaused: std::mem::take(&mut self.unpaused),
@@ -480,6 +488,10 @@ impl Sampler {
         // The maps' room, for the next sample.
         (self.reuse, self.tids_by_thread, self.unpaused) =
             (opts.reuse, opts.tids_by_thread, opts.unpaused);
+        if let Some(mut d) = opts.reuse_delta {
+            d.threads.clear();
+            self.reuse_changes = Some(d.threads);
+        }
         let mut snap = match snap {
             Ok(s) => s,
             Err(e) if e.is_process_gone() => return Err(e),
@@ -623,6 +635,7 @@ impl Sampler {
                 self.reuse.clear();
                 self.unpaused.clear();
                 self.reuse_by_tid.clear();
+                self.reuse_changes = None;
                 let tids: Vec<i32> = self.last_read.keys().copied().collect();
                 for tid in tids {
                     self.reconsider(tid);
@@ -652,14 +665,32 @@ impl Sampler {
         }
     }
 
+    /// What changed in `reuse` since the last snapshot, for this one (see
+    /// [`python::ReuseDelta`]); from now on, what changes after it.
+    fn reuse_delta(&mut self) -> Option<python::ReuseDelta> {
+        self.reuse_epoch += 1;
+        let delta = self.reuse_changes.take().map(|threads| python::ReuseDelta {
+            epoch: self.reuse_epoch,
+            threads,
+        });
+        self.reuse_changes = Some(Vec::new());
+        delta
+    }
+
     /// Puts thread `tid` into `reuse` and `unpaused`, or takes it out, as
     /// [`Sampler::reusable`] decides.
     fn reconsider(&mut self, tid: i32) {
         if let Some(thread) = self.reuse_by_tid.remove(&tid) {
             self.reuse.remove(&thread);
             self.unpaused.remove(&tid);
+            if let Some(c) = &mut self.reuse_changes {
+                c.push(thread);
+            }
         }
         if let Some((thread, top)) = self.still(tid) {
+            if let Some(c) = &mut self.reuse_changes {
+                c.push(thread);
+            }
             self.reuse.insert(thread, top);
             self.unpaused.insert(tid);
             self.reuse_by_tid.insert(tid, thread);
