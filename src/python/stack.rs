@@ -593,6 +593,19 @@ impl StackWalker {
         }
         look.sort_unstable();
         look.dedup();
+        // Every state left unlooked at is one the way through the links would take as it
+        // was (checked at every sample of the debug build's tests: a change of the map
+        // missing from `delta` would leave a thread that ran unread).
+        #[cfg(debug_assertions)]
+        for (addr, k) in &self.known_states.by_addr {
+            if !look.iter().any(|&(_, t)| t == *addr) {
+                assert_eq!(
+                    reuse.get(&k.raw.thread_id),
+                    Some(&k.raw.top_frame),
+                    "a thread at rest left out of a sample's read of the list"
+                );
+            }
+        }
         let mut out = Vec::with_capacity(look.len());
         shape.unrested.clear();
         for (_, tstate) in look {
