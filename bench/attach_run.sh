@@ -8,8 +8,9 @@
 # The script starts after a 0.3 s sleep (a thread at a safe point: the library can only go
 # into a process that waits somewhere; a single thread computing from its first instant
 # never does) and the attach begins 0.1 s into it, so the whole workload is recorded. The
-# sleep counts in the measured time: compare attach with attach-cpu (same sleep) for what
-# memory costs. The command's exit status is passed on.
+# sleep counts in the measured time: SCALENE_RS_ATTACH_NONE=1 runs the same start without
+# attaching, the reference to compare each attach with. The command's exit status is passed
+# on.
 BIN=${SCALENE_RS_BIN:-$(dirname "$0")/../target/release/scalene-rs}
 python=$1
 shift
@@ -18,6 +19,10 @@ time.sleep(0.3)
 sys.argv = sys.argv[1:]
 runpy.run_path(sys.argv[0], run_name="__main__")' "$@" &
 pid=$!
+if [ -n "${SCALENE_RS_ATTACH_NONE:-}" ]; then
+  wait "$pid"
+  exit $?
+fi
 sleep 0.1
 # shellcheck disable=SC2086
 "$BIN" attach "$pid" ${SCALENE_RS_ATTACH_ARGS:-} -o /dev/null 2>/dev/null &

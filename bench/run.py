@@ -136,9 +136,12 @@ SUITES = {
     "attach": dict(
         title="`attach` to a process started without us",
         what="bench/attach_run.sh starts the program and attaches 0.1 s into it (with memory, "
-        "and `--cpu-only`); both include the same 0.3 s start-up sleep.",
+        "and `--cpu-only`). The program first sleeps 0.3 s (a single thread computing from its "
+        "first instant never waits where the library can go in): the ratios against the bare "
+        "run count that sleep; `same start, no attach` is the run to compare each attach with.",
         workloads=["julia"],
         tools=[
+            ("same start, no attach", "SCALENE_RS_ATTACH_NONE=1 " + os.path.join(HERE, "attach_run.sh") + " {python} {script}"),
             ("attach", os.path.join(HERE, "attach_run.sh") + " {python} {script}"),
             ("attach --cpu-only", "SCALENE_RS_ATTACH_ARGS=--cpu-only " + os.path.join(HERE, "attach_run.sh") + " {python} {script}"),
         ],
