@@ -71,6 +71,9 @@ pub(crate) struct PauseSchedule {
     threads: HashMap<u64, Unsettled>,
     /// When the last sample with a thread in a paused stretch was taken.
     last_paused: Option<Instant>,
+    /// The latest end of a stretch so far: past it no thread is in one, and a sample
+    /// looks at none of the records (a thousand threads at rest have one each).
+    stretches_end: Option<Instant>,
 }
 
 impl PauseSchedule {
@@ -80,6 +83,9 @@ impl PauseSchedule {
 
     /// The threads whose sample at `now` is to be read paused without a try first.
     pub(crate) fn pause_these(&self, now: Instant) -> Vec<u64> {
+        if self.stretches_end.is_none_or(|end| now >= end) {
+            return Vec::new();
+        }
         self.threads
             .iter()
             .filter(|(_, u)| u.paused_at(now))
@@ -129,6 +135,8 @@ impl PauseSchedule {
                     seen: u.seen,
                     last_for: length,
                 };
+                let end = now + length;
+                self.stretches_end = Some(self.stretches_end.map_or(end, |e| e.max(end)));
             }
         }
     }
