@@ -280,6 +280,14 @@ struct KnownState {
     pos: u32,
 }
 
+impl KnownState {
+    /// `reuse` names its thread with the innermost frame it was last read with: it has not
+    /// run since (the GIL aside, which the caller checks).
+    fn rests_in(&self, reuse: &crate::IdMap<u64, u64>) -> bool {
+        reuse.get(&self.raw.thread_id) == Some(&self.raw.top_frame)
+    }
+}
+
 impl KnownStates {
     /// Whether the next read of the list is to be a whole one (asked for, due, or after
     /// a failed read).
@@ -505,12 +513,24 @@ impl StackWalker {
         // A state whose thread is in `reuse` with the innermost frame it was last read
         // with, and which does not hold the GIL, is taken as the last read found it (see
         // [`KnownStates`]); but not at a whole read.
+        self.read_threads(mem, interp_head, gil_tstate_current, reuse)
+            .0
+    }
+
+    /// [`StackWalker::threads`], and whether it read every state (a whole read).
+    fn read_threads(
+        &mut self,
+        mem: &dyn ProcessMemory,
+        interp_head: u64,
+        gil_tstate_current: Option<u64>,
+        reuse: Option<&crate::IdMap<u64, u64>>,
+    ) -> (Result<Vec<RawThread>>, bool) {
         self.known_states.shape = None;
         let whole = self.known_states.begin(reuse.is_none());
         let reuse = reuse.filter(|_| !whole);
         let read = self.read_list(mem, interp_head, gil_tstate_current, reuse);
         self.known_states.end(&read, whole);
-        read
+        (read, whole)
     }
 
     /// A sample's read of the thread list: [`StackWalker::threads`], or, when `delta` says
@@ -546,9 +566,9 @@ impl StackWalker {
                 }
             }
         }
+        let (list, whole) = self.read_threads(mem, interp_head, gil_tstate_current, reuse);
+        let list = list?;
         // A whole read takes no thread as it was: not a shape to go on from.
-        let whole = self.known_states.whole(reuse.is_none());
-        let list = self.threads(mem, interp_head, gil_tstate_current, reuse)?;
         if let (false, Some(_), Some(delta)) = (whole, reuse, delta) {
             self.known_states.shape = Shape::of(&list, interp_head, delta.epoch);
         }
@@ -599,9 +619,8 @@ impl StackWalker {
         #[cfg(debug_assertions)]
         for (addr, k) in &self.known_states.by_addr {
             if !look.iter().any(|&(_, t)| t == *addr) {
-                assert_eq!(
-                    reuse.get(&k.raw.thread_id),
-                    Some(&k.raw.top_frame),
+                assert!(
+                    k.rests_in(reuse),
                     "a thread at rest left out of a sample's read of the list"
                 );
             }
@@ -613,7 +632,7 @@ impl StackWalker {
             let Some(k) = self.known_states.by_addr.get(&tstate) else {
                 return Ok(None);
             };
-            if !holds_gil && reuse.get(&k.raw.thread_id) == Some(&k.raw.top_frame) {
+            if !holds_gil && k.rests_in(reuse) {
                 // At rest: taken as it was, left out.
                 continue;
             }
@@ -673,7 +692,7 @@ impl StackWalker {
         if known.by_addr.len() <= reuse.len() + FEW {
             return None;
         }
-        Some(self.state_ranges(|k| reuse.get(&k.raw.thread_id) != Some(&k.raw.top_frame)))
+        Some(self.state_ranges(|k| !k.rests_in(reuse)))
     }
 
     /// What a read of the known states `pick` chooses reads: each one's fields and on
@@ -739,9 +758,7 @@ impl StackWalker {
                 let holds_gil = holder != 0 && holder == tstate;
                 let rested = match (reuse, self.known_states.by_addr.get_mut(&tstate)) {
                     (Some(reuse), Some(k))
-                        if !holds_gil
-                            && k.interp == interp
-                            && reuse.get(&k.raw.thread_id) == Some(&k.raw.top_frame) =>
+                        if !holds_gil && k.interp == interp && k.rests_in(reuse) =>
                     {
                         k.met = now;
                         k.pos = out.len() as u32;
