@@ -234,6 +234,7 @@ pub fn async_tasks(data: &[u8]) {
             unavailable: None,
         }),
         left_out: 0,
+        woken: Vec::new(),
     };
     let _ = report::dump::to_text(&snap);
     let _ = report::dump::to_json_string(&snap);

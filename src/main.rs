@@ -56,7 +56,8 @@ struct RecordArgs {
     #[arg(long, conflicts_with = "blocking")]
     nonblocking: bool,
     /// Pause the target's threads for every sample (exact stacks; costs the target tens of
-    /// microseconds per sample).
+    /// microseconds per sample; each sample is followed by at least as long with the target
+    /// running, so past a few kHz ticks are missed).
     #[arg(long)]
     blocking: bool,
     /// Native (C, C++, Rust) frames too: every sample stops each thread for a moment to

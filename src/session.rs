@@ -323,6 +323,7 @@ fn record(
         progress,
         Some(pid),
         courteous,
+        cfg.sampler.pauses_every_tick(),
     );
     let status = match exited {
         Some(s) => s,
@@ -659,6 +660,7 @@ pub fn attach(cfg: &AttachConfig, progress: &mut dyn FnMut(&Stats)) -> Result<(P
         progress,
         Some(cfg.pid),
         courteous,
+        cfg.sampler.pauses_every_tick(),
     );
     for line in fleet.iter_mut().flat_map(|f| f.last_announcements()) {
         eprintln!("scalene-rs: {line}");

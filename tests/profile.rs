@@ -175,6 +175,39 @@ fn python_and_native_lines_get_their_share_and_their_split() {
     });
 }
 
+/// At 10 kHz with every sample paused (`--blocking`), the two lines of fixtures/cpu/split.py
+/// are charged the CPU time the fixture measured they took, within ±20%. A pause wakes a
+/// waiting thread, and the CPU that costs it is not counted as running; a thread stopped
+/// while it ran is not waiting: before that was told apart, at 10 kHz (where a running
+/// thread uses less between two paused samples than a wake-up is allowed) 0.04% of the
+/// program's CPU time was charged to it.
+#[test]
+fn paused_samples_at_10_khz_charge_the_time_the_lines_took() {
+    let fx = common::fixture("cpu/split.py");
+    let (lp, ln) = (mark(&fx, "python"), mark(&fx, "native"));
+    common::for_each_interpreter(|py| {
+        let (p, out) = profile_and_output(
+            py,
+            &fx,
+            &["0.5"],
+            &["--cpu-only", "--blocking", "--rate", "10000"],
+        );
+        let t = truth(&out);
+        let took = t[0].1 + t[1].1;
+        let (a, b) = (line(&p, &fx, lp), line(&p, &fx, ln));
+        let share = (a.0 + a.1 + a.2 + b.0 + b.1 + b.2) / 100.0;
+        let charged = share * p["total_s"].as_f64().unwrap_or(0.0);
+        let summary = format!(
+            "the two lines charged {charged:.3} s, took {took:.3} s ({} samples)",
+            p["samples"]
+        );
+        if (charged - took).abs() > 0.2 * took {
+            return Err(summary);
+        }
+        Ok(summary)
+    });
+}
+
 #[test]
 fn a_syscall_heavy_line_is_mostly_system_time() {
     let fx = common::fixture("cpu/system.py");

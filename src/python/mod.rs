@@ -214,6 +214,11 @@ pub struct Snapshot {
     /// Threads found unchanged and left out of `threads` ([`SnapshotOptions::omit_unchanged`]).
     #[serde(skip)]
     pub(crate) left_out: usize,
+    /// Kernel ids (ours) of the threads a paused read stopped in the middle of a wait (a
+    /// system call that had blocked): the pause woke them, and the CPU time they spend on
+    /// leaving the wait and entering it again is ours, not theirs ([`woke_from_wait`]).
+    #[serde(skip)]
+    pub(crate) woken: Vec<i32>,
 }
 
 /// Reads the stacks of every thread of `proc`.
@@ -305,6 +310,7 @@ pub(crate) fn snapshot(
     walker.strict = nonblocking;
     let mut threads = None;
     let mut async_tasks = None;
+    let mut woken = Vec::new();
     for attempt in 0..2 {
         let read = if nonblocking {
             read_nonblocking(proc, walker, opts).and_then(|mut t| {
@@ -321,6 +327,7 @@ pub(crate) fn snapshot(
             let extra = PausedReads {
                 native: native.as_mut(),
                 tasks: tasks.as_deref_mut().map(|r| (r, &mut async_tasks)),
+                woken: &mut woken,
             };
             read_blocking(proc, walker, &tids, opts, opcodes, extra)
         };
@@ -358,6 +365,7 @@ pub(crate) fn snapshot(
         native: None,
         asyncio: async_tasks,
         left_out: walker.left_out,
+        woken,
     })
 }
 
@@ -376,11 +384,36 @@ fn read_tasks(
     reader.read(proc, mem, walker, &views)
 }
 
+/// Whether `tid`, held stopped by `paused`, was stopped in the middle of a wait: a system
+/// call that had blocked (a lock, a sleep, a read that waits), which the stop interrupts
+/// and the thread restarts when let go. Such a thread was woken by the pause; one stopped
+/// while it ran its own code, or between a quick system call's entry and exit, was not.
+fn woke_from_wait(paused: &PausedThreads, pid: i32, tid: i32) -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        // Interrupted in a system call that had blocked, the thread stops with the call's
+        // number in `orig_rax` and one of the kernel's "restart" codes in `rax` (they are
+        // replaced only after the stop, to restart the call); in its own code, `orig_rax`
+        // is -1, and after a quick call `rax` holds the call's result.
+        const RESTART_CODES: std::ops::RangeInclusive<i64> = -516..=-512;
+        paused
+            .registers(pid, tid)
+            .is_ok_and(|r| (r.orig_rax as i64) >= 0 && RESTART_CODES.contains(&(r.rax as i64)))
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        let _ = paused;
+        crate::proc::blocked_syscall(pid, tid).is_some_and(|(nr, _)| nr >= 0)
+    }
+}
+
 /// What a blocking read reads besides the stacks, while the threads are paused: native
 /// registers and stacks, asyncio tasks (and where each goes).
 struct PausedReads<'a, 'b> {
     native: Option<&'a mut (&'b mut NativeProcess, &'b mut Captures)>,
     tasks: Option<(&'a mut AsyncReader, &'a mut Option<AsyncSnapshot>)>,
+    /// The threads the pause found waiting (see [`Snapshot::woken`]).
+    woken: &'a mut Vec<i32>,
 }
 
 /// The threads of a snapshot as reported: each with its id in our PID namespace (and in
@@ -680,6 +713,12 @@ fn read_blocking(
             walker.page_hint = hint_from(&cache);
             if let (Some((reader, out)), Ok(t)) = (extra.tasks.as_mut(), &read) {
                 **out = Some(read_tasks(reader, proc, &cache, walker, t));
+            }
+            // Which of the threads stopped were waiting: the pause woke them (each pause
+            // of a snapshot that pauses again does).
+            if let Some(p) = &_paused {
+                let waited = |&tid: &i32| woke_from_wait(p, proc.pid, tid);
+                extra.woken.extend(p.tids().iter().filter(|t| waited(t)));
             }
             // Registers and stacks, straight from the process (not the page cache).
             if let Some((process, out)) = extra.native.as_mut() {

@@ -244,6 +244,7 @@ mod tests {
             native: None,
             asyncio: None,
             left_out: 0,
+            woken: Vec::new(),
         }
     }
 

@@ -60,6 +60,12 @@ impl SamplerConfig {
     pub(crate) fn courteous(&self, memory: bool) -> bool {
         !memory && !self.native && self.handshake_file.is_none() && self.mode != ReadMode::Paused
     }
+
+    /// Whether every sample stops the threads that ran (`--blocking`, `--native`): then a
+    /// sample is followed by at least as long with the program running (see [`drive`]).
+    pub(crate) fn pauses_every_tick(&self) -> bool {
+        self.native || self.mode == ReadMode::Paused
+    }
 }
 
 impl Default for SamplerConfig {
@@ -162,8 +168,11 @@ pub struct Sampler {
     /// pauses account for. A pause wakes a waiting thread for a moment (it leaves its wait
     /// and enters it again, whenever the scheduler lets it: maybe after the next sample):
     /// its CPU time moves by that much, which is ours, not a sign that it ran. Each pause
-    /// of a thread adds [`WOKEN_S`] (at most three pauses' worth are kept); CPU time it
-    /// covers is spent from it.
+    /// that stops a thread in a wait (`Snapshot::woken`) adds [`WOKEN_S`] (at most three
+    /// pauses' worth are kept); CPU time it covers is spent from it. A thread stopped while
+    /// it ran gets none: at 10 kHz it runs less than [`WOKEN_S`] between two paused
+    /// samples, and all its time went as wake-ups (the profile's total was 1% of the CPU
+    /// time the program used).
     wake_credit: HashMap<i32, f64>,
     /// Each thread's kernel id by `thread_id`, as the last snapshot matched them (see
     /// `SnapshotOptions::tids_by_thread`).
@@ -467,12 +476,6 @@ impl Sampler {
             unpaused: std::mem::take(&mut self.unpaused),
             ..Default::default()
         };
-        if self.cfg.mode == ReadMode::Paused || self.native.is_some() {
-            for t in tids.iter().filter(|t| !opts.unpaused.contains(t)) {
-                let c = self.wake_credit.entry(*t).or_insert(0.0);
-                *c = (*c + WOKEN_S).min(3.0 * WOKEN_S);
-            }
-        }
         let mut waiting = Vec::new();
         let snap = match &mut self.native {
             Some(n) => n.snapshot(&self.proc, &mut self.walker, &opts, &tids),
@@ -502,6 +505,10 @@ impl Sampler {
         };
         self.stats.samples += 1;
         self.stats.unchanged += snap.left_out as u64;
+        for t in &snap.woken {
+            let c = self.wake_credit.entry(*t).or_insert(0.0);
+            *c = (*c + WOKEN_S).min(3.0 * WOKEN_S);
+        }
         self.stats.deferred += self.walker.deferred as u64;
         if let Some(n) = &mut self.native {
             n.merge_into(&mut snap, &mut self.stats.native);
@@ -886,7 +893,8 @@ impl Sampler {
         let rate = self.cfg.rate_hz;
         let pid = self.proc.pid;
         let courteous = self.cfg.courteous(false);
-        drive(self, rate, stop, progress, Some(pid), courteous)
+        let pauses = self.cfg.pauses_every_tick();
+        drive(self, rate, stop, progress, Some(pid), courteous, pauses)
     }
 
     /// The memory ring of this process, known once it has one (see
@@ -1057,6 +1065,12 @@ const OFF_GRID: f64 = 97.0 / 98.0;
 /// later at 10 Hz, and on average half a period at any rate: time a program run by us
 /// would seem to take longer). `courteous`: the recording reads without stopping the
 /// program as a rule, and this thread may give way to it (see [`crate::courtesy`]).
+/// `pauses`: every tick stops the program's threads that ran (`--blocking`, `--native`):
+/// the next tick comes no sooner than the last one took after it ended, so that the
+/// program runs at least half the time whatever the rate; the ticks that fall in that
+/// while are missed. (Ticks back to back starved it: at 20 kHz, where a paused sample takes
+/// longer than the period, julia's 3 s took over 90 s.)
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn drive(
     t: &mut dyn Ticker,
     rate_hz: f64,
@@ -1064,6 +1078,7 @@ pub(crate) fn drive(
     progress: &mut dyn FnMut(&Stats),
     ends: Option<i32>,
     courteous: bool,
+    pauses: bool,
 ) -> Result<()> {
     let mut exit = ends.and_then(ExitWatch::open);
     let courtesy = courteous.then(crate::courtesy::Courtesy::begin).flatten();
@@ -1088,30 +1103,39 @@ pub(crate) fn drive(
         if let Some(c) = &courtesy {
             c.tick_begins();
         }
+        let began = Instant::now();
         if !t.tick()? {
             break;
         }
         next += period;
         let now = Instant::now();
-        let fell_behind = now > next;
+        // The earliest the next tick may come: at once, or after a paused one as long again.
+        let ready = if pauses {
+            now + now.duration_since(began)
+        } else {
+            now
+        };
+        let fell_behind = ready > next;
         if fell_behind {
             // Fell behind. Ticks stay on their schedule (start + k·period): every tick
             // whose successor is also already due is missed and counted; the latest due
-            // one is taken at once. (Restarting the schedule from `now` would drop the
-            // fraction of a period lost on every late sample: a sampler needing 130 µs at
-            // 10 kHz would take 7.7 kHz while counting almost nothing as missed.)
-            let behind = now.duration_since(next).as_secs_f64() / period.as_secs_f64();
+            // one is taken as soon as it may be. (Restarting the schedule from `now` would
+            // drop the fraction of a period lost on every late sample: a sampler needing
+            // 130 µs at 10 kHz would take 7.7 kHz while counting almost nothing as missed.)
+            let behind = ready.duration_since(next).as_secs_f64() / period.as_secs_f64();
             let skipped = behind.floor() as u64;
             t.stats_mut().missed += skipped;
             next += period.mul_f64(skipped as f64);
         }
+        // When the next tick comes.
+        let at = next.max(ready);
         if let Some(c) = &courtesy {
-            c.tick_ends(next);
+            c.tick_ends(at);
         }
-        if fell_behind {
+        if at <= now {
             // The latest tick due is taken at once.
         } else if let Some(e) = &exit {
-            if e.wait(next) {
+            if e.wait(at) {
                 // It exited: `stop` says so now (a tick would find it gone). Watched no
                 // more: a process that stays a zombie (its parent not ours, not waiting)
                 // would end every wait at once.
@@ -1119,7 +1143,7 @@ pub(crate) fn drive(
                 exit = None;
             }
         } else {
-            std::thread::sleep(next - now);
+            std::thread::sleep(at - now);
         }
         t.stats_mut().elapsed = start.elapsed();
         if last_progress.elapsed() >= Duration::from_millis(250) {
@@ -1320,7 +1344,16 @@ mod tests {
             want: 400,
             stats: Stats::default(),
         };
-        drive(&mut c, 1000.0, &mut || false, &mut |_| {}, None, false).unwrap();
+        drive(
+            &mut c,
+            1000.0,
+            &mut || false,
+            &mut |_| {},
+            None,
+            false,
+            false,
+        )
+        .unwrap();
         let first = c.ticks[0];
         let mut bins = [0u32; 40];
         for t in &c.ticks {
@@ -1329,5 +1362,66 @@ mod tests {
         }
         let filled = bins.iter().filter(|&&b| b > 0).count();
         assert!(filled >= 30, "{filled} of 40 phase bins: {bins:?}");
+    }
+
+    /// Takes 2 ms a tick (as a paused sample might), recording when each began and ended.
+    struct Slow {
+        spans: Vec<(Instant, Instant)>,
+        stats: Stats,
+    }
+
+    impl Ticker for Slow {
+        fn tick(&mut self) -> Result<bool> {
+            let began = Instant::now();
+            std::thread::sleep(Duration::from_millis(2));
+            self.spans.push((began, Instant::now()));
+            Ok(self.spans.len() < 50)
+        }
+        fn stats_mut(&mut self) -> &mut Stats {
+            &mut self.stats
+        }
+    }
+
+    /// Ticks that stop the program (`pauses`) and take longer than the period (2 ms at
+    /// 1 kHz) are not taken back to back: after each, the program has at least as long
+    /// again, and the ticks that fall in it are counted as missed. Without `pauses` the
+    /// latest tick due is taken at once.
+    #[test]
+    fn ticks_that_pause_the_program_leave_it_as_long_to_run() {
+        for pauses in [true, false] {
+            let mut s = Slow {
+                spans: Vec::new(),
+                stats: Stats::default(),
+            };
+            drive(
+                &mut s,
+                1000.0,
+                &mut || false,
+                &mut |_| {},
+                None,
+                false,
+                pauses,
+            )
+            .unwrap();
+            let gaps: Vec<Duration> = s
+                .spans
+                .windows(2)
+                .map(|w| w[1].0.duration_since(w[0].1))
+                .collect();
+            let held = |i: usize| s.spans[i].1.duration_since(s.spans[i].0);
+            if pauses {
+                for (i, g) in gaps.iter().enumerate() {
+                    assert!(*g >= held(i), "tick {i}: {g:?} to run after {:?}", held(i));
+                }
+                // 50 ticks of ~4 ms where 1 ms ones were asked: ~3 missed each.
+                assert!(s.stats.missed >= 100, "missed {}", s.stats.missed);
+            } else {
+                let short = gaps
+                    .iter()
+                    .filter(|g| **g < Duration::from_millis(1))
+                    .count();
+                assert!(short >= 40, "{short} of 49 ticks back to back: {gaps:?}");
+            }
+        }
     }
 }
