@@ -289,6 +289,28 @@ fn a_sleeping_line_counts_only_in_wall_mode() {
     });
 }
 
+/// `--wall` at 1 kHz on fixtures/cpu/split.py (one thread, always on the CPU): the time
+/// charged adds up to the time recorded (±10%). A busy thread's CPU time shows a scheduler
+/// tick late (4 ms steps, unless the thread itself asks a CPU clock, which brings its own
+/// up to date: fixtures/cpu/sleepy.py's busy line does, and hid this): taken interval by
+/// interval, the intervals that saw none of it were charged as time off the CPU, and the
+/// profile's total came to 128% of the time elapsed in a run (under load the thread is
+/// switched out more often, its time shows sooner, and the excess was 3-8%).
+#[test]
+fn wall_time_adds_up_to_the_time_elapsed_at_1_khz() {
+    let fx = common::fixture("cpu/split.py");
+    common::for_each_interpreter(|py| {
+        let p = profile(py, &fx, &["0.5"], &["--wall", "--rate", "1000"]);
+        let total = p["total_s"].as_f64().unwrap_or(0.0);
+        let elapsed = p["duration_s"].as_f64().unwrap_or(0.0);
+        let summary = format!("{total:.3} s charged of {elapsed:.3} s recorded");
+        if (total - elapsed).abs() > 0.1 * elapsed {
+            return Err(summary);
+        }
+        Ok(summary)
+    });
+}
+
 #[test]
 fn attach_finds_the_same_hot_lines_as_run() {
     let fx = common::fixture("cpu/split.py");

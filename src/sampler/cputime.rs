@@ -145,6 +145,9 @@ impl ThreadFiles {
 pub(crate) struct CpuTracker {
     /// Previous reading and the kernel time counted in ticks but not yet attributed.
     last: HashMap<i32, (CpuReading, f64)>,
+    /// `--wall`: CPU seconds each thread was seen to use beyond the wall time of its
+    /// intervals, not yet taken off its time off the CPU (see [`off_cpu_s`](Self::off_cpu_s)).
+    ahead: HashMap<i32, f64>,
     tick_s: f64,
 }
 
@@ -152,7 +155,30 @@ impl CpuTracker {
     pub(crate) fn new() -> CpuTracker {
         CpuTracker {
             last: HashMap::default(),
+            ahead: HashMap::default(),
             tick_s: tick_seconds(),
+        }
+    }
+
+    /// `--wall`: the seconds `tid` spent off the CPU in an interval of `wall_s` in which
+    /// its CPU time moved by `cpu_s`. A running thread's schedstat total moves only at the
+    /// scheduler's tick (every 4 ms at HZ=250) and at context switches, so at 1 kHz a busy
+    /// thread's intervals read 0, 0, 0, then 4 ms: taken one by one, the first three were
+    /// charged as time off the CPU and the fourth was not made up for (a busy thread's wall
+    /// time came to 128% of the time elapsed). CPU seen beyond an interval's wall time is
+    /// kept and taken off the thread's time off the CPU in the intervals that follow: over
+    /// a run, CPU and time off it add up to the time elapsed (plus at most the CPU still
+    /// kept).
+    pub(crate) fn off_cpu_s(&mut self, tid: i32, wall_s: f64, cpu_s: f64) -> f64 {
+        let ahead = self.ahead.entry(tid).or_insert(0.0);
+        let gap = wall_s - cpu_s;
+        if gap >= 0.0 {
+            let made_up = gap.min(*ahead);
+            *ahead -= made_up;
+            gap - made_up
+        } else {
+            *ahead -= gap;
+            0.0
         }
     }
 
@@ -220,6 +246,7 @@ impl CpuTracker {
     /// Forgets threads not in `alive` (ascending; the others exited).
     pub(crate) fn retain(&mut self, alive: &[i32]) {
         self.last.retain(|t, _| alive.binary_search(t).is_ok());
+        self.ahead.retain(|t, _| alive.binary_search(t).is_ok());
     }
 }
 
@@ -235,11 +262,34 @@ mod tests {
         assert_eq!(parse_stat("garbage"), None);
     }
 
+    /// A busy thread whose CPU time shows a tick late: intervals of 1 ms reading 0, 0, 0
+    /// and 4 ms, over and over. After the first three (nothing to make up for yet), no
+    /// interval is charged time off the CPU, and CPU plus time off it is the time elapsed
+    /// plus what is still kept. A thread that then sleeps is charged its sleep, less what
+    /// was kept.
+    #[test]
+    fn cpu_seen_late_is_not_charged_as_time_off_the_cpu() {
+        let mut t = CpuTracker::new();
+        let (mut off, mut cpu) = (Vec::new(), 0.0);
+        for k in 0..40 {
+            let c = if k % 4 == 3 { 4e-3 } else { 0.0 };
+            cpu += c;
+            off.push(t.off_cpu_s(7, 1e-3, c));
+        }
+        let total: f64 = off.iter().sum();
+        assert!((total - 3e-3).abs() < 1e-12, "{off:?}");
+        assert!(off[4..].iter().all(|&o| o == 0.0), "{off:?}");
+        assert!((cpu + total - 40e-3 - t.ahead[&7]).abs() < 1e-12);
+        let kept = t.ahead[&7];
+        assert!((t.off_cpu_s(7, 10e-3, 0.0) - (10e-3 - kept)).abs() < 1e-12);
+        assert_eq!(t.off_cpu_s(7, 10e-3, 0.0), 10e-3);
+    }
+
     #[test]
     fn deltas_split_user_and_system() {
         let mut t = CpuTracker {
-            last: HashMap::default(),
             tick_s: 0.01,
+            ..CpuTracker::default()
         };
         let r = |ns, u, s| CpuReading {
             run_ns: ns,

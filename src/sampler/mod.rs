@@ -830,7 +830,8 @@ impl Sampler {
             return None;
         }
         let idle_s = if self.cfg.wall {
-            (wall_s - delta.user_s - delta.system_s).max(0.0)
+            self.cpu
+                .off_cpu_s(tid, wall_s, delta.user_s + delta.system_s)
         } else {
             0.0
         };
