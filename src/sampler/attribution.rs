@@ -4,11 +4,22 @@
 //! the thread is now when it is running, else where it was last seen running: a thread that
 //! went to sleep used that CPU before it slept, not on the line it sleeps on. Time off the
 //! CPU (wall mode) is charged where the thread waits now.
+//!
+//! A running thread's CPU time shows late: the kernel brings a thread's total up to date at
+//! its scheduler tick (every 4 ms at HZ=250) and when it is switched out, not when another
+//! process reads it. At 1 kHz a busy thread's samples see 0, 0, 0, then 4 ms; charged as
+//! seen, the whole 4 ms went to the stack of the fourth sample, and a profile at 10 kHz
+//! weighed one stack in forty (the statistical worth of 250 samples a second). So the
+//! stacks of samples that found the thread running but saw none of its CPU time yet are
+//! held, and the CPU time that shows next is shared among them and the sample it shows at,
+//! each by the wall time of its interval: a thread running all along used that much of it
+//! in each.
 //! Must not: read the target or /proc: its input is an [`Observation`], a plain value, so
 //! that it can be tested over recorded observations.
 
 use crate::profile::{Activity, Frame};
 use crate::IdMap as HashMap;
+use std::collections::VecDeque;
 
 /// One thread as one sample saw it.
 #[derive(Debug, Clone, PartialEq)]
@@ -26,6 +37,9 @@ pub(crate) struct Observation {
     pub(crate) system_s: f64,
     /// Time off the CPU since its previous sample (wall mode; 0 otherwise), seconds.
     pub(crate) idle_s: f64,
+    /// Wall time since the previous sample, seconds: the weight of this sample's stack in
+    /// CPU time that shows later (see the module's text).
+    pub(crate) wall_s: f64,
 }
 
 /// Time to charge to a stack.
@@ -39,10 +53,21 @@ pub(crate) struct Charge<'a> {
     pub(crate) idle_s: f64,
 }
 
+/// Most stacks held for one thread (at 20 kHz, two scheduler ticks' worth at HZ=250):
+/// past it the oldest give way (CPU time that long overdue is not coming: a thread that
+/// holds the GIL while it blocks, say).
+const MOST_HELD: usize = 160;
+
+/// A stack held for CPU time to come, with the wall time of its interval.
+type Held = (Vec<Frame>, Activity, f64);
+
 /// Where each thread was the last time it was seen running.
 #[derive(Debug, Default)]
 pub(crate) struct Attribution {
     last_running: HashMap<i32, (Vec<Frame>, Activity)>,
+    /// The stacks of each thread's samples that found it running and saw no CPU time yet,
+    /// oldest first.
+    held: HashMap<i32, VecDeque<Held>>,
     /// The listing (ascending) the last [`Attribution::retain`] kept threads of.
     retained_for: Vec<i32>,
 }
@@ -56,36 +81,93 @@ impl Attribution {
     /// time off the CPU. A charge may carry no time (the caller drops those). The stacks
     /// are moved, not copied: this runs for every thread of every sample.
     pub(crate) fn observe(&mut self, o: Observation, charge: &mut dyn FnMut(Charge<'_>)) {
-        let before = self.last_running.remove(&o.tid);
-        let (cpu_frames, cpu_activity) = match (o.running, &before) {
-            (false, Some((f, a))) => (&f[..], *a),
-            _ => (&o.frames[..], o.activity),
+        let cpu_s = o.user_s + o.system_s;
+        let idle = |charge: &mut dyn FnMut(Charge<'_>), o: &Observation| {
+            charge(Charge {
+                tid: o.tid,
+                frames: &o.frames,
+                activity: o.activity,
+                user_s: 0.0,
+                system_s: 0.0,
+                idle_s: o.idle_s,
+            })
         };
-        charge(Charge {
-            tid: o.tid,
-            frames: cpu_frames,
-            activity: cpu_activity,
-            user_s: o.user_s,
-            system_s: o.system_s,
-            idle_s: 0.0,
-        });
+        let mut held = self.held.remove(&o.tid).unwrap_or_default();
+        if o.running && cpu_s <= 0.0 && o.wall_s > 0.0 {
+            // Running, its CPU time not shown yet: held for the time to come.
+            idle(charge, &o);
+            self.last_running.remove(&o.tid);
+            if held.len() >= MOST_HELD {
+                held.pop_front();
+            }
+            held.push_back((o.frames, o.activity, o.wall_s));
+            self.held.insert(o.tid, held);
+            return;
+        }
+        if held.is_empty() {
+            let before = self.last_running.remove(&o.tid);
+            let (cpu_frames, cpu_activity) = match (o.running, &before) {
+                (false, Some((f, a))) => (&f[..], *a),
+                _ => (&o.frames[..], o.activity),
+            };
+            charge(Charge {
+                tid: o.tid,
+                frames: cpu_frames,
+                activity: cpu_activity,
+                user_s: o.user_s,
+                system_s: o.system_s,
+                idle_s: 0.0,
+            });
+            idle(charge, &o);
+            match (o.running, before) {
+                (true, _) => {
+                    self.last_running.insert(o.tid, (o.frames, o.activity));
+                }
+                (false, Some(b)) => {
+                    self.last_running.insert(o.tid, b);
+                }
+                (false, None) => {}
+            }
+            return;
+        }
+        if cpu_s <= 0.0 {
+            // Not running now, and its CPU time still not shown: the held stacks wait on.
+            idle(charge, &o);
+            self.held.insert(o.tid, held);
+            return;
+        }
+        // Shared by wall time among the held stacks and, when it runs now, this one.
+        let own = if o.running { o.wall_s } else { 0.0 };
+        let weight = own + held.iter().map(|h| h.2).sum::<f64>();
+        let share = |w: f64| if weight > 0.0 { w / weight } else { 0.0 };
+        for (frames, activity, w) in &held {
+            let k = share(*w);
+            charge(Charge {
+                tid: o.tid,
+                frames,
+                activity: *activity,
+                user_s: o.user_s * k,
+                system_s: o.system_s * k,
+                idle_s: 0.0,
+            });
+        }
+        let k = share(own);
         charge(Charge {
             tid: o.tid,
             frames: &o.frames,
             activity: o.activity,
-            user_s: 0.0,
-            system_s: 0.0,
-            idle_s: o.idle_s,
+            user_s: o.user_s * k,
+            system_s: o.system_s * k,
+            idle_s: 0.0,
         });
-        match (o.running, before) {
-            (true, _) => {
-                self.last_running.insert(o.tid, (o.frames, o.activity));
-            }
-            (false, Some(b)) => {
-                self.last_running.insert(o.tid, b);
-            }
-            (false, None) => {}
-        }
+        idle(charge, &o);
+        let last = if o.running {
+            (o.frames, o.activity)
+        } else {
+            let (f, a, _) = held.pop_back().expect("held is not empty here");
+            (f, a)
+        };
+        self.last_running.insert(o.tid, last);
     }
 
     /// Forgets the threads that are gone (not in `tids`, ascending).
@@ -98,6 +180,7 @@ impl Attribution {
         }
         self.last_running
             .retain(|t, _| tids.binary_search(t).is_ok());
+        self.held.retain(|t, _| tids.binary_search(t).is_ok());
         self.retained_for.clear();
         self.retained_for.extend_from_slice(tids);
     }
@@ -125,6 +208,7 @@ mod tests {
             user_s,
             system_s: 0.0,
             idle_s,
+            wall_s: 0.01,
         }
     }
 
@@ -166,6 +250,60 @@ mod tests {
                 (30, 0.01, 0.0)
             ]
         );
+    }
+
+    /// A busy thread alternating between lines 10 and 20 at every 1 ms sample, its CPU
+    /// time showing 4 ms at a time at every fourth sample (always on line 20): each line
+    /// gets half. (Charged as seen, line 20 got all of it.)
+    #[test]
+    fn cpu_time_that_shows_late_is_shared_by_the_samples_it_was_used_in() {
+        let mut a = Attribution::new();
+        let seen = (0..400)
+            .map(|k| {
+                let mut o = obs(1, if k % 2 == 0 { 10 } else { 20 }, true, 0.0, 0.0);
+                o.wall_s = 1e-3;
+                if k % 4 == 3 {
+                    o.user_s = 4e-3;
+                }
+                o
+            })
+            .collect();
+        let got = replay(&mut a, seen);
+        let on = |line| got.iter().filter(|c| c.0 == line).map(|c| c.1).sum::<f64>();
+        assert!(
+            (on(10) - 0.2).abs() < 1e-9 && (on(20) - 0.2).abs() < 1e-9,
+            "{got:?}"
+        );
+    }
+
+    /// Held stacks whose CPU time shows once the thread sleeps share it by their intervals'
+    /// wall time (the sleeping line gets none), and the last of them is where the thread
+    /// last ran.
+    #[test]
+    fn held_stacks_share_by_wall_time_and_the_last_is_where_it_ran() {
+        let mut a = Attribution::new();
+        let mut first = obs(1, 10, true, 0.0, 0.0);
+        first.wall_s = 3e-3;
+        let mut second = obs(1, 11, true, 0.0, 0.0);
+        second.wall_s = 1e-3;
+        let got = replay(
+            &mut a,
+            vec![
+                first,
+                second,
+                // Asleep on line 20, nothing shown yet: the held stacks wait on.
+                obs(1, 20, false, 0.0, 0.0),
+                // Shown now: 4 ms, 3 to line 10 and 1 to line 11.
+                obs(1, 20, false, 4e-3, 0.0),
+                // More CPU while asleep goes where it last ran: line 11.
+                obs(1, 20, false, 1e-3, 0.0),
+            ],
+        );
+        let close = |x: f64, y: f64| (x - y).abs() < 1e-12;
+        assert_eq!(got.len(), 3, "{got:?}");
+        assert!(got[0].0 == 10 && close(got[0].1, 3e-3), "{got:?}");
+        assert!(got[1].0 == 11 && close(got[1].1, 1e-3), "{got:?}");
+        assert!(got[2].0 == 11 && close(got[2].1, 1e-3), "{got:?}");
     }
 
     #[test]

@@ -851,6 +851,7 @@ impl Sampler {
             user_s: delta.user_s,
             system_s: delta.system_s,
             idle_s,
+            wall_s,
         })
     }
 
