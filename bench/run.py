@@ -350,7 +350,10 @@ def write_page(store):
     if "sample" in store:
         lines += ["## Cost of one sample (`cargo bench --bench snapshot`)", ""]
         lines += meta_lines(store["sample"]["meta"], overhead=False)
-        lines += ["Its own output (wall and CPU time per case; see bench/snapshot.rs):", "",
+        lines += ["Its own output (wall and CPU time per case; see bench/snapshot.rs). `sustained",
+                  "--blocking`: each paused sample is followed by at least as long with the target",
+                  "running (src/sampler/mod.rs, `drive`), so past ~8 kHz the rate taken is what a",
+                  "target stopped at most half the time allows, not what the sampler could do.", "",
                   "```text", store["sample"]["text"], "```", ""]
     not_run = [(s, v["not_run"]) for s, v in store.items() if "not_run" in v]
     missing = [s for s in ORDER if s not in store]
@@ -369,7 +372,8 @@ def write_page(store):
         "workspace. Other benchmarks of bench/: `cargo bench --bench malloc_pair` (the preload",
         "library's fast path), `cargo bench --bench memory_overhead -- ...` (what memory",
         "accounting costs, one ingredient at a time), `bench/long_run.sh` (the profiler's own",
-        "memory over a long run).",
+        "memory over a long run), `bench/line_accuracy.py NAME=BINARY ...` (how far a line's",
+        "share falls from the truth, run after run, on fixtures/cpu/alternate.py).",
         "",
     ]
     with open(PAGE, "w") as f:

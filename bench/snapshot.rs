@@ -412,7 +412,9 @@ fn sample_over_floor(
 
 /// The highest rate the sampler keeps up with: sample the busy 30-deep target for two
 /// seconds at rising rates and report the share of scheduled samples actually taken
-/// (the goal is ≥95%).
+/// (the goal is ≥95%). `--blocking` leaves the target running after each paused sample
+/// for as long as the sample took (`drive`): its share falls once a paused sample takes
+/// more than half the period, by design.
 fn sustained(py: &str) {
     let target = start(py, true);
     let pid = target.0.id() as i32;
