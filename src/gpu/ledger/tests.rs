@@ -350,3 +350,55 @@ fn a_new_process_s_first_sample_from_before_it_existed_is_passed_over() {
         r.summary.gpu_s
     );
 }
+
+/// Process 7 on the GPU at 80% from the recording's start, its first position (line 10)
+/// only at `first_ms`, then one every 10 ms to 1 s; polls every 200 ms arrive before any
+/// position is taken (as on a loaded machine, where the sampler's first reading of a
+/// program that starts on the GPU comes late).
+fn late_first_position(first_ms: u64) -> GpuResult {
+    let mut l = Ledger::new(T0);
+    l.take(vec![started()]);
+    l.add_ours([(7, Some(T0))]);
+    for t in (200..=400).step_by(200) {
+        l.take(vec![poll(t + 1, &[(7, t, 80)], &[])]);
+    }
+    let positions = (first_ms..1000)
+        .step_by(10)
+        .map(|t| pos(t, 7, 7, 10, true))
+        .collect();
+    l.add_positions(positions);
+    for t in (600..=1000).step_by(200) {
+        l.take(vec![poll(t + 1, &[(7, t, 80)], &[])]);
+    }
+    l.finish(T0 + 1000 * MS, true)
+}
+
+/// GPU time from before a process's first position goes where its threads were first
+/// seen after it (0.1-0.35 s of a 1.2-GPU-second fixture went to no line on a loaded
+/// machine); when that is more than a second later, to no line.
+#[test]
+fn gpu_time_before_the_first_position_goes_where_the_program_went_next() {
+    let r = late_first_position(450);
+    assert!((r.summary.gpu_s - 0.8).abs() < 1e-9, "{}", r.summary.gpu_s);
+    assert_eq!(r.summary.unattributed_s, 0.0);
+    assert!((line_pct(&r, 10) - 100.0).abs() < 1e-6);
+    let r = late_first_position(990);
+    assert!(
+        r.summary.unattributed_s == 0.0,
+        "{}",
+        r.summary.unattributed_s
+    );
+    // No position within a second after the first two windows: no line for them.
+    let mut l = Ledger::new(T0);
+    l.take(vec![started()]);
+    l.add_ours([(7, Some(T0))]);
+    l.take(vec![poll(201, &[(7, 200, 80)], &[])]);
+    l.add_positions(vec![pos(1500, 7, 7, 10, true)]);
+    let r = l.finish(T0 + 1600 * MS, true);
+    assert!(
+        (r.summary.unattributed_s - 0.16).abs() < 1e-9,
+        "{}",
+        r.summary.unattributed_s
+    );
+    assert_eq!(line_pct(&r, 10), 0.0);
+}
