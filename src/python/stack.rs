@@ -656,7 +656,9 @@ impl StackWalker {
 
     /// What a walk from innermost frame `top` reads first, for a prefetch: that frame, and
     /// on 3.11+ (frames side by side in the thread's frame stack, callers below) the bytes
-    /// below it on its page, where its callers most likely are.
+    /// below it on its page, where its callers most likely are. `top` was read without
+    /// stopping the thread and may be torn (anywhere, up to `u64::MAX`): the span ends at the
+    /// top of the address space rather than past it.
     pub(crate) fn top_span(&self, top: u64) -> (u64, usize) {
         const BELOW: u64 = 2048;
         let size = self.layout.frame.size as u64;
@@ -666,7 +668,7 @@ impl StackWalker {
         } else {
             top
         };
-        (start, (top + size - start) as usize)
+        (start, (top.saturating_add(size) - start) as usize)
     }
 
     /// What the next read of the thread list will read of the states as last found, when
@@ -1886,6 +1888,42 @@ mod tests {
     use super::{spans, LoopCheck};
     use crate::ptrace::BufferMemory;
     use crate::python::strings::TypeAddrs;
+
+    /// A torn innermost-frame pointer may be any value: the span to prefetch for it stays
+    /// inside the address space (a garbage pointer near the top overflowed the sum: an
+    /// attach to 3.12.1 died on it in CI, tests/asyncio.rs, stop 34).
+    #[test]
+    fn a_torn_top_frame_gives_a_span_inside_the_address_space() {
+        let types = TypeAddrs {
+            code: 1,
+            frame: 2,
+            unicode: 3,
+            bytes: 4,
+        };
+        for (major, minor) in [(2, 7), (3, 10), (3, 11), (3, 12)] {
+            let layout = *crate::python_bindings::generated(major, minor, false).unwrap();
+            let size = layout.frame.size as u64;
+            let w = StackWalker::new(layout, types);
+            for top in [
+                u64::MAX,
+                u64::MAX - 7,
+                u64::MAX - size + 1,
+                0x7ffe_0000_1000,
+            ] {
+                let (start, len) = w.top_span(top);
+                assert!(start <= top, "{major}.{minor}: {top:#x}");
+                assert!(
+                    start.checked_add(len as u64).is_some(),
+                    "{major}.{minor}: {top:#x}"
+                );
+                assert!(
+                    len as u64 >= size.min(u64::MAX - top),
+                    "{major}.{minor}: {top:#x}"
+                );
+                assert!(len as u64 <= size + 4096, "{major}.{minor}: {top:#x}");
+            }
+        }
+    }
 
     /// A 3.11/3.12 thread caught between installing a new `_PyCFrame` and writing its
     /// `current_frame` (garbage): the still walk reads the caller's C frame instead, and
