@@ -259,10 +259,13 @@ impl MemoryAggregator {
         let mut lines: HashMap<LineKey, Vec<(LineAcc, u64)>> = HashMap::new();
         for (agg, t, end) in parts {
             totals.peak_bytes = totals.peak_bytes.max(t.peak_bytes);
-            totals.dropped += t.dropped;
-            totals.handshake_timeouts += t.handshake_timeouts;
+            // The rings' counts are the programs' to write: any value at all.
+            totals.dropped = totals.dropped.saturating_add(t.dropped);
+            totals.handshake_timeouts = totals
+                .handshake_timeouts
+                .saturating_add(t.handshake_timeouts);
             totals.handshakes += t.handshakes;
-            totals.handshake_wait_ns += t.handshake_wait_ns;
+            totals.handshake_wait_ns = totals.handshake_wait_ns.saturating_add(t.handshake_wait_ns);
             out.start_ns = match (out.start_ns, agg.start_ns) {
                 (Some(a), Some(b)) => Some(a.min(b)),
                 (a, b) => a.or(b),
@@ -520,7 +523,8 @@ fn slices(points: &[(u64, f64)], start: u64, span: u64) -> Vec<f64> {
     let mut current = 0.0;
     let mut idx = 0;
     for (i, slot) in out.iter_mut().enumerate() {
-        let end = start + span * (i as u64 + 1) / n as u64;
+        // `span` comes from the events' times (the program's to write): up to `u64::MAX`.
+        let end = start + (u128::from(span) * (i as u128 + 1) / n as u128) as u64;
         let mut high = current;
         while idx < points.len() && points[idx].0 <= end {
             current = points[idx].1;

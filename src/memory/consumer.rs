@@ -194,7 +194,9 @@ fn consume(
             ring.ack(&e);
             if e.wants_ack {
                 handshakes += 1;
-                waited_ns += layout::now_ns().saturating_sub(e.time_ns);
+                // The event's time is the program's to write (0, say): bounded sums.
+                let waited = layout::now_ns().saturating_sub(e.time_ns);
+                waited_ns = waited_ns.saturating_add(waited);
             }
             if let (Some(n), Some((p, _)), Some(w)) = (&mut native, &reader, waiting) {
                 match w {

@@ -291,7 +291,8 @@ fn remote_debugging_flag(proc: &PythonProcess) -> Option<u32> {
     let bytes = proc.mem.read_vec(runtime, 4096).ok()?;
     let off = crate::python_bindings::debug_offsets::remote_debugging_enabled_offset(&bytes)?;
     let interp = proc.interp_head().ok().filter(|&a| a != 0)?;
-    proc.mem.read_u32(interp + off).ok()
+    // Both read from the process: any value at all (a wrong address fails to read).
+    proc.mem.read_u32(interp.wrapping_add(off)).ok()
 }
 
 /// Where the files go: a directory of the target's root that we can write, the target can
@@ -520,7 +521,11 @@ fn load_and_attach(
             .and_then(|m| m.read_u64(handle))
             .map_err(|e| e.to_string())?
     };
-    attach_call(t, base + offset, ring_in_target)
+    // Read from the process: any value at all.
+    let func = base
+        .checked_add(offset)
+        .ok_or_else(|| format!("the loader's map of our library holds no address ({base:#x})"))?;
+    attach_call(t, func, ring_in_target)
 }
 
 #[cfg(not(target_arch = "x86_64"))]
@@ -609,4 +614,34 @@ fn read_c_string(pid: i32, addr: u64) -> Option<String> {
         }
     }
     None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The interpreter's address and the flag's offset are both read from the process: an
+    /// address near `u64::MAX` reads no flag (it wrapped past the top before: a panic with
+    /// overflow checks).
+    #[test]
+    fn a_torn_interpreter_address_reads_no_remote_debugging_flag() {
+        use crate::python_bindings::debug_offsets::FIELDS_3_14;
+        let layout = *crate::python_bindings::generated(3, 14, false).expect("3.14's table");
+        let mut runtime = vec![0u8; 4096];
+        runtime[..8].copy_from_slice(b"xdebugpy");
+        runtime[8..16].copy_from_slice(&0x030e_00f0u64.to_le_bytes());
+        let flag = FIELDS_3_14
+            .iter()
+            .position(|n| *n == "debugger_support.remote_debugging_enabled")
+            .expect("3.14 has the switch");
+        runtime[24 + flag * 8..32 + flag * 8].copy_from_slice(&0x100u64.to_le_bytes());
+        let head = layout.runtime.interpreters_head.expect("3.14 has it");
+        // An interpreter state of ours, its flag set.
+        let interp = vec![1u8; 0x200];
+        let proc = PythonProcess::own_for_tests(layout, runtime.as_ptr() as u64);
+        runtime[head..head + 8].copy_from_slice(&(interp.as_ptr() as u64).to_le_bytes());
+        assert_eq!(remote_debugging_flag(&proc), Some(0x0101_0101));
+        runtime[head..head + 8].copy_from_slice(&(u64::MAX - 0x80).to_le_bytes());
+        assert_eq!(remote_debugging_flag(&proc), None);
+    }
 }

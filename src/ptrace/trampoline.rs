@@ -265,7 +265,10 @@ fn segments(mem: &dyn crate::ptrace::ProcessMemory, base: u64) -> Option<Vec<Seg
     if phentsize < 56 || phnum == 0 || phnum > 256 {
         return None;
     }
-    let table = mem.read_vec(base + phoff, phentsize * phnum).ok()?;
+    // The headers are the process's memory: any value at all.
+    let table = mem
+        .read_vec(base.checked_add(phoff)?, phentsize * phnum)
+        .ok()?;
     Some(
         table
             .chunks(phentsize)
@@ -295,18 +298,8 @@ fn find_cave(pid: i32) -> Result<u64> {
         let Some(segs) = segments(&mem, base) else {
             continue;
         };
-        let map_end_offset = m.offset + (m.end - m.start);
-        for s in segs.iter().filter(|s| s.executable) {
-            let end = s.offset + s.filesz;
-            // The segment must end inside this mapping, leaving room after it.
-            if end <= m.offset || end > map_end_offset {
-                continue;
-            }
-            let code_end = m.start + (end - m.offset);
-            let cave = (m.end - CAVE_BYTES) & !15;
-            if cave >= code_end.next_multiple_of(16) {
-                return Ok(cave);
-            }
+        if let Some(cave) = cave_in(m, &segs) {
+            return Ok(cave);
         }
     }
     Err(Error::BadState {
@@ -315,6 +308,28 @@ fn find_cave(pid: i32) -> Result<u64> {
               short of its page)"
             .into(),
     })
+}
+
+/// Where [`CODE`] can go in the executable mapping `m` of a file whose segments are
+/// `segs`: past the end of one that ends inside `m`, with room for the code.
+fn cave_in(m: &crate::proc::MapEntry, segs: &[Segment]) -> Option<u64> {
+    let map_end_offset = m.offset + (m.end - m.start);
+    for s in segs.iter().filter(|s| s.executable) {
+        // Read from the process's memory: any value at all.
+        let Some(end) = s.offset.checked_add(s.filesz) else {
+            continue;
+        };
+        // The segment must end inside this mapping, leaving room after it.
+        if end <= m.offset || end > map_end_offset {
+            continue;
+        }
+        let code_end = m.start + (end - m.offset);
+        let cave = (m.end - CAVE_BYTES) & !15;
+        if cave >= code_end.next_multiple_of(16) {
+            return Some(cave);
+        }
+    }
+    None
 }
 
 /// Writes [`CODE`] and [`RESUME_CODE`] into a cave of `pid` (again: the bytes are the same
@@ -379,6 +394,64 @@ mod tests {
             .arg(&bin)));
         assert_eq!(std::fs::read(&bin).unwrap(), code);
         let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// An ELF header and program headers as the process's memory holds them at `base`:
+    /// the program headers at `phoff`, one executable PT_LOAD of `offset` and `filesz`.
+    fn headers(base: u64, phoff: u64, offset: u64, filesz: u64) -> crate::ptrace::BufferMemory {
+        let mut bytes = vec![0u8; 64 + 56];
+        bytes[..5].copy_from_slice(b"\x7fELF\x02");
+        bytes[0x20..0x28].copy_from_slice(&phoff.to_le_bytes());
+        bytes[0x36..0x38].copy_from_slice(&56u16.to_le_bytes());
+        bytes[0x38..0x3a].copy_from_slice(&1u16.to_le_bytes());
+        let ph = &mut bytes[64..];
+        ph[..4].copy_from_slice(&1u32.to_le_bytes()); // PT_LOAD
+        ph[4..8].copy_from_slice(&5u32.to_le_bytes()); // PF_R | PF_X
+        ph[8..16].copy_from_slice(&offset.to_le_bytes());
+        ph[32..40].copy_from_slice(&filesz.to_le_bytes());
+        crate::ptrace::BufferMemory { base, bytes }
+    }
+
+    /// The program headers' place is read from the process: one past the top of the
+    /// address space is no table (it overflowed the sum before: a panic with overflow
+    /// checks).
+    #[test]
+    fn program_headers_past_the_top_of_the_address_space_are_none() {
+        let base = 0x40_0000;
+        let segs = segments(&headers(base, 64, 0, 0x123), base).expect("one segment");
+        assert_eq!(segs.len(), 1);
+        assert_eq!((segs[0].offset, segs[0].filesz), (0, 0x123));
+        assert!(segments(&headers(base, u64::MAX - 0x10, 0, 0x123), base).is_none());
+    }
+
+    /// A segment read from the process that ends past `u64::MAX` ends in no mapping: no
+    /// cave after it.
+    #[test]
+    fn a_segment_ending_past_the_top_has_no_cave() {
+        let m = crate::proc::MapEntry {
+            start: 0x40_0000,
+            end: 0x40_1000,
+            offset: 0,
+            readable: true,
+            executable: true,
+            path: Some("/lib/x.so".into()),
+            dev: (0, 0),
+            inode: 1,
+            deleted: false,
+            vdso: false,
+        };
+        let seg = |offset, filesz| Segment {
+            offset,
+            filesz,
+            executable: true,
+        };
+        let cave = (0x40_1000 - CAVE_BYTES) & !15;
+        assert_eq!(cave_in(&m, &[seg(0, 0x100)]), Some(cave));
+        assert_eq!(cave_in(&m, &[seg(u64::MAX - 8, 16)]), None);
+        assert_eq!(
+            cave_in(&m, &[seg(u64::MAX - 8, 16), seg(0, 0x100)]),
+            Some(cave)
+        );
     }
 
     #[test]

@@ -291,6 +291,40 @@ impl PythonProcess {
     }
 }
 
+#[cfg(test)]
+impl PythonProcess {
+    /// This test process read as an interpreter of `layout` whose `_PyRuntime` is at
+    /// `runtime` (a buffer of the test's, read as the target's memory).
+    pub(crate) fn own_for_tests(layout: Layout, runtime: u64) -> PythonProcess {
+        let pid = std::process::id() as i32;
+        let namespaces = Namespaces::of(pid);
+        let (major, minor) = layout.version;
+        let version = Version {
+            major,
+            minor,
+            micro: Some(0),
+            suffix: String::new(),
+        };
+        PythonProcess {
+            pid,
+            mem: RemoteMemory::new(pid).expect("our own memory"),
+            version_text: version.to_string().into(),
+            version,
+            version_source: VersionSource::Override,
+            untested: false,
+            layout,
+            executable: "/python".into(),
+            binary: "/python".into(),
+            addrs: Addresses {
+                runtime: Some(runtime),
+                ..Addresses::default()
+            },
+            namespaces,
+            tids: TidMap::new(pid, namespaces),
+        }
+    }
+}
+
 fn detect_version(
     pid: i32,
     mem: &RemoteMemory,

@@ -204,3 +204,47 @@ fn a_watched_block_moved_by_realloc_stays_live_until_its_new_address_is_freed() 
     agg.add(&ev(EV_SAMPLED_MOVE, 0x40, 0, 0, 0x30, 5), None);
     assert!(agg.watched.is_empty());
 }
+
+/// An event's time is the program's to write: one at `u64::MAX` after others near 0 makes
+/// a recording that spans the whole clock, sliced without overflowing.
+#[test]
+fn an_event_time_at_the_end_of_the_clock_slices_the_timeline() {
+    let mut agg = MemoryAggregator::new();
+    agg.add(&ev(EV_ALLOC, M, M, 0, 0x1000, 1), key(3));
+    agg.add(&ev(EV_ALLOC, M, M, 0, 0x2000, u64::MAX), key(3));
+    let mut p = profile();
+    agg.merge_into(&mut p, RingTotals::default(), &mut |_| None);
+    let mem = p.files[0].lines[0].memory.clone().unwrap();
+    assert_eq!(mem.mem_timeline.len(), LINE_TIMELINE_SLICES);
+    assert!((mem.mem_timeline[0] - 1.0).abs() < 1e-9);
+    assert!((mem.mem_timeline.last().unwrap() - 2.0).abs() < 1e-9);
+}
+
+/// The rings' counters are the programs' to write: garbage in one process's adds up to at
+/// most `u64::MAX` with the others'.
+#[test]
+fn ring_counters_near_the_top_add_up_without_overflow() {
+    let torn = RingTotals {
+        dropped: u64::MAX,
+        handshake_timeouts: u64::MAX - 1,
+        handshake_wait_ns: u64::MAX,
+        ..Default::default()
+    };
+    let some = RingTotals {
+        dropped: 3,
+        handshake_timeouts: 3,
+        handshake_wait_ns: 3,
+        ..Default::default()
+    };
+    let (_, t) = MemoryAggregator::merge_processes(
+        vec![
+            (MemoryAggregator::new(), torn, 10),
+            (MemoryAggregator::new(), some, 10),
+        ],
+        RingTotals::default(),
+    );
+    assert_eq!(
+        (t.dropped, t.handshake_timeouts, t.handshake_wait_ns),
+        (u64::MAX, u64::MAX, u64::MAX)
+    );
+}

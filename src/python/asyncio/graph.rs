@@ -106,7 +106,7 @@ pub(super) fn offsets(
         (5, "coro"),
         (6, "task_node"),
     ] {
-        if s(i) + 8 > task_size {
+        if s(i).saturating_add(8) > task_size {
             return Err(format!(
                 "the task's {what} at {} of {task_size} bytes",
                 s(i)
@@ -116,7 +116,12 @@ pub(super) fn offsets(
     if s(3) >= task_size || s(4) >= task_size {
         return Err("the task's flags lie outside it".into());
     }
-    if s(8) + 16 > interp_size || [s(10), s(11), s(12)].iter().any(|&f| f + 8 > ts_size) {
+    // The section is the target's memory: any value at all (a sum must not overflow).
+    if s(8).saturating_add(16) > interp_size
+        || [s(10), s(11), s(12)]
+            .iter()
+            .any(|&f| f.saturating_add(8) > ts_size)
+    {
         return Err("a task list head lies outside its state".into());
     }
     let rt = proc
@@ -131,7 +136,7 @@ pub(super) fn offsets(
     };
     let l = &proc.layout;
     let frame_stackpointer = d("interpreter_frame.stackpointer")? as usize;
-    if frame_stackpointer + 8 > l.frame.size {
+    if frame_stackpointer.saturating_add(8) > l.frame.size {
         return Err("the frame's stack pointer lies outside the frame read".into());
     }
     Ok(Offsets {

@@ -178,3 +178,35 @@ fn says_which_versions_have_no_tasks_to_read() {
     assert!(unsupported((3, 14)).is_none());
     assert!(unsupported((3, 15)).is_none());
 }
+
+/// `.AsyncioDebug` and `_Py_DebugOffsets` are the target's memory, any value at all: an
+/// offset near `u64::MAX` is refused as outside its object, not summed past the top (a
+/// panic with overflow checks).
+#[test]
+fn offsets_near_the_top_of_the_range_are_refused() {
+    use crate::python_bindings::debug_offsets::FIELDS_3_14;
+    let mut runtime = vec![0u8; crate::python::process::DEBUG_OFFSETS_READ];
+    runtime[..8].copy_from_slice(b"xdebugpy");
+    runtime[8..16].copy_from_slice(&0x030e_00f0u64.to_le_bytes());
+    let sp = FIELDS_3_14
+        .iter()
+        .position(|n| *n == "interpreter_frame.stackpointer")
+        .expect("3.14 has the frame's stack pointer");
+    let sp_at = 24 + sp * 8;
+    let layout = *crate::python_bindings::generated(3, 14, false).expect("3.14's table");
+    let proc = PythonProcess::own_for_tests(layout, runtime.as_ptr() as u64);
+    let mem = &proc.mem;
+    // A task of 256 bytes, an interpreter state of 4096, a thread state of 1024.
+    let good: [u64; 13] = [256, 16, 24, 32, 33, 40, 48, 4096, 64, 1024, 16, 24, 32];
+    let section = |v: &[u64; 13]| v.iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>();
+    assert!(offsets(&proc, mem, &section(&good)).is_ok());
+    for i in [1, 2, 5, 6, 8, 10, 11, 12] {
+        let mut torn = good;
+        torn[i] = u64::MAX - 3;
+        assert!(offsets(&proc, mem, &section(&torn)).is_err(), "field {i}");
+    }
+    // `proc` reads `runtime` where it is: in place.
+    runtime[sp_at..sp_at + 8].copy_from_slice(&(u64::MAX - 3).to_le_bytes());
+    let err = offsets(&proc, mem, &section(&good)).expect_err("a stack pointer past the frame");
+    assert!(err.contains("stack pointer"), "{err}");
+}
