@@ -625,16 +625,14 @@ mod tests {
     /// overflow checks).
     #[test]
     fn a_torn_interpreter_address_reads_no_remote_debugging_flag() {
-        use crate::python_bindings::debug_offsets::FIELDS_3_14;
+        use crate::python_bindings::debug_offsets::{runtime_3_14_for_tests, set_3_14_field};
         let layout = *crate::python_bindings::generated(3, 14, false).expect("3.14's table");
-        let mut runtime = vec![0u8; 4096];
-        runtime[..8].copy_from_slice(b"xdebugpy");
-        runtime[8..16].copy_from_slice(&0x030e_00f0u64.to_le_bytes());
-        let flag = FIELDS_3_14
-            .iter()
-            .position(|n| *n == "debugger_support.remote_debugging_enabled")
-            .expect("3.14 has the switch");
-        runtime[24 + flag * 8..32 + flag * 8].copy_from_slice(&0x100u64.to_le_bytes());
+        let mut runtime = runtime_3_14_for_tests(4096);
+        set_3_14_field(
+            &mut runtime,
+            "debugger_support.remote_debugging_enabled",
+            0x100,
+        );
         let head = layout.runtime.interpreters_head.expect("3.14 has it");
         // An interpreter state of ours, its flag set.
         let interp = vec![1u8; 0x200];

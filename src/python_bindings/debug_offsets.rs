@@ -379,6 +379,27 @@ fn check_invariants(f: &Fields, free_threaded: bool) -> Result<(), String> {
     Ok(())
 }
 
+/// For tests: the first `len` bytes of a CPython 3.14 `_PyRuntime` (at least its debug
+/// offsets), the header written and every offset 0.
+#[cfg(test)]
+pub(crate) fn runtime_3_14_for_tests(len: usize) -> Vec<u8> {
+    let mut b = vec![0u8; len.max(HEADER + FIELDS_3_14.len() * 8)];
+    b[..8].copy_from_slice(COOKIE);
+    b[8..16].copy_from_slice(&0x030e_00f0u64.to_le_bytes());
+    b
+}
+
+/// For tests: sets the 3.14 debug offset `name` ("section.field") in `bytes` (see
+/// [`runtime_3_14_for_tests`]) to `value`.
+#[cfg(test)]
+pub(crate) fn set_3_14_field(bytes: &mut [u8], name: &str, value: u64) {
+    let i = FIELDS_3_14
+        .iter()
+        .position(|n| *n == name)
+        .unwrap_or_else(|| panic!("3.14 has no debug offset {name}"));
+    bytes[HEADER + i * 8..HEADER + (i + 1) * 8].copy_from_slice(&value.to_le_bytes());
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -184,15 +184,8 @@ fn says_which_versions_have_no_tasks_to_read() {
 /// panic with overflow checks).
 #[test]
 fn offsets_near_the_top_of_the_range_are_refused() {
-    use crate::python_bindings::debug_offsets::FIELDS_3_14;
-    let mut runtime = vec![0u8; crate::python::process::DEBUG_OFFSETS_READ];
-    runtime[..8].copy_from_slice(b"xdebugpy");
-    runtime[8..16].copy_from_slice(&0x030e_00f0u64.to_le_bytes());
-    let sp = FIELDS_3_14
-        .iter()
-        .position(|n| *n == "interpreter_frame.stackpointer")
-        .expect("3.14 has the frame's stack pointer");
-    let sp_at = 24 + sp * 8;
+    use crate::python_bindings::debug_offsets::{runtime_3_14_for_tests, set_3_14_field};
+    let mut runtime = runtime_3_14_for_tests(crate::python::process::DEBUG_OFFSETS_READ);
     let layout = *crate::python_bindings::generated(3, 14, false).expect("3.14's table");
     let proc = PythonProcess::own_for_tests(layout, runtime.as_ptr() as u64);
     let mem = &proc.mem;
@@ -206,7 +199,7 @@ fn offsets_near_the_top_of_the_range_are_refused() {
         assert!(offsets(&proc, mem, &section(&torn)).is_err(), "field {i}");
     }
     // `proc` reads `runtime` where it is: in place.
-    runtime[sp_at..sp_at + 8].copy_from_slice(&(u64::MAX - 3).to_le_bytes());
+    set_3_14_field(&mut runtime, "interpreter_frame.stackpointer", u64::MAX - 3);
     let err = offsets(&proc, mem, &section(&good)).expect_err("a stack pointer past the frame");
     assert!(err.contains("stack pointer"), "{err}");
 }
