@@ -41,18 +41,34 @@ fn take_pending() -> Vec<Signal> {
         .collect()
 }
 
+/// Catches `signals` with [`note_signal`], except those ignored when we were started: what
+/// the user ignored stays ignored, for us and for the program `run` starts, which inherits
+/// it as it would without us (`nohup` ignores SIGHUP, a script's background job SIGINT and
+/// SIGQUIT; a handler of ours in their place would reach the program as the default action:
+/// under `nohup` a hang-up would have killed it, and Python installs its KeyboardInterrupt
+/// handler only where SIGINT is not ignored).
 fn catch(signals: &[Signal]) {
     let action = SigAction::new(
         SigHandler::Handler(note_signal),
         SaFlags::SA_RESTART,
         SigSet::empty(),
     );
-    for &s in signals {
+    for &s in signals.iter().filter(|&&s| !ignored(s)) {
         // SAFETY: `note_signal` only does an atomic fetch_or, which is async-signal-safe.
         unsafe {
             let _ = signal::sigaction(s, &action);
         }
     }
+}
+
+/// Whether `s` is ignored (SIG_IGN) in this process now.
+fn ignored(s: Signal) -> bool {
+    // SAFETY: `struct sigaction` is plain data, for which all zeroes is a valid value.
+    let mut now: libc::sigaction = unsafe { std::mem::zeroed() };
+    // SAFETY: with a null new action, sigaction only writes the current one into `now`,
+    // which is valid for writes.
+    let r = unsafe { libc::sigaction(s as libc::c_int, std::ptr::null(), &mut now) };
+    r == 0 && now.sa_sigaction == libc::SIG_IGN
 }
 
 /// How long the command's own process may look like something other than Python (a
@@ -96,7 +112,9 @@ pub fn exit_code(status: &ExitStatus) -> i32 {
 /// Starts `cfg.command` and profiles it until it exits. Its stdin, stdout and stderr are
 /// ours, untouched. SIGTERM, SIGHUP, SIGUSR1 and SIGUSR2 sent to us are forwarded to it;
 /// SIGINT and SIGQUIT (which a terminal sends to the whole foreground group, so the program
-/// gets them anyway) do not stop us: we report when the program has exited.
+/// gets them anyway) do not stop us: we report when the program has exited. A signal
+/// ignored when we were started stays ignored, for us and for the program, and the program
+/// gets our signal mask: its signal state is the one it would have without us.
 pub fn run(cfg: &RunConfig, progress: &mut dyn FnMut(&Stats)) -> Result<RunOutcome> {
     catch(&[
         Signal::SIGINT,
@@ -151,6 +169,25 @@ fn start(cfg: &RunConfig) -> Result<(Child, Option<MemorySetup>)> {
         .map_err(|e| Error::io("creating the memory ring", e))?;
     let mut command = Command::new(prog);
     command.args(args);
+    // The program gets the signal mask we were given, set in the child explicitly (the
+    // standard library does not promise it). The closure also makes the standard library
+    // fork and exec instead of calling glibc's posix_spawn, which left signal 33 (glibc's
+    // SIGSETXID) ignored in the program. Signals ignored stay ignored by themselves: see
+    // `catch`.
+    // SAFETY: `sigset_t` is plain data; all zeroes is the empty set (kept if the call fails).
+    let mut mask: libc::sigset_t = unsafe { std::mem::zeroed() };
+    // SAFETY: with a null new set, pthread_sigmask only writes this thread's mask into
+    // `mask`, which is valid for writes.
+    unsafe { libc::pthread_sigmask(libc::SIG_BLOCK, std::ptr::null(), &mut mask) };
+    // SAFETY: the closure runs in the child between fork and exec and calls only
+    // pthread_sigmask, which is async-signal-safe; it allocates nothing and takes no lock.
+    unsafe {
+        use std::os::unix::process::CommandExt;
+        command.pre_exec(move || {
+            libc::pthread_sigmask(libc::SIG_SETMASK, &mask, std::ptr::null_mut());
+            Ok(())
+        });
+    }
     if let Some(m) = &memory {
         // Following children, each Python process of the program other than the one that
         // claims this ring makes its own beside it.

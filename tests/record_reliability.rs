@@ -278,3 +278,81 @@ fn the_recording_ends_when_the_program_does() {
     let _ = std::fs::remove_file(&out);
     eprintln!("{}: attach returned in {took:?}", py.label);
 }
+
+/// The kernel's signal mask `field` ("SigBlk", "SigIgn", "SigCgt") in `status` lines.
+fn signal_mask(status: &str, field: &str) -> u64 {
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))
+        .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
+        .unwrap_or_else(|| panic!("no {field} in {status:?}"))
+}
+
+/// A program started by `run` has the signal state it would have without us. Signals its
+/// parent ignored stay ignored: our handlers (SIGINT, SIGHUP, ...) used to reach it as the
+/// default action, so under `nohup` a hang-up (which we forward) killed it, and CPython's
+/// test_signal found SIGINT caught where the bare run had it ignored. Its signal mask is
+/// the one we were given (the standard library empties it in a child).
+#[test]
+fn the_program_inherits_the_signal_state_it_would_have_without_us() {
+    let fx = common::fixture("procs/signal_state.py");
+    let bit = |s: libc::c_int| 1u64 << (s - 1);
+    common::for_each_interpreter(|py| {
+        let state = |profiler: Option<&[&str]>| -> Result<String, String> {
+            let mut cmd = match profiler {
+                Some(args) => {
+                    let mut c = Command::new(bin());
+                    c.args(args).arg("--").arg(&py.path);
+                    c
+                }
+                None => Command::new(&py.path),
+            };
+            cmd.arg(&fx).stdin(Stdio::null()).stderr(Stdio::null());
+            // SAFETY: between fork and exec, only signal(2) and sigprocmask(2) on values of
+            // our own: async-signal-safe, no allocation, no lock.
+            unsafe {
+                use std::os::unix::process::CommandExt;
+                cmd.pre_exec(|| {
+                    libc::signal(libc::SIGINT, libc::SIG_IGN);
+                    libc::signal(libc::SIGHUP, libc::SIG_IGN);
+                    let mut set: libc::sigset_t = std::mem::zeroed();
+                    libc::sigemptyset(&mut set);
+                    libc::sigaddset(&mut set, libc::SIGUSR1);
+                    libc::sigprocmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
+                    Ok(())
+                });
+            }
+            let out = cmd.output().map_err(|e| e.to_string())?;
+            if !out.status.success() {
+                return Err(format!("{profiler:?}: {}", out.status));
+            }
+            Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+        };
+        let bare = state(None)?;
+        // The parent's state reached the bare program (else the comparison proves nothing).
+        let (ign, blk) = (signal_mask(&bare, "SigIgn"), signal_mask(&bare, "SigBlk"));
+        if ign & bit(libc::SIGINT) == 0 || ign & bit(libc::SIGHUP) == 0 {
+            return Err(format!("bare: SIGINT and SIGHUP not ignored: {bare:?}"));
+        }
+        // A chrooted interpreter's wrapper (tools/debian_root.sh: unshare, sh) empties the
+        // mask before the interpreter starts, bare or not: there only the dispositions tell.
+        let mask_reaches = py.root.is_none();
+        if mask_reaches && blk & bit(libc::SIGUSR1) == 0 {
+            return Err(format!("bare: SIGUSR1 not blocked: {bare:?}"));
+        }
+        for args in [&["run", "--cpu-only"][..], &["run"][..]] {
+            let got = state(Some(args))?;
+            if got != bare {
+                return Err(format!("{args:?}: {got:?}, bare {bare:?}"));
+            }
+        }
+        Ok(format!(
+            "ignored {ign:#x}, blocked {blk:#x}{}: the same bare and under run",
+            if mask_reaches {
+                ""
+            } else {
+                " (the chroot wrapper empties the mask)"
+            }
+        ))
+    });
+}
