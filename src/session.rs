@@ -41,19 +41,20 @@ fn take_pending() -> Vec<Signal> {
         .collect()
 }
 
-/// Catches `signals` with [`note_signal`], except those ignored when we were started: what
-/// the user ignored stays ignored, for us and for the program `run` starts, which inherits
-/// it as it would without us (`nohup` ignores SIGHUP, a script's background job SIGINT and
-/// SIGQUIT; a handler of ours in their place would reach the program as the default action:
-/// under `nohup` a hang-up would have killed it, and Python installs its KeyboardInterrupt
-/// handler only where SIGINT is not ignored).
-fn catch(signals: &[Signal]) {
+/// Catches `signals` with [`note_signal`], except those in `unless_ignored` that are ignored
+/// now (as we were started): what the user ignored stays ignored, for us and for the
+/// program `run` starts, which inherits it as it would without us (`nohup` ignores SIGHUP,
+/// a script's background job SIGINT and SIGQUIT; a handler of ours in their place would
+/// reach the program as the default action: under `nohup` a hang-up would have killed it,
+/// and Python installs its KeyboardInterrupt handler only where SIGINT is not ignored).
+fn catch(signals: &[Signal], unless_ignored: &[Signal]) {
     let action = SigAction::new(
         SigHandler::Handler(note_signal),
         SaFlags::SA_RESTART,
         SigSet::empty(),
     );
-    for &s in signals.iter().filter(|&&s| !ignored(s)) {
+    let keep = |s: Signal| unless_ignored.contains(&s) && ignored(s);
+    for &s in signals.iter().filter(|&&s| !keep(s)) {
         // SAFETY: `note_signal` only does an atomic fetch_or, which is async-signal-safe.
         unsafe {
             let _ = signal::sigaction(s, &action);
@@ -116,14 +117,15 @@ pub fn exit_code(status: &ExitStatus) -> i32 {
 /// ignored when we were started stays ignored, for us and for the program, and the program
 /// gets our signal mask: its signal state is the one it would have without us.
 pub fn run(cfg: &RunConfig, progress: &mut dyn FnMut(&Stats)) -> Result<RunOutcome> {
-    catch(&[
+    let all = [
         Signal::SIGINT,
         Signal::SIGQUIT,
         Signal::SIGTERM,
         Signal::SIGHUP,
         Signal::SIGUSR1,
         Signal::SIGUSR2,
-    ]);
+    ];
+    catch(&all, &all);
     let (mut child, memory) = start(cfg)?;
     let unprofiled = |status, note: &str| RunOutcome {
         profile: None,
@@ -639,7 +641,8 @@ pub struct AttachConfig {
     pub gpu: Option<GpuConfig>,
 }
 
-/// Profiles a running process until Ctrl-C (SIGINT), SIGTERM, the duration, or its exit.
+/// Profiles a running process until Ctrl-C (SIGINT), SIGTERM, SIGHUP (unless ignored, as
+/// under `nohup`), the duration, or its exit.
 /// The target is never stopped longer than one sample's read and is left as it was.
 pub fn attach(cfg: &AttachConfig, progress: &mut dyn FnMut(&Stats)) -> Result<(Profile, Stats)> {
     if cfg.pid <= 0 {
@@ -657,7 +660,13 @@ pub fn attach(cfg: &AttachConfig, progress: &mut dyn FnMut(&Stats)) -> Result<(P
         crate::python::check_can_stop(&proc)?;
     }
     let program = command_line(cfg.pid);
-    catch(&[Signal::SIGINT, Signal::SIGTERM, Signal::SIGHUP]);
+    // SIGINT and SIGTERM ask us to stop, also where a script started us with them ignored
+    // (a background job: its `kill -INT` stops us as it always did); a hang-up under `nohup`
+    // does not.
+    catch(
+        &[Signal::SIGINT, Signal::SIGTERM, Signal::SIGHUP],
+        &[Signal::SIGHUP],
+    );
     let mut notes = Vec::new();
     // Memory: each process's ring, taken over from the `run` that started the program.
     let cwd = crate::proc::cwd(cfg.pid);

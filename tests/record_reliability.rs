@@ -356,3 +356,96 @@ fn the_program_inherits_the_signal_state_it_would_have_without_us() {
         ))
     });
 }
+
+/// Whether `pid` catches signal `sig` (its SigCgt), false once it is gone.
+fn catches(pid: u32, sig: libc::c_int) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .map(|s| signal_mask(&s, "SigCgt") & (1u64 << (sig - 1)) != 0)
+        .unwrap_or(false)
+}
+
+/// `attach` started with SIGINT and SIGHUP ignored (a script's background job under
+/// `nohup`): a hang-up leaves it recording, SIGINT still stops it with its report (it asks
+/// us to stop; no program inherits our state there).
+#[test]
+fn attach_started_ignoring_signals_stops_on_sigint_not_on_a_hang_up() {
+    common::for_each_interpreter(|py| {
+        let mut target = Command::new(&py.path)
+            .args(["-c", "import sys, time\nsys.stdout.write('up\\n')\nsys.stdout.flush()\nwhile 1: time.sleep(0.01)\n"])
+            .stdout(Stdio::piped())
+            .spawn()
+            .map_err(|e| e.to_string())?;
+        let mut line = String::new();
+        std::io::BufRead::read_line(
+            &mut std::io::BufReader::new(target.stdout.take().unwrap()),
+            &mut line,
+        )
+        .map_err(|e| e.to_string())?;
+        let out = tmp(&format!("attach-signals-{}.json", py.label));
+        let mut cmd = Command::new(bin());
+        cmd.args(["attach", &target.id().to_string(), "--cpu-only", "-o"])
+            .arg(&out)
+            .stdin(Stdio::null())
+            .stderr(Stdio::null());
+        // SAFETY: between fork and exec, only signal(2): async-signal-safe.
+        unsafe {
+            use std::os::unix::process::CommandExt;
+            cmd.pre_exec(|| {
+                libc::signal(libc::SIGINT, libc::SIG_IGN);
+                libc::signal(libc::SIGHUP, libc::SIG_IGN);
+                Ok(())
+            });
+        }
+        let mut prof = cmd.spawn().map_err(|e| e.to_string())?;
+        let result = (|| {
+            let pid = prof.id();
+            let t0 = Instant::now();
+            while !catches(pid, libc::SIGINT) {
+                if t0.elapsed() > Duration::from_secs(20)
+                    || prof.try_wait().ok().flatten().is_some()
+                {
+                    return Err("attach never caught SIGINT".to_string());
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            if catches(pid, libc::SIGHUP) {
+                return Err("attach caught SIGHUP, which it was started ignoring".into());
+            }
+            // SAFETY: kill(2) on our own child.
+            unsafe { libc::kill(pid as i32, libc::SIGHUP) };
+            std::thread::sleep(Duration::from_millis(300));
+            if let Some(st) = prof.try_wait().map_err(|e| e.to_string())? {
+                return Err(format!("a hang-up stopped attach ({st})"));
+            }
+            // SAFETY: kill(2) on our own child.
+            unsafe { libc::kill(pid as i32, libc::SIGINT) };
+            let t1 = Instant::now();
+            let stopped_in = loop {
+                if let Some(st) = prof.try_wait().map_err(|e| e.to_string())? {
+                    if !st.success() {
+                        return Err(format!("attach stopped by SIGINT exited {st}"));
+                    }
+                    break t1.elapsed();
+                }
+                if t1.elapsed() > Duration::from_secs(30) {
+                    return Err("SIGINT did not stop attach within 30 s".into());
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            };
+            let json = std::fs::read_to_string(&out).map_err(|e| format!("no report: {e}"))?;
+            if !json.contains("\"samples\"") {
+                return Err(format!("not a profile: {}", &json[..json.len().min(200)]));
+            }
+            Ok(format!(
+                "a hang-up ignored; SIGINT stopped it in {:.2} s, with its report",
+                stopped_in.as_secs_f64()
+            ))
+        })();
+        let _ = prof.kill();
+        let _ = prof.wait();
+        let _ = target.kill();
+        let _ = target.wait();
+        let _ = std::fs::remove_file(&out);
+        result
+    });
+}
