@@ -279,6 +279,32 @@ fn the_recording_ends_when_the_program_does() {
     eprintln!("{}: attach returned in {took:?}", py.label);
 }
 
+/// The bit of signal `sig` in the kernel's signal masks.
+fn bit(sig: libc::c_int) -> u64 {
+    1u64 << (sig - 1)
+}
+
+/// Starts `cmd` as a script's background job under `nohup` would: SIGINT and SIGHUP
+/// ignored, and with `block_usr1`, SIGUSR1 blocked too.
+fn ignoring_int_and_hup(cmd: &mut Command, block_usr1: bool) {
+    // SAFETY: between fork and exec, only signal(2) and sigprocmask(2) on values of our
+    // own: async-signal-safe, no allocation, no lock.
+    unsafe {
+        use std::os::unix::process::CommandExt;
+        cmd.pre_exec(move || {
+            libc::signal(libc::SIGINT, libc::SIG_IGN);
+            libc::signal(libc::SIGHUP, libc::SIG_IGN);
+            if block_usr1 {
+                let mut set: libc::sigset_t = std::mem::zeroed();
+                libc::sigemptyset(&mut set);
+                libc::sigaddset(&mut set, libc::SIGUSR1);
+                libc::sigprocmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
+            }
+            Ok(())
+        });
+    }
+}
+
 /// The kernel's signal mask `field` ("SigBlk", "SigIgn", "SigCgt") in `status` lines.
 fn signal_mask(status: &str, field: &str) -> u64 {
     status
@@ -292,11 +318,11 @@ fn signal_mask(status: &str, field: &str) -> u64 {
 /// parent ignored stay ignored: our handlers (SIGINT, SIGHUP, ...) used to reach it as the
 /// default action, so under `nohup` a hang-up (which we forward) killed it, and CPython's
 /// test_signal found SIGINT caught where the bare run had it ignored. Its signal mask is
-/// the one we were given (the standard library empties it in a child).
+/// the one we were given (set in the child explicitly: the standard library does not
+/// promise it).
 #[test]
 fn the_program_inherits_the_signal_state_it_would_have_without_us() {
     let fx = common::fixture("procs/signal_state.py");
-    let bit = |s: libc::c_int| 1u64 << (s - 1);
     common::for_each_interpreter(|py| {
         let state = |profiler: Option<&[&str]>| -> Result<String, String> {
             let mut cmd = match profiler {
@@ -308,20 +334,7 @@ fn the_program_inherits_the_signal_state_it_would_have_without_us() {
                 None => Command::new(&py.path),
             };
             cmd.arg(&fx).stdin(Stdio::null()).stderr(Stdio::null());
-            // SAFETY: between fork and exec, only signal(2) and sigprocmask(2) on values of
-            // our own: async-signal-safe, no allocation, no lock.
-            unsafe {
-                use std::os::unix::process::CommandExt;
-                cmd.pre_exec(|| {
-                    libc::signal(libc::SIGINT, libc::SIG_IGN);
-                    libc::signal(libc::SIGHUP, libc::SIG_IGN);
-                    let mut set: libc::sigset_t = std::mem::zeroed();
-                    libc::sigemptyset(&mut set);
-                    libc::sigaddset(&mut set, libc::SIGUSR1);
-                    libc::sigprocmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
-                    Ok(())
-                });
-            }
+            ignoring_int_and_hup(&mut cmd, true);
             let out = cmd.output().map_err(|e| e.to_string())?;
             if !out.status.success() {
                 return Err(format!("{profiler:?}: {}", out.status));
@@ -360,7 +373,7 @@ fn the_program_inherits_the_signal_state_it_would_have_without_us() {
 /// Whether `pid` catches signal `sig` (its SigCgt), false once it is gone.
 fn catches(pid: u32, sig: libc::c_int) -> bool {
     std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .map(|s| signal_mask(&s, "SigCgt") & (1u64 << (sig - 1)) != 0)
+        .map(|s| signal_mask(&s, "SigCgt") & bit(sig) != 0)
         .unwrap_or(false)
 }
 
@@ -387,15 +400,7 @@ fn attach_started_ignoring_signals_stops_on_sigint_not_on_a_hang_up() {
             .arg(&out)
             .stdin(Stdio::null())
             .stderr(Stdio::null());
-        // SAFETY: between fork and exec, only signal(2): async-signal-safe.
-        unsafe {
-            use std::os::unix::process::CommandExt;
-            cmd.pre_exec(|| {
-                libc::signal(libc::SIGINT, libc::SIG_IGN);
-                libc::signal(libc::SIGHUP, libc::SIG_IGN);
-                Ok(())
-            });
-        }
+        ignoring_int_and_hup(&mut cmd, false);
         let mut prof = cmd.spawn().map_err(|e| e.to_string())?;
         let result = (|| {
             let pid = prof.id();
