@@ -1,4 +1,5 @@
-//! `scalene-rs dump --async` against live asyncio programs, on every interpreter.
+//! `scalene-rs dump --async` against live asyncio programs, on each representative interpreter
+//! (common::representatives).
 //!
 //! Each fixture writes its own truth (fixtures/asyncio/shapes.py `describe()`: every task's
 //! coroutines as `cr_await` links them, whether it was the running one, its thread's native
@@ -231,7 +232,7 @@ fn a_chain_of_five_tasks_reads_whole() {
         common::mark(&fixture, "burn") as i64,
         common::mark(&fixture, "leaf_call") as i64,
     );
-    common::for_each_interpreter(|py| {
+    common::for_each_representative(|py| {
         if !reads_tasks(py) {
             return refused(py);
         }
@@ -288,7 +289,7 @@ fn a_chain_of_five_tasks_reads_whole() {
 
 #[test]
 fn diamond_gather_cycle_and_two_loops() {
-    common::for_each_interpreter(|py| {
+    common::for_each_representative(|py| {
         if !reads_tasks(py) {
             return Ok("tasks not read (see a_chain_of_five_tasks_reads_whole)".into());
         }
@@ -369,7 +370,7 @@ fn diamond_gather_cycle_and_two_loops() {
 
 #[test]
 fn a_program_without_asyncio_has_no_tasks() {
-    common::for_each_interpreter(|py| {
+    common::for_each_representative(|py| {
         if !reads_tasks(py) {
             return Ok("tasks not read".into());
         }
@@ -420,7 +421,7 @@ fn run_async_charges_the_leaf_to_the_whole_task_chain() {
     ]
     .join(";");
     let burn = format!("burn ({file}:{})", line("burn"));
-    common::for_each_interpreter(|py| {
+    common::for_each_representative(|py| {
         if !reads_tasks(py) {
             let mut cmd = Command::new(common::bin());
             cmd.args(["run", "--cpu-only", "--async", "--"])
@@ -581,7 +582,7 @@ fn attach(pid: i32, args: &[&str], out: &std::path::Path) -> Run {
 
 #[test]
 fn wall_charges_every_waiting_task_its_wait() {
-    common::for_each_interpreter(|py| {
+    common::for_each_representative(|py| {
         if !reads_tasks(py) {
             return Ok("tasks not read".into());
         }
@@ -636,7 +637,7 @@ fn attach_finds_the_tasks_of_asyncio_imported_after_it() {
         fixture.display(),
         common::mark(&fixture, "burn")
     );
-    common::for_each_interpreter(|py| {
+    common::for_each_representative(|py| {
         if !reads_tasks(py) {
             return Ok("tasks not read".into());
         }
@@ -762,7 +763,7 @@ fn eager_tasks_caught_in_their_first_step() {
         common::mark(&fixture, "eager_burn") as i64,
         common::mark(&fixture, "e2_call") as i64,
     );
-    common::for_each_interpreter(|py| {
+    common::for_each_representative(|py| {
         if !reads_tasks(py) {
             return Ok("tasks not read (see a_chain_of_five_tasks_reads_whole)".into());
         }

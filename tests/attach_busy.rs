@@ -125,7 +125,7 @@ fn keep_peak(p: &Value) -> f64 {
 /// gets time only, and says why.
 #[test]
 fn a_thread_that_only_computes_gets_its_memory_counted() {
-    common::for_each_interpreter_alone(|py| {
+    common::for_each_representative_alone(|py| {
         let target = Target::start(py)?;
         let dir = common::tempdir("scalene-rs-attach-busy");
         let json = dir.join("p.json");

@@ -1,12 +1,12 @@
-//! The library side of `attach` with memory, without ptrace: a Python process loads the
-//! preload library itself (`ctypes.PyDLL`, which keeps the GIL: the real attach calls from
-//! a thread blocked outside Python, so this matches it only loosely, but it exercises
-//! everything the library does) and calls `scalene_rs_attach` with a ring we made. Checked
-//! against every interpreter: the return code (free-threaded builds refuse), the bytes
-//! counted and the interpreter's share of them, the interpreter's allocator wrapped by the
-//! pending call, no event once the ring says `detached` or its heartbeat is stale, a second
-//! attach with a new ring, and 100 attach/detach cycles that leave at most a couple of
-//! old rings mapped; the program's own output and exit status intact.
+//! The library side of `attach` with memory, without ptrace: a Python process loads the preload
+//! library itself (`ctypes.PyDLL`, which keeps the GIL: the real attach calls from a thread
+//! blocked outside Python, so this matches it only loosely, but it exercises everything the
+//! library does) and calls `scalene_rs_attach` with a ring we made. Checked against each
+//! representative interpreter (common::representatives): the return code (free-threaded builds
+//! refuse), the bytes counted and the interpreter's share of them, the interpreter's allocator
+//! wrapped by the pending call, no event once the ring says `detached` or its heartbeat is
+//! stale, a second attach with a new ring, and 100 attach/detach cycles that leave at most a
+//! couple of old rings mapped; the program's own output and exit status intact.
 
 mod common;
 
@@ -236,7 +236,7 @@ fn check(py: &common::Interpreter) -> Result<String, String> {
 
 #[test]
 fn a_library_loaded_late_counts_until_detached() {
-    common::for_each_interpreter_alone(check);
+    common::for_each_representative_alone(check);
 }
 
 /// The newest Python 3 with a GIL that runs in our own root.

@@ -1,7 +1,7 @@
 //! `attach PID` with memory, to processes started without scalene-rs: our library is loaded
-//! into them from outside (tests on every interpreter of the matrix; where it cannot be —
-//! a free-threaded build, remote debugging turned off — attach records time and
-//! says why memory is missing).
+//! into them from outside (tests on each representative interpreter (common::representatives);
+//! where it cannot be — a free-threaded build, remote debugging turned off — attach records
+//! time and says why memory is missing).
 
 mod common;
 
@@ -168,7 +168,7 @@ fn attach_records_the_memory_of_a_process_started_without_us() {
         marked_line(name, "LEAK"),
         marked_line(name, "NOLEAK"),
     );
-    common::for_each_interpreter_alone(|py| {
+    common::for_each_representative_alone(|py| {
         let target = Target::start(py, &[])?;
         let json = common::tempdir("scalene-rs-attach-mem").join("p.json");
         let mut prof = attach(target.pid(), &json, &[]);
@@ -317,7 +317,7 @@ fn stop_busy(
 #[test]
 fn attach_cycles_and_a_killed_profiler_leave_the_target_unharmed() {
     const CYCLES: usize = 100;
-    common::for_each_interpreter_alone(|py| {
+    common::for_each_representative_alone(|py| {
         if !supported(py) {
             return Ok("not supported: see the other test".into());
         }
@@ -397,7 +397,7 @@ fn attach_cycles_and_a_killed_profiler_leave_the_target_unharmed() {
 /// target is as without us.
 #[test]
 fn a_process_with_remote_debugging_disabled_gets_no_library() {
-    common::for_each_interpreter(|py| {
+    common::for_each_representative(|py| {
         let target = Target::start(py, &[("PYTHON_DISABLE_REMOTE_DEBUG", "1")])?;
         let pid = target.pid();
         let json = common::tempdir("scalene-rs-attach-off").join("p.json");
@@ -437,7 +437,7 @@ fn a_process_with_remote_debugging_disabled_gets_no_library() {
 #[test]
 fn a_thread_that_never_waits_gets_no_library_and_a_reason() {
     let lib = native_library();
-    common::for_each_interpreter(|py| {
+    common::for_each_representative(|py| {
         if !supported(py) {
             return Ok("not supported: see the other tests".into());
         }
@@ -561,7 +561,7 @@ fn a_profiler_killed_at_random_moments_never_harms_the_target() {
 /// thread comes back through our trampoline by itself: the target finishes as without us.
 #[test]
 fn a_profiler_killed_inside_a_call_never_harms_the_target() {
-    common::for_each_interpreter_alone(|py| {
+    common::for_each_representative_alone(|py| {
         if !supported(py) {
             return Ok("not supported: see the other test".into());
         }

@@ -37,7 +37,7 @@ fn the_sampler_gives_way_and_leaves_the_program_s_policy_alone() {
         );
         return;
     }
-    common::for_each_interpreter_alone(|py| {
+    common::for_each_representative_alone(|py| {
         let p = record(py, &[])?;
         let Some(boosts) = p["gave_way_boosts"].as_u64() else {
             return Err("run --cpu-only: no gave_way_boosts in the profile".into());

@@ -1,12 +1,12 @@
 //! GPU figures per line, through a stand-in NVML library that the tests build
-//! (tests/support/fake_nvml.c) and name with SCALENE_RS_NVML_LIB: CI has no GPU. The
-//! fixture (fixtures/gpu/phases.py) tells the stand-in how busy it keeps the GPU on each
-//! line, so the truth is known: on every interpreter, each line's share of the program's GPU
-//! time within ±5 points, another process's utilization never charged, the memory peak on
-//! the line that holds it. Then NVML failing in every way we know (no library, no driver,
-//! no device, lost mid-run, hung mid-run, functions missing, no permission), on one
-//! interpreter: a clear header line, the rest of the profile intact, the exit code passed
-//! through, never a hang.
+//! (tests/support/fake_nvml.c) and name with SCALENE_RS_NVML_LIB: CI has no GPU. The fixture
+//! (fixtures/gpu/phases.py) tells the stand-in how busy it keeps the GPU on each line, so the
+//! truth is known: on each representative interpreter (common::representatives), each line's
+//! share of the program's GPU time within ±5 points, another process's utilization never
+//! charged, the memory peak on the line that holds it. Then NVML failing in every way we know
+//! (no library, no driver, no device, lost mid-run, hung mid-run, functions missing, no
+//! permission), on one interpreter: a clear header line, the rest of the profile intact, the
+//! exit code passed through, never a hang.
 
 mod common;
 
@@ -15,12 +15,11 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-/// One GPU test at a time: their shares are measured against the truth, and runs competing
-/// for the two cores of a CI machine make the samplers late.
-static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
-
-fn turn() -> std::sync::MutexGuard<'static, ()> {
-    ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner())
+/// One GPU test at a time, across test processes (common::turn): their shares are measured
+/// against the truth, and runs competing for the two cores of a CI machine make the
+/// samplers late.
+fn turn() -> common::Turn {
+    common::turn("gpu")
 }
 
 /// One profiled run of the fixture and what came of it.
@@ -121,7 +120,7 @@ fn each_line_gets_its_share_of_the_gpu_and_no_other_process_is_charged() {
         common::mark(&fx, "CPU"),
         common::mark(&fx, "ALLOC"),
     );
-    common::for_each_interpreter(|py| {
+    common::for_each_representative(|py| {
         let dir = common::tempdir("scalene-rs-gpu-script");
         let script = dir.join("script");
         let log = dir.join("calls");

@@ -1,5 +1,6 @@
 //! Threads that do not run cost no stack read: fixtures/cpu/parked.py starts 50 threads that
-//! wait on an Event beside a busy main thread. On every interpreter of the matrix:
+//! wait on an Event beside a busy main thread. On each representative interpreter
+//! (common::representatives):
 //!   - `run --cpu-only`: the `work` line gets most of the time, and when the parked threads
 //!     used (next to) no CPU (the `park` line under 1%), at least 80% of their samples were
 //!     not read again (`unchanged_reads`): they had not run since their last read. (On 3.6
@@ -9,7 +10,7 @@
 //!     line, and they are read.)
 //!   - `run --cpu-only --blocking` (every sample paused): the threads that did not run are
 //!     not paused at all (a pause would wake them): the `park` line under 1%, at least 80%
-//!     of their samples not read again, on every interpreter.
+//!     of their samples not read again, on each representative interpreter.
 //!   - `run --cpu-only --wall`: the parked threads' waiting is still charged to the line
 //!     they wait on, from the stacks read when they parked: the `park` line holds at least
 //!     80% of the time (50 of 51 threads wait all along).
@@ -56,7 +57,7 @@ fn threads_that_did_not_run_are_not_read_again() {
     let fx = common::fixture("cpu/parked.py");
     let (work, park) = (common::mark(&fx, "work"), common::mark(&fx, "park"));
     let threads: u64 = THREADS.parse().unwrap();
-    common::for_each_interpreter_alone(|py| {
+    common::for_each_representative_alone(|py| {
         let p = record(py, &[])?;
         let samples = p["samples"].as_u64().unwrap_or(0);
         let unchanged = p["unchanged_reads"].as_u64().unwrap_or(0);
@@ -95,7 +96,7 @@ fn threads_that_did_not_run_are_not_read_again() {
 
 #[test]
 fn a_growing_pool_is_read_in_the_threads_that_ran() {
-    common::for_each_interpreter_alone(|py| {
+    common::for_each_representative_alone(|py| {
         let p = record_fixture(py, "cpu/pool_grows.py", &[], &[])?;
         let samples = p["samples"].as_u64().unwrap_or(0);
         let short = p["short_cpu_reads"].as_u64().unwrap_or(0);
@@ -113,7 +114,7 @@ fn a_pool_that_starts_at_once_is_read_over_a_few_samples() {
     let fx = common::fixture("cpu/parked.py");
     let work = common::mark(&fx, "work");
     let threads = 400u64;
-    common::for_each_interpreter_alone(|py| {
+    common::for_each_representative_alone(|py| {
         let p = record_fixture(py, "cpu/parked.py", &["400", "1.5"], &[])?;
         let samples = p["samples"].as_u64().unwrap_or(0);
         let unchanged = p["unchanged_reads"].as_u64().unwrap_or(0);

@@ -1,7 +1,8 @@
-//! The preload library and memory accounting, against every interpreter on the machine:
-//! programs run unchanged under the library (Python or not), many threads allocating at
-//! once neither crash nor deadlock, `run` injects the library without replacing the user's
-//! LD_PRELOAD, a forked child keeps working, and a program outlives a killed profiler.
+//! The preload library and memory accounting, against each representative interpreter
+//! (common::representatives): programs run unchanged under the library (Python or not), many
+//! threads allocating at once neither crash nor deadlock, `run` injects the library without
+//! replacing the user's LD_PRELOAD, a forked child keeps working, and a program outlives a
+//! killed profiler.
 
 mod common;
 
@@ -78,7 +79,7 @@ fn programs_that_are_not_python_are_unaffected() {
 
 #[test]
 fn eight_threads_churning_neither_crash_nor_deadlock() {
-    for py in interpreters() {
+    for py in common::representatives() {
         let (lib, ring) = library_and_ring();
         let start = Instant::now();
         let mut c = Command::new(&py.path);
@@ -115,7 +116,7 @@ fn eight_threads_churning_neither_crash_nor_deadlock() {
 
 #[test]
 fn eight_threads_churning_while_profiled() {
-    for py in interpreters() {
+    for py in common::representatives() {
         let json = std::env::temp_dir().join(format!("scalene-rs-churn-{}.json", py.label));
         let out = Command::new(BIN)
             .args(["run", "-o"])
@@ -186,15 +187,15 @@ fn run_appends_to_the_users_ld_preload_and_cpu_only_injects_nothing() {
     assert!(kept.contains("PYTHONMALLOC=\n"), "{kept}");
 }
 
-/// What each `--python-allocator` mode gives the program, on every interpreter: `wrapped`
-/// (the default) keeps pymalloc serving objects and drops `PYTHONMALLOC` on 3.8+ (the
+/// What each `--python-allocator` mode gives the program, on each representative interpreter:
+/// `wrapped` (the default) keeps pymalloc serving objects and drops `PYTHONMALLOC` on 3.8+ (the
 /// library wraps the allocator; that every object is then counted is checked in
 /// memory_accuracy), and runs older interpreters with `PYTHONMALLOC=malloc`; `malloc` sends
-/// every interpreter's objects to malloc; `pymalloc` leaves Python alone. A PYTHONMALLOC of
-/// the user's own stays.
+/// every interpreter's objects to malloc; `pymalloc` leaves Python alone. A PYTHONMALLOC of the
+/// user's own stays.
 #[test]
 fn each_python_allocator_mode_reaches_the_program() {
-    for py in interpreters() {
+    for py in common::representatives() {
         let report = |extra: &[&str], env: Option<&str>| {
             let mut c = Command::new(BIN);
             c.arg("run")
@@ -273,7 +274,10 @@ fn debugmallocstats_shows_pymalloc_under_run() {
     )
     .unwrap();
     let json = dir.join("profile.json");
-    for py in interpreters().iter().filter(|py| py.version() >= (3, 8)) {
+    for py in common::representatives()
+        .iter()
+        .filter(|py| py.version() >= (3, 8))
+    {
         let bare = Command::new(&py.path).arg(&script).output().unwrap();
         let run = Command::new(BIN)
             .args(["run", "--format", "json", "-o"])
@@ -316,7 +320,7 @@ fn debugmallocstats_shows_pymalloc_under_run() {
 
 #[test]
 fn a_forked_child_keeps_working() {
-    for py in interpreters() {
+    for py in common::representatives() {
         let out = Command::new(BIN)
             .args(["run", "--format", "json", "-o", "/dev/null", "--"])
             .arg(&py.path)
@@ -419,7 +423,7 @@ use serde_json::Value;
 
 /// A process started without us: `attach --cpu-only` loads nothing into it and records no
 /// memory; `attach` loads our library and counts from then on, and the report says so
-/// (tests/attach_memory.rs checks the figures on every interpreter).
+/// (tests/attach_memory.rs checks the figures on each representative interpreter).
 #[test]
 fn attach_loads_the_library_into_a_process_started_without_it_unless_cpu_only() {
     let py = interpreters()
@@ -519,7 +523,7 @@ fn attach_reads_the_ring_of_a_program_whose_profiler_is_gone() {
 /// output is the unprofiled run's, and its objects were counted.
 #[test]
 fn the_garbage_collector_finds_every_object_while_memory_is_counted() {
-    for py in interpreters() {
+    for py in common::representatives() {
         if py.version() < (3, 6) {
             continue; // the fixture is Python 3 (2.7's collector is the same as 3.6's)
         }

@@ -1,9 +1,9 @@
-//! Memory accuracy against programs whose truth is known by construction
-//! (fixtures/memory/), on every interpreter on the machine: kept bytes and their Python
+//! Memory accuracy against programs whose truth is known by construction (fixtures/memory/), on
+//! each representative interpreter (common::representatives): kept bytes and their Python
 //! share, native allocations (numpy, where it is installed), copy volume, leaks, and two
-//! threads allocating on different lines; small objects (pymalloc's kind) in every
-//! `--python-allocator` mode. `SCALENE_RS_ACCURACY_RUN_ARGS` adds options to every `run` (e.g.
-//! `--keep-pymalloc`, to check the other mode against the same truths).
+//! threads allocating on different lines; small objects (pymalloc's kind) in every `--python-
+//! allocator` mode. `SCALENE_RS_ACCURACY_RUN_ARGS` adds options to every `run` (e.g. `--keep-
+//! pymalloc`, to check the other mode against the same truths).
 
 mod common;
 
@@ -18,9 +18,10 @@ fn interpreters() -> Vec<common::Interpreter> {
     all
 }
 
-/// One profiled run at a time: each run's profiler must answer its program's handshakes
-/// within a few milliseconds, which runs competing for the same cores make harder.
-static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+/// One profiled run at a time, across test processes (common::turn): each run's profiler
+/// must answer its program's handshakes within a few milliseconds, which runs competing for
+/// the same cores make harder.
+const TURN: &str = "memory-accuracy";
 
 /// Profiles `fixture` with `py` and returns the profile.
 fn profile(py: &common::Interpreter, fixture: &str) -> Value {
@@ -30,7 +31,7 @@ fn profile(py: &common::Interpreter, fixture: &str) -> Value {
 /// Profiles `fixture` with `py`, `extra` options given to `run`; returns the profile and
 /// the program's output.
 fn profile_with(py: &common::Interpreter, fixture: &str, extra: &[&str]) -> (Value, String) {
-    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let _turn = common::turn(TURN);
     let from_env = std::env::var("SCALENE_RS_ACCURACY_RUN_ARGS").unwrap_or_default();
     let json = std::env::temp_dir().join(format!(
         "scalene-rs-acc-{}-{}-{}.json",
@@ -95,7 +96,7 @@ fn within(got: f64, want: f64, tolerance: f64) -> bool {
 fn kept_bytes_have_their_peak_and_are_python() {
     let fx = "memory/keep_200mb.py";
     let n = marked_line(fx, "KEEP");
-    for py in interpreters() {
+    for py in common::representatives() {
         let p = profile(&py, fx);
         let l = line(&p, fx, n);
         let peak = field(l, "mem_peak_mb");
@@ -201,7 +202,7 @@ fn numpy_allocations_are_native() {
 fn copied_volume_is_measured() {
     let fx = "memory/copy_known.py";
     let n = marked_line(fx, "COPY");
-    for py in interpreters() {
+    for py in common::representatives() {
         let p = profile(&py, fx);
         let l = line(&p, fx, n);
         let duration = p["duration_s"].as_f64().unwrap();
@@ -219,7 +220,7 @@ fn a_growing_global_list_leaks_and_a_loop_does_not() {
     let fx = "memory/leak.py";
     let leak = marked_line(fx, "LEAK");
     let noleak = marked_line(fx, "NOLEAK");
-    for py in interpreters() {
+    for py in common::representatives() {
         let p = profile(&py, fx);
         let leaks: Vec<u64> = p["memory"]["leaks"]
             .as_array()
@@ -248,7 +249,7 @@ fn two_threads_each_get_their_own_bytes() {
     let fx = "memory/two_threads.py";
     let a = marked_line(fx, "THREAD_A");
     let b = marked_line(fx, "THREAD_B");
-    for py in interpreters() {
+    for py in common::representatives() {
         let p = profile(&py, fx);
         let (ma, mb) = (
             field(line(&p, fx, a), "mem_alloc_mb"),
@@ -284,7 +285,7 @@ fn small_objects_are_seen_with_either_allocator() {
             .and_then(|v| v.trim().parse().ok())
             .unwrap_or_else(|| panic!("no truth line in {out:?}"))
     };
-    for py in interpreters() {
+    for py in common::representatives() {
         // 2.7 knows no PYTHONMALLOC: it always runs on pymalloc.
         let pymalloc_only = py.major == 2;
         // --keep-pymalloc: the keeping line is charged the arenas its strings filled, which

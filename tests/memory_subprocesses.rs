@@ -1,9 +1,9 @@
 //! Memory of programs of several processes (fixtures/memory/mp_keep.py, subproc_alloc.py,
-//! fork_child.py, mp_churn.py), on every interpreter of the matrix (2.7 has only fork):
-//! each Python process under `run` has its own ring, read with its own stacks; the report
-//! charges each process's bytes to its own lines and keeps a per-process breakdown;
-//! `--no-subprocesses` makes no rings for children; a killed profiler harms no worker and
-//! its rings are cleaned by the next run.
+//! fork_child.py, mp_churn.py), on each representative interpreter (common::representatives)
+//! (2.7 has only fork): each Python process under `run` has its own ring, read with its own
+//! stacks; the report charges each process's bytes to its own lines and keeps a per-process
+//! breakdown; `--no-subprocesses` makes no rings for children; a killed profiler harms no
+//! worker and its rings are cleaned by the next run.
 mod common;
 
 use serde_json::Value;
@@ -152,7 +152,7 @@ fn check_workers(py: &common::Interpreter, method: &str, kind: &str) -> Result<S
 
 #[test]
 fn workers_under_every_start_method_have_their_own_memory() {
-    common::for_each_interpreter_alone(|py| {
+    common::for_each_representative_alone(|py| {
         let runs: &[(&str, &str)] = if py.is_py2() {
             &[("fork", "pool"), ("fork", "process")]
         } else {
@@ -176,7 +176,7 @@ fn workers_under_every_start_method_have_their_own_memory() {
 /// child makes no ring and is not in the report.
 #[test]
 fn a_subprocess_has_its_own_ring_unless_not_followed() {
-    common::for_each_interpreter_alone(|py| {
+    common::for_each_representative_alone(|py| {
         let path = py.path.to_string_lossy();
         let n = marked_line("child_alloc.py", "CHILD");
         let (p, out) = run(&[], &[&path, &fx("subproc_alloc.py")], 0)?;
@@ -217,7 +217,7 @@ fn a_subprocess_has_its_own_ring_unless_not_followed() {
 /// the child's line has the 64 MiB, the parent's line its 16 and none of the child's.
 #[test]
 fn a_forked_child_does_not_write_into_its_parents_ring() {
-    common::for_each_interpreter_alone(|py| {
+    common::for_each_representative_alone(|py| {
         let path = py.path.to_string_lossy();
         let (p, out) = run(&[], &[&path, &fx("fork_child.py")], 0)?;
         if !out.contains("child 64") || !out.contains("parent 16 child-exit 7") {
@@ -263,7 +263,7 @@ fn rings_of(profiler: u32) -> Vec<String> {
 /// run.
 #[test]
 fn a_killed_profiler_harms_no_worker_and_its_rings_are_cleaned() {
-    common::for_each_interpreter_alone(|py| {
+    common::for_each_representative_alone(|py| {
         let method = if py.is_py2() { "fork" } else { "spawn" };
         let script = fx("mp_churn.py");
         let started = Instant::now();
@@ -359,7 +359,7 @@ fn a_killed_profiler_harms_no_worker_and_its_rings_are_cleaned() {
 /// is taken over, and the workers' allocations are tied to their line again.
 #[test]
 fn attach_takes_over_the_ring_of_every_process() {
-    common::for_each_interpreter_alone(|py| {
+    common::for_each_representative_alone(|py| {
         let method = if py.is_py2() { "fork" } else { "spawn" };
         let mut prof = Command::new(BIN)
             .args(["run", "-o", "/dev/null", "--"])

@@ -1,5 +1,6 @@
-//! `run --native` with memory (the default) on every interpreter of the matrix: a line's
-//! allocations go to the C functions that made them, in a ratio known by construction.
+//! `run --native` with memory (the default) on each representative interpreter
+//! (common::representatives): a line's allocations go to the C functions that made them, in a
+//! ratio known by construction.
 //!
 //! fixtures/native/burnext.c (built by the test with each interpreter's headers) has
 //! `alloc_pair(n)`: n times, a 3 MiB block from `alloc_big`, then a 1 MiB block from
@@ -151,7 +152,7 @@ fn check_stacks(p: &Value, alloc_line: u64) -> Result<(), String> {
 fn run_native_gives_a_lines_allocations_to_the_c_functions_that_made_them() {
     let fixture = common::fixture("native/alloc.py");
     let alloc_line = common::mark(&fixture, "alloc");
-    common::for_each_interpreter_alone(|py| {
+    common::for_each_representative_alone(|py| {
         let dir = common::spinext::build_fixture_ext(py, "native/burnext.c", "burnext")?;
         let out = dir.join("p.json");
         let mut cmd = Command::new(BIN);

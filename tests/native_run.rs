@@ -1,5 +1,6 @@
-//! `run --native` and `attach --native` on every interpreter of the matrix, on a line whose
-//! C time is split between two functions in a ratio known by construction.
+//! `run --native` and `attach --native` on each representative interpreter
+//! (common::representatives), on a line whose C time is split between two functions in a ratio
+//! known by construction.
 //!
 //! fixtures/native/burnext.c (built by the test with each interpreter's headers) runs 3n
 //! turns of a loop in `burn_alpha`, then n turns of the same loop in `burn_beta`; the
@@ -255,7 +256,7 @@ fn check_collapsed(profile: &Path, native_line: u64) -> Result<(), String> {
 fn run_native_splits_a_lines_c_time_by_function() {
     let fixture = common::fixture("native/burn.py");
     let native_line = common::mark(&fixture, "native");
-    common::for_each_interpreter_alone(|py| {
+    common::for_each_representative_alone(|py| {
         let dir = common::spinext::build_fixture_ext(py, "native/burnext.c", "burnext")?;
         let out = dir.join("p.json");
         let mut cmd = Command::new(BIN);

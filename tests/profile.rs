@@ -1,5 +1,5 @@
 //! The sampling profiler's numbers on fixtures whose truth is known by construction
-//! (fixtures/cpu/*.py), on every interpreter of the matrix.
+//! (fixtures/cpu/*.py), on each representative interpreter (common::representatives).
 //!
 //! Tolerances are the issue's: a line's share within ±5 points, a split ≥90% one way, a
 //! syscall line ≥50% system, four equal threads within ±5 points of 25%.
@@ -105,7 +105,7 @@ fn function_total(p: &Value, name: &str) -> f64 {
         .sum()
 }
 
-/// Runs `check` for every interpreter and fails at the end with every failure.
+/// Runs `check` for each representative interpreter and fails at the end with every failure.
 
 #[test]
 fn python_and_native_lines_get_their_share_and_their_split() {
@@ -125,7 +125,7 @@ fn python_and_native_lines_get_their_share_and_their_split() {
     // a row failed one run each by a hair (5.1 and 5.6 points, --blocking on 3.8 and memory
     // on under 3.6), while five runs alone of the second build (memory on, 3.6) read 52-54%
     // against a truth of 53%: 5 s (500 samples) cuts that noise by a fifth.
-    common::for_each_interpreter(|py| {
+    common::for_each_representative(|py| {
         let mut summaries = Vec::new();
         for mode in [
             &["--cpu-only"][..],
@@ -185,7 +185,7 @@ fn python_and_native_lines_get_their_share_and_their_split() {
 fn paused_samples_at_10_khz_charge_the_time_the_lines_took() {
     let fx = common::fixture("cpu/split.py");
     let (lp, ln) = (mark(&fx, "python"), mark(&fx, "native"));
-    common::for_each_interpreter(|py| {
+    common::for_each_representative(|py| {
         let (p, out) = profile_and_output(
             py,
             &fx,
@@ -212,7 +212,7 @@ fn paused_samples_at_10_khz_charge_the_time_the_lines_took() {
 fn a_syscall_heavy_line_is_mostly_system_time() {
     let fx = common::fixture("cpu/system.py");
     let l = mark(&fx, "system");
-    common::for_each_interpreter(|py| {
+    common::for_each_representative(|py| {
         let p = profile(py, &fx, &["1.5"], &[]);
         let (pyt, nat, sys) = line(&p, &fx, l);
         let total = pyt + nat + sys;
@@ -230,7 +230,7 @@ fn a_syscall_heavy_line_is_mostly_system_time() {
 #[test]
 fn four_equal_threads_get_a_quarter_each() {
     let fx = common::fixture("cpu/threads.py");
-    common::for_each_interpreter(|py| {
+    common::for_each_representative(|py| {
         let (p, out) = profile_and_output(py, &fx, &["4000000"], &[]);
         let t = truth(&out);
         let truth_sum: f64 = t.iter().map(|x| x.1).sum();
@@ -262,7 +262,7 @@ fn four_equal_threads_get_a_quarter_each() {
 fn a_sleeping_line_counts_only_in_wall_mode() {
     let fx = common::fixture("cpu/sleepy.py");
     let (busy, sleep) = (mark(&fx, "busy"), mark(&fx, "sleep"));
-    common::for_each_interpreter(|py| {
+    common::for_each_representative(|py| {
         let cpu = profile(py, &fx, &["2"], &[]);
         let wall = profile(py, &fx, &["2"], &["--wall"]);
         let s_cpu = {
@@ -299,7 +299,7 @@ fn a_sleeping_line_counts_only_in_wall_mode() {
 #[test]
 fn wall_time_adds_up_to_the_time_elapsed_at_1_khz() {
     let fx = common::fixture("cpu/split.py");
-    common::for_each_interpreter(|py| {
+    common::for_each_representative(|py| {
         let p = profile(py, &fx, &["0.5"], &["--wall", "--rate", "1000"]);
         let total = p["total_s"].as_f64().unwrap_or(0.0);
         let elapsed = p["duration_s"].as_f64().unwrap_or(0.0);
@@ -315,7 +315,7 @@ fn wall_time_adds_up_to_the_time_elapsed_at_1_khz() {
 fn attach_finds_the_same_hot_lines_as_run() {
     let fx = common::fixture("cpu/split.py");
     let (lp, ln) = (mark(&fx, "python"), mark(&fx, "native"));
-    common::for_each_interpreter(|py| {
+    common::for_each_representative(|py| {
         let mut child = Command::new(&py.path)
             .arg(&fx)
             .arg("30")
@@ -378,7 +378,7 @@ fn a_stack_that_flips_faster_than_a_read_gets_the_same_split_as_paused_reads() {
     // below the gap the bug made (27-44% against 52-67% across interpreters).
     let fx = common::fixture("cpu/flip.py");
     let flip = mark(&fx, "flip");
-    common::for_each_interpreter(|py| {
+    common::for_each_representative(|py| {
         let mut shares = Vec::new();
         for mode in [&["--cpu-only"][..], &["--cpu-only", "--blocking"][..]] {
             let mut args = vec!["--rate", "1000"];

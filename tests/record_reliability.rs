@@ -80,7 +80,7 @@ fn kill_after(unprofiled: Duration) -> Duration {
 #[test]
 fn killing_run_leaves_the_program_running() {
     let fx = common::fixture("cpu/survivor.py");
-    for py in common::interpreters() {
+    for py in common::representatives() {
         let (expected, took) = reference(&py, &fx);
         let out = tmp(&format!("run-{}", py.label));
         let _ = std::fs::remove_file(&out);
@@ -122,7 +122,7 @@ fn killing_run_leaves_the_program_running() {
 #[test]
 fn killing_attach_leaves_the_program_running() {
     let fx = common::fixture("cpu/survivor.py");
-    for py in common::interpreters() {
+    for py in common::representatives() {
         let (expected, took) = reference(&py, &fx);
         let out = tmp(&format!("attach-{}", py.label));
         let _ = std::fs::remove_file(&out);
@@ -159,7 +159,7 @@ fn killing_attach_leaves_the_program_running() {
 #[test]
 fn run_ends_when_the_program_is_killed() {
     let fx = common::fixture("cpu/survivor.py");
-    for py in common::interpreters() {
+    for py in common::representatives() {
         let out = tmp(&format!("killed-{}", py.label));
         let profile = tmp(&format!("killed-{}.json", py.label));
         let mut prof = Command::new(bin())
@@ -323,7 +323,7 @@ fn signal_mask(status: &str, field: &str) -> u64 {
 #[test]
 fn the_program_inherits_the_signal_state_it_would_have_without_us() {
     let fx = common::fixture("procs/signal_state.py");
-    common::for_each_interpreter(|py| {
+    common::for_each_representative(|py| {
         let state = |profiler: Option<&[&str]>| -> Result<String, String> {
             let mut cmd = match profiler {
                 Some(args) => {
@@ -382,7 +382,7 @@ fn catches(pid: u32, sig: libc::c_int) -> bool {
 /// us to stop; no program inherits our state there).
 #[test]
 fn attach_started_ignoring_signals_stops_on_sigint_not_on_a_hang_up() {
-    common::for_each_interpreter(|py| {
+    common::for_each_representative(|py| {
         let mut target = Command::new(&py.path)
             .args(["-c", "import sys, time\nsys.stdout.write('up\\n')\nsys.stdout.flush()\nwhile 1: time.sleep(0.01)\n"])
             .stdout(Stdio::piped())

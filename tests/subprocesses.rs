@@ -1,8 +1,9 @@
 //! Programs that are more than one process (fixtures/procs/*): `run` follows every Python
-//! descendant — multiprocessing pools under fork, spawn and forkserver, `subprocess`, an
-//! `exec` into another Python program, a shell script that starts Python — and merges them
-//! into one profile; `--no-subprocesses` does not; `attach --subprocesses` follows the
-//! workers of a running pool. On every interpreter of the matrix (2.7 has only fork).
+//! descendant — multiprocessing pools under fork, spawn and forkserver, `subprocess`, an `exec`
+//! into another Python program, a shell script that starts Python — and merges them into one
+//! profile; `--no-subprocesses` does not; `attach --subprocesses` follows the workers of a
+//! running pool. On each representative interpreter (common::representatives) (2.7 has only
+//! fork).
 mod common;
 use serde_json::Value;
 use std::os::unix::process::CommandExt;
@@ -130,7 +131,7 @@ fn check_pool(p: &Value, what: &str) -> Result<String, String> {
 
 #[test]
 fn a_pool_of_workers_under_every_start_method() {
-    common::for_each_interpreter_alone(|py| {
+    common::for_each_representative_alone(|py| {
         let methods: &[&str] = if py.is_py2() {
             &["fork"]
         } else {
@@ -148,7 +149,7 @@ fn a_pool_of_workers_under_every_start_method() {
 
 #[test]
 fn subprocess_exec_and_shell_script() {
-    common::for_each_interpreter_alone(|py| {
+    common::for_each_representative_alone(|py| {
         let path = py.path.to_string_lossy().into_owned();
         // subprocess: the parent waits, the child works.
         let p = run(&[], &[&path, &fx("subproc.py"), "0.8"])?;
@@ -191,7 +192,7 @@ fn subprocess_exec_and_shell_script() {
 
 #[test]
 fn attach_follows_the_workers_of_a_running_pool() {
-    common::for_each_interpreter_alone(|py| {
+    common::for_each_representative_alone(|py| {
         let mut target = Command::new(&py.path)
             .args([&fx("pool.py"), "fork", "4"])
             .stdout(Stdio::null())

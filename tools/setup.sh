@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Installs and makes everything the test suite needs, so that `cargo test` runs every test
-# (the README's test command is `tools/setup.sh && cargo test`; .ci/run calls it too).
+# Installs and makes everything the test suite needs, so that `cargo nextest run` runs every test
+# (the README's test command is `tools/setup.sh && cargo nextest run`; .ci/run calls it too).
 # Needs root (apt-get, debootstrap, mount namespaces, a user of its own). Cached under
 # ~/.cache/scalene-rs: a second run costs seconds to a minute. What it learns for the tests
 # (which interpreters it equipped with numpy, how many interpreters the matrix must have)
@@ -27,6 +27,11 @@ for comp in rustfmt clippy; do
         rustup component add "$comp"
     fi
 done
+# The suite runs under cargo-nextest (.config/nextest.toml). The machine kind ships it; where
+# it is missing it is built from crates.io (a few minutes, once).
+if ! cargo nextest --version >/dev/null 2>&1; then
+    cargo install --locked cargo-nextest
+fi
 if ! command -v cc >/dev/null 2>&1; then
     apt-get update -qq && apt-get install -y -qq gcc
 fi
@@ -38,6 +43,7 @@ for tool in strip:binutils objcopy:binutils nm:binutils readelf:binutils xz:xz-u
     fi
 done
 cargo --version
+cargo nextest --version | head -1
 cc --version | head -1
 
 echo "== interpreters"

@@ -206,6 +206,92 @@ pub fn interpreters() -> Vec<Interpreter> {
     found
 }
 
+/// The kinds of interpreter the end-to-end tests run on, one interpreter each
+/// ([`representatives`]), and what each stands for.
+///
+/// Each kind is a way of reading the interpreter that no other kind covers:
+/// - 2.7: Python 2's objects, `interp_head`, `co_lnotab` with unsigned deltas.
+/// - 3.6: no `_PyRuntime` yet; `co_lnotab` with signed line deltas.
+/// - 3.8: `_PyRuntime` and `PyFrameObject` (3.7-3.9 share the reading).
+/// - 3.10: the last `PyFrameObject` chain; the 3.10 line table.
+/// - 3.11, Debian's static build: interpreter frames through `cframe`, the runtime in the
+///   executable (not in libpython).
+/// - 3.12: interpreter frames without `cframe`, shared libpython.
+/// - 3.13t: free-threaded; layouts from `_Py_DebugOffsets`; no GIL to find.
+/// - 3.14, shared libpython: 3.14's frames and tasks read from its debug offsets.
+/// - 3.15, chrooted: the newest version, seen from the host as in a container.
+///
+/// The others (3.7, 3.9, pyenv's 3.11 and 3.13, Debian's 3.13, the static 3.14, the shared
+/// 3.15) each repeat a kind above. They keep the reading core's tests (stacks and lines of
+/// `dump`, line tables, layouts, the native merge), which run on every interpreter.
+pub const REPRESENTATIVE_KINDS: &[(&str, fn(&Interpreter) -> bool)] = &[
+    ("2.7", |i| i.version() == (2, 7)),
+    ("3.6", |i| i.version() == (3, 6)),
+    ("3.8", |i| i.version() == (3, 8) && !i.free_threaded),
+    ("3.10", |i| i.version() == (3, 10) && !i.free_threaded),
+    ("static 3.11", |i| {
+        i.version() == (3, 11) && i.label.starts_with("system-")
+    }),
+    ("3.12", |i| i.version() == (3, 12) && !i.free_threaded),
+    ("free-threaded 3.13", |i| {
+        i.version() == (3, 13) && i.free_threaded
+    }),
+    ("shared 3.14", |i| {
+        i.version() == (3, 14) && i.label.ends_with("-shared")
+    }),
+    ("chrooted 3.15", |i| {
+        i.version() == (3, 15) && i.root.is_some() && !i.label.ends_with("-shared")
+    }),
+];
+
+/// The interpreters the end-to-end tests run on: one of each [`REPRESENTATIVE_KINDS`], the
+/// first of the matrix of that kind, and every tail-call build (a kind of its own where
+/// present). `SCALENE_RS_ONLY_PYTHONS` chooses them by hand instead: all it names are taken.
+///
+/// A kind with no interpreter fails the run in CI ([`ci_mode`]), as a missing interpreter
+/// does: the matrix must not shrink silently. Outside CI it is said and left out.
+pub fn representatives() -> Vec<Interpreter> {
+    let all = interpreters();
+    if std::env::var_os("SCALENE_RS_ONLY_PYTHONS").is_some() {
+        return all;
+    }
+    let mut chosen: Vec<Interpreter> = Vec::new();
+    let mut missing = Vec::new();
+    for (kind, is) in REPRESENTATIVE_KINDS {
+        match all.iter().find(|i| is(i)) {
+            Some(i) => chosen.push(i.clone()),
+            None => missing.push(*kind),
+        }
+    }
+    chosen.extend(
+        all.iter()
+            .filter(|i| i.label.starts_with("tailcall-"))
+            .cloned(),
+    );
+    if !missing.is_empty() {
+        let why = format!(
+            "no interpreter of the kind(s) {missing:?} among {:?}",
+            all.iter().map(|i| &i.label).collect::<Vec<_>>()
+        );
+        assert!(!ci_mode(), "the representative interpreters: {why}");
+        say(&format!("representative interpreters: {why}: left out"));
+    }
+    chosen.sort_by(|a, b| (a.major, a.minor, &a.label).cmp(&(b.major, b.minor, &b.label)));
+    chosen
+}
+
+/// Runs `check` on each of the [`representatives`], like [`for_each_interpreter`].
+pub fn for_each_representative(check: impl Fn(&Interpreter) -> Result<String, String>) {
+    let some = representatives();
+    each_of(&some.iter().collect::<Vec<_>>(), check)
+}
+
+/// [`for_each_interpreter_alone`] over the [`representatives`].
+pub fn for_each_representative_alone(check: impl Fn(&Interpreter) -> Result<String, String>) {
+    let some = representatives();
+    for_each_interpreter_alone_of(&some.iter().collect::<Vec<_>>(), check)
+}
+
 /// A setting of the test run: the environment variable `name`, else its line in the file
 /// tools/setup.sh writes (`~/.cache/scalene-rs/setup.env`, or under `SCALENE_RS_CACHE`):
 /// what the setup equipped (the interpreters with numpy) and what it expects (how many
@@ -369,12 +455,47 @@ pub fn run_limited(mut cmd: Command, limit: std::time::Duration) -> Run {
     }
 }
 
-/// Held by the tests that must not compete with one another's processes.
-static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+/// A turn held across test processes, released when dropped.
+///
+/// - `cargo test` runs a binary's tests as threads of one process.
+/// - `cargo nextest run` runs each test in a process of its own.
+///
+/// A static mutex serializes the first only, so the turn is an exclusive `flock` on a file
+/// named for `name` in the target's temporary directory. Every holder of the same name, in
+/// any test binary, waits for the others. The kernel releases it when the process dies.
+pub struct Turn {
+    _file: std::fs::File,
+}
 
-/// Like [`for_each_interpreter`], with no other test of the same test binary calling this
-/// at the same time: for tests that start several busy processes each, whose numbers mean
-/// something only when they do not compete with another test's.
+/// Waits for the turn named `name` (see [`Turn`]).
+pub fn turn(name: &str) -> Turn {
+    use std::os::fd::AsRawFd;
+    let path = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("turn-{name}.lock"));
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&path)
+        .unwrap_or_else(|e| panic!("cannot open {}: {e}", path.display()));
+    loop {
+        // SAFETY: flock on a descriptor this function owns; it touches no memory.
+        let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX) };
+        if rc == 0 {
+            return Turn { _file: file };
+        }
+        let err = std::io::Error::last_os_error();
+        assert_eq!(
+            err.kind(),
+            std::io::ErrorKind::Interrupted,
+            "flock {}: {err}",
+            path.display()
+        );
+    }
+}
+
+/// Like [`for_each_interpreter`], with no other test doing the same at the same time (the
+/// turn "alone", in any test binary): for tests that start several busy processes each,
+/// whose numbers mean something only when they do not compete with another test's.
 #[allow(dead_code)]
 pub fn for_each_interpreter_alone(check: impl Fn(&Interpreter) -> Result<String, String>) {
     let all = interpreters();
@@ -388,7 +509,7 @@ pub fn for_each_interpreter_alone_of(
     some: &[&Interpreter],
     check: impl Fn(&Interpreter) -> Result<String, String>,
 ) {
-    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let _turn = turn("alone");
     each_of(some, check)
 }
 
