@@ -61,8 +61,10 @@ pub enum Error {
     #[error("cannot read the Python interpreter of process {pid}: {why}")]
     BadState { pid: i32, why: String },
 
-    /// A read of the target's memory failed; `torn` says whether retrying may help
-    /// (the process changed under us) or not.
+    /// A read of the target's memory failed or came back short: an address not (or no
+    /// longer) mapped, or a mapping that changed. `why` says what the OS answered. A read
+    /// that finds the process gone is [`Error::ProcessExited`] instead, and a refused one
+    /// [`Error::PermissionDenied`].
     #[error("reading {len} bytes at {addr:#x} in process {pid} failed: {why}")]
     Read {
         pid: i32,
