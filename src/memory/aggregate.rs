@@ -14,7 +14,7 @@ use crate::profile::{
     NATIVE_FUNCTIONS_PER_LINE,
 };
 use crate::python::Frame;
-use crate::sampler::native::MergeCounts;
+use crate::python::MergeCounts;
 use std::collections::HashMap;
 
 const MB: f64 = 1024.0 * 1024.0;
