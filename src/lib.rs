@@ -21,6 +21,7 @@ pub mod python_bindings;
 pub mod report;
 pub mod sampler;
 pub mod session;
+mod timeline;
 
 pub use error::Error;
 

@@ -156,7 +156,7 @@ pub struct Sampler {
     pauses: PauseSchedule,
     /// Where each thread was at each tick, kept for the GPU ledger once a GPU is watched
     /// (None: not kept).
-    positions: Option<Vec<crate::gpu::Position>>,
+    positions: Option<Vec<crate::timeline::Position>>,
     /// `--native`: the process's modules and the merge counts.
     native: Option<native::NativeSampling>,
     /// `--async`: finds each thread's running task and its awaiters.
@@ -930,7 +930,7 @@ impl Sampler {
     }
 
     /// The positions kept since the last call.
-    pub(crate) fn take_positions(&mut self) -> Vec<crate::gpu::Position> {
+    pub(crate) fn take_positions(&mut self) -> Vec<crate::timeline::Position> {
         self.positions
             .as_mut()
             .map(std::mem::take)
@@ -1245,7 +1245,7 @@ const POSITIONS_MAX: usize = 1 << 16;
 
 /// Adds where each thread of one sample is, with the sample's wall-clock time.
 fn record_positions(
-    buf: &mut Vec<crate::gpu::Position>,
+    buf: &mut Vec<crate::timeline::Position>,
     seen: &[Observation],
     pid: i32,
     profile_all: bool,
@@ -1254,9 +1254,9 @@ fn record_positions(
     if buf.len() + seen.len() > POSITIONS_MAX {
         return;
     }
-    let t_us = crate::gpu::now_us();
+    let t_us = crate::timeline::now_us();
     for o in seen {
-        buf.push(crate::gpu::Position {
+        buf.push(crate::timeline::Position {
             t_us,
             pid,
             tid: o.tid,
