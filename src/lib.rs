@@ -21,13 +21,18 @@ pub mod python_bindings;
 pub mod report;
 pub mod sampler;
 pub mod session;
+mod timeline;
 
 pub use error::Error;
 
-/// Maps and sets keyed by thread ids, addresses and the like, made and looked up at every
-/// sample: a fixed-key hasher (std's default hasher, SipHash with a random key, costs
-/// several times more per lookup, and a randomly seeded one costs that seed each time a map
-/// is made). Keys come from the target; the worst a hostile one could do is slow our lookups.
+/// The one fast hash map of the crate: maps and sets made and looked up at every sample.
+///
+/// - Keys: thread ids, addresses and the like; the aggregator's lines, functions and stacks.
+/// - A fixed-key hasher (aHash). std's default hasher, SipHash with a random key, costs
+///   several times more per lookup. A randomly seeded one costs that seed each time a map
+///   is made.
+/// - Keys come from the target. The worst a hostile one could do is slow our lookups.
+/// - Iteration order is fixed for a build but arbitrary: sort before anything is output.
 pub(crate) type IdMap<K, V> =
     std::collections::HashMap<K, V, std::hash::BuildHasherDefault<ahash::AHasher>>;
 /// See [`IdMap`].

@@ -17,8 +17,8 @@
 //! over made-up samples.
 
 use super::monitor::{DeviceInfo, MemReading, Report, UtilSample};
-use super::Position;
 use crate::profile::{Frame, GpuDevice, GpuStack, GpuSummary, LineGpu, Profile};
+use crate::timeline::Position;
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::Arc;
 

@@ -12,8 +12,8 @@
 pub(crate) mod ledger;
 pub(crate) mod monitor;
 
-use crate::profile::Frame;
-use std::sync::Arc;
+// The ledger's clock, owned by `timeline` (the sampler stamps positions with it).
+pub(crate) use crate::timeline::now_us;
 
 /// Environment variable naming the NVML library to load.
 pub const NVML_LIB_ENV: &str = "SCALENE_RS_NVML_LIB";
@@ -40,28 +40,4 @@ impl GpuConfig {
             poll: std::time::Duration::from_millis(100),
         }
     }
-}
-
-/// Where one thread of a profiled process was at one sampling tick.
-#[derive(Debug, Clone)]
-pub(crate) struct Position {
-    /// Wall-clock time of the tick, microseconds since the Unix epoch (NVML's clock).
-    pub(crate) t_us: u64,
-    pub(crate) pid: i32,
-    pub(crate) tid: i32,
-    /// The thread's stack, innermost first.
-    pub(crate) frames: Arc<[Frame]>,
-    /// The frame its time is charged to (the user's line).
-    pub(crate) charged: Option<Frame>,
-    /// CPU time (user + system) the thread used since its previous sample, seconds.
-    pub(crate) cpu_s: f64,
-    /// Time since the process's previous sample, µs.
-    pub(crate) interval_us: u64,
-}
-
-/// Microseconds since the Unix epoch, now.
-pub(crate) fn now_us() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_micros() as u64)
 }

@@ -372,7 +372,7 @@ fn poll_loop(cfg: &GpuConfig, tx: &Sender<Report>, stop: &AtomicBool) {
             }
         }
         // Taken after the calls: everything this poll read was so by then.
-        let at_us = super::now_us();
+        let at_us = crate::timeline::now_us();
         if let Some(e) = failures.iter().find(|e| fatal(e)) {
             let _ = tx.send(Report::Failed {
                 at_us,

@@ -14,7 +14,7 @@ use crate::profile::{
     NATIVE_FUNCTIONS_PER_LINE,
 };
 use crate::python::Frame;
-use crate::sampler::native::MergeCounts;
+use crate::python::MergeCounts;
 use std::collections::HashMap;
 
 const MB: f64 = 1024.0 * 1024.0;
@@ -78,8 +78,8 @@ impl Timeline {
 #[derive(Debug, Default)]
 pub(crate) struct MemoryAggregator {
     lines: HashMap<LineKey, LineAcc>,
-    /// Sampled pointers still live: the line charged and the bytes they stand for.
-    watched: HashMap<u64, (LineKey, f64)>,
+    /// Sampled pointers still live.
+    watched: HashMap<u64, Watch>,
     footprint: Timeline,
     start_ns: Option<u64>,
     last_ns: u64,
@@ -93,6 +93,13 @@ pub(crate) struct MemoryAggregator {
     stacks: HashMap<Vec<Frame>, f64>,
     /// `--native`: handshakes whose stack got its native frames, and those that did not.
     native: Option<MergeCounts>,
+}
+
+/// A sampled pointer still live: the line charged and the bytes it stands for.
+#[derive(Debug)]
+struct Watch {
+    line: LineKey,
+    bytes: f64,
 }
 
 impl LineAcc {
@@ -176,7 +183,7 @@ impl MemoryAggregator {
                 l.timeline.push(e.time_ns, l.current);
                 if let Some(ptr) = watched {
                     l.sampled_at.push(e.time_ns);
-                    self.watched.insert(ptr, (key, bytes));
+                    self.watched.insert(ptr, Watch { line: key, bytes });
                 }
             }
             What::SampledMove { from, to } => {
@@ -186,10 +193,10 @@ impl MemoryAggregator {
                 }
             }
             What::SampledFree { ptr } => {
-                if let Some((key, bytes)) = self.watched.remove(&ptr) {
-                    if let Some(l) = self.lines.get_mut(&key) {
+                if let Some(w) = self.watched.remove(&ptr) {
+                    if let Some(l) = self.lines.get_mut(&w.line) {
                         l.freed_at.push(e.time_ns);
-                        l.current = (l.current - bytes).max(0.0);
+                        l.current = (l.current - w.bytes).max(0.0);
                         l.sum += l.current;
                         l.n += 1;
                         l.timeline.push(e.time_ns, l.current);

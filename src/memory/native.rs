@@ -16,10 +16,9 @@
 use super::ring::{layout, Event};
 use crate::native::{NativeCache, NativeProcess};
 use crate::python::{
-    native_process, waiting_view, Frame, NativeView, PythonProcess, StackEntry, ThreadReader,
-    WaitingThread,
+    native_process, waiting_view, Frame, MergeCounts, MergeFailure, NativeView, PythonProcess,
+    StackEntry, ThreadReader, WaitingThread,
 };
-use crate::sampler::native::MergeCounts;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -107,14 +106,14 @@ fn is_allocator(symbol: &str) -> bool {
 /// malloc family, CPython's `PyMem_*` / `PyObject_Malloc` family). The innermost frame left
 /// is the function that asked for the memory. Err when no frame of the library is among
 /// the innermost native frames: the thread was not stopped in the handshake.
-pub(crate) fn without_machinery(stack: &[StackEntry]) -> Result<Vec<StackEntry>, String> {
+pub(crate) fn without_machinery(stack: &[StackEntry]) -> Result<Vec<StackEntry>, MergeFailure> {
     let native_prefix = stack
         .iter()
         .take_while(|e| matches!(e, StackEntry::Native(_)))
         .count();
     let in_library = |e: &StackEntry| matches!(e, StackEntry::Native(n) if n.module.as_deref() == Some(PRELOAD_MODULE));
     let Some(last) = stack[..native_prefix].iter().rposition(in_library) else {
-        return Err("no frame of the preload library at the top of the stack".into());
+        return Err(MergeFailure::NoPreloadFrame);
     };
     let mut from = last + 1;
     while let Some(StackEntry::Native(n)) = stack.get(from) {
@@ -171,15 +170,16 @@ impl NativeStacks {
         proc: &PythonProcess,
         reader: &mut ThreadReader,
         e: &Event,
-    ) -> Option<Result<WaitingThread, String>> {
+    ) -> Option<Result<WaitingThread, MergeFailure>> {
         self.prepare(proc);
         let Some(process) = self.process.as_mut() else {
-            return Some(Err("the process's modules could not be read".into()));
+            return Some(Err(MergeFailure::ModulesNotRead));
         };
         // Stopped before this, the thread was inside its wait (see HANDSHAKE_WAIT_NS).
         let until = e.time_ns.saturating_add(layout::HANDSHAKE_WAIT_NS);
         reader
             .waiting_native(proc, process, e.tid, &|| layout::now_ns() < until)
+            .map_err(MergeFailure::NotTaken)
             .transpose()
     }
 
@@ -193,7 +193,7 @@ impl NativeStacks {
     ) -> Result<Vec<Frame>, Vec<Frame>> {
         let version = (proc.version.major, proc.version.minor);
         let Some(process) = self.process.as_mut() else {
-            return Err(self.python_only(w, "the process's modules could not be read"));
+            return Err(self.python_only(w, &MergeFailure::ModulesNotRead));
         };
         let mut view = waiting_view(w, process, version);
         let due = self
@@ -220,19 +220,19 @@ impl NativeStacks {
     }
 
     /// Counts a stack that keeps its Python frames alone, and returns them.
-    pub(crate) fn python_only(&mut self, w: &WaitingThread, why: &str) -> Vec<Frame> {
+    pub(crate) fn python_only(&mut self, w: &WaitingThread, why: &MergeFailure) -> Vec<Frame> {
         self.counts.unmerged(why);
         w.thread.frames.clone()
     }
 }
 
 /// A merged view's frames without the machinery's, for the profile.
-fn frames_of(mut view: NativeView) -> Result<Vec<Frame>, String> {
+fn frames_of(mut view: NativeView) -> Result<Vec<Frame>, MergeFailure> {
     if !view.merged {
-        return Err(view.unmerged.unwrap_or_else(|| "not merged".into()));
+        return Err(view.unmerged.unwrap_or(MergeFailure::NotMerged));
     }
     view.stack = without_machinery(&view.stack)?;
-    view.profile_frames().ok_or_else(|| "not merged".into())
+    view.profile_frames().ok_or(MergeFailure::NotMerged)
 }
 
 #[cfg(test)]

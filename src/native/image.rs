@@ -16,7 +16,7 @@
 //! Must not: open files by path (the caller hands an open file, found as the target sees
 //! it: `native::modules`), or know about processes beyond the one memory read above.
 
-use super::debuginfo;
+use super::sections;
 use super::symbols::{Found, Symbols, Tables};
 use crate::error::{Error, Result};
 use crate::ptrace::ProcessMemory;
@@ -286,7 +286,7 @@ impl Image {
                 b".gnu_debugdata" => mini_debuginfo = file_range(data, sh),
                 b".gnu_debuglink" => {
                     debuglink =
-                        file_range(data, sh).and_then(|r| debuginfo::parse_debuglink(&data[r]));
+                        file_range(data, sh).and_then(|r| sections::parse_debuglink(&data[r]));
                 }
                 // A debug file's notes may lie outside any PT_NOTE segment's file bytes.
                 b".note.gnu.build-id" if build_id.is_none() => {
@@ -396,9 +396,9 @@ impl Image {
                 {
                     None
                 }
-                Some(d) if d.compressed => debuginfo::inflate_section(
+                Some(d) if d.compressed => sections::inflate_section(
                     &self.bytes[d.file.clone()],
-                    debuginfo::MAX_INFLATED_SECTION,
+                    sections::MAX_INFLATED_SECTION,
                 )
                 .ok()
                 .map(|v| SectionBytes {
@@ -449,7 +449,7 @@ impl Image {
                 let mini = self
                     .mini_debuginfo
                     .clone()
-                    .and_then(|r| debuginfo::mini_debuginfo(&self.name, &self.bytes[r]).ok());
+                    .and_then(|r| mini_debuginfo(&self.name, &self.bytes[r]).ok());
                 if let Some(mini) = mini {
                     sources.push((mini.bytes.clone(), mini.tables.clone()));
                 }
@@ -626,6 +626,13 @@ pub(crate) fn unwind_image_in_memory(mem: &dyn ProcessMemory, base: u64) -> Opti
         debuglink: None,
         debug_file: None,
     })
+}
+
+/// Parses the ELF file MiniDebugInfo decompresses to.
+fn mini_debuginfo(name: &str, xz: &[u8]) -> Result<Image, String> {
+    let elf = sections::unxz_bounded(xz, sections::MAX_MINI_DEBUGINFO)?;
+    Image::parse_debug_file(format!("{name} [.gnu_debugdata]"), Bytes::Owned(elf))
+        .map_err(|e| e.to_string())
 }
 
 #[cfg(test)]

@@ -5,8 +5,9 @@
 //! are paused), [`NativeFrame`] (one named frame) and `NativeStack`; [`NativeCache`]
 //! (images by build id, shared across processes); the parts: `image` (an ELF file's
 //! sections, build id, symbols and line tables), `modules` (the files as the target sees
-//! them, checked by build id), `debuginfo` (separate debug files and MiniDebugInfo, found
-//! and checked, and their decompression), `symbols` (sized symbols, demangling), `unwind`
+//! them, checked by build id), `debuginfo` (separate debug files, found and checked),
+//! `sections` (MiniDebugInfo and compressed sections decompressed, within bounds; the
+//! `.gnu_debuglink` record), `symbols` (sized symbols, demangling), `unwind`
 //! (registers and the stack copy taken while a thread is stopped; framehop's unwinder over
 //! the copy).
 //! Must not: know about Python (the merge with Python frames is `python::native`), pause
@@ -21,6 +22,7 @@ mod fde;
 pub(crate) mod fuzz;
 mod image;
 mod modules;
+mod sections;
 mod symbols;
 mod unwind;
 

@@ -15,9 +15,9 @@ use super::modules::Modules;
 use crate::proc::MapEntry;
 use crate::ptrace::pause::PausedThreads;
 use crate::ptrace::ProcessMemory;
+use crate::IdMap;
 use framehop::x86_64::{CacheX86_64, UnwindRegsX86_64, UnwinderX86_64};
 use framehop::{ExplicitModuleSectionInfo, FrameAddress, Module, Unwinder as _};
-use std::collections::HashMap;
 use std::ops::Range;
 use std::sync::Arc;
 
@@ -150,7 +150,7 @@ pub(crate) struct Unwinder {
     /// sorted by address.
     images: Vec<(Range<u64>, u64, Arc<Image>)>,
     /// By lookup address: the expression row there, or None for a usual one (framehop's).
-    rows: HashMap<u64, Option<Arc<ExprRow>>, ahash::RandomState>,
+    rows: IdMap<u64, Option<Arc<ExprRow>>>,
 }
 
 /// Most lookup addresses whose kind of row is remembered (then forgotten all at once).
@@ -195,7 +195,7 @@ impl Unwinder {
             cache: CacheX86_64::new(),
             max_frames: MAX_NATIVE_FRAMES,
             images,
-            rows: HashMap::default(),
+            rows: IdMap::default(),
         }
     }
 

@@ -8,15 +8,12 @@
 mod frame;
 mod gpu;
 
+use crate::IdMap;
 pub(crate) use frame::charged_frame;
 pub use frame::{Frame, Name};
 pub use gpu::{GpuDevice, GpuStack, GpuSummary, LineGpu};
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
-
-/// The aggregator's maps are hit on every sample with keys of text: a fast hash
-/// (aHash) instead of std's SipHash, which is built to resist hash flooding we do not face.
-type FastMap<K, V> = HashMap<K, V, ahash::RandomState>;
 
 /// Version of the profile JSON schema (docs/profile-json.md).
 pub const PROFILE_SCHEMA_VERSION: u32 = 2;
@@ -70,19 +67,48 @@ impl Split {
 /// A function: its file and its name.
 type FunctionKey = (Name, Name);
 
-/// One full stack's samples and time, split, by the thread that saw it (None: the thread's
-/// id was not known). A stack is seen by one thread or a few: a list is enough.
-type StackThreads = Vec<(Option<i32>, u64, Split)>;
+/// One full stack's samples and time, split, by the thread that saw it. A stack is seen by
+/// one thread or a few: a list is enough.
+type StackThreads = Vec<StackThread>;
+
+/// A stack's samples and time as one thread saw them.
+#[derive(Debug, Clone, Copy)]
+struct StackThread {
+    /// The thread's kernel id (None: not known).
+    thread: Option<i32>,
+    samples: u64,
+    split: Split,
+}
 
 /// Adds `n` samples of `split` seen by `thread` to a stack's list.
 fn add_to_stack(per: &mut StackThreads, thread: Option<i32>, n: u64, split: &Split) {
-    match per.iter_mut().find(|e| e.0 == thread) {
+    match per.iter_mut().find(|e| e.thread == thread) {
         Some(e) => {
-            e.1 += n;
-            e.2.add(split);
+            e.samples += n;
+            e.split.add(split);
         }
-        None => per.push((thread, n, *split)),
+        None => per.push(StackThread {
+            thread,
+            samples: n,
+            split: *split,
+        }),
     }
+}
+
+/// A function's time and its first line seen.
+#[derive(Debug, Clone, Copy, Default)]
+struct FunctionAcc {
+    split: Split,
+    /// None: no line seen yet.
+    first_line: Option<u32>,
+}
+
+/// A thread's name, time and samples.
+#[derive(Debug, Clone, Default)]
+struct ThreadAcc {
+    name: Option<String>,
+    split: Split,
+    samples: u64,
 }
 
 /// The smaller of two lines, a line being smaller than none.
@@ -94,20 +120,20 @@ fn first_of(a: Option<u32>, b: Option<u32>) -> Option<u32> {
 }
 
 /// Seconds by native function (function, module).
-type NativeSeconds = FastMap<(Name, Name), f64>;
+type NativeSeconds = IdMap<(Name, Name), f64>;
 
 /// Folds samples as they come.
 #[derive(Debug, Default)]
 pub(crate) struct Aggregator {
-    lines: FastMap<(Name, u32), Split>,
-    /// A function's time and its first line seen (None: no line seen yet), by file and name.
-    functions: FastMap<FunctionKey, (Split, Option<u32>)>,
+    lines: IdMap<(Name, u32), Split>,
+    /// A function's time and its first line seen, by file and name.
+    functions: IdMap<FunctionKey, FunctionAcc>,
     /// A full stack's samples and their time, split, by thread.
-    stacks: FastMap<Vec<Frame>, StackThreads>,
-    threads: FastMap<i32, (Option<String>, Split, u64)>,
+    stacks: IdMap<Vec<Frame>, StackThreads>,
+    threads: IdMap<i32, ThreadAcc>,
     /// Native seconds of a line by the native function they were spent in (function,
     /// module): `--native` recordings only.
-    line_native: FastMap<(Name, u32), NativeSeconds>,
+    line_native: IdMap<(Name, u32), NativeSeconds>,
     /// Samples (thread observations) folded in.
     thread_samples: u64,
 }
@@ -156,12 +182,9 @@ impl Aggregator {
                     _ => {}
                 }
             }
-            let e = self
-                .functions
-                .entry((f.filename, f.function))
-                .or_insert((Split::default(), None));
-            e.0.add(&split);
-            e.1 = first_of(e.1, f.line);
+            let e = self.functions.entry((f.filename, f.function)).or_default();
+            e.split.add(&split);
+            e.first_line = first_of(e.first_line, f.line);
         }
         // Look up by slice first: the stack is copied only the first time it is seen.
         let per = match self.stacks.get_mut(s.frames) {
@@ -170,12 +193,12 @@ impl Aggregator {
         };
         add_to_stack(per, s.native_id, 1, &split);
         if let Some(tid) = s.native_id {
-            let t = self
-                .threads
-                .entry(tid)
-                .or_insert((s.thread_name.clone(), Split::default(), 0));
-            t.1.add(&split);
-            t.2 += 1;
+            let t = self.threads.entry(tid).or_insert_with(|| ThreadAcc {
+                name: s.thread_name.clone(),
+                ..ThreadAcc::default()
+            });
+            t.split.add(&split);
+            t.samples += 1;
         }
     }
 
@@ -185,15 +208,15 @@ impl Aggregator {
         for (k, v) in &other.lines {
             self.lines.entry(*k).or_default().add(v);
         }
-        for (k, (split, first)) in &other.functions {
-            let e = self.functions.entry(*k).or_insert((Split::default(), None));
-            e.0.add(split);
-            e.1 = first_of(e.1, *first);
+        for (k, theirs) in &other.functions {
+            let e = self.functions.entry(*k).or_default();
+            e.split.add(&theirs.split);
+            e.first_line = first_of(e.first_line, theirs.first_line);
         }
         for (k, theirs) in &other.stacks {
             let per = self.stacks.entry(k.clone()).or_default();
-            for (thread, n, split) in theirs {
-                add_to_stack(per, *thread, *n, split);
+            for t in theirs {
+                add_to_stack(per, t.thread, t.samples, &t.split);
             }
         }
         for (line, theirs) in &other.line_native {
@@ -202,13 +225,13 @@ impl Aggregator {
                 *ours.entry(*function).or_default() += seconds;
             }
         }
-        for (tid, (name, split, n)) in &other.threads {
-            let e = self
-                .threads
-                .entry(*tid)
-                .or_insert((name.clone(), Split::default(), 0));
-            e.1.add(split);
-            e.2 += n;
+        for (tid, theirs) in &other.threads {
+            let e = self.threads.entry(*tid).or_insert_with(|| ThreadAcc {
+                name: theirs.name.clone(),
+                ..ThreadAcc::default()
+            });
+            e.split.add(&theirs.split);
+            e.samples += theirs.samples;
         }
         self.thread_samples += other.thread_samples;
     }
@@ -219,7 +242,7 @@ impl Aggregator {
         self.stacks
             .values()
             .flatten()
-            .fold(0.0, |acc, v| acc + v.2.total())
+            .fold(0.0, |acc, v| acc + v.split.total())
     }
 
     /// Finishes the profile. `source` returns a file's lines (or None when unreadable).
@@ -250,16 +273,16 @@ impl Aggregator {
                     .unwrap_or_default(),
             });
         }
-        for ((file, name), (split, first)) in &self.functions {
+        for ((file, name), acc) in &self.functions {
             let fp = by_file
                 .entry(file)
                 .or_insert_with(|| FileProfile::new(file));
             fp.functions.push(FunctionProfile {
                 function: name.to_string(),
-                first_line: *first,
-                cpu_python_pct: pct(split.python_s),
-                cpu_native_pct: pct(split.native_s),
-                cpu_system_pct: pct(split.system_s),
+                first_line: acc.first_line,
+                cpu_python_pct: pct(acc.split.python_s),
+                cpu_native_pct: pct(acc.split.native_s),
+                cpu_system_pct: pct(acc.split.system_s),
             });
         }
         let mut files: Vec<FileProfile> = by_file.into_values().collect();
@@ -284,12 +307,12 @@ impl Aggregator {
             .stacks
             .iter()
             .flat_map(|(frames, per)| {
-                per.iter().map(|(thread, n, split)| StackProfile {
+                per.iter().map(|t| StackProfile {
                     frames: frames.clone(),
-                    samples: *n,
-                    seconds: split.total(),
-                    split: Some(*split),
-                    native_id: *thread,
+                    samples: t.samples,
+                    seconds: t.split.total(),
+                    split: Some(t.split),
+                    native_id: t.thread,
                 })
             })
             .collect();
@@ -302,13 +325,13 @@ impl Aggregator {
         let mut threads: Vec<ThreadProfile> = self
             .threads
             .iter()
-            .map(|(tid, (name, split, n))| ThreadProfile {
+            .map(|(tid, t)| ThreadProfile {
                 native_id: *tid,
-                name: name.clone(),
-                samples: *n,
-                cpu_python_pct: pct(split.python_s),
-                cpu_native_pct: pct(split.native_s),
-                cpu_system_pct: pct(split.system_s),
+                name: t.name.clone(),
+                samples: t.samples,
+                cpu_python_pct: pct(t.split.python_s),
+                cpu_native_pct: pct(t.split.native_s),
+                cpu_system_pct: pct(t.split.system_s),
             })
             .collect();
         threads.sort_by_key(|t| t.native_id);

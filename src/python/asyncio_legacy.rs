@@ -27,7 +27,10 @@
 //! Must not: pause threads or format output (as `asyncio`). Everything read is bounded (dict
 //! entries, set slots, task count, chain depth) and checked.
 
-use super::asyncio::{empty_loop, link, AsyncSnapshot, LoopTasks, TaskInfo, MAX_CHAIN, MAX_TASKS};
+use super::asyncio::tasks::{
+    empty_loop, frames_down_to, is_default_name, link, AsyncSnapshot, LoopTasks, TaskInfo,
+    MAX_CHAIN, MAX_TASKS,
+};
 use super::stack::{RawThread, Walk};
 use super::{PythonProcess, StackWalker};
 use crate::error::{Error, Result};
@@ -515,7 +518,7 @@ fn read_task(rd: &mut Rd, walker: &mut StackWalker, h: &Head, running: Option<&W
         errors.push(format!("its name: {e}"));
         format!("Task at {:#x}", h.task)
     });
-    info.numbered = super::asyncio::is_default_name(&info.name);
+    info.numbered = is_default_name(&info.name);
     let chain = match running {
         Some(w) => running_stack(rd, walker, h.coro, w),
         None => coro_chain(rd, walker, h.coro),
@@ -641,14 +644,14 @@ fn coro_chain(
 }
 
 /// The running task's stack: the thread's frames down to the task's own coroutine
-/// (`asyncio::frames_down_to`), or, off the thread's chain, its own frames.
+/// (`asyncio::tasks::frames_down_to`), or, off the thread's chain, its own frames.
 fn running_stack(
     rd: &mut Rd,
     walker: &mut StackWalker,
     coro: u64,
     walk: &Walk,
 ) -> Result<(Vec<Frame>, Option<Awaited>)> {
-    match super::asyncio::frames_down_to(walk, coro.wrapping_add_signed(rd.l.gi_iframe)) {
+    match frames_down_to(walk, coro.wrapping_add_signed(rd.l.gi_iframe)) {
         Some(frames) => Ok((frames, None)),
         None => coro_chain(rd, walker, coro),
     }

@@ -18,7 +18,8 @@ mod native;
 mod process;
 pub(crate) use native::StackEntry;
 pub(crate) use native::{
-    attach as attach_native, take_native_snapshot_with_tids, waiting_view, NativeView,
+    attach as attach_native, take_native_snapshot_with_tids, waiting_view, MergeCounts,
+    MergeFailure, NativeView,
 };
 pub use native::{check_can_stop, native_process, take_native_snapshot, take_native_snapshot_with};
 mod stack;

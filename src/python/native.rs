@@ -27,6 +27,9 @@ use crate::native::{Capture, Captures, NativeCache, NativeFrame, NativeProcess, 
 use crate::ptrace::ProcessMemory;
 use std::collections::HashMap;
 
+mod merge_failure;
+pub(crate) use merge_failure::{MergeCounts, MergeFailure};
+
 /// Like [`super::take_snapshot`], with every thread's native frames (`dump --native`): the
 /// threads are paused whatever `opts.mode` says, each one's registers and stack copied, and
 /// once they run again each stack is unwound and merged with its Python frames. Images come
@@ -136,7 +139,7 @@ pub(crate) struct NativeView {
     pub(crate) truncated: bool,
     /// Why the frames were not merged.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub(crate) unmerged: Option<String>,
+    pub(crate) unmerged: Option<MergeFailure>,
     /// The native frames as unwound, when they were not merged (for the record).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub(crate) native_frames: Vec<NativeFrame>,
@@ -205,8 +208,8 @@ impl NativeView {
     /// read: its stack is not in it).
     pub(crate) fn has_no_stack(&self) -> bool {
         self.unmerged
-            .as_deref()
-            .is_some_and(|why| why.starts_with("no native stack"))
+            .as_ref()
+            .is_some_and(MergeFailure::is_no_stack)
     }
 }
 
@@ -299,10 +302,10 @@ pub(crate) fn merge(
     native: &NativeStack,
     py: &PythonSide,
     major: u32,
-) -> std::result::Result<Merged, String> {
+) -> std::result::Result<Merged, MergeFailure> {
     let grouped = py.evals.iter().map(|&n| n as usize).sum::<usize>() + py.open as usize;
     if grouped != py.frames.len() {
-        return Err("the Python frames could not be told apart by call".into());
+        return Err(MergeFailure::Ungrouped);
     }
     let roles: Vec<Role> = native.frames.iter().map(|f| role(f, major)).collect();
     let (mut evals, mut anchors) = (py.evals, py.anchors);
@@ -360,11 +363,7 @@ pub(crate) fn merge(
                 .filter(|&i| !cut || innermost(i) || calls.last() > Some(&i))
                 .collect();
             if unpaired.len() > 1 || unpaired.first().is_some_and(|&i| !innermost(i)) {
-                return Err(format!(
-                    "{} frames of the evaluation loop with no Python frames of their own \
-                     (the Python stack was read while a call of the loop began or ended)",
-                    unpaired.len()
-                ));
+                return Err(MergeFailure::UnpairedLoopFrames(unpaired.len()));
             }
         }
         None => {}
@@ -385,19 +384,13 @@ pub(crate) fn merge(
         py.open == 0 && calls.len() == want
     };
     if !pairs {
-        let mut why = format!(
-            "{} evaluation-loop calls among the native frames, {want} in the Python stack",
-            calls.len()
-        );
-        if py.open > 0 && !py.truncated {
-            why.push_str(&format!(", and {} Python frames outside any", py.open));
-        }
-        if let Some(stop) = &native.stopped {
-            why.push_str(&format!(" (native unwinding stopped early: {stop})"));
-        } else if native.truncated {
-            why.push_str(" (the native stack was cut at its depth limit)");
-        }
-        return Err(why);
+        return Err(MergeFailure::CallsDiffer {
+            native: calls.len(),
+            python: want,
+            outside: (py.open > 0 && !py.truncated).then_some(py.open),
+            stopped: native.stopped.clone(),
+            native_cut: native.truncated,
+        });
     }
     let paired = if cut_short { calls.len() } else { want };
     let mut stack = Vec::with_capacity(native.frames.len() + py.frames.len());
@@ -457,12 +450,12 @@ fn anchored_calls(
     anchors: &[u64],
     want: usize,
     truncated: bool,
-) -> std::result::Result<Vec<usize>, String> {
+) -> std::result::Result<Vec<usize>, MergeFailure> {
     if anchors.len() < want || (!truncated && anchors.len() != want) {
-        return Err(format!(
-            "{} C frames of the evaluation loop marked in the Python stack, {want} calls of it",
-            anchors.len()
-        ));
+        return Err(MergeFailure::MarksDiffer {
+            marks: anchors.len(),
+            calls: want,
+        });
     }
     let mut calls: Vec<usize> = Vec::with_capacity(want);
     for &a in &anchors[..want] {
@@ -473,25 +466,21 @@ fn anchored_calls(
             break;
         }
         if i == 0 || i >= native.sps.len() {
-            let stop = native
-                .stopped
-                .as_deref()
-                .map(|s| format!(" (native unwinding stopped early: {s})"))
-                .unwrap_or_default();
-            return Err(format!(
-                "a call of the evaluation loop ({a:#x}) lies in no native frame unwound{stop}"
-            ));
+            return Err(MergeFailure::MarkInNoFrame {
+                mark: a,
+                stopped: native.stopped.clone(),
+            });
         }
         let i = i - 1;
         if calls.last().is_some_and(|&last| last >= i) {
-            return Err("two calls of the evaluation loop in one native frame".into());
+            return Err(MergeFailure::TwoCallsInOneFrame);
         }
         // Named, it must be the loop's (a tail-call handler runs on a C frame of its own,
         // above the call's: the mark is never among its locals).
         if let (Some(name), Role::Other | Role::TailCall) = (&native.frames[i].symbol, roles[i]) {
-            return Err(format!(
-                "a call of the evaluation loop lies in the frame of {name}, not the loop's"
-            ));
+            return Err(MergeFailure::MarkInOtherFunction {
+                function: name.clone(),
+            });
         }
         calls.push(i);
     }
@@ -561,7 +550,7 @@ fn view_of(
     capture: Option<&std::result::Result<Capture, String>>,
     version: (u32, u32),
 ) -> NativeView {
-    let python_alone = |why: String, native_frames: Vec<NativeFrame>, stopped| NativeView {
+    let python_alone = |why: MergeFailure, native_frames: Vec<NativeFrame>, stopped| NativeView {
         merged: false,
         stack: t.frames.iter().cloned().map(StackEntry::Python).collect(),
         truncated: t.truncated,
@@ -571,18 +560,14 @@ fn view_of(
     };
     let stack = match capture {
         Some(Ok(c)) => native.stack(c),
-        Some(Err(e)) => return python_alone(format!("no native stack: {e}"), Vec::new(), None),
-        None => {
-            return python_alone(
-                "no native stack: the thread's kernel id is not known".into(),
-                Vec::new(),
-                None,
-            )
+        Some(Err(e)) => {
+            return python_alone(MergeFailure::NoNativeStack(e.clone()), Vec::new(), None)
         }
+        None => return python_alone(MergeFailure::UnknownKernelId, Vec::new(), None),
     };
     if let Some(err) = &t.error {
         return python_alone(
-            format!("the Python stack was not read: {err}"),
+            MergeFailure::PythonNotRead(err.to_string()),
             stack.frames,
             stack.stopped,
         );

@@ -128,7 +128,7 @@ fn counts_that_disagree_are_never_merged() {
         truncated: false,
         anchors: None,
     };
-    let why = merge(&native, &side, 3).unwrap_err();
+    let why = merge(&native, &side, 3).unwrap_err().to_string();
     assert!(
         why.contains("1 evaluation-loop calls") && why.contains("2 in the Python"),
         "{why}"
@@ -136,7 +136,7 @@ fn counts_that_disagree_are_never_merged() {
     // Stopped early: said so.
     let mut stopped = native.clone();
     stopped.stopped = Some("Could not read stack memory at 0x10".into());
-    let why = merge(&stopped, &side, 3).unwrap_err();
+    let why = merge(&stopped, &side, 3).unwrap_err().to_string();
     assert!(why.contains("stopped early"), "{why}");
     // Python frames outside any call (a 3.11+ walk whose outermost frame was not an entry).
     let one = [py("x")];
@@ -264,7 +264,7 @@ fn a_tail_call_handler_is_hidden_only_right_above_a_call_of_the_loop() {
         anchors: Some(&[inside(0)]),
         ..side
     };
-    let why = merge(&native, &side, 3).unwrap_err();
+    let why = merge(&native, &side, 3).unwrap_err().to_string();
     assert!(why.contains("_TAIL_CALL_CALL"), "{why}");
 }
 
@@ -310,7 +310,7 @@ fn from_3_11_calls_are_found_by_their_marks_on_the_c_stack_without_symbols() {
     assert!(merge(&native, &side2, 3).is_err());
     // A mark in a frame whose symbol is another function: no merge.
     let named = stack(&["spin", "?", "list_sort", "?", "?", "main"]);
-    let why = merge(&named, &side, 3).unwrap_err();
+    let why = merge(&named, &side, 3).unwrap_err().to_string();
     assert!(why.contains("list_sort"), "{why}");
     // More or fewer marks than calls: no merge.
     let side3 = PythonSide {
@@ -474,7 +474,7 @@ fn only_the_innermost_call_of_the_loop_may_have_no_python_frame_yet() {
         truncated: false,
         anchors: Some(&[]),
     };
-    let why = merge(&native, &side, 3).unwrap_err();
+    let why = merge(&native, &side, 3).unwrap_err().to_string();
     assert!(why.contains("3 frames of the evaluation loop"), "{why}");
     let frames = [py("f1")];
     let side = PythonSide {

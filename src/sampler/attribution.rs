@@ -18,7 +18,7 @@
 //! that it can be tested over recorded observations.
 
 use crate::profile::{Activity, Frame};
-use crate::IdMap as HashMap;
+use crate::IdMap;
 use std::collections::VecDeque;
 
 /// One thread as one sample saw it.
@@ -64,10 +64,10 @@ type Held = (Vec<Frame>, Activity, f64);
 /// Where each thread was the last time it was seen running.
 #[derive(Debug, Default)]
 pub(crate) struct Attribution {
-    last_running: HashMap<i32, (Vec<Frame>, Activity)>,
+    last_running: IdMap<i32, (Vec<Frame>, Activity)>,
     /// The stacks of each thread's samples that found it running and saw no CPU time yet,
     /// oldest first.
-    held: HashMap<i32, VecDeque<Held>>,
+    held: IdMap<i32, VecDeque<Held>>,
     /// The listing (ascending) the last [`Attribution::retain`] kept threads of.
     retained_for: Vec<i32>,
 }

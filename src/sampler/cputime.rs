@@ -5,7 +5,7 @@
 //! Kernel time is measured here, never guessed: `stime` ticks are what the kernel charged to
 //! the thread while it ran in kernel mode.
 
-use crate::IdMap as HashMap;
+use crate::IdMap;
 
 /// One reading of one thread.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -53,7 +53,7 @@ fn parse_stat(stat: &str) -> Option<(char, u64, u64)> {
 /// costly part) on every sample.
 #[derive(Debug, Default)]
 pub struct ThreadFiles {
-    open: HashMap<i32, (std::fs::File, Option<std::fs::File>)>,
+    open: IdMap<i32, (std::fs::File, Option<std::fs::File>)>,
 }
 
 impl ThreadFiles {
@@ -144,18 +144,18 @@ impl ThreadFiles {
 #[derive(Debug, Default)]
 pub(crate) struct CpuTracker {
     /// Previous reading and the kernel time counted in ticks but not yet attributed.
-    last: HashMap<i32, (CpuReading, f64)>,
+    last: IdMap<i32, (CpuReading, f64)>,
     /// `--wall`: CPU seconds each thread was seen to use beyond the wall time of its
     /// intervals, not yet taken off its time off the CPU (see [`off_cpu_s`](Self::off_cpu_s)).
-    ahead: HashMap<i32, f64>,
+    ahead: IdMap<i32, f64>,
     tick_s: f64,
 }
 
 impl CpuTracker {
     pub(crate) fn new() -> CpuTracker {
         CpuTracker {
-            last: HashMap::default(),
-            ahead: HashMap::default(),
+            last: IdMap::default(),
+            ahead: IdMap::default(),
             tick_s: tick_seconds(),
         }
     }

@@ -19,7 +19,7 @@ use crate::error::Result;
 use crate::profile::{Activity, Aggregator, ProfileMeta, ThreadSample, TimeMode};
 pub use crate::python::ReadMode;
 use crate::python::{self, PythonProcess, SnapshotOptions, StackWalker, Unread};
-use crate::{IdMap as HashMap, IdSet as HashSet};
+use crate::{IdMap, IdSet};
 use attribution::{Attribution, Charge, Observation};
 use cputime::{CpuReading, CpuTracker};
 use pauses::PauseSchedule;
@@ -142,28 +142,28 @@ pub struct Sampler {
     attribution: Attribution,
     /// Source lines read while sampling, by code file name (targets in another mount
     /// namespace only; others are read at the end).
-    sources: HashMap<String, Option<Vec<String>>>,
+    sources: IdMap<String, Option<Vec<String>>>,
     /// The last listing of the target's threads and when it was taken.
     tids_listed: Option<(Instant, Vec<i32>)>,
     /// /proc/PID/task, open: its link count tells how many threads the process has (see
     /// [`Sampler::thread_list`]). None until first needed, or when it cannot be opened.
     task_dir: Option<std::fs::File>,
     /// Each thread's last `stat` reading: when, state, user and system ticks.
-    stat_cache: HashMap<i32, (Instant, char, u64, u64)>,
+    stat_cache: IdMap<i32, (Instant, char, u64, u64)>,
     /// Where the memory ring is mapped in the target (see [`SamplerConfig::handshake_file`]).
     handshake_range: Option<(u64, u64)>,
     /// Default mode: which threads are read paused, and how often.
     pauses: PauseSchedule,
     /// Where each thread was at each tick, kept for the GPU ledger once a GPU is watched
     /// (None: not kept).
-    positions: Option<Vec<crate::gpu::Position>>,
+    positions: Option<Vec<crate::timeline::Position>>,
     /// `--native`: the process's modules and the merge counts.
     native: Option<native::NativeSampling>,
     /// `--async`: finds each thread's running task and its awaiters.
     tasks: Option<python::AsyncReader>,
     /// Each thread's last stack read (not of a thread holding the GIL), by kernel id: what a
     /// thread that has not run since is charged to without reading it again.
-    last_read: HashMap<i32, LastRead>,
+    last_read: IdMap<i32, LastRead>,
     /// Paused reads (`--blocking`, `--native`): CPU seconds of each thread that our own
     /// pauses account for. A pause wakes a waiting thread for a moment (it leaves its wait
     /// and enters it again, whenever the scheduler lets it: maybe after the next sample):
@@ -173,24 +173,24 @@ pub struct Sampler {
     /// it ran gets none: at 10 kHz it runs less than [`WOKEN_S`] between two paused
     /// samples, and all its time went as wake-ups (the profile's total was 1% of the CPU
     /// time the program used).
-    wake_credit: HashMap<i32, f64>,
+    wake_credit: IdMap<i32, f64>,
     /// Each thread's kernel id by `thread_id`, as the last snapshot matched them (see
     /// `SnapshotOptions::tids_by_thread`).
-    last_tids: HashMap<u64, i32>,
+    last_tids: IdMap<u64, i32>,
     /// The threads listed by the last sample (ascending): while they stay the same,
     /// nothing kept per thread needs forgetting.
     alive_list: Vec<i32>,
     /// Each listed thread's CPU time (nanoseconds), as the last sample read it: kept from
     /// one sample to the next, where only the threads that ran change (see `ran`).
-    run_ns: HashMap<i32, u64>,
+    run_ns: IdMap<i32, u64>,
     /// The snapshot's `reuse`, `unpaused` and `tids_by_thread` (see [`SnapshotOptions`]),
     /// their room kept from one sample to the next.
-    reuse: HashMap<u64, u64>,
-    unpaused: HashSet<i32>,
+    reuse: IdMap<u64, u64>,
+    unpaused: IdSet<i32>,
     /// The `thread_id` of each kernel id in `reuse`; whether `reuse` and `unpaused` hold
     /// for the last sample's state (see [`Sampler::reusable`]); the threads the last
     /// sample read (to be looked at again).
-    reuse_by_tid: HashMap<i32, u64>,
+    reuse_by_tid: IdMap<i32, u64>,
     reuse_kept: bool,
     touched: Vec<i32>,
     /// What changed in `reuse` since the last snapshot (the `thread_id`s of the entries
@@ -198,7 +198,7 @@ pub struct Sampler {
     /// [`python::ReuseDelta`].
     reuse_changes: Option<Vec<u64>>,
     reuse_epoch: u64,
-    tids_by_thread: HashMap<u64, i32>,
+    tids_by_thread: IdMap<u64, i32>,
     /// The outcome of a sample's reads, for [`PauseSchedule::update`] (room kept likewise).
     outcome: Vec<(u64, bool)>,
     /// Whether the last CPU reading was a short one (see `ran`): no thread outside the
@@ -325,27 +325,27 @@ impl Sampler {
             last_wall: None,
             cwd,
             attribution: Attribution::new(),
-            sources: HashMap::default(),
+            sources: IdMap::default(),
             tids_listed: None,
             task_dir: None,
-            stat_cache: HashMap::default(),
+            stat_cache: IdMap::default(),
             handshake_range: None,
             pauses: PauseSchedule::new(),
             positions: None,
             native: None,
-            last_read: HashMap::default(),
-            wake_credit: HashMap::default(),
-            last_tids: HashMap::default(),
+            last_read: IdMap::default(),
+            wake_credit: IdMap::default(),
+            last_tids: IdMap::default(),
             alive_list: Vec::new(),
-            run_ns: HashMap::default(),
-            reuse: HashMap::default(),
-            unpaused: HashSet::default(),
-            reuse_by_tid: HashMap::default(),
+            run_ns: IdMap::default(),
+            reuse: IdMap::default(),
+            unpaused: IdSet::default(),
+            reuse_by_tid: IdMap::default(),
             reuse_kept: false,
             touched: Vec::new(),
             reuse_changes: None,
             reuse_epoch: 0,
-            tids_by_thread: HashMap::default(),
+            tids_by_thread: IdMap::default(),
             outcome: Vec::new(),
             cpu_short: false,
             unmapped: false,
@@ -534,7 +534,7 @@ impl Sampler {
             );
             self.pauses.update(&self.outcome, now);
             if listed_anew {
-                let present: HashSet<u64> = snap.threads.iter().map(|t| t.thread_id).collect();
+                let present: IdSet<u64> = snap.threads.iter().map(|t| t.thread_id).collect();
                 self.pauses.retain(|id| present.contains(&id));
             }
         }
@@ -662,7 +662,7 @@ impl Sampler {
         #[cfg(debug_assertions)]
         {
             // What the whole would have given (at every sample of the debug build's tests).
-            let whole: HashMap<u64, u64> = self
+            let whole: IdMap<u64, u64> = self
                 .last_read
                 .keys()
                 .filter_map(|&tid| self.still(tid))
@@ -930,7 +930,7 @@ impl Sampler {
     }
 
     /// The positions kept since the last call.
-    pub(crate) fn take_positions(&mut self) -> Vec<crate::gpu::Position> {
+    pub(crate) fn take_positions(&mut self) -> Vec<crate::timeline::Position> {
         self.positions
             .as_mut()
             .map(std::mem::take)
@@ -948,7 +948,7 @@ impl Sampler {
     }
 
     /// Sources read while sampling (a target with its own files), by file name.
-    fn sources(&self) -> &HashMap<String, Option<Vec<String>>> {
+    fn sources(&self) -> &IdMap<String, Option<Vec<String>>> {
         &self.sources
     }
 }
@@ -1209,7 +1209,7 @@ impl ExitWatch {
 /// its files' view along).
 fn charge(
     agg: &mut Aggregator,
-    sources: &mut HashMap<String, Option<Vec<String>>>,
+    sources: &mut IdMap<String, Option<Vec<String>>>,
     proc: &PythonProcess,
     cwd: Option<&str>,
     profile_all: bool,
@@ -1245,7 +1245,7 @@ const POSITIONS_MAX: usize = 1 << 16;
 
 /// Adds where each thread of one sample is, with the sample's wall-clock time.
 fn record_positions(
-    buf: &mut Vec<crate::gpu::Position>,
+    buf: &mut Vec<crate::timeline::Position>,
     seen: &[Observation],
     pid: i32,
     profile_all: bool,
@@ -1254,9 +1254,9 @@ fn record_positions(
     if buf.len() + seen.len() > POSITIONS_MAX {
         return;
     }
-    let t_us = crate::gpu::now_us();
+    let t_us = crate::timeline::now_us();
     for o in seen {
-        buf.push(crate::gpu::Position {
+        buf.push(crate::timeline::Position {
             t_us,
             pid,
             tid: o.tid,

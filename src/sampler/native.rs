@@ -3,13 +3,13 @@
 //!
 //! Owns: [`NativeSampling`] — one process's modules (read again, and the sample unwound
 //! again, when a sample meets code mapped since; otherwise at most once a second), the
-//! cache of images shared by the processes of a run, and the count of merged and unmerged
-//! thread samples with the reasons.
+//! cache of images shared by the processes of a run, and counting merged and unmerged
+//! thread samples with the reasons (in a [`MergeCounts`]).
 //! Must not: unwind, name or merge frames (`native`, `python::native` do), or charge time.
 
 use crate::native::{NativeCache, NativeProcess};
-use crate::python::{self, PythonProcess, Snapshot, SnapshotOptions, StackWalker};
-use std::collections::BTreeMap;
+pub(crate) use crate::python::MergeCounts;
+use crate::python::{self, MergeFailure, PythonProcess, Snapshot, SnapshotOptions, StackWalker};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -29,60 +29,6 @@ const RECHECK_INTERVAL: Duration = Duration::from_millis(20);
 /// which bounds the copy of its stack) is caught within this time, at a cost of one reading
 /// a second at most.
 const REREAD_INTERVAL: Duration = Duration::from_secs(1);
-
-/// Most distinct reasons kept for unmerged samples (the rest are counted under "other").
-const MAX_REASONS: usize = 32;
-
-/// How many thread samples merged, and why the others did not.
-#[derive(Debug, Clone, Default)]
-pub struct MergeCounts {
-    pub merged: u64,
-    pub unmerged: u64,
-    /// The reasons, each with how often it was given.
-    pub reasons: BTreeMap<String, u64>,
-}
-
-impl MergeCounts {
-    pub(crate) fn add(&mut self, other: &MergeCounts) {
-        self.merged += other.merged;
-        self.unmerged += other.unmerged;
-        for (why, n) in &other.reasons {
-            *self.reasons.entry(why.clone()).or_insert(0) += n;
-        }
-    }
-
-    pub(crate) fn unmerged(&mut self, why: &str) {
-        self.unmerged += 1;
-        let why = without_addresses(why);
-        let why = why.as_str();
-        let key = if self.reasons.len() < MAX_REASONS || self.reasons.contains_key(why) {
-            why.to_string()
-        } else {
-            "other reasons".to_string()
-        };
-        *self.reasons.entry(key).or_insert(0) += 1;
-    }
-}
-
-/// `why` with each hexadecimal address replaced by `…`: reasons that differ only by an
-/// address count as one.
-fn without_addresses(why: &str) -> String {
-    let mut out = String::with_capacity(why.len());
-    let mut rest = why;
-    while let Some(i) = rest.find("0x") {
-        out.push_str(&rest[..i]);
-        let digits = rest[i + 2..]
-            .find(|c: char| !c.is_ascii_hexdigit())
-            .unwrap_or(rest.len() - i - 2);
-        out.push(if digits > 0 { '…' } else { '0' });
-        rest = &rest[i + 2 + digits..];
-        if digits == 0 {
-            out.push('x');
-        }
-    }
-    out.push_str(rest);
-    out
-}
 
 /// One process's native side of sampling.
 pub(crate) struct NativeSampling {
@@ -183,42 +129,8 @@ impl NativeSampling {
                         t.in_native = Some(true);
                     }
                 }
-                None => counts.unmerged(view.unmerged.as_deref().unwrap_or("not merged")),
+                None => counts.unmerged(view.unmerged.as_ref().unwrap_or(&MergeFailure::NotMerged)),
             }
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn reasons_that_differ_by_an_address_count_as_one() {
-        let mut c = MergeCounts::default();
-        c.unmerged("a call of the evaluation loop (0x7ffd1234) lies in no native frame unwound");
-        c.unmerged("a call of the evaluation loop (0x7ffd9999) lies in no native frame unwound");
-        c.unmerged("0x");
-        assert_eq!(c.unmerged, 3);
-        assert_eq!(
-            c.reasons
-                .get("a call of the evaluation loop (…) lies in no native frame unwound"),
-            Some(&2)
-        );
-        assert_eq!(c.reasons.get("0x"), Some(&1));
-    }
-
-    #[test]
-    fn reasons_beyond_the_limit_are_counted_together() {
-        let mut c = MergeCounts::default();
-        for i in 0..MAX_REASONS + 5 {
-            c.unmerged(&format!("reason {i}"));
-        }
-        assert_eq!(c.reasons.len(), MAX_REASONS + 1);
-        assert_eq!(c.reasons.get("other reasons"), Some(&5));
-        let mut sum = MergeCounts::default();
-        sum.add(&c);
-        sum.add(&c);
-        assert_eq!(sum.unmerged, 2 * c.unmerged);
     }
 }

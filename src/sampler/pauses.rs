@@ -15,7 +15,7 @@
 //! Must not: read anything: its inputs are times and, per thread, whether its read had to
 //! pause.
 
-use crate::IdMap as HashMap;
+use crate::IdMap;
 use std::time::{Duration, Instant};
 
 /// See the module documentation.
@@ -68,7 +68,7 @@ impl Unsettled {
 /// failed, and how many of its samples are still to be taken paused.
 #[derive(Debug, Default)]
 pub(crate) struct PauseSchedule {
-    threads: HashMap<u64, Unsettled>,
+    threads: IdMap<u64, Unsettled>,
     /// When the last sample with a thread in a paused stretch was taken.
     last_paused: Option<Instant>,
     /// The latest end of a stretch so far: past it no thread is in one, and a sample

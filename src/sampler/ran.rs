@@ -20,7 +20,7 @@
 //! the next full read.
 
 use super::cputime::ThreadFiles;
-use crate::IdMap as HashMap;
+use crate::IdMap;
 use std::time::{Duration, Instant};
 
 /// A thread whose time has not changed for this long is left out of the threads read at
@@ -133,7 +133,7 @@ impl ProcessClock {
         &mut self,
         tids: &[i32],
         files: &mut ThreadFiles,
-        times: &mut HashMap<i32, u64>,
+        times: &mut IdMap<i32, u64>,
     ) {
         if tids.len() >= CLOCK_FROM_THREADS {
             let short = self.short_read(tids, files, times);
@@ -185,12 +185,7 @@ impl ProcessClock {
     /// Between full reads (see [`FULL_READ_EVERY`]): takes `tids` as the threads, reads
     /// the new ones and those that ran lately, and keeps the others' last readings
     /// unproven. A thread that left is forgotten (and with it what the exited part was).
-    fn partial_read(
-        &mut self,
-        tids: &[i32],
-        files: &mut ThreadFiles,
-        times: &mut HashMap<i32, u64>,
-    ) {
+    fn partial_read(&mut self, tids: &[i32], files: &mut ThreadFiles, times: &mut IdMap<i32, u64>) {
         let now = Instant::now();
         if tids != self.tids.as_slice() {
             self.take_listing(tids, now, true, times);
@@ -224,7 +219,7 @@ impl ProcessClock {
 
     /// Reads every thread of `tids` into `times`, and takes the readings as each one's
     /// last: which ran lately, and what the others add up to.
-    fn read_all(&mut self, tids: &[i32], files: &mut ThreadFiles, times: &mut HashMap<i32, u64>) {
+    fn read_all(&mut self, tids: &[i32], files: &mut ThreadFiles, times: &mut IdMap<i32, u64>) {
         let now = Instant::now();
         let mut since = Vec::with_capacity(tids.len());
         self.read.clear();
@@ -264,7 +259,7 @@ impl ProcessClock {
         &mut self,
         tids: &[i32],
         files: &mut ThreadFiles,
-        times: &mut HashMap<i32, u64>,
+        times: &mut IdMap<i32, u64>,
     ) -> Short {
         let Some(exited) = self.exited_ns else {
             return Short::Failed;
@@ -303,7 +298,7 @@ impl ProcessClock {
     }
 
     /// Puts the readings in `read` into `times`, noting which moved.
-    fn take_read(&mut self, tids: &[i32], times: &mut HashMap<i32, u64>, now: Instant) {
+    fn take_read(&mut self, tids: &[i32], times: &mut IdMap<i32, u64>, now: Instant) {
         let mut moved = self.moved.take().unwrap_or_default();
         moved.clear();
         for &(i, ns) in &self.read {
@@ -319,7 +314,7 @@ impl ProcessClock {
 
     /// Threads quiet for long enough join the sum of the quiet ones (a full read counts it
     /// again, should this read fail).
-    fn settle(&mut self, now: Instant, times: &HashMap<i32, u64>) {
+    fn settle(&mut self, now: Instant, times: &IdMap<i32, u64>) {
         let (since, ids) = (&self.since, &self.tids);
         let mut quiet_ns = self.quiet_ns;
         self.lately.retain(|&i| {
@@ -338,7 +333,7 @@ impl ProcessClock {
     /// reading is not among them (it exited: what it used went into the exited part,
     /// unknown until a full read).
     fn add_new(&mut self, tids: &[i32], now: Instant) -> Option<()> {
-        self.take_listing(tids, now, false, &mut HashMap::default())
+        self.take_listing(tids, now, false, &mut IdMap::default())
     }
 
     /// Takes `tids` (ascending) as the threads: those of the last reading keep their
@@ -351,7 +346,7 @@ impl ProcessClock {
         tids: &[i32],
         now: Instant,
         gone_ok: bool,
-        times: &mut HashMap<i32, u64>,
+        times: &mut IdMap<i32, u64>,
     ) -> Option<()> {
         // Both ascending: one merge. `at[j]`: where the last reading's thread `j` is now
         // (None: gone).
@@ -464,7 +459,7 @@ mod tests {
         c.lately = vec![0];
         c.quiet_ns = 500;
         c.exited_ns = Some(7);
-        let mut times: HashMap<i32, u64> = [(me, 1), (gone, 500)].into_iter().collect();
+        let mut times: IdMap<i32, u64> = [(me, 1), (gone, 500)].into_iter().collect();
         let mut files = ThreadFiles::new();
         c.partial_read(&[me, new], &mut files, &mut times);
         assert_eq!(c.tids, vec![me, new]);
@@ -478,7 +473,7 @@ mod tests {
         );
         assert_eq!(c.moved(), Some(&[me][..]));
         // A thread that ran lately and cannot be read any more leaves the map: moved.
-        let mut again: HashMap<i32, u64> = [(me, times[&me]), (gone, 9)].into_iter().collect();
+        let mut again: IdMap<i32, u64> = [(me, times[&me]), (gone, 9)].into_iter().collect();
         c.tids = vec![me, gone];
         c.since = vec![t0, Instant::now()];
         c.lately = vec![0, 1];
@@ -527,7 +522,7 @@ mod tests {
         assert!(clock.works(), "the process clock of a child");
         let mut files = ThreadFiles::new();
         let mut short = 0;
-        let mut t = HashMap::default();
+        let mut t = IdMap::default();
         for _ in 0..40 {
             clock.times(&tids, &mut files, &mut t);
             assert_eq!(t.len(), tids.len());

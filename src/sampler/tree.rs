@@ -253,7 +253,7 @@ impl ProcessTree {
     }
 
     /// Where each thread of every process was at each tick since the last call.
-    pub(crate) fn take_positions(&mut self) -> Vec<crate::gpu::Position> {
+    pub(crate) fn take_positions(&mut self) -> Vec<crate::timeline::Position> {
         let live = self.tracked.values_mut().filter_map(|t| match t {
             Tracked::Sampling { sampler, .. } => Some(sampler),
             Tracked::Other { .. } => None,

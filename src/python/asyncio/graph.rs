@@ -5,7 +5,7 @@
 //! Owns: the memory layout of tasks, coroutines and their awaited objects per version.
 //! Must not: decide which tasks to read (the reader in `asyncio.rs` does), or format.
 
-use super::{empty_loop, is_default_name, LoopTasks, TaskInfo, MAX_CHAIN};
+use super::tasks::{empty_loop, is_default_name, LoopTasks, TaskInfo, MAX_CHAIN};
 use crate::error::{Error, Result};
 use crate::profile::Frame;
 use crate::ptrace::{field_u64, field_u8, ProcessMemory};
@@ -468,7 +468,7 @@ fn coro_chain(
 }
 
 /// The running task's stack: the thread's frames down to the task's own coroutine
-/// ([`super::frames_down_to`]), or, off the thread's chain, its own frames.
+/// ([`super::tasks::frames_down_to`]), or, off the thread's chain, its own frames.
 fn running_stack(
     o: &Offsets,
     mem: &dyn ProcessMemory,
@@ -476,7 +476,7 @@ fn running_stack(
     coro: u64,
     walk: &Walk,
 ) -> Result<(Vec<Frame>, Option<Awaited>)> {
-    match super::frames_down_to(walk, coro.wrapping_add(o.gi_iframe)) {
+    match super::tasks::frames_down_to(walk, coro.wrapping_add(o.gi_iframe)) {
         Some(frames) => Ok((frames, None)),
         None => coro_chain(o, mem, walker, coro),
     }
@@ -573,7 +573,7 @@ pub(crate) fn fuzz_tasks(data: &[u8], base: u64, walker: &mut StackWalker) -> Ve
     let mut out = Vec::new();
     for running_only in [false, true] {
         let mut lt = read_thread(&o, &mem, walker, &raw, Some(&walk), running_only, 64);
-        lt.cycles = super::link(&mut lt.tasks);
+        lt.cycles = super::tasks::link(&mut lt.tasks);
         let _ = lt.task_stack();
         let _ = lt.waiting_stacks();
         out.push(lt);

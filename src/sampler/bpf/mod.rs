@@ -15,7 +15,7 @@ mod btf;
 mod prog;
 mod sys;
 
-use crate::IdMap as HashMap;
+use crate::IdMap;
 use std::os::fd::OwnedFd;
 
 /// The ring's size: 43,690 records of 16 bytes (and their 8-byte headers), far more than the
@@ -40,7 +40,7 @@ pub(crate) struct BpfCpu {
     ring: sys::Ring,
     drops: OwnedFd,
     drops_seen: u64,
-    threads: HashMap<i32, Known>,
+    threads: IdMap<i32, Known>,
 }
 
 impl std::fmt::Debug for BpfCpu {
@@ -87,7 +87,7 @@ impl BpfCpu {
             ring,
             drops,
             drops_seen: 0,
-            threads: HashMap::default(),
+            threads: IdMap::default(),
         })
     }
 
@@ -161,7 +161,7 @@ impl BpfCpu {
     }
 }
 
-fn apply(threads: &mut HashMap<i32, Known>, r: prog::Record) {
+fn apply(threads: &mut IdMap<i32, Known>, r: prog::Record) {
     threads.insert(
         r.tid,
         Known {

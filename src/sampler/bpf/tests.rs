@@ -66,7 +66,7 @@ fn totals_agree_with_schedstat() {
     let (b, hb) = spawn(&stop, busy);
     let (s, hs) = spawn(&stop, sleepy);
     let mut files = ThreadFiles::new();
-    let mut first = HashMap::default();
+    let mut first = IdMap::default();
     for tid in [b, s] {
         first.insert(tid, bpf.total(pid, tid, &mut files).unwrap());
     }
@@ -120,7 +120,7 @@ fn parked_thread_writes_no_record() {
 
 #[test]
 fn the_last_record_of_a_thread_wins() {
-    let mut threads = HashMap::default();
+    let mut threads = IdMap::default();
     let rec = |tid, switch_in, run_ns| prog::Record {
         tid,
         switch_in,
