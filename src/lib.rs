@@ -2,7 +2,13 @@
 //!
 //! Data flows one way: `ptrace`/`elf` (reading another process) → `python` (finding the
 //! interpreter, walking stacks) → `sampler` → `profile` → `report` (rendering); `proc` (what
-//! /proc says) and `error` are below everything. See docs/how-it-works.md.
+//! /proc says), `timeline` and `error` are below everything. The map for contributors:
+//! docs/ARCHITECTURE.md.
+
+// The docs are built for contributors, private items included (.ci/run: `cargo doc
+// --document-private-items`): a public item's doc may link to a private one, and the link
+// resolves there.
+#![allow(rustdoc::private_intra_doc_links)]
 
 pub(crate) mod courtesy;
 mod elf;

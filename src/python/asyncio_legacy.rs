@@ -21,7 +21,8 @@
 //! is taken from the sources' declarations (see [`TaskLayout::of`]) and checked against the
 //! `_asyncio.Task` type found in the module (its `tp_basicsize`, and on 3.11/3.12 its
 //! `tp_dictoffset`); every object is checked to be of that type (or a subclass) before it is
-//! read as a task. The other layouts are generated from the headers ([`LegacyAsyncLayout`]).
+//! read as a task. The other layouts are generated from the headers
+//! ([`LegacyAsyncLayout`](crate::python_bindings::LegacyAsyncLayout)).
 //!
 //! Owns: [`LegacyState`] (what was found, kept for the next read) and [`read`].
 //! Must not: pause threads or format output (as `asyncio`). Everything read is bounded (dict
