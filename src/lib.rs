@@ -24,6 +24,11 @@ pub mod session;
 
 pub use error::Error;
 
+/// The preload library's file name (the `preload/` crate). `run` preloads it and `attach`
+/// injects it: a process that has it mapped has it from us. It lives here, below both
+/// modules that name it: `python` lists it among the system libraries, `memory` loads it.
+pub(crate) const PRELOAD_LIBRARY: &str = "libscalene_preload.so";
+
 /// Maps and sets keyed by thread ids, addresses and the like, made and looked up at every
 /// sample: a fixed-key hasher (std's default hasher, SipHash with a random key, costs
 /// several times more per lookup, and a randomly seeded one costs that seed each time a map

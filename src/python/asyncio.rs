@@ -21,11 +21,11 @@
 
 mod graph;
 
+use super::frame::Frame;
 use super::stack::{RawThread, Walk};
 use super::{PythonProcess, StackWalker};
 use crate::elf::{maps, ElfFile};
 use crate::error::{Error, Result};
-use crate::profile::Frame;
 use crate::ptrace::ProcessMemory;
 use graph::{offsets, read_list, read_thread, Offsets};
 use std::collections::{HashMap, HashSet};

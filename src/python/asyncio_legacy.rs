@@ -28,10 +28,10 @@
 //! entries, set slots, task count, chain depth) and checked.
 
 use super::asyncio::{empty_loop, link, AsyncSnapshot, LoopTasks, TaskInfo, MAX_CHAIN, MAX_TASKS};
+use super::frame::Frame;
 use super::stack::{RawThread, Walk};
 use super::{PythonProcess, StackWalker};
 use crate::error::{Error, Result};
-use crate::profile::Frame;
 use crate::ptrace::{field_u64, ProcessMemory};
 use crate::python_bindings::{debug_offsets, legacy_async};
 use objects::{bad, Head, Rd, TaskLayout};
