@@ -24,7 +24,7 @@
 //! and noisy.
 
 use scalene_rs::ptrace::ProcessMemory;
-use scalene_rs::python::{self, LocateOptions, PythonProcess, SnapshotOptions, StackWalker};
+use scalene_rs::python::{self, LocateOptions, PythonProcess, PythonReader, SnapshotOptions};
 use scalene_rs::sampler::{ReadMode, Sampler, SamplerConfig};
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
@@ -188,7 +188,7 @@ fn main() {
             );
         }
         let proc = PythonProcess::locate(pid, &LocateOptions::default()).unwrap();
-        let mut walker = StackWalker::new(proc.layout, proc.addrs.types);
+        let mut reader = PythonReader::new(proc);
         for nonblocking in [false, true] {
             let mode = if nonblocking { "nonblocking" } else { "paused" };
             let label = format!("{state} {mode} snapshot (dump)");
@@ -205,7 +205,7 @@ fn main() {
             };
             let mut depth = 0;
             let times = time_it(iters, || {
-                let snap = python::take_snapshot(&proc, &mut walker, &opts).unwrap();
+                let snap = reader.snapshot(&opts).unwrap();
                 depth = deepest(&snap);
             });
             assert_eq!(depth, DEPTH, "the target's stack is {DEPTH} frames deep");
@@ -222,22 +222,25 @@ fn main() {
         let mut cache = scalene_rs::native::NativeCache::new();
         if wanted(&label) {
             let times = time_it(iters.min(500), || {
-                python::take_native_snapshot(&proc, &mut walker, &mut cache, &opts).unwrap();
+                let native = python::native_process(reader.process(), &mut cache).unwrap();
+                reader.set_native(Some(native));
+                reader.snapshot(&opts).unwrap();
             });
+            reader.set_native(None);
             report(&label, times);
         }
         let label = format!("{state} native sample (modules read once)");
         if wanted(&label) {
-            let mut native = python::native_process(&proc, &mut cache).unwrap();
+            let native = python::native_process(reader.process(), &mut cache).unwrap();
+            reader.set_native(Some(native));
             let mut stopped = Vec::with_capacity(iters);
             let mut depth = 0;
             let times = time_it(iters, || {
-                let snap =
-                    python::take_native_snapshot_with(&proc, &mut walker, &mut native, &opts)
-                        .unwrap();
+                let snap = reader.snapshot(&opts).unwrap();
                 depth = deepest(&snap);
-                stopped.push(native.last_capture_time());
+                stopped.push(reader.native().expect("set above").last_capture_time());
             });
+            reader.set_native(None);
             assert_eq!(depth, DEPTH, "the target's stack is {DEPTH} frames deep");
             report(&label, times);
             println!(
@@ -249,10 +252,10 @@ fn main() {
         // without (one read of the target's memory, one read of a thread's CPU time).
         let floor_label = format!("{state} floor: one process_vm_readv (4 KiB)");
         if wanted(&floor_label) {
-            let addr = proc.interp_head().unwrap();
+            let addr = reader.process().interp_head().unwrap();
             let mut page = vec![0u8; 4096];
             let times = time_it(iters, || {
-                proc.mem.read(addr & !4095, &mut page).unwrap();
+                reader.process().mem.read(addr & !4095, &mut page).unwrap();
             });
             report(&floor_label, times);
         }
@@ -269,7 +272,7 @@ fn main() {
         // the next snapshot would ask for them) and one pread of schedstat; no decoding.
         let floor_label = format!("{state} floor: a sample's own reads");
         if wanted(&floor_label) {
-            let ranges = floor_ranges(&proc, &mut walker);
+            let ranges = floor_ranges(&mut reader);
             let bytes: usize = ranges.iter().map(|r| r.1).sum();
             let pages: std::collections::HashSet<u64> = ranges
                 .iter()
@@ -278,7 +281,7 @@ fn main() {
             let mut bufs: Vec<Vec<u8>> = ranges.iter().map(|r| vec![0u8; r.1]).collect();
             let mut files = scalene_rs::sampler::cputime::ThreadFiles::new();
             let times = time_it(iters, || {
-                floor_reads(&proc, pid, &ranges, &mut bufs, &mut files);
+                floor_reads(reader.process(), pid, &ranges, &mut bufs, &mut files);
             });
             report(&floor_label, times);
             println!(
@@ -325,7 +328,7 @@ fn main() {
         // meaningful when both are measured side by side.
         let label = format!("{state} in turn: default sample over its floor");
         if wanted(&label) {
-            sample_over_floor(&label, pid, iters, &mut walker, &proc);
+            sample_over_floor(&label, pid, iters, &mut reader);
         }
     }
     if std::env::var("SCALENE_RS_BENCH_SUSTAINED").as_deref() != Ok("0") {
@@ -335,14 +338,15 @@ fn main() {
 
 /// The ranges a nonblocking snapshot of the target reads (its prefetch and its second look,
 /// as the next snapshot would ask for them), once ten snapshots have settled them.
-fn floor_ranges(proc: &PythonProcess, walker: &mut StackWalker) -> Vec<(u64, usize)> {
+fn floor_ranges(reader: &mut PythonReader) -> Vec<(u64, usize)> {
     let opts = SnapshotOptions {
         mode: ReadMode::Nonblocking,
         ..Default::default()
     };
     for _ in 0..10 {
-        python::take_snapshot(proc, walker, &opts).unwrap();
+        reader.snapshot(&opts).unwrap();
     }
+    let walker = reader.walker();
     walker
         .page_hint
         .iter()
@@ -371,14 +375,8 @@ fn floor_reads(
 
 /// A default sample and the floor under it ("a sample's own reads", see above), one after
 /// the other `iters` times: the median of each and their ratio.
-fn sample_over_floor(
-    label: &str,
-    pid: i32,
-    iters: usize,
-    walker: &mut StackWalker,
-    proc: &PythonProcess,
-) {
-    let ranges = floor_ranges(proc, walker);
+fn sample_over_floor(label: &str, pid: i32, iters: usize, reader: &mut PythonReader) {
+    let ranges = floor_ranges(reader);
     let mut bufs: Vec<Vec<u8>> = ranges.iter().map(|r| vec![0u8; r.1]).collect();
     let mut files = scalene_rs::sampler::cputime::ThreadFiles::new();
     let p = PythonProcess::locate(pid, &LocateOptions::default()).unwrap();
@@ -392,7 +390,7 @@ fn sample_over_floor(
     let (mut floor, mut sample) = (Vec::with_capacity(iters), Vec::with_capacity(iters));
     for _ in 0..iters {
         let t = Instant::now();
-        floor_reads(proc, pid, &ranges, &mut bufs, &mut files);
+        floor_reads(reader.process(), pid, &ranges, &mut bufs, &mut files);
         floor.push(t.elapsed());
         let t = Instant::now();
         sampler.sample_once().unwrap();

@@ -31,6 +31,11 @@ mod timeline;
 
 pub use error::Error;
 
+/// The preload library's file name (the `preload/` crate). `run` preloads it and `attach`
+/// injects it: a process that has it mapped has it from us. It lives here, below both
+/// modules that name it: `python` lists it among the system libraries, `memory` loads it.
+pub(crate) const PRELOAD_LIBRARY: &str = "libscalene_preload.so";
+
 /// The one fast hash map of the crate: maps and sets made and looked up at every sample.
 ///
 /// - Keys: thread ids, addresses and the like; the aggregator's lines, functions and stacks.

@@ -5,7 +5,7 @@ use clap::{Parser, Subcommand};
 use scalene_rs::error::exit;
 use scalene_rs::memory::consumer::{MemoryConfig, PythonAllocator};
 use scalene_rs::profile::Profile;
-use scalene_rs::python::{self, LocateOptions, PythonProcess, SnapshotOptions, StackWalker};
+use scalene_rs::python::{LocateOptions, SnapshotOptions};
 use scalene_rs::report::{self, Format, RenderOptions};
 use scalene_rs::sampler::{ReadMode, SamplerConfig, Stats};
 use scalene_rs::session;
@@ -257,73 +257,37 @@ impl std::error::Error for Usage {}
 const NATIVE_NONBLOCKING: &str = "--native stops each thread to read its registers and \
      stack; it cannot be combined with --nonblocking, which never stops the target";
 
-/// Plain configuration for `dump`, built from the arguments.
-struct DumpConfig {
-    pid: i32,
-    json: bool,
-    native: bool,
-    tasks: bool,
-    locate: LocateOptions,
-    snapshot: SnapshotOptions,
-    max_depth: usize,
-    max_native_depth: usize,
-}
-
-impl TryFrom<DumpArgs> for DumpConfig {
-    type Error = Usage;
-    fn try_from(a: DumpArgs) -> Result<Self, Usage> {
-        if a.native && a.nonblocking {
-            return Err(Usage(NATIVE_NONBLOCKING));
-        }
-        if a.native && a.tasks {
-            return Err(Usage(
-                "--async and --native cannot be combined yet: ask for one of them",
-            ));
-        }
-        Ok(DumpConfig {
-            pid: a.pid,
-            json: a.json,
-            native: a.native,
-            tasks: a.tasks,
-            locate: LocateOptions {
-                version_override: a.python_version,
-            },
-            snapshot: SnapshotOptions {
-                mode: if a.nonblocking {
-                    ReadMode::Nonblocking
-                } else {
-                    ReadMode::Paused
-                },
-                ..Default::default()
-            },
-            max_depth: a.max_depth as usize,
-            max_native_depth: a.max_native_depth as usize,
-        })
+/// `dump`: its arguments checked and made the library's plain configuration, the snapshot
+/// read by the library, printed as text or JSON.
+fn dump(a: DumpArgs) -> anyhow::Result<i32> {
+    if a.native && a.nonblocking {
+        return Err(Usage(NATIVE_NONBLOCKING).into());
     }
-}
-
-fn dump(cfg: DumpConfig) -> anyhow::Result<i32> {
-    if cfg.pid <= 0 {
-        return Err(scalene_rs::Error::NoSuchProcess(cfg.pid).into());
+    if a.native && a.tasks {
+        return Err(
+            Usage("--async and --native cannot be combined yet: ask for one of them").into(),
+        );
     }
-    let proc = PythonProcess::locate(cfg.pid, &cfg.locate)?;
-    let mut walker = StackWalker::new(proc.layout, proc.addrs.types);
-    walker.max_depth = cfg.max_depth;
-    let snap = if cfg.native {
-        let mut cache = scalene_rs::native::NativeCache::new();
-        let mut native = python::native_process(&proc, &mut cache)?;
-        native.set_max_frames(cfg.max_native_depth);
-        python::take_native_snapshot_with(&proc, &mut walker, &mut native, &cfg.snapshot)?
-    } else if cfg.tasks {
-        if let Some(why) = python::async_unsupported(proc.layout.version) {
-            return Err(scalene_rs::Error::NoAsync { pid: cfg.pid, why }.into());
-        }
-        let mut reader = python::AsyncReader::new();
-        python::take_snapshot_with_tasks(&proc, &mut walker, &cfg.snapshot, &mut reader)?
-    } else {
-        python::take_snapshot(&proc, &mut walker, &cfg.snapshot)?
+    let cfg = session::DumpConfig {
+        pid: a.pid,
+        native: a.native,
+        tasks: a.tasks,
+        locate: LocateOptions {
+            version_override: a.python_version,
+        },
+        snapshot: SnapshotOptions {
+            mode: if a.nonblocking {
+                ReadMode::Nonblocking
+            } else {
+                ReadMode::Paused
+            },
+            ..Default::default()
+        },
+        max_depth: a.max_depth as usize,
+        max_native_depth: a.max_native_depth as usize,
     };
-    let text = if cfg.json {
+    let snap = session::dump(&cfg)?;
+    let text = if a.json {
         report::dump::to_json_string(&snap)
     } else {
         report::dump::to_text(&snap)
@@ -604,9 +568,7 @@ fn main() {
     };
     // Every command gives its exit code or an error; only here does the process exit.
     let result = match cli.command {
-        Command::Dump(args) => DumpConfig::try_from(args)
-            .map_err(anyhow::Error::from)
-            .and_then(dump),
+        Command::Dump(args) => dump(args),
         Command::Attach(args) => attach(args),
         Command::Run(args) => run(args),
         Command::View(args) => view(args),

@@ -1,9 +1,9 @@
-//! Recording sessions: `run` (start a program and profile it to its end) and `attach`
-//! (profile a running process for a while).
+//! Sessions: `run` (start a program and profile it to its end), `attach` (profile a
+//! running process for a while) and `dump` (read a running process's stacks once).
 //!
 //! Owns: starting the command with its stdio untouched, waiting for its Python interpreter to
 //! come up, forwarding termination signals to it, passing its exit status back, and stopping
-//! an attach on Ctrl-C, a duration, or the target's exit.
+//! an attach on Ctrl-C, a duration, or the target's exit; for `dump`, the reader it needs.
 //! Must not: render reports (the caller does) or change anything in the target.
 
 use crate::error::{Error, Result};
@@ -16,7 +16,7 @@ use crate::memory::fleet::Fleet;
 use crate::memory::ring;
 use crate::proc::command_line;
 use crate::profile::Profile;
-use crate::python::{LocateOptions, PythonProcess};
+use crate::python::{self, LocateOptions, PythonProcess, PythonReader, Snapshot, SnapshotOptions};
 use crate::sampler::tree::ProcessTree;
 use crate::sampler::{SamplerConfig, Stats, Ticker};
 use nix::sys::signal::{self, SaFlags, SigAction, SigHandler, SigSet, Signal};
@@ -742,4 +742,41 @@ pub fn attach(cfg: &AttachConfig, progress: &mut dyn FnMut(&Stats)) -> Result<(P
     }
     stats.notes = notes;
     Ok((profile, stats))
+}
+
+/// What `dump` reads.
+pub struct DumpConfig {
+    pub pid: i32,
+    /// Native frames too (`--native`): the threads are paused whatever `snapshot.mode` says.
+    pub native: bool,
+    /// Every event loop's asyncio tasks too (`--async`; not with `native`).
+    pub tasks: bool,
+    pub locate: LocateOptions,
+    pub snapshot: SnapshotOptions,
+    /// Python frames per stack at most.
+    pub max_depth: usize,
+    /// With `native`: native frames per stack at most.
+    pub max_native_depth: usize,
+}
+
+/// `dump`: one snapshot of every thread of process `cfg.pid`.
+pub fn dump(cfg: &DumpConfig) -> Result<Snapshot> {
+    if cfg.pid <= 0 {
+        return Err(Error::NoSuchProcess(cfg.pid));
+    }
+    let proc = PythonProcess::locate(cfg.pid, &cfg.locate)?;
+    let mut reader = PythonReader::new(proc);
+    reader.walker_mut().max_depth = cfg.max_depth;
+    if cfg.native {
+        let mut cache = crate::native::NativeCache::new();
+        let mut native = python::native_process(reader.process(), &mut cache)?;
+        native.set_max_frames(cfg.max_native_depth);
+        reader.set_native(Some(native));
+    } else if cfg.tasks {
+        if let Some(why) = python::async_unsupported(reader.process().layout.version) {
+            return Err(Error::NoAsync { pid: cfg.pid, why });
+        }
+        reader = reader.with_tasks(python::AsyncReader::new());
+    }
+    reader.snapshot(&cfg.snapshot)
 }

@@ -18,7 +18,7 @@
 mod common;
 
 use scalene_rs::native::NativeCache;
-use scalene_rs::python::{self, LocateOptions, PythonProcess, SnapshotOptions, StackWalker};
+use scalene_rs::python::{self, LocateOptions, PythonProcess, PythonReader, SnapshotOptions};
 use serde::Deserialize;
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
@@ -150,15 +150,17 @@ fn merge_rate(interp: &common::Interpreter) -> Result<String, String> {
         other => return Err(format!("workloads.py did not print `ready`: {other:?}")),
     }
     let proc = PythonProcess::locate(pid, &LocateOptions::default()).map_err(|e| e.to_string())?;
-    let mut walker = StackWalker::new(proc.layout, proc.addrs.types);
     let mut cache = NativeCache::new();
-    let mut native = python::native_process(&proc, &mut cache).map_err(|e| e.to_string())?;
+    let native = python::native_process(&proc, &mut cache).map_err(|e| e.to_string())?;
+    let mut reader = PythonReader::new(proc);
+    reader.set_native(Some(native));
     let opts = SnapshotOptions::default();
     let (mut merged, mut total) = (0usize, 0usize);
     let mut why: BTreeMap<String, usize> = BTreeMap::new();
     let started = Instant::now();
     for _ in 0..SNAPSHOTS {
-        let snap = python::take_native_snapshot_with(&proc, &mut walker, &mut native, &opts)
+        let snap = reader
+            .snapshot(&opts)
             .map_err(|e| format!("snapshot: {e}"))?;
         let json = scalene_rs::report::dump::to_json_string(&snap);
         let d: Dump = serde_json::from_str(&json).map_err(|e| format!("{e}: {json}"))?;

@@ -30,7 +30,7 @@ use std::time::Duration;
 
 /// The library's file name (the same as under `run`: a process that has it mapped has it
 /// from us).
-pub(crate) const LIBRARY_NAME: &str = "libscalene_preload.so";
+pub(crate) const LIBRARY_NAME: &str = crate::PRELOAD_LIBRARY;
 /// Directories of the target's root where the files may go, in order of preference.
 const PLACES: &[&str] = &["/dev/shm", "/tmp", "/var/tmp"];
 /// `RTLD_NOW`.

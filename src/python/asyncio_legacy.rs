@@ -32,10 +32,10 @@ use super::asyncio::tasks::{
     empty_loop, frames_down_to, is_default_name, link, AsyncSnapshot, LoopTasks, TaskInfo,
     MAX_CHAIN, MAX_TASKS,
 };
+use super::frame::Frame;
 use super::stack::{RawThread, Walk};
 use super::{PythonProcess, StackWalker};
 use crate::error::{Error, Result};
-use crate::profile::Frame;
 use crate::ptrace::{field_u64, ProcessMemory};
 use crate::python_bindings::{debug_offsets, legacy_async};
 use objects::{bad, Head, Rd, TaskLayout};

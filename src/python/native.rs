@@ -1,12 +1,12 @@
 //! Native frames merged with Python's: each call of the evaluation loop among a thread's
 //! native frames is replaced by the Python frames it runs.
 //!
-//! Owns: [`take_native_snapshot`] (a paused snapshot with every thread's registers and
-//! stack copied in the same pause), [`waiting_view`] (one thread's, stopped in the memory
-//! handshake), [`merge`] (the rule, per version), [`attach`] (every
-//! thread of a snapshot given its merged stack, and the threads with no Python thread state
-//! their native one), what the snapshot carries of it ([`NativeView`], [`OtherThread`],
-//! [`NativeSummary`]), and reading 3.11's `_PyCFrame` chain ([`cframe_anchors`]).
+//! Owns: [`merge`] (the rule, per version), [`attach`] (every thread of a snapshot given
+//! its merged stack, and the threads with no Python thread state their native one),
+//! [`view_of`] (one thread's merged stack), the process's modules for a reader
+//! ([`native_process`], [`check_can_stop`]), and reading 3.11's `_PyCFrame` chain
+//! ([`cframe_anchors`]). What a snapshot carries of it is `native_view`'s; a native
+//! snapshot is taken by `PythonReader`.
 //!
 //! The walker says how many Python frames each call of the loop runs (`Walk::evals`: one
 //! each on ≤3.10; up to the `is_entry` frame on 3.11; up to an entry frame on 3.12+). Which
@@ -19,9 +19,11 @@
 //! Python frames alone, and is counted.
 //! Must not: unwind or name native frames (`native` does), or format output.
 
-use super::{
-    Frame, PythonProcess, ReadMode, Snapshot, SnapshotOptions, StackWalker, ThreadSnapshot,
-};
+use super::frame::Frame;
+use super::native_view::{NativeSummary, NativeView, OtherThread, StackEntry};
+use super::process::PythonProcess;
+use super::snapshot::{Snapshot, ThreadSnapshot};
+use super::stack::StackWalker;
 use crate::error::Result;
 use crate::native::{Capture, Captures, NativeCache, NativeFrame, NativeProcess, NativeStack};
 use crate::ptrace::ProcessMemory;
@@ -30,21 +32,7 @@ use std::collections::HashMap;
 mod merge_failure;
 pub(crate) use merge_failure::{MergeCounts, MergeFailure};
 
-/// Like [`super::take_snapshot`], with every thread's native frames (`dump --native`): the
-/// threads are paused whatever `opts.mode` says, each one's registers and stack copied, and
-/// once they run again each stack is unwound and merged with its Python frames. Images come
-/// from `cache` when it has them (by build id).
-pub fn take_native_snapshot(
-    proc: &PythonProcess,
-    walker: &mut StackWalker,
-    cache: &mut NativeCache,
-    opts: &SnapshotOptions,
-) -> Result<Snapshot> {
-    let mut process = native_process(proc, cache)?;
-    take_native_snapshot_with(proc, walker, &mut process, opts)
-}
-
-/// The modules of `proc`'s process, for [`take_native_snapshot_with`] (read once, used for
+/// The modules of `proc`'s process, for `PythonReader::set_native` (read once, used for
 /// many snapshots while the process maps nothing new).
 pub fn native_process(proc: &PythonProcess, cache: &mut NativeCache) -> Result<NativeProcess> {
     NativeProcess::new(proc.pid, &proc.mem, proc.namespaces, cache)
@@ -55,53 +43,6 @@ pub fn native_process(proc: &PythonProcess, cache: &mut NativeCache) -> Result<N
 /// so that a recording that could never read a native frame is refused before it starts.
 pub fn check_can_stop(proc: &PythonProcess) -> Result<()> {
     crate::ptrace::pause::PausedThreads::pause_threads(proc.pid, &[proc.pid]).map(drop)
-}
-
-/// [`take_native_snapshot`] with the modules already read.
-pub fn take_native_snapshot_with(
-    proc: &PythonProcess,
-    walker: &mut StackWalker,
-    process: &mut NativeProcess,
-    opts: &SnapshotOptions,
-) -> Result<Snapshot> {
-    take_native_snapshot_with_tids(proc, walker, process, opts, None).map(|(snap, _)| snap)
-}
-
-/// [`take_native_snapshot_with`] for a caller that has just listed the threads (the
-/// sampler): those threads are the ones paused. Returns the
-/// captures too, attached already: [`attach`] them again after reading the modules again
-/// when the stacks met code outside them (an extension mapped since they were read).
-pub(crate) fn take_native_snapshot_with_tids(
-    proc: &PythonProcess,
-    walker: &mut StackWalker,
-    process: &mut NativeProcess,
-    opts: &SnapshotOptions,
-    known_tids: Option<&[i32]>,
-) -> Result<(Snapshot, Captures)> {
-    let opts = SnapshotOptions {
-        mode: ReadMode::Paused,
-        ..opts.clone()
-    };
-    let mut captures = Vec::new();
-    let anchors = std::mem::replace(&mut walker.want_anchors, true);
-    let snap = super::snapshot(
-        proc,
-        walker,
-        &opts,
-        known_tids,
-        Some((&mut *process, &mut captures)),
-        None,
-    );
-    walker.want_anchors = anchors;
-    let mut snap = snap?;
-    attach(
-        &mut snap,
-        process,
-        &captures,
-        (proc.version.major, proc.version.minor),
-        opts.thread_names,
-    );
-    Ok((snap, captures))
 }
 
 /// 3.11: the thread's `_PyCFrame`s, innermost first, without the root one (in the
@@ -117,127 +58,6 @@ pub(crate) fn cframe_anchors(
         return Ok(Vec::new());
     }
     walker.cframes(mem, tstate)
-}
-
-/// One entry of a merged stack.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
-#[serde(tag = "kind", rename_all = "lowercase")]
-pub(crate) enum StackEntry {
-    Python(Frame),
-    Native(NativeFrame),
-}
-
-/// A Python thread's stack with its native frames (`dump --native`).
-#[derive(Debug, Clone, Default, serde::Serialize)]
-pub(crate) struct NativeView {
-    /// The native frames were merged with the Python ones.
-    pub(crate) merged: bool,
-    /// Innermost first: native and Python frames merged; when not merged, the thread's
-    /// Python frames alone.
-    pub(crate) stack: Vec<StackEntry>,
-    /// The merged stack was cut: at the Python walk's depth limit, or the native stack's.
-    pub(crate) truncated: bool,
-    /// Why the frames were not merged.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub(crate) unmerged: Option<MergeFailure>,
-    /// The native frames as unwound, when they were not merged (for the record).
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub(crate) native_frames: Vec<NativeFrame>,
-    /// The native unwinder stopped before the outermost frame: why.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub(crate) unwind_stopped: Option<String>,
-}
-
-impl NativeView {
-    /// The merged stack as a profile's frames, innermost first (native frames by their
-    /// label and module, see [`Frame::of_native`]); None when it was not merged.
-    pub(crate) fn profile_frames(&self) -> Option<Vec<Frame>> {
-        if !self.merged {
-            return None;
-        }
-        let frames = self
-            .stack
-            .iter()
-            .map(|e| match e {
-                StackEntry::Python(f) => f.clone(),
-                StackEntry::Native(n) => Frame::of_native(n.function_label(), n.module.as_deref()),
-            })
-            .collect();
-        Some(frames)
-    }
-
-    /// Whether the merged stack shows the thread running an extension's or a library's
-    /// code for its innermost Python frame: a native frame above that frame lies in a
-    /// module that is neither the interpreter's own (its executable, `libpython`) nor a
-    /// system library the interpreter calls for itself (the C library, the loader, our
-    /// memory library). Then the sample's time is native whatever instruction the
-    /// Python frame is at: `a @ a` runs BLAS from a `BINARY_OP`, not a call. None when
-    /// not merged, or when the stack shows only the interpreter's own code there (the
-    /// instruction decides, as without `--native`).
-    pub(crate) fn runs_extension_code(&self) -> Option<bool> {
-        if !self.merged {
-            return None;
-        }
-        // No Python frame at all: nothing to charge.
-        let innermost_python = self
-            .stack
-            .iter()
-            .position(|e| matches!(e, StackEntry::Python(_)))?;
-        self.stack[..innermost_python]
-            .iter()
-            .any(|e| {
-                matches!(e, StackEntry::Native(n)
-                    if n.module.as_deref().is_some_and(is_extension_module))
-            })
-            .then_some(true)
-    }
-
-    /// A native frame in no module the profiler knew (code mapped since its modules were
-    /// read, or code in no file), or unwinding that stopped early (in such code).
-    pub(crate) fn has_unknown_code(&self) -> bool {
-        let unknown = |f: &NativeFrame| f.module.is_none();
-        self.unwind_stopped.is_some()
-            || self.native_frames.iter().any(unknown)
-            || self
-                .stack
-                .iter()
-                .any(|e| matches!(e, StackEntry::Native(n) if unknown(n)))
-    }
-
-    /// The thread's native stack could not be taken (a thread started since the map was
-    /// read: its stack is not in it).
-    pub(crate) fn has_no_stack(&self) -> bool {
-        self.unmerged
-            .as_ref()
-            .is_some_and(MergeFailure::is_no_stack)
-    }
-}
-
-/// A thread with no Python thread state (a C library's worker, say): its native stack.
-#[derive(Debug, Clone, serde::Serialize)]
-pub(crate) struct OtherThread {
-    /// Kernel TID, as seen from the profiler's PID namespace.
-    pub(crate) native_id: i32,
-    pub(crate) name: Option<String>,
-    /// Innermost first.
-    pub(crate) frames: Vec<NativeFrame>,
-    pub(crate) truncated: bool,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub(crate) unwind_stopped: Option<String>,
-    /// Its stack could not be taken: why (then `frames` is empty).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub(crate) error: Option<String>,
-}
-
-/// The native side of a snapshot.
-#[derive(Debug, Clone, Default, serde::Serialize)]
-pub(crate) struct NativeSummary {
-    /// Python threads whose native frames were merged with their Python frames.
-    pub(crate) merged: usize,
-    /// Python threads whose frames could not be merged (shown with Python frames alone).
-    pub(crate) unmerged: usize,
-    /// Threads with no Python thread state, each with its native stack.
-    pub(crate) other_threads: Vec<OtherThread>,
 }
 
 /// What a native frame is to the merge.
@@ -531,20 +351,8 @@ pub(crate) fn attach(
     snap.native = Some(summary);
 }
 
-/// The native view of a thread stopped in the memory handshake
-/// ([`super::ThreadReader::waiting_native`]): its copy unwound and merged with its Python
-/// frames. Unwinding meets an extension mapped since `native`'s modules were read as code
-/// in no module ([`NativeView::has_unknown_code`]): read them again and call this again.
-pub(crate) fn waiting_view(
-    w: &super::WaitingThread,
-    native: &mut NativeProcess,
-    version: (u32, u32),
-) -> NativeView {
-    view_of(&w.thread, native, Some(&w.capture), version)
-}
-
 /// One Python thread's native view.
-fn view_of(
+pub(super) fn view_of(
     t: &ThreadSnapshot,
     native: &mut NativeProcess,
     capture: Option<&std::result::Result<Capture, String>>,
@@ -595,25 +403,3 @@ fn view_of(
 #[cfg(test)]
 #[path = "native_tests.rs"]
 mod tests;
-
-/// Whether module file `name` holds code of its own rather than the interpreter's
-/// (`python3.11`, `libpython3.11.so.1.0`) or a system library's that the interpreter calls
-/// for itself (`libc.so.6`, `libm.so.6`, the loader, `[vdso]`, our memory library).
-pub(crate) fn is_extension_module(name: &str) -> bool {
-    const OWN: &[&str] = &[
-        "python",
-        "libpython",
-        "libc.so",
-        "libc-",
-        "libm.so",
-        "libm-",
-        "ld-linux",
-        "ld-musl",
-        "libpthread",
-        "libdl.so",
-        "librt.so",
-        "[vdso]",
-        crate::memory::inject::LIBRARY_NAME,
-    ];
-    !OWN.iter().any(|own| name.starts_with(own))
-}

@@ -1,6 +1,7 @@
 //! The merge rule on stacks whose truth is known by construction (`native.rs`).
 
 use super::*;
+use crate::python::native_view::is_extension_module;
 use std::sync::Arc;
 
 /// A native frame named `name` (`?` for one no symbol covers) in module `lib`.

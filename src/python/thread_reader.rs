@@ -2,10 +2,22 @@
 //! memory recorder, whose handshake holds the allocating thread in a futex while it is read.
 //!
 //! Owns: [`ThreadReader`] (a walker and what makes reads of the same thread cheap from one
-//! to the next) and [`WaitingThread`] (a handshake's stack, Python and native).
+//! to the next), [`WaitingThread`] (a handshake's stack, Python and native) and
+//! [`waiting_view`] (its native frames merged with its Python ones).
 //! Must not: pause more than the one thread it reads, or charge anything.
 
-use super::*;
+use super::frame::Frame;
+use super::native::{self, view_of};
+use super::native_view::NativeView;
+use super::process::PythonProcess;
+use super::read::{gil_current, hint_from, interp_head_checked};
+use super::snapshot::{ThreadError, ThreadResult, ThreadSnapshot, Unread};
+use super::stack::{self, StackWalker, Walk};
+use super::tids::pthread_to_tid;
+use crate::error::Result;
+use crate::native::NativeProcess;
+use crate::ptrace::{self, pause::PausedThreads, ProcessMemory};
+use std::collections::HashMap;
 
 /// Reads single threads' stacks by kernel id, without pausing anything, for the memory
 /// recorder (the preload library's handshake holds a thread in a futex while we read it).
@@ -69,7 +81,7 @@ impl ThreadReader {
     /// ended runs on elsewhere: its registers would not be the allocation's); then copies
     /// its registers and stack and reads its Python stack with what the merge needs (the
     /// calls of the evaluation loop, their marks), and lets it go. The unwinding and the
-    /// merge come after, from the copy ([`native::waiting_view`]).
+    /// merge come after, from the copy ([`waiting_view`]).
     ///
     /// The thread usually sleeps in `FUTEX_WAIT` (after a short spin): a ptrace stop
     /// interrupts the system call, which the kernel restarts when the thread resumes
@@ -222,4 +234,16 @@ pub(crate) struct WaitingThread {
     pub(crate) thread: ThreadSnapshot,
     /// Always `Ok` (kept as a snapshot's capture is, for the merge).
     pub(crate) capture: std::result::Result<crate::native::Capture, String>,
+}
+
+/// The native view of a thread stopped in the memory handshake
+/// ([`ThreadReader::waiting_native`]): its copy unwound and merged with its Python
+/// frames. Unwinding meets an extension mapped since `native`'s modules were read as code
+/// in no module ([`NativeView::has_unknown_code`]): read them again and call this again.
+pub(crate) fn waiting_view(
+    w: &WaitingThread,
+    native: &mut NativeProcess,
+    version: (u32, u32),
+) -> NativeView {
+    view_of(&w.thread, native, Some(&w.capture), version)
 }

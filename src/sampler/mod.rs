@@ -18,7 +18,7 @@ pub(crate) mod tree;
 use crate::error::Result;
 use crate::profile::{Activity, Aggregator, ProfileMeta, ThreadSample, TimeMode};
 pub use crate::python::ReadMode;
-use crate::python::{self, PythonProcess, SnapshotOptions, StackWalker, Unread};
+use crate::python::{self, PythonProcess, PythonReader, SnapshotOptions, Unread};
 use crate::{IdMap, IdSet};
 use attribution::{Attribution, Charge, Observation};
 use cputime::{CpuReading, CpuTracker};
@@ -122,8 +122,9 @@ pub struct Stats {
 
 /// Samples one process.
 pub struct Sampler {
-    proc: PythonProcess,
-    walker: StackWalker,
+    /// The process, its walker and, under `--async`, the reader of its tasks (`--native`:
+    /// its modules, which `native` reads).
+    reader: PythonReader,
     cpu: CpuTracker,
     /// /proc files of the threads, open between samples.
     files: cputime::ThreadFiles,
@@ -157,10 +158,8 @@ pub struct Sampler {
     /// Where each thread was at each tick, kept for the GPU ledger once a GPU is watched
     /// (None: not kept).
     positions: Option<Vec<crate::timeline::Position>>,
-    /// `--native`: the process's modules and the merge counts.
+    /// `--native`: when the process's modules are read, and the merge counts.
     native: Option<native::NativeSampling>,
-    /// `--async`: finds each thread's running task and its awaiters.
-    tasks: Option<python::AsyncReader>,
     /// Each thread's last stack read (not of a thread holding the GIL), by kernel id: what a
     /// thread that has not run since is charged to without reading it again.
     last_read: IdMap<i32, LastRead>,
@@ -280,14 +279,19 @@ type Observed = (
 
 impl Sampler {
     pub fn new(proc: PythonProcess, cfg: SamplerConfig) -> Sampler {
-        let walker = StackWalker::new(proc.layout, proc.addrs.types);
-        let cwd = crate::proc::cwd(proc.pid);
+        let mut reader = PythonReader::new(proc);
+        if cfg.tasks {
+            // `--async`: finds each thread's running task and its awaiters.
+            reader = reader.with_tasks(python::AsyncReader::for_samples(cfg.wall));
+        }
+        let pid = reader.process().pid;
+        let cwd = crate::proc::cwd(pid);
         // Opt-in (`SCALENE_RS_BPF=1`) until its gain is measured on a quiet machine: it
         // costs the profiler ~20% less CPU with 1,000 parked threads, but the overhead
         // figures so far were drowned in noise, and every test of the suite runs through it.
         let (bpf, cpu_times_from) = if std::env::var_os("SCALENE_RS_BPF").is_some_and(|v| v == "1")
         {
-            match bpf::BpfCpu::attach(proc.pid) {
+            match bpf::BpfCpu::attach(pid) {
                 Ok(b) => (Some(b), "the scheduler (BPF on sched_switch)".to_string()),
                 Err(why) => (None, format!("/proc schedstat (no BPF: {why})")),
             }
@@ -297,7 +301,7 @@ impl Sampler {
                 "/proc schedstat (SCALENE_RS_BPF=1 asks for BPF)".to_string(),
             )
         };
-        let mut clock = ran::ProcessClock::new(proc.pid);
+        let mut clock = ran::ProcessClock::new(pid);
         let cpu_times_from = match &bpf {
             None if clock.works() => format!(
                 "{cpu_times_from}, of the threads that ran lately when the process's CPU clock \
@@ -310,15 +314,11 @@ impl Sampler {
             ..Stats::default()
         };
         Sampler {
-            proc,
-            walker,
+            reader,
             cpu: CpuTracker::new(),
             files: cputime::ThreadFiles::new(),
             bpf,
             clock,
-            tasks: cfg
-                .tasks
-                .then(|| python::AsyncReader::for_samples(cfg.wall)),
             cfg,
             agg: Aggregator::new(),
             stats,
@@ -386,17 +386,24 @@ impl Sampler {
             return Ok(());
         };
         if let Some(buf) = self.positions.as_mut() {
-            record_positions(buf, &seen, self.proc.pid, self.cfg.profile_all, wall_s);
+            record_positions(
+                buf,
+                &seen,
+                self.reader.process().pid,
+                self.cfg.profile_all,
+                wall_s,
+            );
         }
         let Sampler {
             attribution,
             agg,
             sources,
-            proc,
+            reader,
             cwd,
             cfg,
             ..
         } = self;
+        let proc = reader.process();
         for o in seen {
             attribution.observe(o, &mut |c| {
                 charge(agg, sources, proc, cwd.as_deref(), cfg.profile_all, c)
@@ -429,7 +436,7 @@ impl Sampler {
         wall_s: f64,
         pause_these: Vec<u64>,
     ) -> Result<Option<Observed>> {
-        let pid = self.proc.pid;
+        let pid = self.reader.process().pid;
         let tids = match self.thread_list(pid) {
             Ok(t) => t,
             Err(e) if e.is_process_gone() || !crate::proc::process_exists(pid) => {
@@ -446,7 +453,14 @@ impl Sampler {
         self.reusable(listing);
         // Before 3.8 a thread state lacks the kernel id: the last snapshot's matches.
         self.tids_by_thread.clear();
-        if self.proc.layout.thread.native_thread_id.is_none() {
+        if self
+            .reader
+            .process()
+            .layout
+            .thread
+            .native_thread_id
+            .is_none()
+        {
             let run_ns = &self.run_ns;
             self.tids_by_thread.extend(
                 self.last_tids
@@ -460,7 +474,7 @@ impl Sampler {
         // native merge.
         let omit_unchanged = !self.cfg.wall
             && self.positions.is_none()
-            && self.tasks.is_none()
+            && !self.reader.reads_tasks()
             && self.native.is_none();
         let opts = SnapshotOptions {
             mode: self.cfg.mode,
@@ -474,20 +488,14 @@ impl Sampler {
             reuse: std::mem::take(&mut self.reuse),
             tids_by_thread: std::mem::take(&mut self.tids_by_thread),
             unpaused: std::mem::take(&mut self.unpaused),
+            threads: Some(tids),
             ..Default::default()
         };
-        let mut waiting = Vec::new();
         let snap = match &mut self.native {
-            Some(n) => n.snapshot(&self.proc, &mut self.walker, &opts, &tids),
-            None => python::take_sample_snapshot(
-                &self.proc,
-                &mut self.walker,
-                &opts,
-                Some(&tids),
-                self.tasks.as_mut(),
-                self.cfg.wall.then_some(&mut waiting),
-            ),
+            Some(n) => n.snapshot(&mut self.reader, &opts),
+            None => self.reader.snapshot(&opts),
         };
+        let tids = opts.threads.expect("given above");
         // The maps' room, for the next sample.
         (self.reuse, self.tids_by_thread, self.unpaused) =
             (opts.reuse, opts.tids_by_thread, opts.unpaused);
@@ -503,13 +511,17 @@ impl Sampler {
                 return Ok(None);
             }
         };
+        // `--async`: each thread that runs a task is charged to the task's stack; under
+        // `--wall`, every task that waits to its own.
+        let mut waiting = Vec::new();
+        snap.use_task_stacks(self.cfg.wall.then_some(&mut waiting));
         self.stats.samples += 1;
         self.stats.unchanged += snap.left_out as u64;
         for t in &snap.woken {
             let c = self.wake_credit.entry(*t).or_insert(0.0);
             *c = (*c + WOKEN_S).min(3.0 * WOKEN_S);
         }
-        self.stats.deferred += self.walker.deferred as u64;
+        self.stats.deferred += self.reader.walker().deferred as u64;
         if let Some(n) = &mut self.native {
             n.merge_into(&mut snap, &mut self.stats.native);
         }
@@ -723,7 +735,7 @@ impl Sampler {
     /// missing (and the threads are listed again next time). Says how the threads compare
     /// with the last sample's (what is kept of threads gone is then forgotten).
     fn cpu_times(&mut self, tids: &[i32]) -> Listing {
-        let pid = self.proc.pid;
+        let pid = self.reader.process().pid;
         match self.bpf.as_mut() {
             Some(b) => {
                 b.drain();
@@ -794,7 +806,7 @@ impl Sampler {
         let still =
             self.cpu.unchanged(tid, ns) && self.stat_cache.get(&tid).is_some_and(|s| s.1 != 'R');
         if !still && (!t.holds_gil || !fresh) {
-            let (state, u, st) = self.files.read_stat(self.proc.pid, tid)?;
+            let (state, u, st) = self.files.read_stat(self.reader.process().pid, tid)?;
             self.stat_cache.insert(tid, (now, state, u, st));
         }
         let &(_, state, utime, stime) = self.stat_cache.get(&tid)?;
@@ -893,7 +905,7 @@ impl Sampler {
         progress: &mut dyn FnMut(&Stats),
     ) -> Result<()> {
         let rate = self.cfg.rate_hz;
-        let pid = self.proc.pid;
+        let pid = self.reader.process().pid;
         let courteous = self.cfg.courteous(false);
         let pauses = self.cfg.pauses_every_tick();
         drive(self, rate, stop, progress, Some(pid), courteous, pauses)
@@ -902,13 +914,13 @@ impl Sampler {
     /// The memory ring of this process, known once it has one (see
     /// [`SamplerConfig::handshake_file`]).
     fn set_handshake_file(&mut self, file: std::path::PathBuf) {
-        self.handshake_range = mapping_of(self.proc.pid, &file);
+        self.handshake_range = mapping_of(self.reader.process().pid, &file);
         self.cfg.handshake_file = Some(file);
     }
 
     fn with_handshake_range(mut self) -> Self {
         if let Some(file) = &self.cfg.handshake_file {
-            self.handshake_range = mapping_of(self.proc.pid, file);
+            self.handshake_range = mapping_of(self.reader.process().pid, file);
         }
         self
     }
@@ -920,7 +932,7 @@ impl Sampler {
         let Some((lo, hi)) = self.handshake_range else {
             return false;
         };
-        crate::proc::blocked_syscall(self.proc.pid, tid)
+        crate::proc::blocked_syscall(self.reader.process().pid, tid)
             .is_some_and(|(nr, addr)| nr == libc::SYS_futex && (lo..hi).contains(&addr))
     }
 

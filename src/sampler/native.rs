@@ -1,15 +1,15 @@
 //! `run --native` / `attach --native`: every sample's threads read with their native
 //! frames merged with the Python ones.
 //!
-//! Owns: [`NativeSampling`] — one process's modules (read again, and the sample unwound
-//! again, when a sample meets code mapped since; otherwise at most once a second), the
-//! cache of images shared by the processes of a run, and counting merged and unmerged
-//! thread samples with the reasons (in a [`MergeCounts`]).
+//! Owns: [`NativeSampling`] — when one process's modules are read (again, and the sample
+//! unwound again, when a sample meets code mapped since; otherwise at most once a second;
+//! the reader holds them), the cache of images shared by the processes of a run, and
+//! counting merged and unmerged thread samples with the reasons (in a [`MergeCounts`]).
 //! Must not: unwind, name or merge frames (`native`, `python::native` do), or charge time.
 
-use crate::native::{NativeCache, NativeProcess};
+use crate::native::NativeCache;
 pub(crate) use crate::python::MergeCounts;
-use crate::python::{self, MergeFailure, PythonProcess, Snapshot, SnapshotOptions, StackWalker};
+use crate::python::{self, MergeFailure, PythonReader, Snapshot, SnapshotOptions};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -33,9 +33,8 @@ const REREAD_INTERVAL: Duration = Duration::from_secs(1);
 /// One process's native side of sampling.
 pub(crate) struct NativeSampling {
     cache: SharedCache,
-    /// The process's modules, as read at `read_at`; None until the first sample, or when
-    /// reading them failed (tried again at the next sample).
-    process: Option<NativeProcess>,
+    /// When the reader's modules were read; None until the first sample (the reader holds
+    /// none until then; when reading them fails, it is tried again at the next sample).
     read_at: Option<Instant>,
     /// A sample met code outside the modules read: look at the map again when allowed.
     stale: bool,
@@ -50,7 +49,6 @@ impl NativeSampling {
     pub(crate) fn new(cache: SharedCache) -> NativeSampling {
         NativeSampling {
             cache,
-            process: None,
             read_at: None,
             stale: false,
             missing_stack: false,
@@ -58,25 +56,21 @@ impl NativeSampling {
         }
     }
 
-    /// One snapshot of every thread of `tids` with its native frames (the threads are
-    /// paused for it whatever `opts.mode` says). When its stacks meet code outside the
+    /// One snapshot of every thread of `opts.threads` with its native frames (the threads
+    /// are paused for it whatever `opts.mode` says). When its stacks meet code outside the
     /// modules known and the process's code mappings changed (an extension imported since
     /// they were read), the modules are read again and the same captures unwound again: a
     /// new extension's first samples merge too.
     pub(crate) fn snapshot(
         &mut self,
-        proc: &PythonProcess,
-        walker: &mut StackWalker,
+        reader: &mut PythonReader,
         opts: &SnapshotOptions,
-        tids: &[i32],
     ) -> crate::error::Result<Snapshot> {
         let reread_due = self.read_at.is_none_or(|t| t.elapsed() >= REREAD_INTERVAL);
-        if self.process.is_none() || ((self.stale || self.missing_stack) && reread_due) {
-            self.read_modules(proc)?;
+        if reader.native().is_none() || ((self.stale || self.missing_stack) && reread_due) {
+            self.read_modules(reader)?;
         }
-        let process = self.process.as_mut().expect("read above");
-        let (mut snap, captures) =
-            python::take_native_snapshot_with_tids(proc, walker, process, opts, Some(tids))?;
+        let mut snap = reader.snapshot(opts)?;
         let unknown = snap
             .threads
             .iter()
@@ -86,20 +80,21 @@ impl NativeSampling {
             .is_none_or(|t| t.elapsed() >= RECHECK_INTERVAL);
         if unknown && check_due {
             self.checked_at = Some(Instant::now());
+            let process = reader.native().expect("read above");
             if process.code_changed().unwrap_or(true) {
-                self.read_modules(proc)?;
-                let process = self.process.as_mut().expect("read above");
-                let version = (proc.version.major, proc.version.minor);
-                python::attach_native(&mut snap, process, &captures, version, opts.thread_names);
+                self.read_modules(reader)?;
+                reader.attach_native_again(&mut snap, opts.thread_names);
             }
         }
         Ok(snap)
     }
 
-    /// Reads the process's modules (images from the shared cache when it has them).
-    fn read_modules(&mut self, proc: &PythonProcess) -> crate::error::Result<()> {
+    /// Reads the process's modules (images from the shared cache when it has them), for
+    /// `reader` to hold.
+    fn read_modules(&mut self, reader: &mut PythonReader) -> crate::error::Result<()> {
         let mut cache = self.cache.lock().unwrap_or_else(|e| e.into_inner());
-        self.process = Some(python::native_process(proc, &mut cache)?.without_lines());
+        let process = python::native_process(reader.process(), &mut cache)?.without_lines();
+        reader.set_native(Some(process));
         self.read_at = Some(Instant::now());
         self.stale = false;
         self.missing_stack = false;

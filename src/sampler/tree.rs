@@ -209,7 +209,7 @@ impl ProcessTree {
         self.tracked.iter().filter_map(|(&pid, t)| match t {
             Tracked::Sampling {
                 sampler, serial, ..
-            } => Some((pid, *serial, &sampler.proc)),
+            } => Some((pid, *serial, sampler.reader.process())),
             Tracked::Other { .. } => None,
         })
     }
@@ -371,7 +371,7 @@ impl ProcessTree {
             let parent = self.tracked.values().find_map(|t| match t {
                 Tracked::Sampling {
                     sampler, exe: e, ..
-                } if *e == exe => Some(&sampler.proc),
+                } if *e == exe => Some(sampler.reader.process()),
                 _ => None,
             });
             let located = match parent {
@@ -499,11 +499,11 @@ impl ProcessTree {
         for d in &self.done {
             let s = &d.sampler;
             agg.absorb(s.aggregator());
-            let v = s.proc.version.to_string();
-            views.push((s.proc.pid, s.cwd().map(str::to_string)));
+            let v = s.reader.process().version.to_string();
+            views.push((s.reader.process().pid, s.cwd().map(str::to_string)));
             let mem = self.memory.get(&d.serial);
             processes.push(ProcessProfile {
-                pid: s.proc.pid,
+                pid: s.reader.process().pid,
                 command: d.command.clone(),
                 python_version: v,
                 samples: s.stats.samples,
@@ -522,7 +522,11 @@ impl ProcessTree {
                 0.0
             };
         }
-        let procs: Vec<&PythonProcess> = self.done.iter().map(|d| &d.sampler.proc).collect();
+        let procs: Vec<&PythonProcess> = self
+            .done
+            .iter()
+            .map(|d| d.sampler.reader.process())
+            .collect();
         let meta = super::profile_meta(&self.cfg, program, self.root, &procs, &self.stats);
         // A file's source as the first process that can read it sees it.
         let mut cache: HashMap<String, Option<Vec<String>>> = HashMap::new();

@@ -7,8 +7,8 @@
 
 use super::tasks::{empty_loop, is_default_name, LoopTasks, TaskInfo, MAX_CHAIN};
 use crate::error::{Error, Result};
-use crate::profile::Frame;
 use crate::ptrace::{field_u64, field_u8, ProcessMemory};
+use crate::python::frame::Frame;
 use crate::python::stack::{RawThread, Walk};
 use crate::python::{PythonProcess, StackWalker};
 use crate::python_bindings::debug_offsets;

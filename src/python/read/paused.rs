@@ -1,0 +1,214 @@
+//! The paused read: every thread stopped while its stack is read (`--blocking`, `dump`'s
+//! default, `--native`), with what else is read in the same pause.
+//!
+//! Owns: [`read_blocking`] (up to [`BLOCKING_PAUSES`] pauses, the threads caught half way
+//! given time to run between them), [`read_all`] (the read inside one pause),
+//! [`PausedReads`] (native captures and asyncio tasks taken in the same pause) and
+//! [`woke_from_wait`] (which threads our pause woke).
+//! Must not: read without every thread it walks stopped (a thread left running that moved
+//! is an error of its own).
+
+use super::{
+    gil_current, hint_from, interp_head_checked, is_unchanged, keep_unchanged, read_tasks,
+    tag_native,
+};
+use crate::error::Result;
+use crate::native::{Captures, NativeProcess};
+use crate::ptrace::{self, pause::PausedThreads, ProcessMemory};
+use crate::python::asyncio::{AsyncReader, AsyncSnapshot};
+use crate::python::native;
+use crate::python::process::PythonProcess;
+use crate::python::snapshot::{SnapshotOptions, ThreadError, ThreadResult, Unread};
+use crate::python::stack::{self, StackWalker};
+use crate::python::tids::KernelIds;
+
+/// Whether `tid`, held stopped by `paused`, was stopped in the middle of a wait: a system
+/// call that had blocked (a lock, a sleep, a read that waits), which the stop interrupts
+/// and the thread restarts when let go. Such a thread was woken by the pause; one stopped
+/// while it ran its own code, or between a quick system call's entry and exit, was not.
+pub(super) fn woke_from_wait(paused: &PausedThreads, pid: i32, tid: i32) -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        // Interrupted in a system call that had blocked, the thread stops with the call's
+        // number in `orig_rax` and one of the kernel's "restart" codes in `rax` (they are
+        // replaced only after the stop, to restart the call); in its own code, `orig_rax`
+        // is -1, and after a quick call `rax` holds the call's result.
+        const RESTART_CODES: std::ops::RangeInclusive<i64> = -516..=-512;
+        paused
+            .registers(pid, tid)
+            .is_ok_and(|r| (r.orig_rax as i64) >= 0 && RESTART_CODES.contains(&(r.rax as i64)))
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        let _ = paused;
+        crate::proc::blocked_syscall(pid, tid).is_some_and(|(nr, _)| nr >= 0)
+    }
+}
+
+/// What a blocking read reads besides the stacks, while the threads are paused: native
+/// registers and stacks, asyncio tasks (and where each goes).
+pub(super) struct PausedReads<'a, 'b> {
+    pub(super) native: Option<&'a mut (&'b mut NativeProcess, &'b mut Captures)>,
+    pub(super) tasks: Option<(&'a mut AsyncReader, &'a mut Option<AsyncSnapshot>)>,
+    /// The threads the pause found waiting (see [`Snapshot::woken`]).
+    ///
+    /// [`Snapshot::woken`]: crate::python::Snapshot::woken
+    pub(super) woken: &'a mut Vec<i32>,
+}
+
+/// How many times a blocking snapshot pauses the process at most (see [`read_blocking`]).
+const BLOCKING_PAUSES: usize = 3;
+
+/// How long a blocking snapshot waits at most, before it pauses the process again, for the
+/// threads it could not read to run (see [`read_blocking`]).
+const RUN_AGAIN_WAIT: std::time::Duration = std::time::Duration::from_millis(20);
+
+/// Pauses every thread and reads them all. A thread can be stopped where its own frame
+/// pointers are half written: 3.11's evaluation loop stores `tstate->cframe` (pointing at
+/// its new C frame) eight instructions before it fills that C frame's `current_frame` and
+/// `previous` (seen in Debian's static 3.11 under load: one dump in ~1,500 read a stale
+/// stack word as a frame), and no memory says where the stack was then. Such a thread has
+/// no stack to report at that instant, so the process runs again and is paused anew, up to
+/// [`BLOCKING_PAUSES`] times in all; what still fails after that is reported as the thread's
+/// error. The first pause leaves out the threads of [`SnapshotOptions::unpaused`]; one that
+/// turns out to have changed is an error of this kind, and the next pause takes every thread.
+/// `tids` is sorted.
+pub(super) fn read_blocking(
+    proc: &PythonProcess,
+    walker: &mut StackWalker,
+    tids: &[i32],
+    opts: &SnapshotOptions,
+    opcodes: Option<&crate::python_bindings::opcodes::Opcodes>,
+    mut extra: PausedReads,
+) -> Result<Vec<ThreadResult>> {
+    let mut pauses = 0;
+    let mut leave_out = !opts.unpaused.is_empty();
+    loop {
+        pauses += 1;
+        let paused_tids: Vec<i32> = if leave_out {
+            tids.iter()
+                .copied()
+                .filter(|t| !opts.unpaused.contains(t))
+                .collect()
+        } else {
+            tids.to_vec()
+        };
+        // A thread left running: one of `unpaused`, or one not listed (it appeared since).
+        // (By our kernel id: the one a thread state records is the target's, which in a
+        // PID namespace of its own is another.)
+        let ids = KernelIds::new(proc, tids, &opts.tids_by_thread);
+        let not_paused = |t: &stack::RawThread| -> bool {
+            leave_out
+                && ids.of(t).is_none_or(|tid| {
+                    opts.unpaused.contains(&tid) || tids.binary_search(&tid).is_err()
+                })
+        };
+        let read = {
+            // Left out, the threads expected unchanged are not stopped, nor is any thread
+            // that appears meanwhile (read unpaused, it is an error of its own); when none
+            // is left to stop, the read is made with none stopped.
+            let _paused = match (leave_out, paused_tids.is_empty()) {
+                (false, _) => Some(PausedThreads::pause_from(proc.pid, &paused_tids)?),
+                (true, false) => Some(PausedThreads::pause_threads(proc.pid, &paused_tids)?),
+                (true, true) => None,
+            };
+            // Nothing changes while paused: one page cache serves the whole snapshot,
+            // starting with the pages the last snapshot needed, fetched in one request.
+            let cache = ptrace::PageCache::new(&proc.mem);
+            if let Some(states) = walker.list_hint(opts.list_whole) {
+                cache.prefetch(&states);
+            }
+            cache.prefetch(&walker.page_hint);
+            let read = read_all(proc, &cache, walker, opts, &not_paused).map(|mut t| {
+                tag_native(&cache, opcodes, &mut t);
+                t
+            });
+            walker.page_hint = hint_from(&cache);
+            if let (Some((reader, out)), Ok(t)) = (extra.tasks.as_mut(), &read) {
+                **out = Some(read_tasks(reader, proc, &cache, walker, t));
+            }
+            // Which of the threads stopped were waiting: the pause woke them (each pause
+            // of a snapshot that pauses again does).
+            if let Some(p) = &_paused {
+                let waited = |&tid: &i32| woke_from_wait(p, proc.pid, tid);
+                extra.woken.extend(p.tids().iter().filter(|t| waited(t)));
+            }
+            // Registers and stacks, straight from the process (not the page cache).
+            if let Some((process, out)) = extra.native.as_mut() {
+                **out = match &_paused {
+                    Some(p) => process.capture_all(p, &proc.mem),
+                    None => Vec::new(),
+                };
+            }
+            // The CPU time of each thread that could not be read while it ran its own code
+            // (stopped outside any system call), taken while it cannot run.
+            let torn: Vec<(i32, u64)> = match &read {
+                Ok(t) if pauses < BLOCKING_PAUSES => {
+                    let failed = t.iter().filter(|(_, w, _)| w.is_err());
+                    failed.filter_map(|(r, _, _)| ids.of(r)).collect()
+                }
+                _ => Vec::new(),
+            }
+            .into_iter()
+            .filter(|&tid| {
+                crate::proc::blocked_syscall(proc.pid, tid).is_some_and(|(nr, _)| nr < 0)
+            })
+            .filter_map(|tid| Some((tid, crate::proc::thread_run_ns(proc.pid, tid)?)))
+            .collect();
+            (read, torn)
+            // `_paused` drops here: every thread runs again before we do anything else.
+        };
+        match read {
+            (Ok(t), torn) if pauses < BLOCKING_PAUSES && t.iter().any(|(_, w, _)| w.is_err()) => {
+                leave_out = false;
+                // Caught mid-way (a frame half linked), a thread needs to run a few
+                // instructions before it can be read: on a loaded machine it may wait for a
+                // CPU longer than we take to pause again (seen: three pauses in a row found
+                // the same thread at the same instant).
+                crate::proc::wait_until_ran(proc.pid, &torn, RUN_AGAIN_WAIT);
+            }
+            (r, _) => return r,
+        }
+    }
+}
+
+/// Reads everything while the threads are paused (one pause).
+fn read_all(
+    proc: &PythonProcess,
+    mem: &dyn ProcessMemory,
+    walker: &mut StackWalker,
+    opts: &SnapshotOptions,
+    not_paused: &dyn Fn(&stack::RawThread) -> bool,
+) -> Result<Vec<ThreadResult>> {
+    let reuse = &opts.reuse;
+    let head = interp_head_checked(proc, mem)?;
+    let raw = walker.threads(mem, head, gil_current(proc, mem)?, opts.rested())?;
+    let mut out = Vec::with_capacity(raw.len());
+    walker.left_out = 0;
+    for t in raw {
+        if is_unchanged(&t, reuse) {
+            keep_unchanged(walker, opts, &mut out, t);
+            continue;
+        }
+        if not_paused(&t) {
+            // Expected unchanged, left running, yet it moved: not to be walked unpaused.
+            let e = ThreadError::new(Unread::Changed, "it ran while it was not paused");
+            out.push((t, Err(e), None));
+            continue;
+        }
+        let walk = match walker
+            .walk_still(mem, t.tstate, t.top_frame)
+            .and_then(|mut w| {
+                if walker.want_anchors && w.anchors.is_empty() {
+                    w.anchors = native::cframe_anchors(walker, mem, t.tstate)?;
+                }
+                Ok(w)
+            }) {
+            Ok(w) => Ok(w),
+            Err(e) if e.is_process_gone() => return Err(e),
+            Err(e) => Err(ThreadError::from_error("", &e)),
+        };
+        out.push((t, walk, None));
+    }
+    Ok(out)
+}

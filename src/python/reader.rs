@@ -1,0 +1,142 @@
+//! The one way in to reading a live interpreter's threads.
+//!
+//! Owns: [`PythonReader`], which holds what one process's reads share (the process, its
+//! stack walker, the native modules, the asyncio reader), and its one read,
+//! [`PythonReader::snapshot`].
+//! Must not: list threads or keep what it knows of threads at rest (its caller passes
+//! them in [`SnapshotOptions`]), or format output.
+
+use super::asyncio::AsyncReader;
+use super::native;
+use super::process::PythonProcess;
+use super::read;
+use super::snapshot::{ReadMode, Snapshot, SnapshotOptions};
+use super::stack::StackWalker;
+use crate::error::Result;
+use crate::native::{Captures, NativeProcess};
+
+/// Reads the stacks of every thread of one Python process, one snapshot at a time.
+///
+/// What it holds decides what a snapshot has besides the Python stacks:
+/// - Native modules ([`PythonReader::set_native`]): every thread's native frames, merged
+///   with its Python ones. The threads are paused whatever [`SnapshotOptions::mode`]
+///   says, and asyncio tasks are not read.
+/// - An asyncio reader ([`PythonReader::with_tasks`]): every event loop's tasks, read in
+///   the same pause (without pausing, right after the stacks).
+///
+/// The walker keeps its caches from one snapshot to the next (code objects, page hints,
+/// the thread list as last found).
+pub struct PythonReader {
+    proc: PythonProcess,
+    walker: StackWalker,
+    native: Option<NativeProcess>,
+    /// The last native snapshot's registers and stacks, as copied in its pause (see
+    /// [`PythonReader::attach_native_again`]).
+    captures: Captures,
+    tasks: Option<AsyncReader>,
+}
+
+impl PythonReader {
+    /// A reader of `proc`'s Python stacks alone.
+    pub fn new(proc: PythonProcess) -> PythonReader {
+        let walker = StackWalker::new(proc.layout, proc.addrs.types);
+        PythonReader {
+            proc,
+            walker,
+            native: None,
+            captures: Vec::new(),
+            tasks: None,
+        }
+    }
+
+    /// Reads every event loop's asyncio tasks too, with `tasks`.
+    pub fn with_tasks(mut self, tasks: AsyncReader) -> PythonReader {
+        self.tasks = Some(tasks);
+        self
+    }
+
+    /// Reads native frames too, with `modules` (see [`native_process`]); None: no more.
+    /// The modules replace those held before.
+    ///
+    /// [`native_process`]: super::native::native_process
+    pub fn set_native(&mut self, modules: Option<NativeProcess>) {
+        self.native = modules;
+    }
+
+    /// The native modules held, if native frames are read.
+    pub fn native(&mut self) -> Option<&mut NativeProcess> {
+        self.native.as_mut()
+    }
+
+    /// Whether snapshots read asyncio tasks.
+    pub fn reads_tasks(&self) -> bool {
+        self.tasks.is_some()
+    }
+
+    /// The process read.
+    pub fn process(&self) -> &PythonProcess {
+        &self.proc
+    }
+
+    /// The stack walker (its depth limit, its counts of the last snapshot).
+    pub fn walker(&self) -> &StackWalker {
+        &self.walker
+    }
+
+    /// The stack walker, to set its depth limit.
+    pub fn walker_mut(&mut self) -> &mut StackWalker {
+        &mut self.walker
+    }
+
+    /// Reads the stacks of every thread, as `opts` says and with what the reader holds.
+    ///
+    /// With native modules: the threads are paused, each one's registers and stack copied
+    /// in the same pause, and once they run again each stack is unwound and merged with
+    /// its Python frames. The copies are kept until the next snapshot (to be unwound again
+    /// with modules read anew, `attach_native_again`).
+    pub fn snapshot(&mut self, opts: &SnapshotOptions) -> Result<Snapshot> {
+        let Some(process) = self.native.as_mut() else {
+            return read::snapshot(
+                &self.proc,
+                &mut self.walker,
+                opts,
+                None,
+                self.tasks.as_mut(),
+            );
+        };
+        let opts = SnapshotOptions {
+            mode: ReadMode::Paused,
+            ..opts.clone()
+        };
+        // The last snapshot's copies go before this one's are taken (not both held).
+        self.captures.clear();
+        let anchors = std::mem::replace(&mut self.walker.want_anchors, true);
+        let snap = read::snapshot(
+            &self.proc,
+            &mut self.walker,
+            &opts,
+            Some((&mut *process, &mut self.captures)),
+            None,
+        );
+        self.walker.want_anchors = anchors;
+        let mut snap = snap?;
+        native::attach(
+            &mut snap,
+            process,
+            &self.captures,
+            (self.proc.version.major, self.proc.version.minor),
+            opts.thread_names,
+        );
+        Ok(snap)
+    }
+
+    /// Merges the last native snapshot's stacks into `snap` again, unwound with the
+    /// modules held now: after the modules were read again ([`PythonReader::set_native`])
+    /// because the stacks met code outside them (an extension mapped since).
+    pub(crate) fn attach_native_again(&mut self, snap: &mut Snapshot, thread_names: bool) {
+        if let Some(process) = self.native.as_mut() {
+            let version = (self.proc.version.major, self.proc.version.minor);
+            native::attach(snap, process, &self.captures, version, thread_names);
+        }
+    }
+}

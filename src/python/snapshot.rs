@@ -1,0 +1,323 @@
+//! What a read of a Python process gives, and how to ask for one.
+//!
+//! Owns: [`Snapshot`] and [`ThreadSnapshot`] (what `dump` prints and what the sampler
+//! builds on), [`SnapshotOptions`] with [`ReadMode`] and [`ReuseDelta`] (how to read), and
+//! why a thread's stack was not read ([`Unread`], [`ThreadError`]).
+//! Must not: read a process (`read` does), or format output.
+
+use super::asyncio::AsyncSnapshot;
+use super::frame::Frame;
+use super::native_view::{NativeSummary, NativeView};
+use super::stack;
+use super::version;
+use crate::error::Error;
+
+/// How to read.
+#[derive(Debug, Clone)]
+pub struct SnapshotOptions {
+    /// Whether and when the target is paused. [`ReadMode::Auto`]: a thread whose first
+    /// read without pausing fails is read paused at once, not tried again without pausing.
+    /// A profile wants this: which states fail to read depends on the state (one that lasts
+    /// less than a read fails more often), so retries drawn until one succeeds favour the
+    /// states that are easy to read, whereas a paused read is a fresh draw that favours
+    /// none.
+    pub mode: ReadMode,
+    /// Tries per thread when a stack changes while being read ([`ReadMode::Nonblocking`]).
+    pub retries: usize,
+    /// Read each thread's OS name from /proc (costs a file read per thread).
+    pub thread_names: bool,
+    /// [`ReadMode::Auto`]: threads (by `thread_id`) read paused without a try first.
+    pub pause_these: Vec<u64>,
+    /// Threads that did not run since their last read (the sampler knows from their CPU
+    /// time), by `thread_id` (their `pthread_t`, which every version records and no PID
+    /// namespace changes), with the innermost frame that read found: one whose thread
+    /// state still names that frame, and that does not hold the GIL, is not walked again
+    /// (`ThreadSnapshot::unchanged`): a thread's stack changes only when it runs.
+    pub reuse: crate::IdMap<u64, u64>,
+    /// Kernel ids (ours) of threads by `thread_id`, as an earlier snapshot matched them:
+    /// before 3.11 a thread state does not record its kernel id, and a stack to be read
+    /// again paused would otherwise pause every thread (waking those that wait, at a cost
+    /// of CPU charged to them).
+    pub tids_by_thread: crate::IdMap<u64, i32>,
+    /// [`ReadMode::Paused`]: kernel ids (ours) of the threads the caller expects to find
+    /// unchanged (those of `reuse`): they are not paused. A thread among them that turns out
+    /// to have changed (its top frame moved, or it holds the GIL) cannot be read unpaused:
+    /// the process is then paused whole and read again. So a thousand parked threads cost a
+    /// paused read nothing (no stop and restart of each, no wake-up charged to them).
+    pub unpaused: crate::IdSet<i32>,
+    /// Leave the threads found unchanged (see `reuse`) out of the snapshot: a caller that
+    /// keeps their last reads and needs nothing of them this time (the sampler, when it
+    /// charges CPU time only) saves an entry per thread of a pool at rest at every sample.
+    pub omit_unchanged: bool,
+    /// Read every thread state of the thread list, those of threads at rest too (the
+    /// walker otherwise takes them as it last found them): a caller that saw a thread
+    /// leave asks for it, as the state before the one that left still links to it.
+    pub list_whole: bool,
+    /// Under `omit_unchanged`, the most threads walked (the GIL holder aside): the others
+    /// that need a walk are left out of this snapshot (counted in `walker.deferred`), and
+    /// the next snapshot starts where this one stopped. A pool of a thousand threads that
+    /// start, or wake to end, together costs each sample this many walks, not a thousand.
+    pub max_walks: Option<usize>,
+    /// How `reuse` differs from the map of the caller's last snapshot, under
+    /// `omit_unchanged`: then the thread list is read for the threads that did not rest
+    /// only (see [`ReuseDelta`]). None: not known (the map was made anew).
+    pub reuse_delta: Option<ReuseDelta>,
+    /// The target's threads (kernel ids, ours), ascending, for a caller that has just
+    /// listed them (the sampler): they are not listed again, and a native read pauses
+    /// these. Their scheduler states are then not read (only `idle` tells them). None:
+    /// listed from /proc, with each thread's state.
+    pub threads: Option<Vec<i32>>,
+}
+
+/// What changed in [`SnapshotOptions::reuse`] since the caller's snapshot before: the
+/// `thread_id`s whose entry was added, removed or changed. `epoch` counts the caller's
+/// snapshots (one more than that of the map before): a snapshot that missed one, or a
+/// read of the list in between, reads the list the whole way.
+#[derive(Debug, Clone, Default)]
+pub struct ReuseDelta {
+    pub epoch: u64,
+    pub threads: Vec<u64>,
+}
+
+/// How stacks are read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ReadMode {
+    /// Without pausing; a stack whose read fails validation is read once more with the
+    /// threads paused (a profile's default: the sampler also pauses for a while the
+    /// threads whose reads often fail, at a bounded rate).
+    #[default]
+    Auto,
+    /// Pause every thread for every read (`--blocking`; `dump`'s default).
+    Paused,
+    /// Never pause: a stack that keeps changing is retried, then reported as unreadable
+    /// (`--nonblocking`).
+    Nonblocking,
+}
+
+impl SnapshotOptions {
+    /// The threads the thread list may take as last found (none for a whole read).
+    pub(super) fn rested(&self) -> Option<&crate::IdMap<u64, u64>> {
+        (!self.list_whole).then_some(&self.reuse)
+    }
+}
+
+impl Default for SnapshotOptions {
+    fn default() -> Self {
+        SnapshotOptions {
+            mode: ReadMode::Paused,
+            retries: 5,
+            thread_names: true,
+            pause_these: Vec::new(),
+            reuse: crate::IdMap::default(),
+            tids_by_thread: crate::IdMap::default(),
+            unpaused: crate::IdSet::default(),
+            omit_unchanged: false,
+            list_whole: false,
+            max_walks: None,
+            reuse_delta: None,
+            threads: None,
+        }
+    }
+}
+
+/// One thread's state and stack.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct ThreadSnapshot {
+    /// The thread's `pthread_t` as CPython records it (`threading.get_ident()`).
+    pub(crate) thread_id: u64,
+    /// Kernel TID (as seen from our PID namespace: /proc/PID/task/TID).
+    pub(crate) native_id: Option<i32>,
+    /// The thread's TID inside the target's own PID namespace (a container's), what the
+    /// thread itself and Python (`threading.get_native_id()`) see; only when it differs
+    /// from ours.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) ns_native_id: Option<i32>,
+    /// OS thread name (/proc/PID/task/TID/comm).
+    pub(crate) name: Option<String>,
+    pub(crate) holds_gil: bool,
+    /// Not running on a CPU and not holding the GIL.
+    pub(crate) idle: bool,
+    /// The innermost Python frame is inside a call (its current instruction is a CALL of
+    /// some form): the thread runs native code or blocks in a C function on behalf of that
+    /// line. None when unknown (no opcode table for this version, or no frame).
+    pub(crate) in_native: Option<bool>,
+    /// Innermost first.
+    pub frames: Vec<Frame>,
+    /// The stack was deeper than the limit and was cut.
+    pub(crate) truncated: bool,
+    /// Set when the stack could not be read consistently; `frames` is then empty.
+    pub(crate) error: Option<ThreadError>,
+    /// Index of the interpreter the thread belongs to (0 = main).
+    pub(crate) interpreter: usize,
+    /// Read with the threads paused after a read without pausing could not be validated
+    /// (the "auto" mode's fallback).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub(crate) read_paused: bool,
+    /// Frames per call of the evaluation loop, and frames after the last (`Walk::evals`).
+    #[serde(skip)]
+    pub(crate) evals: Vec<u32>,
+    #[serde(skip)]
+    pub(crate) evals_open: u32,
+    #[serde(skip)]
+    pub(crate) anchors: Vec<u64>,
+    /// With native frames (`dump --native`): the merged stack.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) native: Option<NativeView>,
+    /// Not walked: it did not run since its last read (`SnapshotOptions::reuse`), so its
+    /// stack is that read's (`frames` is empty).
+    #[serde(skip)]
+    pub(crate) unchanged: bool,
+    /// The innermost frame its thread state named when read.
+    #[serde(skip)]
+    pub(crate) top_frame: u64,
+}
+
+/// Every thread of a Python process at one moment.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Snapshot {
+    pub(crate) pid: i32,
+    pub(crate) python_version: std::sync::Arc<str>,
+    pub(crate) version_source: version::VersionSource,
+    /// No generated layout for this version: read through `_Py_DebugOffsets`, untested.
+    pub(crate) untested_version: bool,
+    /// A free-threaded build (no GIL).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub(crate) free_threaded: bool,
+    pub(crate) executable: std::sync::Arc<str>,
+    pub threads: Vec<ThreadSnapshot>,
+    /// With native frames (`dump --native`): how many threads merged, and the threads with
+    /// no Python thread state.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) native: Option<NativeSummary>,
+    /// With asyncio tasks (`dump --async`): every event loop's tasks.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) asyncio: Option<AsyncSnapshot>,
+    /// Threads found unchanged and left out of `threads` ([`SnapshotOptions::omit_unchanged`]).
+    #[serde(skip)]
+    pub(crate) left_out: usize,
+    /// Kernel ids (ours) of the threads a paused read stopped in the middle of a wait (a
+    /// system call that had blocked): the pause woke them, and the CPU time they spend on
+    /// leaving the wait and entering it again is ours, not theirs (see
+    /// `read::paused::woke_from_wait`).
+    #[serde(skip)]
+    pub(crate) woken: Vec<i32>,
+}
+
+impl Snapshot {
+    /// Under `--async` (tasks read, see `PythonReader::with_tasks`), each thread that
+    /// runs an asyncio task gets the task's stack instead of its own (see
+    /// [`LoopTasks::task_stack`]): the event loop's frames give way to the tasks that await
+    /// the running one. `waiting` (`--wall`) gets the stack of every task that waits, by
+    /// the `thread_id` of its loop's thread. The tasks leave the snapshot.
+    ///
+    /// [`LoopTasks::task_stack`]: super::asyncio::LoopTasks::task_stack
+    pub(crate) fn use_task_stacks(&mut self, mut waiting: Option<&mut Vec<(u64, Vec<Frame>)>>) {
+        if let Some(a) = self.asyncio.take() {
+            for lt in &a.threads {
+                if let Some(w) = waiting.as_deref_mut().filter(|_| lt.thread_id != 0) {
+                    w.extend(lt.waiting_stacks().into_iter().map(|s| (lt.thread_id, s)));
+                }
+                let Some(stack) = lt.task_stack() else {
+                    continue;
+                };
+                if let Some(t) = self
+                    .threads
+                    .iter_mut()
+                    .find(|t| t.thread_id == lt.thread_id && !t.unchanged && t.error.is_none())
+                {
+                    t.frames = stack;
+                }
+            }
+        }
+    }
+}
+
+pub(super) type ThreadResult = (
+    stack::RawThread,
+    std::result::Result<stack::Walk, ThreadError>,
+    Option<bool>,
+);
+
+/// Why a thread's stack was not read, as a small value: what lost samples are counted by.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Unread {
+    /// Read without pausing, it changed under every try.
+    Changed,
+    /// What was read did not hold together: why.
+    Torn(&'static str),
+    /// A read of its memory failed (an address no longer mapped, a short read).
+    Memory,
+    /// Its thread state could not be read again.
+    ThreadState,
+    /// Left for a read with the thread paused (not a loss unless that read fails too).
+    Deferred,
+    /// The interpreter was not in a state to read (starting, finalizing).
+    Interpreter,
+    /// Anything else the OS said.
+    Other,
+}
+
+impl Unread {
+    /// The kind of a read's error.
+    pub(crate) fn of(e: &Error) -> Unread {
+        match e {
+            Error::Inconsistent { why, .. } => Unread::Torn(why),
+            Error::Read { .. } => Unread::Memory,
+            Error::BadState { .. } => Unread::Interpreter,
+            _ => Unread::Other,
+        }
+    }
+}
+
+impl std::fmt::Display for Unread {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Unread::Changed => f.write_str("the stack changed under every read without pausing"),
+            Unread::Torn(why) => write!(f, "inconsistent data: {why}"),
+            Unread::Memory => f.write_str("a read of the target's memory failed"),
+            Unread::ThreadState => f.write_str("the thread state could not be read again"),
+            Unread::Deferred => f.write_str("left for a paused read"),
+            Unread::Interpreter => f.write_str("the interpreter was not in a readable state"),
+            Unread::Other => f.write_str("another error"),
+        }
+    }
+}
+
+/// A thread whose stack was not read: the kind, and the whole story for a person.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct ThreadError {
+    pub(crate) kind: Unread,
+    message: String,
+}
+
+impl ThreadError {
+    pub(super) fn new(kind: Unread, message: impl Into<String>) -> ThreadError {
+        ThreadError {
+            kind,
+            message: message.into(),
+        }
+    }
+
+    /// `e`, after `context` (what we were doing).
+    pub(super) fn from_error(context: &str, e: &Error) -> ThreadError {
+        let message = if context.is_empty() {
+            e.to_string()
+        } else {
+            format!("{context}: {e}")
+        };
+        ThreadError::new(Unread::of(e), message)
+    }
+}
+
+impl std::fmt::Display for ThreadError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl serde::Serialize for ThreadError {
+    /// As its message (the dump's JSON has a string).
+    fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+        s.serialize_str(&self.message)
+    }
+}
