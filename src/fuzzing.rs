@@ -149,7 +149,7 @@ pub fn profile_json(data: &[u8]) {
 }
 
 /// Where the fuzzer's memory lies in the stack walker's address space (as in the walker's
-/// own tests, `python/stack_verify_tests.rs`, which write this target's seeds).
+/// own tests, `python/stack/verify_tests.rs`, which write this target's seeds).
 pub const STACK_BASE: u64 = 0x5500_0000_0000;
 /// Type objects' addresses, as in those tests: code, frame, str, bytes.
 pub const STACK_TYPES: [u64; 4] = [0x7000_0010, 0x7000_0020, 0x7000_0030, 0x7000_0040];
