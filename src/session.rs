@@ -498,7 +498,7 @@ impl GpuRecording {
     fn start(cfg: &GpuConfig) -> GpuRecording {
         GpuRecording {
             monitor: Monitor::start(cfg),
-            ledger: Ledger::new(crate::gpu::now_us()),
+            ledger: Ledger::new(crate::timeline::now_us()),
         }
     }
 
@@ -527,7 +527,7 @@ impl GpuRecording {
         let (reports, answered) = self.monitor.stop(GPU_STOP_WAIT);
         self.ledger.add_positions(tree.take_positions());
         self.ledger.take(reports);
-        self.ledger.finish(crate::gpu::now_us(), answered)
+        self.ledger.finish(crate::timeline::now_us(), answered)
     }
 }
 

@@ -6,7 +6,7 @@
 //! Must not: know who records or consumes positions. The sampler records them; the GPU
 //! ledger charges its samples' time to them.
 
-use crate::profile::Frame;
+use crate::python::Frame;
 use std::sync::Arc;
 
 /// Where one thread of a profiled process was at one sampling tick.

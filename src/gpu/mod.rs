@@ -13,7 +13,6 @@ pub(crate) mod ledger;
 pub(crate) mod monitor;
 
 // The ledger's clock, owned by `timeline` (the sampler stamps positions with it).
-pub(crate) use crate::timeline::now_us;
 
 /// Environment variable naming the NVML library to load.
 pub const NVML_LIB_ENV: &str = "SCALENE_RS_NVML_LIB";

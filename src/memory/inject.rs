@@ -107,7 +107,7 @@ fn interpreter_code(proc: &PythonProcess) -> Vec<(u64, u64)> {
 /// A thread of `proc` stopped where it may call into our library: one blocked in a wait
 /// that holds no lock (`remote.rs`), else the computing thread, stopped (PTRACE_INTERRUPT,
 /// again and again) until a stop finds it in the interpreter's own code
-/// ([`crate::python::process::INTERPRETER_CODE`]: the bytecode loop, its allocator,
+/// (`python::process::INTERPRETER_CODE`: the bytecode loop, its allocator,
 /// deallocation, addition). A thread running there holds no C-library lock: the
 /// interpreter runs no bytecode and calls none of those from inside the C library, its
 /// loader or a signal handler. What it may hold is the interpreter's: the GIL, which our

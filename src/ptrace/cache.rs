@@ -12,7 +12,6 @@ use super::memory::{append_by_read, ProcessMemory};
 use super::pool::take_buf;
 use super::second_look::SecondLook;
 use crate::error::Result;
-use std::collections::HashMap;
 
 /// Page size of the read cache.
 pub(crate) const CACHE_PAGE: u64 = 4096;
@@ -95,7 +94,7 @@ struct Pages {
     list: Vec<CachedPage>,
     /// Built once the list outgrows [`Pages::FEW`] (making even an empty map costs a
     /// seeded hasher).
-    index: Option<HashMap<u64, usize, ahash::RandomState>>,
+    index: Option<crate::IdMap<u64, usize>>,
     /// The page found last: most reads follow one on the same page (a frame stack's frames).
     last: std::cell::Cell<usize>,
 }
@@ -303,7 +302,7 @@ impl PageCache<'_> {
         // what the page already holds, so that it stays one span).
         let mut want: Vec<(u64, u32, u32)> = Vec::with_capacity(ranges.len());
         // Where each page is in `want`: by a look at each while they are few.
-        let mut wanted: Option<HashMap<u64, usize, ahash::RandomState>> = None;
+        let mut wanted: Option<crate::IdMap<u64, usize>> = None;
         {
             let pages = self.pages.borrow();
             for &(addr, len) in ranges.iter().filter(|&&(a, n)| cacheable(a, n)) {

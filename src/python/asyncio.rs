@@ -23,6 +23,8 @@
 mod graph;
 pub(super) mod tasks;
 
+pub use tasks::unsupported;
+
 use super::stack::{RawThread, Walk};
 use super::{PythonProcess, StackWalker};
 use crate::elf::{maps, ElfFile};
@@ -38,18 +40,6 @@ pub use tasks::{AsyncSnapshot, LoopTasks, TaskInfo};
 pub(crate) const MAX_SAMPLED_TASKS: usize = 1_000;
 /// Pages of the last read prefetched by the next at most.
 const MAX_HINT_RANGES: usize = 128;
-/// Why tasks cannot be shown, for a version that has no way to find them.
-pub fn unsupported(version: (u32, u32)) -> Option<String> {
-    if version < (3, 11) {
-        Some(format!(
-            "async stacks need Python 3.11 or later (the target runs {}.{})",
-            version.0, version.1
-        ))
-    } else {
-        None
-    }
-}
-
 /// Finds and reads a process's tasks; keeps what it found for the next read (a profile
 /// reads at every sample).
 #[derive(Debug, Default)]

@@ -29,7 +29,7 @@ use crate::native::{Capture, Captures, NativeCache, NativeFrame, NativeProcess, 
 use crate::ptrace::ProcessMemory;
 use std::collections::HashMap;
 
-mod merge_failure;
+pub(super) mod merge_failure;
 pub(crate) use merge_failure::{MergeCounts, MergeFailure};
 
 /// The modules of `proc`'s process, for `PythonReader::set_native` (read once, used for

@@ -7,8 +7,8 @@
 //! Must not: unwind or merge (`native` and `python::native` do), or format output.
 
 use super::frame::Frame;
+use super::native::merge_failure::MergeFailure;
 use crate::native::NativeFrame;
-use super::native::MergeFailure;
 
 /// One entry of a merged stack.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]

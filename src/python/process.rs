@@ -265,7 +265,7 @@ impl PythonProcess {
             });
         }
         if let Some(why) = tasks
-            .then(|| super::asyncio::unsupported(self.layout.version))
+            .then(|| super::asyncio::tasks::unsupported(self.layout.version))
             .flatten()
         {
             return Err(Error::NoAsync { pid: self.pid, why });

@@ -206,6 +206,9 @@ pub fn interpreters() -> Vec<Interpreter> {
     found
 }
 
+/// Whether an interpreter is of a kind of [`REPRESENTATIVE_KINDS`].
+pub type IsKind = fn(&Interpreter) -> bool;
+
 /// The kinds of interpreter the end-to-end tests run on, one interpreter each
 /// ([`representatives`]), and what each stands for.
 ///
@@ -224,7 +227,7 @@ pub fn interpreters() -> Vec<Interpreter> {
 /// The others (3.7, 3.9, pyenv's 3.11 and 3.13, Debian's 3.13, the static 3.14, the shared
 /// 3.15) each repeat a kind above. They keep the reading core's tests (stacks and lines of
 /// `dump`, line tables, layouts, the native merge), which run on every interpreter.
-pub const REPRESENTATIVE_KINDS: &[(&str, fn(&Interpreter) -> bool)] = &[
+pub const REPRESENTATIVE_KINDS: &[(&str, IsKind)] = &[
     ("2.7", |i| i.version() == (2, 7)),
     ("3.6", |i| i.version() == (3, 6)),
     ("3.8", |i| i.version() == (3, 8) && !i.free_threaded),

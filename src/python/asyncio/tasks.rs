@@ -6,7 +6,7 @@
 //! ([`LoopTasks::task_stack`]); and the limits both readers keep.
 //! Must not: read the target (the readers do) or format output.
 
-use crate::profile::Frame;
+use crate::python::frame::Frame;
 use crate::python::stack::Walk;
 use std::collections::{HashMap, HashSet};
 
@@ -223,4 +223,16 @@ fn cycles(tasks: &[TaskInfo], index: &HashMap<u64, usize>) -> Vec<Vec<u64>> {
         }
     }
     found
+}
+
+/// Why tasks cannot be shown, for a version that has no way to find them.
+pub fn unsupported(version: (u32, u32)) -> Option<String> {
+    if version < (3, 11) {
+        Some(format!(
+            "async stacks need Python 3.11 or later (the target runs {}.{})",
+            version.0, version.1
+        ))
+    } else {
+        None
+    }
 }

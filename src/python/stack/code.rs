@@ -14,8 +14,8 @@ use std::sync::Arc;
 /// Decoded facts about one code object.
 #[derive(Debug)]
 pub(super) struct CodeInfo {
-    pub(super) function: crate::profile::Name,
-    pub(super) filename: crate::profile::Name,
+    pub(super) function: crate::python::frame::Name,
+    pub(super) filename: crate::python::frame::Name,
     pub(super) firstlineno: u32,
     pub(super) table: LineTable,
     /// AVMA of the first bytecode byte (3.11+: `co_code_adaptive`; ≤3.10: the payload of

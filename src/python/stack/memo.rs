@@ -22,9 +22,17 @@ pub(super) struct Decoded {
 }
 
 /// Most frames [`StackWalker::memo`] holds (it starts afresh past this).
-pub(super) const MEMO_LIMIT: usize = 16_384;
+const MEMO_LIMIT: usize = 16_384;
 
 impl StackWalker {
+    /// Starts the memo afresh once it holds [`MEMO_LIMIT`] frames (at the start of a walk).
+    pub(super) fn keep_memo_bounded(&mut self) {
+        if self.memo.len() >= MEMO_LIMIT {
+            self.memo.clear();
+            self.memo_frames.clear();
+        }
+    }
+
     /// [`StackWalker::step`] for a walk, without decoding again a frame that reads byte for
     /// byte as one an earlier walk decoded at the same address: the frames under a busy
     /// thread's innermost ones wait in calls and do not change from one sample to the next,

@@ -45,7 +45,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use threads::KnownStates;
 
-pub(crate) use crate::profile::Frame;
+pub(crate) use crate::python::frame::Frame;
 pub(crate) use threads::RawThread;
 
 /// The result of walking one thread's frames.
@@ -112,7 +112,7 @@ pub struct StackWalker {
     /// Check that every frame on the chain is executing (a chain read without pausing may
     /// run through a generator frame that was suspended meanwhile: that read is torn).
     pub(crate) strict: bool,
-    code_cache: HashMap<u64, Arc<CodeInfo>, ahash::RandomState>,
+    code_cache: crate::IdMap<u64, Arc<CodeInfo>>,
     /// What the last snapshot read, one range per page (see
     /// [`crate::ptrace::PageCache::used_ranges`]): the next one prefetches it.
     pub page_hint: Vec<(u64, usize)>,
@@ -130,7 +130,7 @@ pub struct StackWalker {
     validated: Vec<u64>,
     /// Frames decoded by earlier walks, by address (where in `memo_frames`): see
     /// [`StackWalker::step_memo`].
-    memo: HashMap<u64, usize, ahash::RandomState>,
+    memo: crate::IdMap<u64, usize>,
     /// What `memo` points into. A walk refers to its entries by index, which stay put
     /// until the memo starts afresh, between walks (taking a reference to each frame's
     /// code object instead was a visible part of a busy sample: atomic increments).

@@ -4,7 +4,6 @@
 //! Must not: read a frame's code object but through the code cache ([`super::code`]).
 
 use super::code::CodeInfo;
-use super::memo::MEMO_LIMIT;
 use super::prefetch::Ahead;
 use super::{torn, Frame, LoopCheck, StackWalker, Walk};
 use crate::error::Result;
@@ -39,10 +38,7 @@ impl StackWalker {
     /// Walks one thread's frames from its innermost frame `top`.
     pub(crate) fn walk(&mut self, mem: &dyn ProcessMemory, top: u64) -> Result<Walk> {
         self.validated.clear();
-        if self.memo.len() >= MEMO_LIMIT {
-            self.memo.clear();
-            self.memo_frames.clear();
-        }
+        self.keep_memo_bounded();
         let mut ahead = std::mem::take(&mut self.ahead);
         ahead.clear();
         let w = self.walk_inner(mem, top, &mut ahead);
