@@ -23,6 +23,47 @@ pub(crate) fn load_bias(maps: &[MapEntry], path: &str, elf: &ElfFile) -> Option<
         .map(|m| m.start.wrapping_sub(elf.first_load_svma))
 }
 
+/// Where a section of a file mapped in the target lies (see [`section_place`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum SectionPlace {
+    /// The file has no such section.
+    Absent,
+    /// The loader has not mapped the segment that holds it yet: look again later.
+    NotMapped,
+    /// Its AVMA and size.
+    At(u64, u64),
+}
+
+/// Where section `name` of `elf`, mapped in the target from `path`, lies; only once the
+/// mapping at its address shows its bytes. The loader (`dlopen`) maps a library's whole
+/// span from the file's start first, then each segment over it: until the segment holding
+/// the section is mapped, its address shows other bytes of the file, or none (past the
+/// file's end, where a read fails).
+pub(crate) fn section_place(
+    maps: &[MapEntry],
+    path: &str,
+    elf: &ElfFile,
+    name: &str,
+) -> SectionPlace {
+    let (Some((svma, size)), Some(offset)) = (elf.section(name), elf.section_offset(name)) else {
+        return SectionPlace::Absent;
+    };
+    let Some(bias) = load_bias(maps, path, elf) else {
+        return SectionPlace::NotMapped;
+    };
+    let avma = svma.wrapping_add(bias);
+    let shows_it = maps
+        .iter()
+        .filter(|m| m.path.as_deref() == Some(path))
+        .find(|m| m.start <= avma && avma < m.end)
+        .is_some_and(|m| m.offset.wrapping_add(avma - m.start) == offset);
+    if shows_it {
+        SectionPlace::At(avma, size)
+    } else {
+        SectionPlace::NotMapped
+    }
+}
+
 /// Opens one of the target's files, given its path in /proc/PID/maps. The kernel writes
 /// such paths canonical (no symbolic links), from our root when the target shares our
 /// mount namespace, else from the root of the target's namespace (even if the target is
@@ -98,6 +139,63 @@ pub(crate) fn basename(path: &str) -> &str {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `_asyncio` of Debian's 3.14 (`.AsyncioDebug` at SVMA 0x157c0, file offset 0x147c0,
+    /// in the last PT_LOAD: offset 0x12bf0, SVMA 0x13bf0), mapped as `dlopen` maps it:
+    /// each (start, end, file offset) after the first mapping covers part of it.
+    #[test]
+    fn a_section_is_placed_once_its_segment_is_mapped() {
+        let path = "/usr/lib/python3.14/lib-dynload/_asyncio.cpython-314-x86_64-linux-gnu.so";
+        let elf = ElfFile::with_section(".AsyncioDebug", 0x157c0, 0x68, 0x147c0);
+        let base = 0x7fb1_0227_8000u64;
+        let map = |maps: &[(u64, u64, u64)]| -> Vec<MapEntry> {
+            maps.iter()
+                .map(|&(start, end, offset)| MapEntry {
+                    start: base + start,
+                    end: base + end,
+                    offset,
+                    readable: true,
+                    executable: false,
+                    path: Some(path.into()),
+                    dev: (0, 0),
+                    inode: 1,
+                    deleted: false,
+                    vdso: false,
+                })
+                .collect()
+        };
+        let place =
+            |maps: &[(u64, u64, u64)]| section_place(&map(maps), path, &elf, ".AsyncioDebug");
+        // The whole span from the file's start, then the text and read-only segments over
+        // it (as seen with the target stopped there): the section's page is past the
+        // file's end.
+        assert_eq!(place(&[(0, 0x16000, 0)]), SectionPlace::NotMapped);
+        let three = [
+            (0, 0x4000, 0),
+            (0x4000, 0xe000, 0x4000),
+            (0xe000, 0x16000, 0xe000),
+        ];
+        assert_eq!(place(&three), SectionPlace::NotMapped);
+        // Its segment mapped (then split by RELRO's mprotect).
+        let all = [
+            (0, 0x4000, 0),
+            (0x4000, 0xe000, 0x4000),
+            (0xe000, 0x13000, 0xe000),
+            (0x13000, 0x14000, 0x12000),
+            (0x14000, 0x16000, 0x13000),
+        ];
+        assert_eq!(place(&all), SectionPlace::At(base + 0x157c0, 0x68));
+        assert_eq!(
+            place(&all[..4]),
+            SectionPlace::NotMapped,
+            "its page not mapped"
+        );
+        assert_eq!(place(&[]), SectionPlace::NotMapped, "not mapped at all");
+        assert_eq!(
+            section_place(&map(&all), path, &elf, ".other"),
+            SectionPlace::Absent
+        );
+    }
 
     #[test]
     fn own_maps_and_bias() {

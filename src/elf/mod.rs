@@ -23,8 +23,8 @@ use std::path::Path;
 pub(crate) struct ElfFile {
     /// Symbol name → SVMA, from `.dynsym` and `.symtab` (local symbols included).
     symbols: HashMap<String, (u64, u64)>,
-    /// Section name → (SVMA, size).
-    sections: HashMap<String, (u64, u64)>,
+    /// Section name → (SVMA, size, file offset).
+    sections: HashMap<String, (u64, u64, u64)>,
     /// SVMA of the first PT_LOAD segment, rounded down to its page.
     first_load_svma: u64,
     /// File offset of the first PT_LOAD segment, rounded down to its page.
@@ -113,7 +113,7 @@ impl ElfFile {
         let mut rodata = None;
         for sh in &elf.section_headers {
             if let Some(name) = elf.shdr_strtab.get_at(sh.sh_name) {
-                sections.insert(name.to_string(), (sh.sh_addr, sh.sh_size));
+                sections.insert(name.to_string(), (sh.sh_addr, sh.sh_size, sh.sh_offset));
                 if name == ".rodata" {
                     let start = sh.sh_offset as usize;
                     let end = start.saturating_add(sh.sh_size as usize);
@@ -194,7 +194,25 @@ impl ElfFile {
 
     /// (SVMA, size) of a section.
     pub(crate) fn section(&self, name: &str) -> Option<(u64, u64)> {
-        self.sections.get(name).copied()
+        self.sections.get(name).map(|&(svma, size, _)| (svma, size))
+    }
+
+    /// File offset of a section.
+    pub(crate) fn section_offset(&self, name: &str) -> Option<u64> {
+        self.sections.get(name).map(|s| s.2)
+    }
+
+    /// An ELF file of one section (name, SVMA, size, file offset) whose first PT_LOAD
+    /// segment is at SVMA and file offset 0.
+    #[cfg(test)]
+    pub(crate) fn with_section(name: &str, svma: u64, size: u64, offset: u64) -> ElfFile {
+        ElfFile {
+            symbols: HashMap::new(),
+            sections: HashMap::from([(name.to_string(), (svma, size, offset))]),
+            first_load_svma: 0,
+            first_load_offset: 0,
+            rodata: None,
+        }
     }
 
     /// The NUL-terminated UTF-8 strings in `.rodata` whose length is in `len`, in order.

@@ -118,15 +118,20 @@ impl AsyncReader {
             }
             let (file, name) = maps::open_target_file(proc.pid, path, &maps, proc.namespaces)?;
             let elf = ElfFile::from_file(&file, &name)?;
-            // Searched once read (a file that could not be opened is tried again).
+            // Searched once its section is read or known absent: a file that could not be
+            // opened, one the loader is still mapping (the module is being imported: its
+            // section's address shows other bytes, or none) or whose section could not be
+            // read is tried again at the next scan.
+            let (avma, size) = match maps::section_place(&maps, path, &elf, ".AsyncioDebug") {
+                maps::SectionPlace::Absent => {
+                    self.searched.insert(path.to_string());
+                    continue;
+                }
+                maps::SectionPlace::NotMapped => continue,
+                maps::SectionPlace::At(avma, size) => (avma, size),
+            };
+            let section = mem.read_vec(avma, (size as usize).min(4096))?;
             self.searched.insert(path.to_string());
-            let Some((svma, size)) = elf.section(".AsyncioDebug") else {
-                continue;
-            };
-            let Some(bias) = maps::load_bias(&maps, path, &elf) else {
-                continue;
-            };
-            let section = mem.read_vec(svma.wrapping_add(bias), (size as usize).min(4096))?;
             self.offsets = Some(offsets(proc, mem, &section).map_err(|why| Error::BadState {
                 pid: proc.pid,
                 why: format!("{path}: .AsyncioDebug: {why}"),
