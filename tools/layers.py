@@ -9,6 +9,8 @@ fails when:
 
 A path is matched to the longest file it names (`crate::python::stack::walk::X` is the file
 src/python/stack/walk.rs). Comments are ignored; `use` lists spanning lines are read whole.
+Not seen: paths relative to a module's own children (`use child::X` in a mod.rs), which are
+how a mod.rs re-exports; a circle through one of those goes unnoticed.
 preload/ is a crate of its own and is not looked at.
 
     tools/layers.py            # prints the module edges; exit 1 on a back-arrow or circle
