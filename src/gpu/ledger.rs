@@ -1,19 +1,29 @@
-//! Charging GPU time and memory to lines: NVML's per-process samples meet the samplers'
+//! Charging GPU time and memory to lines. NVML's per-process samples meet the samplers'
 //! positions of each thread.
 //!
-//! Owns: [`Ledger`]. A utilization sample of process P (SM % over NVML's sampling period
-//! ending at its timestamp) stands for `sm% × window` GPU-seconds, the window running from
-//! P's previous sample on that device (at most one period back). Those seconds go to P's
-//! positions inside the window (every sampling tick of every thread), each weighted by the
-//! CPU time its thread used there: a thread that drives a GPU launches kernels or spins in
-//! a synchronize, while a pool thread that wakes now and then uses next to nothing. When P's
-//! threads hardly used a CPU in the window (a synchronize that blocks), the main thread's
-//! positions share it (see [`weigh`]). Memory: each poll's reading of P's GPU memory goes to
-//! the line each thread (weighed the same way) ran right after the reading — the memory was
-//! allocated before it, so never to a line that ran before the allocation —; a line's peak
-//! is the most it saw: the memory held while the line ran. Samples of other processes are counted, never
-//! charged. NVML's timestamps are checked against our clock (see [`Ledger::check_clock`]).
-//! Must not: talk to NVML or read the target: its inputs are plain values, so it is tested
+//! Owns: [`Ledger`].
+//!
+//! GPU time:
+//! - A utilization sample of process P gives the SM % over NVML's sampling period ending at
+//!   its timestamp. It stands for `sm% × window` GPU-seconds.
+//! - The window runs from P's previous sample on that device, at most one period back.
+//! - Those seconds go to P's positions inside the window (every sampling tick of every
+//!   thread). Each position is weighted by the CPU time its thread used there. A thread
+//!   that drives a GPU launches kernels or spins in a synchronize. A pool thread that wakes
+//!   now and then uses next to nothing.
+//! - When P's threads hardly used a CPU in the window (a synchronize that blocks), the main
+//!   thread's positions share the seconds (see [`weigh`]).
+//!
+//! GPU memory:
+//! - Each poll's reading of P's GPU memory goes to the line each thread ran right after the
+//!   reading, weighed the same way. The memory was allocated before the reading. So it
+//!   never goes to a line that ran before the allocation.
+//! - A line's peak is the most it saw, which is the memory held while the line ran.
+//!
+//! Samples of other processes are counted, never charged. NVML's timestamps are checked
+//! against our clock (see [`Ledger::check_clock`]).
+//!
+//! Must not: talk to NVML or read the target. Its inputs are plain values, so it is tested
 //! over made-up samples.
 
 use super::monitor::{DeviceInfo, MemReading, Report, UtilSample};

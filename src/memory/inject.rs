@@ -104,21 +104,31 @@ fn interpreter_code(proc: &PythonProcess) -> Vec<(u64, u64)> {
         .collect()
 }
 
-/// A thread of `proc` stopped where it may call into our library: one blocked in a wait
-/// that holds no lock (`remote.rs`), else the computing thread, stopped (PTRACE_INTERRUPT,
-/// again and again) until a stop finds it in the interpreter's own code
-/// (`python::process::INTERPRETER_CODE`: the bytecode loop, its allocator,
-/// deallocation, addition). A thread running there holds no C-library lock: the
-/// interpreter runs no bytecode and calls none of those from inside the C library, its
-/// loader or a signal handler. What it may hold is the interpreter's: the GIL, which our
-/// call does not need, and — where the loop inlines its pending-call code — the
-/// pending-call lock, which our library's `Py_AddPendingCall` would wait for; our library
-/// makes that call from a thread of its own (`preload/src/attach.rs`). The thread is put
-/// back with every register as it was; an allocator call it was in goes on afterwards as
-/// if nothing happened: our library wraps the interpreter's allocator only later, at a
-/// pending call, and a C-library function it reaches after the attach reaches ours, which
-/// forwards every block to the very function it went to before. None when no thread was
+/// A thread of `proc` stopped where it may call into our library. None when no thread was
 /// there now.
+///
+/// The thread is one of two:
+/// - one blocked in a wait that holds no lock (`remote.rs`);
+/// - else the computing thread. It is stopped (PTRACE_INTERRUPT) again and again, until a
+///   stop finds it in the interpreter's own code. That code
+///   (`python::process::INTERPRETER_CODE`) is the bytecode loop, its allocator,
+///   deallocation and addition.
+///
+/// A thread running there holds no C-library lock. The interpreter runs none of that code
+/// (no bytecode, none of those functions) from inside the C library, its loader or a signal
+/// handler.
+///
+/// The locks it may hold are the interpreter's:
+/// - the GIL, which our call does not need;
+/// - where the loop inlines its pending-call code, the pending-call lock. Our library's
+///   `Py_AddPendingCall` would wait for it. So our library makes that call from a thread of
+///   its own (`preload/src/attach.rs`).
+///
+/// The thread is put back with every register as it was. An allocator call it was in goes
+/// on afterwards as if nothing happened, for two reasons:
+/// - our library wraps the interpreter's allocator only later, at a pending call;
+/// - a C-library function reached after the attach reaches ours, which forwards every block
+///   to the very function it went to before.
 #[cfg(target_arch = "x86_64")]
 fn hijack(
     pid: i32,

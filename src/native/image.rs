@@ -1,20 +1,32 @@
 //! One ELF image (a shared library, an executable, the vDSO) as the unwinder and the
 //! symbolizer need it.
 //!
-//! Owns: [`Image`]: the file's bytes (mapped, or copied from the target's memory for the
-//! vDSO), its GNU build id, the sections that hold unwind rules (`.eh_frame_hdr`,
-//! `.eh_frame`, `.debug_frame`, `.text`, `.got`, as SVMA ranges and file ranges), its
-//! symbols, parsed the first time a name is asked for ([`Image::symbols`]), and its DWARF
-//! line tables (through addr2line, made the first time a line is asked for, over the
-//! mapped sections: nothing is copied but compressed sections, and only the units asked
-//! about are decoded: [`Image::line`]). Symbols come from the file's `.symtab` and
-//! `.dynsym`, its separate debug file's `.symtab` (attached by `native::modules`:
-//! [`Image::set_debug_file`]) and, when neither has a `.symtab`, its MiniDebugInfo
-//! (`.gnu_debugdata`, decompressed then); lines from its own DWARF, else its debug file's.
-//! Also the build id of an image read from the target's memory ([`build_id_in_memory`]),
-//! which says whether the file on disk is the one that was loaded.
-//! Must not: open files by path (the caller hands an open file, found as the target sees
-//! it: `native::modules`), or know about processes beyond the one memory read above.
+//! Owns: [`Image`], which holds:
+//! - the file's bytes, mapped (or, for the vDSO, copied from the target's memory);
+//! - its GNU build id;
+//! - the sections that hold unwind rules (`.eh_frame_hdr`, `.eh_frame`, `.debug_frame`,
+//!   `.text`, `.got`), as SVMA ranges and file ranges;
+//! - its symbols, parsed the first time a name is asked for ([`Image::symbols`]);
+//! - its DWARF line tables ([`Image::line`]). They are made through addr2line the first
+//!   time a line is asked for, over the mapped sections. Nothing is copied but compressed
+//!   sections. Only the units asked about are decoded.
+//!
+//! Symbols come from these:
+//! - the file's `.symtab` and `.dynsym`;
+//! - its separate debug file's `.symtab`, attached by `native::modules`
+//!   ([`Image::set_debug_file`]);
+//! - when neither has a `.symtab`, its MiniDebugInfo (`.gnu_debugdata`, decompressed then).
+//!
+//! Lines come from its own DWARF, else from its debug file's.
+//!
+//! It also owns the build id of an image read from the target's memory
+//! ([`build_id_in_memory`]). That id says whether the file on disk is the one that was
+//! loaded.
+//!
+//! Must not:
+//! - open files by path (the caller hands it an open file, found by `native::modules` as
+//!   the target sees it);
+//! - know about processes beyond the one memory read above.
 
 use super::sections;
 use super::symbols::{Found, Symbols, Tables};

@@ -1,18 +1,29 @@
-//! The target's code modules: every file with executable code it has mapped (the executable,
-//! libpython, extension modules, the C library), and the vDSO.
+//! The target's code modules. They are every file with executable code it has mapped (the
+//! executable, libpython, extension modules, the C library), and the vDSO.
 //!
-//! Owns: [`Modules`], built from /proc/PID/maps: each module's address range, load bias
-//! and [`Image`], opened as the target sees it (/proc/PID/map_files/START-END, the very
-//! file mapped; else its path through `elf::maps::open_target_file`, which goes through
-//! /proc/PID/root for a target in another mount namespace) and checked against the build
-//! id of the image in the target's memory. A file that changed on disk since it was loaded
-//! is [`FileState::Changed`]: never read, its unwind rules are read from the target's
-//! memory (PT_GNU_EH_FRAME) and it has no names. One deleted or replaced on disk whose
-//! loaded file can still be read is [`FileState::Replaced`]: read, and its frames say so.
-//! The vDSO's image is read from the target's memory. A trusted image that lacks a
-//! `.symtab` or DWARF gets its separate debug file, when the target has one
-//! (`native::debuginfo`). Images are kept in a [`NativeCache`] by build id, so that
-//! processes that load the same library parse it (and look for its debug file) once.
+//! Owns: [`Modules`], built from /proc/PID/maps. For each module it keeps the address
+//! range, the load bias and the [`Image`].
+//!
+//! The image's file is opened as the target sees it:
+//! - by /proc/PID/map_files/START-END, the very file mapped;
+//! - else by its path, through `elf::maps::open_target_file`. That goes through
+//!   /proc/PID/root for a target in another mount namespace.
+//!
+//! The file is checked against the build id of the image in the target's memory.
+//! - A file that changed on disk since it was loaded is [`FileState::Changed`]. It is never
+//!   read. Its unwind rules are read from the target's memory (PT_GNU_EH_FRAME), and it
+//!   has no names.
+//! - A file deleted or replaced on disk, whose loaded file can still be read, is
+//!   [`FileState::Replaced`]. It is read, and its frames say so.
+//!
+//! The vDSO's image is read from the target's memory.
+//!
+//! A trusted image that lacks a `.symtab` or DWARF gets its separate debug file, when the
+//! target has one (`native::debuginfo`).
+//!
+//! Images are kept in a [`NativeCache`] by build id. So processes that load the same
+//! library parse it once, and look for its debug file once.
+//!
 //! Must not: pause threads or unwind (that is `native::unwind`).
 
 use super::debuginfo::find_debug_file;

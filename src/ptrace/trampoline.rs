@@ -1,21 +1,32 @@
-//! The way back from a call into the target that needs no tracer: a few instructions of
-//! ours, written once into the target, to which the called function returns. They put the
-//! thread back exactly as it was — vector state, flags, every register, its stack pointer —
-//! and resume its interrupted system call, so the target continues whether or not the
-//! profiler is still there (killed with SIGKILL mid-call, or given up on a call that took
-//! too long). They also leave the function's result and a "done" word where the profiler
+//! The way back from a call into the target, one that needs no tracer.
+//!
+//! The way back is a few instructions of ours, written once into the target. The called
+//! function returns to them. They put the thread back exactly as it was: vector state,
+//! flags, every register and its stack pointer. Then they resume its interrupted system
+//! call. So the target continues whether or not the profiler is still there. The profiler
+//! may be gone in two ways:
+//! - it was killed with SIGKILL mid-call;
+//! - it gave up on a call that took too long.
+//!
+//! The instructions also leave the function's result and a "done" word where the profiler
 //! reads them.
 //!
-//! Owns: the code ([`CODE`] and [`RESUME_CODE`], their assembly below), the layout of the
-//! block the profiler writes on the thread's stack ([`Block`]), and where the code goes
-//! ([`install`]): a cave at the end of the last page of an executable segment of a file
-//! the target mapped — bytes past the segment's end that are mapped but never executed nor
-//! read, written through /proc/PID/mem (which writes into a read-only private mapping by
-//! copying its page: only this process's copy changes, never the file).
+//! Owns:
+//! - the code, [`CODE`] and [`RESUME_CODE`] (their assembly is below);
+//! - the layout of the block the profiler writes on the thread's stack ([`Block`]);
+//! - where the code goes ([`install`]).
+//!
+//! The code goes in a cave at the end of the last page of an executable segment of a file
+//! the target mapped. The cave is the bytes past the segment's end. They are mapped, but
+//! never executed nor read. They are written through /proc/PID/mem. That writes into a
+//! read-only private mapping by copying its page. So only this process's copy changes,
+//! never the file.
+//!
 //! Must not: write anywhere a thread may execute or read, or depend on the profiler after
 //! the call has started.
 //!
-//! The code (x86-64, AT&T syntax; `rsp` points at the block when the function returns here):
+//! The code is x86-64, in AT&T syntax. When the function returns here, `rsp` points at the
+//! block.
 //! ```text
 //!     mov    %rax, 144(%rsp)      # the function's result
 //!     movq   $1, 152(%rsp)        # done
@@ -42,23 +53,34 @@
 //!     mov    120(%rsp), %rsp      #  instruction clobbers: free to use)
 //!     jmp    *%r11
 //! ```
-//! The resume address is the thread's `syscall` instruction (its wait starts again, as the
-//! kernel restarts an interrupted wait) or, for a wait that was to fail with EINTR, the
-//! instruction after it with rax = -EINTR. Nothing in the code depends on the call: the
-//! same bytes serve every call, also one that returns after a later call rewrote them.
 //!
-//! A thread stopped anywhere outside a system call (`remote.rs`: a computing thread,
-//! interrupted inside the interpreter's own code) is put back with every register as it
-//! was, `r11` and `rcx` too, by the second listing, [`RESUME_CODE`], [`RESUME_AT`] bytes
-//! after the first. First it waits, at most the block's timeout (200 ms), on the done word
-//! (`futex`): a profiler still there stops it in that wait ([`RESUME_WAKE`]) and sets it back
-//! where it was, for the next call; without us it goes on by itself when the wait ends.
-//! It ends on a `ret $136` whose return address the profiler wrote 144 bytes below the
-//! thread's own stack pointer, the block's `rsp` pointing there: the return pops it and
-//! moves `rsp` back to the thread's own. Those 8 bytes are below the 128-byte red zone,
-//! which stays untouched, and a signal delivered just before the `ret` builds its frame
-//! below them. No signal of ours is involved anywhere: a profiler that dies at any moment
-//! leaves the thread to finish the call and come back by itself.
+//! The resume address is one of two:
+//! - the thread's `syscall` instruction, so that its wait starts again (as the kernel
+//!   restarts an interrupted wait);
+//! - for a wait that was to fail with EINTR, the instruction after it, with rax = -EINTR.
+//!
+//! Nothing in the code depends on the call. The same bytes serve every call. They also
+//! serve a call that returns after a later call rewrote them.
+//!
+//! A thread may be stopped anywhere outside a system call. In `remote.rs` that is a
+//! computing thread, interrupted inside the interpreter's own code. The second listing,
+//! [`RESUME_CODE`], puts such a thread back with every register as it was, `r11` and `rcx`
+//! too. It starts [`RESUME_AT`] bytes after the first listing.
+//! - First it waits on the done word (`futex`), at most the block's timeout (200 ms). A
+//!   profiler still there stops it in that wait ([`RESUME_WAKE`]). The profiler sets it
+//!   back where it was, for the next call. Without us, the thread goes on by itself when
+//!   the wait ends.
+//! - It ends on a `ret $136`. The profiler wrote that return's address 144 bytes below the
+//!   thread's own stack pointer, and the block's `rsp` points there. The return pops the
+//!   address and moves `rsp` back to the thread's own.
+//!
+//! Those 8 bytes are below the 128-byte red zone, which stays untouched. A signal delivered
+//! just before the `ret` builds its frame below them.
+//!
+//! No signal of ours is involved anywhere. A profiler that dies at any moment leaves the
+//! thread to finish the call and come back by itself.
+//!
+//! The listing of [`RESUME_CODE`]:
 //! ```text
 //!     mov    %rax, 144(%rsp)
 //!     movq   $1, 152(%rsp)

@@ -1,30 +1,40 @@
 //! Bytecode offset → source line, decoded from a code object's line table.
 //!
 //! Owns: [`LineTable`], the decoder for every line-table encoding CPython 2.7 – 3.13 uses
-//! (see [`LineTableFormat`]), with the interpreter's own semantics (`PyCode_Addr2Line`):
+//! (see [`LineTableFormat`]). It keeps the interpreter's own semantics
+//! (`PyCode_Addr2Line`). The encodings:
 //!
-//! * `co_lnotab` (2.7 – 3.9): pairs of (byte increment, line increment). The line
-//!   increment belongs to the *next* range: an instruction at offset `q` has the first line
-//!   plus every line increment whose pair's cumulative byte offset is `<= q`. Increments are
-//!   unsigned on 2.7 and signed bytes on 3.6+; large jumps are split over several pairs
-//!   (a zero byte increment just moves the line). The table has no end: offsets past the
-//!   last pair keep the last line, as in CPython.
-//! * `co_linetable` (3.10): pairs of (byte length u8, line delta i8). Each pair describes a
-//!   range; delta -128 means "no line" and does NOT move the running line, so the next
-//!   real delta is relative to the last real line. Zero-length pairs only move the line.
-//! * location table (3.11+): variable-length entries. The first byte has bit 7 set, a 4-bit
-//!   code in bits 3–6 and the length minus one (in 2-byte code units) in bits 0–2. Codes:
-//!   15 no location (line unchanged, "no line"); 14 long form (signed-varint line delta,
-//!   then end-line delta, column+1, end-column+1 as varints); 13 no columns (signed-varint
-//!   line delta); 10–12 one-line forms (line delta = code - 10, then two column bytes);
-//!   0–9 short forms (same line, one column byte). Varints are little-endian 6-bit chunks,
-//!   0x40 = "more follows"; a signed varint keeps the sign in its lowest bit.
+//! * `co_lnotab` (2.7 – 3.9) holds pairs of (byte increment, line increment).
+//!   - The line increment belongs to the *next* range. An instruction at offset `q` has the
+//!     first line plus every line increment whose pair's cumulative byte offset is `<= q`.
+//!   - Increments are unsigned on 2.7 and signed bytes on 3.6+.
+//!   - Large jumps are split over several pairs. A zero byte increment just moves the line.
+//!   - The table has no end. Offsets past the last pair keep the last line, as in CPython.
+//! * `co_linetable` (3.10) holds pairs of (byte length u8, line delta i8).
+//!   - Each pair describes a range.
+//!   - Delta -128 means "no line". It does NOT move the running line, so the next real
+//!     delta is relative to the last real line.
+//!   - Zero-length pairs only move the line.
+//! * The location table (3.11+) holds variable-length entries.
+//!   - The first byte has bit 7 set, a 4-bit code in bits 3–6, and the length minus one
+//!     (in 2-byte code units) in bits 0–2.
+//!   - Code 15 is no location (line unchanged, "no line").
+//!   - Code 14 is the long form. A signed-varint line delta follows, then the end-line
+//!     delta, column+1 and end-column+1 as varints.
+//!   - Code 13 is no columns, with a signed-varint line delta.
+//!   - Codes 10–12 are one-line forms. Their line delta is code - 10, and two column bytes
+//!     follow.
+//!   - Codes 0–9 are short forms, on the same line, with one column byte.
+//!   - Varints are little-endian 6-bit chunks, with 0x40 meaning "more follows". A signed
+//!     varint keeps the sign in its lowest bit.
 //!
-//! Every offset here is in BYTES into the bytecode, including 3.10+ where CPython counts
-//! 2-byte code units internally.
+//! Every offset here is in BYTES into the bytecode. That holds for 3.10+ too, where CPython
+//! counts 2-byte code units internally.
 //!
-//! Tables are read from another process's memory and may be torn or hostile: decoding
-//! never panics and stops at the first malformed entry, keeping what came before.
+//! Tables are read from another process's memory, so they may be torn or hostile. Decoding
+//! never panics. It stops at the first malformed entry and keeps what came before.
+//!
+//! Must not: read memory or know about frames.
 //! Must not: read memory or know about frames.
 
 use crate::python_bindings::LineTableFormat;

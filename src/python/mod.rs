@@ -1,18 +1,21 @@
 //! The CPython interpreter of a live process: find it, and read every thread's stack.
 //!
-//! Owns nothing itself: it names its files and re-exports what the rest of the crate
-//! uses. The way in is [`PythonReader`] (`reader.rs`): [`PythonReader::snapshot`] gives a
+//! Owns nothing itself. It names its files and re-exports what the rest of the crate uses.
+//!
+//! The way in is [`PythonReader`] (`reader.rs`). [`PythonReader::snapshot`] gives a
 //! [`Snapshot`] (`snapshot.rs`), read as [`SnapshotOptions`] says.
-//! - `process.rs`: find the interpreter, its version, layout and addresses.
-//! - `read/`: one read of every thread (paused, unpaused and verified, re-read paused),
-//!   with the live-process parts around the pure walker: thread ids from /proc, idle
-//!   detection, torn stacks detected and retried.
-//! - `stack.rs`: the walker over the memory trait (thread list, frames, verification).
-//! - `tids.rs`: which kernel thread each thread state is.
-//! - `frame.rs`: [`Frame`] and [`Name`], what a walk yields.
-//! - `native.rs`, `native_view.rs`: native frames merged with the Python ones.
-//! - `asyncio.rs`, `asyncio_legacy.rs`: every event loop's tasks.
-//! - `thread_reader.rs`: one thread's stack at a time, for the memory recorder.
+//!
+//! The files:
+//! - `process.rs` finds the interpreter, its version, layout and addresses.
+//! - `read/` takes one read of every thread (paused, unpaused and verified, re-read
+//!   paused). It holds the live-process parts around the pure walker: thread ids from
+//!   /proc, idle detection, torn stacks detected and retried.
+//! - `stack.rs` is the walker over the memory trait (thread list, frames, verification).
+//! - `tids.rs` says which kernel thread each thread state is.
+//! - `frame.rs` holds [`Frame`] and [`Name`], what a walk yields.
+//! - `native.rs` and `native_view.rs` merge native frames with the Python ones.
+//! - `asyncio.rs` and `asyncio_legacy.rs` read every event loop's tasks.
+//! - `thread_reader.rs` reads one thread's stack at a time, for the memory recorder.
 //!
 //! Must not: format output.
 

@@ -1073,17 +1073,20 @@ pub(crate) trait Ticker {
 const OFF_GRID: f64 = 97.0 / 98.0;
 
 /// Ticks `t` at `rate_hz` until `stop()` says so or `t` has nothing left to sample.
-/// `progress` is called about four times a second. `ends`: a process whose exit ends the
-/// recording (the program run, the process attached to): the wait between ticks ends when
-/// it exits, so that the end is seen at once, not at the next tick (a tenth of a second
-/// later at 10 Hz, and on average half a period at any rate: time a program run by us
-/// would seem to take longer). `courteous`: the recording reads without stopping the
-/// program as a rule, and this thread may give way to it (see [`crate::courtesy`]).
-/// `pauses`: every tick stops the program's threads that ran (`--blocking`, `--native`):
-/// the next tick comes no sooner than the last one took after it ended, so that the
-/// program runs at least half the time whatever the rate; the ticks that fall in that
-/// while are missed. (Ticks back to back starved it: at 20 kHz, where a paused sample takes
-/// longer than the period, julia's 3 s took over 90 s.)
+///
+/// - `progress` is called about four times a second.
+/// - `ends` is a process whose exit ends the recording (the program run, or the process
+///   attached to). The wait between ticks ends when it exits, so the end is seen at once,
+///   not at the next tick. That tick would come a tenth of a second later at 10 Hz, and
+///   on average half a period later at any rate. A program run by us would seem to take
+///   that much longer.
+/// - `courteous` says the recording reads without stopping the program as a rule. This
+///   thread may then give way to the program (see [`crate::courtesy`]).
+/// - `pauses` says every tick stops the program's threads that ran (`--blocking`,
+///   `--native`). After a tick ends, the next one waits at least as long as that tick
+///   took. So the program runs at least half the time, whatever the rate. The ticks that
+///   fall in that while are missed. (Ticks back to back starved the program. At 20 kHz,
+///   where a paused sample takes longer than the period, julia's 3 s took over 90 s.)
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn drive(
     t: &mut dyn Ticker,

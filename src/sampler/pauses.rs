@@ -1,18 +1,23 @@
-//! When the default mode reads a thread paused: a state machine over which reads without
-//! pausing failed.
+//! When the default mode reads a thread paused. It is a state machine over which reads
+//! without pausing failed.
 //!
-//! Owns: [`PauseSchedule`]. When more than [`UNSETTLED_LIMIT`] of a thread's recent samples
-//! could not be read without pausing, its samples for a while (see [`PAUSED_FOR_FIRST`]) are
-//! taken paused (that thread only: the others are read as before), at most
-//! [`PAUSED_MAX_HZ`] a second.
-//! A sample whose read without pausing fails is read paused, a fresh draw; the samples that
-//! read cleanly are the states that hold still long enough to be read, so they under-count
-//! states that last less than a read (a generator resumed by C code every few hundred
-//! nanoseconds, as in bm_mdp's `sum(... for ...)`, whose Python time then shows as the
-//! caller's native time). The bias of such a mix is at most the share that failed; past
-//! this share every sample of the thread is taken paused, which favours no state, until a
-//! probe without pausing finds it readable again.
-//! Must not: read anything: its inputs are times and, per thread, whether its read had to
+//! Owns: [`PauseSchedule`].
+//! - When more than [`UNSETTLED_LIMIT`] of a thread's recent samples could not be read
+//!   without pausing, its samples are taken paused for a while (see [`PAUSED_FOR_FIRST`]).
+//!   That applies to that thread only. The others are read as before. Such paused samples
+//!   come at most [`PAUSED_MAX_HZ`] a second.
+//! - A sample whose read without pausing fails is read paused, as a fresh draw.
+//!
+//! The samples that read cleanly are the states that hold still long enough to be read. So
+//! they under-count states that last less than a read. An example is a generator resumed
+//! by C code every few hundred nanoseconds, as in bm_mdp's `sum(... for ...)`. Its Python
+//! time then shows as the caller's native time.
+//!
+//! The bias of such a mix is at most the share that failed. Past this share, every sample
+//! of the thread is taken paused, which favours no state. That lasts until a probe without
+//! pausing finds the thread readable again.
+//!
+//! Must not: read anything. Its inputs are times and, per thread, whether its read had to
 //! pause.
 
 use crate::IdMap;

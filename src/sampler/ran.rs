@@ -1,23 +1,35 @@
 //! Which threads ran since the last sample, without reading every thread's CPU time.
 //!
-//! Owns: [`ProcessClock`] — the target's process CPU clock (`clock_gettime` on the clock
-//! id of another process, which Linux lets anyone read) against the per-thread `schedstat`
-//! times. The kernel keeps one total per thread (`sum_exec_runtime`); `schedstat` shows it,
-//! and the process clock of another process is the sum of those of its threads plus what
-//! its exited threads used. So when the process total moved by exactly what the threads
-//! that ran lately moved by, no other thread ran: a sample reads `schedstat` only for those
-//! (plus one clock read), not for the thousand threads of a pool at rest, and does no work
-//! per thread at rest (what they add up to is kept). When the sums disagree, or a thread
-//! left, every thread is read, as without the clock, and the exited threads' part is
-//! measured again when the clock held still meanwhile (kept while no thread left) — at
-//! most once per [`FULL_READ_EVERY`] while the sums keep failing (threads starting or
-//! ending in numbers): the samples between read the threads that ran lately and the new
-//! ones only, and say so ([`ProcessClock::moved`] tells the caller what changed either
-//! way).
-//! Must not: take an unchecked sum for a proof. A sum that cannot be checked exactly (the
-//! clock moved while we read, a thread's time unreadable) is never a short read; what a
-//! sample between full reads keeps of a thread at rest is its last reading, corrected at
-//! the next full read.
+//! Owns: [`ProcessClock`]. It checks the target's process CPU clock against the per-thread
+//! `schedstat` times. The clock is read with `clock_gettime` on the clock id of another
+//! process, which Linux lets anyone read.
+//!
+//! Why the check works:
+//! - The kernel keeps one total per thread (`sum_exec_runtime`), and `schedstat` shows it.
+//! - The process clock of another process is the sum of its threads' totals, plus what its
+//!   exited threads used.
+//! - So when the process total moved by exactly what the threads that ran lately moved by,
+//!   no other thread ran.
+//!
+//! A sample then reads `schedstat` only for those threads, plus one clock read. It does not
+//! read the thousand threads of a pool at rest. It does no work per thread at rest either,
+//! because what they add up to is kept.
+//!
+//! When the sums disagree, or a thread left:
+//! - Every thread is read, as without the clock.
+//! - The exited threads' part is measured again when the clock held still meanwhile.
+//!   Otherwise the last one measured is kept, while no thread left.
+//! - While the sums keep failing (threads starting or ending in numbers), such a full read
+//!   comes at most once per [`FULL_READ_EVERY`]. The samples between read only the threads
+//!   that ran lately and the new ones, and say so.
+//!
+//! Either way, [`ProcessClock::moved`] tells the caller what changed.
+//!
+//! Must not: take an unchecked sum for a proof.
+//! - A sum that cannot be checked exactly is never a short read. That is the case when the
+//!   clock moved while we read, or when a thread's time was unreadable.
+//! - What a sample between full reads keeps of a thread at rest is its last reading. The
+//!   next full read corrects it.
 
 use super::cputime::ThreadFiles;
 use crate::IdMap;

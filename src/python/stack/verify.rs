@@ -124,18 +124,22 @@ impl StackWalker {
         if now == 0 {
             return Ok(false);
         }
-        // Which of the walk's frames are still there, unchanged, at the second read: the
-        // stack now is `chain[j..]` (as the walk saw it, `chain[j]`'s line aside) with
-        // whatever was pushed on `chain[j]` since, for the smallest such `j`. Frames above
-        // it returned, yielded or were replaced (a generator finished and the next one
-        // resumed at the same address, say) after the walk read them, each linked to the
-        // one below it when read: the walk's stack is one the thread had. A stricter rule
-        // (an unchanged top, or a frame pushed right on it) fails most reads of a stack
-        // that changes every few hundred nanoseconds (a generator resumed from C in a
-        // loop), which then have to be read paused. (Which reads fail still depends on the
-        // state read: see `sampler::pauses`.)
+        // This finds which of the walk's frames are still there, unchanged, at the second
+        // read. The stack now is `chain[j..]` as the walk saw it (`chain[j]`'s line aside),
+        // plus whatever was pushed on `chain[j]` since, for the smallest such `j`.
+        //
+        // Frames above `chain[j]` returned, yielded or were replaced after the walk read
+        // them. Say, a generator finished and the next one resumed at the same address.
+        // Each was linked to the one below it when read. So the walk's stack is one the
+        // thread had.
+        //
+        // A stricter rule would want an unchanged top, or a frame pushed right on it. It
+        // fails most reads of a stack that changes every few hundred nanoseconds (a
+        // generator resumed from C in a loop). Those then have to be read paused. (Which
+        // reads fail still depends on the state read. See `sampler::pauses`.)
+        //
         // Reporting the stack left behind instead of the walk's would favour the caller's
-        // state (a CALL: native time).
+        // state (a CALL, so native time).
         let k = w.chain.iter().position(|&a| a == now);
         // `steady[i]`: frame `i` reads as the walk saw it (its line aside) with the same
         // link; `same_line[i]`: on the same line too.

@@ -1,33 +1,37 @@
-//! The Scalene-style terminal report: a header about the recording, then, for each file that
-//! matters, its lines with their share of the time split into Python, native and system
-//! time, then the top functions and (on request) the threads.
+//! The Scalene-style terminal report.
+//!
+//! It shows, in order:
+//! - a header about the recording;
+//! - for each file that matters, its lines, with their share of the time split into Python,
+//!   native and system time;
+//! - the top functions and (on request) the threads.
 //!
 //! Conventions (docs/profile-json.md sums them up too):
 //! - Every percentage is a share of the program's total attributed time (`total_s`).
-//! - Percentages are rounded to whole numbers; a cell is blank when its share is below
-//!   0.005% (nothing), and reads `<1%` when it is something but under 1%.
-//! - A line "matters" when its total share is at least [`MATTER_PCT`]; it is shown with
-//!   `context` neighbouring lines, and runs of lines not shown are marked `...`. A file where
+//! - Percentages are rounded to whole numbers. A cell is blank when its share is below
+//!   0.005% (nothing). It reads `<1%` when it is something but under 1%.
+//! - A line "matters" when its total share is at least [`MATTER_PCT`]. It is shown with
+//!   `context` neighbouring lines. Runs of lines not shown are marked `...`. A file where
 //!   no line reaches that share shows every sampled line.
-//! - A file is shown when its share is at least [`MATTER_PCT`], or, when no file reaches
-//!   that, every file is shown.
-//! - A line is hot when its share is at least [`HOT_PCT`], or it is the profile's single
-//!   busiest line; hot lines are highlighted only when `color` is set. Without `color` the
-//!   output holds no escape sequence at all.
+//! - A file is shown when its share is at least [`MATTER_PCT`]. When no file reaches that,
+//!   every file is shown.
+//! - A line is hot when its share is at least [`HOT_PCT`], or when it is the profile's
+//!   single busiest line. Hot lines are highlighted only when `color` is set. Without
+//!   `color` the output holds no escape sequence at all.
 //! - Context lines that were not sampled are dimmed when `color` is set.
-//! - Source text is cut to the width with `…`; tabs become four spaces. Widths count
-//!   characters, so very wide (East Asian) characters may overflow a little. A `width`
-//!   under [`MIN_WIDTH`] is raised to it.
+//! - Source text is cut to the width with `…`. Tabs become four spaces.
+//! - Widths count characters, so very wide (East Asian) characters may overflow a little.
+//!   A `width` under [`MIN_WIDTH`] is raised to it.
 //!
 //! The report is built in parts, one file each:
-//! - `header.rs`: the title and the `Label: text` fields about the recording;
-//! - `files.rs`: each file's table of lines, with the memory and GPU columns;
-//! - `notes.rs`: the rows under a line recorded with `--native`;
-//! - `summary.rs`: the top functions and the threads;
-//! - `table.rs`: every table's columns and widths;
-//! - `cells.rs`: the text of one cell (percentages, sizes, sparklines, cut text).
+//! - `header.rs` holds the title and the `Label: text` fields about the recording.
+//! - `files.rs` holds each file's table of lines, with the memory and GPU columns.
+//! - `notes.rs` holds the rows under a line recorded with `--native`.
+//! - `summary.rs` holds the top functions and the threads.
+//! - `table.rs` holds every table's columns and widths.
+//! - `cells.rs` holds the text of one cell (percentages, sizes, sparklines, cut text).
 //!
-//! Must not: read process memory; files are read only through the caller's source provider.
+//! Must not: read process memory. Files are read only through the caller's source provider.
 
 mod cells;
 mod files;
