@@ -67,12 +67,7 @@ mod tests {
     }
 
     fn f(file: &str) -> Frame {
-        Frame {
-            function: "f".into(),
-            filename: file.into(),
-            line: Some(1),
-            native: false,
-        }
+        crate::python::test_frame(file)
     }
 
     #[test]

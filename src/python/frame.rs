@@ -196,17 +196,23 @@ impl Frame {
     }
 }
 
+/// A Python frame of function `f` at line 1 of `file`, for tests here and in `profile`.
+#[cfg(test)]
+pub(crate) fn test_frame(file: &str) -> Frame {
+    Frame {
+        function: "f".into(),
+        filename: file.into(),
+        line: Some(1),
+        native: false,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     fn f(file: &str) -> Frame {
-        Frame {
-            function: "f".into(),
-            filename: file.into(),
-            line: Some(1),
-            native: false,
-        }
+        test_frame(file)
     }
 
     #[test]

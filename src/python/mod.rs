@@ -40,6 +40,8 @@ pub(crate) use asyncio::fuzz_tasks;
 pub use asyncio::{
     unsupported as async_unsupported, AsyncReader, AsyncSnapshot, LoopTasks, TaskInfo,
 };
+#[cfg(test)]
+pub(crate) use frame::test_frame;
 pub use frame::{Frame, Name};
 pub use native::{check_can_stop, native_process};
 pub(crate) use native::{MergeCounts, MergeFailure};
