@@ -73,9 +73,8 @@ def main():
         if mod in ("lib", "main"):
             continue
         code = code_of(open(path, encoding="utf-8").read())
+        # `super::` names the module above this one's (for a mod.rs, above its directory).
         parent = mod.rsplit("::", 1)[0] if "::" in mod else ""
-        if path.endswith("/mod.rs"):
-            parent = mod.rsplit("::", 1)[0] if "::" in mod else ""
         targets = set()
         for p in re.findall(r"\bcrate::([a-z_][a-z0-9_]*(?:::[a-z_][a-z0-9_]*)*)", code):
             targets.add(p)

@@ -63,7 +63,7 @@ impl MemorySetup {
 /// says it was not (then `attach` loads the library itself: memory/inject.rs).
 pub(crate) fn ring_of_program(pid: i32) -> Result<PathBuf, String> {
     let maps = crate::proc::read_maps(pid).unwrap_or_default();
-    if !crate::proc::maps::maps_file_named(&maps, super::inject::LIBRARY_NAME) {
+    if !crate::proc::maps::maps_file_named(&maps, crate::PRELOAD_LIBRARY) {
         return Err("the program was not started under `scalene-rs run`".into());
     }
     crate::proc::environ_var(pid, ring::RING_ENV)

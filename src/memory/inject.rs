@@ -23,14 +23,12 @@
 use super::config::MemoryConfig;
 use super::ring::{self, layout, Ring};
 use crate::python::PythonProcess;
+use crate::PRELOAD_LIBRARY;
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-/// The library's file name (the same as under `run`: a process that has it mapped has it
-/// from us).
-pub(crate) const LIBRARY_NAME: &str = crate::PRELOAD_LIBRARY;
 /// Directories of the target's root where the files may go, in order of preference.
 const PLACES: &[&str] = &["/dev/shm", "/tmp", "/var/tmp"];
 /// `RTLD_NOW`.
@@ -372,9 +370,11 @@ fn loaded_library(maps: &[crate::proc::maps::MapEntry]) -> Option<u64> {
     maps.iter()
         .find(|m| {
             m.offset == 0
-                && m.path
-                    .as_deref()
-                    .is_some_and(|p| Path::new(p).file_name().is_some_and(|n| n == LIBRARY_NAME))
+                && m.path.as_deref().is_some_and(|p| {
+                    Path::new(p)
+                        .file_name()
+                        .is_some_and(|n| n == PRELOAD_LIBRARY)
+                })
         })
         .map(|m| m.start)
 }
@@ -382,7 +382,7 @@ fn loaded_library(maps: &[crate::proc::maps::MapEntry]) -> Option<u64> {
 /// Offset of the library's attach function from its load address.
 fn attach_offset() -> Result<u64, Refusal> {
     let syms = crate::elf::ElfFile::exported(
-        Path::new(LIBRARY_NAME),
+        Path::new(PRELOAD_LIBRARY),
         super::preload::library_bytes(),
         &[layout::ATTACH_SYMBOL],
     )
@@ -570,7 +570,7 @@ impl LibraryFiles {
         };
         let written = (|| {
             made?;
-            let path = dir.join(LIBRARY_NAME);
+            let path = dir.join(PRELOAD_LIBRARY);
             let mut f = std::fs::OpenOptions::new()
                 .write(true)
                 .create_new(true)
@@ -581,7 +581,7 @@ impl LibraryFiles {
         })();
         let files = LibraryFiles {
             dir: dir.clone(),
-            target_path: format!("{}/{name}/{LIBRARY_NAME}", place.target_dir),
+            target_path: format!("{}/{name}/{PRELOAD_LIBRARY}", place.target_dir),
         };
         let path =
             written.map_err(|e| format!("writing our library into {}: {e}", dir.display()))?;

@@ -30,7 +30,7 @@ pub(crate) type SharedCache = Arc<Mutex<NativeCache>>;
 const RECHECK_INTERVAL: Duration = Duration::from_millis(20);
 
 /// The preload library's file name, as `run` writes it and `attach` loads it.
-const PRELOAD_MODULE: &str = super::inject::LIBRARY_NAME;
+const PRELOAD_MODULE: &str = crate::PRELOAD_LIBRARY;
 
 /// The C library's allocation entry points (glibc's public names and its `__libc_` ones):
 /// the program called one of them, which our library interposes, and the function that

@@ -289,7 +289,7 @@ pub fn for_each_representative(check: impl Fn(&Interpreter) -> Result<String, St
     each_of(&some.iter().collect::<Vec<_>>(), check)
 }
 
-/// [`for_each_interpreter_alone`] over the [`representatives`].
+/// [`for_each_interpreter_alone_of`] over the [`representatives`].
 pub fn for_each_representative_alone(check: impl Fn(&Interpreter) -> Result<String, String>) {
     let some = representatives();
     for_each_interpreter_alone_of(&some.iter().collect::<Vec<_>>(), check)
@@ -467,47 +467,32 @@ pub fn run_limited(mut cmd: Command, limit: std::time::Duration) -> Run {
 /// named for `name` in the target's temporary directory. Every holder of the same name, in
 /// any test binary, waits for the others. The kernel releases it when the process dies.
 pub struct Turn {
-    _file: std::fs::File,
+    _lock: nix::fcntl::Flock<std::fs::File>,
 }
 
 /// Waits for the turn named `name` (see [`Turn`]).
 pub fn turn(name: &str) -> Turn {
-    use std::os::fd::AsRawFd;
+    use nix::fcntl::{Flock, FlockArg};
     let path = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("turn-{name}.lock"));
-    let file = std::fs::OpenOptions::new()
+    let mut file = std::fs::OpenOptions::new()
         .create(true)
         .truncate(false)
         .write(true)
         .open(&path)
         .unwrap_or_else(|e| panic!("cannot open {}: {e}", path.display()));
     loop {
-        // SAFETY: flock on a descriptor this function owns; it touches no memory.
-        let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX) };
-        if rc == 0 {
-            return Turn { _file: file };
+        match Flock::lock(file, FlockArg::LockExclusive) {
+            Ok(lock) => return Turn { _lock: lock },
+            Err((back, nix::errno::Errno::EINTR)) => file = back,
+            Err((_, e)) => panic!("flock {}: {e}", path.display()),
         }
-        let err = std::io::Error::last_os_error();
-        assert_eq!(
-            err.kind(),
-            std::io::ErrorKind::Interrupted,
-            "flock {}: {err}",
-            path.display()
-        );
     }
 }
 
-/// Like [`for_each_interpreter`], with no other test doing the same at the same time (the
-/// turn "alone", in any test binary): for tests that start several busy processes each,
-/// whose numbers mean something only when they do not compete with another test's.
-#[allow(dead_code)]
-pub fn for_each_interpreter_alone(check: impl Fn(&Interpreter) -> Result<String, String>) {
-    let all = interpreters();
-    for_each_interpreter_alone_of(&all.iter().collect::<Vec<_>>(), check)
-}
-
-/// [`for_each_interpreter_alone`] over the interpreters `some` (a test that needs only a
-/// few, chosen by kind).
-#[allow(dead_code)]
+/// Like [`for_each_interpreter`] over the interpreters `some`, with no other test doing the
+/// same at the same time (the turn "alone", in any test binary): for tests that start
+/// several busy processes each, whose numbers mean something only when they do not compete
+/// with another test's.
 pub fn for_each_interpreter_alone_of(
     some: &[&Interpreter],
     check: impl Fn(&Interpreter) -> Result<String, String>,
