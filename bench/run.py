@@ -352,7 +352,7 @@ def write_page(store):
         lines += meta_lines(store["sample"]["meta"], overhead=False)
         lines += ["Its own output (wall and CPU time per case; see bench/snapshot.rs). `sustained",
                   "--blocking`: each paused sample is followed by at least as long with the target",
-                  "running (src/sampler/mod.rs, `drive`), so past ~8 kHz the rate taken is what a",
+                  "running (src/sampler/drive.rs, `drive`), so past ~8 kHz the rate taken is what a",
                   "target stopped at most half the time allows, not what the sampler could do.", "",
                   "```text", store["sample"]["text"], "```", ""]
     not_run = [(s, v["not_run"]) for s, v in store.items() if "not_run" in v]

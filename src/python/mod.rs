@@ -10,8 +10,9 @@
 //! - `read/` takes one read of every thread (paused, unpaused and verified, re-read
 //!   paused). It holds the live-process parts around the pure walker: thread ids from
 //!   /proc, idle detection, torn stacks detected and retried.
-//! - `stack.rs` is the walker over the memory trait (thread list, frames, verification).
+//! - `stack/` is the walker over the memory trait (thread list, frames, verification).
 //! - `tids.rs` says which kernel thread each thread state is.
+//! - `rest.rs` keeps what a caller knows of the threads at rest ([`RestTracker`]).
 //! - `frame.rs` holds [`Frame`] and [`Name`], what a walk yields.
 //! - `native.rs` and `native_view.rs` merge native frames with the Python ones.
 //! - `asyncio.rs` and `asyncio_legacy.rs` read every event loop's tasks.
@@ -28,6 +29,7 @@ mod native_view;
 mod process;
 mod read;
 mod reader;
+mod rest;
 mod snapshot;
 mod stack;
 mod strings;
@@ -48,7 +50,9 @@ pub(crate) use native::{MergeCounts, MergeFailure};
 pub(crate) use native_view::{NativeView, StackEntry};
 pub use process::{LocateOptions, PythonProcess};
 pub use reader::PythonReader;
-pub use snapshot::{ReadMode, ReuseDelta, Snapshot, SnapshotOptions, ThreadSnapshot, Unread};
+pub(crate) use rest::{LastRead, Listing};
+pub use rest::{RestTracker, ReuseDelta};
+pub use snapshot::{ReadMode, Snapshot, SnapshotOptions, ThreadSnapshot, Unread};
 pub use stack::StackWalker;
 #[cfg(feature = "fuzzing")]
 pub(crate) use strings::TypeAddrs;

@@ -3,13 +3,14 @@
 //! Owns: [`PythonReader`], which holds what one process's reads share (the process, its
 //! stack walker, the native modules, the asyncio reader), and its one read,
 //! [`PythonReader::snapshot`].
-//! Must not: list threads or keep what it knows of threads at rest (its caller passes
-//! them in [`SnapshotOptions`]), or format output.
+//! Must not: list threads, keep what is known of threads at rest (its caller passes a
+//! [`RestTracker`]), or format output.
 
 use super::asyncio::AsyncReader;
 use super::native;
 use super::process::PythonProcess;
 use super::read;
+use super::rest::RestTracker;
 use super::snapshot::{ReadMode, Snapshot, SnapshotOptions};
 use super::stack::StackWalker;
 use crate::error::Result;
@@ -95,11 +96,23 @@ impl PythonReader {
     /// its Python frames. The copies are kept until the next snapshot (to be unwound again
     /// with modules read anew, `attach_native_again`).
     pub fn snapshot(&mut self, opts: &SnapshotOptions) -> Result<Snapshot> {
+        self.snapshot_resting(opts, &mut RestTracker::default())
+    }
+
+    /// [`PythonReader::snapshot`], for a caller that reads again and again: threads that
+    /// `rest` says have not run since their last read are not walked again (see
+    /// [`RestTracker`]), and what this read finds is left in it.
+    pub fn snapshot_resting(
+        &mut self,
+        opts: &SnapshotOptions,
+        rest: &mut RestTracker,
+    ) -> Result<Snapshot> {
         let Some(process) = self.native.as_mut() else {
             return read::snapshot(
                 &self.proc,
                 &mut self.walker,
                 opts,
+                rest,
                 None,
                 self.tasks.as_mut(),
             );
@@ -115,6 +128,7 @@ impl PythonReader {
             &self.proc,
             &mut self.walker,
             &opts,
+            rest,
             Some((&mut *process, &mut self.captures)),
             None,
         );

@@ -1,7 +1,7 @@
 //! What a read of a Python process gives, and how to ask for one.
 //!
 //! Owns: [`Snapshot`] and [`ThreadSnapshot`] (what `dump` prints and what the sampler
-//! builds on), [`SnapshotOptions`] with [`ReadMode`] and [`ReuseDelta`] (how to read), and
+//! builds on), [`SnapshotOptions`] with [`ReadMode`] (how to read), and
 //! why a thread's stack was not read ([`Unread`], [`ThreadError`]).
 //! Must not: read a process (`read` does), or format output.
 
@@ -12,7 +12,8 @@ use super::stack;
 use super::version;
 use crate::error::Error;
 
-/// How to read.
+/// How to read. What the caller knows of threads at rest is in a
+/// [`super::RestTracker`] instead.
 #[derive(Debug, Clone)]
 pub struct SnapshotOptions {
     /// Whether and when the target is paused. [`ReadMode::Auto`]: a thread whose first
@@ -28,55 +29,11 @@ pub struct SnapshotOptions {
     pub thread_names: bool,
     /// [`ReadMode::Auto`]: threads (by `thread_id`) read paused without a try first.
     pub pause_these: Vec<u64>,
-    /// Threads that did not run since their last read (the sampler knows from their CPU
-    /// time), by `thread_id` (their `pthread_t`, which every version records and no PID
-    /// namespace changes), with the innermost frame that read found: one whose thread
-    /// state still names that frame, and that does not hold the GIL, is not walked again
-    /// (`ThreadSnapshot::unchanged`): a thread's stack changes only when it runs.
-    pub reuse: crate::IdMap<u64, u64>,
-    /// Kernel ids (ours) of threads by `thread_id`, as an earlier snapshot matched them:
-    /// before 3.11 a thread state does not record its kernel id, and a stack to be read
-    /// again paused would otherwise pause every thread (waking those that wait, at a cost
-    /// of CPU charged to them).
-    pub tids_by_thread: crate::IdMap<u64, i32>,
-    /// [`ReadMode::Paused`]: kernel ids (ours) of the threads the caller expects to find
-    /// unchanged (those of `reuse`): they are not paused. A thread among them that turns out
-    /// to have changed (its top frame moved, or it holds the GIL) cannot be read unpaused:
-    /// the process is then paused whole and read again. So a thousand parked threads cost a
-    /// paused read nothing (no stop and restart of each, no wake-up charged to them).
-    pub unpaused: crate::IdSet<i32>,
-    /// Leave the threads found unchanged (see `reuse`) out of the snapshot: a caller that
-    /// keeps their last reads and needs nothing of them this time (the sampler, when it
-    /// charges CPU time only) saves an entry per thread of a pool at rest at every sample.
-    pub omit_unchanged: bool,
-    /// Read every thread state of the thread list, those of threads at rest too (the
-    /// walker otherwise takes them as it last found them): a caller that saw a thread
-    /// leave asks for it, as the state before the one that left still links to it.
-    pub list_whole: bool,
-    /// Under `omit_unchanged`, the most threads walked (the GIL holder aside): the others
-    /// that need a walk are left out of this snapshot (counted in `walker.deferred`), and
-    /// the next snapshot starts where this one stopped. A pool of a thousand threads that
-    /// start, or wake to end, together costs each sample this many walks, not a thousand.
-    pub max_walks: Option<usize>,
-    /// How `reuse` differs from the map of the caller's last snapshot, under
-    /// `omit_unchanged`: then the thread list is read for the threads that did not rest
-    /// only (see [`ReuseDelta`]). None: not known (the map was made anew).
-    pub reuse_delta: Option<ReuseDelta>,
     /// The target's threads (kernel ids, ours), ascending, for a caller that has just
     /// listed them (the sampler): they are not listed again, and a native read pauses
     /// these. Their scheduler states are then not read (only `idle` tells them). None:
     /// listed from /proc, with each thread's state.
     pub threads: Option<Vec<i32>>,
-}
-
-/// What changed in [`SnapshotOptions::reuse`] since the caller's snapshot before: the
-/// `thread_id`s whose entry was added, removed or changed. `epoch` counts the caller's
-/// snapshots (one more than that of the map before): a snapshot that missed one, or a
-/// read of the list in between, reads the list the whole way.
-#[derive(Debug, Clone, Default)]
-pub struct ReuseDelta {
-    pub epoch: u64,
-    pub threads: Vec<u64>,
 }
 
 /// How stacks are read.
@@ -94,13 +51,6 @@ pub enum ReadMode {
     Nonblocking,
 }
 
-impl SnapshotOptions {
-    /// The threads the thread list may take as last found (none for a whole read).
-    pub(super) fn rested(&self) -> Option<&crate::IdMap<u64, u64>> {
-        (!self.list_whole).then_some(&self.reuse)
-    }
-}
-
 impl Default for SnapshotOptions {
     fn default() -> Self {
         SnapshotOptions {
@@ -108,13 +58,6 @@ impl Default for SnapshotOptions {
             retries: 5,
             thread_names: true,
             pause_these: Vec::new(),
-            reuse: crate::IdMap::default(),
-            tids_by_thread: crate::IdMap::default(),
-            unpaused: crate::IdSet::default(),
-            omit_unchanged: false,
-            list_whole: false,
-            max_walks: None,
-            reuse_delta: None,
             threads: None,
         }
     }
@@ -163,7 +106,7 @@ pub struct ThreadSnapshot {
     /// With native frames (`dump --native`): the merged stack.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) native: Option<NativeView>,
-    /// Not walked: it did not run since its last read (`SnapshotOptions::reuse`), so its
+    /// Not walked: it did not run since its last read (`RestTracker`'s `reuse`), so its
     /// stack is that read's (`frames` is empty).
     #[serde(skip)]
     pub(crate) unchanged: bool,
@@ -192,7 +135,7 @@ pub struct Snapshot {
     /// With asyncio tasks (`dump --async`): every event loop's tasks.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) asyncio: Option<AsyncSnapshot>,
-    /// Threads found unchanged and left out of `threads` ([`SnapshotOptions::omit_unchanged`]).
+    /// Threads found unchanged and left out of `threads` ([`super::RestTracker`]: `omit_unchanged`).
     #[serde(skip)]
     pub(crate) left_out: usize,
     /// Kernel ids (ours) of the threads a paused read stopped in the middle of a wait (a

@@ -65,12 +65,13 @@ impl NativeSampling {
         &mut self,
         reader: &mut PythonReader,
         opts: &SnapshotOptions,
+        rest: &mut python::RestTracker,
     ) -> crate::error::Result<Snapshot> {
         let reread_due = self.read_at.is_none_or(|t| t.elapsed() >= REREAD_INTERVAL);
         if reader.native().is_none() || ((self.stale || self.missing_stack) && reread_due) {
             self.read_modules(reader)?;
         }
-        let mut snap = reader.snapshot(opts)?;
+        let mut snap = reader.snapshot_resting(opts, rest)?;
         let unknown = snap
             .threads
             .iter()

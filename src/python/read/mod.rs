@@ -22,6 +22,7 @@ use crate::native::{Captures, NativeProcess};
 use crate::ptrace::{self, ProcessMemory};
 use crate::python::asyncio::{AsyncReader, AsyncSnapshot};
 use crate::python::process::PythonProcess;
+use crate::python::rest::RestTracker;
 use crate::python::snapshot::{ReadMode, Snapshot, SnapshotOptions, ThreadResult, ThreadSnapshot};
 use crate::python::stack::{self, StackWalker};
 use crate::python::tids::pthread_to_tid;
@@ -43,6 +44,7 @@ pub(super) fn snapshot(
     proc: &PythonProcess,
     walker: &mut StackWalker,
     opts: &SnapshotOptions,
+    rest: &RestTracker,
     mut native: NativeCapture,
     mut tasks: Option<&mut AsyncReader>,
 ) -> Result<Snapshot> {
@@ -72,9 +74,9 @@ pub(super) fn snapshot(
     let mut woken = Vec::new();
     for attempt in 0..2 {
         let read = if nonblocking {
-            read_nonblocking(proc, walker, opts).and_then(|mut t| {
+            read_nonblocking(proc, walker, opts, rest).and_then(|mut t| {
                 if opts.mode == ReadMode::Auto && t.iter().any(|(_, w, _)| w.is_err()) {
-                    reread_paused(proc, walker, &tids, &opts.tids_by_thread, &mut t)?;
+                    reread_paused(proc, walker, &tids, &rest.tids_by_thread, &mut t)?;
                 }
                 tag_native(&proc.mem, opcodes, &mut t);
                 if let Some(reader) = tasks.as_deref_mut() {
@@ -88,7 +90,7 @@ pub(super) fn snapshot(
                 tasks: tasks.as_deref_mut().map(|r| (r, &mut async_tasks)),
                 woken: &mut woken,
             };
-            read_blocking(proc, walker, &tids, opts, opcodes, extra)
+            read_blocking(proc, walker, &tids, rest, opcodes, extra)
         };
         match read {
             // Python is starting up or shutting down (no interpreter yet, or no more).
@@ -280,7 +282,7 @@ pub(super) fn interp_head_checked(proc: &PythonProcess, mem: &dyn ProcessMemory)
     Ok(head)
 }
 
-/// Whether thread `t` is one [`SnapshotOptions::reuse`] lets go unread: it did not run
+/// Whether thread `t` is one [`RestTracker`]'s `reuse` lets go unread: it did not run
 /// since its last read, its thread state still names the frame that read started from, and
 /// it does not hold the GIL (a thread that holds it is about to run, if it is not running).
 /// A thread the list took as it was ([`stack::RawThread::rested`]) is one, without a look.
@@ -292,11 +294,11 @@ fn is_unchanged(t: &stack::RawThread, reuse: &crate::IdMap<u64, u64>) -> bool {
 /// `omit_unchanged` none, counted in `walker.left_out`.
 fn keep_unchanged(
     walker: &mut StackWalker,
-    opts: &SnapshotOptions,
+    rest: &RestTracker,
     out: &mut Vec<ThreadResult>,
     t: stack::RawThread,
 ) {
-    if opts.omit_unchanged {
+    if rest.omit_unchanged {
         walker.left_out += 1;
     } else {
         out.push((t, Ok(stack::Walk::unchanged()), None));

@@ -18,7 +18,8 @@ use crate::ptrace::{self, pause::PausedThreads, ProcessMemory};
 use crate::python::asyncio::{AsyncReader, AsyncSnapshot};
 use crate::python::native;
 use crate::python::process::PythonProcess;
-use crate::python::snapshot::{SnapshotOptions, ThreadError, ThreadResult, Unread};
+use crate::python::rest::RestTracker;
+use crate::python::snapshot::{ThreadError, ThreadResult, Unread};
 use crate::python::stack::{self, StackWalker};
 use crate::python::tids::KernelIds;
 
@@ -70,25 +71,25 @@ const RUN_AGAIN_WAIT: std::time::Duration = std::time::Duration::from_millis(20)
 /// stack word as a frame), and no memory says where the stack was then. Such a thread has
 /// no stack to report at that instant, so the process runs again and is paused anew, up to
 /// [`BLOCKING_PAUSES`] times in all; what still fails after that is reported as the thread's
-/// error. The first pause leaves out the threads of [`SnapshotOptions::unpaused`]; one that
+/// error. The first pause leaves out the threads of [`RestTracker`]'s `unpaused`; one that
 /// turns out to have changed is an error of this kind, and the next pause takes every thread.
 /// `tids` is sorted.
 pub(super) fn read_blocking(
     proc: &PythonProcess,
     walker: &mut StackWalker,
     tids: &[i32],
-    opts: &SnapshotOptions,
+    rest: &RestTracker,
     opcodes: Option<&crate::python_bindings::opcodes::Opcodes>,
     mut extra: PausedReads,
 ) -> Result<Vec<ThreadResult>> {
     let mut pauses = 0;
-    let mut leave_out = !opts.unpaused.is_empty();
+    let mut leave_out = !rest.unpaused.is_empty();
     loop {
         pauses += 1;
         let paused_tids: Vec<i32> = if leave_out {
             tids.iter()
                 .copied()
-                .filter(|t| !opts.unpaused.contains(t))
+                .filter(|t| !rest.unpaused.contains(t))
                 .collect()
         } else {
             tids.to_vec()
@@ -96,11 +97,11 @@ pub(super) fn read_blocking(
         // A thread left running: one of `unpaused`, or one not listed (it appeared since).
         // (By our kernel id: the one a thread state records is the target's, which in a
         // PID namespace of its own is another.)
-        let ids = KernelIds::new(proc, tids, &opts.tids_by_thread);
+        let ids = KernelIds::new(proc, tids, &rest.tids_by_thread);
         let not_paused = |t: &stack::RawThread| -> bool {
             leave_out
                 && ids.of(t).is_none_or(|tid| {
-                    opts.unpaused.contains(&tid) || tids.binary_search(&tid).is_err()
+                    rest.unpaused.contains(&tid) || tids.binary_search(&tid).is_err()
                 })
         };
         let read = {
@@ -115,11 +116,11 @@ pub(super) fn read_blocking(
             // Nothing changes while paused: one page cache serves the whole snapshot,
             // starting with the pages the last snapshot needed, fetched in one request.
             let cache = ptrace::PageCache::new(&proc.mem);
-            if let Some(states) = walker.list_hint(opts.list_whole) {
+            if let Some(states) = walker.list_hint(rest.list_whole) {
                 cache.prefetch(&states);
             }
             cache.prefetch(&walker.page_hint);
-            let read = read_all(proc, &cache, walker, opts, &not_paused).map(|mut t| {
+            let read = read_all(proc, &cache, walker, rest, &not_paused).map(|mut t| {
                 tag_native(&cache, opcodes, &mut t);
                 t
             });
@@ -177,17 +178,17 @@ fn read_all(
     proc: &PythonProcess,
     mem: &dyn ProcessMemory,
     walker: &mut StackWalker,
-    opts: &SnapshotOptions,
+    rest: &RestTracker,
     not_paused: &dyn Fn(&stack::RawThread) -> bool,
 ) -> Result<Vec<ThreadResult>> {
-    let reuse = &opts.reuse;
+    let reuse = &rest.reuse;
     let head = interp_head_checked(proc, mem)?;
-    let raw = walker.threads(mem, head, gil_current(proc, mem)?, opts.rested())?;
+    let raw = walker.threads(mem, head, gil_current(proc, mem)?, rest.rested())?;
     let mut out = Vec::with_capacity(raw.len());
     walker.left_out = 0;
     for t in raw {
         if is_unchanged(&t, reuse) {
-            keep_unchanged(walker, opts, &mut out, t);
+            keep_unchanged(walker, rest, &mut out, t);
             continue;
         }
         if not_paused(&t) {

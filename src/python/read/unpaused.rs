@@ -11,6 +11,7 @@ use super::{gil_current, hint_from, interp_head_checked, is_unchanged, keep_unch
 use crate::error::{Error, Result};
 use crate::ptrace::{self, ProcessMemory};
 use crate::python::process::PythonProcess;
+use crate::python::rest::RestTracker;
 use crate::python::snapshot::{ReadMode, SnapshotOptions, ThreadError, ThreadResult, Unread};
 use crate::python::stack::{self, StackWalker, Walk};
 
@@ -23,8 +24,9 @@ fn thread_list(
     walker: &mut StackWalker,
     cache: &ptrace::PageCache,
     opts: &SnapshotOptions,
+    rest: &RestTracker,
 ) -> Result<(Vec<stack::RawThread>, bool, usize)> {
-    let delta = opts.reuse_delta.as_ref().filter(|_| opts.omit_unchanged);
+    let delta = rest.delta.as_ref().filter(|_| rest.omit_unchanged);
     let mut last_err = None;
     for attempt in 0..opts.retries.max(1) {
         let fresh = ptrace::PageCache::new(&proc.mem);
@@ -38,7 +40,7 @@ fn thread_list(
         let mem = first_then_fresh(attempt, cache, &fresh);
         let read = interp_head_checked(proc, mem).and_then(|head| {
             let gil = gil_current(proc, mem)?;
-            walker.threads_in_sample(mem, head, gil, opts.rested(), delta)
+            walker.threads_in_sample(mem, head, gil, rest.rested(), delta)
         });
         match read {
             Ok((r, left_out)) => return Ok((r, attempt == 0 && cache.misses() == 0, left_out)),
@@ -60,6 +62,7 @@ pub(super) fn read_nonblocking(
     proc: &PythonProcess,
     walker: &mut StackWalker,
     opts: &SnapshotOptions,
+    rest: &RestTracker,
 ) -> Result<Vec<ThreadResult>> {
     // One page cache for the thread list and every thread's first walk, filled at once
     // with the pages the last snapshot needed: what it holds is checked by `verify`. The
@@ -70,18 +73,18 @@ pub(super) fn read_nonblocking(
     // A whole read of the thread list is due: the states of the threads at rest come in
     // one request (once a second; no hint has them).
     if let Some(states) = walker
-        .list_hint(opts.list_whole)
-        .or_else(|| opts.rested().and_then(|r| walker.ran_hint(r)))
+        .list_hint(rest.list_whole)
+        .or_else(|| rest.rested().and_then(|r| walker.ran_hint(r)))
     {
         cache.prefetch(&states);
     }
     let second = cache.prefetch_with_second_look(&walker.page_hint, &walker.recheck_hint);
-    let (raw, clean, left_out) = thread_list(proc, walker, &cache, opts)?;
+    let (raw, clean, left_out) = thread_list(proc, walker, &cache, opts, rest)?;
     walker.left_out = left_out;
     let auto = opts.mode == ReadMode::Auto;
     walker.deferred = 0;
     // Under a bound on walks, from where the last snapshot stopped (in list order).
-    let bound = opts.max_walks.filter(|_| opts.omit_unchanged);
+    let bound = rest.max_walks.filter(|_| rest.omit_unchanged);
     let mut raw = raw;
     let start = match bound {
         Some(_) if !raw.is_empty() => walker.walk_cursor % raw.len(),
@@ -96,7 +99,7 @@ pub(super) fn read_nonblocking(
         .iter()
         .filter(|t| {
             t.top_frame != 0
-                && !is_unchanged(t, &opts.reuse)
+                && !is_unchanged(t, &rest.reuse)
                 && !(auto && opts.pause_these.contains(&t.thread_id))
         })
         .take(bound.map_or(usize::MAX, |b| b + 1))
@@ -114,8 +117,8 @@ pub(super) fn read_nonblocking(
     let mut skipped = false;
     let (n, mut walks, mut stopped_at) = (raw.len(), 0, None);
     for (k, mut t) in raw.into_iter().enumerate() {
-        if is_unchanged(&t, &opts.reuse) {
-            keep_unchanged(walker, opts, &mut out, t);
+        if is_unchanged(&t, &rest.reuse) {
+            keep_unchanged(walker, rest, &mut out, t);
             continue;
         }
         if let Some(most) = bound {

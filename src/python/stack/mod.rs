@@ -85,7 +85,7 @@ pub struct Walk {
     /// (3.11, read by `python::native::cframe_anchors`). Empty before 3.11.
     pub(crate) anchors: Vec<u64>,
     /// Not walked: the thread did not run since its last read (see
-    /// `SnapshotOptions::reuse`); everything else is empty.
+    /// `RestTracker`'s `reuse`); everything else is empty.
     pub(crate) unchanged: bool,
     /// The ranges [`StackWalker::verify`] read `chain` again in
     /// ([`spans`](verify::spans) of it): the next sample's second look reads them (empty
@@ -147,9 +147,9 @@ pub struct StackWalker {
     /// The thread states the last read of the thread list found (see [`KnownStates`]).
     known_states: KnownStates,
     /// Threads the last snapshot found unchanged and left out (see
-    /// [`crate::python::SnapshotOptions::omit_unchanged`]).
+    /// [`crate::python::RestTracker`]'s `omit_unchanged`).
     pub(crate) left_out: usize,
-    /// Threads the last snapshot left unread under `SnapshotOptions::max_walks`, and where
+    /// Threads the last snapshot left unread under `RestTracker`'s `max_walks`, and where
     /// in the thread list the next one starts.
     pub(crate) deferred: usize,
     pub(crate) walk_cursor: usize,

@@ -982,7 +982,7 @@ fn resting_threads_states_are_not_read_again() {
             name(l)
         );
         // `b` leaves the list while `a`, before it, rests: `a`'s kept link still leads to
-        // `b` (what `SnapshotOptions::list_whole` is for) until every state is read again.
+        // `b` (what `RestTracker`'s `list_whole` is for) until every state is read again.
         let mut gone = st.s.mem();
         let a_next = (states[1] + t.next as u64 - BASE) as usize;
         gone.bytes[a_next..a_next + 8].copy_from_slice(&states[3].to_le_bytes());
