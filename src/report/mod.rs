@@ -6,6 +6,7 @@ pub mod collapsed;
 pub mod dump;
 pub mod flamegraph;
 pub mod html;
+pub mod live;
 pub(crate) mod pprof;
 pub mod profile_json;
 pub mod speedscope;
