@@ -32,6 +32,8 @@ enum Command {
     Attach(AttachArgs),
     /// Print every thread's Python stack in a running process, innermost frame first.
     Dump(DumpArgs),
+    /// Watch a running process (PID) or a command (after `--`) live, line by line, full screen.
+    Top(TopArgs),
     /// Render a saved profile (.json) again, in any format.
     View(ViewArgs),
 }
@@ -159,6 +161,47 @@ struct AttachArgs {
     cpu_only: bool,
     #[command(flatten)]
     record: RecordArgs,
+}
+
+#[derive(clap::Args)]
+struct TopArgs {
+    /// The process to watch (or give a COMMAND after `--` instead).
+    #[arg(required_unless_present = "command", conflicts_with = "command")]
+    pid: Option<i32>,
+    /// Seconds between refreshes of the screen (`+` and `-` change it while it runs).
+    #[arg(long, value_name = "SECONDS", default_value = "1", value_parser = parse_refresh)]
+    refresh: std::time::Duration,
+    /// When the COMMAND exits, end at once instead of leaving its last screen up until a
+    /// key is pressed.
+    #[arg(long)]
+    exit_on_end: bool,
+    /// With a PID: watch its descendants that run Python too (a COMMAND's always are,
+    /// unless --no-subprocesses).
+    #[arg(long)]
+    subprocesses: bool,
+    /// With a COMMAND: watch only the process it starts.
+    #[arg(long, conflicts_with = "subprocesses")]
+    no_subprocesses: bool,
+    /// CPU time only: no memory or copy columns (no library loaded into the target).
+    #[arg(long)]
+    cpu_only: bool,
+    /// With a COMMAND: where its stdout and stderr go while the screen is ours (default: a
+    /// file in the temporary directory, named when `top` ends).
+    #[arg(long, value_name = "FILE")]
+    command_output: Option<std::path::PathBuf>,
+    #[command(flatten)]
+    record: RecordArgs,
+    /// The command to run and watch, after `--`.
+    #[arg(last = true, value_name = "COMMAND")]
+    command: Vec<String>,
+}
+
+fn parse_refresh(s: &str) -> Result<std::time::Duration, String> {
+    let d = parse_duration(s)?;
+    if !(0.1..=60.0).contains(&d.as_secs_f64()) {
+        return Err("the refresh must be between 0.1 and 60 seconds".into());
+    }
+    Ok(d)
 }
 
 #[derive(clap::Args)]
@@ -489,6 +532,8 @@ fn run(args: RunArgs) -> anyhow::Result<i32> {
             copy_window: args.copy_window,
         }),
         gpu: args.record.gpu(),
+        live: None,
+        stdio_to: None,
     };
     let live = std::io::stderr().is_terminal();
     let outcome = session::run(&cfg, &mut status_line(live))?;
@@ -520,6 +565,7 @@ fn attach(args: AttachArgs) -> anyhow::Result<i32> {
             ..MemoryConfig::default()
         }),
         gpu: args.record.gpu(),
+        live: None,
     };
     let live = std::io::stderr().is_terminal();
     if live {
@@ -530,6 +576,66 @@ fn attach(args: AttachArgs) -> anyhow::Result<i32> {
     loss_summary(&stats);
     emit(&profile, &args.record.output, args.record.threads)?;
     Ok(exit::OK)
+}
+
+fn top(args: TopArgs) -> anyhow::Result<i32> {
+    if !std::io::stdout().is_terminal() {
+        return Err(Usage(
+            "top draws on a terminal and stdout is not one: record with `scalene-rs attach PID` \
+             or `scalene-rs run -- COMMAND` instead",
+        )
+        .into());
+    }
+    args.record.check()?;
+    args.record.output.check()?;
+    let memory = (!args.cpu_only).then(|| MemoryConfig {
+        profile_all: args.record.profile_all,
+        ..MemoryConfig::default()
+    });
+    let mut command_output = None;
+    let target = match args.pid {
+        Some(pid) => session::TopTarget::Pid(session::AttachConfig {
+            pid,
+            duration: None,
+            sampler: args.record.sampler(),
+            locate: LocateOptions::default(),
+            follow_children: args.subprocesses,
+            memory,
+            gpu: args.record.gpu(),
+            live: None,
+        }),
+        None => {
+            let out = args.command_output.clone().unwrap_or_else(|| {
+                std::env::temp_dir().join(format!("scalene-rs-top-{}.out", std::process::id()))
+            });
+            command_output = Some(out.clone());
+            session::TopTarget::Command(session::RunConfig {
+                command: args.command.clone(),
+                sampler: args.record.sampler(),
+                follow_children: !args.no_subprocesses,
+                memory,
+                gpu: args.record.gpu(),
+                live: None,
+                stdio_to: Some(out),
+            })
+        }
+    };
+    let outcome = session::top(session::TopConfig {
+        target,
+        refresh: args.refresh,
+        exit_on_end: args.exit_on_end,
+    })?;
+    for n in &outcome.notes {
+        eprintln!("scalene-rs: {n}");
+    }
+    if let Some(out) = &command_output {
+        eprintln!("scalene-rs: the command's output is in {}", out.display());
+    }
+    if let (Some(p), Some(_)) = (&outcome.profile, &args.record.output.output) {
+        loss_summary(&outcome.stats);
+        emit(p, &args.record.output, args.record.threads)?;
+    }
+    Ok(outcome.exit_code)
 }
 
 fn view(args: ViewArgs) -> anyhow::Result<i32> {
@@ -569,6 +675,7 @@ fn main() {
     // Every command gives its exit code or an error; only here does the process exit.
     let result = match cli.command {
         Command::Dump(args) => dump(args),
+        Command::Top(args) => top(args),
         Command::Attach(args) => attach(args),
         Command::Run(args) => run(args),
         Command::View(args) => view(args),

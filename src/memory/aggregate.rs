@@ -28,7 +28,7 @@ const LEAK_THRESHOLD: f64 = 0.95;
 /// (file, line).
 pub(crate) type LineKey = (String, u32);
 
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone)]
 struct LineAcc {
     /// Bytes of the allocation windows charged here.
     alloc: f64,
@@ -52,7 +52,7 @@ struct LineAcc {
 }
 
 /// (ns, bytes) points, decimated to stay bounded.
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone)]
 struct Timeline(Vec<(u64, f64)>);
 
 impl Timeline {
@@ -74,8 +74,8 @@ impl Timeline {
     }
 }
 
-/// Folds ring events.
-#[derive(Debug, Default)]
+/// Folds ring events. A clone is what a live view reads while the recording goes on.
+#[derive(Debug, Default, Clone)]
 pub(crate) struct MemoryAggregator {
     lines: HashMap<LineKey, LineAcc>,
     /// Sampled pointers still live.
@@ -96,7 +96,7 @@ pub(crate) struct MemoryAggregator {
 }
 
 /// A sampled pointer still live: the line charged and the bytes it stands for.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 struct Watch {
     line: LineKey,
     bytes: f64,

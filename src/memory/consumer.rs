@@ -93,7 +93,20 @@ pub(crate) fn take_over_ring(main: &Path, pid: i32) -> Result<Option<Ring>, Stri
 pub(crate) struct MemoryRecorder {
     stop: Arc<AtomicBool>,
     handle: JoinHandle<(MemoryAggregator, RingTotals)>,
+    live: Arc<LiveCopy>,
 }
+
+/// A copy of a recorder's figures so far, for a live view (`top`), made by the recorder's
+/// own thread at most every [`LIVE_COPY_EVERY`] once somebody asked for one.
+#[derive(Default)]
+struct LiveCopy {
+    wanted: AtomicBool,
+    copy: std::sync::Mutex<Option<(MemoryAggregator, RingTotals)>>,
+}
+
+/// How often a recorder copies its figures for a live view: twice per refresh of the
+/// default one-second view, so a view is at most half a second behind its memory.
+const LIVE_COPY_EVERY: Duration = Duration::from_millis(500);
 
 impl MemoryRecorder {
     /// Starts reading `ring` for the process `proc` (a handle of its own, see
@@ -108,15 +121,28 @@ impl MemoryRecorder {
     ) -> MemoryRecorder {
         let stop = Arc::new(AtomicBool::new(false));
         let stop2 = stop.clone();
+        let live = Arc::new(LiveCopy::default());
+        let live2 = live.clone();
         let name = match ring.producer_pid() {
             0 => "memory".to_string(),
             pid => format!("memory-{pid}"),
         };
         let handle = std::thread::Builder::new()
             .name(name)
-            .spawn(move || consume(&mut ring, proc, &cfg, native, &stop2))
+            .spawn(move || consume(&mut ring, proc, &cfg, native, &stop2, &live2))
             .expect("spawning the memory thread");
-        MemoryRecorder { stop, handle }
+        MemoryRecorder { stop, handle, live }
+    }
+
+    /// The figures so far, as the recorder's thread last copied them (None until it has:
+    /// the first call asks for copies from then on).
+    pub(crate) fn live_copy(&self) -> Option<(MemoryAggregator, RingTotals)> {
+        self.live.wanted.store(true, Ordering::Relaxed);
+        self.live
+            .copy
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
     }
 
     /// Stops after reading what is left; returns the folded events and the ring's totals.
@@ -138,6 +164,7 @@ fn consume(
     cfg: &MemoryConfig,
     native: Option<SharedCache>,
     stop: &AtomicBool,
+    live: &LiveCopy,
 ) -> (MemoryAggregator, RingTotals) {
     let mut agg = MemoryAggregator::new();
     let mut reader = proc.map(|p| {
@@ -161,6 +188,7 @@ fn consume(
     let (mut handshakes, mut waited_ns) = (0u64, 0u64);
     let mut carried = HashMap::new();
     let mut last_footprint = Instant::now();
+    let mut last_copy: Option<Instant> = None;
     // Once told to stop, the events reserved by then are the recording's last: a process
     // that goes on allocating must not keep the recording (and our answers) going.
     let mut end: Option<u64> = None;
@@ -231,14 +259,30 @@ fn consume(
             last_footprint = Instant::now();
             agg.footprint_at(layout::now_ns(), ring.footprint());
         }
+        if live.wanted.load(Ordering::Relaxed)
+            && last_copy.is_none_or(|t| t.elapsed() >= LIVE_COPY_EVERY)
+        {
+            last_copy = Some(Instant::now());
+            let copy = (agg.clone(), ring_totals(ring, handshakes, waited_ns));
+            *live.copy.lock().unwrap_or_else(|e| e.into_inner()) = Some(copy);
+        }
         // A producer that waits rings the doorbell: idle, we look at other events (frees)
         // less often. A program of many processes has a reader per process, mostly idle.
         let nap = if any { BUSY_NAP } else { IDLE_NAP };
         bell = ring.wait_doorbell(bell, nap);
     }
     // Handshakes were turned off at the stop (the only way out of the loop).
+    let totals = ring_totals(ring, handshakes, waited_ns);
+    if let Some(n) = native {
+        agg.set_native_counts(n.counts);
+    }
+    (agg, totals)
+}
+
+/// The ring's totals now, with the handshakes answered and how long they waited.
+fn ring_totals(ring: &Ring, handshakes: u64, waited_ns: u64) -> RingTotals {
     let h = ring.header();
-    let totals = RingTotals {
+    RingTotals {
         peak_bytes: ring.peak(),
         window: h.window.load(Ordering::Relaxed),
         copy_window: h.copy_window.load(Ordering::Relaxed),
@@ -246,11 +290,7 @@ fn consume(
         handshake_timeouts: ring.handshake_timeouts(),
         handshakes,
         handshake_wait_ns: waited_ns,
-    };
-    if let Some(n) = native {
-        agg.set_native_counts(n.counts);
     }
-    (agg, totals)
 }
 
 /// How long the stack read at a thread's handshake stands for its events sent without

@@ -369,6 +369,33 @@ impl Fleet {
         Some(figures)
     }
 
+    /// Every process's memory so far, merged, while the recording goes on (a live view):
+    /// the finished images' and each running recorder's last copy (see
+    /// [`MemoryRecorder::live_copy`]). None until some memory was read.
+    pub(crate) fn live_memory(&self) -> Option<(MemoryAggregator, RingTotals)> {
+        let now = layout::now_ns();
+        let mut parts: Vec<(MemoryAggregator, RingTotals, u64)> = self
+            .done
+            .iter()
+            .map(|f| (f.agg.clone(), f.totals, f.end_ns))
+            .collect();
+        parts.extend(
+            self.live
+                .values()
+                .filter_map(|r| r.live_copy())
+                .map(|(agg, totals)| (agg, totals, now)),
+        );
+        if parts.is_empty() {
+            return None;
+        }
+        let defaults = RingTotals {
+            window: self.cfg.window,
+            copy_window: self.cfg.copy_window,
+            ..RingTotals::default()
+        };
+        Some(MemoryAggregator::merge_processes(parts, defaults))
+    }
+
     /// Stops every reader and merges every process's memory (see
     /// [`MemoryAggregator::merge_processes`]). `run` always has a result (the program's
     /// memory was recorded, if only as nothing); `attach` only when some ring was read.

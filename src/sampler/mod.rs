@@ -201,6 +201,9 @@ pub struct Sampler {
     /// Whether the last CPU reading was a short one (see `ran`): no thread outside the
     /// listing ran.
     cpu_short: bool,
+    /// The last snapshot's Python threads: how many ran (not idle, not at rest), and how
+    /// many did not (a live view's header).
+    pub(crate) threads_now: (usize, usize),
     /// Whether the last snapshot had a Python thread without a kernel id (before 3.11 a
     /// new thread's is found through the listing, so one is due soon).
     unmapped: bool,
@@ -269,6 +272,7 @@ impl Sampler {
             outcome: Vec::new(),
             cpu_short: false,
             unmapped: false,
+            threads_now: (0, 0),
         }
         .with_handshake_range()
     }

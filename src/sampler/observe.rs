@@ -138,6 +138,12 @@ impl Sampler {
         snap.use_task_stacks(self.cfg.wall.then_some(&mut waiting));
         self.stats.samples += 1;
         self.stats.unchanged += snap.left_out as u64;
+        let active = snap
+            .threads
+            .iter()
+            .filter(|t| !t.idle && !t.unchanged)
+            .count();
+        self.threads_now = (active, snap.threads.len() + snap.left_out - active);
         for t in &snap.woken {
             let c = self.wake_credit.entry(*t).or_insert(0.0);
             *c = (*c + WOKEN_S).min(3.0 * WOKEN_S);

@@ -265,6 +265,18 @@ impl ProcessTree {
         all
     }
 
+    /// The Python threads of every running process at its last sample: how many ran, and
+    /// how many did not.
+    pub(crate) fn threads_now(&self) -> (usize, usize) {
+        self.tracked
+            .values()
+            .filter_map(|t| match t {
+                Tracked::Sampling { sampler, .. } => Some(sampler.threads_now),
+                Tracked::Other { .. } => None,
+            })
+            .fold((0, 0), |(a, i), (a2, i2)| (a + a2, i + i2))
+    }
+
     /// Ends every image (the recording is over): see [`ProcessTree::take_retired`].
     pub(crate) fn retire_all(&mut self) {
         let pids: Vec<i32> = self.tracked.keys().copied().collect();
@@ -493,18 +505,48 @@ impl ProcessTree {
     /// The merged profile of every process sampled.
     pub(crate) fn finish(mut self, program: String) -> Profile {
         self.retire_all();
+        self.profile_so_far(program, &mut HashMap::new())
+    }
+
+    /// Every sampler, finished or running, with its command and serial.
+    fn samplers(&self) -> impl Iterator<Item = (&Sampler, &str, u64)> {
+        let done = self
+            .done
+            .iter()
+            .map(|d| (&*d.sampler, d.command.as_str(), d.serial));
+        let live = self.tracked.values().filter_map(|t| match t {
+            Tracked::Sampling {
+                sampler,
+                command,
+                serial,
+                ..
+            } => Some((&**sampler, command.as_str(), *serial)),
+            Tracked::Other { .. } => None,
+        });
+        done.chain(live)
+    }
+
+    /// The merged profile of every process sampled so far, finished or running (a live
+    /// view's, while the recording goes on). `sources` keeps the files' text from one call
+    /// to the next: each file is read once.
+    pub(crate) fn profile_so_far(
+        &self,
+        program: String,
+        sources: &mut HashMap<String, Option<Vec<String>>>,
+    ) -> Profile {
         let mut agg = Aggregator::new();
         let mut views: Vec<(i32, Option<String>)> = Vec::new();
         let mut processes = Vec::new();
-        for d in &self.done {
-            let s = &d.sampler;
+        let mut procs: Vec<&PythonProcess> = Vec::new();
+        for (s, command, serial) in self.samplers() {
             agg.absorb(s.aggregator());
             let v = s.reader.process().version.to_string();
             views.push((s.reader.process().pid, s.cwd().map(str::to_string)));
-            let mem = self.memory.get(&d.serial);
+            procs.push(s.reader.process());
+            let mem = self.memory.get(&serial);
             processes.push(ProcessProfile {
                 pid: s.reader.process().pid,
-                command: d.command.clone(),
+                command: command.to_string(),
                 python_version: v,
                 samples: s.stats.samples,
                 cpu_pct: s.aggregator().total_s(),
@@ -522,23 +564,17 @@ impl ProcessTree {
                 0.0
             };
         }
-        let procs: Vec<&PythonProcess> = self
-            .done
-            .iter()
-            .map(|d| d.sampler.reader.process())
-            .collect();
         let meta = super::profile_meta(&self.cfg, program, self.root, &procs, &self.stats);
         // A file's source as the first process that can read it sees it.
-        let mut cache: HashMap<String, Option<Vec<String>>> = HashMap::new();
-        for d in &self.done {
-            for (file, text) in d.sampler.sources() {
-                if text.is_some() {
-                    cache.entry(file.clone()).or_insert_with(|| text.clone());
+        for (s, _, _) in self.samplers() {
+            for (file, text) in s.sources() {
+                if text.is_some() && !sources.contains_key(file) {
+                    sources.insert(file.clone(), text.clone());
                 }
             }
         }
         let mut profile = agg.finish(meta, &mut |file| {
-            cache
+            sources
                 .entry(file.to_string())
                 .or_insert_with(|| {
                     views.iter().find_map(|(pid, cwd)| {

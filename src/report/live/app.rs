@@ -312,7 +312,10 @@ impl App {
 
     fn cycle_sort(&mut self, step: isize) {
         let sorts = self.sorts();
-        let at = sorts.iter().position(|k| *k == self.query.sort).unwrap_or(0) as isize;
+        let at = sorts
+            .iter()
+            .position(|k| *k == self.query.sort)
+            .unwrap_or(0) as isize;
         let n = sorts.len() as isize;
         if n > 0 {
             self.query.sort = sorts[(at + step).rem_euclid(n) as usize];
@@ -339,7 +342,11 @@ impl App {
         let next = if dir > 0 {
             REFRESH_STEPS.iter().copied().find(|s| *s > now + 1e-9)
         } else {
-            REFRESH_STEPS.iter().rev().copied().find(|s| *s < now - 1e-9)
+            REFRESH_STEPS
+                .iter()
+                .rev()
+                .copied()
+                .find(|s| *s < now - 1e-9)
         };
         match next {
             Some(s) => {

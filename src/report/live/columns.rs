@@ -118,11 +118,7 @@ impl Column {
     pub(crate) fn is_figure(self) -> bool {
         !matches!(
             self,
-            Column::Location
-                | Column::Function
-                | Column::NativeTop
-                | Column::Task
-                | Column::Source
+            Column::Location | Column::Function | Column::NativeTop | Column::Task | Column::Source
         )
     }
 
@@ -173,8 +169,7 @@ pub(crate) fn fit(
 ) -> Vec<(Column, usize)> {
     let mut cols: Vec<Column> = wanted.to_vec();
     let need = |cols: &[Column]| -> usize {
-        cols.iter().map(|c| c.bounds(view, x).0).sum::<usize>()
-            + GAP * cols.len().saturating_sub(1)
+        cols.iter().map(|c| c.bounds(view, x).0).sum::<usize>() + GAP * cols.len().saturating_sub(1)
     };
     for drop in DROP_ORDER {
         if need(&cols) <= width {

@@ -119,7 +119,12 @@ fn table(app: &App, rows: &[Row], area: Rect) -> Vec<Line<'static>> {
             } else {
                 cut_end
             };
-            spans.push(Span::raw(fit_text(&text_of(r, *c, x), *w, c.is_figure(), cut)));
+            spans.push(Span::raw(fit_text(
+                &text_of(r, *c, x),
+                *w,
+                c.is_figure(),
+                cut,
+            )));
         }
         let style = if r.total_pct >= HOT_PCT {
             Style::default().add_modifier(Modifier::BOLD)
@@ -212,7 +217,10 @@ fn help(app: &App) -> Vec<Line<'static>> {
             "/",
             "filter by file or function (Enter applies, Esc clears)".to_string(),
         ),
-        ("p, space", "pause the display (the sampling goes on)".to_string()),
+        (
+            "p, space",
+            "pause the display (the sampling goes on)".to_string(),
+        ),
         ("r", "reset the counts: windows start now".to_string()),
         (
             "+, -",

@@ -6,6 +6,12 @@
 //! an attach on Ctrl-C, a duration, or the target's exit; for `dump`, the reader it needs.
 //! Must not: render reports (the caller does) or change anything in the target.
 
+mod live;
+mod top;
+
+pub use live::LiveLink;
+pub use top::{top, TopConfig, TopOutcome, TopTarget};
+
 use crate::error::{Error, Result};
 use crate::gpu::ledger::{GpuResult, Ledger};
 use crate::gpu::monitor::Monitor;
@@ -89,6 +95,12 @@ pub struct RunConfig {
     pub memory: Option<MemoryConfig>,
     /// GPU watching through NVML; None with `--no-gpu`.
     pub gpu: Option<GpuConfig>,
+    /// A live view watches (`top`): pictures go to it, it says when to stop, and it owns
+    /// the signals (none are caught here).
+    pub live: Option<LiveLink>,
+    /// The command's stdout and stderr go to this file instead of ours, its stdin is
+    /// /dev/null (`top` draws on the terminal and reads its keys).
+    pub stdio_to: Option<std::path::PathBuf>,
 }
 
 /// The outcome of `run`.
@@ -125,8 +137,14 @@ pub fn run(cfg: &RunConfig, progress: &mut dyn FnMut(&Stats)) -> Result<RunOutco
         Signal::SIGUSR1,
         Signal::SIGUSR2,
     ];
-    catch(&all, &all);
+    if cfg.live.is_none() {
+        catch(&all, &all);
+    }
     let (mut child, memory) = start(cfg)?;
+    if let Some(link) = &cfg.live {
+        link.child
+            .store(child.id() as i32, std::sync::atomic::Ordering::SeqCst);
+    }
     let unprofiled = |status, note: &str| RunOutcome {
         profile: None,
         status,
@@ -189,6 +207,17 @@ fn start(cfg: &RunConfig) -> Result<(Child, Option<MemorySetup>)> {
             libc::pthread_sigmask(libc::SIG_SETMASK, &mask, std::ptr::null_mut());
             Ok(())
         });
+    }
+    if let Some(path) = &cfg.stdio_to {
+        let out = std::fs::File::create(path)
+            .map_err(|e| Error::io(format!("creating {}", path.display()), e))?;
+        let err = out
+            .try_clone()
+            .map_err(|e| Error::io(format!("opening {}", path.display()), e))?;
+        command
+            .stdin(std::process::Stdio::null())
+            .stdout(out)
+            .stderr(err);
     }
     if let Some(m) = &memory {
         // Following children, each Python process of the program other than the one that
@@ -341,15 +370,23 @@ fn record(
     let rate = cfg.sampler.rate_hz;
     let mut gpu = cfg.gpu.as_ref().map(GpuRecording::start);
     let courteous = cfg.sampler.courteous(fleet.is_some());
+    let mut publisher = cfg
+        .live
+        .clone()
+        .map(|l| live::Publisher::new(l, cfg.command.join(" "), pid, rate));
     let result = crate::sampler::drive(
         &mut Recording {
             tree: &mut tree,
             fleet: fleet.as_mut(),
             gpu: gpu.as_mut(),
             settled: None,
+            live: publisher.as_mut(),
         },
         rate,
         &mut || {
+            if cfg.live.as_ref().is_some_and(LiveLink::stopping) {
+                return true;
+            }
             forward_signals(pid);
             match try_wait_exit(&child) {
                 Ok(Some(s)) => {
@@ -402,6 +439,9 @@ fn record(
     if let Some(g) = gpu {
         merge_gpu(&mut profile, g, pid, cwd.as_deref());
     }
+    if let Some(p) = &mut publisher {
+        p.finish(profile.clone(), &stats, Some(exit_code(&status)));
+    }
     Ok(RunOutcome {
         profile: Some(profile),
         status,
@@ -420,6 +460,8 @@ struct Recording<'a> {
     /// `attach`: set to the moment process PID's memory was settled (counted, or refused
     /// with its reason), from which `--duration` runs.
     settled: Option<(&'a std::cell::Cell<Option<Instant>>, i32)>,
+    /// A live view's pictures, taken between ticks.
+    live: Option<&'a mut live::Publisher>,
 }
 
 impl Ticker for Recording<'_> {
@@ -439,6 +481,9 @@ impl Ticker for Recording<'_> {
                     at.set(Some(Instant::now()));
                 }
             }
+        }
+        if let Some(p) = self.live.as_deref_mut() {
+            p.tick(self.tree, self.fleet.as_deref());
         }
         Ok(more)
     }
@@ -639,6 +684,8 @@ pub struct AttachConfig {
     pub memory: Option<MemoryConfig>,
     /// GPU watching through NVML; None with `--no-gpu`.
     pub gpu: Option<GpuConfig>,
+    /// A live view watches (`top`): see [`RunConfig::live`].
+    pub live: Option<LiveLink>,
 }
 
 /// Profiles a running process until Ctrl-C (SIGINT), SIGTERM, SIGHUP (unless ignored, as
@@ -663,10 +710,12 @@ pub fn attach(cfg: &AttachConfig, progress: &mut dyn FnMut(&Stats)) -> Result<(P
     // SIGINT and SIGTERM ask us to stop, also where a script started us with them ignored
     // (a background job: its `kill -INT` stops us as it always did); a hang-up under `nohup`
     // does not.
-    catch(
-        &[Signal::SIGINT, Signal::SIGTERM, Signal::SIGHUP],
-        &[Signal::SIGHUP],
-    );
+    if cfg.live.is_none() {
+        catch(
+            &[Signal::SIGINT, Signal::SIGTERM, Signal::SIGHUP],
+            &[Signal::SIGHUP],
+        );
+    }
     let mut notes = Vec::new();
     // Memory: each process's ring, taken over from the `run` that started the program.
     let cwd = crate::proc::cwd(cfg.pid);
@@ -688,16 +737,22 @@ pub fn attach(cfg: &AttachConfig, progress: &mut dyn FnMut(&Stats)) -> Result<(P
     // so that a short attach still counts memory; without memory, from the start.
     let settled = std::cell::Cell::new(fleet.is_none().then_some(start));
     let courteous = cfg.sampler.courteous(fleet.is_some());
+    let mut publisher = cfg
+        .live
+        .clone()
+        .map(|l| live::Publisher::new(l, program.clone(), cfg.pid, cfg.sampler.rate_hz));
     let result = crate::sampler::drive(
         &mut Recording {
             tree: &mut tree,
             fleet: fleet.as_mut(),
             gpu: gpu.as_mut(),
             settled: Some((&settled, cfg.pid)),
+            live: publisher.as_mut(),
         },
         cfg.sampler.rate_hz,
         &mut || {
-            !take_pending().is_empty()
+            cfg.live.as_ref().is_some_and(LiveLink::stopping)
+                || !take_pending().is_empty()
                 || duration.is_some_and(|d| match settled.get() {
                     Some(t) => t.elapsed() >= d,
                     None => start.elapsed() >= d + MEMORY_SETTLE_MAX,

@@ -1,0 +1,177 @@
+//! The recording's side of a live view (`top`): pictures of the profile so far, taken
+//! between ticks and handed to the view down a channel.
+//!
+//! Owns: [`LiveLink`] (what a recording shares with its view: the channel, the refresh
+//! period, the stop asked for, the command's pid) and [`Publisher`], which takes a picture
+//! ([`LiveFrame`]) once per refresh.
+//! Must not: draw, or wait on the view. A full channel drops the picture (the view shows
+//! the newest one anyway), so a terminal that is slow to draw never slows the sampling.
+
+use crate::memory::fleet::Fleet;
+use crate::profile::Profile;
+use crate::report::live::{LiveFrame, LiveHeader, LiveProcess};
+use crate::sampler::tree::ProcessTree;
+use crate::sampler::Stats;
+use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, Ordering};
+use std::sync::mpsc::{SyncSender, TrySendError};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Footprint points kept for the header's sparkline: two minutes at the default refresh.
+const FOOTPRINT_POINTS: usize = 120;
+
+/// What a recording shares with the live view that watches it.
+#[derive(Debug, Clone)]
+pub struct LiveLink {
+    /// Where pictures go (bounded: a full channel drops the picture).
+    pub frames: SyncSender<LiveFrame>,
+    /// How often a picture is taken, milliseconds (the view's `+` / `-` change it).
+    pub refresh_ms: Arc<AtomicU64>,
+    /// Set by the view's side: the recording is to end now.
+    pub stop: Arc<AtomicBool>,
+    /// `top -- COMMAND`: the command's pid once it started (0 before).
+    pub child: Arc<AtomicI32>,
+}
+
+impl LiveLink {
+    /// A link whose pictures go to `frames`, taken every `refresh`.
+    pub fn new(frames: SyncSender<LiveFrame>, refresh: Duration) -> LiveLink {
+        LiveLink {
+            frames,
+            refresh_ms: Arc::new(AtomicU64::new(refresh.as_millis().max(1) as u64)),
+            stop: Arc::new(AtomicBool::new(false)),
+            child: Arc::new(AtomicI32::new(0)),
+        }
+    }
+
+    /// Whether the view asked the recording to end.
+    pub(crate) fn stopping(&self) -> bool {
+        self.stop.load(Ordering::SeqCst)
+    }
+
+    fn refresh(&self) -> Duration {
+        Duration::from_millis(self.refresh_ms.load(Ordering::Relaxed).max(1))
+    }
+}
+
+/// Takes a picture of the recording once per refresh, between ticks.
+pub(crate) struct Publisher {
+    link: LiveLink,
+    /// The command line shown as the profile's program.
+    program: String,
+    /// The root process (its view of the files gives the memory lines' sources).
+    pid: i32,
+    cwd: Option<String>,
+    requested_hz: f64,
+    last: Option<Instant>,
+    /// Each file's text, read once.
+    sources: HashMap<String, Option<Vec<String>>>,
+    footprint: VecDeque<f64>,
+    /// How long the last picture took (the cost of a live view, between ticks).
+    pub(crate) last_cost: Duration,
+}
+
+impl Publisher {
+    pub(crate) fn new(link: LiveLink, program: String, pid: i32, requested_hz: f64) -> Self {
+        Publisher {
+            link,
+            program,
+            pid,
+            cwd: crate::proc::cwd(pid),
+            requested_hz,
+            last: None,
+            sources: HashMap::new(),
+            footprint: VecDeque::new(),
+            last_cost: Duration::ZERO,
+        }
+    }
+
+    /// After a tick: a picture when one is due.
+    pub(crate) fn tick(&mut self, tree: &ProcessTree, fleet: Option<&Fleet>) {
+        if self.last.is_some_and(|t| t.elapsed() < self.link.refresh()) {
+            return;
+        }
+        let began = Instant::now();
+        self.last = Some(began);
+        let mut profile = tree.profile_so_far(self.program.clone(), &mut self.sources);
+        if let Some((agg, totals)) = fleet.and_then(Fleet::live_memory) {
+            let (pid, cwd, sources) = (self.pid, self.cwd.as_deref(), &mut self.sources);
+            agg.merge_into(&mut profile, totals, &mut |file| {
+                sources
+                    .entry(file.to_string())
+                    .or_insert_with(|| {
+                        crate::sampler::read_source(pid, &crate::sampler::absolute(file, cwd))
+                    })
+                    .clone()
+            });
+        }
+        if let Some(m) = &profile.memory {
+            if let Some(&[_, mb]) = m.timeline.last() {
+                if self.footprint.len() == FOOTPRINT_POINTS {
+                    self.footprint.pop_front();
+                }
+                self.footprint.push_back(mb);
+            }
+        }
+        let header = self.header(&profile, &tree.stats, tree.threads_now(), None);
+        self.send(LiveFrame { profile, header });
+        self.last_cost = began.elapsed();
+    }
+
+    /// The last picture: the finished profile, and the command's exit code when it exited.
+    pub(crate) fn finish(&mut self, profile: Profile, stats: &Stats, exited: Option<i32>) {
+        let header = self.header(&profile, stats, (0, 0), exited);
+        self.send(LiveFrame { profile, header });
+    }
+
+    fn header(
+        &self,
+        profile: &Profile,
+        stats: &Stats,
+        (active, idle): (usize, usize),
+        exited: Option<i32>,
+    ) -> LiveHeader {
+        let processes = if profile.processes.is_empty() {
+            vec![LiveProcess {
+                pid: profile.meta.pid,
+                command: profile.meta.program.clone(),
+                python_version: profile.meta.python_version.clone(),
+                cpu_pct: 100.0,
+            }]
+        } else {
+            profile
+                .processes
+                .iter()
+                .map(|p| LiveProcess {
+                    pid: p.pid,
+                    command: p.command.clone(),
+                    python_version: p.python_version.clone(),
+                    cpu_pct: p.cpu_pct,
+                })
+                .collect()
+        };
+        LiveHeader {
+            processes,
+            rate_requested_hz: self.requested_hz,
+            samples: stats.samples,
+            lost: stats.missed + stats.errors,
+            elapsed: stats.elapsed,
+            gil_pct: None,
+            threads_active: active,
+            threads_idle: idle,
+            footprint_mb: self.footprint.iter().copied().collect(),
+            gpu: None,
+            exited,
+            note: stats.notes.first().cloned(),
+        }
+    }
+
+    fn send(&self, frame: LiveFrame) {
+        match self.link.frames.try_send(frame) {
+            Ok(()) | Err(TrySendError::Full(_)) => {}
+            // The view is gone: the recording goes on until told to stop.
+            Err(TrySendError::Disconnected(_)) => {}
+        }
+    }
+}
