@@ -1,7 +1,8 @@
 //! The live view's state: the frames it holds, what the user asked to see, and the keys.
 //!
 //! Owns: [`App`] (frames in with [`App::update`], keys in with [`App::key`], the screen
-//! out with [`App::draw`]), [`LiveOptions`], [`Action`] and [`WindowKind`].
+//! out with [`App::draw`], written in `screen`), [`LiveOptions`], [`Action`] and
+//! [`WindowKind`].
 //! Must not: read the terminal, wait, or sample: the loop (`run`) feeds it, and tests
 //! drive it with frames and keys alone.
 //!
@@ -312,7 +313,10 @@ impl App {
 
     fn cycle_sort(&mut self, step: isize) {
         let sorts = self.sorts();
-        let at = sorts.iter().position(|k| *k == self.query.sort).unwrap_or(0) as isize;
+        let at = sorts
+            .iter()
+            .position(|k| *k == self.query.sort)
+            .unwrap_or(0) as isize;
         let n = sorts.len() as isize;
         if n > 0 {
             self.query.sort = sorts[(at + step).rem_euclid(n) as usize];
@@ -339,7 +343,11 @@ impl App {
         let next = if dir > 0 {
             REFRESH_STEPS.iter().copied().find(|s| *s > now + 1e-9)
         } else {
-            REFRESH_STEPS.iter().rev().copied().find(|s| *s < now - 1e-9)
+            REFRESH_STEPS
+                .iter()
+                .rev()
+                .copied()
+                .find(|s| *s < now - 1e-9)
         };
         match next {
             Some(s) => {
@@ -348,10 +356,5 @@ impl App {
             }
             None => Action::None,
         }
-    }
-
-    /// Draws the screen.
-    pub fn draw(&self, f: &mut ratatui::Frame) {
-        super::screen::draw(self, f);
     }
 }

@@ -118,11 +118,7 @@ impl Column {
     pub(crate) fn is_figure(self) -> bool {
         !matches!(
             self,
-            Column::Location
-                | Column::Function
-                | Column::NativeTop
-                | Column::Task
-                | Column::Source
+            Column::Location | Column::Function | Column::NativeTop | Column::Task | Column::Source
         )
     }
 
@@ -145,7 +141,7 @@ impl Column {
     /// (fewest, most) characters a column takes; text columns grow from the first to the
     /// second as their text asks and the room allows. A figure column holds its heading
     /// and the sort mark.
-    fn bounds(self, view: View, x: Extras) -> (usize, usize) {
+    pub(crate) fn bounds(self, view: View, x: Extras) -> (usize, usize) {
         let heading = self.heading(view, x).chars().count() + 1;
         match self {
             Column::Location => (12, 40),
@@ -173,8 +169,7 @@ pub(crate) fn fit(
 ) -> Vec<(Column, usize)> {
     let mut cols: Vec<Column> = wanted.to_vec();
     let need = |cols: &[Column]| -> usize {
-        cols.iter().map(|c| c.bounds(view, x).0).sum::<usize>()
-            + GAP * cols.len().saturating_sub(1)
+        cols.iter().map(|c| c.bounds(view, x).0).sum::<usize>() + GAP * cols.len().saturating_sub(1)
     };
     for drop in DROP_ORDER {
         if need(&cols) <= width {

@@ -146,11 +146,7 @@ fn processes(app: &App, w: &Tally) -> Vec<String> {
         } else {
             0.0
         };
-        parts.push(format!(
-            "{} {share:.1}% {}",
-            p.pid,
-            cut_end(&p.command, 40)
-        ));
+        parts.push(format!("{} {share:.1}% {}", p.pid, cut_end(&p.command, 40)));
     }
     parts
 }

@@ -30,8 +30,7 @@ pub use app::{Action, App, LiveOptions, WindowKind};
 pub use frame::{LiveFrame, LiveGpu, LiveHeader, LiveProcess};
 pub use model::{Query, Row, SortKey, View};
 pub use terminal::{
-    enter_sequence, is_terminal, quit_on_signals, restore_sequence, restore_terminal,
-    TerminalGuard,
+    enter_sequence, is_terminal, quit_on_signals, restore_sequence, restore_terminal, TerminalGuard,
 };
 
 use crossterm::event::{Event, KeyEventKind};

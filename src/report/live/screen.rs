@@ -23,8 +23,15 @@ const HOT_PCT: f64 = 10.0;
 /// The header takes at most this share of the screen's lines; the table the rest.
 const HEADER_MAX_SHARE: f64 = 0.5;
 
+impl App {
+    /// Draws the screen on ratatui's frame (any backend: the terminal, or a test's).
+    pub fn draw(&self, f: &mut ratatui::Frame) {
+        draw(self, f);
+    }
+}
+
 /// Draws the whole screen.
-pub(crate) fn draw(app: &App, f: &mut ratatui::Frame) {
+fn draw(app: &App, f: &mut ratatui::Frame) {
     let area = f.area();
     if area.width == 0 || area.height == 0 {
         return;
@@ -119,7 +126,12 @@ fn table(app: &App, rows: &[Row], area: Rect) -> Vec<Line<'static>> {
             } else {
                 cut_end
             };
-            spans.push(Span::raw(fit_text(&text_of(r, *c, x), *w, c.is_figure(), cut)));
+            spans.push(Span::raw(fit_text(
+                &text_of(r, *c, x),
+                *w,
+                c.is_figure(),
+                cut,
+            )));
         }
         let style = if r.total_pct >= HOT_PCT {
             Style::default().add_modifier(Modifier::BOLD)
@@ -182,13 +194,33 @@ fn footer(app: &App, shown: usize, all: usize, width: usize) -> Line<'static> {
             Style::default().add_modifier(Modifier::BOLD),
         );
     }
-    let rows = if shown < all {
+    let mut text = if shown < all {
         format!("{shown} of {all} {} · ", app.query.view.name())
     } else {
         String::new()
     };
-    let keys = "q quit  ? help  w window  s sort  v view  t thread  / filter  p pause  r reset  +/- refresh";
-    Line::raw(cut_end(&format!("{rows}{keys}"), width))
+    // As many keys as fit, most needed first; `?` lists them all.
+    let keys = [
+        "q quit",
+        "? help",
+        "s sort",
+        "v view",
+        "w window",
+        "t thread",
+        "/ filter",
+        "p pause",
+        "r reset",
+        "+/- refresh",
+    ];
+    for (i, k) in keys.iter().enumerate() {
+        let gap = if i == 0 { "" } else { "  " };
+        if text.chars().count() + gap.len() + k.chars().count() > width {
+            break;
+        }
+        text.push_str(gap);
+        text.push_str(k);
+    }
+    Line::raw(cut_end(&text, width))
 }
 
 /// The help screen's lines.
@@ -212,7 +244,10 @@ fn help(app: &App) -> Vec<Line<'static>> {
             "/",
             "filter by file or function (Enter applies, Esc clears)".to_string(),
         ),
-        ("p, space", "pause the display (the sampling goes on)".to_string()),
+        (
+            "p, space",
+            "pause the display (the sampling goes on)".to_string(),
+        ),
         ("r", "reset the counts: windows start now".to_string()),
         (
             "+, -",

@@ -12,8 +12,7 @@
 use crossterm::cursor::{Hide, Show};
 use crossterm::style::{Attribute, SetAttribute};
 use crossterm::terminal::{
-    disable_raw_mode, enable_raw_mode, Clear, ClearType, EnterAlternateScreen,
-    LeaveAlternateScreen,
+    disable_raw_mode, enable_raw_mode, Clear, ClearType, EnterAlternateScreen, LeaveAlternateScreen,
 };
 use nix::sys::signal::{self, SaFlags, SigAction, SigHandler, SigSet, Signal};
 use std::io::{self, IsTerminal as _, Write};
@@ -41,7 +40,12 @@ pub fn enter_sequence(w: &mut impl Write) -> io::Result<()> {
 /// Writes what gives the screen back: attributes reset, cursor shown, the normal screen.
 /// Raw mode is not bytes: [`restore_terminal`] leaves it too.
 pub fn restore_sequence(w: &mut impl Write) -> io::Result<()> {
-    crossterm::queue!(w, SetAttribute(Attribute::Reset), Show, LeaveAlternateScreen)?;
+    crossterm::queue!(
+        w,
+        SetAttribute(Attribute::Reset),
+        Show,
+        LeaveAlternateScreen
+    )?;
     w.flush()
 }
 
@@ -138,5 +142,4 @@ mod tests {
         // cursor state per screen).
         assert!(restore.find("\x1b[?25h") < restore.find("\x1b[?1049l"));
     }
-
 }
