@@ -148,6 +148,7 @@ const SCREENS: &[(&str, u16, u16, &str)] = &[
     ("filter", 160, 40, "/render\n"),
     ("filter-typing", 160, 40, "/rend"),
     ("help", 160, 40, "?"),
+    ("help-narrow", 60, 20, "?"),
 ];
 
 /// Whether this run writes the expected files instead of comparing with them.

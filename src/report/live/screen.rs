@@ -16,7 +16,7 @@ use super::model::Row;
 use ratatui::layout::Rect;
 use ratatui::style::{Modifier, Style};
 use ratatui::text::{Line, Span};
-use ratatui::widgets::Paragraph;
+use ratatui::widgets::{Paragraph, Wrap};
 
 /// A row whose share is at least this (percent) is shown bold.
 const HOT_PCT: f64 = 10.0;
@@ -39,7 +39,10 @@ fn draw(app: &App, f: &mut ratatui::Frame) {
     let width = area.width as usize;
     let mut top: Vec<Line> = vec![header::title(app, width)];
     let max_head = ((area.height as f64 * HEADER_MAX_SHARE) as usize).max(1);
-    top.extend(header::lines(app, width).into_iter().take(max_head - 1));
+    // The help takes every line under the title.
+    if !app.help {
+        top.extend(header::lines(app, width).into_iter().take(max_head - 1));
+    }
     let head_h = (top.len() as u16).min(area.height);
     let foot_h = u16::from(area.height > head_h);
     let body = Rect {
@@ -57,7 +60,8 @@ fn draw(app: &App, f: &mut ratatui::Frame) {
     );
     let rows = app.rows();
     if app.help {
-        f.render_widget(Paragraph::new(help(app)), body);
+        // Wrapped: a narrow terminal still reads every key.
+        f.render_widget(Paragraph::new(help(app)).wrap(Wrap { trim: false }), body);
     } else {
         f.render_widget(Paragraph::new(table(app, &rows, body)), body);
     }
