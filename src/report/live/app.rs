@@ -1,7 +1,8 @@
 //! The live view's state: the frames it holds, what the user asked to see, and the keys.
 //!
 //! Owns: [`App`] (frames in with [`App::update`], keys in with [`App::key`], the screen
-//! out with [`App::draw`]), [`LiveOptions`], [`Action`] and [`WindowKind`].
+//! out with [`App::draw`], written in `screen`), [`LiveOptions`], [`Action`] and
+//! [`WindowKind`].
 //! Must not: read the terminal, wait, or sample: the loop (`run`) feeds it, and tests
 //! drive it with frames and keys alone.
 //!
@@ -355,10 +356,5 @@ impl App {
             }
             None => Action::None,
         }
-    }
-
-    /// Draws the screen.
-    pub fn draw(&self, f: &mut ratatui::Frame) {
-        super::screen::draw(self, f);
     }
 }

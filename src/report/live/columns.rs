@@ -141,7 +141,7 @@ impl Column {
     /// (fewest, most) characters a column takes; text columns grow from the first to the
     /// second as their text asks and the room allows. A figure column holds its heading
     /// and the sort mark.
-    fn bounds(self, view: View, x: Extras) -> (usize, usize) {
+    pub(crate) fn bounds(self, view: View, x: Extras) -> (usize, usize) {
         let heading = self.heading(view, x).chars().count() + 1;
         match self {
             Column::Location => (12, 40),

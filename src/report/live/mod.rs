@@ -26,9 +26,8 @@ mod screen;
 mod tally;
 mod terminal;
 
-pub use app::{Action, App, LiveOptions, WindowKind};
+pub use app::{Action, App, LiveOptions};
 pub use frame::{LiveFrame, LiveGpu, LiveHeader, LiveProcess};
-pub use model::{Query, Row, SortKey, View};
 pub use terminal::{
     enter_sequence, is_terminal, quit_on_signals, restore_sequence, restore_terminal, TerminalGuard,
 };

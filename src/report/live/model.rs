@@ -8,7 +8,7 @@
 //! processes), whatever the view or the thread shown: shares of rows add up to at most
 //! 100%.
 
-use super::tally::{is_some_time, LineKey, Tally};
+use super::tally::{is_some_time, Tally, ThreadTally};
 use crate::profile::Split;
 use std::collections::BTreeMap;
 
@@ -228,17 +228,12 @@ pub(crate) fn sort(rows: &mut [Row], k: SortKey) {
 
 fn line_rows(w: &Tally, thread: Option<i32>) -> Vec<Row> {
     let mut out = Vec::new();
-    // One thread: its own lines' time (from the stacks), no memory (it is not per thread).
-    let own: Option<&BTreeMap<LineKey, Split>> = thread.map(|t| match w.threads.get(&t) {
-        Some(th) => &th.lines,
-        None => {
-            static NONE: BTreeMap<LineKey, Split> = BTreeMap::new();
-            &NONE
-        }
-    });
+    // One thread: its own lines' time and native functions (from the stacks), and no
+    // memory (it is not per thread).
+    let own: Option<Option<&ThreadTally>> = thread.map(|t| w.threads.get(&t));
     for (key, l) in &w.lines {
         let split = match own {
-            Some(by) => match by.get(key) {
+            Some(th) => match th.and_then(|th| th.lines.get(key)) {
                 Some(s) => *s,
                 None => continue,
             },
@@ -257,19 +252,21 @@ fn line_rows(w: &Tally, thread: Option<i32>) -> Vec<Row> {
             r.copy_mb_s = per_second(m.copy_mb, w.elapsed_s);
             r.peak_mb = Some(m.peak_mb);
         }
-        if own.is_none() {
-            r.native_top = top(Some(&l.native));
-        }
+        r.native_top = match own {
+            None => top(Some(&l.native)),
+            Some(th) => top(th.and_then(|th| th.line_native.get(key))),
+        };
         r.task = top(w.line_tasks.get(key));
         out.push(r);
     }
     // Lines a thread's stacks charge that the profile's lines lack (none, when the
     // profile is whole) still show.
-    if let Some(by) = own {
-        for (key, split) in by {
+    if let Some(Some(th)) = own {
+        for (key, split) in &th.lines {
             if !w.lines.contains_key(key) && is_some_time(split) {
                 let mut r = Row::new(&key.0, Some(key.1), *split, w.total_s);
                 r.function = w.function_of(key);
+                r.native_top = top(th.line_native.get(key));
                 out.push(r);
             }
         }

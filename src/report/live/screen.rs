@@ -16,15 +16,22 @@ use super::model::Row;
 use ratatui::layout::Rect;
 use ratatui::style::{Modifier, Style};
 use ratatui::text::{Line, Span};
-use ratatui::widgets::Paragraph;
+use ratatui::widgets::{Paragraph, Wrap};
 
 /// A row whose share is at least this (percent) is shown bold.
 const HOT_PCT: f64 = 10.0;
 /// The header takes at most this share of the screen's lines; the table the rest.
 const HEADER_MAX_SHARE: f64 = 0.5;
 
+impl App {
+    /// Draws the screen on ratatui's frame (any backend: the terminal, or a test's).
+    pub fn draw(&self, f: &mut ratatui::Frame) {
+        draw(self, f);
+    }
+}
+
 /// Draws the whole screen.
-pub(crate) fn draw(app: &App, f: &mut ratatui::Frame) {
+fn draw(app: &App, f: &mut ratatui::Frame) {
     let area = f.area();
     if area.width == 0 || area.height == 0 {
         return;
@@ -32,7 +39,10 @@ pub(crate) fn draw(app: &App, f: &mut ratatui::Frame) {
     let width = area.width as usize;
     let mut top: Vec<Line> = vec![header::title(app, width)];
     let max_head = ((area.height as f64 * HEADER_MAX_SHARE) as usize).max(1);
-    top.extend(header::lines(app, width).into_iter().take(max_head - 1));
+    // The help takes every line under the title.
+    if !app.help {
+        top.extend(header::lines(app, width).into_iter().take(max_head - 1));
+    }
     let head_h = (top.len() as u16).min(area.height);
     let foot_h = u16::from(area.height > head_h);
     let body = Rect {
@@ -50,7 +60,8 @@ pub(crate) fn draw(app: &App, f: &mut ratatui::Frame) {
     );
     let rows = app.rows();
     if app.help {
-        f.render_widget(Paragraph::new(help(app)), body);
+        // Wrapped: a narrow terminal still reads every key.
+        f.render_widget(Paragraph::new(help(app)).wrap(Wrap { trim: false }), body);
     } else {
         f.render_widget(Paragraph::new(table(app, &rows, body)), body);
     }
@@ -187,13 +198,33 @@ fn footer(app: &App, shown: usize, all: usize, width: usize) -> Line<'static> {
             Style::default().add_modifier(Modifier::BOLD),
         );
     }
-    let rows = if shown < all {
+    let mut text = if shown < all {
         format!("{shown} of {all} {} · ", app.query.view.name())
     } else {
         String::new()
     };
-    let keys = "q quit  ? help  w window  s sort  v view  t thread  / filter  p pause  r reset  +/- refresh";
-    Line::raw(cut_end(&format!("{rows}{keys}"), width))
+    // As many keys as fit, most needed first; `?` lists them all.
+    let keys = [
+        "q quit",
+        "? help",
+        "s sort",
+        "v view",
+        "w window",
+        "t thread",
+        "/ filter",
+        "p pause",
+        "r reset",
+        "+/- refresh",
+    ];
+    for (i, k) in keys.iter().enumerate() {
+        let gap = if i == 0 { "" } else { "  " };
+        if text.chars().count() + gap.len() + k.chars().count() > width {
+            break;
+        }
+        text.push_str(gap);
+        text.push_str(k);
+    }
+    Line::raw(cut_end(&text, width))
 }
 
 /// The help screen's lines.

@@ -54,6 +54,10 @@ pub(crate) struct ThreadTally {
     pub(crate) split: Split,
     pub(crate) lines: BTreeMap<LineKey, Split>,
     pub(crate) functions: BTreeMap<FunctionKey, Split>,
+    /// Native seconds of its lines by native function (`name (module)`): the innermost
+    /// frame of its stacks, when native (as the aggregator counts a line's native
+    /// functions).
+    pub(crate) line_native: BTreeMap<LineKey, BTreeMap<String, f64>>,
 }
 
 /// What one frame says, since start (or, made by [`Tally::since`], within a window).
@@ -231,6 +235,17 @@ impl Tally {
                 );
                 if let Some(line) = c.line {
                     plus(th.lines.entry((file.clone(), line)).or_default(), &split);
+                    match s.frames.first() {
+                        Some(leaf) if leaf.native && split.native_s > 0.0 => {
+                            let name = format!("{} ({})", leaf.function, leaf.filename);
+                            *th.line_native
+                                .entry((file.clone(), line))
+                                .or_default()
+                                .entry(name)
+                                .or_default() += split.native_s;
+                        }
+                        _ => {}
+                    }
                 }
             }
             let Some(line) = c.line else { continue };
@@ -305,6 +320,14 @@ impl Tally {
                     split: minus(&t.split, old.map(|o| &o.split)),
                     lines: minus_splits(&t.lines, old.map(|o| &o.lines)),
                     functions: minus_splits(&t.functions, old.map(|o| &o.functions)),
+                    line_native: t
+                        .line_native
+                        .iter()
+                        .map(|(k, by)| {
+                            let then = old.and_then(|o| o.line_native.get(k));
+                            (k.clone(), minus_map(by, then))
+                        })
+                        .collect(),
                 };
                 (*tid, th)
             })
