@@ -138,10 +138,17 @@ impl Sampler {
         snap.use_task_stacks(self.cfg.wall.then_some(&mut waiting));
         self.stats.samples += 1;
         self.stats.unchanged += snap.left_out as u64;
+        // Ran since the last sample: its CPU time moved (a thread without a kernel id yet:
+        // by its scheduler state). Those left out rest.
+        let (run_ns, cpu) = (&self.run_ns, &self.cpu);
         let active = snap
             .threads
             .iter()
-            .filter(|t| !t.idle && !t.unchanged)
+            .filter(|t| {
+                t.native_id
+                    .and_then(|tid| Some(!cpu.unchanged(tid, *run_ns.get(&tid)?)))
+                    .unwrap_or(!t.idle)
+            })
             .count();
         self.threads_now = (active, snap.threads.len() + snap.left_out - active);
         for t in &snap.woken {

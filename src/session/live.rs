@@ -70,6 +70,8 @@ pub(crate) struct Publisher {
     footprint: VecDeque<f64>,
     /// How long the last picture took (the cost of a live view, between ticks).
     pub(crate) last_cost: Duration,
+    /// The last line the recording had to say (memory counted from now on, say).
+    said: Option<String>,
 }
 
 impl Publisher {
@@ -84,7 +86,14 @@ impl Publisher {
             sources: HashMap::new(),
             footprint: VecDeque::new(),
             last_cost: Duration::ZERO,
+            said: None,
         }
+    }
+
+    /// A line the recording would print: shown in the header instead (the view has the
+    /// terminal).
+    pub(crate) fn say(&mut self, line: String) {
+        self.said = Some(line);
     }
 
     /// After a tick: a picture when one is due.
@@ -163,7 +172,7 @@ impl Publisher {
             footprint_mb: self.footprint.iter().copied().collect(),
             gpu: None,
             exited,
-            note: stats.notes.first().cloned(),
+            note: self.said.clone().or_else(|| stats.notes.first().cloned()),
         }
     }
 

@@ -473,7 +473,11 @@ impl Ticker for Recording<'_> {
         if let Some(fleet) = self.fleet.as_deref_mut() {
             sync_memory(self.tree, fleet);
             for line in fleet.take_announcements() {
-                eprintln!("scalene-rs: {line}");
+                // A live view has the terminal: the line goes to its header.
+                match self.live.as_deref_mut() {
+                    Some(p) => p.say(line),
+                    None => eprintln!("scalene-rs: {line}"),
+                }
             }
             if let Some((at, pid)) = self.settled.filter(|(at, _)| at.get().is_none()) {
                 let root = self.tree.sampling().find(|&(p, _, _)| p == pid);
@@ -716,7 +720,6 @@ pub fn attach(cfg: &AttachConfig, progress: &mut dyn FnMut(&Stats)) -> Result<(P
             &[Signal::SIGHUP],
         );
     }
-    let mut notes = Vec::new();
     // Memory: each process's ring, taken over from the `run` that started the program.
     let cwd = crate::proc::cwd(cfg.pid);
     let start = Instant::now();
@@ -763,8 +766,13 @@ pub fn attach(cfg: &AttachConfig, progress: &mut dyn FnMut(&Stats)) -> Result<(P
         courteous,
         cfg.sampler.pauses_every_tick(),
     );
+    let mut notes = Vec::new();
     for line in fleet.iter_mut().flat_map(|f| f.last_announcements()) {
-        eprintln!("scalene-rs: {line}");
+        // Under a live view, said once the terminal is back (with the other notes).
+        match cfg.live {
+            Some(_) => notes.push(line),
+            None => eprintln!("scalene-rs: {line}"),
+        }
     }
     let mut why_not = None;
     // Another process of the program whose memory cannot be recorded: said once each (its
