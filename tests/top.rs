@@ -274,7 +274,11 @@ fn pid_case(py: &Interpreter) -> Result<String, String> {
     // The target runs on to its end, unharmed.
     let alive = nix::sys::signal::kill(nix::unistd::Pid::from_raw(target.pid), None).is_ok();
     let status = target.child.wait().map_err(|e| e.to_string())?;
-    let stdout: Vec<String> = target.lines.try_iter().collect();
+    // Every line, to the end of its stdout (the reader thread may still be passing them on).
+    let mut stdout = Vec::new();
+    while let Ok(l) = target.lines.recv_timeout(Duration::from_secs(5)) {
+        stdout.push(l);
+    }
     let ((py_shown, nat_shown), shown_in) = result?;
     if !alive {
         return Err("the target did not survive top".into());

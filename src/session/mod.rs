@@ -1,15 +1,21 @@
 //! Sessions: `run` (start a program and profile it to its end), `attach` (profile a
-//! running process for a while) and `dump` (read a running process's stacks once).
+//! running process for a while), `top` (either, watched live: `top.rs`, `live.rs`) and
+//! `dump` (read a running process's stacks once).
 //!
-//! Owns: starting the command with its stdio untouched, waiting for its Python interpreter to
-//! come up, forwarding termination signals to it, passing its exit status back, and stopping
-//! an attach on Ctrl-C, a duration, or the target's exit; for `dump`, the reader it needs.
+//! Owns: starting the command with its stdio untouched (under `top`, sent to a file),
+//! waiting for its Python interpreter to come up, forwarding termination signals to it,
+//! passing its exit status back, and stopping an attach on Ctrl-C, a duration, or the
+//! target's exit; for `dump`, the reader it needs.
 //! Must not: render reports (the caller does) or change anything in the target.
 
+mod dump;
 mod live;
+mod signals;
 mod top;
 
+pub use dump::{dump, DumpConfig};
 pub use live::LiveLink;
+use signals::{catch, take_pending};
 pub use top::{top, TopConfig, TopOutcome, TopTarget};
 
 use crate::error::{Error, Result};
@@ -22,61 +28,12 @@ use crate::memory::fleet::Fleet;
 use crate::memory::ring;
 use crate::proc::command_line;
 use crate::profile::Profile;
-use crate::python::{self, LocateOptions, PythonProcess, PythonReader, Snapshot, SnapshotOptions};
+use crate::python::{LocateOptions, PythonProcess};
 use crate::sampler::tree::ProcessTree;
 use crate::sampler::{SamplerConfig, Stats, Ticker};
-use nix::sys::signal::{self, SaFlags, SigAction, SigHandler, SigSet, Signal};
+use nix::sys::signal::{self, Signal};
 use std::process::{Child, Command, ExitStatus};
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
-
-/// Signals received and not yet handled, one bit per signal number.
-static PENDING: AtomicU64 = AtomicU64::new(0);
-
-extern "C" fn note_signal(sig: libc::c_int) {
-    if (0..64).contains(&sig) {
-        PENDING.fetch_or(1 << sig, Ordering::SeqCst);
-    }
-}
-
-fn take_pending() -> Vec<Signal> {
-    let bits = PENDING.swap(0, Ordering::SeqCst);
-    (1..64)
-        .filter(|s| bits & (1u64 << s) != 0)
-        .filter_map(|s| Signal::try_from(s).ok())
-        .collect()
-}
-
-/// Catches `signals` with [`note_signal`], except those in `unless_ignored` that are ignored
-/// now (as we were started): what the user ignored stays ignored, for us and for the
-/// program `run` starts, which inherits it as it would without us (`nohup` ignores SIGHUP,
-/// a script's background job SIGINT and SIGQUIT; a handler of ours in their place would
-/// reach the program as the default action: under `nohup` a hang-up would have killed it,
-/// and Python installs its KeyboardInterrupt handler only where SIGINT is not ignored).
-fn catch(signals: &[Signal], unless_ignored: &[Signal]) {
-    let action = SigAction::new(
-        SigHandler::Handler(note_signal),
-        SaFlags::SA_RESTART,
-        SigSet::empty(),
-    );
-    let keep = |s: Signal| unless_ignored.contains(&s) && ignored(s);
-    for &s in signals.iter().filter(|&&s| !keep(s)) {
-        // SAFETY: `note_signal` only does an atomic fetch_or, which is async-signal-safe.
-        unsafe {
-            let _ = signal::sigaction(s, &action);
-        }
-    }
-}
-
-/// Whether `s` is ignored (SIG_IGN) in this process now.
-fn ignored(s: Signal) -> bool {
-    // SAFETY: `struct sigaction` is plain data, for which all zeroes is a valid value.
-    let mut now: libc::sigaction = unsafe { std::mem::zeroed() };
-    // SAFETY: with a null new action, sigaction only writes the current one into `now`,
-    // which is valid for writes.
-    let r = unsafe { libc::sigaction(s as libc::c_int, std::ptr::null(), &mut now) };
-    r == 0 && now.sa_sigaction == libc::SIG_IGN
-}
 
 /// How long the command's own process may look like something other than Python (a
 /// Python just exec'd has not mapped libpython yet) before, following children, we stop
@@ -805,41 +762,4 @@ pub fn attach(cfg: &AttachConfig, progress: &mut dyn FnMut(&Stats)) -> Result<(P
     }
     stats.notes = notes;
     Ok((profile, stats))
-}
-
-/// What `dump` reads.
-pub struct DumpConfig {
-    pub pid: i32,
-    /// Native frames too (`--native`): the threads are paused whatever `snapshot.mode` says.
-    pub native: bool,
-    /// Every event loop's asyncio tasks too (`--async`; not with `native`).
-    pub tasks: bool,
-    pub locate: LocateOptions,
-    pub snapshot: SnapshotOptions,
-    /// Python frames per stack at most.
-    pub max_depth: usize,
-    /// With `native`: native frames per stack at most.
-    pub max_native_depth: usize,
-}
-
-/// `dump`: one snapshot of every thread of process `cfg.pid`.
-pub fn dump(cfg: &DumpConfig) -> Result<Snapshot> {
-    if cfg.pid <= 0 {
-        return Err(Error::NoSuchProcess(cfg.pid));
-    }
-    let proc = PythonProcess::locate(cfg.pid, &cfg.locate)?;
-    let mut reader = PythonReader::new(proc);
-    reader.walker_mut().max_depth = cfg.max_depth;
-    if cfg.native {
-        let mut cache = crate::native::NativeCache::new();
-        let mut native = python::native_process(reader.process(), &mut cache)?;
-        native.set_max_frames(cfg.max_native_depth);
-        reader.set_native(Some(native));
-    } else if cfg.tasks {
-        if let Some(why) = python::async_unsupported(reader.process().layout.version) {
-            return Err(Error::NoAsync { pid: cfg.pid, why });
-        }
-        reader = reader.with_tasks(python::AsyncReader::new());
-    }
-    reader.snapshot(&cfg.snapshot)
 }
