@@ -8,6 +8,11 @@
 //! - `top PID` shows the same; its since-start figures equal those of the profile `-o`
 //!   writes for the same recording (±5 points); SIGTERM to `top` restores the terminal;
 //!   the process runs on and ends as it would have (exit 0, its output whole).
+//! - A command's child processes show with it (fixtures/procs/subproc.py).
+//!
+//! On one interpreter of each major version: a command that exits leaves its last screen
+//! up, saying "exited (code N)", until a key; `--exit-on-end` ends with it; either way
+//! `top` exits with the command's code.
 
 mod common;
 
@@ -332,6 +337,124 @@ fn top_of_a_pid_matches_its_profile_and_leaves_it_running() {
         return;
     }
     common::for_each_representative(pid_case);
+}
+
+/// A script that computes for `secs` seconds, then exits with `code`.
+fn exiting_script(dir: &Path, secs: f64, code: i32) -> PathBuf {
+    let path = dir.join("exits.py");
+    std::fs::write(
+        &path,
+        format!(
+            "import sys, time\nend = time.time() + {secs}\nx = 0\nwhile time.time() < end:\n    \
+             x += 1\nsys.exit({code})\n"
+        ),
+    )
+    .unwrap();
+    path
+}
+
+fn exit_case(py: &Interpreter) -> Result<String, String> {
+    let dir = tempdir("scalene-rs-top");
+    let script = exiting_script(&dir, 1.5, 3);
+    // The last screen stays, saying so, until a key.
+    let cmd = format!(
+        "{} top --refresh 0.5 -- {} {}",
+        bin(),
+        quote(&py.path),
+        quote(&script)
+    );
+    let pane = Pane::start(&cmd, 120, 30)?;
+    pane.wait_for(Duration::from_secs(15), |s| s.contains("exited (code 3)"))?;
+    std::thread::sleep(Duration::from_millis(700));
+    if pane.screen().contains("top-exit=") {
+        return Err("top ended without waiting for a key".into());
+    }
+    pane.keys("x")?;
+    let code = pane.exit_status(Duration::from_secs(10))?;
+    pane.restored()?;
+    if code != 3 {
+        return Err(format!("top exited {code}, the command 3"));
+    }
+    // --exit-on-end: at once, with the command's code.
+    let cmd = format!(
+        "{} top --exit-on-end --refresh 0.5 -- {} {}",
+        bin(),
+        quote(&py.path),
+        quote(&script)
+    );
+    let pane = Pane::start(&cmd, 120, 30)?;
+    let code = pane.exit_status(Duration::from_secs(15))?;
+    pane.restored()?;
+    if code != 3 {
+        return Err(format!("--exit-on-end: top exited {code}, the command 3"));
+    }
+    Ok("exited (code 3) until a key; --exit-on-end ends with it".into())
+}
+
+fn children_case(py: &Interpreter) -> Result<String, String> {
+    let parent = fixture("procs/subproc.py");
+    let child = fixture("procs/child.py");
+    let text = std::fs::read_to_string(&child).map_err(|e| e.to_string())?;
+    let line = text
+        .lines()
+        .position(|l| l.contains("# HOT: child"))
+        .ok_or("child.py has no HOT line")?
+        + 1;
+    let hot = format!("child.py:{line}");
+    let cmd = format!(
+        "{} top --refresh 0.5 -- {} {} 30",
+        bin(),
+        quote(&py.path),
+        quote(&parent)
+    );
+    let pane = Pane::start(&cmd, 160, 40)?;
+    // The child's line, and both processes in the header.
+    let s = pane.wait_for(Duration::from_secs(10), |s| {
+        share(s, &hot).is_some() && s.contains("2 processes")
+    })?;
+    pane.keys("q")?;
+    let code = pane.exit_status(Duration::from_secs(15))?;
+    pane.restored()?;
+    if code != 0 {
+        return Err(format!("top exited {code} after q\n{s}"));
+    }
+    Ok(format!(
+        "{hot} at {:.1}% with 2 processes",
+        share(&s, &hot).unwrap_or(0.0)
+    ))
+}
+
+/// One interpreter of each major version is enough for what does not depend on reading it.
+fn one_of_each_major() -> Vec<Interpreter> {
+    let mut some: Vec<Interpreter> = Vec::new();
+    for py in common::representatives() {
+        if !some.iter().any(|s| s.major == py.major) {
+            some.push(py);
+        }
+    }
+    some
+}
+
+#[test]
+fn top_of_a_command_that_exits_waits_for_a_key_or_ends_with_it() {
+    if !have_tmux("top_of_a_command_that_exits") {
+        return;
+    }
+    let some = one_of_each_major();
+    for py in &some {
+        match exit_case(py) {
+            Ok(said) => eprintln!("{}: {said}", py.label),
+            Err(e) => panic!("{}: {e}", py.label),
+        }
+    }
+}
+
+#[test]
+fn top_of_a_command_shows_its_child_processes() {
+    if !have_tmux("top_of_a_command_shows_its_child_processes") {
+        return;
+    }
+    common::for_each_representative(children_case);
 }
 
 #[test]

@@ -127,6 +127,10 @@ pub struct Stats {
     /// most walks a sample makes ([`observe::MAX_WALKS`]; their CPU time waits for that read).
     pub deferred: u64,
     pub elapsed: Duration,
+    /// Samples that could see a GIL (not of a free-threaded build), and those of them in
+    /// which some thread held it: the GIL's share of the time (a live view's header).
+    pub gil_samples: u64,
+    pub gil_held: u64,
     /// The sampler gave way to the program (ran under `SCHED_IDLE` while reading without
     /// stopping it, see `courtesy`): how often it took the normal policy back because it
     /// could not run (a machine whose CPUs were all busy). None: it did not give way.

@@ -138,6 +138,10 @@ impl Sampler {
         snap.use_task_stacks(self.cfg.wall.then_some(&mut waiting));
         self.stats.samples += 1;
         self.stats.unchanged += snap.left_out as u64;
+        if !self.reader.process().layout.free_threaded {
+            self.stats.gil_samples += 1;
+            self.stats.gil_held += snap.threads.iter().any(|t| t.holds_gil) as u64;
+        }
         // Ran since the last sample: its CPU time moved (a thread without a kernel id yet:
         // by its scheduler state). Those left out rest.
         let (run_ns, cpu) = (&self.run_ns, &self.cpu);

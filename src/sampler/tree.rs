@@ -437,6 +437,7 @@ impl ProcessTree {
         let mut unchanged = 0;
         let mut short = 0;
         let mut deferred = 0;
+        let (mut gil_samples, mut gil_held) = (0, 0);
         let mut kinds: BTreeMap<crate::python::Unread, u64> = BTreeMap::new();
         let mut native = super::native::MergeCounts::default();
         let live = self.tracked.values().filter_map(|t| match t {
@@ -453,12 +454,16 @@ impl ProcessTree {
             unchanged += st.unchanged;
             short += st.short_cpu_reads;
             deferred += st.deferred;
+            gil_samples += st.gil_samples;
+            gil_held += st.gil_held;
             native.add(&st.native);
             for (k, n) in &st.error_kinds {
                 *kinds.entry(*k).or_insert(0) += n;
             }
         }
         self.stats.errors = errors;
+        self.stats.gil_samples = gil_samples;
+        self.stats.gil_held = gil_held;
         self.stats.paused_reads = paused;
         self.stats.thinned = thinned;
         self.stats.unchanged = unchanged;

@@ -9,7 +9,7 @@
 
 use crate::memory::fleet::Fleet;
 use crate::profile::Profile;
-use crate::report::live::{LiveFrame, LiveHeader, LiveProcess};
+use crate::report::live::{LiveFrame, LiveGpu, LiveHeader, LiveProcess};
 use crate::sampler::tree::ProcessTree;
 use crate::sampler::Stats;
 use std::collections::{HashMap, VecDeque};
@@ -97,7 +97,7 @@ impl Publisher {
     }
 
     /// After a tick: a picture when one is due.
-    pub(crate) fn tick(&mut self, tree: &ProcessTree, fleet: Option<&Fleet>) {
+    pub(crate) fn tick(&mut self, tree: &ProcessTree, fleet: Option<&Fleet>, gpu: Option<LiveGpu>) {
         if self.last.is_some_and(|t| t.elapsed() < self.link.refresh()) {
             return;
         }
@@ -123,7 +123,8 @@ impl Publisher {
                 self.footprint.push_back(mb);
             }
         }
-        let header = self.header(&profile, &tree.stats, tree.threads_now(), None);
+        let mut header = self.header(&profile, &tree.stats, tree.threads_now(), None);
+        header.gpu = gpu;
         self.send(LiveFrame { profile, header });
         self.last_cost = began.elapsed();
     }
@@ -166,7 +167,8 @@ impl Publisher {
             samples: stats.samples,
             lost: stats.missed + stats.errors,
             elapsed: stats.elapsed,
-            gil_pct: None,
+            gil_pct: (stats.gil_samples > 0)
+                .then(|| 100.0 * stats.gil_held as f64 / stats.gil_samples as f64),
             threads_active: active,
             threads_idle: idle,
             footprint_mb: self.footprint.iter().copied().collect(),

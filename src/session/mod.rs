@@ -20,7 +20,7 @@ pub use top::{top, TopConfig, TopOutcome, TopTarget};
 
 use crate::error::{Error, Result};
 use crate::gpu::ledger::{GpuResult, Ledger};
-use crate::gpu::monitor::Monitor;
+use crate::gpu::monitor::{Monitor, Report};
 use crate::gpu::GpuConfig;
 use crate::memory::aggregate::{MemoryAggregator, RingTotals};
 use crate::memory::consumer::{MemoryConfig, MemorySetup};
@@ -32,6 +32,7 @@ use crate::python::{LocateOptions, PythonProcess};
 use crate::sampler::tree::ProcessTree;
 use crate::sampler::{SamplerConfig, Stats, Ticker};
 use nix::sys::signal::{self, Signal};
+use std::collections::HashMap;
 use std::process::{Child, Command, ExitStatus};
 use std::time::{Duration, Instant};
 
@@ -444,7 +445,8 @@ impl Ticker for Recording<'_> {
             }
         }
         if let Some(p) = self.live.as_deref_mut() {
-            p.tick(self.tree, self.fleet.as_deref());
+            let gpu = self.gpu.as_deref().and_then(|g| g.now);
+            p.tick(self.tree, self.fleet.as_deref(), gpu);
         }
         Ok(more)
     }
@@ -498,6 +500,8 @@ const GPU_STOP_WAIT: Duration = Duration::from_secs(1);
 struct GpuRecording {
     monitor: Monitor,
     ledger: Ledger,
+    /// The program's GPU use at the last poll (a live view's header).
+    now: Option<crate::report::live::LiveGpu>,
 }
 
 impl GpuRecording {
@@ -505,6 +509,7 @@ impl GpuRecording {
         GpuRecording {
             monitor: Monitor::start(cfg),
             ledger: Ledger::new(crate::timeline::now_us()),
+            now: None,
         }
     }
 
@@ -522,6 +527,10 @@ impl GpuRecording {
                 .map(|pid| (pid, crate::proc::start_time_us(pid))),
         );
         self.ledger.add_positions(tree.take_positions());
+        let ours: Vec<u32> = tree.sampling().map(|(pid, _, _)| pid as u32).collect();
+        if let Some(now) = live_gpu(&reports, &ours) {
+            self.now = Some(now);
+        }
         self.ledger.take(reports);
         if self.ledger.wants_positions() {
             tree.keep_positions();
@@ -535,6 +544,33 @@ impl GpuRecording {
         self.ledger.take(reports);
         self.ledger.finish(crate::timeline::now_us(), answered)
     }
+}
+
+/// The program's GPU use at the last poll among `reports`: the SM share its processes
+/// (`ours`) kept busy, each by its latest sample, summed over devices and processes, and
+/// the memory they held (MiB, which the profile calls MB too). None without a poll.
+fn live_gpu(reports: &[Report], ours: &[u32]) -> Option<crate::report::live::LiveGpu> {
+    let (util, mem) = reports.iter().rev().find_map(|r| match r {
+        Report::Poll { util, mem, .. } => Some((util, mem)),
+        _ => None,
+    })?;
+    let mut latest: HashMap<(u32, u32), (u64, u32)> = HashMap::new();
+    for u in util.iter().filter(|u| ours.contains(&u.pid)) {
+        let e = latest
+            .entry((u.device, u.pid))
+            .or_insert((u.t_us, u.sm_pct));
+        if u.t_us >= e.0 {
+            *e = (u.t_us, u.sm_pct);
+        }
+    }
+    Some(crate::report::live::LiveGpu {
+        util_pct: latest.values().map(|&(_, pct)| pct as f64).sum(),
+        mem_mb: mem
+            .iter()
+            .filter(|m| ours.contains(&m.pid))
+            .map(|m| m.mib)
+            .sum(),
+    })
 }
 
 /// Puts the program's GPU figures into `profile` (sources of lines that only the GPU
