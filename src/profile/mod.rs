@@ -23,6 +23,7 @@ mod memory;
 mod meta;
 #[cfg(test)]
 mod tests;
+mod window;
 
 pub(crate) use aggregate::{Activity, Aggregator, ThreadSample};
 pub use data::{

@@ -92,7 +92,9 @@ pub(crate) fn lines(app: &App, width: usize) -> Vec<Line<'static>> {
             out.push(Line::styled(l, style));
         }
     };
-    push(processes(app, w), Style::default());
+    let (head, rows) = processes(app, w);
+    push(head, Style::default());
+    push_rows(&mut push, rows);
     push(sampling(app, w), Style::default());
     let h = &cur.header;
     let mut resources = Vec::new();
@@ -116,10 +118,21 @@ pub(crate) fn lines(app: &App, width: usize) -> Vec<Line<'static>> {
     out
 }
 
-/// The Python version and the processes with their share of the window.
-fn processes(app: &App, w: &Tally) -> Vec<String> {
+/// Each of `rows` on a line of its own (cut, never wrapped).
+fn push_rows(push: &mut impl FnMut(Vec<String>, Style), rows: Vec<String>) {
+    for r in rows {
+        push(vec![r], Style::default());
+    }
+}
+
+/// Process rows shown at most; the others are counted on one more row.
+const PROCESS_ROWS: usize = 4;
+
+/// The Python version (and, of several processes, how many), then a row per process with
+/// its share of the window, the busiest first (at most [`PROCESS_ROWS`]).
+fn processes(app: &App, w: &Tally) -> (Vec<String>, Vec<String>) {
     let Some(cur) = app.current() else {
-        return Vec::new();
+        return (Vec::new(), Vec::new());
     };
     let h = &cur.header;
     let version = h
@@ -136,19 +149,40 @@ fn processes(app: &App, w: &Tally) -> Vec<String> {
     if h.processes.len() <= 1 {
         let pid = h.processes.first().map_or(cur.info.pid, |p| p.pid);
         parts.push(format!("pid {pid}"));
-        return parts;
+        return (parts, Vec::new());
     }
     parts.push(format!("{} processes", h.processes.len()));
-    for p in &h.processes {
-        let secs = w.processes.get(&p.pid).copied().unwrap_or(0.0);
-        let share = if w.total_s > 0.0 {
-            100.0 * secs / w.total_s
-        } else {
-            0.0
-        };
-        parts.push(format!("{} {share:.1}% {}", p.pid, cut_end(&p.command, 40)));
+    let mut shares: Vec<(f64, &super::frame::LiveProcess)> = h
+        .processes
+        .iter()
+        .map(|p| {
+            let secs = w.processes.get(&p.pid).copied().unwrap_or(0.0);
+            let share = if w.total_s > 0.0 {
+                100.0 * secs / w.total_s
+            } else {
+                0.0
+            };
+            (share, p)
+        })
+        .collect();
+    shares.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.pid.cmp(&b.1.pid)));
+    let shown = if shares.len() > PROCESS_ROWS {
+        PROCESS_ROWS - 1
+    } else {
+        shares.len()
+    };
+    let mut rows: Vec<String> = shares[..shown]
+        .iter()
+        .map(|(share, p)| format!("  pid {:<7} {share:5.1}%  {}", p.pid, p.command))
+        .collect();
+    if shares.len() > shown {
+        let rest: f64 = shares[shown..].iter().map(|(s, _)| s).sum();
+        rows.push(format!(
+            "  {} more processes {rest:5.1}%",
+            shares.len() - shown
+        ));
     }
-    parts
+    (parts, rows)
 }
 
 /// Rates, losses, the GIL, threads and the time since start.
