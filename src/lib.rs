@@ -13,6 +13,7 @@
 pub(crate) mod courtesy;
 mod elf;
 pub mod error;
+pub mod export;
 #[cfg(feature = "fuzzing")]
 #[doc(hidden)]
 pub mod fuzzing;

@@ -84,6 +84,119 @@ struct RecordArgs {
     no_gpu: bool,
     #[command(flatten)]
     output: OutputArgs,
+    #[command(flatten)]
+    push: PushArgs,
+}
+
+/// `--push`: windows sent to a continuous-profiling backend while recording.
+#[derive(clap::Args, Clone)]
+struct PushArgs {
+    /// Send the recording, window by window, to the continuous-profiling backend at URL
+    /// (Grafana Pyroscope: http://HOST:4040), while profiling goes on. Credentials come from
+    /// the environment only: SCALENE_RS_PUSH_TOKEN (bearer), or SCALENE_RS_PUSH_USER and
+    /// SCALENE_RS_PUSH_PASSWORD (basic); SCALENE_RS_PUSH_TENANT sets X-Scope-OrgID.
+    #[arg(long, value_name = "URL")]
+    push: Option<String>,
+    /// The backend's protocol.
+    #[arg(long, value_name = "PROTOCOL", default_value = "pyroscope", requires = "push",
+          value_parser = scalene_rs::export::PushFormat::parse)]
+    push_format: scalene_rs::export::PushFormat,
+    /// Seconds per window; windows end at wall-clock multiples of it.
+    #[arg(long, value_name = "SECONDS", default_value = "10", value_parser = parse_window,
+          requires = "push")]
+    window: std::time::Duration,
+    /// A label on every window (repeatable).
+    #[arg(long = "tag", value_name = "KEY=VALUE", value_parser = parse_tag, requires = "push")]
+    tags: Vec<(String, String)>,
+    /// The service's name (default: the target's OTEL_SERVICE_NAME, else its script or
+    /// module name).
+    #[arg(long, value_name = "NAME", requires = "push")]
+    service: Option<String>,
+}
+
+impl PushArgs {
+    /// The push asked for; `argv` and `env_service` (the target's command line and its
+    /// OTEL_SERVICE_NAME) name the service unless --service does.
+    fn config(
+        &self,
+        argv: &[String],
+        env_service: Option<String>,
+    ) -> anyhow::Result<Option<scalene_rs::export::PushConfig>> {
+        let Some(url) = &self.push else {
+            return Ok(None);
+        };
+        if !(url.starts_with("http://") || url.starts_with("https://")) {
+            anyhow::bail!("--push {url}: expected an http:// or https:// URL");
+        }
+        let service = self
+            .service
+            .clone()
+            .or(env_service)
+            .unwrap_or_else(|| service_of(argv));
+        Ok(Some(scalene_rs::export::PushConfig {
+            url: url.clone(),
+            format: self.push_format,
+            window: self.window,
+            service,
+            tags: self.tags.clone(),
+            bounds: scalene_rs::export::QueueBounds::default(),
+        }))
+    }
+}
+
+/// A service name from a command line: the script's name without `.py`, the module of
+/// `-m`, else the program's name.
+fn service_of(argv: &[String]) -> String {
+    let base = |p: &str| {
+        std::path::Path::new(p)
+            .file_name()
+            .map_or_else(|| p.to_string(), |f| f.to_string_lossy().into_owned())
+    };
+    if let Some(i) = argv.iter().position(|a| a == "-m") {
+        if let Some(m) = argv.get(i + 1) {
+            return m.clone();
+        }
+    }
+    if let Some(script) = argv.iter().skip(1).find(|a| a.ends_with(".py")) {
+        return base(script).trim_end_matches(".py").to_string();
+    }
+    argv.first()
+        .map_or_else(|| "python".to_string(), |p| base(p))
+}
+
+/// A process's command line and its OTEL_SERVICE_NAME, from /proc.
+fn target_naming(pid: i32) -> (Vec<String>, Option<String>) {
+    let split = |b: Vec<u8>| -> Vec<String> {
+        b.split(|&c| c == 0)
+            .filter(|a| !a.is_empty())
+            .map(|a| String::from_utf8_lossy(a).into_owned())
+            .collect()
+    };
+    let argv = std::fs::read(format!("/proc/{pid}/cmdline")).map_or_else(|_| Vec::new(), split);
+    let env = std::fs::read(format!("/proc/{pid}/environ")).map_or_else(|_| Vec::new(), split);
+    let service = env
+        .iter()
+        .find_map(|e| e.strip_prefix("OTEL_SERVICE_NAME=").map(str::to_string))
+        .filter(|s| !s.is_empty());
+    (argv, service)
+}
+
+fn parse_window(s: &str) -> Result<std::time::Duration, String> {
+    let d = parse_duration(s)?;
+    if d < std::time::Duration::from_secs(1) {
+        return Err("a window is at least 1 second".into());
+    }
+    Ok(d)
+}
+
+fn parse_tag(s: &str) -> Result<(String, String), String> {
+    match s.split_once('=') {
+        Some((k, v)) if !k.is_empty() && !k.starts_with("__") => Ok((k.to_string(), v.to_string())),
+        Some((k, _)) if k.starts_with("__") => Err(format!(
+            "--tag {s}: names starting with __ are the backend's"
+        )),
+        _ => Err(format!("--tag {s}: expected KEY=VALUE")),
+    }
 }
 
 /// Where and how to write the report.
@@ -534,6 +647,12 @@ fn run(args: RunArgs) -> anyhow::Result<i32> {
         gpu: args.record.gpu(),
         live: None,
         stdio_to: None,
+        push: args.record.push.config(
+            &args.command,
+            std::env::var("OTEL_SERVICE_NAME")
+                .ok()
+                .filter(|s| !s.is_empty()),
+        )?,
     };
     let live = std::io::stderr().is_terminal();
     let outcome = session::run(&cfg, &mut status_line(live))?;
@@ -566,6 +685,10 @@ fn attach(args: AttachArgs) -> anyhow::Result<i32> {
         }),
         gpu: args.record.gpu(),
         live: None,
+        push: {
+            let (argv, service) = target_naming(args.pid);
+            args.record.push.config(&argv, service)?
+        },
     };
     let live = std::io::stderr().is_terminal();
     if live {
@@ -603,6 +726,10 @@ fn top(args: TopArgs) -> anyhow::Result<i32> {
             memory,
             gpu: args.record.gpu(),
             live: None,
+            push: {
+                let (argv, service) = target_naming(pid);
+                args.record.push.config(&argv, service)?
+            },
         }),
         None => {
             let out = args.command_output.clone().unwrap_or_else(|| {
@@ -617,6 +744,12 @@ fn top(args: TopArgs) -> anyhow::Result<i32> {
                 gpu: args.record.gpu(),
                 live: None,
                 stdio_to: Some(out),
+                push: args.record.push.config(
+                    &args.command,
+                    std::env::var("OTEL_SERVICE_NAME")
+                        .ok()
+                        .filter(|s| !s.is_empty()),
+                )?,
             })
         }
     };

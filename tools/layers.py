@@ -35,6 +35,9 @@ LAYERS = [
     # What records: each writes into the profile, none uses another.
     ["sampler", "memory", "gpu"],
     ["report"],
+    # Sends what report encodes to a backend (`--push`): above the encoders, below the
+    # sessions that cut the windows.
+    ["export"],
     ["session"],
     ["fuzzing"],
 ]

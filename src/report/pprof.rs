@@ -452,15 +452,31 @@ pub(crate) fn to_proto(p: &Profile) -> proto::Profile {
 
 /// The pprof file's bytes: the encoded message, gzip-compressed.
 pub(crate) fn render(p: &Profile) -> io::Result<Vec<u8>> {
+    gzip(&to_proto(p))
+}
+
+/// One window of a recording (`--push`), as [`render`] makes it: `p` is the window's own
+/// profile, which began at `start_ns` (Unix time); `note` goes among the comments.
+pub(crate) fn render_window(p: &Profile, start_ns: i64, note: Option<&str>) -> io::Result<Vec<u8>> {
+    let mut proto = to_proto(p);
+    proto.time_nanos = start_ns;
+    if let Some(n) = note {
+        proto.comment.push(proto.string_table.len() as i64);
+        proto.string_table.push(n.to_string());
+    }
+    gzip(&proto)
+}
+
+fn gzip(proto: &proto::Profile) -> io::Result<Vec<u8>> {
     use prost::Message;
-    let raw = to_proto(p).encode_to_vec();
+    let raw = proto.encode_to_vec();
     let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
     gz.write_all(&raw)?;
     gz.finish()
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::profile::{MemoryStack, MemorySummary, ProfileMeta, Split, StackProfile};
     use prost::Message;
@@ -490,7 +506,7 @@ mod tests {
         }
     }
 
-    fn profile() -> Profile {
+    pub(crate) fn profile() -> Profile {
         let main = frame("<module>", 20);
         Profile {
             schema_version: crate::profile::PROFILE_SCHEMA_VERSION,

@@ -55,18 +55,52 @@ impl LiveLink {
     }
 }
 
-/// Takes a picture of the recording once per refresh, between ticks.
-pub(crate) struct Publisher {
-    link: LiveLink,
+/// Pictures of a recording: the profile so far, memory merged in, while it goes on
+/// (`top`'s frames, `--push`'s windows).
+pub(crate) struct Camera {
     /// The command line shown as the profile's program.
     program: String,
     /// The root process (its view of the files gives the memory lines' sources).
     pid: i32,
     cwd: Option<String>,
-    requested_hz: f64,
-    last: Option<Instant>,
     /// Each file's text, read once.
     sources: HashMap<String, Option<Vec<String>>>,
+}
+
+impl Camera {
+    pub(crate) fn new(program: String, pid: i32) -> Camera {
+        Camera {
+            program,
+            pid,
+            cwd: crate::proc::cwd(pid),
+            sources: HashMap::new(),
+        }
+    }
+
+    /// The profile of every process so far, with its memory.
+    pub(crate) fn picture(&mut self, tree: &ProcessTree, fleet: Option<&Fleet>) -> Profile {
+        let mut profile = tree.profile_so_far(self.program.clone(), &mut self.sources);
+        if let Some((agg, totals)) = fleet.and_then(Fleet::live_memory) {
+            let (pid, cwd, sources) = (self.pid, self.cwd.as_deref(), &mut self.sources);
+            agg.merge_into(&mut profile, totals, &mut |file| {
+                sources
+                    .entry(file.to_string())
+                    .or_insert_with(|| {
+                        crate::sampler::read_source(pid, &crate::sampler::absolute(file, cwd))
+                    })
+                    .clone()
+            });
+        }
+        profile
+    }
+}
+
+/// Takes a picture of the recording once per refresh, between ticks.
+pub(crate) struct Publisher {
+    link: LiveLink,
+    camera: Camera,
+    requested_hz: f64,
+    last: Option<Instant>,
     footprint: VecDeque<f64>,
     /// How long the last picture took (the cost of a live view, between ticks).
     pub(crate) last_cost: Duration,
@@ -78,12 +112,9 @@ impl Publisher {
     pub(crate) fn new(link: LiveLink, program: String, pid: i32, requested_hz: f64) -> Self {
         Publisher {
             link,
-            program,
-            pid,
-            cwd: crate::proc::cwd(pid),
+            camera: Camera::new(program, pid),
             requested_hz,
             last: None,
-            sources: HashMap::new(),
             footprint: VecDeque::new(),
             last_cost: Duration::ZERO,
             said: None,
@@ -103,18 +134,7 @@ impl Publisher {
         }
         let began = Instant::now();
         self.last = Some(began);
-        let mut profile = tree.profile_so_far(self.program.clone(), &mut self.sources);
-        if let Some((agg, totals)) = fleet.and_then(Fleet::live_memory) {
-            let (pid, cwd, sources) = (self.pid, self.cwd.as_deref(), &mut self.sources);
-            agg.merge_into(&mut profile, totals, &mut |file| {
-                sources
-                    .entry(file.to_string())
-                    .or_insert_with(|| {
-                        crate::sampler::read_source(pid, &crate::sampler::absolute(file, cwd))
-                    })
-                    .clone()
-            });
-        }
+        let profile = self.camera.picture(tree, fleet);
         if let Some(m) = &profile.memory {
             if let Some(&[_, mb]) = m.timeline.last() {
                 if self.footprint.len() == FOOTPRINT_POINTS {

@@ -10,6 +10,7 @@
 
 mod dump;
 mod live;
+mod push;
 mod signals;
 mod top;
 
@@ -59,6 +60,8 @@ pub struct RunConfig {
     /// The command's stdout and stderr go to this file instead of ours, its stdin is
     /// /dev/null (`top` draws on the terminal and reads its keys).
     pub stdio_to: Option<std::path::PathBuf>,
+    /// `--push`: windows sent to a backend as they close.
+    pub push: Option<crate::export::PushConfig>,
 }
 
 /// The outcome of `run`.
@@ -332,6 +335,11 @@ fn record(
         .live
         .clone()
         .map(|l| live::Publisher::new(l, cfg.command.join(" "), pid, rate));
+    let quiet = cfg.live.is_some();
+    let mut pusher = cfg
+        .push
+        .as_ref()
+        .map(|p| push::Pusher::new(p, cfg.command.join(" "), pid, quiet));
     let result = crate::sampler::drive(
         &mut Recording {
             tree: &mut tree,
@@ -339,6 +347,7 @@ fn record(
             gpu: gpu.as_mut(),
             settled: None,
             live: publisher.as_mut(),
+            push: pusher.as_mut(),
         },
         rate,
         &mut || {
@@ -397,6 +406,12 @@ fn record(
     if let Some(g) = gpu {
         merge_gpu(&mut profile, g, pid, cwd.as_deref());
     }
+    let mut stats = stats;
+    if let (Some(p), Some(pc)) = (pusher, &cfg.push) {
+        stats
+            .notes
+            .push(push::summary(&pc.url, &p.finish(&profile)));
+    }
     if let Some(p) = &mut publisher {
         p.finish(profile.clone(), &stats, Some(exit_code(&status)));
     }
@@ -420,6 +435,8 @@ struct Recording<'a> {
     settled: Option<(&'a std::cell::Cell<Option<Instant>>, i32)>,
     /// A live view's pictures, taken between ticks.
     live: Option<&'a mut live::Publisher>,
+    /// `--push`: windows cut between ticks.
+    push: Option<&'a mut push::Pusher>,
 }
 
 impl Ticker for Recording<'_> {
@@ -447,6 +464,9 @@ impl Ticker for Recording<'_> {
         if let Some(p) = self.live.as_deref_mut() {
             let gpu = self.gpu.as_deref().and_then(|g| g.now);
             p.tick(self.tree, self.fleet.as_deref(), gpu);
+        }
+        if let Some(p) = self.push.as_deref_mut() {
+            p.tick(self.tree, self.fleet.as_deref());
         }
         Ok(more)
     }
@@ -683,6 +703,8 @@ pub struct AttachConfig {
     pub gpu: Option<GpuConfig>,
     /// A live view watches (`top`): see [`RunConfig::live`].
     pub live: Option<LiveLink>,
+    /// `--push`: see [`RunConfig::push`].
+    pub push: Option<crate::export::PushConfig>,
 }
 
 /// Profiles a running process until Ctrl-C (SIGINT), SIGTERM, SIGHUP (unless ignored, as
@@ -737,6 +759,11 @@ pub fn attach(cfg: &AttachConfig, progress: &mut dyn FnMut(&Stats)) -> Result<(P
         .live
         .clone()
         .map(|l| live::Publisher::new(l, program.clone(), cfg.pid, cfg.sampler.rate_hz));
+    let quiet = cfg.live.is_some();
+    let mut pusher = cfg
+        .push
+        .as_ref()
+        .map(|p| push::Pusher::new(p, program.clone(), cfg.pid, quiet));
     let result = crate::sampler::drive(
         &mut Recording {
             tree: &mut tree,
@@ -744,6 +771,7 @@ pub fn attach(cfg: &AttachConfig, progress: &mut dyn FnMut(&Stats)) -> Result<(P
             gpu: gpu.as_mut(),
             settled: Some((&settled, cfg.pid)),
             live: publisher.as_mut(),
+            push: pusher.as_mut(),
         },
         cfg.sampler.rate_hz,
         &mut || {
@@ -795,6 +823,9 @@ pub fn attach(cfg: &AttachConfig, progress: &mut dyn FnMut(&Stats)) -> Result<(P
     }
     if let Some(g) = gpu {
         merge_gpu(&mut profile, g, cfg.pid, cwd.as_deref());
+    }
+    if let (Some(p), Some(pc)) = (pusher, &cfg.push) {
+        notes.push(push::summary(&pc.url, &p.finish(&profile)));
     }
     stats.notes = notes;
     Ok((profile, stats))

@@ -1,0 +1,214 @@
+//! The windows waiting to be sent, and the thread that sends them.
+//!
+//! Owns: [`Exporter`].
+//! - [`Exporter::send`] never blocks: a window goes into a queue bounded in count and in
+//!   bytes ([`QueueBounds`]); when it is full, the oldest windows go first, counted.
+//! - The sending thread posts the oldest window; a failure worth retrying (no connection,
+//!   429, 5xx) keeps it and waits, 1 s at first, twice as long each time, at most
+//!   [`MAX_BACKOFF`]; a refusal (other 4xx) drops it, counted.
+//! - [`Exporter::finish`] sends what waits within a deadline, then counts the rest dropped.
+//!
+//! Must not: touch the recording; the session cuts windows, this only carries them.
+
+use super::sender::{Credentials, Outcome, Sender};
+use std::collections::VecDeque;
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, Instant};
+
+/// The longest wait between two tries of a window.
+const MAX_BACKOFF: Duration = Duration::from_secs(60);
+const FIRST_BACKOFF: Duration = Duration::from_secs(1);
+
+/// How much may wait to be sent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct QueueBounds {
+    pub windows: usize,
+    pub bytes: usize,
+}
+
+impl Default for QueueBounds {
+    /// Ten minutes of 10 s windows, and 16 MiB: a backend down for that long costs at most
+    /// that much memory.
+    fn default() -> Self {
+        QueueBounds {
+            windows: 60,
+            bytes: 16 << 20,
+        }
+    }
+}
+
+/// What became of the windows so far.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ExporterStats {
+    pub sent: u64,
+    /// Dropped because the queue was full (oldest first), or left at the end.
+    pub dropped: u64,
+    /// Refused by the backend (4xx other than 429).
+    pub refused: u64,
+    /// Tries that failed and were retried.
+    pub retries: u64,
+    /// The last failure, said once in the log.
+    pub last_error: Option<String>,
+}
+
+struct State {
+    /// Windows by a number of their own (the one under way is told apart from one queued
+    /// since).
+    queue: VecDeque<(u64, Vec<u8>)>,
+    next_id: u64,
+    bytes: usize,
+    stats: ExporterStats,
+    /// No more windows will come: send what waits until `deadline`.
+    closing: Option<Instant>,
+}
+
+struct Shared {
+    state: Mutex<State>,
+    wake: Condvar,
+}
+
+/// Windows sent on a thread of their own.
+pub struct Exporter {
+    shared: Arc<Shared>,
+    bounds: QueueBounds,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Exporter {
+    /// Starts the sending thread for `url`.
+    pub fn start(url: String, credentials: Credentials, bounds: QueueBounds) -> Exporter {
+        let shared = Arc::new(Shared {
+            state: Mutex::new(State {
+                queue: VecDeque::new(),
+                next_id: 0,
+                bytes: 0,
+                stats: ExporterStats::default(),
+                closing: None,
+            }),
+            wake: Condvar::new(),
+        });
+        let s = shared.clone();
+        let thread = std::thread::Builder::new()
+            .name("push".into())
+            .spawn(move || send_loop(&s, &Sender::new(url, credentials)))
+            .ok();
+        Exporter {
+            shared,
+            bounds,
+            thread,
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        self.shared.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Queues one encoded window; the oldest ones go when the queue is full.
+    pub fn send(&self, window: Vec<u8>) {
+        let mut st = self.lock();
+        st.bytes += window.len();
+        let id = st.next_id;
+        st.next_id += 1;
+        st.queue.push_back((id, window));
+        while st.queue.len() > self.bounds.windows.max(1)
+            || (st.bytes > self.bounds.bytes && st.queue.len() > 1)
+        {
+            if let Some((_, old)) = st.queue.pop_front() {
+                st.bytes -= old.len();
+                st.stats.dropped += 1;
+            }
+        }
+        drop(st);
+        self.shared.wake.notify_all();
+    }
+
+    /// The figures so far.
+    pub fn stats(&self) -> ExporterStats {
+        self.lock().stats.clone()
+    }
+
+    /// Sends what waits, for at most `wait`; what is left is counted dropped.
+    pub fn finish(mut self, wait: Duration) -> ExporterStats {
+        self.lock().closing = Some(Instant::now() + wait);
+        self.shared.wake.notify_all();
+        if let Some(t) = self.thread.take() {
+            let until = Instant::now() + wait + Duration::from_millis(200);
+            // A request under way may take its own timeout: not waited for past `wait`.
+            while !t.is_finished() && Instant::now() < until {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+        }
+        let mut st = self.lock();
+        let left = st.queue.len() as u64;
+        st.queue.clear();
+        st.stats.dropped += left;
+        st.stats.clone()
+    }
+}
+
+fn send_loop(shared: &Shared, sender: &Sender) {
+    let lock = || shared.state.lock().unwrap_or_else(|e| e.into_inner());
+    let mut backoff = FIRST_BACKOFF;
+    loop {
+        let (id, window) = {
+            let mut st = lock();
+            loop {
+                if let Some(w) = st.queue.front() {
+                    break w.clone();
+                }
+                if st.closing.is_some() {
+                    return;
+                }
+                st = shared.wake.wait(st).unwrap_or_else(|e| e.into_inner());
+            }
+        };
+        let outcome = sender.post(&window);
+        let mut st = lock();
+        let past_deadline = st.closing.is_some_and(|d| Instant::now() >= d);
+        match outcome {
+            Outcome::Sent => {
+                pop(&mut st, id);
+                st.stats.sent += 1;
+                backoff = FIRST_BACKOFF;
+            }
+            Outcome::Refused(why) => {
+                pop(&mut st, id);
+                st.stats.refused += 1;
+                st.stats.last_error = Some(why);
+            }
+            Outcome::Retry(why) => {
+                st.stats.retries += 1;
+                st.stats.last_error = Some(why);
+                if past_deadline {
+                    return;
+                }
+                // Wait, unless closing: then the deadline bounds the wait.
+                let wait = match st.closing {
+                    Some(d) => backoff.min(d.saturating_duration_since(Instant::now())),
+                    None => backoff,
+                };
+                drop(
+                    shared
+                        .wake
+                        .wait_timeout(st, wait)
+                        .unwrap_or_else(|e| e.into_inner()),
+                );
+                backoff = (backoff * 2).min(MAX_BACKOFF);
+                continue;
+            }
+        }
+        if past_deadline {
+            return;
+        }
+    }
+}
+
+/// Takes window `id`, just tried, off the queue, unless a full queue dropped it meanwhile
+/// (then it was counted there, and the window now first is another).
+fn pop(st: &mut State, id: u64) {
+    if st.queue.front().is_some_and(|(first, _)| *first == id) {
+        if let Some((_, w)) = st.queue.pop_front() {
+            st.bytes -= w.len();
+        }
+    }
+}

@@ -1,0 +1,158 @@
+//! One POST of one window to the backend.
+//!
+//! Owns: the HTTP request (ureq: rustls for https, no system OpenSSL), its headers, its
+//! timeouts, what an answer means ([`Outcome`]), and [`Credentials`], read from the
+//! environment only (never from argv, which every user of the host can read).
+//! Must not: retry or queue (`queue.rs` does).
+
+use std::io::Write;
+use std::time::Duration;
+
+/// The longest a connection may take, and a whole request.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(15);
+
+/// Who we are to the backend, from the environment:
+/// - `SCALENE_RS_PUSH_TOKEN`: `Authorization: Bearer TOKEN`;
+/// - else `SCALENE_RS_PUSH_USER` and `SCALENE_RS_PUSH_PASSWORD`: basic auth;
+/// - `SCALENE_RS_PUSH_TENANT`: `X-Scope-OrgID` (a multi-tenant Pyroscope).
+#[derive(Clone, Default)]
+pub struct Credentials {
+    authorization: Option<String>,
+    tenant: Option<String>,
+}
+
+impl std::fmt::Debug for Credentials {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Never the secret itself.
+        f.debug_struct("Credentials")
+            .field("authorization", &self.authorization.as_ref().map(|_| "…"))
+            .field("tenant", &self.tenant)
+            .finish()
+    }
+}
+
+impl Credentials {
+    pub fn from_env() -> Credentials {
+        let var = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
+        let authorization = match (
+            var("SCALENE_RS_PUSH_TOKEN"),
+            var("SCALENE_RS_PUSH_USER"),
+            var("SCALENE_RS_PUSH_PASSWORD"),
+        ) {
+            (Some(t), _, _) => Some(format!("Bearer {t}")),
+            (None, Some(u), p) => Some(format!(
+                "Basic {}",
+                base64(format!("{u}:{}", p.unwrap_or_default()).as_bytes())
+            )),
+            _ => None,
+        };
+        Credentials {
+            authorization,
+            tenant: var("SCALENE_RS_PUSH_TENANT"),
+        }
+    }
+}
+
+/// What became of one POST.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Outcome {
+    /// 2xx.
+    Sent,
+    /// Worth trying again later: no connection, a timeout, 429, 5xx.
+    Retry(String),
+    /// The backend refused this window for good (4xx other than 429).
+    Refused(String),
+}
+
+/// An HTTP agent that keeps its connections between windows.
+pub(crate) struct Sender {
+    agent: ureq::Agent,
+    url: String,
+    credentials: Credentials,
+}
+
+impl Sender {
+    pub(crate) fn new(url: String, credentials: Credentials) -> Sender {
+        let config = ureq::Agent::config_builder()
+            .timeout_connect(Some(CONNECT_TIMEOUT))
+            .timeout_global(Some(REQUEST_TIMEOUT))
+            // Statuses are ours to read, not errors.
+            .http_status_as_error(false)
+            .build();
+        Sender {
+            agent: config.into(),
+            url,
+            credentials,
+        }
+    }
+
+    /// POSTs `body` (a protobuf message), gzip-compressed, as the connect protocol's unary
+    /// call: `Content-Type: application/proto`, `Content-Encoding: gzip`.
+    pub(crate) fn post(&self, body: &[u8]) -> Outcome {
+        let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+        let body = match gz.write_all(body).and_then(|()| gz.finish()) {
+            Ok(b) => b,
+            Err(e) => return Outcome::Refused(format!("compressing: {e}")),
+        };
+        let mut req = self
+            .agent
+            .post(&self.url)
+            .header("Content-Type", "application/proto")
+            .header("Content-Encoding", "gzip")
+            .header("Connect-Protocol-Version", "1");
+        if let Some(a) = &self.credentials.authorization {
+            req = req.header("Authorization", a);
+        }
+        if let Some(t) = &self.credentials.tenant {
+            req = req.header("X-Scope-OrgID", t);
+        }
+        match req.send(&body[..]) {
+            Ok(resp) => {
+                let status = resp.status().as_u16();
+                match status {
+                    200..=299 => Outcome::Sent,
+                    429 | 500..=599 => Outcome::Retry(format!("HTTP {status}")),
+                    _ => Outcome::Refused(format!("HTTP {status}")),
+                }
+            }
+            Err(e) => Outcome::Retry(e.to_string()),
+        }
+    }
+}
+
+/// Standard base64 with padding (basic auth's encoding).
+fn base64(bytes: &[u8]) -> String {
+    const ABC: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut out = String::with_capacity(bytes.len().div_ceil(3) * 4);
+    for chunk in bytes.chunks(3) {
+        let b = [
+            chunk[0],
+            chunk.get(1).copied().unwrap_or(0),
+            chunk.get(2).copied().unwrap_or(0),
+        ];
+        let n = (u32::from(b[0]) << 16) | (u32::from(b[1]) << 8) | u32::from(b[2]);
+        for i in 0..4 {
+            if i <= chunk.len() {
+                out.push(ABC[(n >> (18 - 6 * i) & 63) as usize] as char);
+            } else {
+                out.push('=');
+            }
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn base64_is_rfc_4648s() {
+        assert_eq!(base64(b""), "");
+        assert_eq!(base64(b"f"), "Zg==");
+        assert_eq!(base64(b"fo"), "Zm8=");
+        assert_eq!(base64(b"foo"), "Zm9v");
+        assert_eq!(base64(b"user:pass"), "dXNlcjpwYXNz");
+    }
+}

@@ -1,0 +1,154 @@
+//! The recording's side of `--push`: windows cut from the profile so far, handed to the
+//! exporter as they close.
+//!
+//! Owns: [`Pusher`].
+//! - Windows end at wall-clock multiples of `--window` (as Pyroscope expects: the first
+//!   one is shorter, from the start to the first multiple).
+//! - A window is the difference of two pictures ([`Profile::since`]), cut between ticks.
+//! - The last window, open when the recording ends (the program's exit, Ctrl-C,
+//!   SIGTERM), is cut from the finished profile and sent before we exit (bounded wait).
+//! - What the exporter could not deliver is said on one line, once, and counted in the
+//!   next window's comments.
+//!
+//! Must not: wait on the backend (the exporter's thread does) or print while a live view
+//! has the terminal (`quiet`).
+
+use super::live::Camera;
+use crate::export::{self, Exporter, ExporterStats, PushConfig};
+use crate::memory::fleet::Fleet;
+use crate::profile::Profile;
+use crate::sampler::tree::ProcessTree;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+/// How long the end of a recording waits for its last windows to be sent.
+const FLUSH_WAIT: Duration = Duration::from_secs(5);
+
+/// Cuts windows and gives them to the exporter.
+pub(crate) struct Pusher {
+    exporter: Exporter,
+    camera: Camera,
+    window: Duration,
+    labels: Vec<(String, String)>,
+    url: String,
+    /// When the open window began and when it ends (Unix time, ns).
+    start_ns: i64,
+    end_ns: i64,
+    /// The picture the open window starts from (None: the recording's start).
+    before: Option<Profile>,
+    /// The last failure said, and the drops counted in a window already.
+    said: Option<String>,
+    quiet: bool,
+}
+
+fn now_ns() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as i64)
+}
+
+/// The first wall-clock multiple of `window` after `t_ns`.
+fn next_multiple(t_ns: i64, window: Duration) -> i64 {
+    let w = (window.as_nanos() as i64).max(1);
+    (t_ns / w + 1) * w
+}
+
+impl Pusher {
+    /// `program` and `pid` name the recording (see [`Camera`]); `quiet`: a live view has
+    /// the terminal.
+    pub(crate) fn new(cfg: &PushConfig, program: String, pid: i32, quiet: bool) -> Pusher {
+        let start_ns = now_ns();
+        Pusher {
+            exporter: Exporter::start(cfg.endpoint(), export::Credentials::from_env(), cfg.bounds),
+            camera: Camera::new(program, pid),
+            window: cfg.window,
+            labels: export::labels_of(&cfg.service, &cfg.tags),
+            url: cfg.url.clone(),
+            start_ns,
+            end_ns: next_multiple(start_ns, cfg.window),
+            before: None,
+            said: None,
+            quiet,
+        }
+    }
+
+    /// After a tick: the open window is cut when its end has come.
+    pub(crate) fn tick(&mut self, tree: &ProcessTree, fleet: Option<&Fleet>) {
+        let now = now_ns();
+        if now < self.end_ns {
+            return;
+        }
+        let picture = self.camera.picture(tree, fleet);
+        self.cut(picture, now);
+        self.end_ns = next_multiple(now, self.window);
+        self.say_failures();
+    }
+
+    /// Sends the window from the last cut to `picture`, taken at `now`.
+    fn cut(&mut self, picture: Profile, now: i64) {
+        let window = match &self.before {
+            Some(b) => picture.since(b),
+            None => picture.clone(),
+        };
+        let dropped = self.exporter.stats().dropped;
+        let note = (dropped > 0).then(|| format!("scalene-rs: {dropped} earlier windows dropped"));
+        match export::series_request(&window, self.start_ns, &self.labels, note.as_deref()) {
+            Ok(bytes) => self.exporter.send(bytes),
+            Err(e) => self.say(format!("encoding a window: {e}")),
+        }
+        self.before = Some(picture);
+        self.start_ns = now;
+    }
+
+    fn say_failures(&mut self) {
+        let st = self.exporter.stats();
+        if let Some(why) = st.last_error.filter(|w| self.said.as_ref() != Some(w)) {
+            self.said = Some(why.clone());
+            self.say(format!(
+                "push to {}: {why} (retrying with backoff)",
+                self.url
+            ));
+        }
+    }
+
+    fn say(&self, line: String) {
+        if !self.quiet {
+            eprintln!("scalene-rs: {line}");
+        }
+    }
+
+    /// The recording ended with `profile`: its last window is sent, and what waits, for at
+    /// most [`FLUSH_WAIT`]. Gives what became of the windows.
+    pub(crate) fn finish(mut self, profile: &Profile) -> ExporterStats {
+        self.cut(profile.clone(), now_ns());
+        self.exporter.finish(FLUSH_WAIT)
+    }
+}
+
+/// What `--push` did, in one line for the report's notes.
+pub(crate) fn summary(url: &str, st: &ExporterStats) -> String {
+    let mut s = format!("pushed {} windows to {url}", st.sent);
+    if st.dropped > 0 || st.refused > 0 {
+        s.push_str(&format!(
+            " ({} dropped, {} refused by the backend)",
+            st.dropped, st.refused
+        ));
+    }
+    if let (Some(why), true) = (&st.last_error, st.dropped + st.refused > 0) {
+        s.push_str(&format!("; last failure: {why}"));
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn windows_end_at_wall_clock_multiples() {
+        let w = Duration::from_secs(10);
+        let s = 1_000_000_000;
+        assert_eq!(next_multiple(3 * s, w), 10 * s);
+        assert_eq!(next_multiple(10 * s, w), 20 * s);
+        assert_eq!(next_multiple(19 * s + 999, w), 20 * s);
+    }
+}
