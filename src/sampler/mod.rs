@@ -32,7 +32,7 @@ use crate::error::Result;
 use crate::profile::Aggregator;
 pub use crate::python::ReadMode;
 use crate::python::{self, PythonProcess, PythonReader, Unread};
-use crate::IdMap;
+use crate::{IdMap, IdSet};
 use attribution::{Attribution, Charge};
 pub(crate) use charge::{absolute, read_source};
 use charge::{charge, mapping_of, record_positions};
@@ -205,9 +205,10 @@ pub struct Sampler {
     /// Whether the last CPU reading was a short one (see `ran`): no thread outside the
     /// listing ran.
     cpu_short: bool,
-    /// The last snapshot's Python threads: how many ran (not idle, not at rest), and how
-    /// many did not (a live view's header).
-    pub(crate) threads_now: (usize, usize),
+    /// The Python threads (by `thread_id`) that ran since a live view last asked, and how
+    /// many the last snapshot had (see [`Sampler::take_threads`]).
+    threads_ran: IdSet<u64>,
+    threads_seen: usize,
     /// Whether the last snapshot had a Python thread without a kernel id (before 3.11 a
     /// new thread's is found through the listing, so one is due soon).
     unmapped: bool,
@@ -276,7 +277,8 @@ impl Sampler {
             outcome: Vec::new(),
             cpu_short: false,
             unmapped: false,
-            threads_now: (0, 0),
+            threads_ran: IdSet::default(),
+            threads_seen: 0,
         }
         .with_handshake_range()
     }
@@ -413,6 +415,14 @@ impl Sampler {
     /// The target's working directory when sampling began.
     pub(crate) fn cwd(&self) -> Option<&str> {
         self.cwd.as_deref()
+    }
+
+    /// The Python threads that ran since the last call, and those that did not (of the
+    /// last snapshot's).
+    pub(crate) fn take_threads(&mut self) -> (usize, usize) {
+        let ran = self.threads_ran.len().min(self.threads_seen);
+        self.threads_ran.clear();
+        (ran, self.threads_seen - ran)
     }
 
     /// Sources read while sampling (a target with its own files), by file name.

@@ -58,6 +58,9 @@ const RELIST_AT_REST: Duration = Duration::from_secs(1);
 /// uncharged. A sample at 100 Hz meets this many threads that ran only in such bursts.
 pub(super) const MAX_WALKS: usize = 64;
 
+/// The most threads kept as having run between two looks of a live view.
+const THREADS_RAN_MAX: usize = 1 << 16;
+
 /// What [`Sampler::observe`] saw.
 type Observed = (
     Vec<Observation>,
@@ -143,18 +146,21 @@ impl Sampler {
             self.stats.gil_held += snap.threads.iter().any(|t| t.holds_gil) as u64;
         }
         // Ran since the last sample: its CPU time moved (a thread without a kernel id yet:
-        // by its scheduler state). Those left out rest.
+        // by its scheduler state). Those left out rest. Kept until a live view takes them
+        // ([`Sampler::take_threads`]): one sample alone misses a thread that waited for a
+        // CPU those 10 ms.
         let (run_ns, cpu) = (&self.run_ns, &self.cpu);
-        let active = snap
-            .threads
-            .iter()
-            .filter(|t| {
-                t.native_id
-                    .and_then(|tid| Some(!cpu.unchanged(tid, *run_ns.get(&tid)?)))
-                    .unwrap_or(!t.idle)
-            })
-            .count();
-        self.threads_now = (active, snap.threads.len() + snap.left_out - active);
+        let ran = snap.threads.iter().filter(|t| {
+            t.native_id
+                .and_then(|tid| Some(!cpu.unchanged(tid, *run_ns.get(&tid)?)))
+                .unwrap_or(!t.idle)
+        });
+        self.threads_ran.extend(ran.map(|t| t.thread_id));
+        // Nobody takes them without a live view: bounded all the same.
+        if self.threads_ran.len() > THREADS_RAN_MAX {
+            self.threads_ran.clear();
+        }
+        self.threads_seen = snap.threads.len() + snap.left_out;
         for t in &snap.woken {
             let c = self.wake_credit.entry(*t).or_insert(0.0);
             *c = (*c + WOKEN_S).min(3.0 * WOKEN_S);

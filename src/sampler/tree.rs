@@ -265,13 +265,13 @@ impl ProcessTree {
         all
     }
 
-    /// The Python threads of every running process at its last sample: how many ran, and
-    /// how many did not.
-    pub(crate) fn threads_now(&self) -> (usize, usize) {
+    /// The Python threads of every running process that ran since the last call, and
+    /// those that did not.
+    pub(crate) fn take_threads(&mut self) -> (usize, usize) {
         self.tracked
-            .values()
+            .values_mut()
             .filter_map(|t| match t {
-                Tracked::Sampling { sampler, .. } => Some(sampler.threads_now),
+                Tracked::Sampling { sampler, .. } => Some(sampler.take_threads()),
                 Tracked::Other { .. } => None,
             })
             .fold((0, 0), |(a, i), (a2, i2)| (a + a2, i + i2))

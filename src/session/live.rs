@@ -128,7 +128,12 @@ impl Publisher {
     }
 
     /// After a tick: a picture when one is due.
-    pub(crate) fn tick(&mut self, tree: &ProcessTree, fleet: Option<&Fleet>, gpu: Option<LiveGpu>) {
+    pub(crate) fn tick(
+        &mut self,
+        tree: &mut ProcessTree,
+        fleet: Option<&Fleet>,
+        gpu: Option<LiveGpu>,
+    ) {
         if self.last.is_some_and(|t| t.elapsed() < self.link.refresh()) {
             return;
         }
@@ -143,7 +148,8 @@ impl Publisher {
                 self.footprint.push_back(mb);
             }
         }
-        let mut header = self.header(&profile, &tree.stats, tree.threads_now(), None);
+        let threads = tree.take_threads();
+        let mut header = self.header(&profile, &tree.stats, threads, None);
         header.gpu = gpu;
         self.send(LiveFrame { profile, header });
         self.last_cost = began.elapsed();
