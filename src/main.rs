@@ -132,7 +132,7 @@ impl PushArgs {
             .service
             .clone()
             .or(env_service)
-            .unwrap_or_else(|| service_of(argv));
+            .unwrap_or_else(|| scalene_rs::export::service_of(argv));
         Ok(Some(scalene_rs::export::PushConfig {
             url: url.clone(),
             format: self.push_format,
@@ -142,43 +142,6 @@ impl PushArgs {
             bounds: scalene_rs::export::QueueBounds::default(),
         }))
     }
-}
-
-/// A service name from a command line: the script's name without `.py`, the module of
-/// `-m`, else the program's name.
-fn service_of(argv: &[String]) -> String {
-    let base = |p: &str| {
-        std::path::Path::new(p)
-            .file_name()
-            .map_or_else(|| p.to_string(), |f| f.to_string_lossy().into_owned())
-    };
-    if let Some(i) = argv.iter().position(|a| a == "-m") {
-        if let Some(m) = argv.get(i + 1) {
-            return m.clone();
-        }
-    }
-    if let Some(script) = argv.iter().skip(1).find(|a| a.ends_with(".py")) {
-        return base(script).trim_end_matches(".py").to_string();
-    }
-    argv.first()
-        .map_or_else(|| "python".to_string(), |p| base(p))
-}
-
-/// A process's command line and its OTEL_SERVICE_NAME, from /proc.
-fn target_naming(pid: i32) -> (Vec<String>, Option<String>) {
-    let split = |b: Vec<u8>| -> Vec<String> {
-        b.split(|&c| c == 0)
-            .filter(|a| !a.is_empty())
-            .map(|a| String::from_utf8_lossy(a).into_owned())
-            .collect()
-    };
-    let argv = std::fs::read(format!("/proc/{pid}/cmdline")).map_or_else(|_| Vec::new(), split);
-    let env = std::fs::read(format!("/proc/{pid}/environ")).map_or_else(|_| Vec::new(), split);
-    let service = env
-        .iter()
-        .find_map(|e| e.strip_prefix("OTEL_SERVICE_NAME=").map(str::to_string))
-        .filter(|s| !s.is_empty());
-    (argv, service)
 }
 
 fn parse_window(s: &str) -> Result<std::time::Duration, String> {
@@ -686,7 +649,7 @@ fn attach(args: AttachArgs) -> anyhow::Result<i32> {
         gpu: args.record.gpu(),
         live: None,
         push: {
-            let (argv, service) = target_naming(args.pid);
+            let (argv, service) = scalene_rs::export::target_naming(args.pid);
             args.record.push.config(&argv, service)?
         },
     };
@@ -727,7 +690,7 @@ fn top(args: TopArgs) -> anyhow::Result<i32> {
             gpu: args.record.gpu(),
             live: None,
             push: {
-                let (argv, service) = target_naming(pid);
+                let (argv, service) = scalene_rs::export::target_naming(pid);
                 args.record.push.config(&argv, service)?
             },
         }),

@@ -4,6 +4,7 @@
 //! - [`PushConfig`]: the URL, the protocol, the window, the labels.
 //! - `pyroscope.rs`: Pyroscope's `PushRequest` (the connect protocol's unary call).
 //! - `sender.rs`: one HTTP POST, with the credentials from the environment.
+//! - `service.rs`: the service's name, from the target's command line or environment.
 //! - `queue.rs`: [`Exporter`], a thread of its own with a bounded queue, retries with
 //!   backoff, and windows dropped oldest first, counted.
 //!
@@ -13,10 +14,12 @@
 mod pyroscope;
 mod queue;
 mod sender;
+mod service;
 
 pub use pyroscope::{labels_of, series_request};
 pub use queue::{Exporter, ExporterStats, QueueBounds};
 pub use sender::Credentials;
+pub use service::{service_of, target_naming};
 
 use std::time::Duration;
 
