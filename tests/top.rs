@@ -457,6 +457,53 @@ fn top_of_a_command_shows_its_child_processes() {
     common::for_each_representative(children_case);
 }
 
+/// Whether process `pid` is gone (or a zombie nobody reaped yet).
+fn gone(pid: i32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).map_or(true, |s| {
+        s.rsplit(')')
+            .next()
+            .is_some_and(|r| r.trim_start().starts_with('Z'))
+    })
+}
+
+#[test]
+fn top_ends_when_its_terminal_goes_away() {
+    if !have_tmux("top_ends_when_its_terminal_goes_away") {
+        return;
+    }
+    let py = one_of_each_major().pop().expect("a Python 3");
+    let f = fixture("cpu/split.py");
+    let cmd = format!(
+        "{} top --refresh 0.5 -- {} {} 60",
+        bin(),
+        quote(&py.path),
+        quote(&f)
+    );
+    let pane = Pane::start(&cmd, 120, 30).unwrap();
+    pane.wait_for(Duration::from_secs(10), |s| s.contains("samples/s"))
+        .unwrap();
+    let top = pane.top_pid().unwrap();
+    // The window closes: the pty hangs up under it.
+    pane.tmux(&["kill-server"]).unwrap();
+    let until = Instant::now() + Duration::from_secs(15);
+    while !gone(top) && Instant::now() < until {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let alive = !gone(top);
+    let state = std::fs::read_to_string(format!("/proc/{top}/stat")).unwrap_or_default();
+    let wchan = std::fs::read_to_string(format!("/proc/{top}/wchan")).unwrap_or_default();
+    if alive {
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(top),
+            nix::sys::signal::Signal::SIGKILL,
+        );
+    }
+    assert!(
+        !alive,
+        "top {top} still runs 15 s after its terminal went away: {state} in {wchan}"
+    );
+}
+
 #[test]
 fn top_without_a_terminal_says_to_use_attach() {
     let out = Command::new(bin())
