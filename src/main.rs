@@ -115,6 +115,23 @@ struct PushArgs {
 }
 
 impl PushArgs {
+    /// The push of a COMMAND we start: it inherits our OTEL_SERVICE_NAME.
+    fn for_command(
+        &self,
+        argv: &[String],
+    ) -> anyhow::Result<Option<scalene_rs::export::PushConfig>> {
+        let env = std::env::var("OTEL_SERVICE_NAME")
+            .ok()
+            .filter(|s| !s.is_empty());
+        self.config(argv, env)
+    }
+
+    /// The push of running process `pid`, named by its own command line and environment.
+    fn for_pid(&self, pid: i32) -> anyhow::Result<Option<scalene_rs::export::PushConfig>> {
+        let (argv, service) = scalene_rs::export::target_naming(pid);
+        self.config(&argv, service)
+    }
+
     /// The push asked for; `argv` and `env_service` (the target's command line and its
     /// OTEL_SERVICE_NAME) name the service unless --service does.
     fn config(
@@ -610,12 +627,7 @@ fn run(args: RunArgs) -> anyhow::Result<i32> {
         gpu: args.record.gpu(),
         live: None,
         stdio_to: None,
-        push: args.record.push.config(
-            &args.command,
-            std::env::var("OTEL_SERVICE_NAME")
-                .ok()
-                .filter(|s| !s.is_empty()),
-        )?,
+        push: args.record.push.for_command(&args.command)?,
     };
     let live = std::io::stderr().is_terminal();
     let outcome = session::run(&cfg, &mut status_line(live))?;
@@ -648,10 +660,7 @@ fn attach(args: AttachArgs) -> anyhow::Result<i32> {
         }),
         gpu: args.record.gpu(),
         live: None,
-        push: {
-            let (argv, service) = scalene_rs::export::target_naming(args.pid);
-            args.record.push.config(&argv, service)?
-        },
+        push: args.record.push.for_pid(args.pid)?,
     };
     let live = std::io::stderr().is_terminal();
     if live {
@@ -689,10 +698,7 @@ fn top(args: TopArgs) -> anyhow::Result<i32> {
             memory,
             gpu: args.record.gpu(),
             live: None,
-            push: {
-                let (argv, service) = scalene_rs::export::target_naming(pid);
-                args.record.push.config(&argv, service)?
-            },
+            push: args.record.push.for_pid(pid)?,
         }),
         None => {
             let out = args.command_output.clone().unwrap_or_else(|| {
@@ -707,12 +713,7 @@ fn top(args: TopArgs) -> anyhow::Result<i32> {
                 gpu: args.record.gpu(),
                 live: None,
                 stdio_to: Some(out),
-                push: args.record.push.config(
-                    &args.command,
-                    std::env::var("OTEL_SERVICE_NAME")
-                        .ok()
-                        .filter(|s| !s.is_empty()),
-                )?,
+                push: args.record.push.for_command(&args.command)?,
             })
         }
     };

@@ -14,7 +14,7 @@ use crate::sampler::tree::ProcessTree;
 use crate::sampler::Stats;
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, Ordering};
-use std::sync::mpsc::{SyncSender, TrySendError};
+use std::sync::mpsc::SyncSender;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -204,11 +204,9 @@ impl Publisher {
         }
     }
 
+    /// Hands `frame` over. A full channel drops it (the view shows the newest anyway); a
+    /// view gone drops it too (the recording goes on until told to stop).
     fn send(&self, frame: LiveFrame) {
-        match self.link.frames.try_send(frame) {
-            Ok(()) | Err(TrySendError::Full(_)) => {}
-            // The view is gone: the recording goes on until told to stop.
-            Err(TrySendError::Disconnected(_)) => {}
-        }
+        let _ = self.link.frames.try_send(frame);
     }
 }
