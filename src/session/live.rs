@@ -21,6 +21,31 @@ use std::time::{Duration, Instant};
 /// Footprint points kept for the header's sparkline: two minutes at the default refresh.
 const FOOTPRINT_POINTS: usize = 120;
 
+/// The header's processes: one per pid, as the view's shares are kept by pid.
+///
+/// A pid that exec'd has an image before and after (a forked child sampled before its
+/// `exec`, as `subprocess` does on 3.8): the row says what it runs now (the later image:
+/// the tree lists a pid's earlier image first) and adds the shares of both.
+fn one_row_per_pid(images: &[crate::profile::ProcessProfile]) -> Vec<LiveProcess> {
+    let mut rows: Vec<LiveProcess> = Vec::with_capacity(images.len());
+    for p in images {
+        match rows.iter_mut().find(|r| r.pid == p.pid) {
+            Some(r) => {
+                r.command = p.command.clone();
+                r.python_version = p.python_version.clone();
+                r.cpu_pct += p.cpu_pct;
+            }
+            None => rows.push(LiveProcess {
+                pid: p.pid,
+                command: p.command.clone(),
+                python_version: p.python_version.clone(),
+                cpu_pct: p.cpu_pct,
+            }),
+        }
+    }
+    rows
+}
+
 /// What a recording shares with the live view that watches it.
 #[derive(Debug, Clone)]
 pub struct LiveLink {
@@ -176,16 +201,7 @@ impl Publisher {
                 cpu_pct: 100.0,
             }]
         } else {
-            profile
-                .processes
-                .iter()
-                .map(|p| LiveProcess {
-                    pid: p.pid,
-                    command: p.command.clone(),
-                    python_version: p.python_version.clone(),
-                    cpu_pct: p.cpu_pct,
-                })
-                .collect()
+            one_row_per_pid(&profile.processes)
         };
         LiveHeader {
             processes,
@@ -208,5 +224,42 @@ impl Publisher {
     /// view gone drops it too (the recording goes on until told to stop).
     fn send(&self, frame: LiveFrame) {
         let _ = self.link.frames.try_send(frame);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::one_row_per_pid;
+    use crate::profile::ProcessProfile;
+
+    fn image(pid: i32, command: &str, cpu_pct: f64) -> ProcessProfile {
+        ProcessProfile {
+            pid,
+            command: command.to_string(),
+            python_version: "3.8".to_string(),
+            samples: 1,
+            cpu_pct,
+            mem_peak_mb: None,
+            mem_alloc_mb: None,
+            gpu_pct: None,
+            gpu_mem_peak_mb: None,
+        }
+    }
+
+    #[test]
+    fn a_pid_that_execd_is_one_row_running_its_new_command() {
+        let rows = one_row_per_pid(&[
+            image(10, "python parent.py", 5.0),
+            image(11, "python parent.py", 1.0),
+            image(11, "python child.py", 94.0),
+        ]);
+        let seen: Vec<(i32, &str, f64)> = rows
+            .iter()
+            .map(|r| (r.pid, r.command.as_str(), r.cpu_pct))
+            .collect();
+        assert_eq!(
+            seen,
+            vec![(10, "python parent.py", 5.0), (11, "python child.py", 95.0)]
+        );
     }
 }
