@@ -418,10 +418,27 @@ fn children_case(py: &Interpreter) -> Result<String, String> {
     if code != 0 {
         return Err(format!("top exited {code} after q\n{s}"));
     }
-    Ok(format!(
+    let said = format!(
         "{hot} at {:.1}% with 2 processes",
         share(&s, &hot).unwrap_or(0.0)
-    ))
+    );
+    // One process that computes, then execs: one pid, so one process in the header (its
+    // image before the exec has samples of its own: 1 s of CPU on execs.py).
+    let cmd = format!(
+        "{} top --refresh 0.5 -- {} {} 1",
+        bin(),
+        quote(&py.path),
+        quote(&fixture("procs/execs.py"))
+    );
+    let pane = Pane::start(&cmd, 160, 40)?;
+    let s = pane.wait_for(Duration::from_secs(10), |s| share(s, &hot).is_some())?;
+    pane.keys("q")?;
+    pane.exit_status(Duration::from_secs(15))?;
+    pane.restored()?;
+    if s.contains(" processes") {
+        return Err(format!("one pid that exec'd counted as several:\n{s}"));
+    }
+    Ok(said)
 }
 
 /// One interpreter of each major version is enough for what does not depend on reading it.
