@@ -5,20 +5,23 @@
 //! from Pyroscope's published field numbers (here, independently of src/export). Every raw
 //! profile goes to `go tool pprof` (Debian's Go): the hot lines of fixtures/cpu/split.py
 //! carry their share (±5 points of the whole run's) and their split in every full window.
-//! Faults: a backend answering 503 at first loses no window; one that refuses (400) or is
-//! not there costs the program nothing (its output and exit code), and the drops are
-//! counted exactly.
+//! Faults (tests/common/receiver.rs plays the backend):
+//! - answering 503 at first, down at start, killed mid-run and back, or stalling for a
+//!   minute: no window lost (each window said pushed arrives, once or more);
+//! - stalling: sampling keeps its rate while the exporter waits;
+//! - refusing (400) or never there: the program's output and exit code unchanged, the
+//!   drops counted exactly.
 
 mod common;
+#[path = "common/receiver.rs"]
+mod receiver;
 
 use common::{bin, fixture, mark, tempdir};
-use std::collections::VecDeque;
-use std::io::{BufRead, BufReader, Read, Write};
+use receiver::Receiver;
 use std::net::TcpListener;
 use std::path::Path;
 use std::process::Command;
-use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// Pyroscope's push.v1 messages, from their field numbers.
 mod pyroscope {
@@ -50,113 +53,6 @@ mod pyroscope {
     }
 }
 
-/// One request as received.
-#[derive(Debug, Clone)]
-struct Request {
-    path: String,
-    headers: Vec<(String, String)>,
-    /// The body, gunzipped when it said so.
-    body: Vec<u8>,
-}
-
-impl Request {
-    fn header(&self, name: &str) -> Option<&str> {
-        self.headers
-            .iter()
-            .find(|(k, _)| k.eq_ignore_ascii_case(name))
-            .map(|(_, v)| v.as_str())
-    }
-}
-
-/// A loopback HTTP/1.1 receiver: each request is kept, and answered with the next status
-/// of `answers` (200 once they run out).
-struct Receiver {
-    port: u16,
-    got: Arc<Mutex<Vec<Request>>>,
-}
-
-impl Receiver {
-    fn start(answers: Vec<u16>) -> Receiver {
-        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-        let port = listener.local_addr().unwrap().port();
-        let got = Arc::new(Mutex::new(Vec::new()));
-        let answers = Arc::new(Mutex::new(VecDeque::from(answers)));
-        let g = got.clone();
-        std::thread::spawn(move || {
-            for conn in listener.incoming().map_while(Result::ok) {
-                let (g, a) = (g.clone(), answers.clone());
-                std::thread::spawn(move || serve(conn, &g, &a));
-            }
-        });
-        Receiver { port, got }
-    }
-
-    fn url(&self) -> String {
-        format!("http://127.0.0.1:{}", self.port)
-    }
-
-    fn requests(&self) -> Vec<Request> {
-        self.got.lock().unwrap().clone()
-    }
-}
-
-/// Serves one connection's requests (ureq keeps its connections).
-fn serve(conn: std::net::TcpStream, got: &Mutex<Vec<Request>>, answers: &Mutex<VecDeque<u16>>) {
-    let mut out = conn.try_clone().unwrap();
-    let mut r = BufReader::new(conn);
-    loop {
-        let mut first = String::new();
-        if r.read_line(&mut first).unwrap_or(0) == 0 {
-            return;
-        }
-        let path = first.split_whitespace().nth(1).unwrap_or("").to_string();
-        let mut headers = Vec::new();
-        loop {
-            let mut l = String::new();
-            if r.read_line(&mut l).unwrap_or(0) == 0 {
-                return;
-            }
-            let l = l.trim_end();
-            if l.is_empty() {
-                break;
-            }
-            if let Some((k, v)) = l.split_once(':') {
-                headers.push((k.trim().to_string(), v.trim().to_string()));
-            }
-        }
-        let len: usize = headers
-            .iter()
-            .find(|(k, _)| k.eq_ignore_ascii_case("content-length"))
-            .and_then(|(_, v)| v.parse().ok())
-            .unwrap_or(0);
-        let mut body = vec![0; len];
-        if r.read_exact(&mut body).is_err() {
-            return;
-        }
-        let gz = headers
-            .iter()
-            .any(|(k, v)| k.eq_ignore_ascii_case("content-encoding") && v == "gzip");
-        if gz {
-            let mut plain = Vec::new();
-            flate2::read::GzDecoder::new(&body[..])
-                .read_to_end(&mut plain)
-                .unwrap();
-            body = plain;
-        }
-        let status = answers.lock().unwrap().pop_front().unwrap_or(200);
-        got.lock().unwrap().push(Request {
-            path,
-            headers,
-            body,
-        });
-        let reason = if status == 200 { "OK" } else { "Error" };
-        let _ = write!(
-            out,
-            "HTTP/1.1 {status} {reason}\r\nContent-Type: application/proto\r\nContent-Length: 0\r\n\r\n"
-        );
-    }
-}
-
 /// The interpreter the push tests run on: the encoding does not depend on it.
 fn interpreter() -> common::Interpreter {
     common::interpreters()
@@ -178,7 +74,7 @@ fn run_pushing(url: &str, extra: &[&str], seconds: &str) -> common::Run {
         .arg(&py.path)
         .arg(fixture("cpu/split.py"))
         .arg(seconds);
-    common::run_limited(cmd, Duration::from_secs(120))
+    common::run_limited(cmd, Duration::from_secs(300))
 }
 
 /// `go tool pprof -top -lines [-sample_index=INDEX]` of one raw profile: `file:line` →
@@ -365,4 +261,109 @@ fn a_backend_that_refuses_or_is_not_there_costs_the_program_nothing() {
     assert!(r.stderr.contains("dropped"), "{}", r.stderr);
     // The end waits for the backend at most 5 s.
     assert!(took < Duration::from_secs(15), "took {took:?}");
+}
+
+/// The distinct windows among `reqs` (a window sent again after its answer was lost
+/// arrives twice, byte for byte).
+fn distinct(reqs: &[receiver::Request]) -> usize {
+    let mut bodies: Vec<&[u8]> = reqs.iter().map(|r| &r.body[..]).collect();
+    bodies.sort();
+    bodies.dedup();
+    bodies.len()
+}
+
+/// How many windows `scalene-rs` says it pushed to `url`, when it dropped none.
+fn pushed_without_drops(stderr: &str, url: &str) -> usize {
+    let head = "pushed ";
+    let line = stderr
+        .lines()
+        .find(|l| l.contains(head) && l.contains(url))
+        .unwrap_or_else(|| panic!("no summary line: {stderr}"));
+    assert!(!line.contains("dropped"), "a window was dropped: {line}");
+    let after = &line[line.find(head).unwrap() + head.len()..];
+    after.split_whitespace().next().unwrap().parse().unwrap()
+}
+
+#[test]
+fn a_backend_that_stalls_for_a_minute_blocks_nothing_and_loses_no_window() {
+    // Every request of the first 60 s gets no answer: each try times out (15 s) and is
+    // retried with backoff; the windows wait in the queue (18 of its 60) meanwhile.
+    let rx = Receiver::stalling(Duration::from_secs(60));
+    let dir = tempdir("scalene-rs-push-stall");
+    let out = dir.join("p.json");
+    let out_arg = out.to_str().unwrap();
+    let began = Instant::now();
+    let r = run_pushing(
+        &rx.url(),
+        &["--cpu-only", "--window", "5", "-o", out_arg],
+        "90",
+    );
+    unharmed(&r).unwrap();
+    let reqs = rx.requests();
+    let unanswered = reqs.iter().filter(|q| q.status.is_none()).count();
+    assert!(
+        unanswered >= 3,
+        "the stall held {unanswered} tries: {reqs:?}"
+    );
+    let n = pushed_without_drops(&r.stderr, &rx.url());
+    assert_eq!(
+        distinct(&rx.accepted()),
+        n,
+        "windows said pushed and received"
+    );
+    assert!(n >= 15, "90 s in 5 s windows: {n}");
+    // Sampling went on at its rate while the exporter waited.
+    let p: serde_json::Value = serde_json::from_slice(&std::fs::read(&out).unwrap()).unwrap();
+    let (samples, secs, hz) = (
+        p["samples"].as_f64().unwrap(),
+        p["duration_s"].as_f64().unwrap(),
+        p["requested_rate_hz"].as_f64().unwrap(),
+    );
+    assert!(
+        samples >= 0.8 * secs * hz,
+        "{samples} samples in {secs:.0} s at {hz} Hz"
+    );
+    common::say(&format!(
+        "stall: {unanswered} tries unanswered, {n} windows pushed, none lost, {:.0} samples/s \
+         of {hz}, {:.0} s in all",
+        samples / secs,
+        began.elapsed().as_secs_f64()
+    ));
+}
+
+#[test]
+fn a_backend_down_at_start_then_killed_mid_run_loses_no_window() {
+    let port = TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let url = format!("http://127.0.0.1:{port}");
+    let u = url.clone();
+    let run = std::thread::spawn(move || run_pushing(&u, &["--cpu-only", "--window", "2"], "24"));
+    // Nobody listens for 4 s; then a backend that is killed at 10 s and back at 14 s.
+    std::thread::sleep(Duration::from_secs(4));
+    let first = Receiver::start_on(port, Vec::new());
+    std::thread::sleep(Duration::from_secs(6));
+    first.stop();
+    let before_kill = first.accepted();
+    std::thread::sleep(Duration::from_secs(4));
+    let second = Receiver::start_on(port, Vec::new());
+    let r = run.join().unwrap();
+    unharmed(&r).unwrap();
+    let after = second.accepted();
+    // The windows cut while nobody listened went when the backend came.
+    assert!(
+        before_kill.len() >= 2,
+        "{} before the kill",
+        before_kill.len()
+    );
+    assert!(!after.is_empty(), "none after the restart");
+    let all: Vec<receiver::Request> = before_kill.into_iter().chain(after).collect();
+    let n = pushed_without_drops(&r.stderr, &url);
+    assert_eq!(distinct(&all), n, "windows said pushed and received");
+    assert!(n >= 10, "24 s in 2 s windows: {n}");
+    common::say(&format!(
+        "down, up, killed, up: {n} windows pushed, none lost"
+    ));
 }
