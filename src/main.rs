@@ -157,6 +157,7 @@ impl PushArgs {
             service,
             tags: self.tags.clone(),
             bounds: scalene_rs::export::QueueBounds::default(),
+            credentials: scalene_rs::export::Credentials::from_env().map_err(anyhow::Error::msg)?,
         }))
     }
 }

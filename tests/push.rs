@@ -9,6 +9,8 @@
 //! - answering 503 at first, down at start, killed mid-run and back, or stalling for a
 //!   minute: no window lost (each window said pushed arrives, once or more);
 //! - stalling: sampling keeps its rate while the exporter waits;
+//! - https (tests/receivers/https.py, a certificate of a private CA made by `openssl`):
+//!   trusted with `SCALENE_RS_PUSH_CA`, refused without it, a missing CA file one line;
 //! - refusing (400) or never there: the program's output and exit code unchanged, the
 //!   drops counted exactly.
 
@@ -65,8 +67,14 @@ fn interpreter() -> common::Interpreter {
 /// `scalene-rs run [extra] --push URL -- python split.py SECONDS`: its exit code, stderr
 /// and the program's stdout.
 fn run_pushing(url: &str, extra: &[&str], seconds: &str) -> common::Run {
+    run_pushing_with(url, extra, seconds, &[])
+}
+
+/// [`run_pushing`] with `env` set for `scalene-rs`.
+fn run_pushing_with(url: &str, extra: &[&str], seconds: &str, env: &[(&str, &str)]) -> common::Run {
     let py = interpreter();
     let mut cmd = Command::new(bin());
+    cmd.envs(env.iter().copied());
     cmd.arg("run")
         .args(["--push", url])
         .args(extra)
@@ -365,5 +373,172 @@ fn a_backend_down_at_start_then_killed_mid_run_loses_no_window() {
     assert!(n >= 10, "24 s in 2 s windows: {n}");
     common::say(&format!(
         "down, up, killed, up: {n} windows pushed, none lost"
+    ));
+}
+
+/// Runs `openssl` with `args` in `dir`.
+fn openssl(dir: &Path, args: &[&str]) {
+    let out = Command::new("openssl")
+        .current_dir(dir)
+        .args(args)
+        .output()
+        .expect("openssl");
+    assert!(
+        out.status.success(),
+        "openssl {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// A private CA (ca.pem) and a certificate it signed for 127.0.0.1 (leaf.pem, leaf.key).
+fn private_ca(dir: &Path) {
+    let subj_ca = "/CN=scalene-rs test CA";
+    openssl(
+        dir,
+        &[
+            "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2",
+        ]
+        .iter()
+        .copied()
+        .chain(["-subj", subj_ca, "-keyout", "ca.key", "-out", "ca.pem"])
+        .collect::<Vec<_>>(),
+    );
+    openssl(
+        dir,
+        &[
+            "req",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-subj",
+            "/CN=127.0.0.1",
+        ]
+        .iter()
+        .copied()
+        .chain(["-keyout", "leaf.key", "-out", "leaf.csr"])
+        .collect::<Vec<_>>(),
+    );
+    std::fs::write(
+        dir.join("leaf.ext"),
+        "subjectAltName=IP:127.0.0.1\nbasicConstraints=CA:FALSE\n\
+         keyUsage=digitalSignature,keyEncipherment\nextendedKeyUsage=serverAuth\n",
+    )
+    .unwrap();
+    openssl(
+        dir,
+        &[
+            "x509", "-req", "-in", "leaf.csr", "-CA", "ca.pem", "-CAkey", "ca.key",
+        ]
+        .iter()
+        .copied()
+        .chain([
+            "-CAcreateserial",
+            "-days",
+            "2",
+            "-extfile",
+            "leaf.ext",
+            "-out",
+            "leaf.pem",
+        ])
+        .collect::<Vec<_>>(),
+    );
+}
+
+/// tests/receivers/https.py, killed when dropped.
+struct HttpsReceiver {
+    child: std::process::Child,
+    port: u16,
+    log: std::path::PathBuf,
+}
+
+impl HttpsReceiver {
+    fn start(dir: &Path) -> HttpsReceiver {
+        use std::io::BufRead;
+        let log = dir.join("received.log");
+        let mut child = Command::new("python3")
+            .arg(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/receivers/https.py"))
+            .args([dir.join("leaf.pem"), dir.join("leaf.key"), log.clone()])
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("python3");
+        let mut line = String::new();
+        std::io::BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        let port = line.trim().parse().expect("the receiver's port");
+        HttpsReceiver { child, port, log }
+    }
+
+    fn url(&self) -> String {
+        format!("https://127.0.0.1:{}", self.port)
+    }
+
+    /// The paths POSTed to it so far.
+    fn paths(&self) -> Vec<String> {
+        std::fs::read_to_string(&self.log)
+            .unwrap_or_default()
+            .lines()
+            .map(str::to_string)
+            .collect()
+    }
+}
+
+impl Drop for HttpsReceiver {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[test]
+fn an_https_backend_is_trusted_through_its_ca_and_only_so() {
+    let dir = tempdir("scalene-rs-push-tls");
+    private_ca(&dir);
+    let rx = HttpsReceiver::start(&dir);
+    let ca = dir.join("ca.pem");
+    let ca = ca.to_str().unwrap();
+    let args = ["--cpu-only", "--window", "1"];
+    // Its CA named: every window arrives, over TLS.
+    let r = run_pushing_with(&rx.url(), &args, "3", &[("SCALENE_RS_PUSH_CA", ca)]);
+    unharmed(&r).unwrap();
+    let n = pushed_without_drops(&r.stderr, &rx.url());
+    let paths = rx.paths();
+    assert!(n >= 3 && paths.len() >= n, "{n} pushed, received {paths:?}");
+    assert!(
+        paths.iter().all(|p| p == "/push.v1.PusherService/Push"),
+        "{paths:?}"
+    );
+    // Not named: Mozilla's roots do not know it; nothing is sent, the program unharmed.
+    let r = run_pushing(&rx.url(), &args, "2");
+    unharmed(&r).unwrap();
+    assert!(r.stderr.contains("pushed 0 windows"), "{}", r.stderr);
+    assert!(
+        r.stderr.to_lowercase().contains("certificate") || r.stderr.contains("UnknownIssuer"),
+        "the failure names the certificate: {}",
+        r.stderr
+    );
+    assert_eq!(rx.paths().len(), paths.len(), "sent without trust");
+    // A CA file that is not there: one line, a non-zero exit, the program never started.
+    let missing = dir.join("nowhere.pem");
+    let r = run_pushing_with(
+        &rx.url(),
+        &args,
+        "2",
+        &[("SCALENE_RS_PUSH_CA", missing.to_str().unwrap())],
+    );
+    assert!(r.code.is_some_and(|c| c != 0), "{}", r.describe());
+    assert!(
+        !r.stdout.contains("truth "),
+        "the program ran: {}",
+        r.stdout
+    );
+    let err = r.stderr.trim();
+    assert!(
+        err.lines().count() == 1 && err.contains("SCALENE_RS_PUSH_CA"),
+        "{err}"
+    );
+    common::say(&format!(
+        "https: {n} windows through the private CA, none without it"
     ));
 }

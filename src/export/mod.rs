@@ -56,6 +56,8 @@ pub struct PushConfig {
     /// The user's `--tag k=v`, in order.
     pub tags: Vec<(String, String)>,
     pub bounds: QueueBounds,
+    /// Who we are to the backend, whom we trust ([`Credentials::from_env`]).
+    pub credentials: Credentials,
 }
 
 impl PushConfig {

@@ -6,20 +6,26 @@
 //! Must not: retry or queue (`queue.rs` does).
 
 use std::io::Write;
+use std::sync::Arc;
 use std::time::Duration;
+use ureq::tls::{Certificate, RootCerts, TlsConfig};
 
 /// The longest a connection may take, and a whole request.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(15);
 
-/// Who we are to the backend, from the environment:
+/// Who we are to the backend, and whom we trust, from the environment:
 /// - `SCALENE_RS_PUSH_TOKEN`: `Authorization: Bearer TOKEN`;
 /// - else `SCALENE_RS_PUSH_USER` and `SCALENE_RS_PUSH_PASSWORD`: basic auth;
-/// - `SCALENE_RS_PUSH_TENANT`: `X-Scope-OrgID` (a multi-tenant Pyroscope).
+/// - `SCALENE_RS_PUSH_TENANT`: `X-Scope-OrgID` (a multi-tenant Pyroscope);
+/// - `SCALENE_RS_PUSH_CA`: a PEM file of the CA certificates an https backend's chain must
+///   end at, instead of Mozilla's roots (a fleet's private CA).
 #[derive(Clone, Default)]
 pub struct Credentials {
     authorization: Option<String>,
     tenant: Option<String>,
+    /// The roots of `SCALENE_RS_PUSH_CA`; `None`: Mozilla's (webpki-roots, built in).
+    roots: Option<Arc<Vec<Certificate<'static>>>>,
 }
 
 impl std::fmt::Debug for Credentials {
@@ -28,12 +34,15 @@ impl std::fmt::Debug for Credentials {
         f.debug_struct("Credentials")
             .field("authorization", &self.authorization.as_ref().map(|_| "…"))
             .field("tenant", &self.tenant)
+            .field("roots", &self.roots.as_ref().map(|r| r.len()))
             .finish()
     }
 }
 
 impl Credentials {
-    pub fn from_env() -> Credentials {
+    /// Reads the environment; a `SCALENE_RS_PUSH_CA` that cannot be read or holds no
+    /// certificate is an error (said before the recording starts, not at the first window).
+    pub fn from_env() -> Result<Credentials, String> {
         let var = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
         let authorization = match (
             var("SCALENE_RS_PUSH_TOKEN"),
@@ -47,11 +56,35 @@ impl Credentials {
             )),
             _ => None,
         };
-        Credentials {
+        let roots = match var("SCALENE_RS_PUSH_CA") {
+            Some(path) => Some(Arc::new(roots_of(&path)?)),
+            None => None,
+        };
+        Ok(Credentials {
             authorization,
             tenant: var("SCALENE_RS_PUSH_TENANT"),
+            roots,
+        })
+    }
+}
+
+/// The certificates of PEM file `path`.
+fn roots_of(path: &str) -> Result<Vec<Certificate<'static>>, String> {
+    let pem = std::fs::read(path).map_err(|e| format!("SCALENE_RS_PUSH_CA={path}: {e}"))?;
+    let mut certs = Vec::new();
+    for item in ureq::tls::parse_pem(&pem) {
+        match item {
+            Ok(ureq::tls::PemItem::Certificate(c)) => certs.push(c),
+            Ok(_) => {}
+            Err(e) => return Err(format!("SCALENE_RS_PUSH_CA={path}: {e}")),
         }
     }
+    if certs.is_empty() {
+        return Err(format!(
+            "SCALENE_RS_PUSH_CA={path}: no PEM certificate in it"
+        ));
+    }
+    Ok(certs)
 }
 
 /// What became of one POST.
@@ -78,8 +111,16 @@ impl Sender {
             .timeout_connect(Some(CONNECT_TIMEOUT))
             .timeout_global(Some(REQUEST_TIMEOUT))
             // Statuses are ours to read, not errors.
-            .http_status_as_error(false)
-            .build();
+            .http_status_as_error(false);
+        let config = match &credentials.roots {
+            Some(roots) => config.tls_config(
+                TlsConfig::builder()
+                    .root_certs(RootCerts::Specific(roots.clone()))
+                    .build(),
+            ),
+            None => config,
+        }
+        .build();
         Sender {
             agent: config.into(),
             url,

@@ -58,7 +58,7 @@ impl Pusher {
     pub(crate) fn new(cfg: &PushConfig, program: String, pid: i32, quiet: bool) -> Pusher {
         let start_ns = now_ns();
         Pusher {
-            exporter: Exporter::start(cfg.endpoint(), export::Credentials::from_env(), cfg.bounds),
+            exporter: Exporter::start(cfg.endpoint(), cfg.credentials.clone(), cfg.bounds),
             camera: Camera::new(program, pid),
             window: cfg.window,
             labels: export::labels_of(&cfg.service, &cfg.tags),
