@@ -8,7 +8,9 @@
 //! - `top PID` shows the same; its since-start figures equal those of the profile `-o`
 //!   writes for the same recording (±5 points); SIGTERM to `top` restores the terminal;
 //!   the process runs on and ends as it would have (exit 0, its output whole).
-//! - A command's child processes show with it (fixtures/procs/subproc.py).
+//! - A command's child processes show with it (fixtures/procs/subproc.py); a process that
+//!   execs is one process (fixtures/procs/execs.py).
+//! - Ctrl-C and SIGHUP restore the terminal too (one interpreter of each major version).
 //!
 //! On one interpreter of each major version: a command that exits leaves its last screen
 //! up, saying "exited (code N)", until a key; `--exit-on-end` ends with it; either way
@@ -519,6 +521,45 @@ fn top_ends_when_its_terminal_goes_away() {
         !alive,
         "top {top} still runs 15 s after its terminal went away: {state} in {wchan}"
     );
+}
+
+/// `top -- python split.py 60` ended by `end` (Ctrl-C, or a signal to `top`): the terminal
+/// is restored and `top` exits within 15 s.
+fn ended_by(py: &Interpreter, what: &str, end: impl Fn(&Pane) -> Result<(), String>) {
+    let cmd = format!(
+        "{} top --refresh 0.5 -- {} {} 60",
+        bin(),
+        quote(&py.path),
+        quote(&fixture("cpu/split.py"))
+    );
+    let pane = Pane::start(&cmd, 120, 30).unwrap();
+    pane.wait_for(Duration::from_secs(10), |s| s.contains("samples/s"))
+        .unwrap();
+    end(&pane).unwrap();
+    let code = pane.exit_status(Duration::from_secs(15));
+    let restored = pane.restored();
+    assert!(
+        code.is_ok() && restored.is_ok(),
+        "{}: after {what}: {code:?}, {restored:?}",
+        py.label
+    );
+}
+
+#[test]
+fn ctrl_c_and_sighup_restore_the_terminal() {
+    if !have_tmux("ctrl_c_and_sighup_restore_the_terminal") {
+        return;
+    }
+    for py in one_of_each_major() {
+        ended_by(&py, "Ctrl-C", |p| p.keys("C-c"));
+        ended_by(&py, "SIGHUP", |p| {
+            nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(p.top_pid()?),
+                nix::sys::signal::Signal::SIGHUP,
+            )
+            .map_err(|e| format!("SIGHUP to top: {e}"))
+        });
+    }
 }
 
 #[test]
