@@ -11,6 +11,9 @@
 # sleep counts in the measured time: SCALENE_RS_ATTACH_NONE=1 runs the same start without
 # attaching, the reference to compare each attach with. The command's exit status is passed
 # on.
+# SCALENE_RS_ATTACH_TOP=1: `top PID --exit-on-end` instead of `attach`, in a pseudo-terminal
+# of 120x40 made by util-linux's `script` (top needs a terminal; its screen goes to
+# /dev/null): the cost of the live view to the target, beside attach's.
 BIN=${SCALENE_RS_BIN:-$(dirname "$0")/../target/release/scalene-rs}
 python=$1
 shift
@@ -24,8 +27,20 @@ if [ -n "${SCALENE_RS_ATTACH_NONE:-}" ]; then
   exit $?
 fi
 sleep 0.1
-# shellcheck disable=SC2086
-"$BIN" attach "$pid" ${SCALENE_RS_ATTACH_ARGS:-} -o /dev/null 2>/dev/null &
+if [ -n "${SCALENE_RS_ATTACH_TOP:-}" ]; then
+  # Its input a FIFO that we hold open, so it never ends: at the end of an input of its
+  # own (</dev/null), `script` passes an end-of-file to the terminal, which top read as a
+  # key (the view showed PAUSED, and a paused view draws less than a watched one).
+  fifo=$(mktemp -u)
+  mkfifo "$fifo"
+  exec 3<>"$fifo"
+  rm -f "$fifo"
+  script -qec "stty cols 120 rows 40; exec $BIN top $pid --exit-on-end ${SCALENE_RS_ATTACH_ARGS:-}" \
+    /dev/null <&3 >/dev/null 2>&1 &
+else
+  # shellcheck disable=SC2086
+  "$BIN" attach "$pid" ${SCALENE_RS_ATTACH_ARGS:-} -o /dev/null 2>/dev/null &
+fi
 prof=$!
 wait "$pid"
 rc=$?

@@ -146,8 +146,25 @@ SUITES = {
             ("attach --cpu-only", "SCALENE_RS_ATTACH_ARGS=--cpu-only " + os.path.join(HERE, "attach_run.sh") + " {python} {script}"),
         ],
     ),
+    "top": dict(
+        title="`top PID`: what the live view costs the target, beside `attach`",
+        what="bench/attach_run.sh as for `attach`; `SCALENE_RS_ATTACH_TOP=1` runs `top PID "
+        "--exit-on-end` instead, in a 120x40 pseudo-terminal made by util-linux's `script` "
+        "(the screen drawn every second, to /dev/null). With memory (the default of both), at "
+        "100 Hz and 1 kHz. The rows `top ÷ attach` divide the two medians at one rate. "
+        "Goal: ≤1.01×.",
+        workloads=["julia"],
+        tools=[
+            ("same start, no attach", "SCALENE_RS_ATTACH_NONE=1 " + os.path.join(HERE, "attach_run.sh") + " {python} {script}"),
+            ("attach 100 Hz", "SCALENE_RS_ATTACH_ARGS='--rate 100' " + os.path.join(HERE, "attach_run.sh") + " {python} {script}"),
+            ("top 100 Hz", "SCALENE_RS_ATTACH_TOP=1 SCALENE_RS_ATTACH_ARGS='--rate 100' " + os.path.join(HERE, "attach_run.sh") + " {python} {script}"),
+            ("attach 1 kHz", "SCALENE_RS_ATTACH_ARGS='--rate 1000' " + os.path.join(HERE, "attach_run.sh") + " {python} {script}"),
+            ("top 1 kHz", "SCALENE_RS_ATTACH_TOP=1 SCALENE_RS_ATTACH_ARGS='--rate 1000' " + os.path.join(HERE, "attach_run.sh") + " {python} {script}"),
+        ],
+        pairs=[("top ÷ attach, 100 Hz", "top 100 Hz", "attach 100 Hz"), ("top ÷ attach, 1 kHz", "top 1 kHz", "attach 1 kHz")],
+    ),
 }
-ORDER = ["cpu", "native", "memory", "threads", "rate", "tachyon", "async", "attach", "sample"]
+ORDER = ["cpu", "native", "memory", "threads", "rate", "tachyon", "async", "attach", "top", "sample"]
 
 
 def log(msg):
@@ -299,6 +316,10 @@ def fmt_table(suite, runs):
                 f"| {wl} | {tool}{extra} | **{r['ratio_median']:.3f}×** | {r['ratio_min']:.3f} | {r['ratio_max']:.3f} | {r['median_s']:.2f} |"
             )
         rows.append(f"| {wl} | bare run | 1 | | | {run['results']['bare']['median_s']:.2f} |")
+        for label, a, b in SUITES[suite].get("pairs", []):
+            ra, rb = run["results"].get(a), run["results"].get(b)
+            if ra and rb:
+                rows.append(f"| {wl} | {label} | **{ra['median_s'] / rb['median_s']:.3f}×** | | | |")
     return "\n".join(rows)
 
 
