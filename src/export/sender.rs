@@ -9,8 +9,8 @@ use std::io::Write;
 use std::time::Duration;
 
 /// The longest a connection may take, and a whole request.
-const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
-const REQUEST_TIMEOUT: Duration = Duration::from_secs(15);
+pub(crate) const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+pub(crate) const REQUEST_TIMEOUT: Duration = Duration::from_secs(15);
 
 /// Who we are to the backend, from the environment:
 /// - `SCALENE_RS_PUSH_TOKEN`: `Authorization: Bearer TOKEN`;
@@ -33,6 +33,16 @@ impl std::fmt::Debug for Credentials {
 }
 
 impl Credentials {
+    /// The `Authorization` header's value, when one is set.
+    pub(crate) fn authorization(&self) -> Option<&str> {
+        self.authorization.as_deref()
+    }
+
+    /// The tenant (`X-Scope-OrgID`), when one is set.
+    pub(crate) fn tenant(&self) -> Option<&str> {
+        self.tenant.as_deref()
+    }
+
     pub fn from_env() -> Credentials {
         let var = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
         let authorization = match (
@@ -65,6 +75,18 @@ pub(crate) enum Outcome {
     Refused(String),
 }
 
+/// One way of sending a window: a protocol over its connection.
+pub(crate) trait Post {
+    /// Sends one encoded window and says what became of it.
+    fn post(&mut self, body: &[u8]) -> Outcome;
+}
+
+impl Post for Sender {
+    fn post(&mut self, body: &[u8]) -> Outcome {
+        Sender::post(self, body)
+    }
+}
+
 /// An HTTP agent that keeps its connections between windows.
 pub(crate) struct Sender {
     agent: ureq::Agent,
@@ -74,14 +96,8 @@ pub(crate) struct Sender {
 
 impl Sender {
     pub(crate) fn new(url: String, credentials: Credentials) -> Sender {
-        let config = ureq::Agent::config_builder()
-            .timeout_connect(Some(CONNECT_TIMEOUT))
-            .timeout_global(Some(REQUEST_TIMEOUT))
-            // Statuses are ours to read, not errors.
-            .http_status_as_error(false)
-            .build();
         Sender {
-            agent: config.into(),
+            agent: agent(),
             url,
             credentials,
         }
@@ -119,6 +135,17 @@ impl Sender {
             Err(e) => Outcome::Retry(e.to_string()),
         }
     }
+}
+
+/// The HTTP agent of every protocol over HTTP/1.1: our timeouts, statuses as answers.
+pub(crate) fn agent() -> ureq::Agent {
+    ureq::Agent::config_builder()
+        .timeout_connect(Some(CONNECT_TIMEOUT))
+        .timeout_global(Some(REQUEST_TIMEOUT))
+        // Statuses are ours to read, not errors.
+        .http_status_as_error(false)
+        .build()
+        .into()
 }
 
 /// Standard base64 with padding (basic auth's encoding).
