@@ -20,6 +20,14 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
+/// One recording at a time: each compares a window's shares with the fixture's truth, which
+/// another recording running beside it on a small machine would skew.
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
+    ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 /// The receiver's Python, when tools/setup.sh made its venv.
 fn receiver_python(test: &str) -> Option<PathBuf> {
     let cache = std::env::var_os("SCALENE_RS_CACHE")
@@ -276,6 +284,7 @@ fn check_windows(reqs: &[Value], r: &common::Run, transport: &str, service: &str
 
 #[test]
 fn windows_reach_an_otlp_grpc_receiver_whole() {
+    let _alone = one_at_a_time();
     let Some(py) = receiver_python("windows_reach_an_otlp_grpc_receiver_whole") else {
         return;
     };
@@ -314,6 +323,7 @@ fn windows_reach_an_otlp_grpc_receiver_whole() {
 
 #[test]
 fn windows_reach_an_otlp_http_receiver_whole() {
+    let _alone = one_at_a_time();
     let Some(py) = receiver_python("windows_reach_an_otlp_http_receiver_whole") else {
         return;
     };
@@ -345,6 +355,7 @@ fn windows_reach_an_otlp_http_receiver_whole() {
 
 #[test]
 fn a_receiver_that_refuses_costs_the_program_nothing() {
+    let _alone = one_at_a_time();
     let Some(py) = receiver_python("a_receiver_that_refuses_costs_the_program_nothing") else {
         return;
     };

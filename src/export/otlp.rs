@@ -453,7 +453,7 @@ fn copy_samples(
         for l in &file.lines {
             let Some(m) = &l.memory else { continue };
             let bytes = m.copy_mb_s * p.meta.duration_s * 1024.0 * 1024.0;
-            if !(bytes >= 1.0) {
+            if bytes.is_nan() || bytes < 1.0 {
                 continue;
             }
             let function = at

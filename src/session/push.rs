@@ -30,8 +30,13 @@ pub(crate) struct Pusher {
     window: Duration,
     labels: Vec<(String, String)>,
     format: PushFormat,
-    /// OTLP's resource attributes (read from /proc once, at the start).
+    /// OTLP's resource attributes, read again at each cut while the process lives (a
+    /// process we started may still be a shell or pyenv's shim at the start, and exec
+    /// Python after).
     resource: Vec<(String, AttrValue)>,
+    pid: i32,
+    service: String,
+    tags: Vec<(String, String)>,
     url: String,
     /// When the open window began and when it ends (Unix time, ns).
     start_ns: i64,
@@ -66,12 +71,10 @@ impl Pusher {
             window: cfg.window,
             labels: export::labels_of(&cfg.service, &cfg.tags),
             format: cfg.format,
-            resource: match cfg.format {
-                PushFormat::Pyroscope => Vec::new(),
-                PushFormat::OtlpGrpc | PushFormat::OtlpHttp => {
-                    export::process_resource(pid, &cfg.service, &cfg.tags)
-                }
-            },
+            resource: Vec::new(),
+            pid,
+            service: cfg.service.clone(),
+            tags: cfg.tags.clone(),
             url: cfg.url.clone(),
             start_ns,
             end_ns: next_multiple(start_ns, cfg.window),
@@ -106,12 +109,17 @@ impl Pusher {
                     (dropped > 0).then(|| format!("scalene-rs: {dropped} earlier windows dropped"));
                 export::series_request(&window, self.start_ns, &self.labels, note.as_deref())
             }
-            PushFormat::OtlpGrpc | PushFormat::OtlpHttp => Ok(export::profiles_request(
-                &window,
-                self.start_ns,
-                &self.resource,
-                dropped,
-            )),
+            PushFormat::OtlpGrpc | PushFormat::OtlpHttp => {
+                if self.resource.is_empty() || crate::proc::process_exists(self.pid) {
+                    self.resource = export::process_resource(self.pid, &self.service, &self.tags);
+                }
+                Ok(export::profiles_request(
+                    &window,
+                    self.start_ns,
+                    &self.resource,
+                    dropped,
+                ))
+            }
         };
         match encoded {
             Ok(bytes) => self.exporter.send(bytes),
