@@ -92,15 +92,18 @@ struct RecordArgs {
 #[derive(clap::Args, Clone)]
 struct PushArgs {
     /// Send the recording, window by window, to the continuous-profiling backend at URL
-    /// (Grafana Pyroscope: http://HOST:4040), while profiling goes on. Credentials come from
+    /// (Grafana Pyroscope: http://HOST:4040; an OpenTelemetry Collector: http://HOST:4317
+    /// for OTLP/gRPC, http://HOST:4318 for OTLP/HTTP), while profiling goes on. Credentials come from
     /// the environment only: SCALENE_RS_PUSH_TOKEN (bearer), or SCALENE_RS_PUSH_USER and
     /// SCALENE_RS_PUSH_PASSWORD (basic); SCALENE_RS_PUSH_TENANT sets X-Scope-OrgID.
     #[arg(long, value_name = "URL")]
     push: Option<String>,
-    /// The backend's protocol.
-    #[arg(long, value_name = "PROTOCOL", default_value = "pyroscope", requires = "push",
+    /// The backend's protocol: pyroscope, otlp-grpc or otlp-http (default: from the URL;
+    /// port 4317 is otlp-grpc, port 4318 or a path ending in /v1development/profiles
+    /// otlp-http, anything else pyroscope).
+    #[arg(long, value_name = "PROTOCOL", requires = "push",
           value_parser = scalene_rs::export::PushFormat::parse)]
-    push_format: scalene_rs::export::PushFormat,
+    push_format: Option<scalene_rs::export::PushFormat>,
     /// Seconds per window; windows end at wall-clock multiples of it.
     #[arg(long, value_name = "SECONDS", default_value = "10", value_parser = parse_window,
           requires = "push")]
@@ -152,7 +155,9 @@ impl PushArgs {
             .unwrap_or_else(|| scalene_rs::export::service_of(argv));
         Ok(Some(scalene_rs::export::PushConfig {
             url: url.clone(),
-            format: self.push_format,
+            format: self
+                .push_format
+                .unwrap_or_else(|| scalene_rs::export::PushFormat::of_url(url)),
             window: self.window,
             service,
             tags: self.tags.clone(),

@@ -118,6 +118,20 @@ if ! command -v go >/dev/null 2>&1; then
 fi
 go version
 
+echo "== OTLP receiver (tests/push_otlp.rs decodes pushed windows with PyPI's generated code)"
+# opentelemetry-proto 1.45.2 is generated from opentelemetry-proto v1.10.0, the revision the
+# opentelemetry-proto crate (Cargo.toml) sends; grpcio serves the gRPC side. Pinned: bump
+# together with the crate, after checking both are generated from one tag.
+OTLP_VENV="$CACHE/otlp-venv"
+OTLP_PKGS=(opentelemetry-proto==1.45.2 protobuf==7.36.2 grpcio==1.85.3)
+if ! "$OTLP_VENV/bin/python" -c 'import grpc, opentelemetry.proto.collector.profiles.v1development.profiles_service_pb2_grpc' 2>/dev/null \
+   || [ "$("$OTLP_VENV/bin/pip" freeze 2>/dev/null | grep -ciE '^(opentelemetry-proto==1.45.2|protobuf==7.36.2|grpcio==1.85.3)$')" != 3 ]; then
+    rm -rf "$OTLP_VENV"
+    /usr/bin/python3 -m venv "$OTLP_VENV"
+    "$OTLP_VENV/bin/pip" install -q --only-binary=:all: "${OTLP_PKGS[@]}"
+fi
+"$OTLP_VENV/bin/pip" freeze | grep -iE '^(opentelemetry-proto|protobuf|grpcio)=='
+
 echo "== the tests' settings ($CACHE/setup.env)"
 cat >"$CACHE/setup.env.new" <<EOF_ENV
 # Written by tools/setup.sh $(date -u +%Y-%m-%dT%H:%M:%SZ); read by tests/common when unset.

@@ -3,14 +3,15 @@
 //! Owns: [`Exporter`].
 //! - [`Exporter::send`] never blocks: a window goes into a queue bounded in count and in
 //!   bytes ([`QueueBounds`]); when it is full, the oldest windows go first, counted.
-//! - The sending thread posts the oldest window; a failure worth retrying (no connection,
-//!   429, 5xx) keeps it and waits, 1 s at first, twice as long each time, at most
-//!   [`MAX_BACKOFF`]; a refusal (other 4xx) drops it, counted.
+//! - The sending thread posts the oldest window; a failure worth retrying (for Pyroscope:
+//!   no connection, 429, 5xx; each protocol's sender says, as an [`Outcome`]) keeps it and
+//!   waits, 1 s at first, twice as long each time, at most [`MAX_BACKOFF`]; a refusal
+//!   (for Pyroscope: other 4xx) drops it, counted.
 //! - [`Exporter::finish`] sends what waits within a deadline, then counts the rest dropped.
 //!
 //! Must not: touch the recording; the session cuts windows, this only carries them.
 
-use super::sender::{Credentials, Outcome, Sender};
+use super::sender::{Credentials, Outcome, Post, Sender};
 use std::collections::VecDeque;
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
@@ -75,8 +76,20 @@ pub struct Exporter {
 }
 
 impl Exporter {
-    /// Starts the sending thread for `url`.
+    /// Starts the sending thread for Pyroscope's push `url`.
     pub fn start(url: String, credentials: Credentials, bounds: QueueBounds) -> Exporter {
+        Exporter::start_with(
+            Box::new(move || Box::new(Sender::new(url, credentials)) as Box<dyn Post>),
+            bounds,
+        )
+    }
+
+    /// Starts the sending thread with the sender `make` builds there (a sender may hold
+    /// what must live on that thread, as an async runtime).
+    pub(crate) fn start_with(
+        make: Box<dyn FnOnce() -> Box<dyn Post> + Send>,
+        bounds: QueueBounds,
+    ) -> Exporter {
         let shared = Arc::new(Shared {
             state: Mutex::new(State {
                 queue: VecDeque::new(),
@@ -90,7 +103,7 @@ impl Exporter {
         let s = shared.clone();
         let thread = std::thread::Builder::new()
             .name("push".into())
-            .spawn(move || send_loop(&s, &Sender::new(url, credentials)))
+            .spawn(move || send_loop(&s, make().as_mut()))
             .ok();
         Exporter {
             shared,
@@ -146,7 +159,7 @@ impl Exporter {
     }
 }
 
-fn send_loop(shared: &Shared, sender: &Sender) {
+fn send_loop(shared: &Shared, sender: &mut dyn Post) {
     let lock = || shared.state.lock().unwrap_or_else(|e| e.into_inner());
     let mut backoff = FIRST_BACKOFF;
     loop {

@@ -11,8 +11,8 @@ use std::time::Duration;
 use ureq::tls::{Certificate, RootCerts, TlsConfig};
 
 /// The longest a connection may take, and a whole request.
-const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
-const REQUEST_TIMEOUT: Duration = Duration::from_secs(15);
+pub(crate) const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+pub(crate) const REQUEST_TIMEOUT: Duration = Duration::from_secs(15);
 
 /// Who we are to the backend, and whom we trust, from the environment:
 /// - `SCALENE_RS_PUSH_TOKEN`: `Authorization: Bearer TOKEN`;
@@ -24,8 +24,9 @@ const REQUEST_TIMEOUT: Duration = Duration::from_secs(15);
 pub struct Credentials {
     authorization: Option<String>,
     tenant: Option<String>,
-    /// The roots of `SCALENE_RS_PUSH_CA`; `None`: Mozilla's (webpki-roots, built in).
-    roots: Option<Arc<Vec<Certificate<'static>>>>,
+    /// The roots of `SCALENE_RS_PUSH_CA`, parsed and as PEM text; `None`: Mozilla's
+    /// (webpki-roots, built in).
+    roots: Option<Arc<Roots>>,
 }
 
 impl std::fmt::Debug for Credentials {
@@ -34,12 +35,27 @@ impl std::fmt::Debug for Credentials {
         f.debug_struct("Credentials")
             .field("authorization", &self.authorization.as_ref().map(|_| "…"))
             .field("tenant", &self.tenant)
-            .field("roots", &self.roots.as_ref().map(|r| r.len()))
+            .field("roots", &self.roots.as_ref().map(|r| r.0.len()))
             .finish()
     }
 }
 
 impl Credentials {
+    /// The `Authorization` header's value, when one is set.
+    pub(crate) fn authorization(&self) -> Option<&str> {
+        self.authorization.as_deref()
+    }
+
+    /// The tenant (`X-Scope-OrgID`), when one is set.
+    pub(crate) fn tenant(&self) -> Option<&str> {
+        self.tenant.as_deref()
+    }
+
+    /// The PEM text of `SCALENE_RS_PUSH_CA`, when one is set (gRPC's TLS takes it so).
+    pub(crate) fn roots_pem(&self) -> Option<&[u8]> {
+        self.roots.as_ref().map(|r| &r.1[..])
+    }
+
     /// Reads the environment; a `SCALENE_RS_PUSH_CA` that cannot be read or holds no
     /// certificate is an error (said before the recording starts, not at the first window).
     pub fn from_env() -> Result<Credentials, String> {
@@ -68,8 +84,11 @@ impl Credentials {
     }
 }
 
+/// A private CA's certificates: parsed (ureq's TLS) and the PEM text (tonic's).
+type Roots = (Arc<Vec<Certificate<'static>>>, Vec<u8>);
+
 /// The certificates of PEM file `path`.
-fn roots_of(path: &str) -> Result<Vec<Certificate<'static>>, String> {
+fn roots_of(path: &str) -> Result<Roots, String> {
     let pem = std::fs::read(path).map_err(|e| format!("SCALENE_RS_PUSH_CA={path}: {e}"))?;
     let mut certs = Vec::new();
     for item in ureq::tls::parse_pem(&pem) {
@@ -84,7 +103,7 @@ fn roots_of(path: &str) -> Result<Vec<Certificate<'static>>, String> {
             "SCALENE_RS_PUSH_CA={path}: no PEM certificate in it"
         ));
     }
-    Ok(certs)
+    Ok((Arc::new(certs), pem))
 }
 
 /// What became of one POST.
@@ -98,6 +117,18 @@ pub(crate) enum Outcome {
     Refused(String),
 }
 
+/// One way of sending a window: a protocol over its connection.
+pub(crate) trait Post {
+    /// Sends one encoded window and says what became of it.
+    fn post(&mut self, body: &[u8]) -> Outcome;
+}
+
+impl Post for Sender {
+    fn post(&mut self, body: &[u8]) -> Outcome {
+        Sender::post(self, body)
+    }
+}
+
 /// An HTTP agent that keeps its connections between windows.
 pub(crate) struct Sender {
     agent: ureq::Agent,
@@ -107,22 +138,8 @@ pub(crate) struct Sender {
 
 impl Sender {
     pub(crate) fn new(url: String, credentials: Credentials) -> Sender {
-        let config = ureq::Agent::config_builder()
-            .timeout_connect(Some(CONNECT_TIMEOUT))
-            .timeout_global(Some(REQUEST_TIMEOUT))
-            // Statuses are ours to read, not errors.
-            .http_status_as_error(false);
-        let config = match &credentials.roots {
-            Some(roots) => config.tls_config(
-                TlsConfig::builder()
-                    .root_certs(RootCerts::Specific(roots.clone()))
-                    .build(),
-            ),
-            None => config,
-        }
-        .build();
         Sender {
-            agent: config.into(),
+            agent: agent(&credentials),
             url,
             credentials,
         }
@@ -160,6 +177,26 @@ impl Sender {
             Err(e) => Outcome::Retry(e.to_string()),
         }
     }
+}
+
+/// The HTTP agent of every protocol over HTTP/1.1: our timeouts, statuses as answers, and
+/// the roots of `SCALENE_RS_PUSH_CA` when set.
+pub(crate) fn agent(credentials: &Credentials) -> ureq::Agent {
+    let config = ureq::Agent::config_builder()
+        .timeout_connect(Some(CONNECT_TIMEOUT))
+        .timeout_global(Some(REQUEST_TIMEOUT))
+        // Statuses are ours to read, not errors.
+        .http_status_as_error(false);
+    match &credentials.roots {
+        Some(roots) => config.tls_config(
+            TlsConfig::builder()
+                .root_certs(RootCerts::Specific(roots.0.clone()))
+                .build(),
+        ),
+        None => config,
+    }
+    .build()
+    .into()
 }
 
 /// Standard base64 with padding (basic auth's encoding).

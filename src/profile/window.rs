@@ -7,11 +7,12 @@
 //! - Memory stacks: the bytes allocated since.
 //! - The head: the window's duration, samples and losses.
 //! - Lines and functions are kept as the later picture has them (a stack's frames name
-//!   them; renderers of a window read its stacks).
+//!   them; renderers of a window read its stacks), but for each line's copy rate, which
+//!   becomes the window's own (copies are kept per line only).
 //!
 //! Must not: read processes or format output.
 
-use super::{Frame, MemoryStack, Profile, Split, StackProfile};
+use super::{FileProfile, Frame, MemoryStack, Profile, Split, StackProfile};
 use std::collections::HashMap;
 
 /// Seconds under this are taken for nothing (float noise of a difference).
@@ -41,6 +42,12 @@ impl Profile {
         } else {
             0.0
         };
+        copy_rates_since(
+            &mut window.files,
+            &before.files,
+            self.meta.duration_s,
+            b.duration_s,
+        );
         if let (Some(now), Some(then)) = (window.memory.as_mut(), before.memory.as_ref()) {
             now.stacks = memory_since(&now.stacks, &then.stacks);
             now.alloc_mb = (now.alloc_mb - then.alloc_mb).max(0.0);
@@ -48,6 +55,34 @@ impl Profile {
             now.dropped_events = now.dropped_events.saturating_sub(then.dropped_events);
         }
         window
+    }
+}
+
+/// Each line's copy rate over the window alone: what it copied by `now_s` (its rate × the
+/// recording's length then), less what it had copied by `before_s`, over the window.
+fn copy_rates_since(now: &mut [FileProfile], before: &[FileProfile], now_s: f64, before_s: f64) {
+    let copied: HashMap<(&str, u32), f64> = before
+        .iter()
+        .flat_map(|f| {
+            f.lines.iter().filter_map(move |l| {
+                let m = l.memory.as_ref()?;
+                Some(((f.filename.as_str(), l.line), m.copy_mb_s * before_s))
+            })
+        })
+        .collect();
+    let window_s = now_s - before_s;
+    for f in now.iter_mut() {
+        for l in &mut f.lines {
+            if let Some(m) = l.memory.as_mut() {
+                let then = copied.get(&(f.filename.as_str(), l.line)).copied();
+                let mb = m.copy_mb_s * now_s - then.unwrap_or(0.0);
+                m.copy_mb_s = if window_s > 0.0 {
+                    (mb / window_s).max(0.0)
+                } else {
+                    0.0
+                };
+            }
+        }
     }
 }
 
@@ -199,5 +234,37 @@ mod tests {
         let m = w.memory.expect("memory");
         assert_eq!(m.stacks[0].alloc_kib, 2048);
         assert!((m.alloc_mb - 2.0).abs() < 1e-9);
+    }
+
+    #[test]
+    fn a_lines_copy_rate_in_a_window_is_its_own() {
+        let file = |rate: f64| FileProfile {
+            filename: "/app.py".into(),
+            cpu_pct: 0.0,
+            lines: vec![crate::profile::LineProfile {
+                line: 4,
+                source: String::new(),
+                cpu_python_pct: 0.0,
+                cpu_native_pct: 0.0,
+                cpu_system_pct: 0.0,
+                memory: Some(crate::profile::LineMemory {
+                    copy_mb_s: rate,
+                    ..Default::default()
+                }),
+                gpu: None,
+                native_functions: Vec::new(),
+            }],
+            functions: Vec::new(),
+            context: Vec::new(),
+            full_source: Vec::new(),
+        };
+        // 10 MB copied in the first 10 s; 18 MB by 12 s: 8 MB in the 2 s window.
+        let mut before = picture(10.0, 10, Vec::new());
+        before.files = vec![file(1.0)];
+        let mut now = picture(12.0, 12, Vec::new());
+        now.files = vec![file(1.5)];
+        let w = now.since(&before);
+        let rate = w.files[0].lines[0].memory.as_ref().unwrap().copy_mb_s;
+        assert!((rate - 4.0).abs() < 1e-9, "{rate}");
     }
 }

@@ -14,7 +14,7 @@
 //! has the terminal (`quiet`).
 
 use super::live::Camera;
-use crate::export::{self, Exporter, ExporterStats, PushConfig};
+use crate::export::{self, AttrValue, Exporter, ExporterStats, PushConfig, PushFormat};
 use crate::memory::fleet::Fleet;
 use crate::profile::Profile;
 use crate::sampler::tree::ProcessTree;
@@ -29,6 +29,14 @@ pub(crate) struct Pusher {
     camera: Camera,
     window: Duration,
     labels: Vec<(String, String)>,
+    format: PushFormat,
+    /// OTLP's resource attributes, read again at each cut while the process lives (a
+    /// process we started may still be a shell or pyenv's shim at the start, and exec
+    /// Python after).
+    resource: Vec<(String, AttrValue)>,
+    pid: i32,
+    service: String,
+    tags: Vec<(String, String)>,
     url: String,
     /// When the open window began and when it ends (Unix time, ns).
     start_ns: i64,
@@ -58,10 +66,15 @@ impl Pusher {
     pub(crate) fn new(cfg: &PushConfig, program: String, pid: i32, quiet: bool) -> Pusher {
         let start_ns = now_ns();
         Pusher {
-            exporter: Exporter::start(cfg.endpoint(), cfg.credentials.clone(), cfg.bounds),
+            exporter: cfg.start_exporter(),
             camera: Camera::new(program, pid),
             window: cfg.window,
             labels: export::labels_of(&cfg.service, &cfg.tags),
+            format: cfg.format,
+            resource: Vec::new(),
+            pid,
+            service: cfg.service.clone(),
+            tags: cfg.tags.clone(),
             url: cfg.url.clone(),
             start_ns,
             end_ns: next_multiple(start_ns, cfg.window),
@@ -90,8 +103,25 @@ impl Pusher {
             None => picture.clone(),
         };
         let dropped = self.exporter.stats().dropped;
-        let note = (dropped > 0).then(|| format!("scalene-rs: {dropped} earlier windows dropped"));
-        match export::series_request(&window, self.start_ns, &self.labels, note.as_deref()) {
+        let encoded = match self.format {
+            PushFormat::Pyroscope => {
+                let note =
+                    (dropped > 0).then(|| format!("scalene-rs: {dropped} earlier windows dropped"));
+                export::series_request(&window, self.start_ns, &self.labels, note.as_deref())
+            }
+            PushFormat::OtlpGrpc | PushFormat::OtlpHttp => {
+                if self.resource.is_empty() || crate::proc::process_exists(self.pid) {
+                    self.resource = export::process_resource(self.pid, &self.service, &self.tags);
+                }
+                Ok(export::profiles_request(
+                    &window,
+                    self.start_ns,
+                    &self.resource,
+                    dropped,
+                ))
+            }
+        };
+        match encoded {
             Ok(bytes) => self.exporter.send(bytes),
             Err(e) => self.say(format!("encoding a window: {e}")),
         }
