@@ -124,9 +124,7 @@ impl OtlpGrpc {
                     .ca_certificate(tonic::transport::Certificate::from_pem(pem)),
                 None => tonic::transport::ClientTlsConfig::new().with_webpki_roots(),
             };
-            endpoint = endpoint
-                .tls_config(tls)
-                .map_err(|e| format!("TLS: {e}"))?;
+            endpoint = endpoint.tls_config(tls).map_err(|e| format!("TLS: {e}"))?;
         }
         let client = ProfilesServiceClient::new(endpoint.connect_lazy())
             .send_compressed(tonic::codec::CompressionEncoding::Gzip);

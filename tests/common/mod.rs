@@ -778,3 +778,30 @@ pub fn record_cpu_profile(
     let profile = serde_json::from_str(&text).map_err(|e| e.to_string())?;
     Ok((r.stdout, profile))
 }
+
+/// The truth of fixtures/cpu/split.py (run with `SPLIT_ROUNDS=1`) over a stretch of wall
+/// time, Unix seconds `from` to `to`: the python line's share of the two lines' CPU time,
+/// percent. `None` when no round ended in it. A round is ~40 ms: a stretch of 2 s is told
+/// within ~2%.
+pub fn split_truth_between(stdout: &str, from: f64, to: f64) -> Option<f64> {
+    let rounds: Vec<(f64, f64, f64)> = stdout
+        .lines()
+        .filter_map(|l| {
+            let mut w = l
+                .strip_prefix("round ")?
+                .split_whitespace()
+                .map(|x| x.parse::<f64>().ok());
+            Some((w.next()??, w.next()??, w.next()??))
+        })
+        .collect();
+    let at = |t: f64| {
+        rounds
+            .iter()
+            .rev()
+            .find(|r| r.0 <= t)
+            .map_or((0.0, 0.0), |r| (r.1, r.2))
+    };
+    let ((p0, n0), (p1, n1)) = (at(from), at(to));
+    let (p, n) = (p1 - p0, n1 - n0);
+    (p + n > 0.0).then(|| 100.0 * p / (p + n))
+}

@@ -92,8 +92,12 @@ def check_and_describe(req):
             problems.append("location %d has no line" % i)
         if i > 0 and any(ln.line <= 0 for ln in loc.lines):
             fi = loc.lines[0].function_index
-            ok = 0 <= fi < len(d.function_table) and 0 <= d.function_table[fi].name_strindex < ns
-            unnumbered.append(d.string_table[d.function_table[fi].name_strindex] if ok else "?")
+            f = d.function_table[fi] if 0 <= fi < len(d.function_table) else None
+            ok = f is not None and 0 <= f.name_strindex < ns and 0 <= f.filename_strindex < ns
+            # file:function, so that the test can tell the fixture's frames from others.
+            unnumbered.append(
+                "%s:%s" % (d.string_table[f.filename_strindex], d.string_table[f.name_strindex])
+                if ok else "?")
     for i, st in enumerate(d.stack_table):
         for li in st.location_indices:
             index("stack %d" % i, li, "location_table", len(d.location_table))
