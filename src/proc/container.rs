@@ -39,7 +39,7 @@ pub(crate) fn pod_uid(pid: i32) -> Option<String> {
 }
 
 /// Both, from one read of the file.
-pub(crate) fn read(pid: i32) -> Option<Cgroup> {
+fn read(pid: i32) -> Option<Cgroup> {
     let text = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).ok()?;
     Some(parse_cgroup(&text))
 }
@@ -67,10 +67,16 @@ pub(crate) fn parse_cgroup(text: &str) -> Cgroup {
 /// runtime's prefix and `.scope`.
 fn id_in_segment(segment: &str) -> Option<&str> {
     let s = segment.strip_suffix(".scope").unwrap_or(segment);
-    let s = ["docker-", "cri-containerd-", "crio-", "libpod-", "containerd-"]
-        .iter()
-        .find_map(|p| s.strip_prefix(p))
-        .unwrap_or(s);
+    let s = [
+        "docker-",
+        "cri-containerd-",
+        "crio-",
+        "libpod-",
+        "containerd-",
+    ]
+    .iter()
+    .find_map(|p| s.strip_prefix(p))
+    .unwrap_or(s);
     let hex = |c: char| c.is_ascii_digit() || ('a'..='f').contains(&c);
     (s.len() == 64 && s.chars().all(hex)).then_some(s)
 }
