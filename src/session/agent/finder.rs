@@ -74,6 +74,21 @@ pub(super) struct Found {
     pub(super) argv: Vec<String>,
 }
 
+/// The CPU time this thread has used: what a look at the host costs us (wall time would
+/// count the while another program had the CPU).
+pub(super) fn thread_cpu() -> Duration {
+    let mut t = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes one timespec through a valid pointer.
+    let r = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut t) };
+    if r != 0 {
+        return Duration::ZERO;
+    }
+    Duration::new(t.tv_sec as u64, t.tv_nsec as u32)
+}
+
 /// The pids /proc lists now.
 fn list_pids() -> Vec<i32> {
     std::fs::read_dir("/proc").map_or_else(
@@ -115,9 +130,15 @@ impl Finder {
         }
     }
 
-    /// One look at the host: the new Python processes to profile, and what is to be said
-    /// (once per process).
-    pub(super) fn scan(&mut self, now: Instant, say: &mut dyn FnMut(String)) -> Vec<Found> {
+    /// One look at the host: the new Python processes to profile, what is to be said
+    /// (once per process), and how much of the look's CPU time went to locating
+    /// interpreters (once a process: not the look's own cost).
+    pub(super) fn scan(
+        &mut self,
+        now: Instant,
+        say: &mut dyn FnMut(String),
+    ) -> (Vec<Found>, Duration) {
+        let mut locating = Duration::ZERO;
         let pids = list_pids();
         let alive: std::collections::HashSet<i32> = pids.iter().copied().collect();
         self.known.retain(|p, _| alive.contains(p));
@@ -175,13 +196,13 @@ impl Finder {
                 }) if *e == exe => tries + 1,
                 _ => 0,
             };
-            let (state, hit) = self.look(pid, &exe, tries, now, say);
+            let (state, hit) = self.look(pid, &exe, tries, now, say, &mut locating);
             if let Some(f) = hit {
                 found.push(f);
             }
             self.known.insert(pid, Seen { exe, state });
         }
-        found
+        (found, locating)
     }
 
     /// One look at process `pid`, running `exe`, for the `tries`-th time in a row.
@@ -192,6 +213,7 @@ impl Finder {
         tries: u32,
         now: Instant,
         say: &mut dyn FnMut(String),
+        locating: &mut Duration,
     ) -> (State, Option<Found>) {
         let argv = crate::proc::arguments(pid);
         // No command line: a kernel thread, or a process on its way out.
@@ -202,7 +224,10 @@ impl Finder {
             next: now + self.retry * 2u32.saturating_pow(tries),
             tries,
         };
-        let why = match PythonProcess::locate(pid, &LocateOptions::default()) {
+        let began = thread_cpu();
+        let located = PythonProcess::locate(pid, &LocateOptions::default());
+        *locating += thread_cpu().saturating_sub(began);
+        let why = match located {
             Ok(p) => match p.interp_head() {
                 Ok(h) if h != 0 => {
                     return (State::Taken, Some(Found { proc: p, argv }));

@@ -34,7 +34,8 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-/// A look at the host may take at most 1/this of the time until the next one.
+/// A look at the host may take at most 1/this of the time until the next one (in CPU
+/// time: 1% of a core for the look, however many processes the host runs).
 const SCAN_COST_FACTOR: u32 = 100;
 
 /// What `agent` does.
@@ -68,6 +69,8 @@ struct Target {
     tree: ProcessTree,
     pusher: Pusher,
     service: String,
+    /// When it was found: its recording's clock (the windows' durations).
+    since: Instant,
 }
 
 struct Agent<'a> {
@@ -120,7 +123,8 @@ pub fn agent(cfg: &AgentConfig, say: &mut dyn FnMut(&str)) -> Result<AgentOutcom
         cfg.sampler.pauses_every_tick(),
     );
     // Every open window, then what waits, for at most FLUSH_WAIT.
-    for (_, t) in std::mem::take(&mut a.targets) {
+    for (_, mut t) in std::mem::take(&mut a.targets) {
+        t.tree.stats.elapsed = t.since.elapsed();
         t.pusher.finish_tree(&t.tree);
     }
     let exporter = match Arc::try_unwrap(a.exporter) {
@@ -222,15 +226,17 @@ impl Agent<'_> {
                 tree,
                 pusher,
                 service,
+                since: Instant::now(),
             },
         );
     }
 
     /// Lets target `pid` go: its last window is sent; `why` says why when it did not end.
     fn release(&mut self, pid: i32, why: Option<String>) {
-        let Some(t) = self.targets.remove(&pid) else {
+        let Some(mut t) = self.targets.remove(&pid) else {
             return;
         };
+        t.tree.stats.elapsed = t.since.elapsed();
         t.pusher.finish_tree(&t.tree);
         self.finder.released(pid);
         let line = match why {
@@ -259,24 +265,44 @@ impl Agent<'_> {
     }
 }
 
+/// `found` with each process after its parent, when both are in it: a worker found with
+/// its parent may take its parent's name (see [`Agent::service_of`]).
+fn parents_first(mut found: Vec<finder::Found>) -> Vec<finder::Found> {
+    let mut out = Vec::with_capacity(found.len());
+    while !found.is_empty() {
+        let pids: Vec<i32> = found.iter().map(|f| f.proc.pid).collect();
+        let orphan =
+            |f: &finder::Found| crate::proc::parent(f.proc.pid).is_none_or(|p| !pids.contains(&p));
+        // A circle cannot be (a parent started before its child); take the first anyway.
+        let at = found.iter().position(orphan).unwrap_or(0);
+        out.push(found.remove(at));
+    }
+    out
+}
+
 impl Ticker for Agent<'_> {
     fn tick(&mut self) -> Result<bool> {
         let now = Instant::now();
         if now >= self.next_scan {
             let mut lines = Vec::new();
-            let found = self.finder.scan(now, &mut |l| lines.push(l));
+            let cpu = finder::thread_cpu();
+            let (found, locating) = self.finder.scan(now, &mut |l| lines.push(l));
             for l in lines {
                 (self.say)(&l);
             }
-            // Locating new processes is not counted: it happens once each.
-            let cost = now.elapsed();
-            for f in found {
+            // Our CPU time, less locating new processes (it happens once each).
+            let cost = finder::thread_cpu()
+                .saturating_sub(cpu)
+                .saturating_sub(locating);
+            for f in parents_first(found) {
                 self.adopt(f);
             }
             self.next_scan = now + self.cfg.scan_every.max(cost * SCAN_COST_FACTOR);
         }
         let mut ended = Vec::new();
         for (&pid, t) in &mut self.targets {
+            // The schedule's clock is the agent's: each recording's runs from its find.
+            t.tree.stats.elapsed = t.since.elapsed();
             match t.tree.tick() {
                 Ok(true) if t.tree.sampling().next().is_some() => t.pusher.tick(&t.tree, None),
                 Ok(_) => ended.push((pid, None)),
