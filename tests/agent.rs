@@ -288,8 +288,13 @@ fn check(
             all.len()
         ));
     }
+    let others: Vec<String> = rows
+        .iter()
+        .filter(|(l, p)| !l.ends_with(&e.hot) && *p >= 1.0)
+        .map(|(l, p)| format!("{l} {p:.1}%"))
+        .collect();
     Ok(format!(
-        "{}: {} windows, {} {share:.1}%",
+        "{}: {} windows, {} {share:.1}% (other lines of 1% or more: {others:?})",
         e.what,
         all.len(),
         e.hot
