@@ -1,8 +1,9 @@
 //! `--push` to a Pyroscope push endpoint on the loopback, decoded for real.
 //!
-//! The receiver here answers `POST /push.v1.PusherService/Push` as Pyroscope does (the
-//! connect protocol's unary call) and decodes each `PushRequest` with messages declared
-//! from Pyroscope's published field numbers (here, independently of src/export). Every raw
+//! The receiver (tests/common/pyroscope.rs) answers `POST /push.v1.PusherService/Push` as
+//! Pyroscope does (the connect protocol's unary call) and decodes each `PushRequest` with
+//! messages declared from Pyroscope's published field numbers (independently of
+//! src/export). Every raw
 //! profile goes to `go tool pprof` (Debian's Go): the hot lines of fixtures/cpu/split.py
 //! carry their share (±5 points of the whole run's) and their split in every full window.
 //! Faults (tests/common/receiver.rs plays the backend):
@@ -15,45 +16,15 @@
 //!   drops counted exactly.
 
 mod common;
-#[path = "common/receiver.rs"]
+#[path = "common/pyroscope.rs"]
 mod receiver;
 
 use common::{bin, fixture, mark, tempdir};
-use receiver::Receiver;
+use receiver::{flat, pprof_top, proto as pyroscope, Receiver};
 use std::net::TcpListener;
 use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
-
-/// Pyroscope's push.v1 messages, from their field numbers.
-mod pyroscope {
-    #[derive(Clone, PartialEq, prost::Message)]
-    pub struct PushRequest {
-        #[prost(message, repeated, tag = "1")]
-        pub series: Vec<RawProfileSeries>,
-    }
-    #[derive(Clone, PartialEq, prost::Message)]
-    pub struct RawProfileSeries {
-        #[prost(message, repeated, tag = "1")]
-        pub labels: Vec<LabelPair>,
-        #[prost(message, repeated, tag = "2")]
-        pub samples: Vec<RawSample>,
-    }
-    #[derive(Clone, PartialEq, prost::Message)]
-    pub struct LabelPair {
-        #[prost(string, tag = "1")]
-        pub name: String,
-        #[prost(string, tag = "2")]
-        pub value: String,
-    }
-    #[derive(Clone, PartialEq, prost::Message)]
-    pub struct RawSample {
-        #[prost(bytes = "vec", tag = "1")]
-        pub raw_profile: Vec<u8>,
-        #[prost(string, tag = "2")]
-        pub id: String,
-    }
-}
 
 /// The interpreter the push tests run on: the encoding does not depend on it.
 fn interpreter() -> common::Interpreter {
@@ -83,38 +54,6 @@ fn run_pushing_with(url: &str, extra: &[&str], seconds: &str, env: &[(&str, &str
         .arg(fixture("cpu/split.py"))
         .arg(seconds);
     common::run_limited(cmd, Duration::from_secs(300))
-}
-
-/// `go tool pprof -top -lines [-sample_index=INDEX]` of one raw profile: `file:line` →
-/// flat percent.
-fn pprof_top(raw: &[u8], index: &str, dir: &Path, n: usize) -> Vec<(String, f64)> {
-    let file = dir.join(format!("window-{n}-{index}.pb.gz"));
-    std::fs::write(&file, raw).unwrap();
-    let out = Command::new("go")
-        .args(["tool", "pprof", "-top", "-lines"])
-        .arg(format!("-sample_index={index}"))
-        .arg(&file)
-        .output()
-        .expect("go");
-    let text = String::from_utf8_lossy(&out.stdout);
-    text.lines()
-        .skip_while(|l| !l.trim_start().starts_with("flat"))
-        .skip(1)
-        .filter_map(|l| {
-            let cols: Vec<&str> = l.split_whitespace().collect();
-            (cols.len() >= 7).then(|| {
-                let pct = cols[1].trim_end_matches('%').parse().unwrap_or(0.0);
-                (cols[cols.len() - 1].to_string(), pct)
-            })
-        })
-        .collect()
-}
-
-fn flat(rows: &[(String, f64)], file_line: &str) -> f64 {
-    rows.iter()
-        .filter(|(p, _)| p.ends_with(file_line))
-        .map(|(_, pct)| pct)
-        .sum()
 }
 
 /// The program ran as without us: exit 0, its truth line printed.

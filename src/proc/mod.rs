@@ -2,12 +2,11 @@
 //!
 //! Owns: whether a process exists, its threads and their scheduler states and names, its
 //! parent, executable, working directory ([`cwd`]: as the target sees it), its memory map
-//! ([`maps`]), the container it runs in ([`container`]), and why an OS call on it failed
-//! ([`access`]).
+//! ([`maps`]), its container ([`container`]), and why an OS call on it failed ([`access`]).
 //! Must not: read the target's memory (that is `ptrace`) or interpret what it maps (`elf`).
 
 pub(crate) mod access;
-pub mod container;
+pub(crate) mod container;
 pub(crate) mod maps;
 pub mod ns;
 

@@ -38,10 +38,14 @@ const STAT_REFRESH: Duration = Duration::from_millis(10);
 /// thread the last sample paused that used no more counts as not having run.
 pub(super) const WOKEN_S: f64 = 100e-6;
 
-/// How long a listing of the target's threads is reused. Threads that Python knows are
-/// matched by their kernel id at once (3.8+); this bounds how late another new thread's
-/// CPU time starts being read.
+/// How long a listing of the target's threads is reused, at least. Threads that Python
+/// knows are matched by their kernel id at once (3.8+); this bounds how late another new
+/// thread's CPU time starts being read.
 const RELIST_INTERVAL: Duration = Duration::from_millis(50);
+/// At rates under 60 Hz, a listing is reused for this many samples instead: at 19 Hz (the
+/// agent's), 50 ms is less than one period and every sample listed the threads again (an
+/// open, a directory read and a close: a fifth of a sample of an idle process).
+const RELIST_SAMPLES: f64 = 3.0;
 
 /// How long a listing is reused while the process clock shows that no thread outside it
 /// ran (the last CPU reading was a short one, see `ran`): a thread started since that has
@@ -419,10 +423,10 @@ impl Sampler {
     }
 
     /// The target's threads: listed again from /proc when the last listing is older than
-    /// [`RELIST_INTERVAL`] (or, while the last CPU reading was a short one and every
-    /// Python thread had its kernel id, older than [`RELIST_AT_REST`]), when a thread was
-    /// found missing or new, or when the process has another number of threads than the
-    /// listing (checked at each sample once it has [`super::ran::CLOCK_FROM_THREADS`]: a pool
+    /// [`RELIST_INTERVAL`] or [`RELIST_SAMPLES`] periods (or, while the last CPU reading
+    /// was a short one and every Python thread had its kernel id, older than
+    /// [`RELIST_AT_REST`]), when a thread was found missing or new, or when the process
+    /// has another number of threads than the listing (checked at each sample once it has [`super::ran::CLOCK_FROM_THREADS`]: a pool
     /// that starts is listed as it grows, so that its new threads are read with the ones
     /// that ran lately instead of breaking the process clock's sum, which costs a read of
     /// every thread); else the last listing.
@@ -430,7 +434,10 @@ impl Sampler {
         if let Some((at, tids)) = &self.tids_listed {
             let age = at.elapsed();
             let at_rest = self.cpu_short && !self.unmapped;
-            let recent = age < RELIST_INTERVAL || (at_rest && age < RELIST_AT_REST);
+            let every = RELIST_INTERVAL.max(Duration::from_secs_f64(
+                RELIST_SAMPLES / self.cfg.rate_hz.max(0.1),
+            ));
+            let recent = age < every || (at_rest && age < RELIST_AT_REST);
             if recent
                 && (tids.len() < super::ran::CLOCK_FROM_THREADS
                     || thread_count(&mut self.task_dir, pid).is_none_or(|n| n == tids.len()))

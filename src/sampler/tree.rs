@@ -70,9 +70,12 @@ pub(crate) struct ProcessTree {
     locate: LocateOptions,
     tracked: BTreeMap<i32, Tracked>,
     done: Vec<Done>,
-    /// When the next scan is due: [`SCAN_INTERVAL`] after the last, or later when listing
+    /// When the next scan is due: `scan_every` after the last, or later when listing
     /// the processes was costly (see [`SCAN_COST_FACTOR`]).
     next_scan: Option<Instant>,
+    /// [`SCAN_INTERVAL`], unless the caller looks for processes itself
+    /// ([`ProcessTree::scanning_every`]).
+    scan_every: Duration,
     /// The last whole listing of the descendants: the last task id given out before it
     /// (see [`crate::proc::last_pid`]), when, and what it found.
     listed: Option<(u32, Instant, Vec<i32>)>,
@@ -145,6 +148,7 @@ impl ProcessTree {
             tracked: BTreeMap::new(),
             done: Vec::new(),
             next_scan: None,
+            scan_every: SCAN_INTERVAL,
             listed: None,
             next_serial: 0,
             retired: Vec::new(),
@@ -161,6 +165,14 @@ impl ProcessTree {
     /// native stacks too).
     pub(crate) fn native_cache(&self) -> Option<super::native::SharedCache> {
         self.native_cache.clone()
+    }
+
+    /// Scans (for an exec, for children when following) every `every` instead of
+    /// [`SCAN_INTERVAL`]: the agent, which finds processes itself, follows no children
+    /// and needs to see an exec only about as soon as it sees a new process.
+    pub(crate) fn scanning_every(mut self, every: Duration) -> Self {
+        self.scan_every = every;
+        self
     }
 
     /// Starts with an interpreter already located (the session found the root's).
@@ -344,7 +356,7 @@ impl ProcessTree {
             vec![self.root]
         };
         // Locating a new process's interpreter is not counted: it happens once.
-        self.next_scan = Some(now + SCAN_INTERVAL.max(now.elapsed() * SCAN_COST_FACTOR));
+        self.next_scan = Some(now + self.scan_every.max(now.elapsed() * SCAN_COST_FACTOR));
         let gone: Vec<i32> = self
             .tracked
             .keys()

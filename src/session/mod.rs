@@ -1,6 +1,7 @@
 //! Sessions: `run` (start a program and profile it to its end), `attach` (profile a
-//! running process for a while), `top` (either, watched live: `top.rs`, `live.rs`) and
-//! `dump` (read a running process's stacks once).
+//! running process for a while), `top` (either, watched live: `top.rs`, `live.rs`),
+//! `agent` (every Python process of the host, continuously: `agent/`) and `dump` (read a
+//! running process's stacks once).
 //!
 //! Owns: starting the command with its stdio untouched (under `top`, sent to a file),
 //! waiting for its Python interpreter to come up, forwarding termination signals to it,
@@ -8,6 +9,7 @@
 //! target's exit; for `dump`, the reader it needs.
 //! Must not: render reports (the caller does) or change anything in the target.
 
+mod agent;
 mod dump;
 mod gpu;
 mod live;
@@ -15,6 +17,7 @@ mod push;
 mod signals;
 mod top;
 
+pub use agent::{agent, AgentConfig, AgentOutcome, Selection};
 pub use dump::{dump, DumpConfig};
 pub use live::LiveLink;
 use signals::{catch, take_pending};

@@ -9,6 +9,8 @@
 //!   SIGTERM), is cut from the finished profile and sent before we exit (bounded wait).
 //! - What the exporter could not deliver is said on one line, once, and counted in the
 //!   next window's comments.
+//! - The exporter is the recording's own, or shared by many (the agent's processes, each a
+//!   `Pusher` of its own: [`Pusher::sharing`]); the last `Pusher` to finish ends it.
 //!
 //! Must not: wait on the backend (the exporter's thread does) or print while a live view
 //! has the terminal (`quiet`).
@@ -18,14 +20,15 @@ use crate::export::{self, AttrValue, Exporter, ExporterStats, PushConfig, PushFo
 use crate::memory::fleet::Fleet;
 use crate::profile::Profile;
 use crate::sampler::tree::ProcessTree;
+use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 /// How long the end of a recording waits for its last windows to be sent.
-const FLUSH_WAIT: Duration = Duration::from_secs(5);
+pub(super) const FLUSH_WAIT: Duration = Duration::from_secs(5);
 
 /// Cuts windows and gives them to the exporter.
 pub(crate) struct Pusher {
-    exporter: Exporter,
+    exporter: Arc<Exporter>,
     camera: Camera,
     window: Duration,
     labels: Vec<(String, String)>,
@@ -64,17 +67,36 @@ impl Pusher {
     /// `program` and `pid` name the recording (see [`Camera`]); `quiet`: a live view has
     /// the terminal.
     pub(crate) fn new(cfg: &PushConfig, program: String, pid: i32, quiet: bool) -> Pusher {
+        let exporter = cfg.start_exporter();
+        let labels = export::labels_of(&cfg.service, &cfg.tags);
+        Pusher::sharing(Arc::new(exporter), cfg, labels, program, pid, quiet)
+    }
+
+    /// A pusher whose windows go to `exporter`, shared with others, each window with
+    /// `labels` (`cfg.service` and `cfg.tags` are not looked at).
+    pub(crate) fn sharing(
+        exporter: Arc<Exporter>,
+        cfg: &PushConfig,
+        labels: Vec<(String, String)>,
+        program: String,
+        pid: i32,
+        quiet: bool,
+    ) -> Pusher {
         let start_ns = now_ns();
         Pusher {
-            exporter: cfg.start_exporter(),
+            exporter,
             camera: Camera::new(program, pid),
             window: cfg.window,
-            labels: export::labels_of(&cfg.service, &cfg.tags),
             format: cfg.format,
             resource: Vec::new(),
             pid,
-            service: cfg.service.clone(),
+            // OTLP's service.name: the agent's own for each process (its labels), else ours.
+            service: labels
+                .iter()
+                .find(|(k, _)| k == "service_name")
+                .map_or_else(|| cfg.service.clone(), |(_, v)| v.clone()),
             tags: cfg.tags.clone(),
+            labels,
             url: cfg.url.clone(),
             start_ns,
             end_ns: next_multiple(start_ns, cfg.window),
@@ -146,11 +168,22 @@ impl Pusher {
         }
     }
 
-    /// The recording ended with `profile`: its last window is sent, and what waits, for at
-    /// most [`FLUSH_WAIT`]. Gives what became of the windows.
+    /// The recording ended with `profile`: its last window is queued. The last pusher of
+    /// an exporter then sends what waits, for at most [`FLUSH_WAIT`]. Gives what became of
+    /// the windows (so far, while others share the exporter).
     pub(crate) fn finish(mut self, profile: &Profile) -> ExporterStats {
         self.cut(profile.clone(), now_ns());
-        self.exporter.finish(FLUSH_WAIT)
+        match Arc::try_unwrap(self.exporter) {
+            Ok(own) => own.finish(FLUSH_WAIT),
+            Err(shared) => shared.stats(),
+        }
+    }
+
+    /// The recording ended and its last window was cut from the tree's pictures: see
+    /// [`Pusher::finish`].
+    pub(crate) fn finish_tree(mut self, tree: &ProcessTree) -> ExporterStats {
+        let picture = self.camera.picture(tree, None);
+        self.finish(&picture)
     }
 }
 
