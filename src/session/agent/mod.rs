@@ -4,9 +4,9 @@
 //! - one thread samples every target on one schedule (each target a [`ProcessTree`] of
 //!   its one process, children not followed: a worker is a target of its own, its own
 //!   series), CPU only (nothing is loaded into a target);
-//! - a target that used no CPU clock tick since its last sample is not read at that tick
-//!   (one read of its stat line instead), at most [`READ_AT_REST_EVERY`]: most of a
-//!   host's processes wait most of the time;
+//! - a target that used under [`MIN_CPU_NS`] of CPU since its last sample (its CPU
+//!   clock says, in one call) is not read at that tick, for at most
+//!   [`READ_AT_REST_EVERY`]: most of a host's processes wait most of the time;
 //! - the host is looked at every [`AgentConfig::scan_every`] ([`finder::Finder`]), or
 //!   less often when a look costs more than 1% of that while;
 //! - each target's windows are cut by a [`Pusher`] of its own, labelled with its pid,
@@ -36,6 +36,10 @@ use nix::sys::signal::Signal;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+
+/// How often each target's tree looks whether its process exec'd (three reads of /proc
+/// each: a fifth of the agent's CPU beside 50 processes when it was every second).
+const EXEC_LOOK_EVERY: Duration = Duration::from_secs(5);
 
 /// A look at the host may take at most 1/this of the time until the next one (in CPU
 /// time: 1% of a core for the look, however many processes the host runs).
@@ -67,9 +71,12 @@ pub struct AgentOutcome {
     pub summary: String,
 }
 
-/// A target that used no CPU since its last sample is read at least this often (its
-/// tree looks for an exec then too).
-const READ_AT_REST_EVERY: Duration = Duration::from_secs(1);
+/// A target that used less CPU than this since its last sample is not read at that tick.
+const MIN_CPU_NS: u64 = 1_000_000;
+/// A target that used less than [`MIN_CPU_NS`] is read at least this often all the same
+/// (its tree looks for an exec then too; a zombie is let go then). Beside 50 processes
+/// that wake 10 times a second, 1 s cost the agent 1.35% of a core in all (bench/agent.py).
+const READ_AT_REST_EVERY: Duration = Duration::from_secs(5);
 
 /// One process profiled.
 struct Target {
@@ -78,52 +85,58 @@ struct Target {
     service: String,
     /// When it was found: its recording's clock (the windows' durations).
     since: Instant,
-    /// Its /proc/PID/stat, kept open: one read says whether it used CPU since.
-    stat: Option<std::fs::File>,
-    /// Its CPU clock ticks (utime + stime, all threads) at its last sample, and when.
-    last: (u64, Instant),
+    /// Its CPU clock (`clock_getcpuclockid`): all its threads' CPU time, in one call.
+    clock: Option<libc::clockid_t>,
+    /// Its CPU time at its last sample (ns), and when.
+    last: Option<(u64, Instant)>,
 }
 
 impl Target {
-    /// Whether the process must be sampled now: it used CPU (a clock tick, 10 ms, at
-    /// most) since its last sample, or it is gone or a zombie (the tree must see it end),
-    /// or it has rested [`READ_AT_REST_EVERY`].
+    /// Whether the process must be sampled now: it used [`MIN_CPU_NS`] of CPU since its
+    /// last sample, or its clock cannot be read (it is gone: the tree must see it end), or
+    /// it has rested [`READ_AT_REST_EVERY`].
     ///
-    /// A sample left out costs nothing of the profile: the next one reads each thread's
-    /// CPU time since the last (in nanoseconds) and charges all of it, as a sample at a
-    /// lower rate would. A process that uses less than a tick between two samples is read
-    /// once per tick of its CPU time or per second: never fewer samples per CPU-second
-    /// than a busy process gets.
+    /// A sample left out costs the profile no time: the next one reads each thread's CPU
+    /// time since the last (in nanoseconds) and charges all of it, as a sample at a lower
+    /// rate would. A process is so read at least once per millisecond of CPU it uses, or
+    /// per second: never fewer samples per CPU-second than a busy process gets.
     fn due(&mut self, now: Instant) -> bool {
-        let ticks = self.stat.as_ref().and_then(cpu_ticks);
-        match ticks {
-            Some(t) if t == self.last.0 && now.duration_since(self.last.1) < READ_AT_REST_EVERY => {
+        let Some(ns) = self.clock.and_then(process_cpu_ns) else {
+            return true;
+        };
+        match self.last {
+            Some((was, at))
+                if ns.saturating_sub(was) < MIN_CPU_NS
+                    && now.duration_since(at) < READ_AT_REST_EVERY =>
+            {
                 false
             }
-            Some(t) => {
-                self.last = (t, now);
+            _ => {
+                self.last = Some((ns, now));
                 true
             }
-            None => true,
         }
     }
 }
 
-/// A process's CPU clock ticks (utime + stime, fields 14 and 15 of its stat line) from
-/// its open stat file; None when it is gone, a zombie, or unreadable.
-fn cpu_ticks(file: &std::fs::File) -> Option<u64> {
-    use std::os::unix::fs::FileExt;
-    let mut buf = [0u8; 1024];
-    let n = file.read_at(&mut buf, 0).ok()?;
-    let line = std::str::from_utf8(&buf[..n]).ok()?;
-    let mut fields = crate::proc::stat_fields(line)?;
-    if matches!(fields.next()?.chars().next()?, 'Z' | 'X') {
-        return None;
-    }
-    let mut fields = fields.skip(10);
-    let utime: u64 = fields.next()?.parse().ok()?;
-    let stime: u64 = fields.next()?.parse().ok()?;
-    Some(utime + stime)
+/// Process `pid`'s CPU clock, if the kernel gives it.
+fn cpu_clock(pid: i32) -> Option<libc::clockid_t> {
+    let mut id: libc::clockid_t = 0;
+    // SAFETY: clock_getcpuclockid writes one clockid_t through a valid pointer.
+    let r = unsafe { libc::clock_getcpuclockid(pid, &mut id) };
+    (r == 0).then_some(id)
+}
+
+/// The CPU time of every thread of a process, ns, from its CPU clock (one system call,
+/// no file: cheaper than its stat line by far); None once it is gone.
+fn process_cpu_ns(clock: libc::clockid_t) -> Option<u64> {
+    let mut t = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes one timespec through a valid pointer.
+    let r = unsafe { libc::clock_gettime(clock, &mut t) };
+    (r == 0).then(|| t.tv_sec as u64 * 1_000_000_000 + t.tv_nsec as u64)
 }
 
 struct Agent<'a> {
@@ -268,7 +281,7 @@ impl Agent<'_> {
             self.cfg.sampler.clone(),
             LocateOptions::default(),
         )
-        .scanning_every(self.cfg.scan_every)
+        .scanning_every(EXEC_LOOK_EVERY)
         .with_located(found.proc);
         self.profiled += 1;
         self.targets.insert(
@@ -278,9 +291,8 @@ impl Agent<'_> {
                 pusher,
                 service,
                 since: Instant::now(),
-                stat: std::fs::File::open(format!("/proc/{pid}/stat")).ok(),
-                // Sampled at once (no tick count matches).
-                last: (u64::MAX, Instant::now()),
+                clock: cpu_clock(pid),
+                last: None,
             },
         );
     }
