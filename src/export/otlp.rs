@@ -239,23 +239,6 @@ fn stack_of(d: &mut Dictionary, frames: &[Frame], starts: &HashMap<(&str, &str),
     d.stack(locations)
 }
 
-/// The lowest line seen of each function (file, name) in the window's stacks.
-fn start_lines(p: &Profile) -> HashMap<(&str, &str), u32> {
-    let mut out: HashMap<(&str, &str), u32> = HashMap::new();
-    let time = p.stacks.iter().map(|s| &s.frames);
-    let memory = p
-        .memory
-        .iter()
-        .flat_map(|m| m.stacks.iter().map(|s| &s.frames));
-    for f in time.chain(memory).flatten() {
-        if let Some(line) = f.line {
-            let e = out.entry((&f.filename, &f.function)).or_insert(line);
-            *e = (*e).min(line);
-        }
-    }
-    out
-}
-
 /// One sample type's samples, before they become a profile.
 struct Kind {
     name: &'static str,
@@ -305,7 +288,7 @@ fn request(
     dropped: u64,
 ) -> ExportProfilesServiceRequest {
     let mut d = Dictionary::new();
-    let starts = start_lines(p);
+    let starts = crate::report::pprof::start_lines(p);
     let time_kind = match p.meta.mode {
         TimeMode::Cpu => "cpu",
         TimeMode::Wall => "wall",

@@ -239,8 +239,8 @@ fn nanos(s: f64) -> i64 {
 }
 
 /// The lowest line seen of each function (file, name), in any stack, time or memory: the
-/// profile keeps no function's first line, and pprof wants one.
-fn start_lines(p: &Profile) -> HashMap<(&str, &str), u32> {
+/// profile keeps no function's first line, and pprof wants one (so does OTLP's encoder).
+pub(crate) fn start_lines(p: &Profile) -> HashMap<(&str, &str), u32> {
     let mut out: HashMap<(&str, &str), u32> = HashMap::new();
     let time = p.stacks.iter().map(|s| &s.frames);
     let memory = p
