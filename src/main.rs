@@ -116,6 +116,12 @@ struct PushArgs {
     #[arg(long, value_name = "SECONDS", default_value = "10", value_parser = parse_window,
           requires = "push")]
     window: std::time::Duration,
+    /// Windows that may wait to be sent while the backend is down or slow (and 16 MiB in
+    /// all); past that the oldest is dropped, counted in the log and in the next window sent.
+    #[arg(long, value_name = "N", default_value_t = scalene_rs::export::QueueBounds::default().windows as u32,
+          value_parser = clap::value_parser!(u32).range(1..),
+          requires = "push")]
+    push_queue: u32,
     /// A label on every window (repeatable).
     #[arg(long = "tag", value_name = "KEY=VALUE", value_parser = parse_tag, requires = "push")]
     tags: Vec<(String, String)>,
@@ -169,7 +175,10 @@ impl PushArgs {
             window: self.window,
             service,
             tags: self.tags.clone(),
-            bounds: scalene_rs::export::QueueBounds::default(),
+            bounds: scalene_rs::export::QueueBounds {
+                windows: self.push_queue as usize,
+                ..scalene_rs::export::QueueBounds::default()
+            },
             credentials: scalene_rs::export::Credentials::from_env().map_err(anyhow::Error::msg)?,
         }))
     }

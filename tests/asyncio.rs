@@ -460,14 +460,15 @@ fn run_async_charges_the_leaf_to_the_whole_task_chain() {
             let _ = std::fs::remove_dir_all(&dir);
             return Err(run.describe());
         }
-        // The burning line's share of the time, against the program's own CPU clock: the
-        // truth, ±5 points.
+        // The burning line's CPU seconds, against the program's own CPU clock: the truth,
+        // ±8% (at 100 Hz the line holds ~250 samples: ~2% sampling error). Seconds, not the
+        // line's share: the share's other part is start-up, which a profile that begins a
+        // moment late never sees (3.15 under load: 100.0% against 91.4% of all CPU time).
         let cpu: Value = serde_json::from_str(
             &std::fs::read_to_string(dir.join("cpu.json")).unwrap_or_default(),
         )
         .map_err(|e| format!("the program's CPU truth: {e}"))?;
-        let want_pct = 100.0 * cpu["burn_cpu_s"].as_f64().unwrap_or(0.0)
-            / cpu["total_cpu_s"].as_f64().unwrap_or(1.0);
+        let want_s = cpu["burn_cpu_s"].as_f64().unwrap_or(0.0);
         let profile: Value =
             serde_json::from_str(&std::fs::read_to_string(&out).unwrap_or_default())
                 .map_err(|e| format!("the profile: {e}"))?;
@@ -480,10 +481,11 @@ fn run_async_charges_the_leaf_to_the_whole_task_chain() {
                     .sum::<f64>()
             })
             .unwrap_or(0.0);
-        if (got_pct - want_pct).abs() > 5.0 {
+        let got_s = got_pct / 100.0 * profile["total_s"].as_f64().unwrap_or(0.0);
+        if (got_s - want_s).abs() > 0.08 * want_s {
             let _ = std::fs::remove_dir_all(&dir);
             return Err(format!(
-                "the burning line has {got_pct:.1}% of the time, the program says {want_pct:.1}%"
+                "the burning line has {got_s:.2} s of CPU time ({got_pct:.1}%), the program says {want_s:.2} s"
             ));
         }
         // Every output shows the tasks: the profile rendered again in each format.
@@ -541,7 +543,7 @@ fn run_async_charges_the_leaf_to_the_whole_task_chain() {
         }
         Ok(format!(
             "{whole} of {burning} samples in burn carry the 5-task chain ({total} in all); \
-             the line {got_pct:.1}% of the time, {want_pct:.1}% by the program's clock"
+             the line {got_s:.2} s of CPU time, {want_s:.2} s by the program's clock"
         ))
     });
 }

@@ -447,6 +447,7 @@ fn attach_loads_the_library_into_a_process_started_without_it_unless_cpu_only() 
     let (p, stderr) = attach_json(pid, &json);
     prog.wait().unwrap();
     let _ = std::fs::remove_file(&pid_file);
+    let _ = std::fs::remove_file(pid_file.with_extension("log"));
     assert!(cpu.get("memory").is_none());
     assert!(
         !maps.contains("libscalene_preload"),
@@ -468,6 +469,19 @@ fn attach_loads_the_library_into_a_process_started_without_it_unless_cpu_only() 
         "{}",
         py.label
     );
+}
+
+/// The MiB pid_alloc_loop.py's log says it allocated between two Unix times.
+fn mib_allocated_between(log: &str, from: f64, to: f64) -> f64 {
+    let points: Vec<(f64, f64)> = log
+        .lines()
+        .filter_map(|l| {
+            let (t, n) = l.split_once(' ')?;
+            Some((t.parse().ok()?, n.parse().ok()?))
+        })
+        .collect();
+    let at = |t: f64| points.iter().rev().find(|p| p.0 <= t).map_or(0.0, |p| p.1);
+    at(to) - at(from)
 }
 
 /// A program started under `run` whose profiler was killed: `attach` takes its ring over,
@@ -493,13 +507,22 @@ fn attach_reads_the_ring_of_a_program_whose_profiler_is_gone() {
     run.kill().unwrap();
     run.wait().unwrap();
     let json = pid_file.with_extension("json");
+    let from = common::unix_now();
     let (p, stderr) = attach_json(pid, &json);
+    let to = common::unix_now();
+    let log = pid_file.with_extension("log");
+    let truth = mib_allocated_between(&std::fs::read_to_string(&log).unwrap_or_default(), from, to);
     let _ = std::fs::remove_file(&pid_file);
+    let _ = std::fs::remove_file(&log);
     let m = &p["memory"];
     assert!(m.is_object(), "{stderr}");
-    // About 1 MiB per millisecond for 1.5 s, minus sleeping overhead: hundreds of MB.
+    // The fixture's own count over the stretch `attach` ran: `attach` records 1.5 s of it
+    // (its start-up and the ring's takeover are the rest), sampled every 1 MiB.
     let alloc = m["alloc_mb"].as_f64().unwrap();
-    assert!(alloc > 100.0, "{alloc} MB");
+    assert!(
+        truth > 20.0 && alloc >= 0.5 * truth && alloc <= 1.1 * truth + 2.0,
+        "{alloc} MB recorded; the program allocated {truth} MiB while attach ran"
+    );
     let text = std::fs::read_to_string(common::fixture(fx)).unwrap();
     let line = text.lines().position(|l| l.ends_with("# ALLOC")).unwrap() as u64 + 1;
     let on_line: f64 = p["files"]

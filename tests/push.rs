@@ -13,14 +13,16 @@
 //! - https (tests/receivers/https.py, a certificate of a private CA made by `openssl`):
 //!   trusted with `SCALENE_RS_PUSH_CA`, refused without it, a missing CA file one line;
 //! - refusing (400) or never there: the program's output and exit code unchanged, the
-//!   drops counted exactly.
+//!   drops counted exactly;
+//! - a full queue (`--push-queue 2`, 503s for 7 s): the oldest windows dropped, counted
+//!   exactly in the log and in the note of the next window.
 
 mod common;
 #[path = "common/pyroscope.rs"]
 mod receiver;
 
 use common::{bin, fixture, mark, tempdir};
-use receiver::{flat, pprof_top, proto as pyroscope, Receiver};
+use receiver::{flat, pprof_comments, pprof_times, pprof_top, proto as pyroscope, Receiver};
 use std::net::TcpListener;
 use std::path::Path;
 use std::process::Command;
@@ -182,6 +184,81 @@ fn a_backend_that_fails_at_first_loses_no_window() {
         r.stderr
     );
     assert!(sent >= 4, "{sent} windows");
+}
+
+#[test]
+fn a_full_queue_drops_the_oldest_windows_and_counts_them_exactly() {
+    // The first window is taken; the next three tries get 503 and wait 1, 2 and 4 s: about
+    // 7 s of 1 s windows pile up in a queue of 2, and the oldest go. Windows end at
+    // wall-clock multiples of 1 s, so each is told apart by the second it began in and the
+    // test finds the missing ones itself, against what scalene-rs says it dropped.
+    let rx = Receiver::start(vec![200, 503, 503, 503]);
+    let r = run_pushing(
+        &rx.url(),
+        &["--cpu-only", "--window", "1", "--push-queue", "2"],
+        "12",
+    );
+    unharmed(&r).unwrap();
+    let mut windows: Vec<(i64, Vec<String>)> = rx
+        .accepted()
+        .iter()
+        .map(|q| {
+            let push = q.push();
+            let raw = &push.series[0].samples[0].raw_profile;
+            (
+                pprof_times(raw).time_nanos.div_euclid(1_000_000_000),
+                pprof_comments(raw),
+            )
+        })
+        .collect();
+    windows.sort();
+    windows.dedup_by_key(|w| w.0);
+    let (first, last) = (windows[0].0, windows[windows.len() - 1].0);
+    let missing: Vec<i64> = (first..=last)
+        .filter(|s| windows.binary_search_by_key(s, |w| w.0).is_err())
+        .collect();
+    let said = format!(
+        "pushed {} windows to {} ({} dropped, 0 refused",
+        windows.len(),
+        rx.url(),
+        missing.len()
+    );
+    assert!(
+        r.stderr.contains(&said),
+        "expected {said:?} (missing: the windows of seconds {missing:?}): {}",
+        r.stderr
+    );
+    // 503s for 7 s in a queue of 2: a few dropped, the oldest first (one run of them).
+    assert!(missing.len() >= 3, "{} dropped", missing.len());
+    assert_eq!(
+        missing.last().unwrap() - missing[0] + 1,
+        missing.len() as i64,
+        "not the oldest first: {missing:?}"
+    );
+    // Each window says how many were dropped before it was cut: none before the drops,
+    // all of them in the last.
+    let dropped_before = |w: &(i64, Vec<String>)| -> u64 {
+        w.1.iter()
+            .find_map(|c| {
+                c.strip_prefix("scalene-rs: ")?
+                    .strip_suffix(" earlier windows dropped")?
+                    .parse()
+                    .ok()
+            })
+            .unwrap_or(0)
+    };
+    assert_eq!(dropped_before(&windows[0]), 0);
+    assert_eq!(
+        dropped_before(windows.last().unwrap()),
+        missing.len() as u64,
+        "the last window's note: {:?}",
+        windows.last().unwrap().1
+    );
+    common::say(&format!(
+        "{} windows received, the {} of seconds {missing:?} dropped, as said",
+        windows.len(),
+        missing.len()
+    ));
 }
 
 #[test]

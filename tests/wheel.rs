@@ -201,18 +201,24 @@ fn check(place: &Place, wheel: &Path) -> Result<String, String> {
                 "split.py's own output is missing from stdout: {out:?}"
             ));
         }
-        let rows = |line: u32| {
+        let rows = |line: u64| {
             report
                 .lines()
                 .any(|l| l.trim_start().starts_with(&format!("{line} │")))
         };
+        // The two hot lines, found by their MARK comments (the fixture's lines move).
+        let split = repo_root().join("fixtures/cpu/split.py");
+        let (python, native) = (
+            common::mark(&split, "python"),
+            common::mark(&split, "native"),
+        );
         if !report.contains("Memory:    peak")
             || !report.contains("cpu/split.py:")
-            || !rows(24)
-            || !rows(29)
+            || !rows(python)
+            || !rows(native)
         {
             return Err(format!(
-                "the report lacks the memory summary or split.py's lines 24 and 29:\n{report}"
+                "the report lacks the memory summary or split.py's lines {python} and {native}:\n{report}"
             ));
         }
         let memory = report

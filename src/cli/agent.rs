@@ -18,10 +18,16 @@ pub(super) struct AgentArgs {
     /// SCALENE_RS_PUSH_PASSWORD; SCALENE_RS_PUSH_TENANT sets X-Scope-OrgID.
     #[arg(long, value_name = "URL")]
     push: String,
-    /// The backend's protocol.
-    #[arg(long, value_name = "PROTOCOL", default_value = "pyroscope",
-          value_parser = PushFormat::parse)]
-    push_format: PushFormat,
+    /// The backend's protocol: pyroscope, otlp-grpc or otlp-http (default: from the URL, as
+    /// `run --push` reads it: port 4317 is otlp-grpc, port 4318 or a path ending in
+    /// /v1development/profiles otlp-http, anything else pyroscope).
+    #[arg(long, value_name = "PROTOCOL", value_parser = PushFormat::parse)]
+    push_format: Option<PushFormat>,
+    /// Windows that may wait to be sent, all processes together, while the backend is down
+    /// or slow (and 16 MiB in all); past that the oldest is dropped, counted.
+    #[arg(long, value_name = "N", default_value_t = 1024,
+          value_parser = clap::value_parser!(u32).range(1..))]
+    push_queue: u32,
     /// Profile only processes whose command line (arguments joined by spaces) matches.
     #[arg(long = "match", value_name = "REGEX")]
     matching: Option<regex::Regex>,
@@ -63,14 +69,14 @@ pub(super) fn agent(a: AgentArgs) -> anyhow::Result<i32> {
     let cfg = session::AgentConfig {
         push: PushConfig {
             url: a.push.clone(),
-            format: a.push_format,
+            format: a.push_format.unwrap_or_else(|| PushFormat::of_url(&a.push)),
             window: a.window,
             service: String::new(),
             tags: a.tags,
             // Every process's windows share one queue: its bytes bound the memory; the
-            // count lets a few windows of each of many processes wait.
+            // count (1024 by default) lets a few windows of each of many processes wait.
             bounds: QueueBounds {
-                windows: 1024,
+                windows: a.push_queue as usize,
                 bytes: 16 << 20,
             },
             credentials: scalene_rs::export::Credentials::from_env().map_err(anyhow::Error::msg)?,

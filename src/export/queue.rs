@@ -2,11 +2,14 @@
 //!
 //! Owns: [`Exporter`].
 //! - [`Exporter::send`] never blocks: a window goes into a queue bounded in count and in
-//!   bytes ([`QueueBounds`]); when it is full, the oldest windows go first, counted.
+//!   bytes ([`QueueBounds`]); when it is full, the oldest waiting windows go first,
+//!   counted. The window being sent is not among them: its fate is its answer's, so that
+//!   each window is counted once (sent, refused or dropped), never twice.
 //! - The sending thread posts the oldest window; a failure worth retrying (for Pyroscope:
 //!   no connection, 429, 5xx; each protocol's sender says, as an [`Outcome`]) keeps it and
-//!   waits, 1 s at first, twice as long each time, at most [`MAX_BACKOFF`]; a refusal
-//!   (for Pyroscope: other 4xx) drops it, counted.
+//!   waits, 1 s at first, twice as long each time, at most [`MAX_BACKOFF`], however many
+//!   windows arrive meanwhile (only closing cuts a wait short); a refusal (for Pyroscope:
+//!   other 4xx) drops it, counted.
 //! - [`Exporter::finish`] sends what waits within a deadline, then counts the rest dropped.
 //!
 //! Must not: touch the recording; the session cuts windows, this only carries them.
@@ -20,7 +23,7 @@ use std::time::{Duration, Instant};
 const MAX_BACKOFF: Duration = Duration::from_secs(60);
 const FIRST_BACKOFF: Duration = Duration::from_secs(1);
 
-/// How much may wait to be sent.
+/// How much may wait to be sent, besides the window being sent.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct QueueBounds {
     pub windows: usize,
@@ -56,6 +59,8 @@ struct State {
     /// Windows by a number of their own (the one under way is told apart from one queued
     /// since).
     queue: VecDeque<(u64, Vec<u8>)>,
+    /// The window being sent (then the queue's first), which a full queue keeps.
+    in_flight: Option<u64>,
     next_id: u64,
     bytes: usize,
     stats: ExporterStats,
@@ -93,6 +98,7 @@ impl Exporter {
         let shared = Arc::new(Shared {
             state: Mutex::new(State {
                 queue: VecDeque::new(),
+                in_flight: None,
                 next_id: 0,
                 bytes: 0,
                 stats: ExporterStats::default(),
@@ -123,10 +129,20 @@ impl Exporter {
         let id = st.next_id;
         st.next_id += 1;
         st.queue.push_back((id, window));
-        while st.queue.len() > self.bounds.windows.max(1)
-            || (st.bytes > self.bounds.bytes && st.queue.len() > 1)
-        {
-            if let Some((_, old)) = st.queue.pop_front() {
+        // The oldest waiting window: the first, or the second while the first is sent.
+        let sending = st
+            .queue
+            .front()
+            .is_some_and(|(first, _)| Some(*first) == st.in_flight);
+        let oldest = usize::from(sending);
+        loop {
+            let waiting = st.queue.len() - oldest;
+            let over = waiting > self.bounds.windows.max(1)
+                || (st.bytes > self.bounds.bytes && waiting > 1);
+            if !over {
+                break;
+            }
+            if let Some((_, old)) = st.queue.remove(oldest) {
                 st.bytes -= old.len();
                 st.stats.dropped += 1;
             }
@@ -166,8 +182,9 @@ fn send_loop(shared: &Shared, sender: &mut dyn Post) {
         let (id, window) = {
             let mut st = lock();
             loop {
-                if let Some(w) = st.queue.front() {
-                    break w.clone();
+                if let Some(w) = st.queue.front().cloned() {
+                    st.in_flight = Some(w.0);
+                    break w;
                 }
                 if st.closing.is_some() {
                     return;
@@ -177,6 +194,7 @@ fn send_loop(shared: &Shared, sender: &mut dyn Post) {
         };
         let outcome = sender.post(&window);
         let mut st = lock();
+        st.in_flight = None;
         let past_deadline = st.closing.is_some_and(|d| Instant::now() >= d);
         match outcome {
             Outcome::Sent => {
@@ -195,17 +213,23 @@ fn send_loop(shared: &Shared, sender: &mut dyn Post) {
                 if past_deadline {
                     return;
                 }
-                // Wait, unless closing: then the deadline bounds the wait.
-                let wait = match st.closing {
-                    Some(d) => backoff.min(d.saturating_duration_since(Instant::now())),
-                    None => backoff,
-                };
-                drop(
-                    shared
+                // Wait out the backoff: a new window wakes this thread but does not end
+                // the wait (a backend answering 503 to 1 s windows was tried every
+                // second before); closing does, by the deadline it sets.
+                let resume = Instant::now() + backoff;
+                loop {
+                    let until = st.closing.map_or(resume, |d| resume.min(d));
+                    let now = Instant::now();
+                    if now >= until {
+                        break;
+                    }
+                    st = shared
                         .wake
-                        .wait_timeout(st, wait)
-                        .unwrap_or_else(|e| e.into_inner()),
-                );
+                        .wait_timeout(st, until - now)
+                        .unwrap_or_else(|e| e.into_inner())
+                        .0;
+                }
+                drop(st);
                 backoff = (backoff * 2).min(MAX_BACKOFF);
                 continue;
             }
@@ -216,12 +240,111 @@ fn send_loop(shared: &Shared, sender: &mut dyn Post) {
     }
 }
 
-/// Takes window `id`, just tried, off the queue, unless a full queue dropped it meanwhile
-/// (then it was counted there, and the window now first is another).
+/// Takes window `id`, just tried, off the queue (a full queue keeps the window being sent,
+/// so it is still first; checked all the same).
 fn pop(st: &mut State, id: u64) {
     if st.queue.front().is_some_and(|(first, _)| *first == id) {
         if let Some((_, w)) = st.queue.pop_front() {
             st.bytes -= w.len();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::mpsc;
+
+    /// A backend played by the test: each post waits for the test's answer, and says which
+    /// window it carried.
+    struct Played {
+        bodies: mpsc::Sender<Vec<u8>>,
+        answers: mpsc::Receiver<Outcome>,
+    }
+
+    impl Post for Played {
+        fn post(&mut self, body: &[u8]) -> Outcome {
+            let _ = self.bodies.send(body.to_vec());
+            self.answers
+                .recv()
+                .unwrap_or(Outcome::Retry("the test ended".into()))
+        }
+    }
+
+    fn exporter(windows: usize) -> (Exporter, mpsc::Receiver<Vec<u8>>, mpsc::Sender<Outcome>) {
+        let (bodies_tx, bodies) = mpsc::channel();
+        let (answers, answers_rx) = mpsc::channel();
+        let played = Played {
+            bodies: bodies_tx,
+            answers: answers_rx,
+        };
+        let bounds = QueueBounds {
+            windows,
+            bytes: 1 << 20,
+        };
+        let e = Exporter::start_with(Box::new(move || Box::new(played) as Box<dyn Post>), bounds);
+        (e, bodies, answers)
+    }
+
+    const WAIT: Duration = Duration::from_secs(5);
+
+    #[test]
+    fn a_full_queue_drops_the_oldest_waiting_and_keeps_the_one_being_sent() {
+        let (e, bodies, answers) = exporter(2);
+        e.send(vec![0]);
+        assert_eq!(
+            bodies.recv_timeout(WAIT).unwrap(),
+            [0],
+            "window 0 is being sent"
+        );
+        for w in 1..=5 {
+            e.send(vec![w]);
+        }
+        // Waiting: 1..=5 in a queue of 2: 1, 2, 3 dropped; 0 still under way.
+        assert_eq!(e.stats().dropped, 3);
+        answers.send(Outcome::Sent).unwrap();
+        assert_eq!(bodies.recv_timeout(WAIT).unwrap(), [4]);
+        answers.send(Outcome::Sent).unwrap();
+        assert_eq!(bodies.recv_timeout(WAIT).unwrap(), [5]);
+        answers.send(Outcome::Sent).unwrap();
+        let st = e.finish(WAIT);
+        assert_eq!((st.sent, st.dropped, st.refused), (3, 3, 0));
+    }
+
+    #[test]
+    fn each_window_is_counted_once_whatever_its_answer() {
+        let (e, bodies, answers) = exporter(1);
+        e.send(vec![0]);
+        bodies.recv_timeout(WAIT).unwrap();
+        e.send(vec![1]);
+        e.send(vec![2]); // drops 1
+        answers.send(Outcome::Refused("400".into())).unwrap();
+        assert_eq!(bodies.recv_timeout(WAIT).unwrap(), [2]);
+        answers.send(Outcome::Sent).unwrap();
+        let st = e.finish(WAIT);
+        assert_eq!((st.sent, st.dropped, st.refused), (1, 1, 1));
+    }
+
+    #[test]
+    fn new_windows_do_not_cut_a_backoff_short() {
+        let (e, bodies, answers) = exporter(8);
+        e.send(vec![0]);
+        bodies.recv_timeout(WAIT).unwrap();
+        let failed = Instant::now();
+        answers.send(Outcome::Retry("503".into())).unwrap();
+        // Windows arriving during the first backoff (1 s) wake the thread; it goes on
+        // waiting.
+        for w in 1..=4 {
+            std::thread::sleep(Duration::from_millis(100));
+            e.send(vec![w]);
+        }
+        assert_eq!(bodies.recv_timeout(WAIT).unwrap(), [0], "tried again");
+        let waited = failed.elapsed();
+        assert!(waited >= FIRST_BACKOFF, "tried again after {waited:?}");
+        for _ in 0..5 {
+            answers.send(Outcome::Sent).unwrap();
+        }
+        let st = e.finish(WAIT);
+        assert_eq!((st.sent, st.dropped, st.retries), (5, 0, 1));
     }
 }

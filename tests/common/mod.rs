@@ -612,6 +612,13 @@ pub fn mark(fixture: &Path, label: &str) -> u64 {
         + 1
 }
 
+/// Seconds since the Unix epoch, as the fixtures' `time.time()` prints them.
+pub fn unix_now() -> f64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_secs_f64())
+}
+
 /// A new empty directory of this test run's own under the system's temporary directory.
 pub fn tempdir(prefix: &str) -> PathBuf {
     let d = std::env::temp_dir().join(format!(

@@ -55,6 +55,28 @@ pub struct PprofTimes {
     pub duration_nanos: i64,
 }
 
+/// A raw profile's comments (pprof's `string_table` = 6, `comment` = 13: indices into it).
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct PprofComments {
+    #[prost(string, repeated, tag = "6")]
+    pub string_table: Vec<String>,
+    #[prost(int64, repeated, tag = "13")]
+    pub comment: Vec<i64>,
+}
+
+/// The comments of a raw (gzipped) pprof profile.
+pub fn pprof_comments(raw: &[u8]) -> Vec<String> {
+    let mut plain = Vec::new();
+    flate2::read::GzDecoder::new(raw)
+        .read_to_end(&mut plain)
+        .expect("a gzipped pprof");
+    let p = <PprofComments as prost::Message>::decode(plain.as_slice()).expect("a pprof Profile");
+    p.comment
+        .iter()
+        .filter_map(|&i| p.string_table.get(usize::try_from(i).ok()?).cloned())
+        .collect()
+}
+
 impl Request {
     /// The body as a `PushRequest`.
     pub fn push(&self) -> proto::PushRequest {
