@@ -7,7 +7,10 @@
 //! `service.name` set) and writes each request as JSON. Here, on fixtures/cpu/split.py:
 //! the hot lines carry their share (±5 points of the truth of the window's own stretch) and their split in every
 //! full window, the resource names the process (pid, service, runtime version), and a
-//! receiver that refuses costs the program nothing, each window counted refused.
+//! receiver that refuses costs the program nothing, each window counted refused. Faults,
+//! over both transports: UNAVAILABLE / 503 at first and a partial success (retried, then
+//! counted refused, as the specification says), and a receiver down at start: no window
+//! lost, each told apart by the wall-clock second it began in.
 //! One interpreter (the newest Python 3), as tests/push.rs: the encoding does not depend
 //! on it. The receiver's packages come from tools/setup.sh ($CACHE/otlp-venv).
 
@@ -66,15 +69,18 @@ struct Receiver {
 
 impl Receiver {
     fn start(py: &Path, transport: &str, refuse: bool) -> Receiver {
+        Receiver::start_with(py, transport, if refuse { &["--refuse"] } else { &[] })
+    }
+
+    /// A receiver with the options of otlp_receiver.py (`--answers`, `--port`).
+    fn start_with(py: &Path, transport: &str, options: &[&str]) -> Receiver {
         let dir = tempdir(&format!("scalene-rs-otlp-{transport}"));
         let mut cmd = Command::new(py);
         cmd.arg(common::repo_root().join("tests/receivers/otlp_receiver.py"))
             .arg(transport)
             .arg(&dir)
+            .args(options)
             .stdout(Stdio::piped());
-        if refuse {
-            cmd.arg("--refuse");
-        }
         let mut child = cmd.spawn().expect("the receiver");
         let mut line = String::new();
         BufReader::new(child.stdout.take().unwrap())
@@ -406,5 +412,134 @@ fn a_receiver_that_refuses_costs_the_program_nothing() {
             "{transport}: expected {said:?}: {}",
             r.stderr
         );
+    }
+}
+
+/// The distinct windows among `reqs`, by the wall-clock second their CPU profile began
+/// in (a window tried again arrives more than once), each with the answers it got.
+fn windows_by_second(reqs: &[Value]) -> std::collections::BTreeMap<i64, Vec<String>> {
+    let mut by = std::collections::BTreeMap::<i64, Vec<String>>::new();
+    for q in reqs {
+        let t = profile(q, "cpu").and_then(|p| p["time_unix_nano"].as_u64());
+        let t = t.expect("a request without a CPU profile") as i64;
+        by.entry(t.div_euclid(1_000_000_000))
+            .or_default()
+            .push(q["answer"].as_str().unwrap_or("").to_string());
+    }
+    by
+}
+
+/// The seconds between the first and the last window that no window began in.
+fn gaps(by: &std::collections::BTreeMap<i64, Vec<String>>) -> Vec<i64> {
+    let (Some(first), Some(last)) = (by.keys().next(), by.keys().last()) else {
+        return Vec::new();
+    };
+    (*first..=*last).filter(|s| !by.contains_key(s)).collect()
+}
+
+#[test]
+fn unavailable_then_partial_success_is_retried_then_counted_refused() {
+    let _alone = one_at_a_time();
+    let test = "unavailable_then_partial_success_is_retried_then_counted_refused";
+    let Some(py) = receiver_python(test) else {
+        return;
+    };
+    for transport in ["grpc", "http"] {
+        let rx = Receiver::start_with(
+            &py,
+            transport,
+            &["--answers", "unavailable,unavailable,partial"],
+        );
+        let url = format!("http://127.0.0.1:{}", rx.port);
+        let format = format!("otlp-{transport}");
+        let r = run_pushing(
+            &url,
+            &["--cpu-only", "--window", "1", "--push-format", &format],
+            false,
+            "6",
+        );
+        unharmed(&r);
+        let by = windows_by_second(&rx.requests());
+        // The first window: UNAVAILABLE (503) twice, tried again each time, then taken in
+        // part: not tried again (a partial success is final), counted refused.
+        let first = by.values().next().expect("no request");
+        assert_eq!(
+            first,
+            &["unavailable", "unavailable", "partial"],
+            "{transport}: the first window's answers"
+        );
+        assert!(
+            by.values().skip(1).all(|a| a == &["ok"]),
+            "{transport}: {by:?}"
+        );
+        assert!(
+            gaps(&by).is_empty(),
+            "{transport}: windows missing: {:?}",
+            gaps(&by)
+        );
+        let said = format!(
+            "pushed {} windows to {url} (0 dropped, 1 refused",
+            by.len() - 1
+        );
+        assert!(
+            r.stderr.contains(&said) && r.stderr.contains("rejected 1"),
+            "{transport}: expected {said:?} and the rejection said: {}",
+            r.stderr
+        );
+        common::say(&format!(
+            "{transport}: {} windows, the first refused in part after two tries",
+            by.len()
+        ));
+    }
+}
+
+#[test]
+fn a_receiver_down_at_start_loses_no_window() {
+    let _alone = one_at_a_time();
+    let Some(py) = receiver_python("a_receiver_down_at_start_loses_no_window") else {
+        return;
+    };
+    for transport in ["grpc", "http"] {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let url = format!("http://127.0.0.1:{port}");
+        let format = format!("otlp-{transport}");
+        let pushing = {
+            let url = url.clone();
+            std::thread::spawn(move || {
+                run_pushing(
+                    &url,
+                    &["--cpu-only", "--window", "1", "--push-format", &format],
+                    false,
+                    "8",
+                )
+            })
+        };
+        // Nobody listens for the first 3 s: the windows wait and are tried with backoff.
+        std::thread::sleep(Duration::from_secs(3));
+        let rx = Receiver::start_with(&py, transport, &["--port", &port.to_string()]);
+        let r = pushing.join().unwrap();
+        unharmed(&r);
+        let by = windows_by_second(&rx.requests());
+        assert!(by.len() >= 8, "{transport}: {} windows: {by:?}", by.len());
+        assert!(
+            gaps(&by).is_empty(),
+            "{transport}: windows missing: {:?}",
+            gaps(&by)
+        );
+        let said = format!("pushed {} windows to {url}", by.len());
+        let line = r.stderr.lines().find(|l| l.contains(&said));
+        assert!(
+            line.is_some_and(|l| !l.contains("dropped")),
+            "{transport}: expected {said:?}, nothing dropped: {}",
+            r.stderr
+        );
+        common::say(&format!(
+            "{transport}: {} windows, none lost while the receiver was down",
+            by.len()
+        ));
     }
 }

@@ -8,6 +8,9 @@
 //!   (tonic, gzip). OK sent; `CANCELLED`, `DEADLINE_EXCEEDED`, `RESOURCE_EXHAUSTED`,
 //!   `ABORTED`, `OUT_OF_RANGE`, `UNAVAILABLE` (also no connection) and `DATA_LOSS` retried;
 //!   any other code refused (`INVALID_ARGUMENT` for a development version it does not take).
+//! - A success whose answer rejects profiles (`partial_success.rejected_profiles` > 0) is
+//!   refused, with the collector's message: the specification forbids sending it again,
+//!   and a window that arrived only in part is not counted sent.
 //! - Both send the Profiles development version ([`DEVELOPMENT_VERSION`]) and the
 //!   credentials of the environment ([`Credentials`]: `Authorization`, `X-Scope-OrgID`);
 //!   https URLs use rustls (webpki roots), no system OpenSSL.
@@ -20,7 +23,8 @@
 use super::otlp::DEVELOPMENT_VERSION;
 use super::sender::{self, Credentials, Outcome, Post};
 use opentelemetry_proto::tonic::collector::profiles::v1development::{
-    profiles_service_client::ProfilesServiceClient, ExportProfilesServiceRequest,
+    profiles_service_client::ProfilesServiceClient, ExportProfilesPartialSuccess,
+    ExportProfilesServiceRequest, ExportProfilesServiceResponse,
 };
 use std::io::Write;
 
@@ -54,6 +58,22 @@ fn http_outcome(status: u16) -> Outcome {
     }
 }
 
+/// What a successful answer means: sent, unless it rejected some of the window's profiles.
+fn success_outcome(partial: Option<&ExportProfilesPartialSuccess>) -> Outcome {
+    match partial {
+        Some(p) if p.rejected_profiles > 0 => Outcome::Refused(format!(
+            "the collector rejected {} of the window's profiles: {}",
+            p.rejected_profiles,
+            if p.error_message.is_empty() {
+                "(no message)"
+            } else {
+                &p.error_message
+            }
+        )),
+        _ => Outcome::Sent,
+    }
+}
+
 impl Post for OtlpHttp {
     fn post(&mut self, body: &[u8]) -> Outcome {
         let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
@@ -74,7 +94,22 @@ impl Post for OtlpHttp {
             req = req.header("X-Scope-OrgID", t);
         }
         match req.send(&body[..]) {
-            Ok(resp) => http_outcome(resp.status().as_u16()),
+            Ok(mut resp) => match http_outcome(resp.status().as_u16()) {
+                Outcome::Sent => {
+                    use prost::Message;
+                    // An empty or unreadable body is a plain success (the specification
+                    // lets a server answer nothing more).
+                    let answer = resp
+                        .body_mut()
+                        .with_config()
+                        .limit(1 << 20)
+                        .read_to_vec()
+                        .ok()
+                        .and_then(|b| ExportProfilesServiceResponse::decode(&b[..]).ok());
+                    success_outcome(answer.as_ref().and_then(|a| a.partial_success.as_ref()))
+                }
+                other => other,
+            },
             Err(e) => Outcome::Retry(e.to_string()),
         }
     }
@@ -189,7 +224,7 @@ impl Post for OtlpGrpc {
             return Outcome::Refused("no async runtime".into());
         };
         match rt.block_on(client.export(req)) {
-            Ok(_) => Outcome::Sent,
+            Ok(answer) => success_outcome(answer.get_ref().partial_success.as_ref()),
             Err(status) => grpc_outcome(&status),
         }
     }
@@ -232,6 +267,27 @@ mod tests {
                 grpc_outcome(&Status::new(c, "")),
                 Outcome::Refused(_)
             ));
+        }
+    }
+
+    #[test]
+    fn a_partial_success_that_rejects_is_refused_with_its_message() {
+        assert_eq!(success_outcome(None), Outcome::Sent);
+        let nothing_rejected = ExportProfilesPartialSuccess {
+            rejected_profiles: 0,
+            error_message: "a warning".into(),
+        };
+        assert_eq!(success_outcome(Some(&nothing_rejected)), Outcome::Sent);
+        let rejected = ExportProfilesPartialSuccess {
+            rejected_profiles: 2,
+            error_message: "too old".into(),
+        };
+        match success_outcome(Some(&rejected)) {
+            Outcome::Refused(why) => assert!(
+                why.contains("rejected 2") && why.contains("too old"),
+                "{why}"
+            ),
+            other => panic!("{other:?}"),
         }
     }
 }

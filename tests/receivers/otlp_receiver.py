@@ -12,10 +12,16 @@ Each request is written as JSON (one file per request, in arrival order) to the 
 given: its transport metadata, its resource attributes, each profile's sample type and
 samples with their stacks resolved to (function, file, line), and the problems found.
 
-  python otlp_receiver.py grpc|http OUT_DIR [--refuse]
+  python otlp_receiver.py grpc|http OUT_DIR [--refuse] [--answers A,B,...] [--port N]
 
-Prints "port N" once listening. --refuse answers every request as a backend that does not
-take it (gRPC INVALID_ARGUMENT, HTTP 400), after decoding it.
+Prints "port N" once listening (on port N when given, else any free one). Every request is
+decoded and recorded first, then answered:
+  --refuse: every request as a backend that does not take it (gRPC INVALID_ARGUMENT,
+            HTTP 400);
+  --answers: the first requests in turn, then ok: "ok", "refuse", "unavailable" (gRPC
+            UNAVAILABLE, HTTP 503: try again), "partial" (OK, with a partial_success
+            that rejects one profile, as the OTLP specification lets a server say).
+Each request's answer is recorded with it ("answer").
 """
 
 import gzip
@@ -34,6 +40,23 @@ from opentelemetry.proto.collector.profiles.v1development import (
 
 LOCK = threading.Lock()
 COUNT = [0]
+ANSWERS = []
+
+
+def next_answer(refuse):
+    """The answer to the next request (in arrival order)."""
+    if refuse:
+        return "refuse"
+    with LOCK:
+        return ANSWERS.pop(0) if ANSWERS else "ok"
+
+
+def response(answer):
+    r = service_pb2.ExportProfilesServiceResponse()
+    if answer == "partial":
+        r.partial_success.rejected_profiles = 1
+        r.partial_success.error_message = "one profile rejected by the test"
+    return r
 
 
 def any_value(v):
@@ -161,10 +184,11 @@ def check_and_describe(req):
     return {"resources": resources, "problems": problems, "unnumbered": unnumbered}
 
 
-def record(out_dir, transport, metadata, req):
+def record(out_dir, transport, metadata, req, answer):
     doc = check_and_describe(req)
     doc["transport"] = transport
     doc["metadata"] = metadata
+    doc["answer"] = answer
     with LOCK:
         n = COUNT[0]
         COUNT[0] += 1
@@ -181,22 +205,25 @@ class Service(service_grpc.ProfilesServiceServicer):
 
     def Export(self, request, context):
         md = {k: v for k, v in context.invocation_metadata()}
-        record(self.out_dir, "grpc", md, request)
-        if self.refuse:
+        answer = next_answer(self.refuse)
+        record(self.out_dir, "grpc", md, request, answer)
+        if answer == "refuse":
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, "refused by the test")
-        return service_pb2.ExportProfilesServiceResponse()
+        if answer == "unavailable":
+            context.abort(grpc.StatusCode.UNAVAILABLE, "unavailable for the test")
+        return response(answer)
 
 
-def serve_grpc(out_dir, refuse):
+def serve_grpc(out_dir, refuse, port):
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
     service_grpc.add_ProfilesServiceServicer_to_server(Service(out_dir, refuse), server)
-    port = server.add_insecure_port("127.0.0.1:0")
+    port = server.add_insecure_port("127.0.0.1:%d" % port)
     server.start()
     print("port %d" % port, flush=True)
     server.wait_for_termination()
 
 
-def serve_http(out_dir, refuse):
+def serve_http(out_dir, refuse, port):
     class Handler(http.server.BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
 
@@ -208,9 +235,10 @@ def serve_http(out_dir, refuse):
             md[":path"] = self.path
             req = service_pb2.ExportProfilesServiceRequest()
             req.ParseFromString(body)
-            record(out_dir, "http", md, req)
-            status = 400 if refuse else 200
-            reply = b"" if refuse else service_pb2.ExportProfilesServiceResponse().SerializeToString()
+            answer = next_answer(refuse)
+            record(out_dir, "http", md, req, answer)
+            status = {"refuse": 400, "unavailable": 503}.get(answer, 200)
+            reply = response(answer).SerializeToString() if status == 200 else b""
             self.send_response(status)
             self.send_header("Content-Type", "application/x-protobuf")
             self.send_header("Content-Length", str(len(reply)))
@@ -220,19 +248,26 @@ def serve_http(out_dir, refuse):
         def log_message(self, *args):
             pass
 
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", port), Handler)
     print("port %d" % server.server_address[1], flush=True)
     server.serve_forever()
 
 
 def main():
     transport, out_dir = sys.argv[1], sys.argv[2]
-    refuse = "--refuse" in sys.argv[3:]
+    rest = sys.argv[3:]
+    refuse = "--refuse" in rest
+    option = lambda name: rest[rest.index(name) + 1] if name in rest else None
+    ANSWERS.extend(a for a in (option("--answers") or "").split(",") if a)
+    unknown = set(ANSWERS) - {"ok", "refuse", "unavailable", "partial"}
+    if unknown:
+        sys.exit("unknown answers: %s" % ", ".join(sorted(unknown)))
+    port = int(option("--port") or 0)
     os.makedirs(out_dir, exist_ok=True)
     if transport == "grpc":
-        serve_grpc(out_dir, refuse)
+        serve_grpc(out_dir, refuse, port)
     elif transport == "http":
-        serve_http(out_dir, refuse)
+        serve_http(out_dir, refuse, port)
     else:
         sys.exit("expected grpc or http")
 
