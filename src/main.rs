@@ -90,6 +90,11 @@ struct RecordArgs {
     /// the program's processes and how much GPU memory they hold.
     #[arg(long)]
     no_gpu: bool,
+    /// Say why when there are no GPU figures. Without it a machine with no NVIDIA driver
+    /// (most machines) goes unmentioned; with it, or with SCALENE_RS_NVML_LIB set, the
+    /// report says the driver is missing.
+    #[arg(long = "gpu", conflicts_with = "no_gpu")]
+    want_gpu: bool,
     #[command(flatten)]
     output: OutputArgs,
     #[command(flatten)]
@@ -459,7 +464,7 @@ fn dump(a: DumpArgs) -> anyhow::Result<i32> {
 impl RecordArgs {
     /// GPU watching, unless `--no-gpu`.
     fn gpu(&self) -> Option<scalene_rs::gpu::GpuConfig> {
-        (!self.no_gpu).then(scalene_rs::gpu::GpuConfig::from_env)
+        (!self.no_gpu).then(|| scalene_rs::gpu::GpuConfig::from_env(self.want_gpu))
     }
 
     /// Refuses what cannot be combined, before anything starts.

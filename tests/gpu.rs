@@ -626,3 +626,68 @@ fn attach_charges_the_gpu_time_of_a_running_process() {
     assert!(share("CPU") < TOLERANCE_PTS, "{}", p["gpu"]);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Whether the machine's dynamic loader knows NVML's default library (a driver installed).
+fn nvml_installed() -> bool {
+    Command::new("ldconfig")
+        .arg("-p")
+        .output()
+        .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).contains("libnvidia-ml.so.1"))
+}
+
+/// Most machines have no NVIDIA driver: there the report says nothing of GPUs unless
+/// `--gpu` asks (the JSON keeps the reason, marked quiet). Where a driver is installed,
+/// NVML answers and the report has its GPU line either way.
+#[test]
+fn no_driver_is_said_only_when_gpu_figures_are_asked_for() {
+    let py = one_interpreter();
+    let dir = common::tempdir("scalene-rs-gpu-quiet");
+    let driver = nvml_installed();
+    for asked in [false, true] {
+        let json = dir.join(format!("asked-{asked}.json"));
+        let mut cmd = Command::new(common::bin());
+        cmd.env_remove("SCALENE_RS_NVML_LIB")
+            .env("COLUMNS", "160")
+            .args(["run", "--cpu-only", "-o"])
+            .arg(&json)
+            .args(asked.then_some("--gpu"))
+            .arg("--")
+            .arg(&py.path)
+            .args(["-c", "sum(range(3000000))"]);
+        let r = common::run_limited(cmd, Duration::from_secs(60));
+        assert_eq!(r.code, Some(0), "{}", r.describe());
+        // The terminal report of the saved profile, as `view` prints it.
+        let mut view = Command::new(common::bin());
+        view.env("COLUMNS", "160").arg("view").arg(&json);
+        let v = common::run_limited(view, Duration::from_secs(60));
+        assert_eq!(v.code, Some(0), "{}", v.describe());
+        let report = format!("{}{}", v.stdout, v.stderr);
+        let said: Vec<&str> = report.lines().filter(|l| l.starts_with("GPU:")).collect();
+        let p: Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+        let g = &p["gpu"];
+        if driver {
+            assert_eq!(said.len(), 1, "a driver is installed: {report}");
+            assert!(g["quiet"].is_null(), "{g}");
+            continue;
+        }
+        let why = g["unavailable"].as_str().unwrap_or("");
+        assert!(
+            why.contains("NVML could not be loaded"),
+            "the JSON keeps the reason: {g}"
+        );
+        if asked {
+            assert!(
+                said.len() == 1 && said[0].contains("no GPU columns"),
+                "--gpu: the header says why: {report}"
+            );
+            assert!(g["quiet"].is_null(), "{g}");
+        } else {
+            assert!(
+                said.is_empty(),
+                "no driver, not asked: not a word: {report}"
+            );
+            assert_eq!(g["quiet"], Value::Bool(true), "{g}");
+        }
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -75,6 +75,8 @@ struct DeviceAcc {
 #[derive(Debug)]
 pub(crate) struct Ledger {
     start_us: u64,
+    /// NVML could not be loaded at all (no driver installed).
+    no_library: bool,
     state: State,
     devices: Vec<DeviceInfo>,
     driver: Option<String>,
@@ -129,11 +131,17 @@ pub(crate) struct GpuResult {
 }
 
 impl Ledger {
+    /// Whether NVML could not be loaded at all (no NVIDIA driver installed).
+    pub(crate) fn no_library(&self) -> bool {
+        self.no_library
+    }
+
     /// A ledger for a recording that started at `start_us` (µs since the epoch).
     pub(crate) fn new(start_us: u64) -> Ledger {
         Ledger {
             start_us,
             state: State::Waiting,
+            no_library: false,
             devices: Vec::new(),
             driver: None,
             notes: Vec::new(),
@@ -248,6 +256,10 @@ impl Ledger {
                     }
                 }
                 Report::Unavailable(why) => self.state = State::Unavailable(why),
+                Report::NoLibrary(why) => {
+                    self.no_library = true;
+                    self.state = State::Unavailable(why);
+                }
                 Report::Note(n) => self.notes.push(n),
                 Report::Failed { at_us, why } => self.state = State::Failed(at_us, why),
                 Report::Poll {

@@ -26,16 +26,19 @@ pub struct GpuConfig {
     pub library: String,
     /// How often NVML is asked (its own per-process samples come about every 1/6–1/5 s).
     pub poll: std::time::Duration,
+    /// GPU figures were asked for (`--gpu`, or a library named by [`NVML_LIB_ENV`]): a
+    /// machine without the NVIDIA driver is then said to be one. Otherwise, on most
+    /// machines (no driver at all) the report says nothing of GPUs.
+    pub asked: bool,
 }
 
 impl GpuConfig {
-    /// The library from [`NVML_LIB_ENV`], else [`DEFAULT_NVML_LIB`].
-    pub fn from_env() -> GpuConfig {
+    /// The library from [`NVML_LIB_ENV`], else [`DEFAULT_NVML_LIB`]; `asked`: `--gpu`.
+    pub fn from_env(asked: bool) -> GpuConfig {
+        let named = std::env::var(NVML_LIB_ENV).ok().filter(|s| !s.is_empty());
         GpuConfig {
-            library: std::env::var(NVML_LIB_ENV)
-                .ok()
-                .filter(|s| !s.is_empty())
-                .unwrap_or_else(|| DEFAULT_NVML_LIB.to_string()),
+            asked: asked || named.is_some(),
+            library: named.unwrap_or_else(|| DEFAULT_NVML_LIB.to_string()),
             poll: std::time::Duration::from_millis(100),
         }
     }

@@ -52,8 +52,11 @@ pub(crate) enum Report {
         devices: Vec<DeviceInfo>,
         driver: Option<String>,
     },
-    /// No GPU figures at all, and why (no library, no driver, no device, no permission).
+    /// No GPU figures at all, and why (no driver, no device, no permission).
     Unavailable(String),
+    /// No GPU figures: the NVML library could not be loaded (no NVIDIA driver installed,
+    /// as on most machines), and why.
+    NoLibrary(String),
     /// One poll of every device, read by `at_us` (our clock, taken after the calls).
     Poll {
         at_us: u64,
@@ -115,7 +118,10 @@ impl Monitor {
                 Ok(Report::Stopped) => return (got, true),
                 Ok(r) => {
                     // A failure or an unavailable NVML ends the thread without Stopped.
-                    let last = matches!(r, Report::Failed { .. } | Report::Unavailable(_));
+                    let last = matches!(
+                        r,
+                        Report::Failed { .. } | Report::Unavailable(_) | Report::NoLibrary(_)
+                    );
                     got.push(r);
                     if last {
                         return (got, true);
@@ -236,7 +242,11 @@ fn poll_loop(cfg: &GpuConfig, tx: &Sender<Report>, stop: &AtomicBool) {
     {
         Ok(n) => n,
         Err(e) => {
-            let _ = tx.send(Report::Unavailable(init_failure(&cfg.library, &e)));
+            let why = init_failure(&cfg.library, &e);
+            let _ = tx.send(match e {
+                NvmlError::LibloadingError(_) => Report::NoLibrary(why),
+                _ => Report::Unavailable(why),
+            });
             return;
         }
     };

@@ -38,6 +38,10 @@ pub(crate) struct ThreadSample<'a> {
     /// Kernel TID, for the per-thread breakdown.
     pub(crate) native_id: Option<i32>,
     pub(crate) thread_name: Option<String>,
+    /// It stands for its observation in the thread's sample count (each tick observes a
+    /// thread once); false for the other charges of the same observation (its time off
+    /// the CPU, CPU time charged where the thread ran before, a waiting task's stack).
+    pub(crate) counts: bool,
 }
 
 /// A function: its file and its name.
@@ -139,7 +143,8 @@ impl Aggregator {
         if split.total() <= 0.0 {
             return;
         }
-        self.thread_samples += 1;
+        let n = u64::from(s.counts);
+        self.thread_samples += n;
         if let Some(f) = attribution {
             if let Some(line) = f.line {
                 self.lines
@@ -167,6 +172,8 @@ impl Aggregator {
             Some(per) => per,
             None => self.stacks.entry(s.frames.to_vec()).or_default(),
         };
+        // A stack counts every charge of time it gets (its CPU time, its time off the CPU:
+        // flame graphs weigh both); a thread and the profile count observations.
         add_to_stack(per, s.native_id, 1, &split);
         if let Some(tid) = s.native_id {
             let t = self.threads.entry(tid).or_insert_with(|| ThreadAcc {
@@ -174,7 +181,7 @@ impl Aggregator {
                 ..ThreadAcc::default()
             });
             t.split.add(&split);
-            t.samples += 1;
+            t.samples += n;
         }
     }
 

@@ -22,6 +22,11 @@ pub struct GpuSummary {
     /// program never used a GPU); None when there are.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub unavailable: Option<String>,
+    /// `unavailable` is kept here but not said in the report: NVML could not be loaded (no
+    /// NVIDIA driver installed, as on most machines) and GPU figures were not asked for
+    /// (`--gpu`, `SCALENE_RS_NVML_LIB`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub quiet: bool,
     /// What else to know: NVML failed mid-run (figures up to then), a function the driver
     /// lacks, a corrected clock.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]

@@ -28,6 +28,7 @@ fn percentages_are_of_the_total() {
             idle_s: 0.0,
             native_id: Some(1),
             thread_name: None,
+            counts: true,
         };
         agg.add(&s, frames.first());
     }
@@ -41,6 +42,7 @@ fn percentages_are_of_the_total() {
             idle_s: 0.0,
             native_id: Some(1),
             thread_name: None,
+            counts: true,
         },
         a.first(),
     );
@@ -79,6 +81,7 @@ fn a_lines_native_time_is_listed_by_its_innermost_native_function() {
         idle_s: 0.0,
         native_id: Some(1),
         thread_name: None,
+        counts: true,
     };
     let mut aggs = [Aggregator::new(), Aggregator::new()];
     for (i, frames, activity, user_s) in [
@@ -132,6 +135,7 @@ fn stacks_are_kept_by_thread() {
                 idle_s: 0.0,
                 native_id: tid,
                 thread_name: None,
+                counts: true,
             },
             a.first(),
         );
@@ -146,6 +150,7 @@ fn stacks_are_kept_by_thread() {
             idle_s: 0.0,
             native_id: Some(2),
             thread_name: None,
+            counts: true,
         },
         a.first(),
     );
@@ -187,6 +192,7 @@ fn a_line_numbered_zero_gets_no_source_and_no_panic() {
             idle_s: 0.0,
             native_id: Some(1),
             thread_name: None,
+            counts: true,
         },
         frames.first(),
     );

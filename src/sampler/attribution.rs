@@ -14,6 +14,12 @@
 //! held, and the CPU time that shows next is shared among them and the sample it shows at,
 //! each by the wall time of its interval: a thread running all along used that much of it
 //! in each.
+//!
+//! An observation may so give several charges (its CPU time where the thread ran, its
+//! time off the CPU where it waits; a share to each held stack), but it counts as one
+//! sample of its thread: the first of its charges that carries time says so
+//! ([`Charge::counts`]), so that a thread's samples never exceed the ticks that saw it
+//! (under `--wall` each was counted twice before: 639 samples of a thread in 336 ticks).
 //! Must not: read the target or /proc: its input is an [`Observation`], a plain value, so
 //! that it can be tested over recorded observations.
 
@@ -51,6 +57,23 @@ pub(crate) struct Charge<'a> {
     pub(crate) user_s: f64,
     pub(crate) system_s: f64,
     pub(crate) idle_s: f64,
+    /// This charge stands for its observation in the thread's sample count: true for
+    /// exactly one charge of each observation whose time is charged (the first with time).
+    pub(crate) counts: bool,
+}
+
+impl Charge<'_> {
+    fn has_time(&self) -> bool {
+        self.user_s + self.system_s + self.idle_s > 0.0
+    }
+}
+
+/// Passes `c` on, counting it as its observation's sample when none of that observation's
+/// charges has been (`counted`) and it carries time.
+fn emit(charge: &mut dyn FnMut(Charge<'_>), mut c: Charge<'_>, counted: &mut bool) {
+    c.counts = !*counted && c.has_time();
+    *counted |= c.counts;
+    charge(c);
 }
 
 /// Most stacks held for one thread (at 20 kHz, two scheduler ticks' worth at HZ=250):
@@ -58,8 +81,9 @@ pub(crate) struct Charge<'a> {
 /// holds the GIL while it blocks, say).
 const MOST_HELD: usize = 160;
 
-/// A stack held for CPU time to come, with the wall time of its interval.
-type Held = (Vec<Frame>, Activity, f64);
+/// A stack held for CPU time to come, with the wall time of its interval and whether its
+/// observation was counted already (by its time off the CPU).
+type Held = (Vec<Frame>, Activity, f64, bool);
 
 /// Where each thread was the last time it was seen running.
 #[derive(Debug, Default)]
@@ -82,25 +106,29 @@ impl Attribution {
     /// are moved, not copied: this runs for every thread of every sample.
     pub(crate) fn observe(&mut self, o: Observation, charge: &mut dyn FnMut(Charge<'_>)) {
         let cpu_s = o.user_s + o.system_s;
-        let idle = |charge: &mut dyn FnMut(Charge<'_>), o: &Observation| {
-            charge(Charge {
+        // Whether this observation's sample was counted (see the module's text).
+        let mut counted = false;
+        let idle = |charge: &mut dyn FnMut(Charge<'_>), o: &Observation, counted: &mut bool| {
+            let c = Charge {
                 tid: o.tid,
                 frames: &o.frames,
                 activity: o.activity,
                 user_s: 0.0,
                 system_s: 0.0,
                 idle_s: o.idle_s,
-            })
+                counts: false,
+            };
+            emit(charge, c, counted)
         };
         let mut held = self.held.remove(&o.tid).unwrap_or_default();
         if o.running && cpu_s <= 0.0 && o.wall_s > 0.0 {
             // Running, its CPU time not shown yet: held for the time to come.
-            idle(charge, &o);
+            idle(charge, &o, &mut counted);
             self.last_running.remove(&o.tid);
             if held.len() >= MOST_HELD {
                 held.pop_front();
             }
-            held.push_back((o.frames, o.activity, o.wall_s));
+            held.push_back((o.frames, o.activity, o.wall_s, counted));
             self.held.insert(o.tid, held);
             return;
         }
@@ -110,15 +138,17 @@ impl Attribution {
                 (false, Some((f, a))) => (&f[..], *a),
                 _ => (&o.frames[..], o.activity),
             };
-            charge(Charge {
+            let c = Charge {
                 tid: o.tid,
                 frames: cpu_frames,
                 activity: cpu_activity,
                 user_s: o.user_s,
                 system_s: o.system_s,
                 idle_s: 0.0,
-            });
-            idle(charge, &o);
+                counts: false,
+            };
+            emit(charge, c, &mut counted);
+            idle(charge, &o, &mut counted);
             match (o.running, before) {
                 (true, _) => {
                     self.last_running.insert(o.tid, (o.frames, o.activity));
@@ -132,7 +162,7 @@ impl Attribution {
         }
         if cpu_s <= 0.0 {
             // Not running now, and its CPU time still not shown: the held stacks wait on.
-            idle(charge, &o);
+            idle(charge, &o, &mut counted);
             self.held.insert(o.tid, held);
             return;
         }
@@ -140,31 +170,37 @@ impl Attribution {
         let own = if o.running { o.wall_s } else { 0.0 };
         let weight = own + held.iter().map(|h| h.2).sum::<f64>();
         let share = |w: f64| if weight > 0.0 { w / weight } else { 0.0 };
-        for (frames, activity, w) in &held {
+        for (frames, activity, w, was_counted) in &held {
             let k = share(*w);
-            charge(Charge {
+            // Each held stack is an earlier observation: counted once, now unless then.
+            let mut its_own = *was_counted;
+            let c = Charge {
                 tid: o.tid,
                 frames,
                 activity: *activity,
                 user_s: o.user_s * k,
                 system_s: o.system_s * k,
                 idle_s: 0.0,
-            });
+                counts: false,
+            };
+            emit(charge, c, &mut its_own);
         }
         let k = share(own);
-        charge(Charge {
+        let c = Charge {
             tid: o.tid,
             frames: &o.frames,
             activity: o.activity,
             user_s: o.user_s * k,
             system_s: o.system_s * k,
             idle_s: 0.0,
-        });
-        idle(charge, &o);
+            counts: false,
+        };
+        emit(charge, c, &mut counted);
+        idle(charge, &o, &mut counted);
         let last = if o.running {
             (o.frames, o.activity)
         } else {
-            let (f, a, _) = held.pop_back().expect("held is not empty here");
+            let (f, a, _, _) = held.pop_back().expect("held is not empty here");
             (f, a)
         };
         self.last_running.insert(o.tid, last);

@@ -32,6 +32,7 @@ pub(super) fn charge(
         idle_s: c.idle_s,
         native_id: Some(c.tid),
         thread_name: None,
+        counts: c.counts,
     };
     let attribution = crate::profile::charged_frame(c.frames, profile_all);
     if !proc.namespaces.same_files {

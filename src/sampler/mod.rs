@@ -348,6 +348,8 @@ impl Sampler {
                 user_s: 0.0,
                 system_s: 0.0,
                 idle_s: wall_s,
+                // The loop's thread was counted by its own observation.
+                counts: false,
             };
             charge(agg, sources, proc, cwd.as_deref(), cfg.profile_all, c);
         }

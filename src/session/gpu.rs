@@ -20,6 +20,8 @@ const GPU_STOP_WAIT: Duration = Duration::from_secs(1);
 pub(super) struct GpuRecording {
     monitor: Monitor,
     ledger: Ledger,
+    /// GPU figures were asked for: no driver is then said ([`GpuConfig::asked`]).
+    asked: bool,
     /// The program's GPU use at the last poll (a live view's header).
     pub(super) now: Option<crate::report::live::LiveGpu>,
 }
@@ -29,6 +31,7 @@ impl GpuRecording {
         GpuRecording {
             monitor: Monitor::start(cfg),
             ledger: Ledger::new(crate::timeline::now_us()),
+            asked: cfg.asked,
             now: None,
         }
     }
@@ -62,7 +65,10 @@ impl GpuRecording {
         let (reports, answered) = self.monitor.stop(GPU_STOP_WAIT);
         self.ledger.add_positions(tree.take_positions());
         self.ledger.take(reports);
-        self.ledger.finish(crate::timeline::now_us(), answered)
+        let quiet = !self.asked && self.ledger.no_library();
+        let mut result = self.ledger.finish(crate::timeline::now_us(), answered);
+        result.summary.quiet = quiet;
+        result
     }
 }
 

@@ -332,6 +332,9 @@ impl Renderer<'_> {
     /// The program's GPU figures, or why there are none.
     fn gpu_summary(&self, out: &mut String) {
         let Some(g) = &self.p.gpu else { return };
+        if g.quiet {
+            return;
+        }
         if let Some(why) = &g.unavailable {
             self.field(out, "GPU:", &format!("no GPU columns: {why}"), None);
         } else {
