@@ -505,3 +505,174 @@ fn the_agent_finds_labels_and_lets_go_every_python_process_started_after_it() {
         failures.join("\n")
     );
 }
+
+/// The deployments of docs/agent.md, as far as one machine plays them. Each agent must
+/// find a Python process of another user (the test user), started after it, and push
+/// its hot line:
+/// - the DaemonSet's container: the node's PID namespace (`--pid host`), every
+///   capability dropped but SYS_PTRACE, a read-only root, no new privileges, root;
+/// - the systemd unit's process: root with its capabilities bounded to CAP_SYS_PTRACE
+///   and no new privileges (`setpriv`, as the unit's CapabilityBoundingSet and
+///   NoNewPrivileges make it), and the unit itself, from the page, read by
+///   `systemd-analyze verify` without a complaint.
+#[test]
+fn the_daemonset_and_the_systemd_unit_of_the_docs_are_enough() {
+    let test = "the_daemonset_and_the_systemd_unit_of_the_docs_are_enough";
+    if !common::have_go(test) {
+        return;
+    }
+    if let Err(e) = docker(&["info"]) {
+        return common::skip_or_fail(
+            test,
+            &format!("no Docker engine answers (tools/docker.sh starts one): {e}"),
+        );
+    }
+    if let Some(why) = common::users::setpriv_missing() {
+        return common::skip_or_fail(test, &why);
+    }
+    let (_, uid, gid) = match common::users::test_user() {
+        Ok(u) => u,
+        Err(why) => return common::skip_or_fail(test, &why),
+    };
+    let Some(py) = static_interpreter() else {
+        return common::skip_or_fail(test, "no static build under /usr (the other user's Python)");
+    };
+    let dir = tempdir("scalene-rs-agent-deploy");
+    // The unit of the page, pointed at this build.
+    let page = std::fs::read_to_string(common::repo_root().join("docs/agent.md")).unwrap();
+    let unit = page
+        .split("```ini\n")
+        .nth(1)
+        .and_then(|rest| rest.split("```").next())
+        .expect("docs/agent.md has no ```ini unit");
+    let unit_file = dir.join("scalene-rs-agent.service");
+    std::fs::write(&unit_file, unit.replace("/usr/local/bin/scalene-rs", bin())).unwrap();
+    match Command::new("systemd-analyze")
+        .arg("verify")
+        .arg(&unit_file)
+        .output()
+    {
+        Ok(o) => {
+            let said = format!(
+                "{}{}",
+                String::from_utf8_lossy(&o.stdout),
+                String::from_utf8_lossy(&o.stderr)
+            );
+            assert!(
+                o.status.success() && said.trim().is_empty(),
+                "systemd-analyze verify of the page's unit: {said}"
+            );
+        }
+        Err(e) => return common::skip_or_fail(test, &format!("no systemd-analyze: {e}")),
+    }
+    // The other user's program, where it can read it.
+    let app = dir.join("app.py");
+    std::fs::copy(fixture("agent/app.py"), &app).unwrap();
+    let hot = format!("app.py:{}", mark(&app, "hot"));
+    let image = Image::import(&dir).unwrap();
+    let rx = Receiver::start(Vec::new());
+    let mut failures = Vec::new();
+    for deployment in ["daemonset", "systemd"] {
+        let token = format!("scalene-agent-{deployment}-{}", std::process::id());
+        let agent_args = [
+            "agent",
+            "--push",
+            &rx.url(),
+            "--window",
+            "1",
+            "--tag",
+            "env=test",
+            "--match",
+            &token,
+        ];
+        let mut cmd;
+        if deployment == "daemonset" {
+            cmd = Command::new("docker");
+            let bind = format!("{}:/scalene-rs:ro", bin());
+            cmd.args(["run", "--rm", "-i", "--pid", "host", "--network", "host"])
+                .args([
+                    "--cap-drop",
+                    "ALL",
+                    "--cap-add",
+                    "SYS_PTRACE",
+                    "--read-only",
+                ])
+                .args(["--user", "0", "--security-opt", "no-new-privileges"])
+                .args(["-v", &bind]);
+            for b in &image.binds {
+                cmd.args(["-v", b]);
+            }
+            cmd.arg(&image.name).arg("/scalene-rs").args(agent_args);
+        } else {
+            cmd = Command::new("setpriv");
+            cmd.args(["--bounding-set", "-all,+sys_ptrace", "--no-new-privs", "--"])
+                .arg(bin())
+                .args(agent_args);
+        }
+        let mut agent = cmd
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let log = Lines::of(&mut agent);
+        let mut agent = KillOnDrop(agent);
+        let mut said = Vec::new();
+        if !log.wait_for("profiling the host's Python processes", &mut said) {
+            failures.push(format!("{deployment}: the agent did not start: {said:?}"));
+            continue;
+        }
+        let target = Command::new("setpriv")
+            .args(["--reuid", &uid.to_string(), "--regid", &gid.to_string()])
+            .args(["--clear-groups", "--"])
+            .arg(&py.path)
+            .arg(&app)
+            .args(["steady", "4", &token])
+            .env("PYTHONDONTWRITEBYTECODE", "1")
+            .env_remove("OTEL_SERVICE_NAME")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let pid = target.id() as i32;
+        let out = target.wait_with_output().unwrap();
+        let ended = format!("process {pid} ended");
+        let seen = said.iter().any(|l| l.contains(&ended)) || log.wait_for(&ended, &mut said);
+        // SIGTERM, as Kubernetes and systemd stop it (docker passes it on to the agent).
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(agent.0.id() as i32),
+            nix::sys::signal::Signal::SIGTERM,
+        );
+        let _ = agent.0.wait();
+        log.rest(&mut said);
+        if !out.status.success() {
+            failures.push(format!("{deployment}: the program was harmed: {out:?}"));
+            continue;
+        }
+        if !seen {
+            failures.push(format!("{deployment}: no {ended:?}: {said:?}"));
+            continue;
+        }
+        // `--match` leaves every other process out, unread and unmentioned.
+        if let Some(l) = said.iter().find(|l| l.contains("not profiled")) {
+            failures.push(format!(
+                "{deployment}: a process --match leaves out was said: {l}"
+            ));
+        }
+        let e = Expect {
+            what: deployment,
+            pid,
+            service: "app",
+            container: None,
+            not_container: "",
+            hot: hot.clone(),
+        };
+        match check(&series_by_pid(&rx), &e, &dir) {
+            Ok(n) => common::say(&format!("{deployment}: {n}")),
+            Err(f) => failures.push(format!("{f}\nthe agent said: {said:#?}")),
+        }
+    }
+    drop(image);
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}

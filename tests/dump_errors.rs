@@ -257,29 +257,12 @@ fn world_executable_copy() -> PathBuf {
     bin
 }
 
-/// The unprivileged user the permission tests run the profiler as: `SCALENE_RS_TEST_USER`,
-/// by default `scalene-rs-test`, which tools/test_user.sh creates (.ci/run calls it).
-/// Its (name, uid), or why there is none to use.
+/// The unprivileged user the permission tests run the profiler as.
 fn test_user() -> Result<(String, u32), String> {
-    let name = std::env::var("SCALENE_RS_TEST_USER").unwrap_or_else(|_| "scalene-rs-test".into());
-    match nix::unistd::User::from_name(&name) {
-        Ok(Some(u)) if !u.uid.is_root() => Ok((name, u.uid.as_raw())),
-        Ok(Some(_)) => Err(format!(
-            "user {name} is root: no permission could be denied"
-        )),
-        Ok(None) => Err(format!("no user {name} (tools/test_user.sh creates it)")),
-        Err(e) => Err(format!("cannot look up user {name}: {e}")),
-    }
+    common::users::test_user().map(|(name, uid, _)| (name, uid))
 }
 
-/// Whether `setpriv` (util-linux) runs here.
-fn setpriv_missing() -> Option<String> {
-    match Command::new("setpriv").arg("--version").output() {
-        Ok(o) if o.status.success() => None,
-        Ok(o) => Some(format!("`setpriv --version` exits {:?}", o.status.code())),
-        Err(e) => Some(format!("no setpriv (util-linux): {e}")),
-    }
-}
+use common::users::setpriv_missing;
 
 /// The profiler run by an unprivileged user (through `setpriv`, as root) against a
 /// root-owned Python process: the kernel's own EPERM, and the message must say what is

@@ -12,6 +12,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 pub mod spinext;
+pub mod users;
 
 /// One interpreter of the test matrix.
 #[derive(Debug, Clone)]

@@ -161,8 +161,12 @@ impl Finder {
                     if !self.known.contains_key(&pid)
                         && e.kind() == std::io::ErrorKind::PermissionDenied
                     {
+                        // Said only of a Python the selection asks for: a process
+                        // `--match` leaves out is none of the agent's business.
                         let argv = crate::proc::arguments(pid);
-                        if argv.first().is_some_and(|a| a.contains("python")) {
+                        if argv.first().is_some_and(|a| a.contains("python"))
+                            && self.select.admits(&argv.join(" "))
+                        {
                             say(format!(
                                 "process {pid} ({}): not profiled: cannot read it \
                                  (run the agent as root, or with CAP_SYS_PTRACE)",
