@@ -50,7 +50,14 @@ pub(crate) mod proto {
 /// The labels of every series of a recording: `service_name`, then the user's tags.
 pub fn labels_of(service: &str, tags: &[(String, String)]) -> Vec<(String, String)> {
     let mut out = vec![("service_name".to_string(), service.to_string())];
-    out.extend(tags.iter().cloned());
+    // One label of a name: a tag replaces the service's, and the last of a name wins
+    // (two labels of one name make Pyroscope refuse the series).
+    for (k, v) in tags {
+        match out.iter_mut().find(|(name, _)| name == k) {
+            Some(l) => l.1 = v.clone(),
+            None => out.push((k.clone(), v.clone())),
+        }
+    }
     out
 }
 
@@ -106,6 +113,22 @@ fn series(
 mod tests {
     use super::*;
     use prost::Message;
+
+    #[test]
+    fn a_tag_replaces_a_label_of_its_name() {
+        let tags = |t: &[(&str, &str)]| -> Vec<(String, String)> {
+            t.iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect()
+        };
+        assert_eq!(
+            labels_of(
+                "app",
+                &tags(&[("service_name", "checkout"), ("env", "a"), ("env", "b")])
+            ),
+            tags(&[("service_name", "checkout"), ("env", "b")])
+        );
+    }
 
     #[test]
     fn a_request_has_a_cpu_series_with_the_labels() {
