@@ -5,7 +5,8 @@
 //! messages declared from Pyroscope's published field numbers (independently of
 //! src/export). Every raw
 //! profile goes to `go tool pprof` (Debian's Go): the hot lines of fixtures/cpu/split.py
-//! carry their share (±5 points of the whole run's) and their split in every full window.
+//! carry their share (±5 points of the truth of the window's own stretch, at 1 kHz) and
+//! their split in every full window.
 //! Faults (tests/common/receiver.rs plays the backend):
 //! - answering 503 at first, down at start, killed mid-run and back, or stalling for a
 //!   minute: no window lost (each window said pushed arrives, once or more);
@@ -44,6 +45,7 @@ fn run_pushing(url: &str, extra: &[&str], seconds: &str) -> common::Run {
 }
 
 /// [`run_pushing`] with `env` set for `scalene-rs`.
+/// (The program inherits `env` too: split.py's SPLIT_ROUNDS goes there.)
 fn run_pushing_with(url: &str, extra: &[&str], seconds: &str, env: &[(&str, &str)]) -> common::Run {
     let py = interpreter();
     let mut cmd = Command::new(bin());
@@ -66,26 +68,23 @@ fn unharmed(r: &common::Run) -> Result<(), String> {
     Ok(())
 }
 
-/// The `truth python=P native=N` line: the python line's share of the two, percent.
-fn python_share(stdout: &str) -> f64 {
-    let line = stdout.lines().find(|l| l.starts_with("truth ")).unwrap();
-    let v: Vec<f64> = line
-        .split_whitespace()
-        .skip(1)
-        .map(|kv| kv.split_once('=').unwrap().1.parse().unwrap())
-        .collect();
-    100.0 * v[0] / (v[0] + v[1])
-}
-
 #[test]
 fn windows_reach_a_pyroscope_receiver_with_their_hot_lines_and_split() {
     if !common::have_go("windows_reach_a_pyroscope_receiver") {
         return;
     }
     let rx = Receiver::start(Vec::new());
-    let r = run_pushing(&rx.url(), &["--window", "2", "--tag", "env=test"], "9");
+    // 1 kHz: a 2 s window holds ~2,000 samples, its share told within ~1 point; each
+    // window is held to the truth of its own stretch (split.py's rounds), as in
+    // tests/push_otlp.rs. At 100 Hz against the whole run's truth a window's ~170 samples
+    // missed by 10-14 points now and then (40 ms rounds against a 10 ms period).
+    let r = run_pushing_with(
+        &rx.url(),
+        &["--window", "2", "--tag", "env=test", "--rate", "1000"],
+        "9",
+        &[("SPLIT_ROUNDS", "1")],
+    );
     unharmed(&r).unwrap();
-    let truth = python_share(&r.stdout);
     let f = fixture("cpu/split.py");
     let (py, nat) = (
         format!("split.py:{}", mark(&f, "python")),
@@ -145,9 +144,13 @@ fn windows_reach_a_pyroscope_receiver_with_their_hot_lines_and_split() {
         }
         full += 1;
         let share = 100.0 * p / (p + q2).max(1e-9);
+        let t = receiver::pprof_times(raw);
+        let from = t.time_nanos as f64 / 1e9;
+        let to = from + t.duration_nanos as f64 / 1e9;
+        let truth = common::split_truth_between(&r.stdout, from, to).expect("rounds in the window");
         assert!(
             (share - truth).abs() <= 5.0,
-            "window {n}: the python line {share:.1}% of the two, the run's truth {truth:.1}%"
+            "window {n}: the python line {share:.1}% of the two, its stretch's truth {truth:.1}%"
         );
         // The split: each line's time is of its own kind.
         let by_python = pprof_top(raw, "python", &dir, n);
@@ -155,7 +158,7 @@ fn windows_reach_a_pyroscope_receiver_with_their_hot_lines_and_split() {
         assert!(flat(&by_python, &py) >= 85.0, "window {n}: {by_python:?}");
         assert!(flat(&by_native, &nat) >= 85.0, "window {n}: {by_native:?}");
         common::say(&format!(
-            "window {n}: python line {share:.1}% of the two (truth {truth:.1}%), python-time \
+            "window {n}: python line {share:.1}% of the two (its stretch {truth:.1}%), python-time \
              {:.1}% on it, native-time {:.1}% on the native line",
             flat(&by_python, &py),
             flat(&by_native, &nat)
