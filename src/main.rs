@@ -5,7 +5,7 @@ use clap::{Parser, Subcommand};
 use scalene_rs::error::exit;
 use scalene_rs::memory::consumer::{MemoryConfig, PythonAllocator};
 use scalene_rs::profile::Profile;
-use scalene_rs::python::{LocateOptions, SnapshotOptions};
+use scalene_rs::python::LocateOptions;
 use scalene_rs::report::{self, Format, RenderOptions};
 use scalene_rs::sampler::{ReadMode, SamplerConfig, Stats};
 use scalene_rs::session;
@@ -13,6 +13,8 @@ use std::io::{IsTerminal, Write};
 
 #[path = "cli/agent.rs"]
 mod agent_cli;
+#[path = "cli/dump.rs"]
+mod dump_cli;
 #[path = "cli/sizes.rs"]
 mod sizes;
 use sizes::window_bytes;
@@ -36,8 +38,9 @@ enum Command {
     Run(RunArgs),
     /// Profile a running Python process until Ctrl-C, --duration, or its exit.
     Attach(AttachArgs),
-    /// Print every thread's Python stack in a running process, innermost frame first.
-    Dump(DumpArgs),
+    /// Print every thread's Python stack in a running process (or, --subprocesses, in each
+    /// Python process of its tree), innermost frame first.
+    Dump(dump_cli::DumpArgs),
     /// Watch a running process (PID) or a command (after `--`) live, line by line, full screen.
     Top(TopArgs),
     /// Render a saved profile (.json) again, in any format.
@@ -268,10 +271,14 @@ struct AttachArgs {
     pid: i32,
     /// Stop after this many seconds of recording. With memory, they run from when the
     /// process's memory is counted (or refused, with the reason): loading our library takes
-    /// a moment (at most 2 s), and a short attach still counts memory.
+    /// a moment (at most 2 s), and a short attach still counts memory. Under a process that
+    /// is not Python (--subprocesses), from its first Python descendant's start; when none
+    /// came within them, the attach ends with exit 4.
     #[arg(long, value_name = "SECONDS", value_parser = parse_duration)]
     duration: Option<std::time::Duration>,
-    /// Profile the process's descendants that run Python too (found as they start).
+    /// Profile the process's descendants that run Python too (found as they start). The
+    /// process need not be Python itself (a shell script, a PyInstaller app's bootloader):
+    /// then its Python descendants are profiled until it exits; none at all is exit 4.
     #[arg(long)]
     subprocesses: bool,
     /// CPU time only. By default memory is recorded too: a process started without
@@ -297,7 +304,7 @@ struct TopArgs {
     #[arg(long)]
     exit_on_end: bool,
     /// With a PID: watch its descendants that run Python too (a COMMAND's always are,
-    /// unless --no-subprocesses).
+    /// unless --no-subprocesses); the PID need not be Python itself then.
     #[arg(long)]
     subprocesses: bool,
     /// With a COMMAND: watch only the process it starts.
@@ -354,57 +361,6 @@ fn parse_duration(s: &str) -> Result<std::time::Duration, String> {
     Ok(std::time::Duration::from_secs_f64(secs))
 }
 
-#[derive(clap::Args)]
-struct DumpArgs {
-    /// The process to read.
-    pid: i32,
-    /// Print JSON (schema in docs/dump-json.md) instead of a backtrace.
-    #[arg(long)]
-    json: bool,
-    /// Do not pause the target while reading: stacks that change under us are read again,
-    /// and reported as unreadable if they keep changing.
-    #[arg(long)]
-    nonblocking: bool,
-    /// Native (C, C++, Rust) frames too, merged with the Python frames they run: each
-    /// thread is stopped for a moment to read its registers and stack (needs ptrace, like
-    /// the default dump; not with --nonblocking). Threads with no Python thread state are
-    /// listed with their native stacks.
-    #[arg(long)]
-    native: bool,
-    /// Asyncio tasks too: per thread running an event loop, every task with its name, id
-    /// and coroutine stack, as a tree of who awaits whom (Python 3.11+, read in the same
-    /// pause as the stacks).
-    #[arg(long = "async")]
-    tasks: bool,
-    /// Cut stacks deeper than this (the output says when it did).
-    #[arg(long, default_value_t = 4096, value_parser = clap::value_parser!(u32).range(1..))]
-    max_depth: u32,
-    /// With --native: cut native stacks deeper than this many frames (the output says
-    /// when it did; what was unwound is merged with the Python frames as far as it goes).
-    #[arg(
-        long,
-        default_value_t = scalene_rs::native::MAX_NATIVE_FRAMES as u32,
-        value_parser = clap::value_parser!(u32).range(1..),
-        requires = "native"
-    )]
-    max_native_depth: u32,
-    /// Treat the target as this Python version (X.Y) instead of detecting it.
-    #[arg(long, value_name = "X.Y", value_parser = parse_major_minor, hide = true)]
-    python_version: Option<(u32, u32)>,
-}
-
-fn parse_major_minor(s: &str) -> Result<(u32, u32), String> {
-    let (a, b) = s
-        .split_once('.')
-        .ok_or_else(|| format!("expected X.Y, got {s:?}"))?;
-    Ok((
-        a.parse()
-            .map_err(|_| format!("bad major version in {s:?}"))?,
-        b.parse()
-            .map_err(|_| format!("bad minor version in {s:?}"))?,
-    ))
-}
-
 /// A combination of arguments that clap does not refuse by itself: said on one line, with
 /// the usage exit code.
 #[derive(Debug)]
@@ -420,46 +376,6 @@ impl std::error::Error for Usage {}
 
 const NATIVE_NONBLOCKING: &str = "--native stops each thread to read its registers and \
      stack; it cannot be combined with --nonblocking, which never stops the target";
-
-/// `dump`: its arguments checked and made the library's plain configuration, the snapshot
-/// read by the library, printed as text or JSON.
-fn dump(a: DumpArgs) -> anyhow::Result<i32> {
-    if a.native && a.nonblocking {
-        return Err(Usage(NATIVE_NONBLOCKING).into());
-    }
-    if a.native && a.tasks {
-        return Err(
-            Usage("--async and --native cannot be combined yet: ask for one of them").into(),
-        );
-    }
-    let cfg = session::DumpConfig {
-        pid: a.pid,
-        native: a.native,
-        tasks: a.tasks,
-        locate: LocateOptions {
-            version_override: a.python_version,
-        },
-        snapshot: SnapshotOptions {
-            mode: if a.nonblocking {
-                ReadMode::Nonblocking
-            } else {
-                ReadMode::Paused
-            },
-            ..Default::default()
-        },
-        max_depth: a.max_depth as usize,
-        max_native_depth: a.max_native_depth as usize,
-    };
-    let snap = session::dump(&cfg)?;
-    let text = if a.json {
-        report::dump::to_json_string(&snap)
-    } else {
-        report::dump::to_text(&snap)
-    };
-    // A closed pipe (`| head`) is not an error worth a message.
-    let _ = std::io::stdout().lock().write_all(text.as_bytes());
-    Ok(exit::OK)
-}
 
 impl RecordArgs {
     /// GPU watching, unless `--no-gpu`.
@@ -770,7 +686,7 @@ fn main() {
     };
     // Every command gives its exit code or an error; only here does the process exit.
     let result = match cli.command {
-        Command::Dump(args) => dump(args),
+        Command::Dump(args) => dump_cli::dump(args),
         Command::Top(args) => top(args),
         Command::Attach(args) => attach(args),
         Command::Run(args) => run(args),

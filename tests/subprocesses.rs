@@ -2,8 +2,10 @@
 //! descendant — multiprocessing pools under fork, spawn and forkserver, `subprocess`, an `exec`
 //! into another Python program, a shell script that starts Python — and merges them into one
 //! profile; `--no-subprocesses` does not; `attach --subprocesses` follows the workers of a
-//! running pool. On each representative interpreter (common::representatives) (2.7 has only
-//! fork).
+//! running pool, and the Python a bash script starts later (the script itself is no Python:
+//! a root to watch); `dump --subprocesses` prints every Python process of a tree, each with
+//! its threads. On each representative interpreter (common::representatives) (2.7 has only
+//! fork); what involves no interpreter (a root that never runs Python) once.
 mod common;
 use serde_json::Value;
 use std::os::unix::process::CommandExt;
@@ -253,5 +255,350 @@ fn attach_follows_the_workers_of_a_running_pool() {
             ));
         }
         Ok(summary)
+    });
+}
+
+/// The process group `pid` leads, killed and reaped with `child` (what a test started with
+/// `process_group(0)`: a script and the Pythons it started).
+fn kill_group(child: &mut std::process::Child) {
+    // SAFETY: kill(2) on the process group the test made; no memory is touched.
+    unsafe { libc::kill(-(child.id() as i32), libc::SIGKILL) };
+    let _ = child.wait();
+}
+
+/// Whether process `pid`'s main thread sleeps (state S), or the process is gone.
+fn asleep(pid: i64) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).map_or(true, |s| {
+        s.rsplit(')')
+            .next()
+            .is_some_and(|r| r.trim_start().starts_with('S'))
+    })
+}
+
+/// The frames of a `dump --json` thread as (function, file, line).
+fn frames_of(thread: &Value) -> Vec<(String, String, i64)> {
+    thread["frames"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|f| {
+            (
+                f["function"].as_str().unwrap_or("").to_string(),
+                f["filename"].as_str().unwrap_or("").to_string(),
+                f["line"].as_i64().unwrap_or(-1),
+            )
+        })
+        .collect()
+}
+
+/// Whether some thread of `process` (a `dump --json` process) is, innermost, in
+/// `function` of `file` at `line`.
+fn has_top_frame(process: &Value, function: &str, file: &str, line: i64) -> bool {
+    process["threads"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .any(|t| {
+            frames_of(t)
+                .first()
+                .is_some_and(|(f, n, l)| f == function && n.ends_with(file) && *l == line)
+        })
+}
+
+/// `attach PID --subprocesses` on a bash script (fixtures/procs/later.sh) that sleeps, then
+/// starts a busy Python: the script is said to be no Python, the Python is found when it
+/// starts and its hot line charged, and `--duration` counts from it. Then `dump
+/// --subprocesses` on the script shows the Python under it, on its hot line.
+#[test]
+fn attach_to_a_bash_script_profiles_the_python_it_starts() {
+    let busy = common::fixture("procs/busy.py");
+    let hot = common::mark(&busy, "hot");
+    common::for_each_representative(|py| {
+        // 0.6 s of bash alone, then a Python that burns longer than the test looks (the
+        // group is killed at the end).
+        let mut script = Command::new("bash")
+            .arg(fx("later.sh"))
+            .arg(&py.path)
+            .args(["0.6", "60"])
+            .stdout(Stdio::null())
+            .process_group(0)
+            .spawn()
+            .map_err(|e| e.to_string())?;
+        let bash = script.id() as i32;
+        let result = (|| {
+            let out = tempfile("bash");
+            let mut cmd = Command::new(bin());
+            // CPU only: memory of attached processes is attach_memory.rs's; here, the
+            // following.
+            cmd.args(["attach", &bash.to_string(), "--subprocesses", "--cpu-only"])
+                .args(["--duration", "1.5", "-o"])
+                .arg(&out);
+            let r = common::run_limited(cmd, Duration::from_secs(60));
+            let said =
+                format!("process {bash} (bash) is not Python: profiling its Python descendants");
+            if r.code != Some(0) || !r.stderr.contains(&said) {
+                return Err(format!("attach: {}; want the line {said:?}", r.describe()));
+            }
+            let text = std::fs::read_to_string(&out).map_err(|e| e.to_string())?;
+            let _ = std::fs::remove_file(&out);
+            let p: Value = serde_json::from_str(&text).map_err(|e| e.to_string())?;
+            // The one Python process, listed: the profile says which it is.
+            let procs = processes(&p);
+            let [(pid, command, _)] = procs.as_slice() else {
+                return Err(format!("want the one Python process, got {procs:?}"));
+            };
+            if *pid == bash as i64 || !command.contains("busy.py") {
+                return Err(format!("the process profiled is not busy.py: {procs:?}"));
+            }
+            let line = common::profile_line(&p, "busy.py", hot).ok_or("no hot line")?;
+            let share: f64 = ["cpu_python_pct", "cpu_native_pct", "cpu_system_pct"]
+                .iter()
+                .map(|k| line[*k].as_f64().unwrap_or(0.0))
+                .sum();
+            // Start-up and imports are the rest.
+            if share < 80.0 {
+                return Err(format!(
+                    "busy.py:{hot} has {share:.0}% of the time (want ≥80%)"
+                ));
+            }
+            // 1.5 s from the Python's first sample, after the script's 0.6 s alone (from
+            // the attach's start, 1.5 s would be the whole).
+            let secs = p["duration_s"].as_f64().unwrap_or(0.0);
+            if secs < 1.8 {
+                return Err(format!(
+                    "recorded {secs:.2} s: the duration did not wait for the Python"
+                ));
+            }
+            // The same tree dumped: the script is no Python; its Python is on the hot line.
+            let r = common::run_limited(
+                {
+                    let mut c = Command::new(bin());
+                    c.args(["dump", "--subprocesses", "--json", &bash.to_string()]);
+                    c
+                },
+                Duration::from_secs(60),
+            );
+            let d: Value = serde_json::from_str(&r.stdout)
+                .map_err(|e| format!("dump --subprocesses: {e}: {}", r.describe()))?;
+            let dumped = d["processes"].as_array().cloned().unwrap_or_default();
+            let ok = d["root"] == bash
+                && d["root_not_python"]
+                    .as_str()
+                    .is_some_and(|e| e.ends_with("bash"))
+                && dumped.len() == 1
+                && dumped[0]["pid"] == *pid
+                && dumped[0]["parent"] == bash
+                && has_top_frame(&dumped[0], "burn", "busy.py", hot as i64);
+            if !ok {
+                return Err(format!("dump --subprocesses of the script: {}", r.stdout));
+            }
+            Ok(format!(
+                "busy.py:{hot} {share:.0}% over {secs:.1} s; dumped under bash"
+            ))
+        })();
+        kill_group(&mut script);
+        result
+    });
+}
+
+/// A root that is not Python and never has a Python descendant ends with exit 4 and says
+/// why: at `--duration`, when it exits, or on Ctrl-C; without `--subprocesses` it is the
+/// usual one-line error, and `dump --subprocesses` too. No interpreter is involved: run once.
+#[test]
+fn a_root_that_never_runs_python_is_exit_4() {
+    let mut sleep = Command::new("sleep").arg("30").spawn().expect("sleep");
+    let pid = sleep.id().to_string();
+    let run = |args: &[&str]| {
+        let mut cmd = Command::new(bin());
+        cmd.args(args);
+        common::run_limited(cmd, Duration::from_secs(30))
+    };
+    let mut failures = Vec::new();
+    let watching = format!("process {pid} (sleep) is not Python: profiling its Python descendants");
+    let r = run(&["attach", &pid, "--subprocesses", "--duration", "0.5"]);
+    if r.code != Some(4)
+        || !r.stderr.contains(&watching)
+        || !r.stderr.contains("error: process")
+        || !r
+            .stderr
+            .contains("no Python process among its descendants was profiled in the 0.5 s watched")
+    {
+        failures.push(format!("--duration 0.5: {}", r.describe()));
+    }
+    let alone = run(&["attach", &pid, "--duration", "0.5"]);
+    let dumped = run(&["dump", "--subprocesses", &pid]);
+    for (what, r) in [
+        ("attach without --subprocesses", &alone),
+        ("dump --subprocesses", &dumped),
+    ] {
+        let lines: Vec<&str> = r.stderr.lines().collect();
+        if r.code != Some(4) || lines.len() != 1 || !lines[0].contains("is not a Python process") {
+            failures.push(format!("{what}: {}", r.describe()));
+        }
+    }
+    // SIGINT, as Ctrl-C: the same answer, at once.
+    let mut attach = Command::new(bin())
+        .args(["attach", &pid, "--subprocesses"])
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("attach");
+    let err = common::drain(attach.stderr.take().unwrap());
+    std::thread::sleep(Duration::from_millis(500));
+    // SAFETY: kill(2) on the profiler this test started.
+    unsafe { libc::kill(attach.id() as i32, libc::SIGINT) };
+    let status = attach.wait().expect("wait");
+    let err = err.join().unwrap_or_default();
+    if status.code() != Some(4) || !err.contains("before the recording was stopped") {
+        failures.push(format!("Ctrl-C: {status}, stderr {err:?}"));
+    }
+    let _ = sleep.kill();
+    let _ = sleep.wait();
+    // A root that exits: the attach ends with it.
+    let mut sh = Command::new("sh")
+        .args(["-c", "sleep 0.4"])
+        .spawn()
+        .expect("sh");
+    let r = run(&["attach", &sh.id().to_string(), "--subprocesses"]);
+    let _ = sh.wait();
+    if r.code != Some(4) || r.timed_out || !r.stderr.contains("was profiled before it exited") {
+        failures.push(format!("a root that exits: {}", r.describe()));
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+/// `dump --subprocesses` on a parent with two children (fixtures/procs/family.py: one
+/// forked by multiprocessing, one started by subprocess): the three processes, parents
+/// first, each with its own threads in the right functions, as JSON and as text.
+#[test]
+fn dump_of_a_process_tree_shows_every_python_process() {
+    let family = common::fixture("procs/family.py");
+    let line = |label: &str| common::mark(&family, label) as i64;
+    common::for_each_representative(|py| {
+        let mut f = common::start_fixture(py, &family, &[] as &[&str], false)?;
+        let result = (|| {
+            // Its pids, `ready`, and each child's line.
+            let mut pids = None;
+            let mut seen = Vec::new();
+            while pids.is_none() || seen.len() < 3 {
+                let l = f
+                    .lines
+                    .recv_timeout(Duration::from_secs(20))
+                    .map_err(|_| format!("the fixture stopped talking after {seen:?}"))?;
+                if let Some(rest) = l.strip_prefix("parent ") {
+                    let n: Vec<i64> = rest
+                        .split_whitespace()
+                        .filter_map(|w| w.parse().ok())
+                        .collect();
+                    pids = Some((n[0], n[1], n[2]));
+                } else if l == "ready" || l.ends_with("child waits") {
+                    seen.push(l);
+                }
+            }
+            let (parent, forked, execd) = pids.unwrap();
+            // Each main thread asleep in its wait (it printed just before).
+            for pid in [parent, forked, execd] {
+                let until = std::time::Instant::now() + Duration::from_secs(10);
+                while !asleep(pid) && std::time::Instant::now() < until {
+                    std::thread::sleep(Duration::from_millis(5));
+                }
+            }
+            let dump = |json: bool| {
+                let mut c = Command::new(bin());
+                c.args(["dump", "--subprocesses", &parent.to_string()]);
+                if json {
+                    c.arg("--json");
+                }
+                common::run_limited(c, Duration::from_secs(60))
+            };
+            let r = dump(true);
+            let d: Value = serde_json::from_str(&r.stdout)
+                .map_err(|e| format!("dump --json: {e}: {}", r.describe()))?;
+            let procs = d["processes"].as_array().cloned().unwrap_or_default();
+            let got: Vec<(i64, i64)> = procs
+                .iter()
+                .map(|p| {
+                    (
+                        p["pid"].as_i64().unwrap_or(0),
+                        p["parent"].as_i64().unwrap_or(0),
+                    )
+                })
+                .collect();
+            let want_pids = [parent, forked, execd];
+            if d["root"] != parent
+                || d.get("root_not_python").is_some()
+                || got.len() != 3
+                || got[0].0 != parent
+                || got[1..]
+                    .iter()
+                    .any(|&(p, pp)| pp != parent || !want_pids.contains(&p))
+            {
+                return Err(format!(
+                    "processes (pid, parent) {got:?}, want {want_pids:?}: {}",
+                    r.stdout
+                ));
+            }
+            let by_pid = |pid: i64| procs.iter().find(|p| p["pid"] == pid).unwrap();
+            let expect = [
+                (parent, "parent_waits", line("parent")),
+                (forked, "forked_child", line("forked child")),
+                (execd, "exec_child", line("exec child")),
+            ];
+            for (pid, function, at) in expect {
+                if !has_top_frame(by_pid(pid), function, "family.py", at) {
+                    return Err(format!(
+                        "process {pid}: no thread in {function} at line {at}: {}",
+                        by_pid(pid)
+                    ));
+                }
+            }
+            // The parent's second thread, in its own function; the children have one each.
+            let helper = by_pid(parent)["threads"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .any(|t| {
+                    frames_of(t).iter().any(|(f, n, l)| {
+                        f == "helper_waits" && n.ends_with("family.py") && *l == line("helper")
+                    })
+                });
+            let threads = |pid| by_pid(pid)["threads"].as_array().map_or(0, Vec::len);
+            if !helper || threads(parent) != 2 || threads(forked) != 1 || threads(execd) != 1 {
+                return Err(format!(
+                    "threads: parent {} (helper {helper}), forked {}, exec'd {}",
+                    threads(parent),
+                    threads(forked),
+                    threads(execd)
+                ));
+            }
+            // The text: each process's heading, then its own functions only.
+            let r = dump(false);
+            let blocks: Vec<&str> = r.stdout.split("\nProcess ").skip(1).collect();
+            if r.code != Some(0) || blocks.len() != 3 {
+                return Err(format!(
+                    "dump --subprocesses text: {}\n{}",
+                    r.describe(),
+                    r.stdout
+                ));
+            }
+            for (pid, function, _) in expect {
+                let head = format!("{pid}: ");
+                let block = blocks.iter().find(|b| b.starts_with(&head)).unwrap_or(&"");
+                let others = expect.iter().filter(|e| e.1 != function);
+                if !block.contains(&format!("#0   {function} ("))
+                    || others
+                        .clone()
+                        .any(|o| block.contains(&format!(" {} (", o.1)))
+                {
+                    return Err(format!("the text block of process {pid}:\nProcess {block}"));
+                }
+            }
+            Ok(format!(
+                "3 processes: {parent} ({} threads), {forked}, {execd}",
+                threads(parent)
+            ))
+        })();
+        let _ = f.child.kill();
+        let _ = f.child.wait();
+        result
     });
 }

@@ -15,6 +15,9 @@
 //! On one interpreter of each major version: a command that exits leaves its last screen
 //! up, saying "exited (code N)", until a key; `--exit-on-end` ends with it; either way
 //! `top` exits with the command's code.
+//!
+//! On one interpreter: `top PID --subprocesses` on a bash script (not Python) says so in
+//! its header and shows the hot line of the Python the script starts.
 
 mod common;
 
@@ -559,6 +562,57 @@ fn ctrl_c_and_sighup_restore_the_terminal() {
             )
             .map_err(|e| format!("SIGHUP to top: {e}"))
         });
+    }
+}
+
+/// `top BASH --subprocesses` on fixtures/procs/later.sh, which starts a busy Python after
+/// 0.5 s: the header says the script is not Python, the Python's hot line shows, `q` ends
+/// with exit 0. One interpreter: the reading of each is `attach`'s, which
+/// tests/subprocesses.rs runs on every representative; here, the view's side.
+#[test]
+fn top_of_a_bash_script_watches_the_python_it_starts() {
+    use std::os::unix::process::CommandExt;
+    if !have_tmux("top_of_a_bash_script") {
+        return;
+    }
+    let py = one_of_each_major().pop().expect("a Python 3");
+    let busy = fixture("procs/busy.py");
+    let hot = format!("busy.py:{}", mark(&busy, "hot"));
+    let mut script = Command::new("bash")
+        .arg(fixture("procs/later.sh"))
+        .arg(&py.path)
+        .args(["0.5", "60"])
+        .stdout(std::process::Stdio::null())
+        .process_group(0)
+        .spawn()
+        .expect("bash");
+    let bash = script.id();
+    // CPU only: the header's note is then the line about the script (memory would say
+    // its own news there).
+    let cmd = format!(
+        "{} top {bash} --subprocesses --cpu-only --refresh 0.5",
+        bin()
+    );
+    let result = (|| {
+        let pane = Pane::start(&cmd, 160, 40)?;
+        let said = format!("process {bash} (bash) is not Python: watching its Python descendants");
+        let s = pane.wait_for(Duration::from_secs(15), |s| {
+            s.contains(&said) && share(s, &hot).is_some_and(|v| v > 50.0)
+        })?;
+        pane.keys("q")?;
+        let code = pane.exit_status(Duration::from_secs(15))?;
+        pane.restored()?;
+        if code != 0 {
+            return Err(format!("top exited {code} after q\n{s}"));
+        }
+        Ok(format!("{hot} at {:.1}%", share(&s, &hot).unwrap_or(0.0)))
+    })();
+    // SAFETY: kill(2) on the process group this test made (the script and its Python).
+    unsafe { libc::kill(-(bash as i32), libc::SIGKILL) };
+    let _ = script.wait();
+    match result {
+        Ok(said) => eprintln!("{}: {said}", py.label),
+        Err(e) => panic!("{}: {e}", py.label),
     }
 }
 

@@ -1,7 +1,8 @@
 //! What /proc says about a process: every read of /proc/PID outside memory itself.
 //!
 //! Owns: whether a process exists, its threads and their scheduler states and names, its
-//! parent, executable, working directory ([`cwd`]: as the target sees it), its memory map
+//! parent, children and descendants, executable and image ([`image_of`]: what an exec
+//! changes), working directory ([`cwd`]: as the target sees it), its memory map
 //! ([`maps`]), its container ([`container`]), and why an OS call on it failed ([`access`]).
 //! Must not: read the target's memory (that is `ptrace`) or interpret what it maps (`elf`).
 
@@ -143,6 +144,38 @@ pub(crate) fn children(pid: i32) -> Vec<i32> {
     out.sort_unstable();
     out.dedup();
     out
+}
+
+/// `root` and all its descendants, parents before children (at most 65,536).
+pub(crate) fn descendants(root: i32) -> Vec<i32> {
+    let mut out = vec![root];
+    let mut i = 0;
+    while i < out.len() && out.len() < 65536 {
+        for c in children(out[i]) {
+            if !out.contains(&c) {
+                out.push(c);
+            }
+        }
+        i += 1;
+    }
+    out
+}
+
+/// What a process is running: its executable, plus what changes on every `exec` even into
+/// the same executable (Python exec'ing Python): where its stack and its arguments start
+/// (`stat` fields 28 and 48, placed afresh by each exec) and its command line. A child
+/// forked without an exec has its parent's. None when the process is gone.
+pub(crate) fn image_of(pid: i32) -> Option<String> {
+    let exe = exe_path(pid).ok()?;
+    let stat = stat(pid)?;
+    let fields: Vec<&str> = stat_fields(&stat)?.collect();
+    let at = |n: usize| fields.get(n - 3).copied().unwrap_or("");
+    Some(format!(
+        "{exe}\0{}\0{}\0{}",
+        at(28),
+        at(48),
+        command_line(pid)
+    ))
 }
 
 /// A process's command line, arguments joined by spaces.

@@ -52,7 +52,9 @@ pub use process::{LocateOptions, PythonProcess};
 pub use reader::PythonReader;
 pub(crate) use rest::{LastRead, Listing};
 pub use rest::{RestTracker, ReuseDelta};
-pub use snapshot::{ReadMode, Snapshot, SnapshotOptions, ThreadSnapshot, Unread};
+pub use snapshot::{
+    ProcessSnapshot, ReadMode, Snapshot, SnapshotOptions, ThreadSnapshot, TreeSnapshot, Unread,
+};
 pub use stack::StackWalker;
 #[cfg(feature = "fuzzing")]
 pub(crate) use strings::TypeAddrs;

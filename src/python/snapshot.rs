@@ -1,7 +1,8 @@
 //! What a read of a Python process gives, and how to ask for one.
 //!
 //! Owns: [`Snapshot`] and [`ThreadSnapshot`] (what `dump` prints and what the sampler
-//! builds on), [`SnapshotOptions`] with [`ReadMode`] (how to read), and
+//! builds on), [`TreeSnapshot`] (`dump --subprocesses`: one per Python process of a
+//! tree), [`SnapshotOptions`] with [`ReadMode`] (how to read), and
 //! why a thread's stack was not read ([`Unread`], [`ThreadError`]).
 //! Must not: read a process (`read` does), or format output.
 
@@ -173,6 +174,34 @@ impl Snapshot {
             }
         }
     }
+}
+
+/// Every Python process of a process tree (`dump --subprocesses`), each read in turn:
+/// the stacks of two processes are not of one moment.
+#[derive(Debug, Clone)]
+pub struct TreeSnapshot {
+    /// The process the tree is of.
+    pub(crate) root: i32,
+    /// The root's executable when it is not Python itself (then it is not among
+    /// `processes`).
+    pub(crate) root_not_python: Option<String>,
+    /// Each Python process, parents before children.
+    pub processes: Vec<ProcessSnapshot>,
+}
+
+/// One Python process of a [`TreeSnapshot`].
+#[derive(Debug, Clone)]
+pub struct ProcessSnapshot {
+    pub(crate) pid: i32,
+    /// Its parent (None when it could not be read).
+    pub(crate) parent: Option<i32>,
+    /// Its command line, arguments joined by spaces.
+    pub(crate) command: String,
+    /// Its executable (/proc/PID/exe).
+    pub(crate) executable: String,
+    /// Its threads, or why they could not be read (no permission, an unsupported
+    /// version).
+    pub(crate) read: std::result::Result<Snapshot, String>,
 }
 
 pub(super) type ThreadResult = (

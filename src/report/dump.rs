@@ -1,4 +1,5 @@
-//! Rendering a [`Snapshot`] for `scalene-rs dump`: a debugger-style backtrace, or JSON.
+//! Rendering a [`Snapshot`] for `scalene-rs dump`: a debugger-style backtrace, or JSON
+//! (a process tree's, `dump --subprocesses`: `tree.rs`).
 //!
 //! Must not: read process memory.
 
@@ -6,7 +7,9 @@ use crate::native::NativeFrame;
 use crate::python::{Frame, Snapshot, StackEntry};
 
 mod tasks;
+mod tree;
 use std::fmt::Write;
+pub use tree::{tree_to_json_string, tree_to_text};
 
 /// JSON schema version of `dump --json` output (documented in docs/dump-json.md).
 const DUMP_SCHEMA_VERSION: u32 = 1;
@@ -44,6 +47,13 @@ fn json_view(s: &Snapshot) -> DumpJson<'_> {
 pub fn to_text(s: &Snapshot) -> String {
     let mut out = String::new();
     let _ = writeln!(out, "Process {}: {}", s.pid, s.executable);
+    details(&mut out, s);
+    out
+}
+
+/// What follows a process's first line: its Python, then every thread's stack (and the
+/// tasks).
+fn details(out: &mut String, s: &Snapshot) {
     let _ = write!(
         out,
         "Python {} (version from {})",
@@ -113,8 +123,8 @@ pub fn to_text(s: &Snapshot) -> String {
             }
             for (i, e) in n.stack.iter().enumerate() {
                 match e {
-                    StackEntry::Python(f) => python_line(&mut out, i, f),
-                    StackEntry::Native(f) => native_line(&mut out, i, f),
+                    StackEntry::Python(f) => python_line(out, i, f),
+                    StackEntry::Native(f) => native_line(out, i, f),
                 }
             }
             if n.truncated {
@@ -133,7 +143,7 @@ pub fn to_text(s: &Snapshot) -> String {
             let _ = writeln!(out, "    <no Python frames>");
         }
         for (i, f) in t.frames.iter().enumerate() {
-            python_line(&mut out, i, f);
+            python_line(out, i, f);
         }
         if t.truncated {
             let _ = writeln!(
@@ -154,7 +164,7 @@ pub fn to_text(s: &Snapshot) -> String {
             let _ = writeln!(out, "    <stack not read: {err}>");
         }
         for (i, f) in t.frames.iter().enumerate() {
-            native_line(&mut out, i, f);
+            native_line(out, i, f);
         }
         if t.truncated {
             let _ = writeln!(
@@ -168,9 +178,8 @@ pub fn to_text(s: &Snapshot) -> String {
         }
     }
     if let Some(a) = &s.asyncio {
-        tasks::to_text(&mut out, a, s);
+        tasks::to_text(out, a, s);
     }
-    out
 }
 
 /// `    #3   function (file:line)`.
@@ -200,7 +209,7 @@ mod tests {
     use crate::python::version::VersionSource;
     use crate::python::{Frame, ThreadSnapshot};
 
-    fn sample() -> Snapshot {
+    pub(super) fn sample() -> Snapshot {
         Snapshot {
             pid: 42,
             python_version: "3.12.1".into(),

@@ -383,11 +383,16 @@ pub(crate) fn to_proto(p: &Profile) -> proto::Profile {
     }
     let n_values = sample_type.len();
 
-    // The process, when the profile is of one: several processes' stacks are merged, so
-    // no pid can be told then.
+    // The process, when the profile is of one (the root, or the one listed): several
+    // processes' stacks are merged, so no pid can be told then.
     let mut common = Vec::new();
-    if p.processes.is_empty() && p.meta.pid != 0 {
-        common.push(t.label_num("pid", p.meta.pid.into()));
+    let pid = match p.processes.as_slice() {
+        [] => p.meta.pid,
+        [one] => one.pid,
+        _ => 0,
+    };
+    if pid != 0 {
+        common.push(t.label_num("pid", pid.into()));
     }
     let mut samples = time_samples(p, &mut t, &starts, split, n_values, &common);
     let alloc_index = n_values - 1 - usize::from(gpu.is_some());

@@ -38,7 +38,8 @@ const REFUSAL_TRIES: u32 = 5;
 /// A process whose interpreter was found but not yet initialized is looked at this often.
 const STARTING_RETRY: Duration = Duration::from_millis(2);
 
-/// `exe` fields hold a process's image identity ([`image_of`]): a change means an exec.
+/// `exe` fields hold a process's image identity ([`crate::proc::image_of`]): a change
+/// means an exec.
 enum Tracked {
     /// Not (yet) a Python process we can sample; `tries` so far (the wait between tries
     /// grows: a process just exec'd may not have mapped libpython yet).
@@ -93,41 +94,13 @@ pub(crate) struct ProcessTree {
     pub(crate) stats: Stats,
     /// Why a process could not be profiled (unsupported version, permission), by pid.
     pub(crate) notes: BTreeMap<i32, String>,
+    /// The first of those refusals, as it came: what a caller that found nothing else to
+    /// profile answers with ([`ProcessTree::take_first_refusal`]).
+    first_refusal: Option<Error>,
     /// Samplers keep where each thread is at each tick (for the GPU ledger).
     positions: bool,
     /// `--native`: images by build id, shared by the samplers of every process.
     native_cache: Option<super::native::SharedCache>,
-}
-
-/// `root` and all its descendants, parents before children.
-fn descendants(root: i32) -> Vec<i32> {
-    let mut out = vec![root];
-    let mut i = 0;
-    while i < out.len() && out.len() < 65536 {
-        for c in crate::proc::children(out[i]) {
-            if !out.contains(&c) {
-                out.push(c);
-            }
-        }
-        i += 1;
-    }
-    out
-}
-
-/// What a process is running: its executable, plus what changes on every `exec` even into
-/// the same executable (Python exec'ing Python): where its stack and its arguments start
-/// (`stat` fields 28 and 48, placed afresh by each exec) and its command line.
-fn image_of(pid: i32) -> Option<String> {
-    let exe = crate::proc::exe_path(pid).ok()?;
-    let stat = crate::proc::stat(pid)?;
-    let fields: Vec<&str> = crate::proc::stat_fields(&stat)?.collect();
-    let at = |n: usize| fields.get(n - 3).copied().unwrap_or("");
-    Some(format!(
-        "{exe}\0{}\0{}\0{}",
-        at(28),
-        at(48),
-        crate::proc::command_line(pid)
-    ))
 }
 
 /// A cache of native images when `cfg` asks for native frames.
@@ -156,6 +129,7 @@ impl ProcessTree {
             memory: HashMap::new(),
             stats: Stats::default(),
             notes: BTreeMap::new(),
+            first_refusal: None,
             positions: false,
             native_cache,
         }
@@ -186,7 +160,7 @@ impl ProcessTree {
             return self;
         }
         let pid = proc.pid;
-        let exe = image_of(pid).unwrap_or_default();
+        let exe = crate::proc::image_of(pid).unwrap_or_default();
         self.start_sampling(proc, exe);
         self
     }
@@ -297,6 +271,11 @@ impl ProcessTree {
         }
     }
 
+    /// The first process refused (see [`ProcessTree::notes`]), with its error.
+    pub(crate) fn take_first_refusal(&mut self) -> Option<Error> {
+        self.first_refusal.take()
+    }
+
     /// Processes sampled so far, running or finished.
     pub(crate) fn profiled(&self) -> usize {
         self.done.len()
@@ -341,7 +320,7 @@ impl ProcessTree {
                     .collect();
             }
         }
-        let pids = descendants(self.root);
+        let pids = crate::proc::descendants(self.root);
         self.listed = last.map(|l| (l, now, pids.clone()));
         pids
     }
@@ -368,7 +347,9 @@ impl ProcessTree {
         }
         let own = crate::proc::exe_path(std::process::id() as i32).ok();
         for pid in pids {
-            let Some(exe) = image_of(pid) else { continue };
+            let Some(exe) = crate::proc::image_of(pid) else {
+                continue;
+            };
             // Forked by us and not yet exec'd: nothing to look at (and our own binary is
             // large to parse).
             if own
@@ -424,6 +405,7 @@ impl ProcessTree {
                     | Error::NoAsync { .. }),
                 ) if tries + 1 >= REFUSAL_TRIES => {
                     self.notes.insert(pid, e.to_string());
+                    self.first_refusal.get_or_insert(e);
                     now + Duration::from_secs(3600)
                 }
                 // Not Python, or not yet (libpython not mapped yet), or mid-exec or
@@ -600,7 +582,9 @@ impl ProcessTree {
                 })
                 .clone()
         });
-        if processes.len() > 1 {
+        // Listed when there are several, or when the one is not the root (a shell
+        // script's Python, a launcher's): the profile says which process it is of.
+        if processes.len() > 1 || processes.iter().any(|p| p.pid != self.root) {
             processes.sort_by_key(|p| p.pid);
             profile.processes = processes;
         }
@@ -686,7 +670,7 @@ mod tests {
         let deadline = Instant::now() + Duration::from_secs(10);
         let mut found = Vec::new();
         while Instant::now() < deadline {
-            found = descendants(root);
+            found = crate::proc::descendants(root);
             let sleeps = found
                 .iter()
                 .filter(|&&p| crate::proc::exe_path(p).is_ok_and(|e| e.ends_with("/sleep")))

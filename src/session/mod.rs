@@ -1,15 +1,16 @@
 //! Sessions: `run` (start a program and profile it to its end), `attach` (profile a
-//! running process for a while), `top` (either, watched live: `top.rs`, `live.rs`),
-//! `agent` (every Python process of the host, continuously: `agent/`) and `dump` (read a
-//! running process's stacks once).
+//! running process for a while: `attach.rs`), `top` (either, watched live: `top.rs`,
+//! `live.rs`), `agent` (every Python process of the host, continuously: `agent/`) and
+//! `dump` (read a running process's stacks once, or a process tree's: `dump.rs`).
 //!
 //! Owns: starting the command with its stdio untouched (under `top`, sent to a file),
 //! waiting for its Python interpreter to come up, forwarding termination signals to it,
-//! passing its exit status back, and stopping an attach on Ctrl-C, a duration, or the
-//! target's exit; for `dump`, the reader it needs.
+//! passing its exit status back; what `run` and `attach` record alike ([`Recording`]: the
+//! process tree, its memory, the GPU, a live view, `--push`, ticked together).
 //! Must not: render reports (the caller does) or change anything in the target.
 
 mod agent;
+mod attach;
 mod dump;
 mod gpu;
 mod live;
@@ -18,7 +19,8 @@ mod signals;
 mod top;
 
 pub use agent::{agent, AgentConfig, AgentOutcome, Selection};
-pub use dump::{dump, DumpConfig};
+pub use attach::{attach, AttachConfig};
+pub use dump::{dump, dump_tree, DumpConfig};
 pub use live::LiveLink;
 use signals::{catch, take_pending};
 pub use top::{top, TopConfig, TopOutcome, TopTarget};
@@ -29,7 +31,6 @@ use crate::memory::aggregate::{MemoryAggregator, RingTotals};
 use crate::memory::consumer::{MemoryConfig, MemorySetup};
 use crate::memory::fleet::Fleet;
 use crate::memory::ring;
-use crate::proc::command_line;
 use crate::profile::Profile;
 use crate::python::{LocateOptions, PythonProcess};
 use crate::sampler::tree::ProcessTree;
@@ -347,7 +348,7 @@ fn record(
             tree: &mut tree,
             fleet: fleet.as_mut(),
             gpu: gpu.as_mut(),
-            settled: None,
+            clock: None,
             live: publisher.as_mut(),
             push: pusher.as_mut(),
         },
@@ -432,9 +433,8 @@ struct Recording<'a> {
     tree: &'a mut ProcessTree,
     fleet: Option<&'a mut Fleet>,
     gpu: Option<&'a mut GpuRecording>,
-    /// `attach`: set to the moment process PID's memory was settled (counted, or refused
-    /// with its reason), from which `--duration` runs.
-    settled: Option<(&'a std::cell::Cell<Option<Instant>>, i32)>,
+    /// `attach`: when `--duration` counts from, told what each tick found.
+    clock: Option<&'a attach::Clock>,
     /// A live view's pictures, taken between ticks.
     live: Option<&'a mut live::Publisher>,
     /// `--push`: windows cut between ticks.
@@ -456,12 +456,9 @@ impl Ticker for Recording<'_> {
                     None => eprintln!("scalene-rs: {line}"),
                 }
             }
-            if let Some((at, pid)) = self.settled.filter(|(at, _)| at.get().is_none()) {
-                let root = self.tree.sampling().find(|&(p, _, _)| p == pid);
-                if root.is_none_or(|(_, serial, _)| fleet.settled(serial)) {
-                    at.set(Some(Instant::now()));
-                }
-            }
+        }
+        if let Some(c) = self.clock {
+            c.observe(self.tree, self.fleet.as_deref());
         }
         if let Some(p) = self.live.as_deref_mut() {
             let gpu = self.gpu.as_deref().and_then(|g| g.now);
@@ -594,152 +591,4 @@ fn wait_forwarding(child: &mut Child) -> Result<ExitStatus> {
             Err(e) => return Err(Error::io("waiting for the program", e)),
         }
     }
-}
-
-/// The longest `attach --duration` waits, past the duration, for memory to be settled
-/// (our library loads within [`crate::memory::inject::PATIENCE`] or is refused).
-const MEMORY_SETTLE_MAX: Duration = Duration::from_secs(3);
-
-/// What `attach` records.
-#[derive(Debug, Clone)]
-pub struct AttachConfig {
-    pub pid: i32,
-    pub duration: Option<Duration>,
-    pub sampler: SamplerConfig,
-    pub locate: LocateOptions,
-    /// Profile the process's descendants too (`--subprocesses`).
-    pub follow_children: bool,
-    /// Read the memory ring when the process has one (started under `run`, whose
-    /// profiler is gone); None: do not.
-    pub memory: Option<MemoryConfig>,
-    /// GPU watching through NVML; None with `--no-gpu`.
-    pub gpu: Option<GpuConfig>,
-    /// A live view watches (`top`): see [`RunConfig::live`].
-    pub live: Option<LiveLink>,
-    /// `--push`: see [`RunConfig::push`].
-    pub push: Option<crate::export::PushConfig>,
-}
-
-/// Profiles a running process until Ctrl-C (SIGINT), SIGTERM, SIGHUP (unless ignored, as
-/// under `nohup`), the duration, or its exit.
-/// The target is never stopped longer than one sample's read and is left as it was.
-pub fn attach(cfg: &AttachConfig, progress: &mut dyn FnMut(&Stats)) -> Result<(Profile, Stats)> {
-    if cfg.pid <= 0 {
-        return Err(Error::NoSuchProcess(cfg.pid));
-    }
-    let proc = PythonProcess::locate(cfg.pid, &cfg.locate)?;
-    proc.check_request(cfg.sampler.gil_only, cfg.sampler.tasks)?;
-    if proc.interp_head()? == 0 {
-        return Err(Error::BadState {
-            pid: cfg.pid,
-            why: "the interpreter is not initialized (starting up or shutting down)".into(),
-        });
-    }
-    if cfg.sampler.native {
-        crate::python::check_can_stop(&proc)?;
-    }
-    let program = command_line(cfg.pid);
-    // SIGINT and SIGTERM ask us to stop, also where a script started us with them ignored
-    // (a background job: its `kill -INT` stops us as it always did); a hang-up under `nohup`
-    // does not.
-    if cfg.live.is_none() {
-        catch(
-            &[Signal::SIGINT, Signal::SIGTERM, Signal::SIGHUP],
-            &[Signal::SIGHUP],
-        );
-    }
-    // Memory: each process's ring, taken over from the `run` that started the program.
-    let cwd = crate::proc::cwd(cfg.pid);
-    let start = Instant::now();
-    let mut tree = ProcessTree::new(
-        cfg.pid,
-        cfg.follow_children,
-        cfg.sampler.clone(),
-        cfg.locate.clone(),
-    )
-    .with_located(proc);
-    let mut fleet = cfg
-        .memory
-        .clone()
-        .map(|m| Fleet::for_attach(m).with_native(tree.native_cache()));
-    let duration = cfg.duration;
-    let mut gpu = cfg.gpu.as_ref().map(GpuRecording::start);
-    // `--duration` runs from when memory is settled (counted, or refused with its reason),
-    // so that a short attach still counts memory; without memory, from the start.
-    let settled = std::cell::Cell::new(fleet.is_none().then_some(start));
-    let courteous = cfg.sampler.courteous(fleet.is_some());
-    let mut publisher = cfg
-        .live
-        .clone()
-        .map(|l| live::Publisher::new(l, program.clone(), cfg.pid, cfg.sampler.rate_hz));
-    let quiet = cfg.live.is_some();
-    let mut pusher = cfg
-        .push
-        .as_ref()
-        .map(|p| push::Pusher::new(p, program.clone(), cfg.pid, quiet));
-    let result = crate::sampler::drive(
-        &mut Recording {
-            tree: &mut tree,
-            fleet: fleet.as_mut(),
-            gpu: gpu.as_mut(),
-            settled: Some((&settled, cfg.pid)),
-            live: publisher.as_mut(),
-            push: pusher.as_mut(),
-        },
-        cfg.sampler.rate_hz,
-        &mut || {
-            cfg.live.as_ref().is_some_and(LiveLink::stopping)
-                || !take_pending().is_empty()
-                || duration.is_some_and(|d| match settled.get() {
-                    Some(t) => t.elapsed() >= d,
-                    None => start.elapsed() >= d + MEMORY_SETTLE_MAX,
-                })
-        },
-        progress,
-        Some(cfg.pid),
-        courteous,
-        cfg.sampler.pauses_every_tick(),
-    );
-    let mut notes = Vec::new();
-    for line in fleet.iter_mut().flat_map(|f| f.last_announcements()) {
-        // Under a live view, said once the terminal is back (with the other notes).
-        match cfg.live {
-            Some(_) => notes.push(line),
-            None => eprintln!("scalene-rs: {line}"),
-        }
-    }
-    let mut why_not = None;
-    // Another process of the program whose memory cannot be recorded: said once each (its
-    // figures would read as a process that allocated nothing).
-    for (pid, why) in fleet.iter().flat_map(|f| f.first_note_per_process()) {
-        if pid == cfg.pid {
-            why_not = Some(why.to_string());
-        } else {
-            notes.push(format!("no memory data for process {pid}: {why}"));
-        }
-    }
-    let since_attach = fleet.as_ref().is_some_and(|f| f.injected > 0);
-    let gpu = gpu.map(|g| g.finish(&mut tree));
-    let memory = finish_memory(&mut tree, fleet);
-    result?;
-    if cfg.memory.is_some() && memory.is_none() {
-        let why = why_not.unwrap_or_else(|| "no memory ring of the program was found".into());
-        notes.push(format!("no memory data: {why}"));
-    }
-    let mut stats = tree.stats.clone();
-    let mut profile = tree.finish(program);
-    if let Some((agg, totals)) = memory {
-        merge_memory(&mut profile, agg, totals, cfg.pid, cwd.as_deref());
-        if let Some(m) = profile.memory.as_mut() {
-            m.since_attach = since_attach;
-        }
-    }
-    if let Some(g) = gpu {
-        merge_gpu(&mut profile, g, cfg.pid, cwd.as_deref());
-    }
-    if let (Some(p), Some(pc)) = (pusher, &cfg.push) {
-        notes.push(push::summary(&pc.url, &p.finish(&profile)));
-    }
-    stats.notes = notes;
-    Ok((profile, stats))
 }

@@ -31,7 +31,8 @@ const FRAMES_QUEUED: usize = 2;
 /// What `top` watches.
 #[derive(Debug, Clone)]
 pub enum TopTarget {
-    /// A running process (and, `--subprocesses`, its descendants).
+    /// A running process (and, `--subprocesses`, its descendants; then the process need
+    /// not be Python itself).
     Pid(AttachConfig),
     /// A command started for it (and every Python process it starts).
     Command(RunConfig),
@@ -67,13 +68,9 @@ enum Recorded {
 /// Runs `top`: see the module's doc. The caller has checked that stdout is a terminal.
 pub fn top(cfg: TopConfig) -> Result<TopOutcome> {
     if let TopTarget::Pid(a) = &cfg.target {
-        // The usual one-line errors (no such process, not Python, no permission), before
-        // the screen is taken over.
-        if a.pid <= 0 {
-            return Err(Error::NoSuchProcess(a.pid));
-        }
-        let proc = crate::python::PythonProcess::locate(a.pid, &a.locate)?;
-        proc.check_request(a.sampler.gil_only, a.sampler.tasks)?;
+        // The usual one-line errors (no such process, not Python without
+        // `--subprocesses`, no permission), before the screen is taken over.
+        super::attach::check(a)?;
     }
     let quit = live::quit_on_signals().map_err(|e| Error::io("catching signals", e))?;
     let (tx, rx) = std::sync::mpsc::sync_channel(FRAMES_QUEUED);

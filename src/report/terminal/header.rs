@@ -107,14 +107,20 @@ impl Renderer<'_> {
         } else {
             ""
         };
-        let who = if procs.len() > 1 {
-            format!(
+        let who = match procs.as_slice() {
+            [_, _, ..] => format!(
                 "{python}{build}, {} processes (root pid {})",
                 procs.len(),
                 m.pid
-            )
-        } else {
-            format!("{python}{build}, pid {}", m.pid)
+            ),
+            // The one Python process is not the root (a script's, a launcher's).
+            [one] if one.pid != m.pid => {
+                format!(
+                    "{python}{build}, pid {} (under root pid {})",
+                    one.pid, m.pid
+                )
+            }
+            _ => format!("{python}{build}, pid {}", m.pid),
         };
         self.field(out, "Python:", &who, None);
         if let Some(why) = &m.split_unavailable {
