@@ -374,11 +374,23 @@ fn a_program_without_asyncio_has_no_tasks() {
         if !reads_tasks(py) {
             return Ok("tasks not read".into());
         }
+        // Dumped once it says it runs: a fixed wait was too short for a chroot wrapper's
+        // chain of execs on a loaded machine (debian-3.14-shared was still /usr/bin/dash
+        // after 500 ms at load 8).
         let mut child = Command::new(&py.path)
-            .args(["-c", "import time; time.sleep(120)"])
+            .args([
+                "-c",
+                "import sys, time; sys.stdout.write('ready\\n'); sys.stdout.flush(); time.sleep(120)",
+            ])
+            .stdout(std::process::Stdio::piped())
             .spawn()
             .map_err(|e| e.to_string())?;
-        std::thread::sleep(Duration::from_millis(500));
+        let mut ready = String::new();
+        std::io::BufRead::read_line(
+            &mut std::io::BufReader::new(child.stdout.take().unwrap()),
+            &mut ready,
+        )
+        .map_err(|e| e.to_string())?;
         let run = dump(child.id() as i32, &[]);
         let _ = child.kill();
         let _ = child.wait();

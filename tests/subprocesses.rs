@@ -331,7 +331,9 @@ fn attach_to_a_bash_script_profiles_the_python_it_starts() {
             // CPU only: memory of attached processes is attach_memory.rs's; here, the
             // following.
             cmd.args(["attach", &bash.to_string(), "--subprocesses", "--cpu-only"])
-                .args(["--duration", "1.5", "-o"])
+                // 2.5 s: the watch for a first Python ends with it (1.5 s was too short
+                // for 3.8's start after the script's 0.6 s at load 11).
+                .args(["--duration", "2.5", "-o"])
                 .arg(&out);
             let r = common::run_limited(cmd, Duration::from_secs(60));
             let said =
@@ -361,10 +363,10 @@ fn attach_to_a_bash_script_profiles_the_python_it_starts() {
                     "busy.py:{hot} has {share:.0}% of the time (want ≥80%)"
                 ));
             }
-            // 1.5 s from the Python's first sample, after the script's 0.6 s alone (from
-            // the attach's start, 1.5 s would be the whole).
+            // 2.5 s from the Python's first sample, after the script's 0.6 s alone (from
+            // the attach's start, 2.5 s would be the whole).
             let secs = p["duration_s"].as_f64().unwrap_or(0.0);
-            if secs < 1.8 {
+            if secs < 2.8 {
                 return Err(format!(
                     "recorded {secs:.2} s: the duration did not wait for the Python"
                 ));
