@@ -301,17 +301,27 @@ fn check(
     ))
 }
 
-#[test]
-fn the_agent_finds_labels_and_lets_go_every_python_process_started_after_it() {
-    let test = "agent";
+/// Whether Go (for `go tool pprof`) and a Docker engine are there; if not, the test is
+/// skipped or, under CI, failed, saying which is missing.
+fn go_and_docker(test: &str) -> bool {
     if !common::have_go(test) {
-        return;
+        return false;
     }
     if let Err(e) = docker(&["info"]) {
-        return common::skip_or_fail(
+        common::skip_or_fail(
             test,
             &format!("no Docker engine answers (tools/docker.sh starts one): {e}"),
         );
+        return false;
+    }
+    true
+}
+
+#[test]
+fn the_agent_finds_labels_and_lets_go_every_python_process_started_after_it() {
+    let test = "agent";
+    if !go_and_docker(test) {
+        return;
     }
     let (Some(host_py), Some(static_py)) = (host_interpreter(), static_interpreter()) else {
         return common::skip_or_fail(
@@ -518,14 +528,8 @@ fn the_agent_finds_labels_and_lets_go_every_python_process_started_after_it() {
 #[test]
 fn the_daemonset_and_the_systemd_unit_of_the_docs_are_enough() {
     let test = "the_daemonset_and_the_systemd_unit_of_the_docs_are_enough";
-    if !common::have_go(test) {
+    if !go_and_docker(test) {
         return;
-    }
-    if let Err(e) = docker(&["info"]) {
-        return common::skip_or_fail(
-            test,
-            &format!("no Docker engine answers (tools/docker.sh starts one): {e}"),
-        );
     }
     if let Some(why) = common::users::setpriv_missing() {
         return common::skip_or_fail(test, &why);

@@ -395,13 +395,7 @@ fn a_receiver_that_refuses_costs_the_program_nothing() {
     for transport in ["grpc", "http"] {
         let rx = Receiver::start(&py, transport, true);
         let url = format!("http://127.0.0.1:{}", rx.port);
-        let format = format!("otlp-{transport}");
-        let r = run_pushing(
-            &url,
-            &["--cpu-only", "--window", "1", "--push-format", &format],
-            false,
-            "3",
-        );
+        let r = one_second_windows(&url, transport, "3");
         unharmed(&r);
         // INVALID_ARGUMENT and 400 are for good: each window tried once, refused, counted.
         let n = rx.requests().len();
@@ -413,6 +407,18 @@ fn a_receiver_that_refuses_costs_the_program_nothing() {
             r.stderr
         );
     }
+}
+
+/// `run --cpu-only --window 1 --push-format otlp-TRANSPORT --push URL` of split.py for
+/// `seconds`: the fault tests' recording (many short windows, each tried on its own).
+fn one_second_windows(url: &str, transport: &str, seconds: &str) -> common::Run {
+    let format = format!("otlp-{transport}");
+    run_pushing(
+        url,
+        &["--cpu-only", "--window", "1", "--push-format", &format],
+        false,
+        seconds,
+    )
 }
 
 /// The distinct windows among `reqs`, by the wall-clock second their CPU profile began
@@ -451,13 +457,7 @@ fn unavailable_then_partial_success_is_retried_then_counted_refused() {
             &["--answers", "unavailable,unavailable,partial"],
         );
         let url = format!("http://127.0.0.1:{}", rx.port);
-        let format = format!("otlp-{transport}");
-        let r = run_pushing(
-            &url,
-            &["--cpu-only", "--window", "1", "--push-format", &format],
-            false,
-            "6",
-        );
+        let r = one_second_windows(&url, transport, "6");
         unharmed(&r);
         let by = windows_by_second(&rx.requests());
         // The first window: UNAVAILABLE (503) twice, tried again each time, then taken in
@@ -506,17 +506,9 @@ fn a_receiver_down_at_start_loses_no_window() {
             .unwrap()
             .port();
         let url = format!("http://127.0.0.1:{port}");
-        let format = format!("otlp-{transport}");
         let pushing = {
             let url = url.clone();
-            std::thread::spawn(move || {
-                run_pushing(
-                    &url,
-                    &["--cpu-only", "--window", "1", "--push-format", &format],
-                    false,
-                    "8",
-                )
-            })
+            std::thread::spawn(move || one_second_windows(&url, transport, "8"))
         };
         // Nobody listens for the first 3 s: the windows wait and are tried with backoff.
         std::thread::sleep(Duration::from_secs(3));

@@ -28,6 +28,16 @@ pub use queue::{Exporter, ExporterStats, QueueBounds};
 pub use sender::Credentials;
 pub use service::{service_of, target_naming};
 
+/// Sets label (or attribute) `key` to `value`: in place where one of that name is there
+/// already, else at the end. One of a name: Pyroscope refuses a series with two, and an
+/// OTLP resource's keys are unique.
+fn set_named<V>(out: &mut Vec<(String, V)>, key: &str, value: V) {
+    match out.iter_mut().find(|(name, _)| name == key) {
+        Some(l) => l.1 = value,
+        None => out.push((key.to_string(), value)),
+    }
+}
+
 use std::time::Duration;
 
 /// The protocols `--push` speaks.

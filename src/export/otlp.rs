@@ -90,13 +90,9 @@ pub fn process_resource(
     if let Some(uid) = crate::proc::container::pod_uid(pid) {
         out.push(("k8s.pod.uid".to_string(), AttrValue::Str(uid)));
     }
-    // A tag replaces an attribute of its name (`--tag service.name=...` included): an
-    // attribute key appears once in a resource.
+    // A tag replaces an attribute of its name (`--tag service.name=...` included).
     for (k, v) in tags {
-        match out.iter_mut().find(|(name, _)| name == k) {
-            Some(a) => a.1 = s(v),
-            None => out.push((k.clone(), s(v))),
-        }
+        super::set_named(&mut out, k, s(v));
     }
     out
 }

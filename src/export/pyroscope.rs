@@ -50,13 +50,9 @@ pub(crate) mod proto {
 /// The labels of every series of a recording: `service_name`, then the user's tags.
 pub fn labels_of(service: &str, tags: &[(String, String)]) -> Vec<(String, String)> {
     let mut out = vec![("service_name".to_string(), service.to_string())];
-    // One label of a name: a tag replaces the service's, and the last of a name wins
-    // (two labels of one name make Pyroscope refuse the series).
+    // A tag replaces the service's label, and the last tag of a name wins.
     for (k, v) in tags {
-        match out.iter_mut().find(|(name, _)| name == k) {
-            Some(l) => l.1 = v.clone(),
-            None => out.push((k.clone(), v.clone())),
-        }
+        super::set_named(&mut out, k, v.clone());
     }
     out
 }
