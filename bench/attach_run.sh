@@ -14,6 +14,9 @@
 # SCALENE_RS_ATTACH_TOP=1: `top PID --exit-on-end` instead of `attach`, in a pseudo-terminal
 # of 120x40 made by util-linux's `script` (top needs a terminal; its screen goes to
 # /dev/null): the cost of the live view to the target, beside attach's.
+# SCALENE_RS_ATTACH_PTY=1: `attach` in the same pseudo-terminal, the control for top's
+# rows. `script` ends about 12 ms after its command (3.3 s julia, 4 runs): without the
+# control that is read as top's cost.
 BIN=${SCALENE_RS_BIN:-$(dirname "$0")/../target/release/scalene-rs}
 python=$1
 shift
@@ -27,7 +30,12 @@ if [ -n "${SCALENE_RS_ATTACH_NONE:-}" ]; then
   exit $?
 fi
 sleep 0.1
-if [ -n "${SCALENE_RS_ATTACH_TOP:-}" ]; then
+if [ -n "${SCALENE_RS_ATTACH_TOP:-}${SCALENE_RS_ATTACH_PTY:-}" ]; then
+  if [ -n "${SCALENE_RS_ATTACH_TOP:-}" ]; then
+    cmd="$BIN top $pid --exit-on-end ${SCALENE_RS_ATTACH_ARGS:-}"
+  else
+    cmd="$BIN attach $pid ${SCALENE_RS_ATTACH_ARGS:-} -o /dev/null"
+  fi
   # Its input a FIFO that we hold open, so it never ends: at the end of an input of its
   # own (</dev/null), `script` passes an end-of-file to the terminal, which top read as a
   # key (the view showed PAUSED, and a paused view draws less than a watched one).
@@ -35,8 +43,7 @@ if [ -n "${SCALENE_RS_ATTACH_TOP:-}" ]; then
   mkfifo "$fifo"
   exec 3<>"$fifo"
   rm -f "$fifo"
-  script -qec "stty cols 120 rows 40; exec $BIN top $pid --exit-on-end ${SCALENE_RS_ATTACH_ARGS:-}" \
-    /dev/null <&3 >/dev/null 2>&1 &
+  script -qec "stty cols 120 rows 40; exec $cmd" /dev/null <&3 >/dev/null 2>&1 &
 else
   # shellcheck disable=SC2086
   "$BIN" attach "$pid" ${SCALENE_RS_ATTACH_ARGS:-} -o /dev/null 2>/dev/null &

@@ -2,7 +2,7 @@
 //!
 //! Owns: [`Error`] and the mapping to the CLI's exit codes ([`Error::exit_code`]).
 //! Must not: print anything (the binary decides how errors reach the user), or look at
-//! the system: telling why an OS call failed (gone? not allowed?) is `proc::os_error`.
+//! the system. Telling why an OS call failed (gone? not allowed?) is `proc::os_error`.
 
 use std::io;
 
@@ -16,6 +16,7 @@ pub mod exit {
     pub(crate) const PERMISSION: i32 = 5;
     pub(crate) const UNSUPPORTED_VERSION: i32 = 6;
     pub(crate) const PROCESS_EXITED: i32 = 7;
+    pub(crate) const BAD_CORE: i32 = 8;
 }
 
 /// Everything that can go wrong while reading a Python process from outside.
@@ -56,6 +57,18 @@ pub enum Error {
     #[error("--async: process {pid}: {why}")]
     NoAsync { pid: i32, why: String },
 
+    /// `--greenlets` asked of a process whose greenlets we cannot read (its build, or what
+    /// it holds).
+    #[error("--greenlets: process {pid}: {why}")]
+    NoGreenlets { pid: i32, why: String },
+
+    /// `--greenlets` asked of a process that has not imported greenlet.
+    #[error(
+        "--greenlets: process {0} has not imported greenlet (no greenlet._greenlet in \
+         sys.modules)"
+    )]
+    GreenletNotImported(i32),
+
     /// The interpreter is there but not in a state we can read (starting up, finalizing,
     /// or memory that does not look like what the layout promises).
     #[error("cannot read the Python interpreter of process {pid}: {why}")]
@@ -78,6 +91,12 @@ pub enum Error {
     #[error("inconsistent data at {addr:#x}: {why}")]
     Inconsistent { addr: u64, why: &'static str },
 
+    /// A core file (`dump --core`) that cannot be read as one: not a core, truncated,
+    /// damaged, or the files it needs missing or not the ones the process had. `why` says
+    /// which, and what to do where something can be done.
+    #[error("core file {core}: {why}")]
+    BadCore { core: String, why: String },
+
     /// Anything else from the OS.
     #[error("{context}: {source}")]
     Io {
@@ -95,11 +114,14 @@ impl Error {
             Error::ProcessExited(_) => exit::PROCESS_EXITED,
             Error::PermissionDenied { .. } => exit::PERMISSION,
             Error::NotPython { .. } => exit::NOT_PYTHON,
-            Error::UnsupportedVersion { .. } | Error::NoGil { .. } | Error::NoAsync { .. } => {
-                exit::UNSUPPORTED_VERSION
-            }
+            Error::UnsupportedVersion { .. }
+            | Error::NoGil { .. }
+            | Error::NoAsync { .. }
+            | Error::NoGreenlets { .. } => exit::UNSUPPORTED_VERSION,
+            Error::BadCore { .. } => exit::BAD_CORE,
             Error::BadState { .. }
             | Error::Read { .. }
+            | Error::GreenletNotImported(_)
             | Error::Inconsistent { .. }
             | Error::Io { .. } => exit::OTHER,
         }

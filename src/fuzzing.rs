@@ -1,10 +1,13 @@
 //! Entry points for the coverage-guided fuzz targets in `fuzz/` (docs/testing.md,
-//! "Fuzzing"): each takes the fuzzer's bytes and feeds them to one reader of untrusted
+//! "Fuzzing"). Each takes the fuzzer's bytes and feeds them to one reader of untrusted
 //! input, the same code the profiler runs on a target's memory, files or a saved profile.
 //!
-//! Owns: how the fuzzer's bytes are cut into the arguments of each reader (which line-table
-//! format, which interpreter layout, which registers), and the invariants checked on what
-//! comes back (a broken one panics, which the fuzzer reports like any crash).
+//! Owns:
+//! - how the fuzzer's bytes are cut into the arguments of each reader (which line-table
+//!   format, which interpreter layout, which registers);
+//! - the invariants checked on what comes back (a broken one panics, which the fuzzer
+//!   reports like any crash).
+//!
 //! Must not: hold logic of its own that the readers lack (a target that parsed differently
 //! from the profiler would test nothing), touch files or other processes, or be built
 //! without the `fuzzing` feature (it widens what the library exports).
@@ -56,14 +59,14 @@ pub fn line_table(data: &[u8]) {
     }
 }
 
-/// The memory ring's consumer side: `data` is the ring file's contents (header, then
+/// The memory ring's consumer side. `data` is the ring file's contents (header, then
 /// slots). A well-formed header gets every written event read, the ones that want an
 /// answer answered, as the memory consumer does.
 pub fn ring(data: &[u8]) {
     let Ok(mut ring) = crate::memory::ring::Ring::from_bytes(data) else {
         return;
     };
-    // A ring holds at most its capacity of events before the producer must wait; the bound
+    // A ring holds at most its capacity of events before the producer must wait. The bound
     // only keeps a header whose head and tail are far apart from running long.
     for _ in 0..4096 {
         let Some(e) = ring.next_event() else { break };
@@ -90,10 +93,12 @@ pub fn proc_maps(data: &[u8]) {
     }
 }
 
-/// An ELF file: as the interpreter finder reads it (symbols, `.rodata` strings, the load
-/// bias against a map that names it), as the native unwinder reads it (sections, build
-/// id, symbols, DWARF lines), as a separate debug file, and as loaded in memory (program
-/// headers and notes, read through the memory trait).
+/// An ELF file, read:
+/// - as the interpreter finder reads it (symbols, `.rodata` strings, the load bias against
+///   a map that names it);
+/// - as the native unwinder reads it (sections, build id, symbols, DWARF lines);
+/// - as a separate debug file;
+/// - as loaded in memory (program headers and notes, read through the memory trait).
 pub fn elf(data: &[u8]) {
     let name = std::path::Path::new("fuzz.so");
     if let Ok(f) = crate::elf::ElfFile::parse(name, data) {
@@ -118,7 +123,7 @@ pub fn elf(data: &[u8]) {
 }
 
 /// A profile JSON as `scalene-rs view` reads it, then rendered in every format, as `view`
-/// may be asked to; a profile that reads back must be written and read again unchanged.
+/// may be asked to. A profile that reads back must be written and read again unchanged.
 pub fn profile_json(data: &[u8]) {
     let Ok(text) = std::str::from_utf8(data) else {
         return;
@@ -154,12 +159,16 @@ pub const STACK_BASE: u64 = 0x5500_0000_0000;
 /// Type objects' addresses, as in those tests: code, frame, str, bytes.
 pub const STACK_TYPES: [u64; 4] = [0x7000_0010, 0x7000_0020, 0x7000_0030, 0x7000_0040];
 
-/// Python stacks over random memory: byte 0 picks the layout (a generated table, or with
-/// its top bit set `_Py_DebugOffsets` parsed from the memory itself, as for a 3.13+
-/// interpreter); bytes 1–8 are a thread state's address, bytes 9–16 its innermost frame's;
-/// the rest is the address space at [`STACK_BASE`]. The thread is walked as a paused one
-/// is, then as an unpaused one is (strict, through the read cache) and verified; the
-/// interpreter list is read from `STACK_BASE`.
+/// Python stacks over random memory.
+/// - Byte 0 picks the layout (a generated table, or with its top bit set `_Py_DebugOffsets`
+///   parsed from the memory itself, as for a 3.13+ interpreter).
+/// - Bytes 1–8 are a thread state's address, bytes 9–16 its innermost frame's.
+/// - The rest is the address space at [`STACK_BASE`].
+///
+/// The thread is walked as a paused one is, then as an unpaused one is (strict, through the
+/// read cache) and verified. The interpreter list is read from `STACK_BASE`. The object
+/// graph: the locals of the frames
+/// of the paused walk are read as `dump --locals` reads them (see [`object_graph`]).
 pub fn stack_walk(data: &[u8]) {
     let ([pick], rest) = take::<1>(data);
     let (tstate, rest) = take::<8>(rest);
@@ -184,11 +193,16 @@ pub fn stack_walk(data: &[u8]) {
         frame,
         unicode,
         bytes,
+        dict: 0,
+        module: 0,
+        int: 0,
     };
     let mut w = StackWalker::new(layout, types);
     w.max_depth = 512;
     w.want_anchors = true;
-    let _ = w.walk_still(&mem, tstate, top);
+    if let Ok(walk) = w.walk_still(&mem, tstate, top) {
+        object_graph(&layout, &types, &mem, &walk.chain, top);
+    }
     if let Ok(threads) = w.threads(&mem, STACK_BASE, None, None) {
         for t in threads.iter().take(4) {
             let _ = w.walk_still(&mem, t.tstate, t.top_frame);
@@ -201,8 +215,57 @@ pub fn stack_walk(data: &[u8]) {
     }
 }
 
-/// Asyncio task graphs over random memory: byte 0 picks 3.14's or 3.15's layout (frames,
-/// strings); the rest goes to `python::fuzz_tasks` (the offsets, the thread state's place,
+/// The locals of frames `chain` (and, as an object, the word at `top`) read from `mem`
+/// under tight bounds and a small budget. Every value's text stays bounded, whatever the
+/// objects claim (sizes, cycles, pointers).
+fn object_graph(
+    layout: &python_bindings::Layout,
+    types: &crate::python::TypeAddrs,
+    mem: &dyn ProcessMemory,
+    chain: &[u64],
+    top: u64,
+) {
+    use crate::python::locals::{self, Budget, Budgeted, LocalsLayout, ReprBounds, Values};
+    let (major, minor) = layout.version;
+    let Some(objects) = python_bindings::object_layout(major, minor, layout.free_threaded) else {
+        return;
+    };
+    let l = LocalsLayout {
+        layout,
+        objects,
+        types,
+    };
+    let bounds = ReprBounds { depth: 3, len: 8 };
+    let budget = Budget {
+        bytes: 1 << 20,
+        time: std::time::Duration::from_secs(1),
+    };
+    let budgeted = Budgeted::new(mem, budget);
+    // Text grows with what is read: at most `len` items per level and characters per
+    // string, each type name (128 bytes at most) read once, and an int's decimal digits
+    // (about 2.3 per byte of digits read). So 1 MiB of budget writes well under 4 MiB.
+    const MOST: usize = 4 << 20;
+    let frames: Vec<u64> = chain.iter().copied().take(16).collect();
+    for f in locals::read_frames(&l, &budgeted, &frames, bounds)
+        .into_iter()
+        .flatten()
+    {
+        for local in f {
+            assert!(
+                local.repr.len() < MOST,
+                "a repr of {} bytes",
+                local.repr.len()
+            );
+        }
+    }
+    let values = Values::new(objects, &budgeted, &layout.string, types, bounds);
+    if let Ok((_, text)) = values.repr(top) {
+        assert!(text.len() < MOST, "a repr of {} bytes", text.len());
+    }
+}
+
+/// Asyncio task graphs over random memory. Byte 0 picks 3.14's or 3.15's layout (frames,
+/// strings). The rest goes to `python::fuzz_tasks` (the offsets, the thread state's place,
 /// the address space at [`STACK_BASE`]). What it reads is rendered as `dump --async`
 /// renders it (the await tree, cycles and all).
 pub fn async_tasks(data: &[u8]) {
@@ -216,6 +279,9 @@ pub fn async_tasks(data: &[u8]) {
         frame,
         unicode,
         bytes,
+        dict: 0,
+        module: 0,
+        int: 0,
     };
     let mut w = StackWalker::new(*layout, types);
     w.max_depth = 256;
@@ -233,15 +299,18 @@ pub fn async_tasks(data: &[u8]) {
             threads,
             unavailable: None,
         }),
+        greenlets: None,
+        python_names_unavailable: None,
         left_out: 0,
         woken: Vec::new(),
+        stale_ids: Vec::new(),
     };
     let _ = report::dump::to_text(&snap);
     let _ = report::dump::to_json_string(&snap);
 }
 
-/// A native stack: bytes 0–15 pick the instruction pointer (a module of this process, and
-/// an offset into it) and the frame pointer; the rest is the stack from the stack pointer
+/// A native stack. Bytes 0–15 pick the instruction pointer (a module of this process, and
+/// an offset into it) and the frame pointer. The rest is the stack from the stack pointer
 /// up. It is unwound with this process's own modules' rules, as a captured thread's is.
 pub fn unwind(data: &[u8]) {
     native::fuzz::fuzz_unwind(data);

@@ -55,7 +55,7 @@ struct RecordArgs {
     /// Samples per second.
     #[arg(long, default_value_t = 100.0, value_parser = parse_rate)]
     rate: f64,
-    /// Count time threads spend off the CPU (sleeping, waiting) too; default: CPU time only.
+    /// Count time threads spend off the CPU (sleeping, waiting) too. Default: CPU time only.
     #[arg(long)]
     wall: bool,
     /// Per-thread breakdown in the report.
@@ -64,7 +64,7 @@ struct RecordArgs {
     /// Count only samples of the thread holding the GIL.
     #[arg(long)]
     gil: bool,
-    /// Never pause the target: a stack that keeps changing while it is read is counted as
+    /// Never pause the target. A stack that keeps changing while it is read is counted as
     /// lost. (Default: read without pausing, validate, and pause only to re-read such a stack.)
     #[arg(long, conflicts_with = "blocking")]
     nonblocking: bool,
@@ -73,15 +73,15 @@ struct RecordArgs {
     /// running, so past a few kHz ticks are missed).
     #[arg(long)]
     blocking: bool,
-    /// Native (C, C++, Rust) frames too: every sample stops each thread for a moment to
+    /// Native (C, C++, Rust) frames too. Every sample stops each thread for a moment to
     /// read its registers and stack (as --blocking does; needs ptrace; not with
     /// --nonblocking). Flame graphs and stacks show them merged with the Python frames, and
     /// each line with native time lists the native functions it was spent in.
     #[arg(long)]
     native: bool,
-    /// Asyncio-aware stacks (Python 3.11+): a thread running a task is charged to that
-    /// task's coroutines joined to those of the tasks awaiting it, root task first, with
-    /// the tasks' names as frames (`task NAME`) and without the event loop's own frames.
+    /// Asyncio-aware stacks (Python 3.11+). A thread running a task is charged to that
+    /// task's coroutines joined to those of the tasks awaiting it, root task first. The
+    /// tasks' names are frames (`task NAME`), and the event loop's own frames are left out.
     #[arg(long = "async", conflicts_with = "native")]
     tasks: bool,
     /// Report stdlib and site-packages lines too (by default their time goes to the line of
@@ -109,9 +109,9 @@ struct RecordArgs {
 struct PushArgs {
     /// Send the recording, window by window, to the continuous-profiling backend at URL
     /// (Grafana Pyroscope: http://HOST:4040; an OpenTelemetry Collector: http://HOST:4317
-    /// for OTLP/gRPC, http://HOST:4318 for OTLP/HTTP), while profiling goes on. Credentials come from
-    /// the environment only: SCALENE_RS_PUSH_TOKEN (bearer), or SCALENE_RS_PUSH_USER and
-    /// SCALENE_RS_PUSH_PASSWORD (basic); SCALENE_RS_PUSH_TENANT sets X-Scope-OrgID.
+    /// for OTLP/gRPC, http://HOST:4318 for OTLP/HTTP), while profiling goes on. Credentials
+    /// come from the environment only: SCALENE_RS_PUSH_TOKEN (bearer), or SCALENE_RS_PUSH_USER
+    /// and SCALENE_RS_PUSH_PASSWORD (basic). SCALENE_RS_PUSH_TENANT sets X-Scope-OrgID.
     #[arg(long, value_name = "URL")]
     push: Option<String>,
     /// The backend's protocol: pyroscope, otlp-grpc or otlp-http (default: from the URL;
@@ -140,7 +140,7 @@ struct PushArgs {
 }
 
 impl PushArgs {
-    /// The push of a COMMAND we start: it inherits our OTEL_SERVICE_NAME.
+    /// The push of a COMMAND we start. It inherits our OTEL_SERVICE_NAME.
     fn for_command(
         &self,
         argv: &[String],
@@ -213,7 +213,7 @@ fn parse_tag(s: &str) -> Result<(String, String), String> {
 /// Where and how to write the report.
 #[derive(clap::Args, Clone)]
 struct OutputArgs {
-    /// Write the report to FILE; the format follows the extension (.json, .svg,
+    /// Write the report to FILE. The format follows the extension (.json, .svg,
     /// .speedscope.json, .collapsed/.txt, .pb.gz/.pprof, .html/.htm, anything else:
     /// terminal text).
     #[arg(short = 'o', long, value_name = "FILE")]
@@ -235,10 +235,10 @@ struct RunArgs {
     /// starts is profiled too: multiprocessing workers, subprocesses, scripts).
     #[arg(long)]
     no_subprocesses: bool,
-    /// CPU time only: no memory or copy accounting (the preload library is not injected).
+    /// CPU time only, with no memory or copy accounting (the preload library is not injected).
     #[arg(long)]
     cpu_only: bool,
-    /// How Python's own objects (those pymalloc serves: up to 512 bytes) are counted.
+    /// How Python's own objects (those pymalloc serves, up to 512 bytes) are counted.
     #[arg(
         long,
         value_enum,
@@ -250,7 +250,7 @@ struct RunArgs {
     /// Same as `--python-allocator pymalloc`.
     #[arg(long, conflicts_with_all = ["cpu_only", "python_allocator"])]
     keep_pymalloc: bool,
-    /// Bytes a thread allocates (and, apart, frees) between two sampled memory events: each
+    /// Bytes a thread allocates (and, apart, frees) between two sampled memory events. Each
     /// sample records the line that allocated and waits for us to read its stack. Smaller
     /// windows see smaller allocations and cost more handshakes.
     #[arg(long, value_name = "BYTES", default_value_t = MemoryConfig::default().window,
@@ -270,20 +270,20 @@ struct AttachArgs {
     /// The process to profile.
     pid: i32,
     /// Stop after this many seconds of recording. With memory, they run from when the
-    /// process's memory is counted (or refused, with the reason): loading our library takes
-    /// a moment (at most 2 s), and a short attach still counts memory. Under a process that
-    /// is not Python (--subprocesses), from its first Python descendant's start; when none
-    /// came within them, the attach ends with exit 4.
+    /// process's memory is counted (or refused, with the reason), because loading our library
+    /// takes a moment (at most 2 s), and a short attach still counts memory. Under a process
+    /// that is not Python (--subprocesses), they run from its first Python descendant's start.
+    /// When none came within them, the attach ends with exit 4.
     #[arg(long, value_name = "SECONDS", value_parser = parse_duration)]
     duration: Option<std::time::Duration>,
     /// Profile the process's descendants that run Python too (found as they start). The
-    /// process need not be Python itself (a shell script, a PyInstaller app's bootloader):
-    /// then its Python descendants are profiled until it exits; none at all is exit 4.
+    /// process need not be Python itself (a shell script, a PyInstaller app's bootloader).
+    /// Then its Python descendants are profiled until it exits, and none at all is exit 4.
     #[arg(long)]
     subprocesses: bool,
-    /// CPU time only. By default memory is recorded too: a process started without
+    /// CPU time only. By default memory is recorded too. A process started without
     /// scalene-rs gets our library loaded into it (x86-64, glibc, CPython 3.6+ with a GIL)
-    /// and counts from the attach on; one started under `scalene-rs run` is read from its
+    /// and counts from the attach on. One started under `scalene-rs run` is read from its
     /// own ring.
     #[arg(long)]
     cpu_only: bool,
@@ -304,13 +304,13 @@ struct TopArgs {
     #[arg(long)]
     exit_on_end: bool,
     /// With a PID: watch its descendants that run Python too (a COMMAND's always are,
-    /// unless --no-subprocesses); the PID need not be Python itself then.
+    /// unless --no-subprocesses). The PID need not be Python itself then.
     #[arg(long)]
     subprocesses: bool,
     /// With a COMMAND: watch only the process it starts.
     #[arg(long, conflicts_with = "subprocesses")]
     no_subprocesses: bool,
-    /// CPU time only: no memory or copy columns (no library loaded into the target).
+    /// CPU time only, with no memory or copy columns (no library loaded into the target).
     #[arg(long)]
     cpu_only: bool,
     /// With a COMMAND: where its stdout and stderr go while the screen is ours (default: a
@@ -361,8 +361,8 @@ fn parse_duration(s: &str) -> Result<std::time::Duration, String> {
     Ok(std::time::Duration::from_secs_f64(secs))
 }
 
-/// A combination of arguments that clap does not refuse by itself: said on one line, with
-/// the usage exit code.
+/// A combination of arguments that clap does not refuse by itself. It is said on one
+/// line, with the usage exit code.
 #[derive(Debug)]
 struct Usage(&'static str);
 
@@ -435,7 +435,7 @@ fn clear_status(enabled: bool) {
     }
 }
 
-/// Writes the report: to `-o FILE` in the format its extension (or --format) names, else
+/// Writes the report to `-o FILE` in the format its extension (or --format) names, else
 /// as terminal text to stderr (stdout belongs to the profiled program).
 impl OutputArgs {
     /// The format asked for: `--format`, else the output file's extension, else terminal.
@@ -445,8 +445,8 @@ impl OutputArgs {
             .unwrap_or(Format::Terminal)
     }
 
-    /// Refuses what cannot be written, before anything is recorded: a binary format with
-    /// no file to write it to (it would go to stderr).
+    /// Refuses what cannot be written, before anything is recorded. That is a binary format
+    /// with no file to write it to (it would go to stderr).
     fn check(&self) -> anyhow::Result<()> {
         let format = self.format();
         if format.is_binary() && self.output.is_none() {

@@ -680,3 +680,93 @@ fn the_daemonset_and_the_systemd_unit_of_the_docs_are_enough() {
     let _ = std::fs::remove_dir_all(&dir);
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
+
+/// A PyInstaller one-file app started after the agent (tools/frozen.sh builds it): what
+/// starts is its bootloader, not Python; its child maps libpython only once it unpacked
+/// it, without an exec. The agent profiles the child all the same, and its windows put
+/// the app's time on its burning line. (A finder that looked at a new non-Python process
+/// once left the child alone when its first look came before libpython was mapped.)
+#[test]
+fn the_agent_finds_a_frozen_apps_python_child() {
+    let test = "agent (frozen app)";
+    if !common::have_go(test) {
+        return;
+    }
+    let app = common::cache_dir().join("frozen/app");
+    if !app.exists() {
+        return common::skip_or_fail(test, "no frozen app (tools/setup.sh runs tools/frozen.sh)");
+    }
+    let token = format!("scalene-agent-frozen-{}", std::process::id());
+    let rx = Receiver::start(Vec::new());
+    let mut agent = Command::new(bin())
+        .args(["agent", "--push", &rx.url(), "--window", "2"])
+        .args(["--match", &token])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let log = Lines::of(&mut agent);
+    let mut agent = KillOnDrop(agent);
+    let mut said = Vec::new();
+    assert!(
+        log.wait_for("profiling the host's Python processes", &mut said),
+        "{said:?}"
+    );
+    let mut boot = Command::new(&app)
+        .args(["5", &token])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut out = std::io::BufReader::new(boot.stdout.take().unwrap());
+    let mut first = String::new();
+    out.read_line(&mut first).unwrap();
+    let child: i32 = first
+        .trim()
+        .strip_prefix("ready ")
+        .and_then(|p| p.parse().ok())
+        .unwrap_or_else(|| panic!("the app's first line: {first:?}"));
+    let mut boot = KillOnDrop(boot);
+    let profiling = format!("profiling process {child} ");
+    let found = log.wait_for(&profiling, &mut said);
+    let status = boot.0.wait().unwrap();
+    assert!(
+        found,
+        "the frozen app's child {child} was not found: {said:?}"
+    );
+    assert!(status.success(), "the app: {status:?}");
+    let ended = format!("process {child} ended");
+    assert!(
+        said.iter().any(|l| l.contains(&ended)) || log.wait_for(&ended, &mut said),
+        "no {ended:?}: {said:?}"
+    );
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(agent.0.id() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
+    let _ = agent.0.wait();
+    let src = fixture("frozen/app.py");
+    let hot = [
+        format!("app.py:{}", mark(&src, "frozen-test")),
+        format!("app.py:{}", mark(&src, "frozen-body")),
+    ];
+    let series = series_by_pid(&rx);
+    let windows = series.get(&child).map_or(&[][..], |s| &s[..]);
+    assert!(!windows.is_empty(), "no window of the child {child}");
+    let raws: Vec<&[u8]> = windows
+        .iter()
+        .map(|s| &s.samples[0].raw_profile[..])
+        .collect();
+    let dir = tempdir("scalene-rs-agent-frozen");
+    let rows = receiver::pprof_top_merged(&raws, "cpu", &dir, &child.to_string());
+    let share: f64 = hot.iter().map(|h| flat(&rows, h)).sum();
+    common::say(&format!(
+        "{test}: child {child}: {} windows, {share:.1}% on burn's lines",
+        windows.len()
+    ));
+    assert!(share >= 80.0, "the child's windows: {rows:?}");
+    let _ = std::fs::remove_dir_all(&dir);
+}

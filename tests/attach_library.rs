@@ -104,7 +104,7 @@ fn events(ring: &Ring) -> Vec<EventData> {
 fn allocated(ring: &Ring) -> (u64, u64) {
     events(ring)
         .iter()
-        .filter(|e| e.kind == layout::EV_ALLOC)
+        .filter(|e| matches!(e.kind, layout::EV_ALLOC | layout::EV_ALLOC_LARGE))
         .fold((0, 0), |(a, p), e| (a + e.a, p + e.c))
 }
 
@@ -333,7 +333,7 @@ print(len([p for p in ps if p]))";
     // Allocations whose caller is not the interpreter: sqlite's.
     let native: u64 = events(&ring)
         .iter()
-        .filter(|e| e.kind == layout::EV_ALLOC)
+        .filter(|e| matches!(e.kind, layout::EV_ALLOC | layout::EV_ALLOC_LARGE))
         .map(|e| e.a - e.c)
         .sum();
     assert!(native >= 15 * MIB, "{} MiB counted as native", native / MIB);

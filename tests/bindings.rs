@@ -171,6 +171,10 @@ fn debug_offsets_in_every_313_plus_file_agree_with_the_generated_table() {
             .unwrap_or_else(|e| panic!("{what}: {e}"));
         assert_eq!(parsed.free_threaded, py.free_threaded, "{what}");
         assert_agrees(&parsed, gen, &what);
+        // The objects table (threads' names) where the debug offsets carry its fields.
+        let objects = scalene_rs::python_bindings::objects_disagree_with_debug_offsets(&bytes)
+            .unwrap_or_else(|| panic!("{what}: no objects table"));
+        assert!(objects.is_empty(), "{what}: objects table: {objects:?}");
         eprintln!("{what}: agrees");
     }
 }

@@ -972,7 +972,8 @@ fn dump_shapes() {
 }
 
 /// The human backtrace: a `Process PID: EXE` line, a `Python X.Y.Z` line, then per thread a
-/// header `Thread NATIVE_ID "NAME" (idle...)` followed by `#i function (file:line)` lines.
+/// header `Thread NATIVE_ID "PYTHON NAME" (OS NAME): idle, ...` followed by
+/// `#i function (file:line)` lines.
 fn check_text(case: &Case, dump: &Dump, errs: &mut Vec<String>) {
     let args = vec!["dump".to_string(), case.pid().to_string()];
     case.settle();
@@ -1035,8 +1036,10 @@ fn check_text(case: &Case, dump: &Dump, errs: &mut Vec<String>) {
             continue;
         };
         if let Some(name) = &t.name {
-            if !header.contains(&format!("\"{name}\"")) {
-                errs.push(format!("text: header {header:?} lacks the name {name:?}"));
+            if !header.contains(&format!(" ({name}): ")) {
+                errs.push(format!(
+                    "text: header {header:?} lacks the OS name {name:?}"
+                ));
             }
         }
         if t.idle && !header.contains("idle") {

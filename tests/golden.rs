@@ -410,9 +410,12 @@ fn terminal_shows_what_matters() {
     // A sliver, and a gap.
     assert!(text.contains("<1%"));
     assert!(text.contains("   ... │"));
-    // Threads, including the one without a name.
-    assert!(text.contains("worker-1 données"));
-    assert!(text.contains("    4251 │        3 │             │        │    <1% │    <1% │ -\n"));
+    // Threads: the name the program gave one beside the OS's, the one without a name,
+    // and (one of them ran in a subinterpreter) the interpreters each ran in.
+    assert!(text.contains("│ pool-ü1 (worker-1 données) · interp 0\n"));
+    assert!(text.contains(
+        "    4251 │        3 │             │        │    <1% │    <1% │ - · interp 0,1\n"
+    ));
     let wall = terminal::render_without_source(&load("wall"), &plain(100, 2));
     assert!(wall.contains("37 of 3726 samples missed"));
     assert!(wall.contains("3 thread stacks unreadable"));

@@ -309,6 +309,8 @@ pub fn synthetic_profile() -> Profile {
         threads: vec![ThreadProfile {
             native_id: 4242,
             name: Some("MainThread".into()),
+            python_name: None,
+            interpreters: Vec::new(),
             samples: 6000,
             cpu_python_pct: 60.0,
             cpu_native_pct: 30.0,

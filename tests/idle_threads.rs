@@ -112,7 +112,7 @@ fn a_growing_pool_is_read_in_the_threads_that_ran() {
 #[test]
 fn a_pool_that_starts_at_once_is_read_over_a_few_samples() {
     let fx = common::fixture("cpu/parked.py");
-    let work = common::mark(&fx, "work");
+    let (work, park) = (common::mark(&fx, "work"), common::mark(&fx, "park"));
     let threads = 400u64;
     common::for_each_representative_alone(|py| {
         let p = record_fixture(py, "cpu/parked.py", &["400", "1.5"], &[])?;
@@ -120,9 +120,9 @@ fn a_pool_that_starts_at_once_is_read_over_a_few_samples() {
         let unchanged = p["unchanged_reads"].as_u64().unwrap_or(0);
         let deferred = p["deferred_reads"].as_u64().unwrap_or(0);
         let share = unchanged as f64 / (threads * samples).max(1) as f64;
-        let w = line_total(&p, work);
+        let (w, k) = (line_total(&p, work), line_total(&p, park));
         let summary = format!(
-            "{deferred} thread samples deferred, {:.0}% of parked thread samples not read again, work line {w:.1}%",
+            "{deferred} thread samples deferred, {:.1}% of parked thread samples not read again, work line {w:.1}%, park line {k:.2}%",
             100.0 * share
         );
         if deferred == 0 || share < 0.8 || w < 50.0 {

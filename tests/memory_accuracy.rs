@@ -118,13 +118,7 @@ fn kept_bytes_have_their_peak_and_are_python() {
 /// it failed where it could not; see `common::setup_setting`). Unset: none is required,
 /// but the test must still run on one.
 fn numpy_required() -> Vec<String> {
-    common::setup_setting("SCALENE_RS_NUMPY_PYTHONS")
-        .unwrap_or_default()
-        .split(',')
-        .map(str::trim)
-        .filter(|l| !l.is_empty())
-        .map(String::from)
-        .collect()
+    common::setup_labels("SCALENE_RS_NUMPY_PYTHONS")
 }
 
 #[test]
@@ -342,4 +336,86 @@ fn small_objects_are_seen_with_either_allocator() {
             }
         }
     }
+}
+
+/// A line allocating 24 blocks of 8 MiB beside a loop that churns small objects on the
+/// same thread (fixtures/memory/churn_beside_big.py): the churn spends its thread's
+/// handshakes, yet BIG gets its 192 MiB, plus at most one window per block (the churn's
+/// bytes since the thread's previous event ride with BIG's event), less at most 5%; and the
+/// report says how much of the large blocks was charged without a stack of their own: at
+/// most one of the 24 blocks. (With one budget for both, BIG got 27-99% of its bytes, the
+/// rest going to CHURN.)
+#[test]
+fn a_large_block_beside_a_churning_loop_is_charged_to_its_own_line() {
+    let fx = "memory/churn_beside_big.py";
+    let big = marked_line(fx, "MARK: BIG");
+    let churn = marked_line(fx, "MARK: CHURN");
+    let mut failures = Vec::new();
+    for py in common::representatives() {
+        let (p, out) = profile_with(&py, fx, &[]);
+        if !out.contains("big 192 MiB") {
+            failures.push(format!("{}: the fixture printed {out:?}", py.label));
+            continue;
+        }
+        let got = field(line(&p, fx, big), "mem_alloc_mb");
+        let churned = field(line(&p, fx, churn), "mem_alloc_mb");
+        let m = &p["memory"];
+        let window_mb = m["window_bytes"].as_f64().unwrap_or(0.0) / 1048576.0;
+        let without = m["large_alloc_without_own_stack_mb"].as_f64();
+        let large = m["large_alloc_mb"].as_f64().unwrap_or(0.0);
+        let summary = format!(
+            "BIG {got:.1} MB (truth 192 MiB), CHURN {churned:.0} MB, large blocks {large:.1} MB \
+             of which {without:?} MB without their own stack, {} handshakes, {} late",
+            m["handshakes"], m["handshake_timeouts"]
+        );
+        let ok = got >= 0.95 * 192.0
+            && got <= 192.0 + 24.0 * window_mb
+            && without.is_some_and(|w| w <= 8.0 + window_mb);
+        if ok {
+            eprintln!("{}: {summary}", py.label);
+        } else {
+            failures.push(format!("{}: {summary}", py.label));
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+/// The terminal report says, in a line of its own, how much of the blocks of at least a
+/// window was charged without a stack of their own (a saved profile whose figures say so,
+/// rendered again with `view`), and says nothing of it when none was.
+#[test]
+fn the_report_says_how_much_of_the_large_blocks_had_no_stack_of_their_own() {
+    let golden = common::repo_root().join("tests/golden/memory/profile.json");
+    let mut p: Value = serde_json::from_str(&std::fs::read_to_string(golden).unwrap()).unwrap();
+    let dir = common::tempdir("scalene-rs-large-report");
+    let render = |p: &Value| {
+        let json = dir.join("p.json");
+        std::fs::write(&json, serde_json::to_string(p).unwrap()).unwrap();
+        let out = Command::new(BIN).arg("view").arg(&json).output().unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        // The terminal report goes to stderr (stdout stays the program's).
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    };
+    const SAID: &str = "charged without a stack of their own";
+    // The report wraps its fields to the terminal's width.
+    let flat = |text: &str| text.split_whitespace().collect::<Vec<_>>().join(" ");
+    assert!(
+        !flat(&render(&p)).contains(SAID),
+        "nothing said when none was"
+    );
+    p["memory"]["large_alloc_mb"] = 32.0.into();
+    p["memory"]["large_alloc_without_own_stack_mb"] = 8.0.into();
+    p["memory"]["large_allocs_without_own_stack"] = 1.into();
+    let text = render(&p);
+    assert!(
+        flat(&text).contains(&format!(
+            "8.0 MB of 32.0 MB allocated in blocks of at least a window (1 events) {SAID}"
+        )),
+        "{text}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -305,7 +305,10 @@ fn go_tool_pprof_gives_every_thread_its_share() {
     let out = ok(cmd, Duration::from_secs(120)).stdout;
     let tags = tag_rows(&out, "thread_id");
     let threads = p["threads"].as_array().unwrap();
-    assert!(threads.len() >= 5, "five threads expected: {threads:?}");
+    // The four workers at least. The main thread, waiting in `join`, is there only when a
+    // sample caught it starting them: a sampler that came up late (a loaded CI machine)
+    // never sees it on the CPU, and CPU mode keeps no thread it never saw run.
+    assert!(threads.len() >= 4, "four threads expected: {threads:?}");
     let mut summary = Vec::new();
     for t in threads {
         let tid = t["native_id"].to_string();

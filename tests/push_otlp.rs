@@ -185,18 +185,46 @@ fn profile<'a>(req: &'a Value, kind: &str) -> Option<&'a Value> {
 
 /// The value on leaf line `file_line` (`split.py:24`) of a profile, and its whole.
 fn flat(p: Option<&Value>, file_line: &str) -> (f64, f64) {
-    let Some(p) = p else { return (0.0, 0.0) };
     let (mut on, mut all) = (0.0, 0.0);
-    for s in p["samples"].as_array().unwrap() {
-        let v = s["value"].as_f64().unwrap();
+    for (at, v) in leaves(p) {
         all += v;
-        let leaf = &s["stack"][0];
-        let at = format!("{}:{}", leaf["file"].as_str().unwrap_or(""), leaf["line"]);
         if at.ends_with(file_line) {
             on += v;
         }
     }
     (on, all)
+}
+
+/// Each sample of profile `p` (none when absent): its leaf as `file:line`, its value.
+fn leaves(p: Option<&Value>) -> Vec<(String, f64)> {
+    let Some(p) = p else { return Vec::new() };
+    p["samples"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| {
+            let leaf = &s["stack"][0];
+            let at = format!("{}:{}", leaf["file"].as_str().unwrap_or(""), leaf["line"]);
+            (at, s["value"].as_f64().unwrap())
+        })
+        .collect()
+}
+
+/// The leaves of profile `p` that hold the most of its value, at most `n`, as
+/// `file:line value%`: what a failed share names.
+fn top_leaves(p: Option<&Value>, n: usize) -> Vec<String> {
+    let mut by: std::collections::BTreeMap<String, f64> = Default::default();
+    let mut all = 0.0;
+    for (at, v) in leaves(p) {
+        all += v;
+        *by.entry(at).or_default() += v;
+    }
+    let mut v: Vec<(String, f64)> = by.into_iter().collect();
+    v.sort_by(|a, b| b.1.total_cmp(&a.1));
+    v.into_iter()
+        .take(n)
+        .map(|(at, x)| format!("{at} {:.1}%", 100.0 * x / f64::max(all, 1.0)))
+        .collect()
 }
 
 /// What every OTLP push must hold: each request well formed and named, the hot lines'
@@ -286,11 +314,13 @@ fn check_windows(reqs: &[Value], r: &common::Run, transport: &str, service: &str
         );
         assert!(
             py_pct >= 85.0,
-            "window {n}: {py_pct:.1}% of the Python time on the python line"
+            "window {n}: {py_pct:.1}% of the Python time on the python line; its leaves: {:?}",
+            top_leaves(profile(q, "python"), 5)
         );
         assert!(
             nat_pct >= 85.0,
-            "window {n}: {nat_pct:.1}% of the native time on the native line"
+            "window {n}: {nat_pct:.1}% of the native time on the native line; its leaves: {:?}",
+            top_leaves(profile(q, "native"), 5)
         );
         // The samples are the profile of one thread: it is named on them.
         assert!(
@@ -421,26 +451,41 @@ fn one_second_windows(url: &str, transport: &str, seconds: &str) -> common::Run 
     )
 }
 
-/// The distinct windows among `reqs`, by the wall-clock second their CPU profile began
-/// in (a window tried again arrives more than once), each with the answers it got.
-fn windows_by_second(reqs: &[Value]) -> std::collections::BTreeMap<i64, Vec<String>> {
-    let mut by = std::collections::BTreeMap::<i64, Vec<String>>::new();
+/// The distinct windows among `reqs`, by the instant (Unix ns) their CPU profile began
+/// (a window tried again arrives more than once), each with its length (ns) and the
+/// answers it got.
+fn windows_by_start(reqs: &[Value]) -> std::collections::BTreeMap<u64, (u64, Vec<String>)> {
+    let mut by = std::collections::BTreeMap::<u64, (u64, Vec<String>)>::new();
     for q in reqs {
-        let t = profile(q, "cpu").and_then(|p| p["time_unix_nano"].as_u64());
-        let t = t.expect("a request without a CPU profile") as i64;
-        by.entry(t.div_euclid(1_000_000_000))
-            .or_default()
-            .push(q["answer"].as_str().unwrap_or("").to_string());
+        let cpu = profile(q, "cpu").expect("a request without a CPU profile");
+        let (t, d) = (
+            cpu["time_unix_nano"].as_u64(),
+            cpu["duration_nano"].as_u64(),
+        );
+        let (t, d) = (t.expect("no start"), d.expect("no length"));
+        let w = by.entry(t).or_insert((d, Vec::new()));
+        w.1.push(q["answer"].as_str().unwrap_or("").to_string());
     }
     by
 }
 
-/// The seconds between the first and the last window that no window began in.
-fn gaps(by: &std::collections::BTreeMap<i64, Vec<String>>) -> Vec<i64> {
-    let (Some(first), Some(last)) = (by.keys().next(), by.keys().last()) else {
+/// The stretches (start ms, end ms, from the first window's start) between one window's
+/// end and the next one's start longer than [`GAP`]: time no window covers.
+/// - Windows are cut at the first tick after each second: a late tick makes a window
+///   longer, never leaves time out; a lost window leaves about a second out.
+fn gaps(by: &std::collections::BTreeMap<u64, (u64, Vec<String>)>) -> Vec<(u64, u64)> {
+    const GAP: u64 = 100_000_000;
+    let Some(first) = by.keys().next().copied() else {
         return Vec::new();
     };
-    (*first..=*last).filter(|s| !by.contains_key(s)).collect()
+    let ms = |t: u64| (t - first) / 1_000_000;
+    by.iter()
+        .zip(by.iter().skip(1))
+        .filter_map(|((t, (d, _)), (next, _))| {
+            let end = t + d;
+            (*next > end + GAP).then(|| (ms(end), ms(*next)))
+        })
+        .collect()
 }
 
 #[test]
@@ -459,17 +504,17 @@ fn unavailable_then_partial_success_is_retried_then_counted_refused() {
         let url = format!("http://127.0.0.1:{}", rx.port);
         let r = one_second_windows(&url, transport, "6");
         unharmed(&r);
-        let by = windows_by_second(&rx.requests());
+        let by = windows_by_start(&rx.requests());
         // The first window: UNAVAILABLE (503) twice, tried again each time, then taken in
         // part: not tried again (a partial success is final), counted refused.
-        let first = by.values().next().expect("no request");
+        let first = &by.values().next().expect("no request").1;
         assert_eq!(
             first,
             &["unavailable", "unavailable", "partial"],
             "{transport}: the first window's answers"
         );
         assert!(
-            by.values().skip(1).all(|a| a == &["ok"]),
+            by.values().skip(1).all(|(_, a)| a == &["ok"]),
             "{transport}: {by:?}"
         );
         assert!(
@@ -515,7 +560,7 @@ fn a_receiver_down_at_start_loses_no_window() {
         let rx = Receiver::start_with(&py, transport, &["--port", &port.to_string()]);
         let r = pushing.join().unwrap();
         unharmed(&r);
-        let by = windows_by_second(&rx.requests());
+        let by = windows_by_start(&rx.requests());
         assert!(by.len() >= 8, "{transport}: {} windows: {by:?}", by.len());
         assert!(
             gaps(&by).is_empty(),

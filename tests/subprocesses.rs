@@ -102,15 +102,22 @@ fn fx(name: &str) -> String {
         .into_owned()
 }
 
-/// The 4 workers' shares (each burns the same CPU time, one task per worker): each within
-/// ±10 points of 25% of the workers' total, and the pool's work most of the program's time.
-fn check_pool(p: &Value, what: &str) -> Result<String, String> {
+/// The 4 workers' shares (each burns `burn` s of its CPU clock, one task per worker): each
+/// within ±10 points of 25% of the workers' total, and pool.py charged the 4 × `burn`
+/// seconds the workers burnt in it.
+/// - The truth is the work's seconds, not a share: what a worker spends starting is not
+///   pool.py's. A spawned worker of the free-threaded 3.13t starts slowly, and pool.py
+///   was 67% of that program's time against the 70% once asked here.
+fn check_pool(p: &Value, what: &str, burn: f64) -> Result<String, String> {
     let procs = processes(p);
     let mut shares: Vec<f64> = procs.iter().map(|x| x.2).collect();
     shares.sort_by(|a, b| b.total_cmp(a));
     let work = file_pct(p, "pool.py");
+    let work_s = work / 100.0 * p["total_s"].as_f64().unwrap_or(0.0);
+    let truth = 4.0 * burn;
     let summary = format!(
-        "{what}: {} processes, shares {:?}, pool.py {work:.0}%",
+        "{what}: {} processes, shares {:?}, pool.py {work:.0}% ({work_s:.2} s of the {truth:.2} s \
+         burnt in it)",
         procs.len(),
         shares.iter().map(|s| s.round()).collect::<Vec<_>>()
     );
@@ -118,8 +125,8 @@ fn check_pool(p: &Value, what: &str) -> Result<String, String> {
         return Err(format!("expected the parent and 4 workers: {summary}"));
     }
     let workers: f64 = shares[..4].iter().sum();
-    // The rest is the parent's and the pool's own processes (start-up, imports).
-    if work < 70.0 || workers < 70.0 {
+    // Beyond the work: the parent's few pool.py lines, which wait for the workers.
+    if work_s < 0.9 * truth || work_s > 1.1 * truth + 0.2 || workers < 70.0 {
         return Err(format!("the workers' work is missing: {summary}"));
     }
     if shares[..4]
@@ -143,7 +150,7 @@ fn a_pool_of_workers_under_every_start_method() {
         for m in methods {
             let path = py.path.to_string_lossy();
             let p = run(&[], &[&path, &fx("pool.py"), m, "1.2"])?;
-            out.push(check_pool(&p, m)?);
+            out.push(check_pool(&p, m, 1.2)?);
         }
         Ok(out.join("; "))
     });
@@ -311,6 +318,7 @@ fn has_top_frame(process: &Value, function: &str, file: &str, line: i64) -> bool
 /// --subprocesses` on the script shows the Python under it, on its hot line.
 #[test]
 fn attach_to_a_bash_script_profiles_the_python_it_starts() {
+    const WATCH: f64 = 4.0;
     let busy = common::fixture("procs/busy.py");
     let hot = common::mark(&busy, "hot");
     common::for_each_representative(|py| {
@@ -331,9 +339,10 @@ fn attach_to_a_bash_script_profiles_the_python_it_starts() {
             // CPU only: memory of attached processes is attach_memory.rs's; here, the
             // following.
             cmd.args(["attach", &bash.to_string(), "--subprocesses", "--cpu-only"])
-                // 2.5 s: the watch for a first Python ends with it (1.5 s was too short
-                // for 3.8's start after the script's 0.6 s at load 11).
-                .args(["--duration", "2.5", "-o"])
+                // The watch for a first Python ends with the duration. 1.5 s was too short
+                // for 3.8's start after the script's 0.6 s at load 11; 2.5 s for 3.8 and
+                // 3.10 at load 8.
+                .args(["--duration", &WATCH.to_string(), "-o"])
                 .arg(&out);
             let r = common::run_limited(cmd, Duration::from_secs(60));
             let said =
@@ -363,10 +372,10 @@ fn attach_to_a_bash_script_profiles_the_python_it_starts() {
                     "busy.py:{hot} has {share:.0}% of the time (want ≥80%)"
                 ));
             }
-            // 2.5 s from the Python's first sample, after the script's 0.6 s alone (from
-            // the attach's start, 2.5 s would be the whole).
+            // WATCH s from the Python's first sample, after the script's 0.6 s alone (from
+            // the attach's start, WATCH s would be the whole).
             let secs = p["duration_s"].as_f64().unwrap_or(0.0);
-            if secs < 2.8 {
+            if secs < WATCH + 0.3 {
                 return Err(format!(
                     "recorded {secs:.2} s: the duration did not wait for the Python"
                 ));

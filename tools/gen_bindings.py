@@ -43,6 +43,8 @@ FIELDS = [
     ("interp.next", None, None, "offsetof(PyInterpreterState, next)"),
     ("interp.tstate_head", None, (3, 10), "offsetof(PyInterpreterState, tstate_head)"),
     ("interp.tstate_head", (3, 11), None, "offsetof(PyInterpreterState, threads.head)"),
+    # The interpreter's own id (0: the main one); 2.7 and 3.6 have none.
+    ("interp.id", (3, 7), None, "offsetof(PyInterpreterState, id)"),
     ("interp.ceval_gil", (3, 12), None, "offsetof(PyInterpreterState, ceval.gil)"),
     ("interp.gil_locked", (3, 12), None, "offsetof(struct _gil_runtime_state, locked)"),
     ("interp.gil_last_holder", (3, 12), None, "offsetof(struct _gil_runtime_state, last_holder)"),
@@ -327,6 +329,233 @@ def render_async(tables):
     out.append("];")
     return "\n".join(out) + "\n"
 
+
+# What reading objects from outside needs on every version (src/python/objects.rs): from an
+# interpreter's sys.modules to a module's dict, an instance's attributes (a type's dict
+# offset, or its managed dict and values), dict entries, str keys and int values. Today's
+# reader is the threads' names (`threading._active`: ident -> Thread, each one's `_name`).
+# Rendered into one table per minor version (and build kind) in objects.rs.
+#
+# Two structs are in no installed header of some versions; their fields are then given
+# from the sources' declarations, in units of the declared types (the reader checks every
+# dict it reads against its `ma_used`, so a wrong layout reads as no names, never as
+# others'):
+# - PyModuleObject before 3.10 (Objects/moduleobject.c): `PyObject_HEAD` then `md_dict`.
+# - PyDictKeysObject and PyDictKeyEntry in 3.6-3.10 (Objects/dict-common.h): `dk_refcnt`,
+#   `dk_size`, `dk_lookup`, `dk_usable`, `dk_nentries` (each word-sized), then the
+#   indices; an entry is `me_hash`, `me_key`, `me_value`.
+OBJECT_FIELDS = [
+    ("object_size", None, None, "sizeof(PyObject)"),
+    ("ob_type", None, None, "offsetof(PyObject, ob_type)"),
+    ("ob_size", None, None, "offsetof(PyVarObject, ob_size)"),
+    ("tp_name", None, None, "offsetof(PyTypeObject, tp_name)"),
+    ("tp_basicsize", None, None, "offsetof(PyTypeObject, tp_basicsize)"),
+    ("tp_flags", None, None, "offsetof(PyTypeObject, tp_flags)"),
+    ("tp_dictoffset", None, None, "offsetof(PyTypeObject, tp_dictoffset)"),
+    ("ht_cached_keys", (3, 0), None, "offsetof(PyHeapTypeObject, ht_cached_keys)"),
+    ("flag_dict", None, None, "Py_TPFLAGS_DICT_SUBCLASS"),
+    ("flag_int", None, (2, 7), "Py_TPFLAGS_INT_SUBCLASS"),
+    ("flag_int", (3, 0), None, "Py_TPFLAGS_LONG_SUBCLASS"),
+    ("flag_str", None, (2, 7), "Py_TPFLAGS_STRING_SUBCLASS"),
+    ("flag_str", (3, 0), None, "Py_TPFLAGS_UNICODE_SUBCLASS"),
+    ("flag_managed_dict", (3, 11), None, "Py_TPFLAGS_MANAGED_DICT"),
+    ("flag_inline_values", (3, 13), None, "Py_TPFLAGS_INLINE_VALUES"),
+    # 2.7's int; 3.x's int (digits of PyLong_SHIFT bits; 3.12+: a tag, count and sign).
+    ("int_value", None, (2, 7), "offsetof(PyIntObject, ob_ival)"),
+    ("long_digits", (3, 0), (3, 11), "offsetof(PyLongObject, ob_digit)"),
+    ("long_digits", (3, 12), None, "offsetof(PyLongObject, long_value.ob_digit)"),
+    ("long_tag", (3, 12), None, "offsetof(PyLongObject, long_value.lv_tag)"),
+    ("long_shift", (3, 0), None, "PyLong_SHIFT"),
+    ("digit_size", (3, 0), None, "sizeof(digit)"),
+    ("interp_modules", None, (3, 11), "offsetof(PyInterpreterState, modules)"),
+    ("interp_modules", (3, 12), None, "offsetof(PyInterpreterState, imports.modules)"),
+    ("md_dict", None, (3, 9), "sizeof(PyObject)"),
+    ("md_dict", (3, 10), None, "offsetof(PyModuleObject, md_dict)"),
+    # Dicts: 2.7's open table of entries; 3.6+'s keys object (indices, then entries) and,
+    # for a split dict, its values.
+    ("ma_used", None, None, "offsetof(PyDictObject, ma_used)"),
+    ("ma_mask", None, (2, 7), "offsetof(PyDictObject, ma_mask)"),
+    ("ma_table", None, (2, 7), "offsetof(PyDictObject, ma_table)"),
+    ("ma_keys", (3, 0), None, "offsetof(PyDictObject, ma_keys)"),
+    ("ma_values", (3, 0), None, "offsetof(PyDictObject, ma_values)"),
+    ("dk_size", (3, 6), (3, 10), "1 * sizeof(Py_ssize_t)"),
+    ("dk_nentries", (3, 6), (3, 10), "4 * sizeof(Py_ssize_t)"),
+    ("dk_indices", (3, 6), (3, 10), "5 * sizeof(Py_ssize_t)"),
+    ("dk_log2_size", (3, 11), None, "offsetof(PyDictKeysObject, dk_log2_size)"),
+    ("dk_log2_index_bytes", (3, 11), None, "offsetof(PyDictKeysObject, dk_log2_index_bytes)"),
+    ("dk_kind", (3, 11), None, "offsetof(PyDictKeysObject, dk_kind)"),
+    ("dk_nentries", (3, 11), None, "offsetof(PyDictKeysObject, dk_nentries)"),
+    ("dk_indices", (3, 11), None, "offsetof(PyDictKeysObject, dk_indices)"),
+    ("dict_keys_general", (3, 11), None, "DICT_KEYS_GENERAL"),
+    ("entry_size", None, (2, 7), "sizeof(PyDictEntry)"),
+    ("entry_key", None, (2, 7), "offsetof(PyDictEntry, me_key)"),
+    ("entry_value", None, (2, 7), "offsetof(PyDictEntry, me_value)"),
+    ("entry_size", (3, 6), (3, 10), "3 * sizeof(Py_ssize_t)"),
+    ("entry_key", (3, 6), (3, 10), "1 * sizeof(Py_ssize_t)"),
+    ("entry_value", (3, 6), (3, 10), "2 * sizeof(Py_ssize_t)"),
+    ("entry_size", (3, 11), None, "sizeof(PyDictKeyEntry)"),
+    ("entry_key", (3, 11), None, "offsetof(PyDictKeyEntry, me_key)"),
+    ("entry_value", (3, 11), None, "offsetof(PyDictKeyEntry, me_value)"),
+    ("uentry_size", (3, 11), None, "sizeof(PyDictUnicodeEntry)"),
+    ("uentry_key", (3, 11), None, "offsetof(PyDictUnicodeEntry, me_key)"),
+    ("uentry_value", (3, 11), None, "offsetof(PyDictUnicodeEntry, me_value)"),
+    ("values_values", (3, 11), None, "offsetof(PyDictValues, values)"),
+    ("values_capacity", (3, 13), None, "offsetof(PyDictValues, capacity)"),
+    ("values_valid", (3, 13), None, "offsetof(PyDictValues, valid)"),
+    # Instance attributes of a type with a managed dict, as in ASYNC_FIELDS.
+    ("managed_values", (3, 11), (3, 11), "(char *)_PyObject_ValuesPointer(FAKE) - (char *)FAKE"),
+    ("managed_dict", (3, 11), (3, 11), "(char *)_PyObject_ManagedDictPointer(FAKE) - (char *)FAKE"),
+    ("managed_dict", (3, 12), (3, 12), "(char *)_PyObject_DictOrValuesPointer(FAKE) - (char *)FAKE"),
+    ("values_untag", (3, 12), (3, 12), "values_untag()"),
+    ("managed_dict", (3, 13), None, "MANAGED_DICT_OFFSET"),
+    # `dump --locals` (src/python/locals/): a frame's local slots and the names and kinds of
+    # them its code object gives, and the built-in types whose values it shows.
+    ("flag_heaptype", None, None, "Py_TPFLAGS_HEAPTYPE"),
+    ("code_argcount", None, None, "offsetof(PyCodeObject, co_argcount)"),
+    ("code_kwonlyargcount", (3, 0), None, "offsetof(PyCodeObject, co_kwonlyargcount)"),
+    ("code_flags", None, None, "offsetof(PyCodeObject, co_flags)"),
+    ("co_varargs", None, None, "CO_VARARGS"),
+    ("co_varkeywords", None, None, "CO_VARKEYWORDS"),
+    # <= 3.10: `f_localsplus` holds the locals (`co_nlocals` of them, named by
+    # `co_varnames`), then the cells (`co_cellvars`), then the free variables (`co_freevars`).
+    ("code_nlocals", None, (3, 10), "offsetof(PyCodeObject, co_nlocals)"),
+    ("code_varnames", None, (3, 10), "offsetof(PyCodeObject, co_varnames)"),
+    ("code_cellvars", None, (3, 10), "offsetof(PyCodeObject, co_cellvars)"),
+    ("code_freevars", None, (3, 10), "offsetof(PyCodeObject, co_freevars)"),
+    ("frame_localsplus", None, (3, 10), "offsetof(PyFrameObject, f_localsplus)"),
+    # 3.11+: `localsplus` holds `co_nlocalsplus` slots, each named by `co_localsplusnames`
+    # and of the kind (local, cell, free, hidden) its byte of `co_localspluskinds` says.
+    ("code_nlocalsplus", (3, 11), None, "offsetof(PyCodeObject, co_nlocalsplus)"),
+    ("code_localsplusnames", (3, 11), None, "offsetof(PyCodeObject, co_localsplusnames)"),
+    ("code_localspluskinds", (3, 11), None, "offsetof(PyCodeObject, co_localspluskinds)"),
+    ("frame_localsplus", (3, 11), None, "offsetof(_PyInterpreterFrame, localsplus)"),
+    ("fast_local", (3, 11), None, "CO_FAST_LOCAL"),
+    ("fast_cell", (3, 11), None, "CO_FAST_CELL"),
+    ("fast_free", (3, 11), None, "CO_FAST_FREE"),
+    ("fast_hidden", (3, 12), None, "CO_FAST_HIDDEN"),
+    # 3.14+: a slot is a `_PyStackRef`, its low bits tags.
+    ("stackref_tag_bits", (3, 14), None, "Py_TAG_BITS"),
+    ("long_non_size_bits", (3, 12), None, "_PyLong_NON_SIZE_BITS"),
+    ("tuple_items", None, None, "offsetof(PyTupleObject, ob_item)"),
+    ("list_items", None, None, "offsetof(PyListObject, ob_item)"),
+    ("float_value", None, None, "offsetof(PyFloatObject, ob_fval)"),
+    ("cell_ref", None, None, "offsetof(PyCellObject, ob_ref)"),
+    ("set_used", None, None, "offsetof(PySetObject, used)"),
+    ("set_mask", None, None, "offsetof(PySetObject, mask)"),
+    ("set_table", None, None, "offsetof(PySetObject, table)"),
+    ("setentry_size", None, None, "sizeof(setentry)"),
+    ("setentry_key", None, None, "offsetof(setentry, key)"),
+    ("setentry_hash", None, None, "offsetof(setentry, hash)"),
+    # 2.7's `long` (3.x's `int` above).
+    ("long_digits", (2, 7), (2, 7), "offsetof(PyLongObject, ob_digit)"),
+    ("long_shift", (2, 7), (2, 7), "PyLong_SHIFT"),
+    ("digit_size", (2, 7), (2, 7), "sizeof(digit)"),
+    # `dump`'s greenlets (src/python/greenlets.rs): every object the cycle collector tracks,
+    # on the lists of its generations (`struct gc_generation`, each a list head then counts),
+    # in `_PyRuntime` on 3.7-3.8 and in each interpreter from 3.9. A free-threaded build
+    # keeps no such lists ("GIL:": not probed there); 2.7 and 3.6 keep them in a static
+    # array of gcmodule.c, found by the global `_PyGC_generation0` (its first head), each
+    # a `struct gc_generation` of gcmodule.c's declaration (a head, then two ints) and
+    # `NUM_GENERATIONS` (3) of them, as gcmodule.c declares. 3.7+ keep that pointer too
+    # (`generation0`, after the array): where the first list really is, which a build may
+    # place other than its headers say (Debian's 3.13.18: 4 bytes before). 3.13+ say where an interpreter's `gc` is in their debug offsets
+# (`interpreter_state.gc`), which wins over `gc_interp_state`. A type's base (a subclass of greenlet); `_PyErr_StackItem`,
+    # which a greenlet's saved state holds one of; a frame object's interpreter frame.
+    ("tp_base", None, None, "offsetof(PyTypeObject, tp_base)"),
+    ("gc_head_size", None, (3, 6), "sizeof(PyGC_Head)"),
+    ("gc_generation_size", None, (3, 6),
+     "sizeof(struct { PyGC_Head head; int threshold; int count; })"),
+    ("gc_generations_count", None, (3, 6), "3"),
+    ("gc_head_size", (3, 7), None, "GIL:sizeof(PyGC_Head)"),
+    ("gc_generation_size", (3, 7), None, "GIL:sizeof(struct gc_generation)"),
+    ("gc_generations_count", (3, 7), None, "GIL:NUM_GENERATIONS"),
+    ("gc_runtime_generations", (3, 7), (3, 8), "offsetof(_PyRuntimeState, gc.generations)"),
+    ("gc_runtime_generation0", (3, 7), (3, 8), "offsetof(_PyRuntimeState, gc.generation0)"),
+    ("gc_runtime_permanent", (3, 7), (3, 8),
+     "offsetof(_PyRuntimeState, gc.permanent_generation)"),
+    ("gc_interp_state", (3, 9), None, "GIL:offsetof(PyInterpreterState, gc)"),
+    ("gc_interp_generations", (3, 9), None, "GIL:offsetof(PyInterpreterState, gc.generations)"),
+    ("gc_interp_generation0", (3, 9), None,
+     "GIL:offsetof(PyInterpreterState, gc.generation0)"),
+    ("gc_interp_permanent", (3, 9), None,
+     "GIL:offsetof(PyInterpreterState, gc.permanent_generation)"),
+    ("err_stackitem_size", (3, 7), None, "sizeof(_PyErr_StackItem)"),
+    ("frame_object_iframe", (3, 11), None, "offsetof(PyFrameObject, f_frame)"),
+]
+
+# Headers the objects probe adds to INCLUDES' (the interpreter state).
+OBJECT_INCLUDES = [
+    (None, (3, 10), ["longintrepr.h"]),
+    ((3, 10), (3, 10), ["internal/pycore_moduleobject.h"]),
+    ((3, 11), None, ["internal/pycore_dict.h", "internal/pycore_object.h",
+                     "internal/pycore_moduleobject.h"]),
+]
+
+
+def objects_probe_source(version):
+    includes = next(inc for first, last, inc in INCLUDES if in_range(version, first, last))
+    for first, last, more in OBJECT_INCLUDES:
+        if in_range(version, first, last):
+            includes = includes + more
+    lines = ["#define Py_BUILD_CORE 1", "#define NDEBUG 1", "#include <Python.h>"]
+    lines += ["#include <%s>" % h for h in includes]
+    lines += ["#include <stddef.h>", "#include <stdio.h>", "#include <string.h>"]
+    if version >= (3, 11):
+        lines.append(ASYNC_PROBE_HEAD)
+    if version == (3, 12):
+        lines.append(ASYNC_VALUES_TAG_312)
+    lines.append("int main(void) {")
+    lines.append('    printf("{\\n");')
+    for name, first, last, expr in OBJECT_FIELDS:
+        if in_range(version, first, last):
+            gil_only = expr.startswith("GIL:")
+            if gil_only:
+                expr = expr[len("GIL:"):]
+                lines.append("#ifndef Py_GIL_DISABLED")
+            lines.append('    printf("\\"%s\\": %%lld,\\n", (long long)(%s));' % (name, expr))
+            if gil_only:
+                lines.append("#endif")
+    lines.append('    printf("\\"end\\": 0\\n}\\n");')
+    lines.append("    return 0;")
+    lines.append("}")
+    return "\n".join(lines) + "\n"
+
+
+def render_objects(tables):
+    """objects.rs: one `ObjectLayout` per minor version and build kind, oldest first. A
+    field some version lacks is an Option."""
+    names = []
+    for name, _, _, _ in OBJECT_FIELDS:
+        if name not in names:
+            names.append(name)
+    versions = [full[:2] for full, _, _ in tables]
+
+    def everywhere(name):
+        # A field probed on GIL builds alone is an Option, whatever its versions.
+        if any(n == name and e.startswith("GIL:") for n, _, _, e in OBJECT_FIELDS):
+            return False
+        return all(any(n == name and in_range(m, f, l) for n, f, l, _ in OBJECT_FIELDS)
+                   for m in versions)
+
+    out = ["// Generated by tools/gen_bindings.py from the headers of CPython %s. Do not edit by hand."
+           % ", ".join("%d.%d.%d%s" % (full + ("t" if ft else "",)) for full, ft, _ in tables),
+           "", "use super::ObjectLayout;", "",
+           "/// One table per minor version (and build kind), oldest first.",
+           "pub(crate) const TABLES: &[ObjectLayout] = &["]
+    for full, ft, v in tables:
+        out.append("    ObjectLayout {")
+        out.append("        version: (%d, %d)," % full[:2])
+        out.append("        free_threaded: %s," % ("true" if ft else "false"))
+        for name in names:
+            if everywhere(name):
+                out.append("        %s: %d," % (name, v[name]))
+            else:
+                out.append("        %s: %s," % (name, "Some(%d)" % v[name] if name in v else "None"))
+        out.append("    },")
+    out.append("];")
+    return "\n".join(out) + "\n"
+
+
 def interpreter_info(python):
     code = ("import sys, sysconfig, json; print(json.dumps({'version': list(sys.version_info[:3]),"
             " 'include': sysconfig.get_paths()['include'],"
@@ -404,6 +633,7 @@ pub(crate) const LAYOUT: Layout = Layout {{
     interp: InterpLayout {{
         next: {i_next},
         tstate_head: {i_head},
+        id: {i_id},
         ceval_gil: {i_gil},
         gil_locked: {i_locked},
         gil_last_holder: {i_holder},
@@ -466,7 +696,7 @@ pub(crate) const LAYOUT: Layout = Layout {{
         major=major, minor=minor, ft="true" if free_threaded else "false",
         rt_head=opt(v, "runtime.interpreters_head"),
         rt_gil=opt(v, "runtime.gilstate_tstate_current"),
-        i_next=v["interp.next"], i_head=v["interp.tstate_head"],
+        i_next=v["interp.next"], i_head=v["interp.tstate_head"], i_id=opt(v, "interp.id"),
         i_gil=opt(v, "interp.ceval_gil"), i_locked=opt(v, "interp.gil_locked"),
         i_holder=opt(v, "interp.gil_last_holder"),
         t_next=v["thread.next"], t_interp=v["thread.interp"], t_frame=v["thread.frame"],
@@ -521,6 +751,7 @@ def main():
     stale = []
     done = set()
     async_tables = []
+    object_tables = []
     for python in pythons:
         full, inc, free_threaded, values = probe(python)
         name = "v%d_%d%s.rs" % (full[0], full[1], "t" if free_threaded else "")
@@ -533,6 +764,8 @@ def main():
         if in_range(full[:2], ASYNC_FIRST, ASYNC_LAST):
             async_tables.append((full, free_threaded,
                                  compile_and_run(python, inc, async_probe_source(full[:2]))))
+        object_tables.append((full, free_threaded,
+                              compile_and_run(python, inc, objects_probe_source(full[:2]))))
         text = rustfmt(render(full, inc, free_threaded, values))
         path = os.path.join(args.out, name)
         if args.check:
@@ -548,22 +781,26 @@ def main():
                 f.write(text)
             print("%d.%d.%d: wrote %s (%d fields)" % (full + (path, len(values))),
                   file=sys.stderr)
-    if async_tables and not args.python:
-        async_tables.sort(key=lambda t: (t[0][:2], t[1]))
-        path = os.path.join(args.out, "asyncio_legacy.rs")
-        text = rustfmt(render_async(async_tables))
+    async_tables.sort(key=lambda t: (t[0][:2], t[1]))
+    object_tables.sort(key=lambda t: (t[0][:2], t[1]))
+    for tables, file_name, renderer in [(async_tables, "asyncio_legacy.rs", render_async),
+                                        (object_tables, "objects.rs", render_objects)]:
+        if not tables or args.python:
+            continue
+        path = os.path.join(args.out, file_name)
+        text = rustfmt(renderer(tables))
         old = open(path).read() if os.path.exists(path) else ""
         if args.check:
             if old != text:
                 stale.append(path)
                 sys.stdout.writelines(difflib.unified_diff(
                     old.splitlines(True), text.splitlines(True), path, "generated"))
-            print("asyncio_legacy.rs: %s" % ("differs" if old != text else "up to date"),
+            print("%s: %s" % (file_name, "differs" if old != text else "up to date"),
                   file=sys.stderr)
         else:
             with open(path, "w") as f:
                 f.write(text)
-            print("wrote %s (%d tables)" % (path, len(async_tables)), file=sys.stderr)
+            print("wrote %s (%d tables)" % (path, len(tables)), file=sys.stderr)
     if stale:
         sys.exit("%d table(s) differ from what the headers give" % len(stale))
 

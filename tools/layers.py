@@ -27,6 +27,8 @@ LAYERS = [
     ["proc"],
     ["courtesy"],
     ["ptrace", "elf"],
+    # A core file's memory (one more `ProcessMemory`) and the files it names.
+    ["coredump"],
     ["python_bindings", "native"],
     ["python"],
     # The plain data a recording produces (and its aggregator), built from python's frames.

@@ -3,7 +3,7 @@
 # (the README's test command is `tools/setup.sh && cargo nextest run`; .ci/run calls it too).
 # Needs root (apt-get, debootstrap, mount namespaces, a user of its own). Cached under
 # ~/.cache/scalene-rs: a second run costs seconds to a minute. What it learns for the tests
-# (which interpreters it equipped with numpy, how many interpreters the matrix must have)
+# (which interpreters it equipped with numpy and gevent, how many interpreters the matrix must have)
 # goes to ~/.cache/scalene-rs/setup.env, which tests/common reads when the variables of the
 # same names are not set.
 #
@@ -36,8 +36,10 @@ if ! command -v cc >/dev/null 2>&1; then
     apt-get update -qq && apt-get install -y -qq gcc
 fi
 # tests/native.rs and tests/native_debuginfo.rs strip and re-pack the extension they build
-# (binutils: strip, objcopy, nm, readelf; xz-utils: xz, for MiniDebugInfo).
-for tool in strip:binutils objcopy:binutils nm:binutils readelf:binutils xz:xz-utils; do
+# (binutils: strip, objcopy, nm, readelf; xz-utils: xz, for MiniDebugInfo). tests/dump_core.rs
+# takes cores with gdb's gcore and compresses them as systemd does (zstd, lz4, gzip, xz).
+for tool in strip:binutils objcopy:binutils nm:binutils readelf:binutils xz:xz-utils \
+    gcore:gdb zstd:zstd lz4:lz4 gzip:gzip; do
     if ! command -v "${tool%%:*}" >/dev/null 2>&1; then
         apt-get update -qq && apt-get install -y -qq "${tool#*:}"
     fi
@@ -112,6 +114,80 @@ fi
 numpy_pythons=$(IFS=,; echo "${numpy_labels[*]}")
 echo "numpy equipped: $numpy_pythons"
 
+echo "== gevent (tests/greenlets.rs: dump shows every greenlet's stack)"
+# Every interpreter that can get a gevent wheel has gevent, pinned per Python version (the
+# newest gevent, and the greenlet it takes, with a wheel for that version; --only-binary:
+# never a source build), and the test is told which (SCALENE_RS_GEVENT_PYTHONS): it fails
+# for one of them without gevent. Debian's python3-gevent (22.10.2, greenlet 2.0.2) serves
+# /usr/bin/python3.11 (its pip is the system's: PEP 668). Debian unstable's chrooted
+# 3.13-3.15 get the wheels through this machine's pip (`--target` in the root: the root has
+# no pip of its own). Not equipped, said here and by the test: the free-threaded 3.13t
+# (PyPI has no gevent wheel for it; its greenlets would not be read: no collector lists).
+gevent_labels=()
+gevent_pins() { # X.Y -> the pinned requirements
+    case "$1" in
+        2.7|3.6) echo "gevent==22.10.2 greenlet==2.0.2" ;;
+        3.7) echo "gevent==22.10.2 greenlet==3.1.1" ;;
+        3.8) echo "gevent==24.2.1 greenlet==3.1.1" ;;
+        3.9) echo "gevent==25.9.1 greenlet==3.2.5" ;;
+        *) echo "gevent==26.9.0 greenlet==3.5.6" ;;
+    esac
+}
+gevent_pip() { # label python
+    local v pins
+    v=$("$2" -c 'import sys; print("%d.%d" % sys.version_info[:2])')
+    pins=$(gevent_pins "$v")
+    if ! "$2" -c 'import gevent' 2>/dev/null; then
+        "$2" -m pip --version >/dev/null 2>&1 || "$2" -m ensurepip -q >/dev/null 2>&1 \
+            || { echo "$1: no pip to install gevent with ($2)" >&2; exit 1; }
+        # shellcheck disable=SC2086 # the pins are words
+        "$2" -m pip install -q --only-binary=:all: $pins \
+            || { "$2" -m pip install -q --upgrade "pip<22" && "$2" -m pip install -q --only-binary=:all: $pins; } \
+            || { echo "$1: pip could not install gevent's wheels ($pins, $2)" >&2; exit 1; }
+        "$2" -c 'import gevent' || { echo "$1: gevent installed but does not import ($2)" >&2; exit 1; }
+    fi
+    echo "$1: gevent $("$2" -c 'import gevent, greenlet; print("%s greenlet %s" % (gevent.__version__, greenlet.__version__))')"
+    gevent_labels+=("$1")
+}
+for py in "$(pyenv root 2>/dev/null || echo "$HOME/.pyenv")"/versions/*/bin/python?.*[0-9]; do
+    [ -x "$py" ] || continue
+    gevent_pip "pyenv-$(basename "$(dirname "$(dirname "$py")")")" "$py"
+done
+if [ -x /usr/bin/python3.11 ]; then
+    if ! /usr/bin/python3.11 -c 'import gevent' 2>/dev/null; then
+        apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-gevent
+        /usr/bin/python3.11 -c 'import gevent' || { echo "python3-gevent did not install" >&2; exit 1; }
+    fi
+    gevent_labels+=(system-3.11)
+fi
+while IFS=$'\t' read -r label path root; do
+    case "$label" in debian-3.1[345]*) ;; *) continue ;; esac
+    v=${label#debian-}; v=${v%-shared}
+    if ! "$path" -c 'import gevent' 2>/dev/null; then
+        # shellcheck disable=SC2046 # the pins are words
+        python3 -m pip install -q --root-user-action=ignore --no-warn-script-location \
+            --target "$root/usr/local/lib/python$v/dist-packages" --only-binary=:all: \
+            --python-version "$v" --implementation cp --abi "cp${v/./}" \
+            --platform manylinux_2_28_x86_64 --platform manylinux_2_24_x86_64 \
+            --platform manylinux2014_x86_64 --platform manylinux_2_17_x86_64 \
+            $(gevent_pins "$v") \
+            || { echo "$label: pip could not put gevent's wheels in its root" >&2; exit 1; }
+        "$path" -c 'import gevent' || { echo "$label: gevent does not import in its root" >&2; exit 1; }
+    fi
+    gevent_labels+=("$label")
+done < <(tools/pythons.sh --list)
+gevent_pythons=$(IFS=,; echo "${gevent_labels[*]}")
+echo "gevent equipped: $gevent_pythons"
+
+echo "== PyInstaller one-file app (tests/frozen.rs: a bootloader that starts Python as its child)"
+time tools/frozen.sh
+
+echo "== uWSGI (tests/uwsgi.rs: Python embedded, workers forked without PyOS_AfterFork_Child)"
+if ! uwsgi --plugin python3 --version >/dev/null 2>&1; then
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq uwsgi-core uwsgi-plugin-python3
+fi
+echo "uwsgi $(uwsgi --plugin python3 --version)"
+
 echo "== go (tests/pprof.rs reads the pprof output back with Go's own reader, go tool pprof)"
 if ! command -v go >/dev/null 2>&1; then
     apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq golang-go
@@ -137,6 +213,7 @@ cat >"$CACHE/setup.env.new" <<EOF_ENV
 # Written by tools/setup.sh $(date -u +%Y-%m-%dT%H:%M:%SZ); read by tests/common when unset.
 SCALENE_RS_MIN_PYTHONS=$EXPECTED_PYTHONS
 SCALENE_RS_NUMPY_PYTHONS=$numpy_pythons
+SCALENE_RS_GEVENT_PYTHONS=$gevent_pythons
 EOF_ENV
 mv "$CACHE/setup.env.new" "$CACHE/setup.env"
 cat "$CACHE/setup.env"

@@ -1,19 +1,26 @@
-//! pymalloc's arenas: while Python's small-object allocator serves the program's objects
-//! of up to 512 bytes, they come from arenas the interpreter maps itself (anonymous private
-//! `mmap`s of 256 KiB up to 3.9, 1 MiB since 3.10, unmapped once empty), not from malloc.
-//! With pymalloc left alone (`run --python-allocator pymalloc`) those mappings are counted
-//! as allocations (and their unmapping as frees) of the interpreter, so a line that grows
-//! small objects is seen, one arena at a time; objects allocated and freed inside arenas
-//! already mapped are not. With pymalloc wrapped (`pymem.rs`) the objects themselves are
-//! counted, so the arenas count only in the footprint (the objects' frees are not sized).
-//! Under `PYTHONMALLOC=malloc` the interpreter maps no arenas and nothing here counts.
-//! A free-threaded build's mimalloc maps its own memory for objects of every size, but in
-//! reservations (1 GiB at a time) that say nothing of what is used: nothing it maps counts
-//! (its objects are counted by the wrappers, `pymem.rs`).
+//! pymalloc's arenas, as allocations.
+//!
+//! Python's small-object allocator (pymalloc) serves objects of up to 512 bytes from
+//! arenas the interpreter maps itself, not from malloc. An arena is an anonymous private
+//! `mmap`:
+//! - 256 KiB up to 3.9, 1 MiB since 3.10;
+//! - unmapped once it is empty.
+//!
+//! What counts, by allocator mode:
+//! - pymalloc left alone (`run --python-allocator pymalloc`): each arena mapped counts as
+//!   an allocation of the interpreter, each unmapped as a free. A line that grows small
+//!   objects is seen one arena at a time. Objects allocated and freed inside arenas
+//!   already mapped are not seen.
+//! - pymalloc wrapped (`pymem.rs`): the objects themselves are counted. The arenas count
+//!   only in the footprint (the objects' frees are not sized).
+//! - `PYTHONMALLOC=malloc`: the interpreter maps no arenas, so nothing here counts.
+//! - A free-threaded build: mimalloc maps memory for objects of every size, in
+//!   reservations of 1 GiB that say nothing of what is used. Nothing it maps counts; the
+//!   wrappers (`pymem.rs`) count its objects.
 //!
 //! Owns: the interposed `mmap`, `mmap64` and `munmap`, and what counts as an arena.
-//! Must not: count any mapping that is not one (files, stacks, other sizes, other callers:
-//! they are not heap memory, and their unmapping must not be subtracted either).
+//! Must not: count any mapping that is not an arena (files, stacks, other sizes, other
+//! callers). They are not heap memory, and their unmapping must not be subtracted either.
 
 use crate::{active, in_python, on_alloc, on_free, pymem, real, ring};
 use core::ffi::c_void;
@@ -37,7 +44,7 @@ fn mapped(p: *mut c_void, len: usize, flags: i32, ret: usize) {
         && flags & libc::MAP_FIXED == 0;
     if p != libc::MAP_FAILED && anonymous_private && active() && is_arena(len, ret) {
         if pymem::hooked() {
-            // The objects in it are counted one by one: the arena is footprint only.
+            // The objects in it are counted one by one, so the arena is footprint only.
             ring::footprint(len as i64);
         } else {
             on_alloc(p, len, ret);
@@ -74,8 +81,8 @@ extern "C" fn mmap64_shim(
 }
 
 extern "C" fn munmap_shim(addr: *mut c_void, len: usize, ret: usize) -> i32 {
-    // Counted before the real call: once unmapped, the address may be mapped again by
-    // another thread and counted anew.
+    // Counted before the real call, because once unmapped, the address may be mapped again
+    // by another thread and counted anew.
     if !addr.is_null() && active() && is_arena(len, ret) {
         if pymem::hooked() {
             ring::footprint(-(len as i64));
@@ -86,14 +93,14 @@ extern "C" fn munmap_shim(addr: *mut c_void, len: usize, ret: usize) -> i32 {
     real::munmap(addr, len)
 }
 
-// mmap takes six arguments: on x86-64 the return address goes to the stack as the seventh,
+// mmap takes six arguments. On x86-64 the return address goes to the stack as the seventh,
 // so these trampolines call (and return) instead of jumping.
 macro_rules! trampoline7 {
     ($name:ident => $shim:ident) => {
         #[cfg(target_arch = "x86_64")]
         // SAFETY: on entry rsp ≡ 8 (mod 16) and [rsp] is the return address. Pushing a copy
         // of it aligns the stack for the call and makes it the callee's seventh (stack)
-        // argument; the six register arguments pass through untouched; after the call the
+        // argument. The six register arguments pass through untouched. After the call the
         // copy is dropped and rax (the result) returned. No callee-saved register is used.
         #[unsafe(naked)]
         #[no_mangle]
@@ -149,7 +156,7 @@ trampoline7!(mmap => mmap_shim);
 trampoline7!(mmap64 => mmap64_shim);
 
 #[cfg(target_arch = "x86_64")]
-// SAFETY: as the two-argument trampolines of lib.rs: the return address goes to the third
+// SAFETY: as the two-argument trampolines of lib.rs, the return address goes to the third
 // argument register and the body tail-jumps to a C-ABI function taking it as one more.
 #[unsafe(naked)]
 #[no_mangle]
@@ -177,7 +184,7 @@ mod tests {
 
     #[test]
     fn interposed_mmap_maps_and_unmaps() {
-        // This test binary runs on the interposed functions (idle: no ring).
+        // This test binary runs on the interposed functions (idle, with no ring).
         for len in [4096, 256 << 10, 1 << 20] {
             let p = mmap(
                 core::ptr::null_mut(),

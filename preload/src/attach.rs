@@ -1,36 +1,46 @@
-//! `attach` with memory: the library loaded late into a running Python process (the
+//! `attach` with memory. The library is loaded late into a running Python process. The
 //! profiler makes one of its threads, stopped where it holds no lock, call `dlopen` and then
-//! [`scalene_rs_attach`]).
+//! [`scalene_rs_attach`].
 //!
-//! Loaded late, the library's own `malloc` & co. interpose nothing: every object already
-//! bound its calls to the C library. So the attach rewrites the GOT slots
-//! (`JUMP_SLOT` and `GLOB_DAT` relocations) of the allocation and copy functions in every
-//! loaded object but the C library, the dynamic linker, the vDSO and this library, pointing
-//! them at this library's entry points (the same ones `run` interposes: the trampolines'
-//! return-address trick and all accounting are shared); `dlopen`'s slots point at a wrapper
-//! that patches the objects each successful `dlopen` brings in (extension modules imported
-//! later). Each slot is one atomic word store; its old value is kept in a bounded table and
-//! put back at the detach. The interpreter's own allocator is wrapped by a pending call
-//! (`pymem.rs`).
+//! Loaded late, the library's own `malloc` & co. interpose nothing, because every object
+//! already bound its calls to the C library. So the attach rewrites GOT slots:
+//! - which: the `JUMP_SLOT` and `GLOB_DAT` relocations of the allocation and copy
+//!   functions, in every loaded object but the C library, the dynamic linker, the vDSO and
+//!   this library;
+//! - to what: this library's entry points, the same ones `run` interposes (the
+//!   trampolines' return-address trick and all accounting are shared);
+//! - `dlopen`'s slots point at a wrapper that patches the objects each successful `dlopen`
+//!   brings in (extension modules imported later);
+//! - how: each slot is one atomic word store. Its old value is kept in a bounded table and
+//!   put back at the detach.
 //!
-//! The detach happens when the ring's `detached` is set or its heartbeat is stale, noticed
-//! on the sampled paths (`ring::emit`) or by the next attach: counting stops, every slot is
-//! put back; the library stays loaded (slots copied by threads just before may still lead
-//! here; Python's allocator stays wrapped, passing through).
+//! The interpreter's own allocator is wrapped by a pending call (`pymem.rs`).
 //!
-//! Blocks allocated before the attach and freed after (or the other way round) are safe:
-//! every entry point forwards the very pointer to the very allocator the slot led to
-//! before (glibc's), and no wrapper adds a header or uses a heap of its own.
+//! The detach comes when the ring's `detached` is set or its heartbeat is stale. It is
+//! noticed on the sampled paths (`ring::emit`) or by the next attach. Counting stops and
+//! every slot is put back. The library stays loaded, because slots copied by threads just
+//! before may still lead here and Python's allocator stays wrapped, passing through.
 //!
-//! What is not seen: calls inside the C library itself (strdup, fopen...: no PLT), function
-//! pointers to malloc copied before the attach, `memcpy` the compiler inlined, allocators
-//! linked statically into an object, objects loaded with `dlmopen`.
+//! Blocks allocated before the attach and freed after (or the other way round) are safe.
+//! Every entry point forwards the very pointer to the very allocator the slot led to before
+//! (glibc's). No wrapper adds a header or uses a heap of its own.
+//!
+//! What is not seen:
+//! - calls inside the C library itself (strdup, fopen...; no PLT);
+//! - function pointers to malloc copied before the attach;
+//! - `memcpy` the compiler inlined;
+//! - allocators linked statically into an object;
+//! - objects loaded with `dlmopen`.
 //!
 //! Owns: late-load detection, the patch table and its lock, [`scalene_rs_attach`],
 //! [`detach`].
-//! Must not: allocate, lock or block in [`detach`] (it runs inside the program's malloc);
-//! patching runs only in the attach and in the `dlopen` wrapper (not allocator paths).
+//! Must not: allocate, lock or block in [`detach`], which runs inside the program's malloc.
+//! Patching runs only in the attach and in the `dlopen` wrapper, never on allocator paths.
 
+use crate::elf::{
+    page_size, Dyn, Kind, Object, Rela, Sym, DT_JMPREL, DT_NULL, DT_PLTRELSZ, DT_RELA, DT_RELASZ,
+    DT_STRSZ, DT_STRTAB, DT_SYMTAB, PT_DYNAMIC, R_GLOB_DAT, R_JUMP_SLOT,
+};
 use crate::{layout, maps, pymem, real, ring};
 use core::ffi::{c_char, c_int, c_void, CStr};
 use core::sync::atomic::{AtomicBool, AtomicU8, AtomicUsize, Ordering};
@@ -60,7 +70,7 @@ pub fn attached() -> bool {
     STATE.load(Ordering::Relaxed) == ATTACHED
 }
 
-/// Called by the constructor, first: decides whether the library was loaded late. The
+/// Called by the constructor, first. Decides whether the library was loaded late. The
 /// object that holds this code comes before the C library in the link map when preloaded
 /// (LD_PRELOAD objects are loaded before the executable's dependencies), after it when
 /// loaded by `dlopen`.
@@ -104,143 +114,6 @@ fn self_addr() -> usize {
     detect_late_load as fn() as usize
 }
 
-// ---- ELF ----
-
-pub(crate) const PT_LOAD: u32 = 1;
-const PT_DYNAMIC: u32 = 2;
-const PT_GNU_RELRO: u32 = 0x6474_e552;
-const DT_NULL: i64 = 0;
-const DT_PLTRELSZ: i64 = 2;
-const DT_STRTAB: i64 = 5;
-const DT_SYMTAB: i64 = 6;
-const DT_RELA: i64 = 7;
-const DT_RELASZ: i64 = 8;
-const DT_STRSZ: i64 = 10;
-const DT_JMPREL: i64 = 23;
-#[cfg(target_arch = "x86_64")]
-const R_JUMP_SLOT: u32 = 7;
-#[cfg(target_arch = "x86_64")]
-const R_GLOB_DAT: u32 = 6;
-#[cfg(target_arch = "aarch64")]
-const R_JUMP_SLOT: u32 = 1026;
-#[cfg(target_arch = "aarch64")]
-const R_GLOB_DAT: u32 = 1025;
-
-#[repr(C)]
-struct Dyn {
-    tag: i64,
-    val: u64,
-}
-
-#[repr(C)]
-struct Rela {
-    offset: u64,
-    info: u64,
-    _addend: i64,
-}
-
-#[repr(C)]
-struct Sym {
-    name: u32,
-    _info: u8,
-    _other: u8,
-    _shndx: u16,
-    _value: u64,
-    _size: u64,
-}
-
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Kind {
-    Libc,
-    Loader,
-    Vdso,
-    Other,
-}
-
-/// One loaded object as dl_iterate_phdr describes it.
-pub(crate) struct Object<'a> {
-    pub(crate) base: usize,
-    name: &'a [u8],
-    pub(crate) phdrs: &'a [libc::Elf64_Phdr],
-}
-
-impl<'a> Object<'a> {
-    pub(crate) fn of(info: &'a libc::dl_phdr_info) -> Object<'a> {
-        let name = if info.dlpi_name.is_null() {
-            &[][..]
-        } else {
-            // SAFETY: the dynamic linker's NUL-terminated name of the object.
-            unsafe { CStr::from_ptr(info.dlpi_name) }.to_bytes()
-        };
-        let phdrs = if info.dlpi_phdr.is_null() {
-            &[][..]
-        } else {
-            // SAFETY: the object's program headers, `dlpi_phnum` of them, mapped.
-            unsafe { core::slice::from_raw_parts(info.dlpi_phdr, info.dlpi_phnum as usize) }
-        };
-        Object {
-            base: info.dlpi_addr as usize,
-            name,
-            phdrs,
-        }
-    }
-
-    pub(crate) fn contains(&self, addr: usize) -> bool {
-        self.phdrs.iter().any(|p| {
-            p.p_type == PT_LOAD
-                && addr.wrapping_sub(self.base + p.p_vaddr as usize) < p.p_memsz as usize
-        })
-    }
-
-    fn kind(&self) -> Kind {
-        let base = self.name.rsplit(|&c| c == b'/').next().unwrap_or(self.name);
-        if base.starts_with(b"libc.so")
-            || base.starts_with(b"libc-2.")
-            || base.starts_with(b"ld-musl")
-        {
-            Kind::Libc
-        } else if base.starts_with(b"ld-linux")
-            || base.starts_with(b"ld.so")
-            || base.starts_with(b"ld64.so")
-        {
-            Kind::Loader
-        } else if base.starts_with(b"linux-vdso") || base.starts_with(b"linux-gate") {
-            Kind::Vdso
-        } else {
-            Kind::Other
-        }
-    }
-
-    /// The object's `[lo, hi)` that the dynamic linker made read-only after relocation,
-    /// whole pages only (as it does): (0, 0) when none.
-    pub(crate) fn relro(&self) -> (usize, usize) {
-        let page = page_size();
-        self.phdrs
-            .iter()
-            .find(|p| p.p_type == PT_GNU_RELRO)
-            .map_or((0, 0), |p| {
-                let lo = (self.base + p.p_vaddr as usize) & !(page - 1);
-                let hi = (self.base + (p.p_vaddr + p.p_memsz) as usize) & !(page - 1);
-                (lo, hi)
-            })
-    }
-}
-
-fn page_size() -> usize {
-    static PAGE: AtomicUsize = AtomicUsize::new(0);
-    let p = PAGE.load(Ordering::Relaxed);
-    if p != 0 {
-        return p;
-    }
-    // SAFETY: sysconf has no preconditions.
-    let p = match unsafe { libc::sysconf(libc::_SC_PAGESIZE) } {
-        n if n > 0 && (n as usize).is_power_of_two() => n as usize,
-        _ => 4096,
-    };
-    PAGE.store(p, Ordering::Relaxed);
-    p
-}
-
 // ---- What is patched, and to what ----
 
 /// The functions patched, in the order of [`TARGETS`].
@@ -262,9 +135,11 @@ const NAMES: [&CStr; 16] = [
     c"munmap",
     c"dlopen",
 ];
-/// Where each of [`NAMES`] goes: this library's entry point of that name (found in this
-/// library's own symbol table: taking the address in Rust could go through the GOT, which
-/// in an object loaded late says libc's), and for `dlopen`, [`dlopen_wrapper`].
+/// Where each of [`NAMES`] goes:
+/// - this library's entry point of that name, found in this library's own symbol table,
+///   because taking the address in Rust could go through the GOT, which in an object loaded
+///   late says libc's;
+/// - for `dlopen`, [`dlopen_wrapper`].
 static TARGETS: [AtomicUsize; 16] = [const { AtomicUsize::new(0) }; 16];
 
 /// Finds this library's entry points ([`TARGETS`]); false if one is missing or not ours.
@@ -280,7 +155,7 @@ fn find_targets() -> bool {
     {
         return false;
     }
-    // SAFETY: our own object, already loaded: RTLD_NOLOAD only gives its handle (never
+    // SAFETY: our own object, already loaded, so RTLD_NOLOAD only gives its handle (never
     // closed; the library is never unloaded anyway).
     let us = unsafe { libc::dlopen(info.dli_fname, libc::RTLD_NOLOAD | libc::RTLD_LAZY) };
     if us.is_null() {
@@ -311,7 +186,7 @@ fn find_targets() -> bool {
     true
 }
 
-/// `dlopen`, then the new objects patched. Not exported under that name: only the slots
+/// `dlopen`, then the new objects patched. Not exported under that name, so only the slots
 /// we patch lead here. (The real `dlopen` sees this library as its caller, which only
 /// matters for a relative name resolved through the caller's RPATH/RUNPATH.)
 unsafe extern "C" fn dlopen_wrapper(file: *const c_char, mode: c_int) -> *mut c_void {
@@ -345,7 +220,7 @@ fn try_lock() -> bool {
         .is_ok()
 }
 
-/// Takes the patch lock (attach and the dlopen wrapper only: never an allocator path).
+/// Takes the patch lock (attach and the dlopen wrapper only, never an allocator path).
 fn lock() {
     while !try_lock() {
         // SAFETY: sched_yield has no preconditions.
@@ -412,7 +287,7 @@ unsafe extern "C" fn patch_cb(info: *mut libc::dl_phdr_info, _: usize, data: *mu
     0
 }
 
-/// A dynamic-section address: glibc relocates them in place for normal objects; an
+/// A dynamic-section address. glibc relocates them in place for normal objects. An
 /// unrelocated one is below the object's base.
 fn at(base: usize, v: u64) -> usize {
     let v = v as usize;
@@ -484,8 +359,8 @@ fn patch_object(obj: &Object) {
 /// probed without touching it or its protection.
 fn mapped(slot: usize) -> bool {
     let page = page_size();
-    // SAFETY: msync of one page only asks the kernel about it (MS_ASYNC: schedules
-    // nothing for anonymous or private pages); it fails harmlessly where nothing is mapped.
+    // SAFETY: msync of one page only asks the kernel about it (MS_ASYNC schedules nothing
+    // for anonymous or private pages). It fails harmlessly where nothing is mapped.
     unsafe { libc::msync((slot & !(page - 1)) as *mut c_void, page, libc::MS_ASYNC) == 0 }
 }
 
@@ -500,8 +375,8 @@ fn patch_slot(slot: usize, new: usize, relro: (usize, usize)) {
     if in_relro && !writable(slot) {
         return;
     }
-    // SAFETY: a GOT slot of a loaded object: an aligned, mapped, writable word that other
-    // threads read concurrently (one atomic store changes it).
+    // SAFETY: a GOT slot of a loaded object, which is an aligned, mapped, writable word
+    // that other threads read concurrently (one atomic store changes it).
     let cell = unsafe { AtomicUsize::from_ptr(slot as *mut usize) };
     let old = cell.load(Ordering::Acquire);
     let n = PATCHED.load(Ordering::Relaxed);
@@ -522,10 +397,12 @@ fn patch_slot(slot: usize, new: usize, relro: (usize, usize)) {
     }
 }
 
-/// Puts every patched slot back (lock held, or taken by a detach): allocation-free, no
-/// lock but ours (it may run inside the program's malloc). A slot whose page is gone
-/// (its object unloaded by `dlclose`) or that no longer holds our entry point (something
-/// else rewrote it, or the page is another mapping now) is left alone.
+/// Puts every patched slot back (lock held, or taken by a detach). It is allocation-free
+/// and takes no lock but ours, because it may run inside the program's malloc. A slot is
+/// left alone when:
+/// - its page is gone (its object unloaded by `dlclose`);
+/// - it no longer holds our entry point (something else rewrote it, or the page is another
+///   mapping now).
 fn restore_all() {
     let n = PATCHED.load(Ordering::Acquire);
     for i in (0..n).rev() {
@@ -536,7 +413,7 @@ fn restore_all() {
         if !mapped(slot) {
             continue;
         }
-        // SAFETY: as in `patch_slot`: a mapped, aligned GOT word (read first; written only
+        // SAFETY: as in `patch_slot`, a mapped, aligned GOT word (read first; written only
         // once it is known to hold our entry point, made writable if RELRO).
         let cell = unsafe { AtomicUsize::from_ptr(slot as *mut usize) };
         if cell.load(Ordering::Acquire) != new || (relro && !writable(slot)) {
@@ -561,12 +438,14 @@ pub fn patched() -> (usize, usize) {
 
 // ---- Attach and detach ----
 
-/// `int scalene_rs_attach(const char *ring_path, unsigned long how)`: starts counting into
+/// `int scalene_rs_attach(const char *ring_path, unsigned long how)` starts counting into
 /// the ring at `ring_path` (a file of ours, mode 0600, made by the profiler) in this running
-/// Python process. Called by the profiler on a thread that holds no lock, after loading the
-/// library with `dlopen`; may be called again after a detach, with a new ring. `how`: see
-/// [`layout::ATTACH_FROM_RUNNING_CODE`]. Returns one of the `ATTACH_*` codes of
-/// `layout.rs`; on any code but [`layout::ATTACH_OK`] nothing was changed.
+/// Python process.
+/// - It is called by the profiler on a thread that holds no lock, after loading the library
+///   with `dlopen`. It may be called again after a detach, with a new ring.
+/// - For `how`, see [`layout::ATTACH_FROM_RUNNING_CODE`].
+/// - It returns one of the `ATTACH_*` codes of `layout.rs`. On any code but
+///   [`layout::ATTACH_OK`] nothing was changed.
 ///
 /// # Safety
 /// `ring_path` is a NUL-terminated path; the caller holds none of the C library's or the
@@ -589,8 +468,8 @@ pub unsafe extern "C" fn scalene_rs_attach(ring_path: *const c_char, how: u64) -
         return layout::ATTACH_NO_RING;
     }
     lock();
-    // A previous attach: finish its detach, or, when its profiler still counts on it,
-    // refuse (one profiler at a time).
+    // With a previous attach, finish its detach, or refuse when its profiler still counts
+    // on it (one profiler at a time).
     loop {
         match STATE.load(Ordering::SeqCst) {
             IDLE => break,
@@ -599,7 +478,7 @@ pub unsafe extern "C" fn scalene_rs_attach(ring_path: *const c_char, how: u64) -
                     restore_all();
                     STATE.store(IDLE, Ordering::SeqCst);
                 } else {
-                    // Its detach is between two stores: a few instructions.
+                    // Its detach is between two stores (a few instructions).
                     // SAFETY: sched_yield has no preconditions.
                     unsafe { libc::sched_yield() };
                 }
@@ -629,9 +508,9 @@ pub unsafe extern "C" fn scalene_rs_attach(ring_path: *const c_char, how: u64) -
     layout::ATTACH_OK
 }
 
-/// Stops counting and puts every patched slot back: called when the attached ring's
-/// profiler detached or is gone. Allocation-free and lock-free (it runs inside the
-/// program's malloc): when the patch lock is taken, its holder puts the slots back.
+/// Stops counting and puts every patched slot back. Called when the attached ring's
+/// profiler detached or is gone. Allocation-free and lock-free, because it runs inside the
+/// program's malloc. When the patch lock is taken, its holder puts the slots back.
 pub fn detach() {
     if STATE
         .compare_exchange(ATTACHED, DETACHING, Ordering::SeqCst, Ordering::SeqCst)
@@ -648,12 +527,13 @@ pub fn detach() {
 }
 
 /// Another copy of the library, preloaded (the program runs under `run`, whose ring it
-/// has): its `scalene_rs_attach` is the global scope's, ours (loaded `RTLD_LOCAL`) is not.
+/// has). Its `scalene_rs_attach` is the global scope's; ours (loaded `RTLD_LOCAL`) is not.
 fn another_copy_preloaded() -> bool {
     // SAFETY: dlsym with RTLD_DEFAULT and a NUL-terminated name.
     let p = unsafe { libc::dlsym(libc::RTLD_DEFAULT, c"scalene_rs_attach".as_ptr()) } as usize;
-    // (Not compared with `scalene_rs_attach as usize`: an exported function's address
-    // taken here goes through our GOT, which says the global scope's: the other copy's.)
+    // (Not compared with `scalene_rs_attach as usize`, because an exported function's
+    // address taken here goes through our GOT, which says the global scope's, that is, the
+    // other copy's.)
     p != 0 && !Object::is_ours(p)
 }
 
@@ -691,7 +571,7 @@ fn object_index(addr: usize) -> Option<usize> {
     f.found
 }
 
-/// The program's `malloc` is not the C library's (jemalloc, tcmalloc...): forwarding
+/// The program's `malloc` is not the C library's (jemalloc, tcmalloc...). Forwarding
 /// to glibc's would free their blocks into the wrong heap. The global scope's `malloc`
 /// must be libc's, or the executable's own PLT stub (a non-PIE executable that takes
 /// `malloc`'s address), which leads to it.
@@ -702,8 +582,8 @@ fn foreign_allocator() -> bool {
     !(p == real || object_index(p) == Some(0))
 }
 
-/// The C heap in use now (`mallinfo2`, else `mallinfo`: blocks in use plus mmapped ones):
-/// where the footprint of an attach starts. pymalloc's arenas are not in it (they are
+/// The C heap in use now (`mallinfo2`, else `mallinfo`), blocks in use plus mmapped ones.
+/// It is where the footprint of an attach starts. pymalloc's arenas are not in it (they are
 /// mmapped by the interpreter, not malloc), nor other allocators' heaps.
 fn heap_in_use() -> i64 {
     let libc_h = real::libc_handle();
@@ -758,14 +638,14 @@ fn heap_in_use() -> i64 {
     0
 }
 
-/// Has the interpreter's allocator wrapped, with the GIL held: at its next pending call (on
-/// its main thread); with the wrappers already in (an earlier attach), the ring is told at
+/// Has the interpreter's allocator wrapped, with the GIL held, at its next pending call (on
+/// its main thread). With the wrappers already in (an earlier attach), the ring is told at
 /// once.
 ///
 /// Called on a thread the profiler stopped while it ran the interpreter's own code
 /// (`from_running_code`), which may hold the pending-call lock (a bytecode loop that
 /// inlines its pending-call handling), `Py_AddPendingCall` would wait for itself for ever
-/// on 3.8+, where it waits for that lock: there a short-lived thread of ours takes the GIL
+/// on 3.8+, where it waits for that lock. There a short-lived thread of ours takes the GIL
 /// (the interpreter hands it over within its switch interval) and wraps it. Before 3.8,
 /// `Py_AddPendingCall` only tries the lock (and 3.6 may have no GIL yet to take).
 fn schedule_pymem(from_running_code: bool) {
@@ -791,8 +671,8 @@ fn schedule_pymem(from_running_code: bool) {
     unsafe { core::mem::transmute::<*mut c_void, Add>(add)(wrap_pymem, core::ptr::null_mut()) };
 }
 
-/// The pending call (or [`pymem::with_gil_on_a_thread`]'s call): wraps the interpreter's allocator, if still
-/// attached. Returns 0 (no exception).
+/// The pending call (or [`pymem::with_gil_on_a_thread`]'s call). Wraps the interpreter's
+/// allocator, if still attached. Returns 0 (no exception).
 extern "C" fn wrap_pymem(_: *mut c_void) -> c_int {
     if attached() && pymem::install_late() {
         ring::set_pymem_wrapped();
@@ -808,12 +688,13 @@ fn register_fork_handler() {
     }
     ring::register_fork_handler();
     // SAFETY: registering a plain function as the child's fork handler (runs after the
-    // ring's: registration order).
+    // ring's, by registration order).
     unsafe { libc::pthread_atfork(None, None, Some(after_fork_in_child)) };
 }
 
-/// A forked child counts nothing (the ring is the parent's, dropped by the ring's handler):
-/// its slots go back. One thread, inside `fork`: the lock a parent's thread held is void.
+/// A forked child counts nothing (the ring is the parent's, dropped by the ring's handler),
+/// so its slots go back. It runs on one thread, inside `fork`, so the lock a parent's thread
+/// held is void.
 extern "C" fn after_fork_in_child() {
     if STATE.swap(IDLE, Ordering::SeqCst) == IDLE {
         return;

@@ -1,21 +1,26 @@
 //! The shared-memory ring's layout: the one definition both sides compile (the preload
 //! library as the producer, `scalene_rs::memory` as the consumer, through `#[path]`).
 //!
-//! Owns: the header and slot structures, the event kinds, the constants of the format, and
-//! the producer's lock-free protocol ([`Header::reserve`], [`Slot::publish`]) so the
-//! consumer's tests exercise the very code the library runs.
+//! Owns:
+//! - the header and slot structures;
+//! - the event kinds;
+//! - the constants of the format;
+//! - the producer's lock-free protocol ([`Header::reserve`], [`Slot::publish`]), so the
+//!   consumer's tests exercise the very code the library runs.
+//!
 //! Must not: allocate, block, or panic (it runs inside the program's malloc).
 
 use core::sync::atomic::{AtomicI32, AtomicI64, AtomicU32, AtomicU64, Ordering};
 
-/// The profiler is getting ready to read stacks: the first events may wait for it (bounded).
+/// The profiler is getting ready to read stacks, so the first events may wait for it
+/// (bounded).
 pub const HANDSHAKE_STARTING: u32 = 0;
 /// The profiler reads the allocating thread's stack while it waits.
 pub const HANDSHAKE_ON: u32 = 1;
-/// The profiler does not answer: never wait.
+/// The profiler does not answer, so never wait.
 pub const HANDSHAKE_OFF: u32 = 2;
 /// Longest a thread waits in the handshake, from its event's time on (the producer's
-/// deadline is at least this far past `time_ns`): a consumer that has stopped the thread
+/// deadline is at least this far past `time_ns`). A consumer that has stopped the thread
 /// before then has stopped it inside the wait.
 pub const HANDSHAKE_WAIT_NS: u64 = 5_000_000;
 
@@ -44,6 +49,11 @@ pub const PYMEM_MALLOC: &str = "malloc";
 /// the interpreter's own image, `ptr` = the allocation that filled the window (it is
 /// watched for its free; 0 when the watch table was full).
 pub const EV_ALLOC: u32 = 1;
+/// [`EV_ALLOC`] whose window was filled by one block of at least a window (the same
+/// fields). Its thread waits on a handshake budget of its own, so its stack is its own
+/// unless such blocks come faster than that budget allows. A consumer that predates it
+/// reads it as an unknown event.
+pub const EV_ALLOC_LARGE: u32 = 6;
 /// A thread freed a window's worth of bytes: `a` = the bytes.
 pub const EV_FREE: u32 = 2;
 /// A thread copied a copy window's worth of bytes (memcpy/memmove): `a` = bytes.
@@ -51,7 +61,7 @@ pub const EV_COPY: u32 = 3;
 /// A watched (sampled) allocation was freed: `ptr`.
 pub const EV_SAMPLED_FREE: u32 = 4;
 /// A watched (sampled) allocation was moved by realloc: `ptr` = where it was, `a` = where
-/// it is now (it stays watched there: the memory it stands for is still live).
+/// it is now (it stays watched there, because the memory it stands for is still live).
 pub const EV_SAMPLED_MOVE: u32 = 5;
 
 /// The ring file's header. The profiler creates the file and fills the constant fields;
@@ -91,7 +101,7 @@ pub struct Header {
     /// Handshakes the profiler has answered (it is alive and answering, maybe slowly).
     pub answers: AtomicU64,
     /// Bumped when a new profiler takes the ring over (`attach` after the `run` that
-    /// started the program is gone): a library that stopped waiting waits again.
+    /// started the program is gone). Then a library that stopped waiting waits again.
     pub consumer_generation: AtomicU64,
     /// Next ticket to reserve (producers), on its own cache line.
     pub head: AtomicU64,
@@ -101,7 +111,7 @@ pub struct Header {
     pub _pad2: [u64; 7],
     /// Not 0: the profiler follows the program's other Python processes, and each of them
     /// makes a ring of its own of this many slots (a power of two; see
-    /// [`CHILD_RING_SEP`]), its header filled like this one. Added at the end: a ring of a
+    /// [`CHILD_RING_SEP`]), its header filled like this one. Added at the end, so a ring of a
     /// profiler that predates it reads 0 (no rings of their own).
     pub child_capacity: AtomicU64,
     /// `attach` with memory only (0 otherwise): CLOCK_MONOTONIC nanoseconds of the
@@ -124,36 +134,39 @@ pub const HEARTBEAT_NS: u64 = 200_000_000;
 pub const HEARTBEAT_STALE_NS: u64 = 3_000_000_000;
 
 /// Exported by the library for `attach` with memory: `int scalene_rs_attach(const char
-/// *ring_path, unsigned long how)`, called by the profiler in the target (a remote call on
-/// a thread stopped where it holds no lock) after loading the library there. Returns one of
-/// the `ATTACH_*` codes. `how` is [`ATTACH_FROM_RUNNING_CODE`] when the thread was stopped
-/// while running the interpreter's code (anything else: in a wait; a caller that passes one
-/// argument leaves whatever was in the register, never that value in practice).
+/// *ring_path, unsigned long how)`. The profiler calls it in the target (a remote call on
+/// a thread stopped where it holds no lock) after loading the library there. Returns one
+/// of the `ATTACH_*` codes.
+///
+/// `how` is [`ATTACH_FROM_RUNNING_CODE`] when the thread was stopped while running the
+/// interpreter's code. Anything else means it was stopped in a wait. A caller that passes
+/// one argument leaves whatever was in the register, never that value in practice.
 pub const ATTACH_SYMBOL: &str = "scalene_rs_attach";
 /// `how` of [`ATTACH_SYMBOL`]: the calling thread was stopped while running the
 /// interpreter's code, where it may hold the interpreter's pending-call lock (the library
 /// then wraps the allocator from a thread of its own that takes the GIL, on 3.8+).
 pub const ATTACH_FROM_RUNNING_CODE: u64 = 0x5ca1_e0b5_c0de_0001;
-/// Counting: the ring is claimed, the allocation functions patched; the interpreter's own
+/// Counting: the ring is claimed, the allocation functions patched. The interpreter's own
 /// allocator is wrapped at its next pending call, or once a thread of the library has the
 /// GIL ([`ATTACH_FROM_RUNNING_CODE`]) ([`Header::pymem_wrapped`]).
 pub const ATTACH_OK: i32 = 0;
-/// The library was loaded with LD_PRELOAD (the program runs under `run`): nothing done.
+/// The library was loaded with LD_PRELOAD (the program runs under `run`), so nothing was
+/// done.
 pub const ATTACH_PRELOADED: i32 = -1;
 /// The ring file could not be opened, mapped or claimed.
 pub const ATTACH_NO_RING: i32 = -2;
 /// No Python interpreter image in this process.
 pub const ATTACH_NOT_PYTHON: i32 = -3;
-/// A free-threaded interpreter: its object allocator cannot be wrapped while it runs.
+/// A free-threaded interpreter, whose object allocator cannot be wrapped while it runs.
 pub const ATTACH_FREE_THREADED: i32 = -4;
 /// The C library's allocation functions were not found.
 pub const ATTACH_NO_LIBC: i32 = -5;
 /// Another profiler's attach is still counting in this process (one at a time).
 pub const ATTACH_BUSY: i32 = -6;
 
-/// One event. `seq` = ticket + 1 once the event is written (release); the consumer reads a
-/// slot only when its `seq` says it holds the ticket it expects. Tickets wrap: never after
-/// 2^64 events in practice, but the header is the program's to write, and a tail of
+/// One event. `seq` = ticket + 1 once the event is written (release). The consumer reads
+/// a slot only when its `seq` says it holds the ticket it expects. Tickets wrap (never in
+/// practice: after 2^64 events). But the header is the program's to write, and a tail of
 /// `u64::MAX` must not overflow the reader (the `ring` fuzz target's find).
 #[repr(C)]
 pub struct Slot {

@@ -1,19 +1,23 @@
-//! scalene-rs's preload library: loaded into the profiled program with LD_PRELOAD, it
-//! interposes the malloc family, memcpy and memmove (and mmap/munmap, for pymalloc's arenas:
-//! `arenas.rs`), counts bytes per thread (`tls.rs`) and writes a
-//! sampled event into the profiler's shared-memory ring each time a thread has allocated a
-//! window's worth of bytes, freed a window's worth, copied a copy window's worth, or freed
-//! a sampled allocation.
+//! scalene-rs's preload library, loaded into the profiled program with LD_PRELOAD. It:
+//! - interposes the malloc family, memcpy and memmove (and mmap/munmap, for pymalloc's
+//!   arenas; see `arenas.rs`);
+//! - counts bytes per thread (`tls.rs`);
+//! - writes a sampled event into the profiler's shared-memory ring each time a thread has
+//!   allocated a window's worth of bytes, freed a window's worth, copied a copy window's
+//!   worth, or freed a sampled allocation.
 //!
 //! Owns: the interposed entry points and the per-thread accounting, whose common path is a
-//! few instructions (the sampled path is out of line). Every entry point
-//! delegates to the real function (`real.rs`); accounting happens only when a ring was
-//! claimed (`ring.rs`), so a program that is not Python runs unchanged.
+//! few instructions (the sampled path is out of line). Every entry point delegates to the
+//! real function (`real.rs`). Accounting happens only when a ring was claimed (`ring.rs`),
+//! so a program that is not Python runs unchanged.
+//!
 //! Must not: allocate, take a lock, or panic on any path reachable from an entry point
 //! (the crate is built with panic = "abort"), or block except the bounded handshake.
 
 mod arenas;
 mod attach;
+mod budget;
+mod elf;
 pub mod layout;
 mod mallocstats;
 mod maps;
@@ -22,6 +26,7 @@ mod real;
 mod ring;
 mod tls;
 
+use budget::{handshake_allowed, spend};
 use core::ffi::c_void;
 use core::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
 use tls::ThreadState;
@@ -30,9 +35,10 @@ use tls::ThreadState;
 static PY_LO: AtomicUsize = AtomicUsize::new(0);
 static PY_HI: AtomicUsize = AtomicUsize::new(0);
 
-/// Runs before `main` (and before the interpreter starts) when preloaded; at the `dlopen`
-/// of an attach when loaded late, where it only finds the C library's functions (no ring,
-/// no environment, no Python allocator: that is `scalene_rs_attach`'s, `attach.rs`).
+/// Runs before `main` (and before the interpreter starts) when preloaded. When loaded late,
+/// it runs at the `dlopen` of an attach, where it only finds the C library's functions. It
+/// finds no ring, no environment and no Python allocator; those are `scalene_rs_attach`'s
+/// (`attach.rs`).
 extern "C" fn constructor() {
     attach::detect_late_load();
     if attach::loaded_late() {
@@ -86,8 +92,8 @@ pub(crate) fn in_python(ret: usize) -> bool {
 }
 
 /// Counts `bytes` allocated at `p` by a call returning to `ret`. Allocations and frees are
-/// counted apart, each with its own window: a loop that allocates and frees the same block
-/// is seen (net counting would never see it from an offset), and the footprint is their
+/// counted apart, each with its own window. So a loop that allocates and frees the same
+/// block is seen (net counting would never see it from an offset), and the footprint is their
 /// difference.
 #[inline(always)]
 fn on_alloc(p: *mut c_void, bytes: usize, ret: usize) {
@@ -95,14 +101,14 @@ fn on_alloc(p: *mut c_void, bytes: usize, ret: usize) {
 }
 
 /// Counts a small object (at most `pymem::SMALL` bytes) that the interpreter's wrapped
-/// allocator (pymalloc) made: the interpreter's by definition, and in the allocation
+/// allocator (pymalloc) made. It is the interpreter's by definition, and in the allocation
 /// window but not the footprint (see `pymem.rs`).
 #[inline(always)]
 pub(crate) fn on_alloc_small(p: *mut c_void, bytes: usize) {
     count_alloc(p, bytes, |_| true, true)
 }
 
-/// Counts an object that a free-threaded build's wrapped mimalloc made (any size): the
+/// Counts an object that a free-threaded build's wrapped mimalloc made (any size). It is the
 /// interpreter's, and in the footprint, which its sampled frees take back one window each
 /// (mimalloc cannot tell a block's size at its free; see `pymem.rs`).
 #[inline(always)]
@@ -111,7 +117,7 @@ pub(crate) fn on_alloc_mimalloc(p: *mut c_void, bytes: usize) {
 }
 
 /// The common path of [`on_alloc`] and [`on_alloc_small`] (each inlines it with its own
-/// constants): `python` tells whether the interpreter allocated, `small` whether the bytes
+/// constants). `python` tells whether the interpreter allocated, `small` whether the bytes
 /// stay out of the footprint.
 #[inline(always)]
 fn count_alloc(
@@ -131,28 +137,36 @@ fn count_alloc(
         if small {
             t.small.set(t.small.get() + bytes as u64);
         }
-        if allocated >= ring::WINDOW.load(Ordering::Relaxed) {
-            alloc_window_full(t, p, allocated);
+        let window = ring::WINDOW.load(Ordering::Relaxed);
+        if allocated >= window {
+            alloc_window_full(t, p, allocated, bytes as u64 >= window);
         } else {
             t.allocated.set(allocated);
         }
     })
 }
 
-/// The sampled (rare) part of [`on_alloc`]: out of line, so the common path stays a few
-/// instructions inlined into each entry point.
+/// The sampled (rare) part of [`on_alloc`]. It is out of line, so the common path stays a
+/// few instructions inlined into each entry point. `large`: the block that filled the
+/// window is at least a window by itself. Its event waits on the large blocks' own budget,
+/// so that a churn of small objects before it never leaves it without its own stack.
 #[cold]
 #[inline(never)]
-fn alloc_window_full(t: &ThreadState, p: *mut c_void, allocated: u64) {
+fn alloc_window_full(t: &ThreadState, p: *mut c_void, allocated: u64, large: bool) {
     t.busy.set(true);
     t.allocated.set(0);
     // Small objects counted by the wrapped Python allocator are not in the footprint
-    // (their frees are not sized: pymalloc's arenas stand for them there).
+    // (their frees are not sized, and pymalloc's arenas stand for them there).
     ring::footprint(allocated.saturating_sub(t.small.replace(0)) as i64);
     let watched = if watch(p as usize) { p as u64 } else { 0 };
-    let wait = handshake_allowed(t);
+    let (kind, credit, at) = if large {
+        (layout::EV_ALLOC_LARGE, &t.credit_large, &t.credit_large_at)
+    } else {
+        (layout::EV_ALLOC, &t.credit, &t.credit_at)
+    };
+    let wait = handshake_allowed(credit, at);
     let answered = ring::emit(
-        layout::EV_ALLOC,
+        kind,
         tid(t),
         allocated,
         allocated,
@@ -160,11 +174,11 @@ fn alloc_window_full(t: &ThreadState, p: *mut c_void, allocated: u64) {
         watched,
         wait,
     );
-    spend(t, answered);
+    spend(credit, answered);
     t.busy.set(false);
 }
 
-/// A block freed through the interpreter's wrapped allocator: only a watched one counts
+/// A block freed through the interpreter's wrapped allocator. Only a watched one counts
 /// (its size is not known; a large block's free reaches the C allocator's `free` too).
 /// `window_back`: the block stood for a whole window of the footprint, which its free
 /// takes back (a free-threaded build's mimalloc, whose objects are all in the footprint;
@@ -184,9 +198,9 @@ pub(crate) fn on_free_small(p: *mut c_void, window_back: bool) {
     })
 }
 
-/// A block that realloc moved from `p` to `q`: when `p` was watched, `q` is (the memory it
-/// stands for lives on: pymalloc moves a shrinking string to a smaller size class, say),
-/// and the profiler is told; a watch table too full for `q` makes it a sampled free.
+/// A block that realloc moved from `p` to `q`. When `p` was watched, `q` is, and the profiler
+/// is told. The memory it stands for lives on (pymalloc moves a shrinking string to a
+/// smaller size class, say). A watch table too full for `q` makes it a sampled free.
 #[inline(always)]
 pub(crate) fn on_move(p: *mut c_void, q: *mut c_void) {
     if !unwatch(p as usize) {
@@ -237,8 +251,8 @@ fn on_free(p: *mut c_void, bytes: usize) {
     })
 }
 
-/// The sampled (rare) part of [`on_free`]: a watched block was freed, or the free window
-/// is full.
+/// The sampled (rare) part of [`on_free`], run when a watched block was freed or the free
+/// window is full.
 #[cold]
 #[inline(never)]
 fn free_sampled(t: &ThreadState, p: *mut c_void, sampled: bool, freed: u64) {
@@ -278,67 +292,21 @@ fn on_copy(n: usize) {
 fn copy_window_full(t: &ThreadState, copied: u64) {
     t.busy.set(true);
     t.copied.set(0);
-    let wait = handshake_allowed(t);
+    let wait = handshake_allowed(&t.credit, &t.credit_at);
     let answered = ring::emit(layout::EV_COPY, tid(t), copied, 0, 0, 0, wait);
-    spend(t, answered);
+    spend(&t.credit, answered);
     t.busy.set(false);
-}
-
-// ---- The handshake budget ----
-//
-// A handshake costs the thread the profiler's answer time (see ring::SPIN_NS). A thread that
-// allocates a window every few microseconds (churn of small objects, a loop of large
-// temporary buffers) would spend most of its time waiting, and its waits, all on the
-// allocating lines, would skew the CPU shares the sampler sees. So a thread earns one
-// handshake per HANDSHAKE_PERIOD_NS of time, banking at most HANDSHAKE_BANK of them; an
-// event finding none left is sent without waiting, and the profiler ties it to the stack
-// of the thread's latest handshake (at most a few milliseconds old in such a stretch).
-// Counting handshakes, not their time, keeps what gets a handshake independent of how
-// fast the profiler answers.
-
-/// One handshake earned per 5 ms: at most 200 a second once the bank is spent (1–3% of
-/// the thread's time at the answer times above).
-const HANDSHAKE_PERIOD_NS: i64 = 5_000_000;
-/// Handshakes banked while the thread allocates little: a burst of this many exact events
-/// (a program building its data, a worker starting up) after a quiet spell.
-const HANDSHAKE_BANK: i64 = 256;
-
-/// Whether this event may wait for the profiler's answer: the thread's account, credited
-/// for the time since it was last updated, holds a handshake.
-fn handshake_allowed(t: &ThreadState) -> bool {
-    handshake_allowed_at(t, layout::now_ns())
-}
-
-/// [`handshake_allowed`] at monotonic time `now` (ns, > 0).
-fn handshake_allowed_at(t: &ThreadState, now: u64) -> bool {
-    const FULL: i64 = HANDSHAKE_BANK * HANDSHAKE_PERIOD_NS;
-    let last = t.credit_at.get();
-    let credit = if last == 0 {
-        FULL
-    } else {
-        let earned = now.saturating_sub(last).min(FULL as u64) as i64;
-        t.credit.get().saturating_add(earned).min(FULL)
-    };
-    t.credit.set(credit);
-    t.credit_at.set(now);
-    credit >= HANDSHAKE_PERIOD_NS
-}
-
-/// Charges an answered handshake to the thread's account.
-fn spend(t: &ThreadState, answered: bool) {
-    if answered {
-        t.credit.set(t.credit.get() - HANDSHAKE_PERIOD_NS);
-    }
 }
 
 // ---- Sampled allocations: a small lock-free table of pointers. ----
 //
-// A pointer lives in one bucket of 8 slots: one aligned cache line. Every free of the
+// A pointer lives in one bucket of 8 slots, one aligned cache line. Every free of the
 // program asks whether its pointer is watched, so the answer must usually come without
-// touching the table (32 KiB, cold: it would cost a cache miss per free): a 4 KiB filter
-// counts, per 12-bit hash, the pointers watched under it (never fewer than are there:
-// raised before an insertion, lowered after a removal), and only a non-zero count sends
-// the free to the bucket.
+// touching the table (32 KiB, cold, so it would cost a cache miss per free).
+//
+// A 4 KiB filter counts, per 12-bit hash, the pointers watched under it. The count is never
+// fewer than are there, because it is raised before an insertion and lowered after a
+// removal. Only a non-zero count sends the free to the bucket.
 
 const WATCH_SLOTS: usize = 4096;
 const BUCKET: usize = 8;
@@ -354,16 +322,16 @@ struct Filter([AtomicU8; WATCH_SLOTS]);
 const ZERO: AtomicU8 = AtomicU8::new(0);
 static FILTER: Filter = Filter([ZERO; WATCH_SLOTS]);
 
-/// `p`'s 12-bit hash: its filter entry; its bucket starts at the hash with the low 3 bits
-/// cleared.
+/// `p`'s 12-bit hash, which is its filter entry. Its bucket starts at the hash with the low
+/// 3 bits cleared.
 #[inline(always)]
 fn hash(p: usize) -> usize {
     (p >> 4).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> (usize::BITS - 12)
 }
 
-/// Forgets every watched pointer (an attach: the pointers of an earlier one's ring mean
-/// nothing to the new profiler). Counting is off meanwhile; a concurrent `unwatch` of the
-/// same pointer and this clear take it out once between them (both swap it for 0).
+/// Forgets every watched pointer (for an attach, because the pointers of an earlier one's
+/// ring mean nothing to the new profiler). Counting is off meanwhile. A concurrent `unwatch`
+/// of the same pointer and this clear take it out once between them (both swap it for 0).
 pub(crate) fn clear_watches() {
     if WATCHED.load(Ordering::Acquire) == 0 {
         return;
@@ -457,7 +425,7 @@ fn realloc_impl(p: *mut c_void, size: usize, ret: usize) -> *mut c_void {
         return malloc_impl(size, ret);
     }
     if real::is_boot(p) {
-        // Never hand a bootstrap pointer to the real allocator: move it out instead.
+        // Never hand a bootstrap pointer to the real allocator. Move it out instead.
         let q = real::malloc(size);
         if !q.is_null() {
             real::memcpy(q, p, real::boot_size(p).min(size));
@@ -482,15 +450,15 @@ fn realloc_impl(p: *mut c_void, size: usize, ret: usize) -> *mut c_void {
     }
     let new = usable(q);
     if q == p {
-        // Grown or shrunk in place: only the difference moved.
+        // Grown or shrunk in place, so only the difference moved.
         if new >= old {
             on_alloc(q, new - old, ret);
         } else {
             on_free_in_place(old - new);
         }
     } else {
-        // Moved: the block lives on elsewhere (a watch on it follows it), its contents
-        // copied. What it held was counted when it was allocated: only the growth is new
+        // Moved. The block lives on elsewhere (a watch on it follows it), its contents
+        // copied. What it held was counted when it was allocated, so only the growth is new
         // memory (or the shrinkage freed), as in place. Counting the whole new block
         // again counted those bytes twice in a line's live memory (a growing list's
         // array: 130 MB on a line that kept 87).
@@ -505,7 +473,8 @@ fn realloc_impl(p: *mut c_void, size: usize, ret: usize) -> *mut c_void {
     q
 }
 
-/// A block shrunk in place: fewer bytes held, the block itself still live (and watched).
+/// A block shrunk in place. Fewer bytes are held, and the block itself is still live (and
+/// watched).
 fn on_free_in_place(bytes: usize) {
     on_free(core::ptr::null_mut(), bytes)
 }
@@ -689,47 +658,6 @@ extern "C" fn pvalloc_shim(size: usize, ret: usize) -> *mut c_void {
 mod tests {
     use super::*;
 
-    fn fresh_thread() -> ThreadState {
-        // SAFETY: all-zero is a ThreadState's initial state (Cells of integers and a bool).
-        unsafe { core::mem::zeroed() }
-    }
-
-    #[test]
-    fn the_handshake_budget_banks_a_burst_then_allows_one_per_period() {
-        let t = fresh_thread();
-        let start = 1_000_000_000u64;
-        // A burst at one instant: the whole bank, then nothing.
-        let mut granted = 0;
-        while handshake_allowed_at(&t, start) {
-            spend(&t, true);
-            granted += 1;
-            assert!(granted <= HANDSHAKE_BANK, "the bank never runs out");
-        }
-        assert_eq!(granted, HANDSHAKE_BANK);
-        // Unanswered waits cost nothing.
-        spend(&t, false);
-        assert!(!handshake_allowed_at(&t, start + 1));
-        // Then one per period, however often the thread asks.
-        let mut now = start;
-        let mut granted = 0;
-        for _ in 0..1000 {
-            now += HANDSHAKE_PERIOD_NS as u64 / 10;
-            if handshake_allowed_at(&t, now) {
-                spend(&t, true);
-                granted += 1;
-            }
-        }
-        assert_eq!(granted, 100, "1000 asks over 100 periods");
-        // A long quiet spell refills the bank, no more.
-        now += 3600 * 1_000_000_000;
-        let mut granted = 0;
-        while handshake_allowed_at(&t, now) {
-            spend(&t, true);
-            granted += 1;
-        }
-        assert_eq!(granted, HANDSHAKE_BANK);
-    }
-
     #[test]
     fn watched_pointers_are_found_once() {
         let ptrs: Vec<usize> = (1..=100).map(|i| 0x7f00_0000_0000 + i * 0x1010).collect();
@@ -747,7 +675,7 @@ mod tests {
             "the filter counts what the table holds"
         );
         assert!(!watch(0));
-        // A full bucket: the pointer is not watched, and the filter says so.
+        // A full bucket. The pointer is not watched, and the filter says so.
         let h = hash(0x7f00_0000_0000);
         let same: Vec<usize> = (0..1usize << 20)
             .map(|i| 0x7f00_0000_0000 + (i << 4))
@@ -763,8 +691,8 @@ mod tests {
             assert!(unwatch(p));
         }
         assert!(FILTER.0.iter().all(|c| c.load(Ordering::Relaxed) == 0));
-        // A watched block moved by realloc stays watched at its new address (no ring here:
-        // the event goes nowhere); an unwatched one moving changes nothing.
+        // A watched block moved by realloc stays watched at its new address (no ring here,
+        // so the event goes nowhere). An unwatched one moving changes nothing.
         let (p, q) = (0x7f00_1000_0010usize, 0x7f00_2000_0020usize);
         assert!(watch(p));
         on_move(p as *mut c_void, q as *mut c_void);

@@ -1,29 +1,36 @@
 //! `sys._debugmallocstats()` with the wrappers in (`pymem.rs`). CPython prints pymalloc's
 //! statistics (`_PyObject_DebugMallocStats`, 3.3+) only when the object domain's `malloc`
-//! is pymalloc's own function; ours stands there, so the call printed only the free lists
+//! is pymalloc's own function. Ours stands there, so the call printed only the free lists
 //! (test_sys's test_debugmallocstats, which looks for pymalloc's lines since 3.11, failed).
-//! Free-threaded builds are left alone: they print mimalloc's statistics whatever the
-//! object allocator is (seen on 3.13t, with the wrappers in; 3.14's source says so).
-//! pymalloc's state is intact (it serves every object under the wrappers): all the call
+//!
+//! Free-threaded builds are left alone, because they print mimalloc's statistics whatever
+//! the object allocator is (seen on 3.13t, with the wrappers in; 3.14's source says so).
+//!
+//! pymalloc's state is intact (it serves every object under the wrappers). All the call
 //! needs is pymalloc's allocator in the domain while it runs.
 //!
 //! So the library points the sys module's method entry for `_debugmallocstats` (a
 //! `PyMethodDef` in a static table of the interpreter's, in its writable data) at
-//! [`debugmallocstats`], which puts the interpreter's own allocator back for the call
-//! (`pymem::with_own_obj_allocator`) and calls CPython's function. Why the entry:
-//! - every function object made from it calls through it (`ml_meth` is read at each call):
-//!   the main interpreter's and any subinterpreter's `sys._debugmallocstats`, which stay
-//!   CPython's own objects, with their name, docstring and signature;
-//! - it is there before the interpreter starts, so it is written before `main` (`run`) or
-//!   by the pending call that installs the wrappers (`attach`): no hook runs in the
+//! [`debugmallocstats`]. That function puts the interpreter's own allocator back for the
+//! call (`pymem::with_own_obj_allocator`) and calls CPython's function. Why the entry:
+//! - every function object made from it calls through it (`ml_meth` is read at each
+//!   call). These are the main interpreter's and any subinterpreter's
+//!   `sys._debugmallocstats`, which stay CPython's own objects, with their name, docstring
+//!   and signature;
+//! - it is there before the interpreter starts. So it is written before `main` (`run`) or
+//!   by the pending call that installs the wrappers (`attach`). No hook runs in the
 //!   interpreter, nothing is imported, no Python object is made;
-//! - the same on every version and build, shared or static (the table has no exported
-//!   symbol, so it is found by its contents: see [`find_entry`]).
+//! - it is the same on every version and build, shared or static (the table has no
+//!   exported symbol, so it is found by its contents, see [`find_entry`]).
 //!
-//! An entry is taken only when it is the single one in the interpreter's image with the
-//! name `_debugmallocstats` (a NUL-terminated string in a read-only segment), a function
-//! in its code, and `METH_NOARGS` (as on every 3.x), in data the dynamic linker leaves
-//! writable; otherwise nothing changes and the statistics stay hidden, as before.
+//! An entry is taken only when it is:
+//! - the single one in the interpreter's image with the name `_debugmallocstats` (a
+//!   NUL-terminated string in a read-only segment);
+//! - a function in its code;
+//! - `METH_NOARGS` (as on every 3.x);
+//! - in data the dynamic linker leaves writable.
+//!
+//! Otherwise nothing changes and the statistics stay hidden, as before.
 //!
 //! Not covered: `PYTHONMALLOCSTATS=1`, whose statistics CPython prints from C (at each new
 //! arena and at exit), not through the sys module.
@@ -31,7 +38,7 @@
 //! Owns: finding that entry and the function put in it.
 //! Must not: allocate, or write anything but the entry's function pointer.
 
-use crate::attach::{Object, PT_LOAD};
+use crate::elf::{Object, PT_LOAD};
 use core::ffi::{c_int, c_void};
 use core::sync::atomic::{AtomicUsize, Ordering};
 
@@ -54,8 +61,8 @@ type NoArgs = unsafe extern "C" fn(*mut c_void, *mut c_void) -> *mut c_void;
 static THEIRS: AtomicUsize = AtomicUsize::new(0);
 
 /// Points the entry of `sys._debugmallocstats` at [`debugmallocstats`] (once; nothing when
-/// the entry is not found). Called after the wrappers went in: before `main`, or with the
-/// GIL held (`attach`); the function pointer is written in one store, so a thread calling
+/// the entry is not found). Called after the wrappers went in, before `main` or with the
+/// GIL held (`attach`). The function pointer is written in one store, so a thread calling
 /// the method meanwhile calls either function.
 pub fn take_over() {
     if THEIRS.load(Ordering::Acquire) != 0 {
@@ -70,7 +77,7 @@ pub fn take_over() {
         return;
     };
     // SAFETY: `find_entry` returned an entry of the interpreter's writable data (outside
-    // the part made read-only after relocation), aligned as the table is; its function
+    // the part made read-only after relocation), aligned as the table is. Its function
     // pointer is a word there, written only here.
     let meth = unsafe { AtomicUsize::from_ptr((entry + METH_OFFSET) as *mut usize) };
     THEIRS.store(meth.load(Ordering::Relaxed), Ordering::Release);
@@ -116,8 +123,8 @@ fn find_entry(anchor: usize) -> Option<usize> {
     f.found
 }
 
-/// `[lo, hi)` of the object's loaded segments whose flags pass `want`: the bytes the file
-/// gives (`p_filesz`), so never the zero-filled tail of a data segment.
+/// `[lo, hi)` of the object's loaded segments whose flags pass `want`. It covers the bytes
+/// the file gives (`p_filesz`), so never the zero-filled tail of a data segment.
 fn segments<'a>(
     object: &'a Object<'a>,
     want: impl Fn(u32) -> bool + 'a,

@@ -1,8 +1,10 @@
 //! The interpreter image's address range in this process, read once from /proc/self/maps
 //! at start-up without allocating (raw `open`/`read` into a stack buffer).
 //!
-//! Owns: deciding whether this process is a Python interpreter and where its code lies:
-//! libpython's mappings for a shared build, else the executable's when it is named python*.
+//! Owns: deciding whether this process is a Python interpreter and where its code lies.
+//! That is libpython's mappings for a shared build, else the executable's when it is named
+//! python*.
+//!
 //! Must not: allocate, or be called on a hot path.
 
 /// `[lo, hi)` of the interpreter image, or None when this process is not Python.
@@ -81,7 +83,7 @@ fn for_each_mapping(f: &mut dyn FnMut(usize, usize, &[u8])) {
             start += nl + 1;
         }
         if start == 0 && have == buf.len() {
-            // A line longer than the buffer: skip it.
+            // A line longer than the buffer is skipped.
             have = 0;
             continue;
         }

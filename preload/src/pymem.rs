@@ -1,8 +1,8 @@
-//! Python's own allocator, wrapped: on CPython 3.8+ the library wraps the interpreter's
+//! Python's own allocator, wrapped. On CPython 3.8+ the library wraps the interpreter's
 //! `PYMEM_DOMAIN_MEM` and `PYMEM_DOMAIN_OBJ` allocators (pymalloc) before `main`, with
 //! `PyMem_SetAllocator`, so that every object the interpreter allocates is counted while
 //! pymalloc goes on serving it. `PYTHONMALLOC=malloc` sends every object through glibc's
-//! malloc instead, which is much slower on small objects than pymalloc; the wrappers cost
+//! malloc instead, which is much slower on small objects than pymalloc. The wrappers cost
 //! an indirect call and a few additions each (docs/benchmarks.md has the figures).
 //!
 //! What is counted where, with the wrappers on:
@@ -10,26 +10,29 @@
 //!   as the interpreter's, into the thread's allocation window; not into the footprint,
 //!   since its free is not sized (pymalloc has no public way to tell a block's size);
 //! - larger requests: pymalloc hands them to the C allocator, whose interposed entry
-//!   points count them as before (the caller is the interpreter's image: Python);
+//!   points count them as before (the caller is the interpreter's image, hence Python);
 //! - the footprint of small objects: the arenas pymalloc maps for them (`arenas.rs`), as
 //!   under `--keep-pymalloc`, one arena at a time;
 //! - a sampled (watched) small object's free: reported as before, so a line's live memory
 //!   and the leak score work as with malloc.
 //!
-//! Why before `main` is safe: the interpreter allocates nothing through these two domains
-//! before its pre-initialisation (that is when it may switch allocators itself, so it
-//! cannot), and on 3.8+ pre-initialisation leaves the allocators alone unless
-//! `PYTHONMALLOC` or the development mode asks for others; in that case ours are replaced
-//! before any block went through them, and only the counting of small objects is lost.
+//! Why before `main` is safe:
+//! - the interpreter allocates nothing through these two domains before its
+//!   pre-initialisation (that is when it may switch allocators itself, so it cannot);
+//! - on 3.8+ pre-initialisation leaves the allocators alone unless `PYTHONMALLOC` or the
+//!   development mode asks for others. In that case ours are replaced before any block went
+//!   through them, and only the counting of small objects is lost.
 //!
 //! The choice is the profiler's (`run` sets [`layout::PYMEM_ENV`] to `hook` along with
-//! `PYTHONMALLOC=malloc`): where the wrappers go in, this process drops that
-//! `PYTHONMALLOC`; where they cannot (2.7, 3.6, 3.7, a program that is not Python), it
-//! sets `PYTHONMALLOC=malloc` for itself and whatever it starts, so a Python child of any
-//! version gets one or the other.
+//! `PYTHONMALLOC=malloc`):
+//! - where the wrappers go in, this process drops that `PYTHONMALLOC`;
+//! - where they cannot (2.7, 3.6, 3.7, a program that is not Python), it sets
+//!   `PYTHONMALLOC=malloc` for itself and whatever it starts.
+//!
+//! So a Python child of any version gets one or the other.
 //!
 //! Free-threaded builds (3.13t+) serve objects with mimalloc, whose heaps the garbage
-//! collector walks, and refuse to start with `PYTHONMALLOC=malloc`: there the library drops
+//! collector walks, and refuse to start with `PYTHONMALLOC=malloc`. There the library drops
 //! the `PYTHONMALLOC=malloc` that `run` set (whatever the mode), and the wrappers forward
 //! every request to mimalloc on the calling thread (the heap it picked for the object's
 //! kind is untouched, so the collector still finds every object). mimalloc serves large
@@ -38,7 +41,7 @@
 //!
 //! Loaded late (`attach`), the library wraps the same two domains from a pending call
 //! (`Py_AddPendingCall`, which runs on the main thread with the thread state attached),
-//! on 3.6+; the wrappers stay for the life of the process and pass every call through
+//! on 3.6+. The wrappers stay for the life of the process and pass every call through
 //! while nothing is attached. RAW is never wrapped live (any thread may call it without
 //! the GIL; its calls reach malloc, which the patched GOT slots count).
 //!
@@ -50,7 +53,7 @@ use core::cell::UnsafeCell;
 use core::ffi::{c_int, c_void};
 use core::sync::atomic::{AtomicBool, Ordering};
 
-/// pymalloc's threshold (`SMALL_REQUEST_THRESHOLD`, 512 on every 3.x): larger requests go
+/// pymalloc's threshold (`SMALL_REQUEST_THRESHOLD`, 512 on every 3.x). Larger requests go
 /// to the C allocator.
 pub const SMALL: usize = 512;
 
@@ -74,12 +77,17 @@ const EMPTY: Allocator = Allocator {
 };
 
 /// The interpreter's own allocators of `PYMEM_DOMAIN_MEM` (1) and `PYMEM_DOMAIN_OBJ` (2),
-/// at [`MEM`] and [`OBJ`] (each domain has wrappers of its own, which find what they wrap
-/// here, not through `ctx`: see [`ours`]); written once, read-only afterwards: before
-/// `main` (one thread) when preloaded, or, loaded late (`attach`), by the pending call that installs the
-/// wrappers, on the main thread with the thread state attached (the GIL held: no other
-/// thread uses these two domains meanwhile, and those that do later take the GIL first,
-/// which orders the writes before their reads). Never written again once [`HOOKED`].
+/// at [`MEM`] and [`OBJ`]. Each domain has wrappers of its own, which find what they wrap
+/// here, not through `ctx` (see [`ours`]).
+///
+/// Written once, read-only afterwards. The one write is made:
+/// - before `main` (one thread) when preloaded;
+/// - or, loaded late (`attach`), by the pending call that installs the wrappers, on the
+///   main thread with the thread state attached. The GIL is held, so no other thread uses
+///   these two domains meanwhile, and those that do later take the GIL first, which orders
+///   the writes before their reads.
+///
+/// Never written again once [`HOOKED`].
 struct Slots(UnsafeCell<[Allocator; 2]>);
 // SAFETY: written only once, by one thread, before the wrappers that read it are installed
 // (see above); read-only after.
@@ -93,7 +101,7 @@ const OBJ: usize = 1;
 /// The wrappers are in.
 static HOOKED: AtomicBool = AtomicBool::new(false);
 
-/// Whether the interpreter in this process is a free-threaded build: only those export
+/// Whether the interpreter in this process is a free-threaded build. Only those export
 /// the helpers of their split reference count.
 pub fn is_free_threaded_build() -> bool {
     !symbol(c"_Py_MergeZeroLocalRefcount").is_null()
@@ -103,15 +111,16 @@ pub fn is_free_threaded_build() -> bool {
 static FREE_THREADED: AtomicBool = AtomicBool::new(false);
 
 /// Whether this process's interpreter is a free-threaded build, whose objects of every size
-/// come from mimalloc and its own mappings (not pymalloc's arenas, not malloc: see
+/// come from mimalloc and its own mappings (not pymalloc's arenas, not malloc; see
 /// `arenas.rs`).
 #[inline(always)]
 pub fn mimalloc_maps() -> bool {
     FREE_THREADED.load(Ordering::Relaxed)
 }
 
-/// Requests up to this many bytes are the wrapped allocator's to count: [`SMALL`] under
-/// pymalloc (it hands larger ones to malloc), every size under mimalloc.
+/// Requests up to this many bytes are the wrapped allocator's to count:
+/// - [`SMALL`] under pymalloc (it hands larger ones to malloc);
+/// - every size under mimalloc.
 #[inline(always)]
 fn counted_up_to() -> usize {
     if mimalloc_maps() {
@@ -147,7 +156,7 @@ pub fn choose(accounting: bool) {
         // to see its objects (its mappings are reservations), whatever the mode asked.
         if want.is_some() {
             // Our PYTHONMALLOC=malloc would stop this interpreter before it starts.
-            // SAFETY: before main, one thread: nothing else reads the environment now.
+            // SAFETY: before main, one thread, so nothing else reads the environment now.
             unsafe { libc::unsetenv(c"PYTHONMALLOC".as_ptr()) };
         }
         // A PYTHONMALLOC of the user's own (mimalloc_debug, say) is left unwrapped.
@@ -161,7 +170,7 @@ pub fn choose(accounting: bool) {
     }
     if accounting && install() {
         crate::mallocstats::take_over();
-        // SAFETY: before main, one thread: nothing else reads the environment now.
+        // SAFETY: before main, one thread, so nothing else reads the environment now.
         unsafe { libc::unsetenv(c"PYTHONMALLOC".as_ptr()) };
     } else {
         // SAFETY: as above.
@@ -195,8 +204,10 @@ fn install() -> bool {
 }
 
 /// Whether the interpreter has `PyMemAllocatorEx` and `PyMem_SetAllocator` as
-/// [`install_late`] uses them: 3.6+ (3.5 introduced them; 3.4 had a struct without
-/// `calloc` under the same function names; 2.7 has no allocator API at all).
+/// [`install_late`] uses them, that is, 3.6+:
+/// - 3.5 introduced them;
+/// - 3.4 had a struct without `calloc` under the same function names;
+/// - 2.7 has no allocator API at all.
 pub fn late_api() -> bool {
     if symbol(c"PyMem_SetAllocator").is_null() {
         return false;
@@ -205,9 +216,9 @@ pub fn late_api() -> bool {
 }
 
 /// Calls `f(NULL)` on a short-lived thread of ours once it holds the GIL
-/// (`PyGILState_Ensure`: the interpreter hands it over within its switch interval), then
+/// (`PyGILState_Ensure`; the interpreter hands it over within its switch interval), then
 /// lets the GIL go and ends. False when the thread could not be made or the interpreter
-/// lacks the API. Not before 3.7 (3.6 may have no GIL yet: the thread would make one and
+/// lacks the API. Not before 3.7 (3.6 may have no GIL yet, so the thread would make one and
 /// run beside the main thread).
 pub fn with_gil_on_a_thread(f: extern "C" fn(*mut c_void) -> c_int) -> bool {
     if symbol(c"PyGILState_Ensure").is_null() || symbol(c"PyGILState_Release").is_null() {
@@ -239,8 +250,8 @@ extern "C" fn gil_thread(f: *mut c_void) -> *mut c_void {
     }
     // SAFETY: `f` is the `extern "C" fn(*mut c_void) -> c_int` given to
     // `with_gil_on_a_thread`; CPython's `PyGILState_STATE PyGILState_Ensure(void)` and
-    // `void PyGILState_Release(PyGILState_STATE)` (an enum: a C int) may be called from a
-    // thread the interpreter does not know: it makes a thread state for it and takes the
+    // `void PyGILState_Release(PyGILState_STATE)` (an enum, a C int) may be called from a
+    // thread the interpreter does not know. It makes a thread state for it and takes the
     // GIL.
     unsafe {
         let f = core::mem::transmute::<*mut c_void, extern "C" fn(*mut c_void) -> c_int>(f);
@@ -258,8 +269,8 @@ pub fn python3_minor() -> Option<u32> {
     if v.is_null() {
         return None;
     }
-    // SAFETY: CPython's `const char *Py_GetVersion(void)`: a static string, callable at any
-    // time, with or without the GIL.
+    // SAFETY: CPython's `const char *Py_GetVersion(void)` returns a static string and is
+    // callable at any time, with or without the GIL.
     let text =
         unsafe { core::mem::transmute::<*mut c_void, extern "C" fn() -> *const libc::c_char>(v)() };
     if text.is_null() {
@@ -281,11 +292,11 @@ pub fn python3_minor() -> Option<u32> {
     }
 }
 
-/// Wraps both domains of an interpreter that is already running (`attach`): called by the
+/// Wraps both domains of an interpreter that is already running (`attach`). Called by the
 /// pending call the attach scheduled, on the main thread with the thread state attached, as
 /// `PyMem_SetAllocator` requires. Wrappers installed by an earlier attach stay (they pass
-/// every call through while nothing is attached): true at once. Never on a free-threaded
-/// build (its mimalloc heaps cannot change hands while it runs).
+/// every call through while nothing is attached), so the answer is true at once. Never on a
+/// free-threaded build (its mimalloc heaps cannot change hands while it runs).
 pub fn install_late() -> bool {
     if hooked() {
         return true;
@@ -330,7 +341,7 @@ fn wrap_domains() -> bool {
             }
         }
         // An interpreter built without pymalloc serves objects with its raw (malloc)
-        // allocator: the interposed malloc sees them all already (wrapping would count
+        // allocator, so the interposed malloc sees them all already (wrapping would count
         // them twice), as under PYTHONMALLOC=malloc.
         let fn_addr = |a: &Allocator| a.malloc.map(|f| f as usize);
         if fn_addr(&inner[1]) == fn_addr(&raw) {
@@ -344,7 +355,7 @@ fn wrap_domains() -> bool {
 }
 
 /// Our wrappers of the domain at `SLOTS[D]`. Their `ctx` is the wrapped allocator's own,
-/// and they find what they wrap in [`SLOTS`] (never through `ctx`): so a thread that reads
+/// and they find what they wrap in [`SLOTS`] (never through `ctx`). So a thread that reads
 /// the domain's allocator while [`with_own_obj_allocator`] swaps it (the fields are not
 /// written at once) calls either function with the right `ctx`, whichever it got.
 ///
@@ -369,7 +380,7 @@ fn ours_obj_malloc() -> usize {
 /// The wrapped allocator of the domain at `SLOTS[D]`.
 ///
 /// # Safety
-/// `SLOTS[D]` is filled (see [`SLOTS`]): true in every wrapper we installed.
+/// `SLOTS[D]` is filled (see [`SLOTS`]), which is true in every wrapper we installed.
 #[inline(always)]
 unsafe fn inner<'a, const D: usize>() -> &'a Allocator {
     &(*SLOTS.0.get())[D]
@@ -377,13 +388,13 @@ unsafe fn inner<'a, const D: usize>() -> &'a Allocator {
 
 /// Calls `f` with the interpreter's own allocator back in `PYMEM_DOMAIN_OBJ` when ours is
 /// there, and ours again after; else just calls it. The caller holds the GIL, as
-/// `PyMem_SetAllocator` requires (never on a free-threaded build: see `mallocstats.rs`).
+/// `PyMem_SetAllocator` requires (never on a free-threaded build; see `mallocstats.rs`).
 ///
-/// For CPython's `_PyObject_DebugMallocStats` (`sys._debugmallocstats()`, `mallocstats.rs`):
-/// it prints pymalloc's statistics only when the domain's `malloc` is pymalloc's own, and
-/// pymalloc's state (its arenas and pools) is what it was, since pymalloc serves every
-/// object under the wrappers. Meanwhile this domain's requests go to pymalloc uncounted
-/// (a thread of another interpreter with a GIL of its own may make some).
+/// This is for CPython's `_PyObject_DebugMallocStats` (`sys._debugmallocstats()`,
+/// `mallocstats.rs`). It prints pymalloc's statistics only when the domain's `malloc` is
+/// pymalloc's own. pymalloc's state (its arenas and pools) is what it was, since pymalloc
+/// serves every object under the wrappers. Meanwhile this domain's requests go to pymalloc
+/// uncounted (a thread of another interpreter with a GIL of its own may make some).
 pub fn with_own_obj_allocator<R>(f: impl FnOnce() -> R) -> R {
     let (get, set) = (symbol(c"PyMem_GetAllocator"), symbol(c"PyMem_SetAllocator"));
     if !hooked() || get.is_null() || set.is_null() {
@@ -401,7 +412,7 @@ pub fn with_own_obj_allocator<R>(f: impl FnOnce() -> R) -> R {
     unsafe { get(PYMEM_DOMAIN_OBJ, &mut now) };
     let ours_now = ours_obj_malloc();
     if now.malloc.map(|f| f as usize) != Some(ours_now) {
-        // Another allocator (tracemalloc's, the debug hooks) sits on ours, or replaced it:
+        // Another allocator (tracemalloc's, the debug hooks) sits on ours, or replaced it.
         // CPython then prints what it would print without us.
         return f();
     }
@@ -442,8 +453,9 @@ unsafe extern "C" fn wrapped_malloc<const D: usize>(_: *mut c_void, n: usize) ->
     p
 }
 
-/// Counts what the wrapped allocator made: a small object of pymalloc's (its frees not
-/// sized), or any object of a free-threaded build's mimalloc (in the footprint).
+/// Counts what the wrapped allocator made:
+/// - a small object of pymalloc's (its frees not sized);
+/// - or any object of a free-threaded build's mimalloc (in the footprint).
 #[inline(always)]
 fn counted(p: *mut c_void, n: usize) {
     if mimalloc_maps() {
@@ -484,11 +496,13 @@ unsafe extern "C" fn wrapped_realloc<const D: usize>(
     // None when a copy window filled meanwhile (the counter restarted).
     let copied = copied().checked_sub(before);
     // pymalloc keeps a small block in place when the new size is of the same size class
-    // (nothing allocated); otherwise it moves it: allocates, copies what the old block
-    // held (up to the new size), frees the old one. The block lives on, so a watch on it
-    // follows it, and only its growth is new memory (counted here when small, by the C
-    // allocator's entry points when not): counting the whole new block again would count
-    // what the old one stood for twice.
+    // (nothing allocated). Otherwise it moves it:
+    // - allocates;
+    // - copies what the old block held (up to the new size);
+    // - frees the old one.
+    // The block lives on, so a watch on it follows it, and only its growth is new memory
+    // (counted here when small, by the C allocator's entry points when not). Counting the
+    // whole new block again would count what the old one stood for twice.
     if q != p && !q.is_null() && active() {
         if !p.is_null() {
             on_move(p, q);

@@ -1,12 +1,19 @@
-//! The real allocator and copy functions, found with `dlsym(RTLD_NEXT, ...)` when the
-//! library was preloaded, or in the C library's own handle when it was loaded late (`attach`:
-//! RTLD_NEXT then finds nothing after us, and RTLD_DEFAULT may find a non-PIE executable's
-//! `malloc` stub, which jumps through a slot we patch: ourselves), and the bootstrap heap that serves allocations made while they are being found (glibc's dlsym
-//! may call calloc for its error buffer).
+//! The real allocator and copy functions, and the bootstrap heap that serves allocations
+//! made while they are being found (glibc's dlsym may call calloc for its error buffer).
 //!
-//! Owns: resolution once, the real function pointers, the static bootstrap buffer, and
-//! [`block_size`]: a block's usable size read from glibc's chunk header when the real
-//! allocator is glibc's (checked once, see [`check_glibc_chunks`]).
+//! The real functions are found:
+//! - with `dlsym(RTLD_NEXT, ...)` when the library was preloaded;
+//! - in the C library's own handle when it was loaded late (`attach`). RTLD_NEXT then finds
+//!   nothing after us, and RTLD_DEFAULT may find a non-PIE executable's `malloc` stub, which
+//!   jumps through a slot we patch, to ourselves.
+//!
+//! Owns:
+//! - resolution once;
+//! - the real function pointers;
+//! - the static bootstrap buffer;
+//! - [`block_size`]: a block's usable size read from glibc's chunk header when the real
+//!   allocator is glibc's (checked once, see [`check_glibc_chunks`]).
+//!
 //! Must not: account or sample anything (that is `lib.rs`), or ever hand a bootstrap
 //! pointer to the real `free`.
 
@@ -63,7 +70,7 @@ pub fn init() -> bool {
     let handle = if crate::attach::loaded_late() {
         let h = libc_handle();
         if h.is_null() {
-            // Nothing to resolve from: a later call (the attach) may try again.
+            // Nothing to resolve from. A later call (the attach) may try again.
             STATE.store(0, Ordering::Release);
             return false;
         }
@@ -97,11 +104,12 @@ pub fn init() -> bool {
     true
 }
 
-/// The C library's handle (never closed), or null: glibc's `libc.so.6`, else `libc.so`.
+/// The C library's handle (never closed), or null. It is glibc's `libc.so.6`, else
+/// `libc.so`.
 pub fn libc_handle() -> *mut c_void {
     for name in [c"libc.so.6", c"libc.so"] {
         // SAFETY: dlopen of a NUL-terminated name that only looks the object up
-        // (RTLD_NOLOAD): it loads nothing and runs no constructor.
+        // (RTLD_NOLOAD), so it loads nothing and runs no constructor.
         let h = unsafe { libc::dlopen(name.as_ptr(), libc::RTLD_NOLOAD | libc::RTLD_LAZY) };
         if !h.is_null() {
             return h;
@@ -191,10 +199,10 @@ static GLIBC_CHUNKS: AtomicBool = AtomicBool::new(false);
 
 /// The usable size of a live block of the real allocator (what `malloc_usable_size` says).
 /// With glibc's allocator it is read from the chunk header in front of the block (the size
-/// word: chunk size | flags, 2 = mmapped): the same word glibc's own `malloc_usable_size`
-/// reads, without the call through a pointer and the look at the next chunk's header it
-/// also makes (which only matters for a block that is not live). Every block this is asked
-/// about is live: just returned by the allocator, or about to be freed.
+/// word: chunk size | flags, 2 = mmapped). That is the same word glibc's own
+/// `malloc_usable_size` reads, without the call through a pointer and the look at the next
+/// chunk's header it also makes (which only matters for a block that is not live). Every
+/// block this is asked about is live, just returned by the allocator or about to be freed.
 #[inline(always)]
 pub fn block_size(p: *mut c_void) -> usize {
     if GLIBC_CHUNKS.load(Ordering::Relaxed) {
@@ -229,7 +237,7 @@ fn chunk_usable(word: usize) -> usize {
 /// Turns [`block_size`]'s header reading on when the real `malloc` and
 /// `malloc_usable_size` are glibc's (in libc.so) and agree with the header on blocks of
 /// every kind (small, large, mmapped, aligned, calloc'd). Called once from the constructor,
-/// after [`init`]; anything unexpected leaves the plain call to `malloc_usable_size`.
+/// after [`init`]. Anything unexpected leaves the plain call to `malloc_usable_size`.
 #[cold]
 pub fn check_glibc_chunks() {
     let in_libc = |f: *mut c_void| {

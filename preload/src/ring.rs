@@ -1,15 +1,20 @@
-//! The producer side of the shared-memory ring: claiming the ring file the profiler made,
-//! or making this process's own ring, writing events without locks, and the bounded
-//! handshake that lets the profiler read an allocating thread's stack while that thread
-//! waits.
+//! The producer side of the shared-memory ring:
+//! - claiming the ring file the profiler made, or making this process's own ring;
+//! - writing events without locks;
+//! - the bounded handshake that lets the profiler read an allocating thread's stack while
+//!   that thread waits.
 //!
-//! Owns: [`open`] (once, from the constructor), [`emit`], the footprint and peak in the
-//! header, the fork rule (a forked child never writes to its parent's ring), and the rings
-//! of the program's other processes: when the profiler follows them (the header's
-//! `child_capacity`), a Python process that finds the profiler's ring claimed — an
-//! exec'd or spawned child, a subprocess, this very process after an `exec` — and a
-//! forked child make a ring of their own, `<the profiler's ring>.<pid>`, at their first
-//! event.
+//! Owns:
+//! - [`open`] (once, from the constructor), [`emit`];
+//! - the footprint and peak in the header;
+//! - the fork rule, that a forked child never writes to its parent's ring;
+//! - the rings of the program's other processes, when the profiler follows them (the
+//!   header's `child_capacity`). These make a ring of their own, `<the profiler's
+//!   ring>.<pid>`, at their first event. They are:
+//!   - a Python process that finds the profiler's ring claimed (an exec'd or spawned
+//!     child, a subprocess, this very process after an `exec`);
+//!   - a forked child.
+//!
 //! Must not: allocate, block longer than [`HANDSHAKE_WAIT_NS`], or wait again once the
 //! profiler has stopped answering.
 
@@ -21,34 +26,39 @@ use core::sync::atomic::{
 /// Longest a thread waits for the profiler to read its stack.
 pub const HANDSHAKE_WAIT_NS: i64 = layout::HANDSHAKE_WAIT_NS as i64;
 /// Unanswered handshakes in a row (with no answer at all in between, even a late one) after
-/// which the library stops waiting although the profiler still runs: a hung profiler costs
-/// the program at most this many waits. A profiler that is gone ends the waiting at the
-/// first unanswered one; one that answers late (a loaded machine) keeps it going.
+/// which the library stops waiting although the profiler still runs. So a hung profiler
+/// costs the program at most this many waits. A profiler that is gone ends the waiting at
+/// the first unanswered one. One that answers late (a loaded machine) keeps it going.
 const MAX_TIMEOUTS_IN_A_ROW: u32 = 16;
-/// After stopping with the profiler still there, waiting starts again once the profiler
-/// has read every event written up to then (it was behind, not hung: on a loaded machine
-/// its reader can be off the CPU for the 80 ms of those waits) and this long has passed,
-/// doubled at each such stop (at most [`MAX_RESUME_SHIFT`] times): a profiler that is
-/// always too slow costs the program 16 waits per period, a vanishing share.
+/// After stopping with the profiler still there, waiting starts again once both hold:
+/// - the profiler has read every event written up to then (it was behind, not hung; on a
+///   loaded machine its reader can be off the CPU for the 80 ms of those waits);
+/// - this long has passed, doubled at each such stop (at most [`MAX_RESUME_SHIFT`] times).
+///
+/// So a profiler that is always too slow costs the program 16 waits per period, a
+/// vanishing share.
 const RESUME_AFTER_NS: u64 = 500_000_000;
 const MAX_RESUME_SHIFT: u32 = 7;
 
 /// How long a waiting thread polls for the answer (yielding its CPU to anyone who wants it)
-/// before it sleeps in a futex. An answer is the profiler's wake-up, then its read of the
-/// stack: tens to a little over a hundred microseconds. A thread asleep in the handshake
-/// would be off the CPU at the line that allocated while the sampler's clock runs on, which
-/// skews the lines' CPU shares (fixtures/cpu/split.py shows it); polled, the wait is CPU
-/// time of that line, as the program's own clock sees it too. Polling burns that CPU,
-/// though, so it stops at the slowest usual answer: longer spins bought no shorter waits,
-/// and sleeping outright both waited longer and cost the program more (julia under memory
-/// mode); a profiler slow to answer costs each handshake the whole spin of the thread's
-/// CPU, which can tilt equal threads' shares.
+/// before it sleeps in a futex.
+/// - An answer is the profiler's wake-up, then its read of the stack. It takes tens to a
+///   little over a hundred microseconds.
+/// - A thread asleep in the handshake would be off the CPU at the line that allocated,
+///   while the sampler's clock runs on. That skews the lines' CPU shares
+///   (fixtures/cpu/split.py shows it).
+/// - Polled, the wait is CPU time of that line, as the program's own clock sees it too.
+/// - Polling burns that CPU, so it stops at the slowest usual answer. Longer spins bought
+///   no shorter waits. Sleeping outright both waited longer and cost the program more
+///   (julia under memory mode).
+/// - A profiler slow to answer costs each handshake the whole spin of the thread's CPU,
+///   which can tilt equal threads' shares.
 const SPIN_NS: u64 = 150_000;
 
 static RING: AtomicPtr<Header> = AtomicPtr::new(core::ptr::null_mut());
 /// Bytes of the mapping at `RING`.
 static RING_BYTES: AtomicUsize = AtomicUsize::new(0);
-/// Sampling is on: a ring is claimed (or one of our own is to be made) for this process.
+/// Sampling is on. A ring is claimed (or one of our own is to be made) for this process.
 pub static ACTIVE: AtomicBool = AtomicBool::new(false);
 static WAIT: AtomicBool = AtomicBool::new(true);
 /// The ring's consumer generation when we stopped waiting.
@@ -76,28 +86,31 @@ const OWN_MAKING: u32 = 2;
 /// Made: `RING` points to it.
 const OWN_READY: u32 = 3;
 static OWN: AtomicU32 = AtomicU32::new(OWN_NONE);
-/// The profiler follows the program's other processes: they (and our fork children) make
-/// rings of their own.
+/// The profiler follows the program's other processes, so they (and our fork children)
+/// make rings of their own.
 static FOLLOW: AtomicBool = AtomicBool::new(false);
-/// This process is a fork child: thread ids the library cached per thread before the fork
+/// This process is a fork child. Thread ids the library cached per thread before the fork
 /// are its parent's, so events carry the id asked of the kernel instead.
 static FORKED: AtomicBool = AtomicBool::new(false);
 static CAPACITY: AtomicU64 = AtomicU64::new(0);
 static CONSUMER: AtomicI32 = AtomicI32::new(0);
 static PY_LO: AtomicU64 = AtomicU64::new(0);
 static PY_HI: AtomicU64 = AtomicU64::new(0);
-/// The profiler's ring's path (our own ring's name starts with it); written once before
-/// main, read when the ring is made. Longer paths (never ours: rings live in /dev/shm or
-/// a runtime directory) get no rings of their own; the name is built on the stack of the
-/// allocating thread, so it stays small.
+/// The profiler's ring's path (our own ring's name starts with it). It is written once
+/// before main, and read when the ring is made. Longer paths (never ours, because rings
+/// live in /dev/shm or a runtime directory) get no rings of their own. The name is built
+/// on the stack of the allocating thread, so it stays small.
 const PATH_MAX: usize = 512;
 static MAIN_PATH: [AtomicU8; PATH_MAX] = [const { AtomicU8::new(0) }; PATH_MAX];
 static MAIN_LEN: AtomicUsize = AtomicUsize::new(0);
 
 /// Opens the ring named by the environment, when this process is Python and the file is
-/// ours (same uid, no access for others): claims it if nobody has, else (when the
-/// profiler follows the program's processes, or it is our own image's from before an
-/// `exec`) gets ready to make a ring of its own. Called once before main.
+/// ours (same uid, no access for others).
+/// - It claims the ring if nobody has.
+/// - Else it gets ready to make a ring of its own, when the profiler follows the program's
+///   processes, or when the ring is our own image's from before an `exec`.
+///
+/// Called once before main.
 pub fn open(python: Option<(usize, usize)>) {
     let Some((lo, hi)) = python else { return };
     PY_LO.store(lo as u64, Ordering::Relaxed);
@@ -184,7 +197,7 @@ fn claim(h: &Header, pid: i32, lo: usize, hi: usize) -> Result<(), i32> {
     Ok(())
 }
 
-/// The per-ring state of the handshake: a fresh ring starts waiting for its profiler.
+/// The per-ring state of the handshake. A fresh ring starts waiting for its profiler.
 fn reset_handshake_state() {
     WAIT.store(true, Ordering::Relaxed);
     TIMEOUTS.store(0, Ordering::Relaxed);
@@ -197,175 +210,26 @@ fn reset_handshake_state() {
     STARTUP_DEADLINE.store(0, Ordering::Relaxed);
 }
 
-// ---- `attach` with memory: a ring claimed by a library loaded late (`attach.rs`). ----
+// ---- `attach` with memory (`attached.rs`). ----
 
 /// Threads inside [`emit`] or [`footprint`], which may hold a reference to the ring they
-/// found: a ring given up by a detach is unmapped only when none is (see [`retire`]).
+/// found. A ring given up by a detach is unmapped only when none is (see [`retire`]).
 static ENTERED: AtomicUsize = AtomicUsize::new(0);
-/// Rings given up by detaches, not yet unmapped (with their lengths). A detach that finds
-/// no free entry leaves its ring mapped for good; with each attach unmapping what it can,
-/// at most one is usually here.
-const RETIRED_MAX: usize = 4;
-static RETIRED: [AtomicPtr<Header>; RETIRED_MAX] =
-    [const { AtomicPtr::new(core::ptr::null_mut()) }; RETIRED_MAX];
-static RETIRED_BYTES: [AtomicUsize; RETIRED_MAX] = [const { AtomicUsize::new(0) }; RETIRED_MAX];
-/// Longest an attach waits for threads still inside `emit` before it leaves a retired ring
-/// mapped (for a later attach to unmap).
-const REAP_WAIT_NS: u64 = 1_000_000_000;
 
-/// Opens the ring file at `path` (NUL-terminated) for an attach, with the checks of
-/// [`open`] (our uid, mode 0600, magic, version, size), and claims it; the footprint and
-/// its peak start at `footprint_start`. The handshake state starts afresh; the program's
-/// other processes are not followed (no rings of their own). Returns whether the ring is
-/// now the one events go to. Called with the attach lock held, sampling off.
-pub fn open_attached(
-    path: *const libc::c_char,
-    python: (usize, usize),
-    footprint_start: i64,
-) -> bool {
-    reap_retired();
-    // SAFETY: `path` is NUL-terminated (the caller's contract).
-    let fd = unsafe { libc::open(path, libc::O_RDWR | libc::O_CLOEXEC | libc::O_NOFOLLOW) };
-    if fd < 0 {
-        return false;
-    }
-    let mapped = map(fd);
-    // SAFETY: closing our own descriptor; the mapping stays.
-    unsafe { libc::close(fd) };
-    let Some((hdr, bytes)) = mapped else {
-        return false;
-    };
-    // SAFETY: `map` checked the file holds at least a header and the magic.
-    let h = unsafe { &*hdr };
-    // SAFETY: getpid has no preconditions.
-    let pid = unsafe { libc::getpid() };
-    if claim(h, pid, python.0, python.1).is_err() {
-        // SAFETY: unmapping the mapping made above; nothing refers to it.
-        unsafe { libc::munmap(hdr as *mut libc::c_void, bytes) };
-        return false;
-    }
-    take_windows(h);
-    PY_LO.store(python.0 as u64, Ordering::Relaxed);
-    PY_HI.store(python.1 as u64, Ordering::Relaxed);
-    CONSUMER.store(h.consumer_pid.load(Ordering::Relaxed), Ordering::Relaxed);
-    FOLLOW.store(false, Ordering::Relaxed);
-    OWN.store(OWN_NONE, Ordering::Release);
-    FORKED.store(false, Ordering::Relaxed);
-    reset_handshake_state();
-    h.footprint.store(footprint_start, Ordering::Relaxed);
-    h.peak.store(footprint_start, Ordering::Relaxed);
-    RING_BYTES.store(bytes, Ordering::Relaxed);
-    RING.store(hdr, Ordering::Release);
-    true
-}
+mod attached;
+pub use attached::{
+    attached_ring_done, current_ring_done, open_attached, retire, set_pymem_wrapped,
+};
 
-/// The attached ring's profiler has detached or is gone (a stale heartbeat).
-pub fn attached_ring_done(h: &Header, now: u64) -> bool {
-    if h.detached.load(Ordering::Acquire) != 0 {
-        return true;
-    }
-    let beat = h.heartbeat_ns.load(Ordering::Acquire);
-    beat != 0 && now.saturating_sub(beat) > layout::HEARTBEAT_STALE_NS
-}
-
-/// Whether the current ring (if any) is done with ([`attached_ring_done`]).
-pub fn current_ring_done() -> bool {
-    ENTERED.fetch_add(1, Ordering::SeqCst);
-    let p = RING.load(Ordering::SeqCst);
-    // SAFETY: a ring is unmapped only while ENTERED is 0 after it left RING.
-    let done = p.is_null() || attached_ring_done(unsafe { &*p }, layout::now_ns());
-    ENTERED.fetch_sub(1, Ordering::Release);
-    done
-}
-
-/// Sets the current ring's `pymem_wrapped`.
-pub fn set_pymem_wrapped() {
-    ENTERED.fetch_add(1, Ordering::SeqCst);
-    let p = RING.load(Ordering::SeqCst);
-    if !p.is_null() {
-        // SAFETY: as in `current_ring_done`.
-        unsafe { &*p }.pymem_wrapped.store(1, Ordering::Release);
-    }
-    ENTERED.fetch_sub(1, Ordering::Release);
-}
-
-/// A detach: events go nowhere from now on, and the ring is kept mapped until no thread
-/// can be using it (the next attach unmaps it, [`reap_retired`]). Allocation-free: it may
-/// run inside the program's malloc.
-pub fn retire() {
-    let p = RING.swap(core::ptr::null_mut(), Ordering::SeqCst);
-    if p.is_null() {
-        return;
-    }
-    let bytes = RING_BYTES.load(Ordering::Relaxed);
-    for (slot, len) in RETIRED.iter().zip(&RETIRED_BYTES) {
-        if slot
-            .compare_exchange(
-                core::ptr::null_mut(),
-                p,
-                Ordering::AcqRel,
-                Ordering::Relaxed,
-            )
-            .is_ok()
-        {
-            len.store(bytes, Ordering::Release);
-            return;
-        }
-    }
-    // No room: that ring stays mapped (never reached while attaches reap).
-}
-
-/// Unmaps the rings earlier detaches gave up, once no thread is inside `emit` or
-/// `footprint` (they were taken out of `RING` before: a thread entering now cannot find
-/// them). Waits at most [`REAP_WAIT_NS`] for that; what it cannot unmap stays for later.
-fn reap_retired() {
-    if RETIRED.iter().all(|p| p.load(Ordering::Acquire).is_null()) {
-        return;
-    }
-    let deadline = layout::now_ns() + REAP_WAIT_NS;
-    while ENTERED.load(Ordering::SeqCst) != 0 {
-        if layout::now_ns() >= deadline {
-            return;
-        }
-        // SAFETY: sched_yield has no preconditions.
-        unsafe { libc::sched_yield() };
-    }
-    for (slot, len) in RETIRED.iter().zip(&RETIRED_BYTES) {
-        let p = slot.load(Ordering::Acquire);
-        if p.is_null() {
-            continue;
-        }
-        let bytes = len.load(Ordering::Acquire);
-        if bytes == 0 {
-            // Its detach is still storing the length.
-            continue;
-        }
-        // SAFETY: a ring mapping of that length, out of RING, and no thread inside a
-        // function that could still hold it (ENTERED was 0 after it left RING).
-        unsafe { libc::munmap(p as *mut libc::c_void, bytes) };
-        len.store(0, Ordering::Relaxed);
-        slot.store(core::ptr::null_mut(), Ordering::Release);
-    }
-}
-
-/// Retired rings still mapped (tests: attach cycles must not pile them up).
-#[allow(dead_code)]
-pub fn retired_count() -> usize {
-    RETIRED
-        .iter()
-        .filter(|p| !p.load(Ordering::Relaxed).is_null())
-        .count()
-}
-
-/// Runs in a forked child, single-threaded, before `fork` returns: nothing here may
+/// Runs in a forked child, single-threaded, before `fork` returns. So nothing here may
 /// allocate or lock.
 extern "C" fn after_fork_in_child() {
-    // The ring is the parent's: never write to it (another thread of the parent may have
-    // been in the middle of an event; that thread is not in the child).
+    // The ring is the parent's, so never write to it. Another thread of the parent may have
+    // been in the middle of an event, and that thread is not in the child.
     let parent = RING.swap(core::ptr::null_mut(), Ordering::AcqRel);
     if !parent.is_null() {
-        // SAFETY: the parent's mapping, of that size; no thread of the child uses it (the
-        // one thread here is in fork, not in `emit`).
+        // SAFETY: the parent's mapping, of that size. No thread of the child uses it (the one
+        // thread here is in fork, not in `emit`).
         unsafe {
             libc::munmap(
                 parent as *mut libc::c_void,
@@ -455,10 +319,11 @@ fn map(fd: i32) -> Option<(*mut Header, usize)> {
 fn header() -> Option<&'static Header> {
     let p = RING.load(Ordering::Acquire);
     if !p.is_null() {
-        // SAFETY: once set, the mapping lives as long as the process (a fork child drops
-        // its parent's in the fork handler, before any of its threads runs), or for an
-        // attach's ring, until no thread is inside `emit` or `footprint` after a detach
-        // took it out of RING (the callers of `header` count themselves in ENTERED).
+        // SAFETY: once set, the mapping lives:
+        // - as long as the process (a fork child drops its parent's in the fork handler, before
+        //   any of its threads runs);
+        // - or, for an attach's ring, until no thread is inside `emit` or `footprint` after a
+        //   detach took it out of RING (the callers of `header` count themselves in ENTERED).
         return Some(unsafe { &*p });
     }
     if OWN.load(Ordering::Acquire) != OWN_PENDING {
@@ -565,14 +430,18 @@ fn make_own_ring() -> Option<(*mut Header, usize)> {
     h.python_hi
         .store(PY_HI.load(Ordering::Relaxed), Ordering::Relaxed);
     h.producer_pid.store(pid, Ordering::Relaxed);
-    // The magic last: the profiler reads a ring only once it sees a complete header.
+    // The magic goes last, because the profiler reads a ring only once it sees a complete
+    // header.
     h.magic.store(layout::MAGIC, Ordering::Release);
     Some((hdr, bytes))
 }
 
-/// Gives the new file `fd` its `bytes`, allocated now: a ring whose pages could not be
-/// had later (a full /dev/shm) would kill the program with SIGBUS at its next event, and a
-/// size above the process's file size limit with SIGXFSZ now. False: no ring.
+/// Gives the new file `fd` its `bytes`, allocated now. Why:
+/// - a ring whose pages could not be had later (a full /dev/shm) would kill the program
+///   with SIGBUS at its next event;
+/// - a size above the process's file size limit would kill it with SIGXFSZ now.
+///
+/// False: no ring.
 fn reserve(fd: i32, bytes: usize) -> bool {
     // SAFETY: getrlimit fills a struct we own.
     let mut lim: libc::rlimit = unsafe { core::mem::zeroed() };
@@ -585,7 +454,8 @@ fn reserve(fd: i32, bytes: usize) -> bool {
     // SAFETY: plain calls on a descriptor of ours.
     match unsafe { libc::fallocate(fd, 0, 0, bytes as libc::off_t) } {
         0 => true,
-        // A file system that cannot reserve (not tmpfs): sized only, as the profiler's.
+        // A file system that cannot reserve (not tmpfs) gets the file sized only, as the
+        // profiler's.
         // SAFETY: as above.
         _ if errno() == libc::EOPNOTSUPP => unsafe {
             libc::ftruncate(fd, bytes as libc::off_t) == 0
@@ -594,8 +464,8 @@ fn reserve(fd: i32, bytes: usize) -> bool {
     }
 }
 
-/// A file already at our own ring's name is stale (a process that had our pid before us,
-/// or our own image before an `exec`: pids name one live process at a time): removes it
+/// A file already at our own ring's name is stale: a process that had our pid before us,
+/// or our own image before an `exec` (pids name one live process at a time). Removes it
 /// when it is our user's plain file. Returns whether it did.
 fn stale_own_name(path: *const libc::c_char) -> bool {
     // SAFETY: lstat fills a stat struct we own; `path` is NUL-terminated.
@@ -649,7 +519,7 @@ const STARTUP_SLICE_NS: i64 = 5_000_000;
 static STARTUP_DONE: AtomicBool = AtomicBool::new(false);
 static STARTUP_DEADLINE: AtomicU64 = AtomicU64::new(0);
 
-/// The first events of a program may come before the profiler can read stacks: wait
+/// The first events of a program may come before the profiler can read stacks. So wait
 /// (once, bounded, and no longer than the profiler lives) until it is ready. Returns
 /// whether it now answers handshakes.
 #[cold]
@@ -686,9 +556,11 @@ fn wait_for_profiler(h: &Header) -> bool {
     }
 }
 
-/// The profiler is gone: its heartbeat is stale or it detached (`attach` with memory, whose
-/// profiler's pid may mean nothing in our pid namespace), or (a heartbeat of 0: `run`) its
-/// process no longer exists.
+/// The profiler is gone:
+/// - its heartbeat is stale;
+/// - or it detached (`attach` with memory, whose profiler's pid may mean nothing in our
+///   pid namespace);
+/// - or (a heartbeat of 0: `run`) its process no longer exists.
 fn profiler_gone(h: &Header) -> bool {
     if h.heartbeat_ns.load(Ordering::Acquire) != 0 || h.detached.load(Ordering::Acquire) != 0 {
         return attached_ring_done(h, layout::now_ns());
@@ -698,11 +570,12 @@ fn profiler_gone(h: &Header) -> bool {
     consumer <= 0 || unsafe { libc::kill(consumer, 0) } != 0 && errno() == libc::ESRCH
 }
 
-/// Writes one event; when `wait` and the profiler answers handshakes, waits (bounded) until
-/// it has read this thread's stack. A full ring drops the event and counts it. Returns
-/// whether the profiler answered (a wait that timed out returns false: unanswered waits
-/// are bounded by [`MAX_TIMEOUTS_IN_A_ROW`], not by the thread's handshake budget, so that
-/// a profiler still starting its reader gets its chance).
+/// Writes one event. When `wait` and the profiler answers handshakes, waits (bounded) until
+/// the profiler has read this thread's stack. A full ring drops the event and counts it.
+///
+/// Returns whether the profiler answered. A wait that timed out returns false. Unanswered
+/// waits are bounded by [`MAX_TIMEOUTS_IN_A_ROW`], not by the thread's handshake budget,
+/// so that a profiler still starting its reader gets its chance.
 pub fn emit(kind: u32, tid: i32, a: u64, b: u64, c: u64, ptr: u64, wait: bool) -> bool {
     ENTERED.fetch_add(1, Ordering::SeqCst);
     let r = emit_on_ring(kind, tid, a, b, c, ptr, wait);
@@ -714,8 +587,8 @@ pub fn emit(kind: u32, tid: i32, a: u64, b: u64, c: u64, ptr: u64, wait: bool) -
 fn emit_on_ring(kind: u32, tid: i32, a: u64, b: u64, c: u64, ptr: u64, wait: bool) -> bool {
     let Some(h) = header() else { return false };
     if crate::attach::attached() && attached_ring_done(h, layout::now_ns()) {
-        // The profiler of this attach detached or is gone: stop, and put back what the
-        // attach patched.
+        // The profiler of this attach detached or is gone. So stop, and put back what the attach
+        // patched.
         crate::attach::detach();
         return false;
     }
@@ -733,7 +606,7 @@ fn emit_on_ring(kind: u32, tid: i32, a: u64, b: u64, c: u64, ptr: u64, wait: boo
         && (h.consumer_generation.load(Ordering::Acquire) != GAVE_UP_AT.load(Ordering::Relaxed)
             || caught_up(h))
     {
-        // A new profiler took the ring over, or the slow one caught up: give it a chance.
+        // A new profiler took the ring over, or the slow one caught up, so give it a chance.
         TIMEOUTS.store(0, Ordering::Relaxed);
         SLOW_SINCE_NS.store(0, Ordering::Relaxed);
         WAIT.store(true, Ordering::Relaxed);
@@ -767,9 +640,9 @@ fn emit_on_ring(kind: u32, tid: i32, a: u64, b: u64, c: u64, ptr: u64, wait: boo
     futex_wake(&h.doorbell);
     let start = layout::now_ns();
     let deadline = start + HANDSHAKE_WAIT_NS as u64;
-    // The answer usually comes within tens of microseconds: wait for it on the CPU first
-    // (sleeping in the kernel and being woken costs as much again, and off the CPU the
-    // thread would look idle to the sampler), then sleep for the rest of the bound.
+    // The answer usually comes within tens of microseconds, so wait for it on the CPU first,
+    // then sleep for the rest of the bound. Sleeping in the kernel and being woken costs as
+    // much again, and off the CPU the thread would look idle to the sampler.
     let spin_until = start + SPIN_NS;
     while s.ack.load(Ordering::Acquire) == 0 && layout::now_ns() < spin_until {
         // SAFETY: sched_yield has no preconditions; on a busy machine it lets the
@@ -795,7 +668,7 @@ fn emit_on_ring(kind: u32, tid: i32, a: u64, b: u64, c: u64, ptr: u64, wait: boo
     }
     let answers = h.answers.load(Ordering::Acquire);
     if ANSWERS_SEEN.swap(answers, Ordering::Relaxed) != answers {
-        // It answered something since the last miss: slow, not hung.
+        // It answered something since the last miss, so it is slow, not hung.
         TIMEOUTS.store(0, Ordering::Relaxed);
     }
     if gone || TIMEOUTS.fetch_add(1, Ordering::Relaxed) + 1 >= MAX_TIMEOUTS_IN_A_ROW {
@@ -859,149 +732,4 @@ fn errno() -> i32 {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn decimal() {
-        let mut b = [0u8; 12];
-        assert_eq!(write_decimal(&mut b, 0), 1);
-        assert_eq!(&b[..1], b"0");
-        assert_eq!(write_decimal(&mut b, 4194304), 7);
-        assert_eq!(&b[..7], b"4194304");
-        assert_eq!(write_decimal(&mut b, u32::MAX), 10);
-        assert_eq!(&b[..10], b"4294967295");
-    }
-
-    /// The tests that set the library's process-wide state (its ring's path, its ring).
-    static GLOBALS: std::sync::Mutex<()> = std::sync::Mutex::new(());
-
-    /// Sets the library up as `run` would, with this process as the profiler, a ring of
-    /// 256 slots and a profiler's ring path of its own (`tag`): that path and our pid.
-    fn as_if_run_by_us(tag: &str) -> (std::path::PathBuf, i32) {
-        let main = std::env::temp_dir().join(format!(
-            "scalene-rs-preload-{tag}-{}.ring",
-            std::process::id()
-        ));
-        remember_path(main.as_os_str().as_encoded_bytes());
-        CAPACITY.store(256, Ordering::Relaxed);
-        // SAFETY: getpid has no preconditions.
-        let pid = unsafe { libc::getpid() };
-        CONSUMER.store(pid, Ordering::Relaxed);
-        (main, pid)
-    }
-
-    /// A profiler that answers nothing for 16 handshakes in a row, yet is there, is waited
-    /// for no more (the 17th event is sent without waiting); once it has read every event
-    /// written up to then and the back-off has passed, an event waits again and gets its
-    /// answer.
-    #[test]
-    fn waiting_stops_for_a_profiler_too_slow_and_starts_again_when_it_caught_up() {
-        let _g = GLOBALS.lock().unwrap_or_else(|e| e.into_inner());
-        // The "profiler" is this process: there, and answering nothing.
-        let (main, pid) = as_if_run_by_us("slow");
-        let (hdr, bytes) = make_own_ring().expect("made");
-        // SAFETY: the mapping just made; it stays until the end of the test.
-        let h: &'static Header = unsafe { &*hdr };
-        h.handshake.store(layout::HANDSHAKE_ON, Ordering::Release);
-        RING.store(hdr, Ordering::Release);
-        let took = |wait: bool| {
-            let t = std::time::Instant::now();
-            let answered = emit(layout::EV_ALLOC, 1, 1, 1, 0, 0, wait);
-            (answered, t.elapsed())
-        };
-        let bound = std::time::Duration::from_nanos(HANDSHAKE_WAIT_NS as u64);
-        for i in 0..MAX_TIMEOUTS_IN_A_ROW {
-            let (answered, waited) = took(true);
-            assert!(
-                !answered && waited >= bound,
-                "wait {i}: {answered} {waited:?}"
-            );
-        }
-        let (answered, waited) = took(true);
-        assert!(
-            !answered && waited < bound / 5,
-            "not waited for: {waited:?}"
-        );
-        // It reads everything up to now, and the back-off passes.
-        h.tail
-            .store(h.head.load(Ordering::Acquire), Ordering::Release);
-        std::thread::sleep(std::time::Duration::from_nanos(RESUME_AFTER_NS));
-        let want = h.head.load(Ordering::Acquire);
-        let answer = std::thread::spawn(move || {
-            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
-            while std::time::Instant::now() < deadline {
-                // SAFETY: the ring's mapping holds `capacity` slots.
-                let s = unsafe { h.slot(want) };
-                if h.head.load(Ordering::Acquire) > want && s.wants_ack.load(Ordering::Acquire) == 1
-                {
-                    s.ack.store(1, Ordering::Release);
-                    return true;
-                }
-                std::thread::yield_now();
-            }
-            false
-        });
-        let (answered, waited) = took(true);
-        // The event asked to be waited for (the answering thread saw `wants_ack`): waiting
-        // started again. Whether the answer came within the bound depends on when that
-        // thread got a CPU (on a loaded machine it may not within 5 ms): then the event
-        // must have waited the whole bound.
-        assert!(answer.join().unwrap(), "waiting did not start again");
-        assert!(
-            answered || waited >= bound,
-            "neither answered nor waited: {waited:?}"
-        );
-        RING.store(core::ptr::null_mut(), Ordering::Release);
-        WAIT.store(true, Ordering::Relaxed);
-        SLOW_SINCE_NS.store(0, Ordering::Relaxed);
-        SLOW_STOPS.store(0, Ordering::Relaxed);
-        TIMEOUTS.store(0, Ordering::Relaxed);
-        // SAFETY: unmapping what make_own_ring mapped; nothing refers to it any more.
-        unsafe { libc::munmap(hdr as *mut libc::c_void, bytes) };
-        let _ = std::fs::remove_file(format!("{}.{pid}", main.display()));
-    }
-
-    /// The ring a process makes for itself: `<profiler's ring>.<pid>`, private, sized for
-    /// its slots, its header complete and claimed by us; a stale file at that name (a
-    /// process that had our pid before, our own image before an exec) is replaced.
-    #[test]
-    fn own_ring_is_made_like_the_profilers() {
-        let _g = GLOBALS.lock().unwrap_or_else(|e| e.into_inner());
-        use std::os::unix::fs::MetadataExt;
-        let (main, pid) = as_if_run_by_us("test");
-        let own = std::path::PathBuf::from(format!("{}.{pid}", main.display()));
-        std::fs::write(&own, b"stale").unwrap();
-        let (hdr, bytes) = make_own_ring().expect("made");
-        let meta = std::fs::metadata(&own).unwrap();
-        assert_eq!(meta.mode() & 0o777, 0o600);
-        assert_eq!(meta.len() as usize, layout::file_bytes(256));
-        assert_eq!(bytes, layout::file_bytes(256));
-        // SAFETY: the mapping just made.
-        let h = unsafe { &*hdr };
-        assert_eq!(h.magic.load(Ordering::Relaxed), layout::MAGIC);
-        assert_eq!(h.version.load(Ordering::Relaxed), layout::LAYOUT_VERSION);
-        assert_eq!(h.capacity.load(Ordering::Relaxed), 256);
-        assert_eq!(h.producer_pid.load(Ordering::Relaxed), pid);
-        assert_eq!(h.consumer_pid.load(Ordering::Relaxed), pid);
-        assert_eq!(
-            h.handshake.load(Ordering::Relaxed),
-            layout::HANDSHAKE_STARTING
-        );
-        assert_eq!(
-            h.window.load(Ordering::Relaxed),
-            WINDOW.load(Ordering::Relaxed)
-        );
-        // SAFETY: unmapping what make_own_ring mapped.
-        unsafe { libc::munmap(hdr as *mut libc::c_void, bytes) };
-        std::fs::remove_file(&own).unwrap();
-        // A symbolic link at the name is never followed nor removed.
-        std::os::unix::fs::symlink("/nonexistent", &own).unwrap();
-        assert!(make_own_ring().is_none());
-        assert!(std::fs::symlink_metadata(&own)
-            .unwrap()
-            .file_type()
-            .is_symlink());
-        std::fs::remove_file(&own).unwrap();
-    }
-}
+mod tests;

@@ -1,7 +1,9 @@
 //! `scalene-rs agent`: its options, made the library's [`session::AgentConfig`].
 //!
 //! Owns: [`AgentArgs`] and [`agent`] (the command: parse, configure, call the library,
-//! log). Must not: profile (the library does).
+//! log).
+//!
+//! Must not: profile (the library does).
 
 use scalene_rs::export::{PushConfig, PushFormat, QueueBounds};
 use scalene_rs::sampler::SamplerConfig;
@@ -15,16 +17,16 @@ use std::time::Duration;
 pub(super) struct AgentArgs {
     /// The backend (Grafana Pyroscope: http://HOST:4040). Credentials from the environment
     /// only, as for `--push` of `run`: SCALENE_RS_PUSH_TOKEN, or SCALENE_RS_PUSH_USER and
-    /// SCALENE_RS_PUSH_PASSWORD; SCALENE_RS_PUSH_TENANT sets X-Scope-OrgID.
+    /// SCALENE_RS_PUSH_PASSWORD. SCALENE_RS_PUSH_TENANT sets X-Scope-OrgID.
     #[arg(long, value_name = "URL")]
     push: String,
     /// The backend's protocol: pyroscope, otlp-grpc or otlp-http (default: from the URL, as
-    /// `run --push` reads it: port 4317 is otlp-grpc, port 4318 or a path ending in
+    /// `run --push` reads it; port 4317 is otlp-grpc, port 4318 or a path ending in
     /// /v1development/profiles otlp-http, anything else pyroscope).
     #[arg(long, value_name = "PROTOCOL", value_parser = PushFormat::parse)]
     push_format: Option<PushFormat>,
     /// Windows that may wait to be sent, all processes together, while the backend is down
-    /// or slow (and 16 MiB in all); past that the oldest is dropped, counted.
+    /// or slow (and 16 MiB in all). Past that the oldest is dropped, counted.
     #[arg(long, value_name = "N", default_value_t = 1024,
           value_parser = clap::value_parser!(u32).range(1..))]
     push_queue: u32,
@@ -34,9 +36,9 @@ pub(super) struct AgentArgs {
     /// Leave alone processes whose command line matches.
     #[arg(long, value_name = "REGEX")]
     exclude: Option<regex::Regex>,
-    /// Samples per second of each process. 19 by default: a prime, so the ticks do not fall
-    /// in step with programs' own periodic timers (10, 50, 100 Hz, whole seconds) and
-    /// see each line in its share; and low, so that a host of many processes costs the
+    /// Samples per second of each process. 19 by default. It is a prime, so the ticks do not
+    /// fall in step with programs' own periodic timers (10, 50, 100 Hz, whole seconds) and
+    /// see each line in its share. It is low, so that a host of many processes costs the
     /// agent little (each process read 19 times a second).
     #[arg(long, default_value_t = 19.0, value_parser = super::parse_rate)]
     rate: f64,
@@ -60,8 +62,8 @@ pub(super) struct AgentArgs {
     max_processes: usize,
 }
 
-/// The agent, until SIGTERM or Ctrl-C: exit 0 when every open window was sent (or counted
-/// dropped) within 5 s.
+/// The agent, until SIGTERM or Ctrl-C. It exits 0 when every open window was sent (or
+/// counted dropped) within 5 s.
 pub(super) fn agent(a: AgentArgs) -> anyhow::Result<i32> {
     if !(a.push.starts_with("http://") || a.push.starts_with("https://")) {
         anyhow::bail!("--push {}: expected an http:// or https:// URL", a.push);
@@ -73,7 +75,7 @@ pub(super) fn agent(a: AgentArgs) -> anyhow::Result<i32> {
             window: a.window,
             service: String::new(),
             tags: a.tags,
-            // Every process's windows share one queue: its bytes bound the memory; the
+            // Every process's windows share one queue. Its bytes bound the memory, and the
             // count (1024 by default) lets a few windows of each of many processes wait.
             bounds: QueueBounds {
                 windows: a.push_queue as usize,

@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 
 /// The load bias (AVMA − SVMA) of `elf`, mapped in the target from `path`.
 ///
-/// The first PT_LOAD segment is mapped at the file offset `first_load_offset`; the mapping
+/// The first PT_LOAD segment is mapped at the file offset `first_load_offset`. The mapping
 /// with that offset gives its AVMA.
 pub(crate) fn load_bias(maps: &[MapEntry], path: &str, elf: &ElfFile) -> Option<u64> {
     maps.iter()
@@ -28,15 +28,15 @@ pub(crate) fn load_bias(maps: &[MapEntry], path: &str, elf: &ElfFile) -> Option<
 pub(crate) enum SectionPlace {
     /// The file has no such section.
     Absent,
-    /// The loader has not mapped the segment that holds it yet: look again later.
+    /// The loader has not mapped the segment that holds it yet, so look again later.
     NotMapped,
     /// Its AVMA and size.
     At(u64, u64),
 }
 
-/// Where section `name` of `elf`, mapped in the target from `path`, lies; only once the
+/// Where section `name` of `elf`, mapped in the target from `path`, lies, only once the
 /// mapping at its address shows its bytes. The loader (`dlopen`) maps a library's whole
-/// span from the file's start first, then each segment over it: until the segment holding
+/// span from the file's start first, then each segment over it. Until the segment holding
 /// the section is mapped, its address shows other bytes of the file, or none (past the
 /// file's end, where a read fails).
 pub(crate) fn section_place(
@@ -64,16 +64,21 @@ pub(crate) fn section_place(
     }
 }
 
-/// Opens one of the target's files, given its path in /proc/PID/maps. The kernel writes
-/// such paths canonical (no symbolic links), from our root when the target shares our
-/// mount namespace, else from the root of the target's namespace (even if the target is
-/// chrooted inside it). Tries, in order: /proc/PID/exe when `path` is the executable; then
-/// in our mount namespace the path itself; in another, /proc/PID/root/PATH (when the
-/// target's root is its namespace's root), the map_files link (the file was deleted or
-/// replaced since it was mapped, or the target is chrooted), and the target's mount
-/// namespace entered from a forked helper. Never our own file of that path for a target in
-/// another mount namespace: in a container, the host's file of that name may be another
-/// build altogether. Returns the file and a name for messages.
+/// Opens one of the target's files, given its path in /proc/PID/maps. Returns the file and
+/// a name for messages.
+///
+/// The kernel writes such paths canonical (no symbolic links). They are from our root when
+/// the target shares our mount namespace, else from the root of the target's namespace
+/// (even if the target is chrooted inside it). Tried in order:
+/// - /proc/PID/exe, when `path` is the executable;
+/// - in our mount namespace, the path itself;
+/// - in another: /proc/PID/root/PATH (when the target's root is its namespace's root);
+/// - the map_files link (the file was deleted or replaced since it was mapped, or the
+///   target is chrooted);
+/// - the target's mount namespace, entered from a forked helper.
+///
+/// Never our own file of that path for a target in another mount namespace. In a
+/// container, the host's file of that name may be another build altogether.
 pub(crate) fn open_target_file(
     pid: i32,
     path: &str,
@@ -141,8 +146,8 @@ mod tests {
     use super::*;
 
     /// `_asyncio` of Debian's 3.14 (`.AsyncioDebug` at SVMA 0x157c0, file offset 0x147c0,
-    /// in the last PT_LOAD: offset 0x12bf0, SVMA 0x13bf0), mapped as `dlopen` maps it:
-    /// each (start, end, file offset) after the first mapping covers part of it.
+    /// in the last PT_LOAD: offset 0x12bf0, SVMA 0x13bf0), mapped as `dlopen` maps it.
+    /// Each (start, end, file offset) after the first mapping covers part of it.
     #[test]
     fn a_section_is_placed_once_its_segment_is_mapped() {
         let path = "/usr/lib/python3.14/lib-dynload/_asyncio.cpython-314-x86_64-linux-gnu.so";
@@ -167,7 +172,7 @@ mod tests {
         let place =
             |maps: &[(u64, u64, u64)]| section_place(&map(maps), path, &elf, ".AsyncioDebug");
         // The whole span from the file's start, then the text and read-only segments over
-        // it (as seen with the target stopped there): the section's page is past the
+        // it (as seen with the target stopped there). The section's page is past the
         // file's end.
         assert_eq!(place(&[(0, 0x16000, 0)]), SectionPlace::NotMapped);
         let three = [

@@ -1,7 +1,10 @@
 //! ELF files of the target and where they are loaded.
 //!
-//! Owns: symbol lookup (`.dynsym` and `.symtab`), section lookup, and the load bias of a
-//! file in a running process computed from /proc/PID/maps.
+//! Owns:
+//! - symbol lookup (`.dynsym` and `.symtab`);
+//! - section lookup;
+//! - the load bias of a file in a running process computed from /proc/PID/maps.
+//!
 //! Must not: read process memory.
 //!
 //! Glossary (used across the crate):
@@ -35,7 +38,7 @@ pub(crate) struct ElfFile {
 
 const PAGE_MASK: u64 = !0xfff;
 
-/// Symbols we look for: keeping only these saves memory on large libraries.
+/// Symbols we look for. Keeping only these saves memory on large libraries.
 fn wanted(name: &str) -> bool {
     // `version.0` (or `version.1234` from older compilers): Py_GetVersion's static buffer.
     if let Some(suffix) = name.strip_prefix("version.") {
@@ -47,6 +50,8 @@ fn wanted(name: &str) -> bool {
             | "Py_Version"
             | "interp_head"
             | "_PyThreadState_Current"
+            // 2.7 and 3.6: the cycle collector's first list head (dump's greenlets).
+            | "_PyGC_generation0"
             | "PyCode_Type"
             | "PyFrame_Type"
             | "PyUnicode_Type"
@@ -66,8 +71,8 @@ fn wanted(name: &str) -> bool {
 }
 
 impl ElfFile {
-    /// Maps and parses an ELF file (mapped, not read: libpython with debug info is tens of
-    /// MB and we touch only its headers, symbol tables and .rodata).
+    /// Maps and parses an ELF file (mapped, not read, because libpython with debug info is
+    /// tens of MB and we touch only its headers, symbol tables and .rodata).
     #[cfg(test)]
     fn open(path: &Path) -> Result<ElfFile> {
         let io = |e| Error::io(format!("reading {}", path.display()), e);
@@ -144,8 +149,9 @@ impl ElfFile {
     }
 
     /// The dynamic (exported) symbols among `names` of the ELF image `data`, by name, with
-    /// their value relative to the image's load bias (its first PT_LOAD's page is at bias
-    /// + that page's vaddr): for functions of a library to call in another process.
+    /// their value relative to the image's load bias (its first PT_LOAD's page is at
+    /// bias + that page's vaddr). They are for functions of a library to call in another
+    /// process.
     pub(crate) fn exported(
         path: &Path,
         data: &[u8],

@@ -3,8 +3,8 @@
 //! Owns: where and how windows go.
 //! - [`PushConfig`]: the URL, the protocol, the window, the labels.
 //! - `pyroscope.rs`: Pyroscope's `PushRequest` (the connect protocol's unary call).
-//! - `otlp.rs`: OTLP profiles' `ExportProfilesServiceRequest`; `otlp_send.rs`: OTLP/HTTP
-//!   and OTLP/gRPC.
+//! - `otlp.rs`: OTLP profiles' `ExportProfilesServiceRequest`.
+//! - `otlp_send.rs`: OTLP/HTTP and OTLP/gRPC.
 //! - `sender.rs`: one HTTP POST, with the credentials from the environment.
 //! - `service.rs`: the service's name, from the target's command line or environment.
 //! - `queue.rs`: [`Exporter`], a thread of its own with a bounded queue, retries with
@@ -20,6 +20,7 @@ mod queue;
 mod sender;
 mod service;
 
+pub(crate) use otlp::nanos;
 pub use otlp::{
     process_resource, profiles_request, AttrValue, DEVELOPMENT_VERSION, PROTO_REVISION,
 };
@@ -28,9 +29,9 @@ pub use queue::{Exporter, ExporterStats, QueueBounds};
 pub use sender::Credentials;
 pub use service::{service_of, target_naming};
 
-/// Sets label (or attribute) `key` to `value`: in place where one of that name is there
-/// already, else at the end. One of a name: Pyroscope refuses a series with two, and an
-/// OTLP resource's keys are unique.
+/// Sets label (or attribute) `key` to `value`, in place where one of that name is there
+/// already, else at the end. There is one of a name, because Pyroscope refuses a series with
+/// two, and an OTLP resource's keys are unique.
 fn set_named<V>(out: &mut Vec<(String, V)>, key: &str, value: V) {
     match out.iter_mut().find(|(name, _)| name == key) {
         Some(l) => l.1 = value,

@@ -4,7 +4,7 @@
 //! resource attributes of the process a recording is of.
 //!
 //! The messages are the `opentelemetry-proto` crate's (0.33.1), generated from
-//! opentelemetry-proto **v1.10.0** ([`PROTO_REVISION`]); PyPI's `opentelemetry-proto` 1.45.2,
+//! opentelemetry-proto **v1.10.0** ([`PROTO_REVISION`]). PyPI's `opentelemetry-proto` 1.45.2,
 //! which the test receiver decodes with, is generated from the same tag.
 //!
 //! What a request holds:
@@ -13,11 +13,13 @@
 //!   `container.id` and `k8s.pod.uid` when in one, then the user's `--tag`s), one
 //!   `ScopeProfiles` (scope `scalene-rs`, our version).
 //! - v1.10.0 gives a profile one sample type, so a window is one `Profile` a sample type,
-//!   all over one dictionary, in this order (a profile with no non-zero value is left out):
+//!   all over one dictionary, in this order (a profile with no non-zero value is left out,
+//!   but for `cpu` / `wall`, because a window in which nothing was sampled still says when it
+//!   began and how long it lasted):
 //!   - `samples` `count`; `cpu` (`wall` in wall mode) `nanoseconds`;
 //!   - `python`, `native`, `system` `nanoseconds`: the split, which adds up to `cpu`;
 //!   - `alloc_space` `bytes`: what each stack allocated (with memory);
-//!   - `copy_space` `bytes`: what each line copied (with memory); the recording keeps copies
+//!   - `copy_space` `bytes`: what each line copied (with memory). The recording keeps copies
 //!     per line, not per stack, so each such sample's stack is that one line.
 //! - Each sample: a stack (locations leaf first, each with its line), one value, and the
 //!   attributes `thread.id` and `thread.name` where the stack's thread is known.
@@ -41,7 +43,7 @@ use std::collections::HashMap;
 pub const PROTO_REVISION: &str = "v1.10.0";
 
 /// The Profiles development version of [`PROTO_REVISION`] (opentelemetry-proto's
-/// specification, "Profiles development version"): v1.10.0 predates the mechanism, so its
+/// specification, "Profiles development version"). v1.10.0 predates the mechanism, so its
 /// format is the first, `1`. Sent as `OTLP-Profiles-Development-Version` (HTTP) and
 /// `otlp-profiles-development-version` (gRPC metadata).
 pub const DEVELOPMENT_VERSION: &str = "1";
@@ -64,8 +66,8 @@ impl AttrValue {
     }
 }
 
-/// The resource attributes of process `pid`, named `service`, tagged `tags`: what /proc
-/// tells of it (its executable, its container); the runtime's version comes with each
+/// The resource attributes of process `pid`, named `service`, tagged `tags`. They are what
+/// /proc tells of it (its executable, its container). The runtime's version comes with each
 /// window ([`profiles_request`]).
 pub fn process_resource(
     pid: i32,
@@ -213,7 +215,7 @@ impl Dictionary {
 }
 
 /// Seconds as whole nanoseconds (negative and non-finite as 0).
-fn nanos(s: f64) -> i64 {
+pub(crate) fn nanos(s: f64) -> i64 {
     if s.is_finite() && s > 0.0 {
         (s * 1e9).round() as i64
     } else {
@@ -271,9 +273,9 @@ impl Kind {
     }
 }
 
-/// The encoded `ExportProfilesServiceRequest` of one window: `window` (the window's own
-/// profile, [`Profile::since`]) that began at `start_ns` (Unix time), of the process
-/// `resource` names ([`process_resource`]); `dropped` earlier windows were dropped.
+/// The encoded `ExportProfilesServiceRequest` of one window, `window` (the window's own
+/// profile, [`Profile::since`]), that began at `start_ns` (Unix time), of the process
+/// `resource` names ([`process_resource`]). `dropped` earlier windows were dropped.
 pub fn profiles_request(
     window: &Profile,
     start_ns: i64,
@@ -362,7 +364,7 @@ fn request(
         .chain(parts)
         .chain([alloc, copy]);
     let mut profiles = Vec::new();
-    for k in kinds.filter(|k| !k.samples.is_empty()) {
+    for k in kinds.filter(|k| !k.samples.is_empty() || k.name == time_kind) {
         profiles.push(pb::Profile {
             sample_type: Some(d.value_type(k.name, k.unit)),
             samples: k.samples,
@@ -416,7 +418,7 @@ fn request(
 }
 
 /// The bytes each line copied in the window (its copy rate × the window's length), each as
-/// a one-line stack: its function is the one a stack of the window names at that line,
+/// a one-line stack. Its function is the one a stack of the window names at that line,
 /// else the function of the file that starts last before it.
 fn copy_samples(
     p: &Profile,

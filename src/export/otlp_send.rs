@@ -9,15 +9,16 @@
 //!   `ABORTED`, `OUT_OF_RANGE`, `UNAVAILABLE` (also no connection) and `DATA_LOSS` retried;
 //!   any other code refused (`INVALID_ARGUMENT` for a development version it does not take).
 //! - A success whose answer rejects profiles (`partial_success.rejected_profiles` > 0) is
-//!   refused, with the collector's message: the specification forbids sending it again,
+//!   refused, with the collector's message. The specification forbids sending it again,
 //!   and a window that arrived only in part is not counted sent.
 //! - Both send the Profiles development version ([`DEVELOPMENT_VERSION`]) and the
-//!   credentials of the environment ([`Credentials`]: `Authorization`, `X-Scope-OrgID`);
+//!   credentials of the environment ([`Credentials`]: `Authorization`, `X-Scope-OrgID`).
 //!   https URLs use rustls (webpki roots), no system OpenSSL.
 //!
-//! gRPC needs an async runtime: a current-thread tokio runtime lives in [`OtlpGrpc`], on
-//! the exporter's thread, and runs only while that thread sends; the sampling never waits
+//! gRPC needs an async runtime. A current-thread tokio runtime lives in [`OtlpGrpc`], on
+//! the exporter's thread, and runs only while that thread sends. The sampling never waits
 //! on it.
+//!
 //! Must not: retry or queue (`queue.rs` does).
 
 use super::otlp::DEVELOPMENT_VERSION;
@@ -125,7 +126,7 @@ pub(crate) struct OtlpGrpc {
 }
 
 impl OtlpGrpc {
-    /// Exports to the collector at `url` (`http://host:4317`); made on the exporter's
+    /// Exports to the collector at `url` (`http://host:4317`). It is made on the exporter's
     /// thread, where its runtime lives.
     pub(crate) fn new(url: String, credentials: Credentials) -> OtlpGrpc {
         let rt = tokio::runtime::Builder::new_current_thread()
@@ -170,7 +171,7 @@ impl OtlpGrpc {
     /// The request of `body`, with its metadata.
     fn request(&self, body: &[u8]) -> Result<tonic::Request<ExportProfilesServiceRequest>, String> {
         use prost::Message;
-        // The queue holds encoded windows (bounded in bytes); tonic encodes a message.
+        // The queue holds encoded windows (bounded in bytes). tonic encodes a message.
         let msg = ExportProfilesServiceRequest::decode(body).map_err(|e| e.to_string())?;
         let mut req = tonic::Request::new(msg);
         let md = req.metadata_mut();

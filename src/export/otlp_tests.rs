@@ -67,6 +67,19 @@ fn a_window_is_one_profile_a_sample_type_with_values_that_add_up() {
 }
 
 #[test]
+fn a_window_in_which_nothing_was_sampled_still_has_its_time_profile() {
+    let mut p = crate::report::pprof::tests::profile();
+    p.stacks.clear();
+    p.memory = None;
+    let r = decode(&p, 0);
+    assert_eq!(kinds(&r), ["cpu/nanoseconds"]);
+    let cpu = profile_of(&r, "cpu");
+    assert!(cpu.samples.is_empty());
+    assert_eq!(cpu.time_unix_nano, 1_700_000_000_000_000_000);
+    assert_eq!(cpu.duration_nano, 1_500_000_000);
+}
+
+#[test]
 fn every_table_starts_with_its_zero_value_and_every_index_is_in_bounds() {
     let r = decode(&crate::report::pprof::tests::profile(), 3);
     let d = r.dictionary.as_ref().unwrap();
@@ -148,6 +161,8 @@ fn threads_are_sample_attributes_and_memory_its_own_profiles() {
         ThreadProfile {
             native_id: 7,
             name: Some("worker".into()),
+            python_name: None,
+            interpreters: Vec::new(),
             samples: 30,
             cpu_python_pct: 0.0,
             cpu_native_pct: 0.0,
@@ -156,6 +171,8 @@ fn threads_are_sample_attributes_and_memory_its_own_profiles() {
         ThreadProfile {
             native_id: 8,
             name: None,
+            python_name: None,
+            interpreters: Vec::new(),
             samples: 0,
             cpu_python_pct: 0.0,
             cpu_native_pct: 0.0,

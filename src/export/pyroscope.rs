@@ -8,8 +8,10 @@
 //! - `LabelPair { string name = 1; string value = 2; }` (`types.v1`)
 //! - `RawSample { bytes raw_profile = 1; string ID = 2; }`
 //!
-//! Two series a window: `__name__=process_cpu` (time: samples, CPU, and its Python /
-//! native / system parts) and, with memory, `__name__=memory` (bytes allocated).
+//! Two series a window:
+//! - `__name__=process_cpu` (time: samples, CPU, and its Python / native / system parts);
+//! - with memory, `__name__=memory` (bytes allocated).
+//!
 //! Must not: send anything (`sender.rs` does).
 
 use crate::profile::Profile;

@@ -1,15 +1,16 @@
 //! The windows waiting to be sent, and the thread that sends them.
 //!
 //! Owns: [`Exporter`].
-//! - [`Exporter::send`] never blocks: a window goes into a queue bounded in count and in
-//!   bytes ([`QueueBounds`]); when it is full, the oldest waiting windows go first,
-//!   counted. The window being sent is not among them: its fate is its answer's, so that
-//!   each window is counted once (sent, refused or dropped), never twice.
-//! - The sending thread posts the oldest window; a failure worth retrying (for Pyroscope:
-//!   no connection, 429, 5xx; each protocol's sender says, as an [`Outcome`]) keeps it and
-//!   waits, 1 s at first, twice as long each time, at most [`MAX_BACKOFF`], however many
-//!   windows arrive meanwhile (only closing cuts a wait short); a refusal (for Pyroscope:
-//!   other 4xx) drops it, counted.
+//! - [`Exporter::send`] never blocks. A window goes into a queue bounded in count and in
+//!   bytes ([`QueueBounds`]). When it is full, the oldest waiting windows go first,
+//!   counted. The window being sent is not among them, because its fate is its answer's,
+//!   so that each window is counted once (sent, refused or dropped), never twice.
+//! - The sending thread posts the oldest window:
+//!   - a failure worth retrying (for Pyroscope: no connection, 429, 5xx; each protocol's
+//!     sender says, as an [`Outcome`]) keeps it and waits, 1 s at first, twice as long
+//!     each time, at most [`MAX_BACKOFF`], however many windows arrive meanwhile (only
+//!     closing cuts a wait short);
+//!   - a refusal (for Pyroscope: other 4xx) drops it, counted.
 //! - [`Exporter::finish`] sends what waits within a deadline, then counts the rest dropped.
 //!
 //! Must not: touch the recording; the session cuts windows, this only carries them.
@@ -31,8 +32,8 @@ pub struct QueueBounds {
 }
 
 impl Default for QueueBounds {
-    /// Ten minutes of 10 s windows, and 16 MiB: a backend down for that long costs at most
-    /// that much memory.
+    /// Ten minutes of 10 s windows, and 16 MiB, so a backend down for that long costs at
+    /// most that much memory.
     fn default() -> Self {
         QueueBounds {
             windows: 60,
@@ -64,7 +65,7 @@ struct State {
     next_id: u64,
     bytes: usize,
     stats: ExporterStats,
-    /// No more windows will come: send what waits until `deadline`.
+    /// No more windows will come, so send what waits until `deadline`.
     closing: Option<Instant>,
 }
 
@@ -129,7 +130,7 @@ impl Exporter {
         let id = st.next_id;
         st.next_id += 1;
         st.queue.push_back((id, window));
-        // The oldest waiting window: the first, or the second while the first is sent.
+        // The oldest waiting window is the first, or the second while the first is sent.
         let sending = st
             .queue
             .front()
@@ -162,7 +163,8 @@ impl Exporter {
         self.shared.wake.notify_all();
         if let Some(t) = self.thread.take() {
             let until = Instant::now() + wait + Duration::from_millis(200);
-            // A request under way may take its own timeout: not waited for past `wait`.
+            // A request under way may take its own timeout, and is not waited for past
+            // `wait`.
             while !t.is_finished() && Instant::now() < until {
                 std::thread::sleep(Duration::from_millis(10));
             }
@@ -213,9 +215,9 @@ fn send_loop(shared: &Shared, sender: &mut dyn Post) {
                 if past_deadline {
                     return;
                 }
-                // Wait out the backoff: a new window wakes this thread but does not end
+                // Wait out the backoff. A new window wakes this thread but does not end
                 // the wait (a backend answering 503 to 1 s windows was tried every
-                // second before); closing does, by the deadline it sets.
+                // second before). Closing does, by the deadline it sets.
                 let resume = Instant::now() + backoff;
                 loop {
                     let until = st.closing.map_or(resume, |d| resume.min(d));
@@ -300,7 +302,7 @@ mod tests {
         for w in 1..=5 {
             e.send(vec![w]);
         }
-        // Waiting: 1..=5 in a queue of 2: 1, 2, 3 dropped; 0 still under way.
+        // 1..=5 wait in a queue of 2, so 1, 2, 3 are dropped; 0 is still under way.
         assert_eq!(e.stats().dropped, 3);
         answers.send(Outcome::Sent).unwrap();
         assert_eq!(bodies.recv_timeout(WAIT).unwrap(), [4]);

@@ -1,8 +1,12 @@
 //! One POST of one window to the backend.
 //!
-//! Owns: the HTTP request (ureq: rustls for https, no system OpenSSL), its headers, its
-//! timeouts, what an answer means ([`Outcome`]), and [`Credentials`], read from the
-//! environment only (never from argv, which every user of the host can read).
+//! Owns:
+//! - the HTTP request (ureq: rustls for https, no system OpenSSL), its headers, its
+//!   timeouts;
+//! - what an answer means ([`Outcome`]);
+//! - [`Credentials`], read from the environment only (never from argv, which every user
+//!   of the host can read).
+//!
 //! Must not: retry or queue (`queue.rs` does).
 
 use std::io::Write;
@@ -24,7 +28,7 @@ pub(crate) const REQUEST_TIMEOUT: Duration = Duration::from_secs(15);
 pub struct Credentials {
     authorization: Option<String>,
     tenant: Option<String>,
-    /// The roots of `SCALENE_RS_PUSH_CA`, parsed and as PEM text; `None`: Mozilla's
+    /// The roots of `SCALENE_RS_PUSH_CA`, parsed and as PEM text. `None`: Mozilla's
     /// (webpki-roots, built in).
     roots: Option<Arc<Roots>>,
 }

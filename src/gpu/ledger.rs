@@ -32,8 +32,8 @@ use crate::timeline::Position;
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::Arc;
 
-/// Positions older than this (behind the newest) are dropped: NVML's samples arrive within
-/// a second or so of their window.
+/// Positions older than this (behind the newest) are dropped, because NVML's samples arrive
+/// within a second or so of their window.
 const KEEP_US: u64 = 30_000_000;
 /// NVML's per-process sampling period until one is measured (about 1/6 to 1/5 s).
 const DEFAULT_PERIOD_US: u64 = 200_000;
@@ -93,14 +93,14 @@ pub(crate) struct Ledger {
     /// (device, pid) pairs whose first sample the clock check has passed over.
     clock_pairs: HashSet<(u32, u32)>,
     polls: u64,
-    /// NVML's clock minus ours, once checked (None: not yet).
+    /// NVML's clock minus ours, once checked (None until then).
     clock_offset_us: Option<i64>,
     /// Samples held until the clock is checked.
     pending: Vec<UtilSample>,
     /// Memory readings (pid, read by, MiB) waiting for a position after them.
     pending_mem: Vec<(u32, u64, f64)>,
     /// GPU time of a process from before its first position (pid, window start, end,
-    /// GPU-seconds): a program starts on the GPU before the sampler's first reading of it
+    /// GPU-seconds). A program starts on the GPU before the sampler's first reading of it
     /// (seen: 0.1-0.35 s of the first phase of fixtures/gpu/phases.py on 3.7 on a loaded
     /// machine, charged to no line). Each is charged where the threads were first seen
     /// after it, within [`STALE_US`]; else to no line.
@@ -170,7 +170,7 @@ impl Ledger {
         }
     }
 
-    /// Whether positions are worth recording: NVML answered with a device.
+    /// Whether positions are worth recording (NVML answered with a device).
     pub(crate) fn wants_positions(&self) -> bool {
         self.state == State::Running
     }
@@ -181,7 +181,7 @@ impl Ledger {
     }
 
     /// Processes of the program (called each tick with those sampled), each with when it
-    /// started (µs since the epoch) when known: none of its samples can be older.
+    /// started (µs since the epoch) when known. None of its samples can be older.
     pub(crate) fn add_ours(&mut self, pids: impl IntoIterator<Item = (i32, Option<u64>)>) {
         for (pid, start) in pids.into_iter().filter(|p| p.0 > 0) {
             self.ours.insert(pid as u32);
@@ -213,8 +213,8 @@ impl Ledger {
     }
 
     /// Charges the GPU time from before a process's first position (see `early`) where its
-    /// threads were first seen after it, once they were; at the end (`all`), or when none
-    /// was within [`STALE_US`], to no line.
+    /// threads were first seen after it, once they were. At the end (`all`), or when none
+    /// was within [`STALE_US`], it goes to no line.
     fn settle_early(&mut self, all: bool) {
         for (pid, start, end, gpu_s) in std::mem::take(&mut self.early) {
             let q = self.positions.get(&pid);
@@ -298,7 +298,7 @@ impl Ledger {
     }
 
     /// Decides, at the second sample of one of the program's processes, whether NVML's
-    /// timestamps are on our clock: a sample of ours from the future, or from before its
+    /// timestamps are on our clock. A sample of ours from the future, or from before its
     /// process started, cannot be (NVML may answer with seconds of history at any time, so
     /// a sample's age alone tells nothing). Such a clock is corrected by the newest sample
     /// taken as made now.
@@ -306,7 +306,8 @@ impl Ledger {
         let mut ours: Vec<&UtilSample> =
             util.iter().filter(|s| self.ours.contains(&s.pid)).collect();
         ours.sort_by_key(|s| s.t_us);
-        // A process's first sample may carry an old time (see `utilization`): not judged.
+        // A process's first sample may carry an old time (see `utilization`), so it is not
+        // judged.
         ours.retain(|s| !self.clock_pairs.insert((s.device, s.pid)));
         let Some(newest) = ours.iter().map(|s| s.t_us).max() else {
             return;
@@ -343,7 +344,7 @@ impl Ledger {
 
     /// One utilization sample (timestamp on our clock).
     fn utilization(&mut self, s: UtilSample) {
-        // NVML samples each device on one grid: any process's consecutive samples measure
+        // NVML samples each device on one grid, so any process's consecutive samples measure
         // its period.
         let key = (s.device, s.pid);
         let prev = self.last_ts.get(&key).copied();
@@ -365,12 +366,12 @@ impl Ledger {
         }
         // A process's first sample on a device carries the time of the device's previous
         // sample, which may be from before the process existed (seen on an H200, driver
-        // 580: 8 s before, with 44% SM): it stands for nothing of ours.
+        // 580: 8 s before, with 44% SM). It stands for nothing of ours.
         let started = self.started.get(&s.pid).copied().unwrap_or(0);
         if prev.is_none() && s.t_us < started {
             return;
         }
-        // NVML's period: the shortest gap between a device's samples, once a few were seen
+        // NVML's period is the shortest gap between a device's samples, once a few were seen
         // (the first gaps may span idle stretches), never more than the default before.
         let period = match self.period_us.get(&s.device) {
             Some(&(min, n)) if n >= PERIOD_TRUSTED_AFTER => min,
@@ -410,7 +411,7 @@ impl Ledger {
     }
 
     /// Process `pid`'s positions in the window (start, end], each with its weight (they
-    /// add up to 1): see [`weigh`]. With none in the window, each thread's latest position
+    /// add up to 1; see [`weigh`]). With none in the window, each thread's latest position
     /// before `end`, if recent.
     fn chosen(&self, pid: i32, start: u64, end: u64) -> Vec<(Position, f64)> {
         let Some(q) = self.positions.get(&pid) else {
@@ -435,7 +436,7 @@ impl Ledger {
             *per_pid.entry(m.pid).or_default() += m.mib;
             *per_dev.entry(m.device).or_default() += m.mib;
         }
-        // Folded from +0.0: an empty f64 sum is -0.0.
+        // Folded from +0.0, because an empty f64 sum is -0.0.
         let total = per_pid.values().fold(0.0, |a, b| a + b);
         self.mem_peak_mib = self.mem_peak_mib.max(total);
         self.mem_points.push((at_us, total));
@@ -454,11 +455,13 @@ impl Ledger {
         self.settle_memory(false);
     }
 
-    /// Charges the memory readings that can be: each to the line each thread of its process
-    /// ran right after it was read (the memory a reading shows was allocated before it, so
-    /// that line is the allocating one or a later one: never one that ran before the
-    /// allocation), once a position after it exists; at the end (`all`), or when none came
-    /// within [`STALE_US`], to the latest line before it.
+    /// Charges the memory readings that can be:
+    /// - each to the line each thread of its process ran right after it was read, once a
+    ///   position after it exists. The memory a reading shows was allocated before it, so
+    ///   that line is the allocating one or a later one, never one that ran before the
+    ///   allocation;
+    /// - at the end (`all`), or when none came within [`STALE_US`], to the latest line
+    ///   before it.
     fn settle_memory(&mut self, all: bool) {
         let pending = std::mem::take(&mut self.pending_mem);
         for (pid, at_us, mib) in pending {
@@ -657,7 +660,7 @@ impl Ledger {
             .collect()
     }
 
-    /// Puts the figures into `profile`: lines gain their GPU columns (lines that had GPU
+    /// Puts the figures into `profile`. Lines gain their GPU columns (lines that had GPU
     /// time and no CPU time are added, with their source), processes theirs.
     pub(crate) fn merge(
         result: GpuResult,
@@ -691,15 +694,16 @@ impl Ledger {
 }
 
 /// A window's CPU use under which its threads are taken to wait (for the GPU, say), as a
-/// share of the window: then CPU time says nothing of who drives the GPU.
+/// share of the window. Then CPU time says nothing of who drives the GPU.
 const WAITING_CPU_SHARE: f64 = 0.1;
 
-/// Weights of process `pid`'s `positions` in a window of `window_us`: each by the CPU time
-/// its thread used just before it (threads that drive a GPU launch kernels or spin in a
-/// synchronize: they use a CPU; an idle pool thread that wakes now and then does not); when
-/// the process's threads used under [`WAITING_CPU_SHARE`] of the window (a thread blocked in
-/// a synchronize), the main thread's positions equally, or every position equally when the
-/// main thread was not seen.
+/// Weights of process `pid`'s `positions` in a window of `window_us`:
+/// - each by the CPU time its thread used just before it. Threads that drive a GPU launch
+///   kernels or spin in a synchronize, so they use a CPU; an idle pool thread that wakes now
+///   and then does not;
+/// - when the process's threads used under [`WAITING_CPU_SHARE`] of the window (a thread
+///   blocked in a synchronize), the main thread's positions equally, or every position
+///   equally when the main thread was not seen.
 fn weigh(positions: Vec<Position>, pid: i32, window_us: u64) -> Vec<(Position, f64)> {
     if positions.is_empty() {
         return Vec::new();

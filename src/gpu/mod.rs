@@ -1,11 +1,14 @@
 //! GPU figures from outside the target: how busy each line keeps an NVIDIA GPU and how much
 //! GPU memory its process held while the line ran.
 //!
-//! Owns: the NVML poller ([`monitor`]: our own thread, NVML loaded at run time, never a GPU
-//! setting changed) and the ledger ([`ledger`]) that charges each per-process utilization
-//! sample's GPU-seconds to the lines where that process's threads were during the sample's
-//! window, from the positions the samplers record (wall-clock: a thread blocked in a CUDA
-//! synchronize counts where it waits).
+//! Owns:
+//! - the NVML poller ([`monitor`]: our own thread, NVML loaded at run time, never a GPU
+//!   setting changed);
+//! - the ledger ([`ledger`]) that charges each per-process utilization sample's GPU-seconds
+//!   to the lines where that process's threads were during the sample's window, from the
+//!   positions the samplers record. The positions are wall-clock, so a thread blocked in a
+//!   CUDA synchronize counts where it waits.
+//!
 //! Must not: read the target's memory, run anything inside it, or block the sampler (the
 //! poller talks through a channel the sampler's thread only polls).
 
@@ -26,7 +29,7 @@ pub struct GpuConfig {
     pub library: String,
     /// How often NVML is asked (its own per-process samples come about every 1/6–1/5 s).
     pub poll: std::time::Duration,
-    /// GPU figures were asked for (`--gpu`, or a library named by [`NVML_LIB_ENV`]): a
+    /// GPU figures were asked for (`--gpu`, or a library named by [`NVML_LIB_ENV`]). A
     /// machine without the NVIDIA driver is then said to be one. Otherwise, on most
     /// machines (no driver at all) the report says nothing of GPUs.
     pub asked: bool,

@@ -1,13 +1,17 @@
-//! The NVML poller: our own thread asks NVML, every [`GpuConfig::poll`], for each device's
+//! The NVML poller. Our own thread asks NVML, every [`GpuConfig::poll`], for each device's
 //! per-process utilization samples (newer than the last one seen) and its compute processes'
 //! memory, and sends what it read over a channel.
 //!
-//! Owns: loading NVML (through `nvml-wrapper`, at run time: the binary runs where no driver
-//! is installed), falling back to older functions on older drivers, telling failures apart
-//! ("not found" is no new sample; a lost GPU ends the polling; a missing function is said
-//! once), and stopping within a bounded wait even when a call into the driver never returns.
+//! Owns:
+//! - loading NVML (through `nvml-wrapper`, at run time, because the binary runs where no
+//!   driver is installed);
+//! - falling back to older functions on older drivers;
+//! - telling failures apart ("not found" is no new sample; a lost GPU ends the polling; a
+//!   missing function is said once);
+//! - stopping within a bounded wait even when a call into the driver never returns.
+//!
 //! Must not: change any GPU setting (accounting mode, clocks, persistence), or block its
-//! caller: the sampler's thread only takes what has arrived.
+//! caller. The sampler's thread only takes what has arrived.
 
 use super::GpuConfig;
 use nvml_wrapper::enums::device::UsedGpuMemory;
@@ -26,7 +30,7 @@ pub(crate) struct DeviceInfo {
     pub(crate) uuid: String,
 }
 
-/// One per-process utilization sample: process `pid` kept `sm_pct` % of device `device`'s
+/// One per-process utilization sample. Process `pid` kept `sm_pct` % of device `device`'s
 /// SMs busy over NVML's sampling period ending at `t_us` (NVML's timestamp, µs).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub(crate) struct UtilSample {
@@ -47,14 +51,14 @@ pub(crate) struct MemReading {
 /// What the poller tells the recording.
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) enum Report {
-    /// NVML answered: these devices are watched.
+    /// NVML answered, and these devices are watched.
     Started {
         devices: Vec<DeviceInfo>,
         driver: Option<String>,
     },
     /// No GPU figures at all, and why (no driver, no device, no permission).
     Unavailable(String),
-    /// No GPU figures: the NVML library could not be loaded (no NVIDIA driver installed,
+    /// No GPU figures, because the NVML library could not be loaded (no NVIDIA driver installed,
     /// as on most machines), and why.
     NoLibrary(String),
     /// One poll of every device, read by `at_us` (our clock, taken after the calls).
@@ -67,7 +71,7 @@ pub(crate) enum Report {
     },
     /// Something the report should say once (a function this driver lacks, say).
     Note(String),
-    /// NVML failed for good at `at_us`: no more polls.
+    /// NVML failed for good at `at_us`, so no more polls.
     Failed { at_us: u64, why: String },
     /// The poller ended as asked, after a last poll.
     Stopped,
@@ -80,7 +84,7 @@ pub(crate) struct Monitor {
 }
 
 impl Monitor {
-    /// Starts polling on a thread of its own; returns at once (loading NVML happens there).
+    /// Starts polling on a thread of its own. Returns at once (loading NVML happens there).
     pub(crate) fn start(cfg: &GpuConfig) -> Monitor {
         let (tx, rx) = mpsc::channel();
         let stop = Arc::new(AtomicBool::new(false));
@@ -90,7 +94,7 @@ impl Monitor {
             .name("scalene-rs-nvml".into())
             .spawn(move || poll_loop(&cfg, &tx, &flag));
         if let Err(e) = spawned {
-            // The receiver still answers: with this one line.
+            // The receiver still answers, with this one line.
             let (tx, rx2) = mpsc::channel();
             let _ = tx.send(Report::Unavailable(format!(
                 "could not start the NVML thread: {e}"
@@ -107,7 +111,7 @@ impl Monitor {
 
     /// Asks the poller to stop after a last poll and waits for it at most `wait`. Returns
     /// what it sent meanwhile and whether it stopped in time (a call into the driver that
-    /// never returns leaves the thread behind: it ends with the process).
+    /// never returns leaves the thread behind, and it ends with the process).
     pub(crate) fn stop(self, wait: Duration) -> (Vec<Report>, bool) {
         self.stop.store(true, Ordering::SeqCst);
         let deadline = Instant::now() + wait;
@@ -331,7 +335,7 @@ fn poll_loop(cfg: &GpuConfig, tx: &Sender<Report>, stop: &AtomicBool) {
                     }
                     // No sample newer than the last one seen.
                     Err(NvmlError::NotFound) => {}
-                    // The count changed between NVML's two calls: next poll.
+                    // The count changed between NVML's two calls, so that is left to the next poll.
                     Err(NvmlError::InsufficientSize(_)) => {}
                     Err(e) if missing(&e) || matches!(e, NvmlError::NoPermission) => {
                         util_ok[k] = false;
@@ -381,7 +385,7 @@ fn poll_loop(cfg: &GpuConfig, tx: &Sender<Report>, stop: &AtomicBool) {
                 Err(_) => {}
             }
         }
-        // Taken after the calls: everything this poll read was so by then.
+        // Taken after the calls, so everything this poll read was so by then.
         let at_us = crate::timeline::now_us();
         if let Some(e) = failures.iter().find(|e| fatal(e)) {
             let _ = tx.send(Report::Failed {

@@ -1,11 +1,13 @@
 //! Ring events → per-line memory, copy volume and leaks.
 //!
-//! Owns: [`MemoryAggregator`] — each sampled allocation window charged to the line that
-//! made it, the line's live footprint (a sampled allocation stands for its window's bytes
-//! until its pointer is freed), copy volume, the program's footprint over time, and the
-//! leak score; merging the aggregators of a program's processes into one
-//! ([`MemoryAggregator::merge_processes`]); and merging all that into a finished
-//! [`Profile`].
+//! Owns:
+//! - [`MemoryAggregator`] — each sampled allocation window charged to the line that made it,
+//!   the line's live footprint (a sampled allocation stands for its window's bytes until its
+//!   pointer is freed), copy volume, the program's footprint over time, and the leak score;
+//! - merging the aggregators of a program's processes into one
+//!   ([`MemoryAggregator::merge_processes`]);
+//! - merging all that into a finished [`Profile`].
+//!
 //! Must not: read process memory or format output.
 
 use super::ring::{Event, What};
@@ -43,11 +45,12 @@ struct LineAcc {
     timeline: Timeline,
     copied: f64,
     /// When its sampled allocations were made and when they were freed (leak analysis
-    /// counts those up to the footprint's peak: frees at exit do not clear a leak).
+    /// counts those up to the footprint's peak, so frees at exit do not clear a leak).
     sampled_at: Vec<u64>,
     freed_at: Vec<u64>,
     /// `--native`: bytes of its sampled allocations by the native function that made them
-    /// (function, module): the innermost frame of a handshake's stack, machinery dropped.
+    /// (function, module). That function is the innermost frame of a handshake's stack,
+    /// machinery dropped.
     native: HashMap<(crate::profile::Name, crate::profile::Name), f64>,
 }
 
@@ -58,7 +61,7 @@ struct Timeline(Vec<(u64, f64)>);
 impl Timeline {
     fn push(&mut self, t: u64, v: f64) {
         if self.0.len() >= MAX_POINTS {
-            // Keep every other point (the max of each pair: peaks survive).
+            // Keep every other point (the max of each pair, so peaks survive).
             let merged: Vec<(u64, f64)> = self
                 .0
                 .chunks(2)
@@ -89,6 +92,11 @@ pub(crate) struct MemoryAggregator {
     total_copy: f64,
     /// Allocation bytes whose line could not be read.
     unattributed_mb: f64,
+    /// Bytes of the events of blocks of at least a window, and of those the bytes (and
+    /// events) charged without a stack of their own.
+    large_alloc: f64,
+    large_without_stack: f64,
+    large_without_stack_events: u64,
     /// Bytes allocated by each full stack.
     stacks: HashMap<Vec<Frame>, f64>,
     /// `--native`: handshakes whose stack got its native frames, and those that did not.
@@ -162,6 +170,7 @@ impl MemoryAggregator {
                 window,
                 python,
                 watched,
+                ..
             } => {
                 let bytes = bytes as f64;
                 let (window, python) = (window as f64, python as f64);
@@ -187,7 +196,7 @@ impl MemoryAggregator {
                 }
             }
             What::SampledMove { from, to } => {
-                // The block lives on at `to`: its watch (line and bytes) goes with it.
+                // The block lives on at `to`. Its watch (line and bytes) goes with it.
                 if let Some(w) = self.watched.remove(&from) {
                     self.watched.insert(to, w);
                 }
@@ -210,6 +219,23 @@ impl MemoryAggregator {
                 }
             }
             What::Free { .. } | What::Unknown { .. } => {}
+        }
+    }
+
+    /// Notes how an event of a block of at least a window was tied to its line: by a stack
+    /// of its own (read while its thread waited), or not (`own_stack` false: the stack of
+    /// its thread's latest handshake, or none). Other events are not counted.
+    pub(crate) fn note_stack_of_large(&mut self, e: &Event, own_stack: bool) {
+        let What::Alloc {
+            bytes, large: true, ..
+        } = e.what
+        else {
+            return;
+        };
+        self.large_alloc += bytes as f64;
+        if !own_stack {
+            self.large_without_stack += bytes as f64;
+            self.large_without_stack_events += 1;
         }
     }
 
@@ -240,12 +266,15 @@ impl MemoryAggregator {
     /// One aggregator for a program of several processes, from each process's aggregator,
     /// its ring's totals, and when its recording ended (its process ended or exec'd; its
     /// memory is gone from then on). Events of all processes share one clock
-    /// (CLOCK_MONOTONIC). Sums: bytes allocated and copied, per line and in all, stacks,
-    /// dropped events and late handshakes. Footprints (a line's, and the program's) add
-    /// up over time: at each moment, the sum of each process's footprint then, 0 after
-    /// its end; their peaks are the peaks of those sums. The program's peak is the larger
-    /// of that and the largest peak of one process (its ring's own, exact). One process
-    /// comes back unchanged; none gives an empty aggregator with `defaults`.
+    /// (CLOCK_MONOTONIC).
+    /// - Sums: bytes allocated and copied, per line and in all, stacks, dropped events and
+    ///   late handshakes.
+    /// - Footprints (a line's, and the program's) add up over time. At each moment they are
+    ///   the sum of each process's footprint then, 0 after its end. Their peaks are the
+    ///   peaks of those sums.
+    /// - The program's peak is the larger of that and the largest peak of one process (its
+    ///   ring's own, exact).
+    /// - One process comes back unchanged. None gives an empty aggregator with `defaults`.
     pub(crate) fn merge_processes(
         mut parts: Vec<(MemoryAggregator, RingTotals, u64)>,
         defaults: RingTotals,
@@ -266,7 +295,7 @@ impl MemoryAggregator {
         let mut lines: HashMap<LineKey, Vec<(LineAcc, u64)>> = HashMap::new();
         for (agg, t, end) in parts {
             totals.peak_bytes = totals.peak_bytes.max(t.peak_bytes);
-            // The rings' counts are the programs' to write: any value at all.
+            // The rings' counts are the programs' to write, so they may hold any value at all.
             totals.dropped = totals.dropped.saturating_add(t.dropped);
             totals.handshake_timeouts = totals
                 .handshake_timeouts
@@ -283,6 +312,9 @@ impl MemoryAggregator {
             out.total_window_alloc += agg.total_window_alloc;
             out.total_copy += agg.total_copy;
             out.unattributed_mb += agg.unattributed_mb;
+            out.large_alloc += agg.large_alloc;
+            out.large_without_stack += agg.large_without_stack;
+            out.large_without_stack_events += agg.large_without_stack_events;
             for (frames, bytes) in agg.stacks {
                 *out.stacks.entry(frames).or_insert(0.0) += bytes;
             }
@@ -441,6 +473,9 @@ impl MemoryAggregator {
             handshake_timeouts: ring.handshake_timeouts,
             handshakes: ring.handshakes,
             handshake_wait_ms: ring.handshake_wait_ns as f64 / 1e6,
+            large_alloc_mb: self.large_alloc / MB,
+            large_alloc_without_own_stack_mb: self.large_without_stack / MB,
+            large_allocs_without_own_stack: self.large_without_stack_events,
             stacks: self.memory_stacks(),
             since_attach: false,
             native: self.native.as_ref().map(|n| MemoryNativeMeta {
@@ -484,7 +519,7 @@ fn sum_over_time(parts: Vec<(Vec<(u64, f64)>, u64)>) -> Timeline {
             changes.push(((*end).max(last), i, 0.0));
         }
     }
-    // Stable: a function's own points keep their order at equal times.
+    // Stable, so a function's own points keep their order at equal times.
     changes.sort_by_key(|c| c.0);
     let mut now = vec![0.0f64; parts.len()];
     let mut out = Timeline::default();
@@ -530,7 +565,8 @@ fn slices(points: &[(u64, f64)], start: u64, span: u64) -> Vec<f64> {
     let mut current = 0.0;
     let mut idx = 0;
     for (i, slot) in out.iter_mut().enumerate() {
-        // `span` comes from the events' times (the program's to write): up to `u64::MAX`.
+        // `span` comes from the events' times (the program's to write), so it may be up to
+        // `u64::MAX`.
         let end = start + (u128::from(span) * (i as u128 + 1) / n as u128) as u64;
         let mut high = current;
         while idx < points.len() && points[idx].0 <= end {

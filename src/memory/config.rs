@@ -1,5 +1,6 @@
-//! What to record of memory, chosen by the user: read by the consumer (windows, library
-//! frames) and by the preload library's environment (how Python's allocator is reached).
+//! What to record of memory, chosen by the user. It is read by the consumer (windows,
+//! library frames) and by the preload library's environment (how Python's allocator is
+//! reached).
 //!
 //! Owns: [`MemoryConfig`], [`PythonAllocator`].
 //! Must not: depend on the rest of `memory` (both sides of it use these).
@@ -25,9 +26,10 @@ pub enum PythonAllocator {
     Wrapped,
     /// `PYTHONMALLOC=malloc` for every interpreter: every object goes through the C
     /// allocator (its frees are counted too, so small objects count in the footprint
-    /// exactly; slower: glibc's malloc is slower than pymalloc on small objects).
+    /// exactly). It is slower, because glibc's malloc is slower than pymalloc on small
+    /// objects.
     Malloc,
-    /// pymalloc untouched: small objects are counted by the arenas the interpreter maps for
+    /// pymalloc untouched. Small objects are counted by the arenas the interpreter maps for
     /// them (a line's growth is seen, its churn of small objects is not). Cheapest.
     Pymalloc,
 }

@@ -2,12 +2,16 @@
 //! thread's Python stack while that thread waits in the handshake, answers it, and folds
 //! the events.
 //!
-//! Owns: [`MemoryRecorder`] (the thread, its stop, its result), the memory side of
-//! `run`: the ring and the written library ([`MemorySetup`]), and finding the rings of a
-//! program whose `run` is gone, for `attach` ([`ring_of_program`], [`take_over_ring`]).
+//! Owns:
+//! - [`MemoryRecorder`] (the thread, its stop, its result);
+//! - the memory side of `run`, the ring and the written library ([`MemorySetup`]);
+//! - finding the rings of a program whose `run` is gone, for `attach` ([`ring_of_program`],
+//!   [`take_over_ring`]).
+//!
 //! Must not: pause the target's threads (only the allocating thread waits, in its own
 //! futex; with `--native` that thread alone is stopped for the copy of its native stack,
-//! `native.rs`) or take longer than needed per event: the program waits for our answer.
+//! `native.rs`) or take longer than needed per event, because the program waits for our
+//! answer.
 
 use super::aggregate::{LineKey, MemoryAggregator, RingTotals};
 pub use super::config::{MemoryConfig, PythonAllocator};
@@ -34,7 +38,8 @@ impl MemorySetup {
         let dir = ring::ring_dir();
         ring::clean_stale(&dir);
         let ring = Ring::create(&dir, ring::DEFAULT_CAPACITY, cfg.window, cfg.copy_window)?;
-        // Not /dev/shm: it may be mounted noexec, and the library must be mapped executable.
+        // Not /dev/shm, because it may be mounted noexec and the library must be mapped
+        // executable.
         super::preload::clean_stale(&std::env::temp_dir());
         let library = PreloadFile::write(&std::env::temp_dir())?;
         Ok(MemorySetup {
@@ -59,8 +64,9 @@ impl MemorySetup {
 }
 
 /// The ring the profiler made for the program `pid` belongs to (named in its environment),
-/// when the preload library is loaded in it: the program was started under `run`. An error
-/// says it was not (then `attach` loads the library itself: memory/inject.rs).
+/// when the preload library is loaded in it, which means the program was started under
+/// `run`. An error says it was not (then `attach` loads the library itself; see
+/// memory/inject.rs).
 pub(crate) fn ring_of_program(pid: i32) -> Result<PathBuf, String> {
     let maps = crate::proc::read_maps(pid).unwrap_or_default();
     if !crate::proc::maps::maps_file_named(&maps, crate::PRELOAD_LIBRARY) {
@@ -74,16 +80,18 @@ pub(crate) fn ring_of_program(pid: i32) -> Result<PathBuf, String> {
 }
 
 /// Process `pid`'s ring, of a program started under `run` whose profiler is gone
-/// (`attach`), taken over: the one it made for itself (`<main>.<pid>`), else the
-/// profiler's ring `main` if it is the process that claimed it. `Ok(None)`: neither (yet:
-/// a process makes its own at its first sampled event).
+/// (`attach`), taken over. It is:
+/// - the one it made for itself (`<main>.<pid>`);
+/// - else the profiler's ring `main` if it is the process that claimed it.
+///
+/// `Ok(None)` means neither (not yet; a process makes its own at its first sampled event).
 pub(crate) fn take_over_ring(main: &Path, pid: i32) -> Result<Option<Ring>, String> {
     let own = ring::child_path(main, pid);
     if own.exists() {
         return Ring::take_over(&own, pid).map(Some);
     }
     match ring::producer_of(main) {
-        // Another process's (or nobody's yet): look again later.
+        // When it is another process's (or nobody's yet), look again later.
         Some(p) if p != pid => Ok(None),
         _ => Ring::take_over(main, pid).map(Some),
     }
@@ -104,15 +112,15 @@ struct LiveCopy {
     copy: std::sync::Mutex<Option<(MemoryAggregator, RingTotals)>>,
 }
 
-/// How often a recorder copies its figures for a live view: twice per refresh of the
+/// How often a recorder copies its figures for a live view. It is twice per refresh of the
 /// default one-second view, so a view is at most half a second behind its memory.
 const LIVE_COPY_EVERY: Duration = Duration::from_millis(500);
 
 impl MemoryRecorder {
     /// Starts reading `ring` for the process `proc` (a handle of its own, see
-    /// [`PythonProcess::reopen`]); handshakes are answered from now on. `native` (with
-    /// `--native`, images shared with the samplers): each handshake's stack gets its
-    /// native frames.
+    /// [`PythonProcess::reopen`]). Handshakes are answered from now on. Given `native` (with
+    /// `--native`, images shared with the samplers), each handshake's stack gets its native
+    /// frames.
     pub(crate) fn start(
         mut ring: Ring,
         proc: Option<PythonProcess>,
@@ -134,7 +142,7 @@ impl MemoryRecorder {
         MemoryRecorder { stop, handle, live }
     }
 
-    /// The figures so far, as the recorder's thread last copied them (None until it has:
+    /// The figures so far, as the recorder's thread last copied them (None until it has;
     /// the first call asks for copies from then on).
     pub(crate) fn live_copy(&self) -> Option<(MemoryAggregator, RingTotals)> {
         self.live.wanted.store(true, Ordering::Relaxed);
@@ -171,8 +179,8 @@ fn consume(
         let r = ThreadReader::new(&p);
         (p, r)
     });
-    // The modules are read before the handshakes start: the program's first events wait
-    // for us (bounded) while we get ready, its later ones would time out.
+    // The modules are read before the handshakes start, because the program's first events
+    // wait for us (bounded) while we get ready, and its later ones would time out.
     let mut native = match (native, &reader) {
         (Some(cache), Some((p, _))) => {
             let mut n = NativeStacks::new(cache);
@@ -184,13 +192,15 @@ fn consume(
     ring.set_handshake(reader.is_some());
     let mut bell = 0;
     // Handshakes answered, and how long their threads waited in all (from the event's
-    // time to our answer): the program's time spent waiting for us.
+    // time to our answer), that is, the program's time spent waiting for us.
     let (mut handshakes, mut waited_ns) = (0u64, 0u64);
     let mut carried = HashMap::new();
+    // The same for the events of blocks of at least a window (`What::Alloc::large`).
+    let mut carried_large = HashMap::new();
     let mut last_footprint = Instant::now();
     let mut last_copy: Option<Instant> = None;
-    // Once told to stop, the events reserved by then are the recording's last: a process
-    // that goes on allocating must not keep the recording (and our answers) going.
+    // Once told to stop, the events reserved by then are the recording's last, because a
+    // process that goes on allocating must not keep the recording (and our answers) going.
     let mut end: Option<u64> = None;
     loop {
         if end.is_none() && stop.load(Ordering::Acquire) {
@@ -205,24 +215,42 @@ fn consume(
             let Some(e) = ring.next_event() else { break };
             any = true;
             let stacked = matches!(e.what, What::Alloc { .. } | What::Copy { .. });
-            // `--native`, a thread that waits: stopped for its native stack (copied now,
-            // unwound after the answer).
+            // Under `--native`, a thread that waits is stopped for its native stack (copied
+            // now, unwound after the answer).
             let waiting = match (&mut native, reader.as_mut()) {
                 (Some(n), Some((p, r))) if stacked && e.wants_ack => n.take(p, r, &e),
                 _ => None,
             };
-            let mut frames = match &waiting {
+            // A block of at least a window has stacks of its own to carry, so a churn of
+            // small objects beside it never charges its events to the block's line, nor the
+            // block's to the churn's.
+            let large = matches!(e.what, What::Alloc { large: true, .. });
+            let carry = if large {
+                &mut carried_large
+            } else {
+                &mut carried
+            };
+            let (mut frames, mut own) = match &waiting {
                 Some(Ok(w)) => {
-                    remember(&mut carried, e.tid, e.time_ns, &w.thread.frames);
-                    None
+                    remember(carry, e.tid, e.time_ns, &w.thread.frames);
+                    (None, true)
                 }
-                _ if stacked => stack_of_event(&e, reader.as_mut(), &mut carried),
-                _ => None,
+                _ if stacked => {
+                    let frames = stack_of_event(&e, reader.as_mut(), carry);
+                    // Read while the thread still waited, the stack is its own (later, it
+                    // may have gone on to another line).
+                    let own = e.wants_ack
+                        && frames.is_some()
+                        && layout::now_ns() <= e.time_ns.saturating_add(layout::HANDSHAKE_WAIT_NS);
+                    (frames, own)
+                }
+                _ => (None, false),
             };
             ring.ack(&e);
             if e.wants_ack {
                 handshakes += 1;
-                // The event's time is the program's to write (0, say): bounded sums.
+                // The event's time is the program's to write (0, say), so the sums are
+                // bounded.
                 let waited = layout::now_ns().saturating_sub(e.time_ns);
                 waited_ns = waited_ns.saturating_add(waited);
             }
@@ -233,6 +261,8 @@ fn consume(
                     Err(why) => n.counts.unmerged(&why),
                 }
             }
+            own &= frames.is_some();
+            agg.note_stack_of_large(&e, own);
             let line = frames.as_deref().and_then(|f| line_of(f, cfg.profile_all));
             if let (Some(f), Some(l)) = (&frames, &line) {
                 agg.add_native_leaf(&e, l, f);
@@ -247,7 +277,7 @@ fn consume(
         }
         if let Some(end) = end {
             // Drained to the end, or what is left was reserved and not written (a stuck
-            // slot: its producer died or stopped mid-event).
+            // slot, whose producer died or stopped mid-event).
             if !any || ring.tickets().0 >= end {
                 break;
             }
@@ -266,7 +296,7 @@ fn consume(
             let copy = (agg.clone(), ring_totals(ring, handshakes, waited_ns));
             *live.copy.lock().unwrap_or_else(|e| e.into_inner()) = Some(copy);
         }
-        // A producer that waits rings the doorbell: idle, we look at other events (frees)
+        // A producer that waits rings the doorbell. Idle, we look at other events (frees)
         // less often. A program of many processes has a reader per process, mostly idle.
         let nap = if any { BUSY_NAP } else { IDLE_NAP };
         bell = ring.wait_doorbell(bell, nap);
@@ -297,26 +327,28 @@ fn ring_totals(ring: &Ring, handshakes: u64, waited_ns: u64) -> RingTotals {
 /// waiting (see [`stack_of_event`]).
 const CARRY_FOR_NS: u64 = 1_000_000_000;
 
-/// A carried stack younger than this is used as it is; an older one is first replaced by
-/// reading the running thread, when that read holds: twice the period at which a thread
-/// earns handshakes, so a thread that uses its handshakes is never read running, and one
-/// whose handshakes stopped (the profiler answered too late and the library gave up on
-/// waiting) is read at most this often, not at each of its events (thousands a second,
-/// each a full stack read that would put us further behind).
+/// A carried stack younger than this is used as it is. An older one is first replaced by
+/// reading the running thread, when that read holds. It is twice the period at which a
+/// thread earns handshakes, so a thread that uses its handshakes is never read running, and
+/// one whose handshakes stopped (the profiler answered too late and the library gave up on
+/// waiting) is read at most this often, not at each of its events (thousands a second, each
+/// a full stack read that would put us further behind).
 const FRESH_FOR_NS: u64 = 10_000_000;
 
 /// Reader of a process's stacks.
 type StackReader = (PythonProcess, ThreadReader);
 
-/// The stack an allocation or copy event is tied to. A thread that waits (the handshake)
-/// is read where it waits: exact. The preload library sends a thread's events without
-/// waiting once it has used its handshakes (at most 200 a second after a bank of 256: a
-/// thread that allocates a window every few microseconds); such an event gets the stack of
-/// that thread's latest handshake, recent by construction (one is earned every 5 ms), and
-/// so a random sample's line among the events of such a dense stretch. When that stack is
-/// older than [`FRESH_FOR_NS`] (no handshakes: the profiler was not answering), the
-/// thread is read as it runs, and the read kept (and carried) only if its stack did not
-/// change during the read; failing that, a stack younger than [`CARRY_FOR_NS`] stands.
+/// The stack an allocation or copy event is tied to.
+/// - A thread that waits (the handshake) is read where it waits, which is exact.
+/// - The preload library sends a thread's events without waiting once it has used its
+///   handshakes (at most 200 a second after a bank of 256: a thread that allocates a window
+///   every few microseconds). Such an event gets the stack of that thread's latest
+///   handshake, recent by construction (one is earned every 5 ms), and so a random sample's
+///   line among the events of such a dense stretch.
+/// - When that stack is older than [`FRESH_FOR_NS`] (no handshakes, because the profiler
+///   was not answering), the thread is read as it runs. The read is kept (and carried) only
+///   if its stack did not change during the read. Failing that, a stack younger than
+///   [`CARRY_FOR_NS`] stands.
 fn stack_of_event(
     e: &ring::Event,
     reader: Option<&mut StackReader>,
@@ -342,8 +374,8 @@ fn stack_of_event(
 }
 
 /// Keeps thread `tid`'s Python stack read at `at` for its events sent without waiting
-/// (see [`stack_of_event`]). Python frames alone: a native stack is read only while the
-/// thread waits, and the next allocations of the thread may come from another C function.
+/// (see [`stack_of_event`]). Python frames alone, because a native stack is read only while
+/// the thread waits, and the next allocations of the thread may come from another C function.
 fn remember(carried: &mut HashMap<i32, (u64, Vec<Frame>)>, tid: i32, at: u64, frames: &[Frame]) {
     if carried.len() > 4096 {
         carried.clear();
@@ -351,8 +383,8 @@ fn remember(carried: &mut HashMap<i32, (u64, Vec<Frame>)>, tid: i32, at: u64, fr
     carried.insert(tid, (at, frames.to_vec()));
 }
 
-/// The line of a stack: its innermost frame, or with library folding the innermost frame
-/// of the user's code.
+/// The line of a stack. It is its innermost frame, or with library folding the innermost
+/// frame of the user's code.
 fn line_of(frames: &[Frame], profile_all: bool) -> Option<LineKey> {
     let f = crate::profile::charged_frame(frames, profile_all)?;
     Some((f.filename.to_string(), f.line?))
@@ -363,7 +395,7 @@ mod tests {
     use super::*;
     use std::sync::atomic::AtomicU64;
 
-    /// A process that never stops allocating does not keep the recording going: `finish`
+    /// A process that never stops allocating does not keep the recording going. `finish`
     /// returns with the events written before it was called (a recording of `attach
     /// --duration` once ran on for the rest of the worker's 6 s task).
     #[test]

@@ -1,13 +1,17 @@
-//! Memory of a program of several processes: each Python process has a ring of its own,
+//! Memory of a program of several processes. Each Python process has a ring of its own,
 //! read by a consumer of its own, and their results merge into one.
 //!
-//! Owns: [`Fleet`] — finding the ring of each process the process tree samples (the ring
-//! the profiler made, which the program's first Python process claims, or the one another
-//! process made for itself at its first event: `<ring>.<pid>`), checking it belongs to the
-//! image being sampled (a process that `exec`s gets a new ring), running a
-//! [`MemoryRecorder`] per ring (one thread each: a process's allocating thread never waits
-//! on a consumer busy with another process's handshake), finishing it when its process
-//! ends or execs, each process's own figures, and the merged result.
+//! Owns: [`Fleet`], which is
+//! - finding the ring of each process the process tree samples. It is the ring the
+//!   profiler made (which the program's first Python process claims), or the one another
+//!   process made for itself at its first event (`<ring>.<pid>`).
+//! - checking it belongs to the image being sampled, because a process that `exec`s gets a
+//!   new ring;
+//! - running a [`MemoryRecorder`] per ring, one thread each, so that a process's
+//!   allocating thread never waits on a consumer busy with another process's handshake;
+//! - finishing it when its process ends or execs;
+//! - each process's own figures, and the merged result.
+//!
 //! Must not: look for processes (the process tree does, and tells us), read stacks itself
 //! (the recorders do), or format output.
 
@@ -38,7 +42,7 @@ enum Source {
         main: Option<Ring>,
         main_path: PathBuf,
     },
-    /// `attach` to a program whose `run` is gone: each process's ring is taken over; the
+    /// `attach` to a program whose `run` is gone: each process's ring is taken over. The
     /// profiler's ring's path comes from each process's environment.
     Attach,
 }
@@ -71,13 +75,13 @@ pub(crate) struct Fleet {
     /// recording.
     pub(crate) injected: usize,
     announcements: Vec<String>,
-    /// `attach`: each image our library was tried in: its pid, and when it was first tried.
+    /// `attach`: each image our library was tried in, with its pid and when it was first tried.
     inject_since: HashMap<u64, (i32, std::time::Instant)>,
     /// `attach`: processes our library counts in, whose announcement waits for the
     /// interpreter's allocator to be wrapped (None: Python 2, nothing to wait for), until
     /// the deadline.
     awaiting: Vec<(i32, Option<ring::PymemFlag>, std::time::Instant)>,
-    /// `--native`: images shared with the samplers; each recorder reads the native frames
+    /// `--native`: images shared with the samplers. Each recorder reads the native frames
     /// of the allocations whose threads wait.
     native: Option<SharedCache>,
 }
@@ -137,10 +141,10 @@ impl Fleet {
         self.live.contains_key(&serial) || self.settled.contains(&serial)
     }
 
-    /// Image `serial` of process `pid` is sampled through `proc`: when its ring is there,
+    /// Image `serial` of process `pid` is sampled through `proc`. When its ring is there, this
     /// starts reading it (its handshakes are answered from then on) and returns its path
     /// (where a thread blocked in the handshake waits). Call again on later scans until
-    /// [`Fleet::settled`]: a process makes its ring at its first sampled event.
+    /// [`Fleet::settled`], because a process makes its ring at its first sampled event.
     pub(crate) fn adopt(&mut self, pid: i32, serial: u64, proc: &PythonProcess) -> Option<PathBuf> {
         if self.settled(serial) {
             return None;
@@ -157,7 +161,7 @@ impl Fleet {
                 match Ring::open_child(&ring::child_path(main_path, pid), pid) {
                     Ok(Some(r)) => Some(r),
                     // The profiler's ring, if this is the process that claimed it. Its file
-                    // stays until the end: the program's later processes read their
+                    // stays until the end, because the program's later processes read their
                     // settings from it.
                     Ok(None) if main.as_ref().is_some_and(|m| m.producer_pid() == pid) => {
                         main.take().map(|mut m| {
@@ -176,8 +180,8 @@ impl Fleet {
                             self.mains.insert(serial, m.clone());
                             m
                         }
-                        // Started without us: our library goes in now, with a ring of its
-                        // own.
+                        // Started without us, so our library goes in now, with a ring of
+                        // its own.
                         Err(_) => {
                             self.inject(pid, serial, proc);
                             return None;
@@ -197,7 +201,7 @@ impl Fleet {
         let mut ring = found?;
         if !of_this_image(&ring, proc) {
             // The ring of this process's image before an `exec` (the new image makes its
-            // own, replacing it): not ours to remove; nobody waits on it any more.
+            // own, replacing it). It is not ours to remove. Nobody waits on it any more.
             ring.keep_file();
             return None;
         }
@@ -205,13 +209,21 @@ impl Fleet {
         let reader = proc.reopen().ok();
         let recorder = MemoryRecorder::start(ring, reader, self.cfg.clone(), self.native.clone());
         self.live.insert(serial, recorder);
+        if matches!(self.source, Source::Attach) {
+            // Said as for a process our library goes into, which is when its counting begins.
+            self.announcements.push(format!(
+                "memory of process {pid} is counted from now on (the ring its `run` left \
+                 was taken over)"
+            ));
+        }
         Some(path)
     }
 
     /// `attach`: loads our library into process `pid` (image `serial`), which was started
     /// without us, and reads the ring it hands it. Tried at each scan until a thread of the
-    /// process is at a safe point, for at most [`super::inject::PATIENCE`]: never a wait
-    /// here (this is the sampler's thread: a stall would charge its CPU time to one line).
+    /// process is at a safe point, for at most [`super::inject::PATIENCE`]. It never waits
+    /// here, because this is the sampler's thread and a stall would charge its CPU time to
+    /// one line.
     fn inject(&mut self, pid: i32, serial: u64, proc: &PythonProcess) {
         use super::inject::{attach_library, Attach};
         let (_, since) = *self
@@ -222,7 +234,7 @@ impl Fleet {
             Attach::Counting(ring) => {
                 self.injected += 1;
                 let reader = proc.reopen().ok();
-                // Python 2 has no allocator API: its small objects count through pymalloc's
+                // Python 2 has no allocator API, so its small objects count through pymalloc's
                 // arenas, as under `run`.
                 let wrapped = (proc.version.major >= 3).then(|| ring.python_allocator_flag());
                 let recorder =
@@ -245,7 +257,8 @@ impl Fleet {
     /// What happened since the last call that the user should hear of as it happens. Once
     /// our library counts in a process: from when its memory is counted — now, with the
     /// interpreter's own allocator wrapped at its next pending call, said when it is (or
-    /// after [`ATTACH_SETTLE`]: a main thread blocked in C runs none until it returns).
+    /// after [`ATTACH_SETTLE`], because a main thread blocked in C runs none until it
+    /// returns).
     pub(crate) fn take_announcements(&mut self) -> Vec<String> {
         let now = std::time::Instant::now();
         let mut still = Vec::new();
@@ -269,7 +282,7 @@ impl Fleet {
         std::mem::take(&mut self.announcements)
     }
 
-    /// [`Fleet::take_announcements`] at the end of a recording: what still waited is said now,
+    /// [`Fleet::take_announcements`] at the end of a recording. What still waited is said now,
     /// and a process our library was still waiting to go into gets its reason.
     pub(crate) fn last_announcements(&mut self) -> Vec<String> {
         let waiting: Vec<(u64, i32)> = self
@@ -306,10 +319,12 @@ impl Fleet {
             .collect()
     }
 
-    /// `run`: why process `pid` can record no memory, when it cannot: the preload library
-    /// is not in it (its dynamic loader could not open the file: a chroot or a mount
-    /// namespace of its own without our temporary directory), or the ring is not visible
-    /// from its root. Its figures would otherwise read as a process that allocated nothing.
+    /// `run`: why process `pid` can record no memory, when it cannot:
+    /// - the preload library is not in it (its dynamic loader could not open the file, as in
+    ///   a chroot or a mount namespace of its own without our temporary directory), or
+    /// - the ring is not visible from its root.
+    ///
+    /// Its figures would otherwise read as a process that allocated nothing.
     fn unreachable(&self, pid: i32) -> Option<String> {
         let Source::Run { main_path, .. } = &self.source else {
             return None;
@@ -317,7 +332,7 @@ impl Fleet {
         let library = self.library.as_deref()?;
         let name = library.file_name()?.to_string_lossy();
         let maps = crate::proc::read_maps(pid).ok()?;
-        // By name: a root that binds our directory shows the file under another path.
+        // By name, because a root that binds our directory shows the file under another path.
         let loaded = crate::proc::maps::maps_file_named(&maps, &name);
         if !loaded {
             return Some(format!(
@@ -339,19 +354,19 @@ impl Fleet {
     }
 
     /// Process `pid` of the program cannot be sampled (an unsupported interpreter, no
-    /// permission): its ring, once it has one, must not make it wait for us.
+    /// permission). Its ring, once it has one, must not make it wait for us.
     pub(crate) fn refuse(&mut self, pid: i32) {
         if let Source::Run { main, main_path } = &mut self.source {
             if let Some(m) = main.as_ref().filter(|m| m.producer_pid() == pid) {
                 m.set_handshake(false);
             }
-            // Dropped at once: told not to wait, and removed.
+            // Dropped at once, which tells it not to wait and removes it.
             let _ = Ring::open_child(&ring::child_path(main_path, pid), pid);
         }
     }
 
-    /// Image `serial` is over (its process ended or exec'd): reads what is left of its ring
-    /// and stops. Returns its own figures, when its ring was read.
+    /// Image `serial` is over (its process ended or exec'd). This reads what is left of its
+    /// ring and stops. Returns its own figures, when its ring was read.
     pub(crate) fn retire(&mut self, serial: u64) -> Option<ProcessFigures> {
         self.settled.remove(&serial);
         self.checked.remove(&serial);
@@ -369,8 +384,8 @@ impl Fleet {
         Some(figures)
     }
 
-    /// Every process's memory so far, merged, while the recording goes on (a live view):
-    /// the finished images' and each running recorder's last copy (see
+    /// Every process's memory so far, merged, while the recording goes on (a live view).
+    /// It is made of the finished images' and each running recorder's last copy (see
     /// [`MemoryRecorder::live_copy`]). None until some memory was read.
     pub(crate) fn live_memory(&self) -> Option<(MemoryAggregator, RingTotals)> {
         let now = layout::now_ns();
@@ -411,12 +426,12 @@ impl Fleet {
             ..RingTotals::default()
         };
         if let Source::Run { main, main_path } = &mut self.source {
-            // Never read: its program's processes no longer wait for us.
+            // Never read. Its program's processes no longer wait for us.
             drop(main.take());
             let _ = std::fs::remove_file(&*main_path);
             ring::remove_children_of(main_path);
-            // Nothing recorded, and a process said why: not a program that allocated
-            // nothing.
+            // Nothing recorded, and a process said why, so this is not a program that
+            // allocated nothing.
             if self.done.is_empty() && !self.notes.is_empty() {
                 return None;
             }
@@ -432,7 +447,7 @@ impl Fleet {
     }
 }
 
-/// Whether `ring` was claimed by the image `proc` reads: the library wrote where the
+/// Whether `ring` was claimed by the image `proc` reads. It was if the library wrote where the
 /// interpreter's image (libpython, or a static executable) starts in its process, and the
 /// process maps a file starting just there now (an `exec` maps everything afresh, at other
 /// addresses). True when either is unknown.

@@ -1,25 +1,30 @@
 //! Memory of a process started without us (`attach`): our library is loaded into it and
 //! handed a ring, so that it counts from then on as it does under `run`.
 //!
-//! How: a ring is made where the target can open it (a directory of its own root: the
-//! host's `/dev/shm` for a process of ours, the container's for one in a container), the
-//! library is written beside it, and one thread of the target, stopped where it holds no
-//! lock ([`crate::ptrace::remote`]: in a lock-free wait, or, where none waits, running the
-//! interpreter's own code, see [`hijack`]), calls the C library's `dlopen` on it and then
-//! the library's `scalene_rs_attach(ring)`, which patches the program's calls of the
-//! allocation and copy functions and has the interpreter's own allocator wrapped with the
-//! GIL held. Both files are removed at once (the process keeps what it mapped). A second
-//! `attach` finds the library already loaded and only calls it again.
+//! How:
+//! - A ring is made where the target can open it, in a directory of its own root. That is
+//!   the host's `/dev/shm` for a process of ours, the container's for one in a container.
+//! - The library is written beside it.
+//! - One thread of the target, stopped where it holds no lock, calls the C library's
+//!   `dlopen` on it, then the library's `scalene_rs_attach(ring)`. The thread is one in a
+//!   lock-free wait, or, where none waits, one running the interpreter's own code (see
+//!   [`crate::ptrace::remote`] and [`hijack`]).
+//! - `scalene_rs_attach` patches the program's calls of the allocation and copy functions,
+//!   and has the interpreter's own allocator wrapped with the GIL held.
+//! - Both files are removed at once; the process keeps what it mapped.
+//! - A second `attach` finds the library already loaded and only calls it again.
 //!
-//! When we stop, the consumer sets the ring's `detached` word and the library puts every
-//! patched function pointer back; a profiler killed outright stops its heartbeat, which the
+//! When we stop, the consumer sets the ring's `detached` word, and the library puts every
+//! patched function pointer back. A profiler killed outright stops its heartbeat, which the
 //! library notices at its next sampled event (see the layout's `HEARTBEAT_*`).
 //!
-//! Owns: the decision whether to load code into the target (never when its owner turned
-//! remote debugging off, never into a free-threaded build), the placing of the files, the
-//! remote calls and the meaning of the library's answers.
+//! Owns:
+//! - the decision whether to load code into the target (never when its owner turned remote
+//!   debugging off, never into a free-threaded build);
+//! - the placing of the files;
+//! - the remote calls, and the meaning of the library's answers.
+//!
 //! Must not: read the ring (the consumer does), or leave a file behind.
-
 use super::config::MemoryConfig;
 use super::ring::{self, layout, Ring};
 use crate::python::PythonProcess;
@@ -45,15 +50,15 @@ const LOOK_WAIT: Duration = Duration::from_millis(10);
 /// goes to them while [`PATIENCE`] lasts).
 const LOOK_EVERY: Duration = Duration::from_millis(50);
 
-/// Why the library was not (or could not be) put into the target: the sentence said to the
-/// user ("no memory data: ..."), time being recorded anyway.
+/// Why the library was not (or could not be) put into the target. It is the sentence said to
+/// the user ("no memory data: ..."), time being recorded anyway.
 pub(crate) type Refusal = String;
 
 /// What became of an attempt to put our library into a process.
 pub(crate) enum Attach {
     /// Counting: the ring, claimed by the process, ready to be read.
     Counting(Ring),
-    /// No thread is at a safe point now: try again at the next scan (until [`PATIENCE`]).
+    /// No thread is at a safe point now, so try again at the next scan (until [`PATIENCE`]).
     NotNow,
     /// Never, for this reason.
     Refused(Refusal),
@@ -70,8 +75,8 @@ pub(crate) fn attach_library(proc: &PythonProcess, cfg: &MemoryConfig) -> Attach
     if let Err(why) = refuse_unless_allowed(proc) {
         return Attach::Refused(why);
     }
-    // No thread waits: a look for the computing thread, when one is due (the ring and the
-    // files are made for a try that may find a thread, not at every scan).
+    // When no thread waits, a look for the computing thread is made when one is due (the ring
+    // and the files are made for a try that may find a thread, not at every scan).
     #[cfg(target_arch = "x86_64")]
     let look = if crate::ptrace::remote::waiting_thread(proc.pid) {
         None
@@ -107,10 +112,14 @@ fn interpreter_code(proc: &PythonProcess) -> Vec<(u64, u64)> {
 ///
 /// The thread is one of two:
 /// - one blocked in a wait that holds no lock (`remote.rs`);
-/// - else the computing thread. It is stopped (PTRACE_INTERRUPT) again and again, until a
-///   stop finds it in the interpreter's own code. That code
-///   (`python::process::INTERPRETER_CODE`) is the bytecode loop, its allocator,
-///   deallocation and addition.
+/// - else the computing thread, in the interpreter's own code
+///   (`python::process::INTERPRETER_CODE`: the bytecode loop, its allocator, deallocation
+///   and addition). It is stopped (PTRACE_INTERRUPT) now and then, and taken where a stop
+///   finds it in that code, or else caught where it returns into that code. A stop in the
+///   C library or the kernel has its native stack unwound ([`ReturnFinder`]) to the
+///   innermost return address into that code, which is replaced for the time of the look
+///   (`ptrace/remote/catch.rs`). A thread that spends 99.9% of its time in memset and page
+///   faults is caught at its next return.
 ///
 /// A thread running there holds no C-library lock. The interpreter runs none of that code
 /// (no bytecode, none of those functions) from inside the C library, its loader or a signal
@@ -129,11 +138,12 @@ fn interpreter_code(proc: &PythonProcess) -> Vec<(u64, u64)> {
 ///   to the very function it went to before.
 #[cfg(target_arch = "x86_64")]
 fn hijack(
-    pid: i32,
+    proc: &PythonProcess,
     code: &[(u64, u64)],
     look: Option<usize>,
 ) -> Result<Option<crate::ptrace::remote::Hijacked>, Refusal> {
     use crate::ptrace::remote::{computing_thread, waiting_thread, Hijacked};
+    let pid = proc.pid;
     if let Some(t) = Hijacked::find(pid).map_err(said)? {
         return Ok(Some(t));
     }
@@ -143,11 +153,66 @@ fn hijack(
     if code.is_empty() || waiting_thread(pid) {
         return Ok(None);
     }
-    Hijacked::in_code(pid, computing_thread(pid, nth), code, LOOK_WAIT).map_err(said)
+    let tid = computing_thread(pid, nth);
+    let mut finder = ReturnFinder::lock();
+    let mut returns = |regs: &libc::user_regs_struct| finder.return_into(proc, tid, regs, code);
+    let found = Hijacked::in_code(pid, tid, code, LOOK_WAIT, &mut returns).map_err(said)?;
+    if found.is_some() {
+        // Not needed again for this process, so its images are let go.
+        *finder.0 = None;
+    }
+    Ok(found)
+}
+
+/// How deep a stop may be below its return into the interpreter's code: the stack copied
+/// (bytes) and the frames unwound. A C function called from the interpreter rarely goes
+/// deeper. A thread that is deeper is found by the stops alone.
+#[cfg(target_arch = "x86_64")]
+const RETURN_SEARCH: (usize, usize) = (1 << 20, 64);
+
+/// The native modules of the process being looked at, kept from one look to the next
+/// (reading them takes milliseconds), to unwind a stopped thread's stack to its return
+/// into the interpreter's code (see [`hijack`]).
+#[cfg(target_arch = "x86_64")]
+struct ReturnFinder(std::sync::MutexGuard<'static, Option<(i32, crate::native::NativeProcess)>>);
+
+#[cfg(target_arch = "x86_64")]
+impl ReturnFinder {
+    fn lock() -> ReturnFinder {
+        static MODULES: std::sync::Mutex<Option<(i32, crate::native::NativeProcess)>> =
+            std::sync::Mutex::new(None);
+        ReturnFinder(MODULES.lock().unwrap_or_else(|e| e.into_inner()))
+    }
+
+    /// The slot and value of the innermost return address into `code` of thread `tid` of
+    /// `proc`, stopped with `regs`.
+    fn return_into(
+        &mut self,
+        proc: &PythonProcess,
+        tid: i32,
+        regs: &libc::user_regs_struct,
+        code: &[(u64, u64)],
+    ) -> Option<(u64, u64)> {
+        let pid = proc.pid;
+        let stale = match &*self.0 {
+            Some((p, n)) => *p != pid || n.code_changed().unwrap_or(true),
+            None => true,
+        };
+        if stale {
+            let mut cache = crate::native::NativeCache::new();
+            *self.0 =
+                crate::native::NativeProcess::new(pid, &proc.mem, proc.namespaces, &mut cache)
+                    .ok()
+                    .map(|n| (pid, n));
+        }
+        let (_, native) = self.0.as_mut()?;
+        let wanted = |avma: u64| code.iter().any(|&(at, len)| avma.wrapping_sub(at) < len);
+        native.return_slot(tid, regs, &proc.mem, RETURN_SEARCH, &wanted)
+    }
 }
 
 /// Whether a look for the computing thread of `pid` is due ([`LOOK_EVERY`] since the
-/// last): the how-manyth it is (the running threads are looked at in turn).
+/// last), and then the how-manyth it is (the running threads are looked at in turn).
 #[cfg(target_arch = "x86_64")]
 fn next_look(pid: i32) -> Option<usize> {
     // The last look: at which process, when, and how many looks it had.
@@ -164,7 +229,7 @@ fn next_look(pid: i32) -> Option<usize> {
 }
 
 /// [`attach_library`] once allowed (`look`: a look for the computing thread is due, see
-/// [`hijack`]): None when no thread was at a safe point after all.
+/// [`hijack`]). None when no thread was at a safe point after all.
 #[cfg(target_arch = "x86_64")]
 fn try_attach(
     proc: &PythonProcess,
@@ -198,7 +263,7 @@ fn try_attach(
         .unwrap_or_default();
     let ring_in_target = format!("{}/{ring_name}", place.target_dir);
     give_to_target_user(ring.path(), pid)?;
-    // The heartbeat marks an attach ring: the library judges us by it, not by our pid.
+    // The heartbeat marks an attach ring. The library judges us by it, not by our pid.
     ring.header()
         .heartbeat_ns
         .store(layout::now_ns(), Ordering::Release);
@@ -208,7 +273,7 @@ fn try_attach(
     };
     let code = interpreter_code(proc);
     let answer = (|| -> Result<Option<i32>, Refusal> {
-        let Some(mut t) = hijack(pid, &code, look)? else {
+        let Some(mut t) = hijack(proc, &code, look)? else {
             return Ok(None);
         };
         match (loaded, dlopen, &files) {
@@ -223,7 +288,7 @@ fn try_attach(
     let Some(code) = answer else {
         return Ok(None);
     };
-    // The target has it mapped (or refused it): the file's name is no longer needed.
+    // The target has it mapped (or refused it), so the file's name is no longer needed.
     let _ = std::fs::remove_file(ring.path());
     ring.keep_file();
     match code {
@@ -291,20 +356,23 @@ fn refuse_unless_allowed(proc: &PythonProcess) -> Result<(), Refusal> {
     Ok(())
 }
 
-/// The interpreter's own PEP 768 switch (3.14+, read through its `_Py_DebugOffsets`): the
-/// flag's value, None where there is none or it cannot be read.
+/// The interpreter's own PEP 768 switch (3.14+, read through its `_Py_DebugOffsets`). The
+/// flag's value; None where there is none or it cannot be read.
 fn remote_debugging_flag(proc: &PythonProcess) -> Option<u32> {
     use crate::ptrace::ProcessMemory;
     let runtime = proc.addrs.runtime?;
     let bytes = proc.mem.read_vec(runtime, 4096).ok()?;
     let off = crate::python_bindings::debug_offsets::remote_debugging_enabled_offset(&bytes)?;
     let interp = proc.interp_head().ok().filter(|&a| a != 0)?;
-    // Both read from the process: any value at all (a wrong address fails to read).
+    // Both are read from the process and may hold any value at all (a wrong address fails
+    // to read).
     proc.mem.read_u32(interp.wrapping_add(off)).ok()
 }
 
-/// Where the files go: a directory of the target's root that we can write, the target can
-/// read, and whose file system lets a library be mapped executable.
+/// Where the files go, a directory of the target's root:
+/// - that we can write;
+/// - that the target can read;
+/// - whose file system lets a library be mapped executable.
 struct Place {
     /// The directory as we reach it (through /proc/PID/root).
     host_dir: PathBuf,
@@ -364,8 +432,8 @@ fn give_to_target_user(path: &Path, pid: i32) -> Result<(), Refusal> {
     })
 }
 
-/// The load address of our library when the process has it already (an earlier attach):
-/// the start of its mapping at file offset 0.
+/// The load address of our library when the process has it already (an earlier attach).
+/// It is the start of its mapping at file offset 0.
 fn loaded_library(maps: &[crate::proc::maps::MapEntry]) -> Option<u64> {
     maps.iter()
         .find(|m| {
@@ -404,9 +472,9 @@ fn call_attach(
     attach_call(t, func, ring_in_target)
 }
 
-/// `scalene_rs_attach(ring, how)` at `func`, called by the stopped thread `t`: its answer; None
-/// when the thread left its wait since an earlier call (the library is loaded: the next
-/// try calls it with a thread found anew).
+/// `scalene_rs_attach(ring, how)` at `func`, called by the stopped thread `t`. Returns its
+/// answer, or None when the thread left its wait since an earlier call (the library is
+/// loaded; the next try calls it with a thread found anew).
 #[cfg(target_arch = "x86_64")]
 fn attach_call(
     t: &mut crate::ptrace::remote::Hijacked,
@@ -414,7 +482,7 @@ fn attach_call(
     ring_in_target: &str,
 ) -> Result<Option<i32>, Refusal> {
     // The library is told how the thread was stopped (how it may have the interpreter's
-    // allocator wrapped: see `preload/src/attach.rs`).
+    // allocator wrapped; see `preload/src/attach.rs`).
     let how = if t.stopped_running() {
         layout::ATTACH_FROM_RUNNING_CODE
     } else {
@@ -531,7 +599,7 @@ fn load_and_attach(
             .and_then(|m| m.read_u64(handle))
             .map_err(|e| e.to_string())?
     };
-    // Read from the process: any value at all.
+    // Read from the process, it may hold any value at all.
     let func = base
         .checked_add(offset)
         .ok_or_else(|| format!("the loader's map of our library holds no address ({base:#x})"))?;
@@ -558,7 +626,7 @@ impl LibraryFiles {
     fn write(place: &Place, pid: i32) -> Result<LibraryFiles, Refusal> {
         static COUNTER: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
         // A name taken already is a directory a killed profiler of the same pid left behind
-        // (pids come round again): the next one.
+        // (pids come round again), so the next one is taken.
         let (name, dir, made) = loop {
             let n = COUNTER.fetch_add(1, Ordering::Relaxed);
             let name = format!("scalene-rs-attach-{}-{n}", std::process::id());
@@ -630,8 +698,8 @@ fn read_c_string(pid: i32, addr: u64) -> Option<String> {
 mod tests {
     use super::*;
 
-    /// The interpreter's address and the flag's offset are both read from the process: an
-    /// address near `u64::MAX` reads no flag (it wrapped past the top before: a panic with
+    /// The interpreter's address and the flag's offset are both read from the process. An
+    /// address near `u64::MAX` reads no flag (it wrapped past the top before, a panic with
     /// overflow checks).
     #[test]
     fn a_torn_interpreter_address_reads_no_remote_debugging_flag() {

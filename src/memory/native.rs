@@ -1,17 +1,22 @@
-//! `run --native` (and `attach --native`) with memory: an allocation's native frames, read
-//! while its thread waits in the handshake, so that its bytes go to the C function that
-//! asked for them.
+//! `run --native` (and `attach --native`) with memory: an allocation's native frames. They
+//! are read while its thread waits in the handshake, so that its bytes go to the C function
+//! that asked for them.
 //!
-//! Owns: [`NativeStacks`] — one process's modules for its memory reader (read before the
-//! handshakes start, read again when a stack meets code mapped since), the stop of the
-//! waiting thread for its registers and stack (through `python::ThreadReader`), the merge
-//! with its Python frames, the removal of the allocation machinery's own frames
-//! ([`without_machinery`]), and the count of stacks read with native frames and of those
-//! that kept their Python frames alone, with why.
-//! Must not: stop a thread that is not waiting in the handshake, keep it stopped longer
-//! than the copy of its registers and stack and the read of its Python stack (unwinding and
-//! naming come after the answer), or guess frames: a stack that does not merge keeps its
-//! Python frames, and is counted.
+//! Owns: [`NativeStacks`], which is
+//! - one process's modules for its memory reader, read before the handshakes start and
+//!   again when a stack meets code mapped since;
+//! - the stop of the waiting thread for its registers and stack (through
+//!   `python::ThreadReader`);
+//! - the merge with its Python frames;
+//! - the removal of the allocation machinery's own frames ([`without_machinery`]);
+//! - the count of stacks read with native frames, and of those that kept their Python
+//!   frames alone, with why.
+//!
+//! Must not:
+//! - stop a thread that is not waiting in the handshake;
+//! - keep it stopped longer than the copy of its registers and stack and the read of its
+//!   Python stack (unwinding and naming come after the answer);
+//! - guess frames. A stack that does not merge keeps its Python frames, and is counted.
 
 use super::ring::{layout, Event};
 use crate::native::{NativeCache, NativeProcess};
@@ -26,14 +31,15 @@ use std::time::{Duration, Instant};
 pub(crate) type SharedCache = Arc<Mutex<NativeCache>>;
 
 /// The shortest time between two looks at the process's map after a stack met code in no
-/// module known (as the sampler's `RECHECK_INTERVAL`): an extension imported since.
+/// module known (as the sampler's `RECHECK_INTERVAL`). Such code is an extension imported
+/// since.
 const RECHECK_INTERVAL: Duration = Duration::from_millis(20);
 
 /// The preload library's file name, as `run` writes it and `attach` loads it.
 const PRELOAD_MODULE: &str = crate::PRELOAD_LIBRARY;
 
-/// The C library's allocation entry points (glibc's public names and its `__libc_` ones):
-/// the program called one of them, which our library interposes, and the function that
+/// The C library's allocation entry points (glibc's public names and its `__libc_` ones).
+/// The program called one of them, which our library interposes, and the function that
 /// called it asked for the memory.
 const LIBC_ALLOCATORS: &[&str] = &[
     "malloc",
@@ -54,11 +60,13 @@ const LIBC_ALLOCATORS: &[&str] = &[
     "__libc_pvalloc",
 ];
 
-/// CPython's memory-allocator API (and its internal forms, and the debug hooks'): functions
+/// CPython's memory-allocator API (and its internal forms, and the debug hooks'), functions
 /// whose only work is to pass the request on to the allocator installed (pymalloc,
-/// mimalloc, malloc; our library wraps it). Their caller asked for the memory: an object
-/// type's constructor (`PyList_New` through `_PyObject_GC_New`, which stay: they say what
-/// kind of object), a resize (`list_resize`), an extension's buffer.
+/// mimalloc, malloc; our library wraps it). Their caller asked for the memory:
+/// - an object type's constructor (`PyList_New` through `_PyObject_GC_New`, which stay
+///   because they say what kind of object);
+/// - a resize (`list_resize`);
+/// - an extension's buffer.
 const PYTHON_ALLOCATORS: &[&str] = &[
     "PyMem_Malloc",
     "PyMem_Calloc",
@@ -100,12 +108,15 @@ fn is_allocator(symbol: &str) -> bool {
 }
 
 /// A merged stack (innermost first) of a thread stopped in the handshake without the frames
-/// of the allocation machinery: every frame up to the outermost frame of our preload
-/// library (the library's own, and what it called: the futex or `sched_yield` system call,
-/// the vDSO's clock), then the allocators' entry points right outside it (the C library's
-/// malloc family, CPython's `PyMem_*` / `PyObject_Malloc` family). The innermost frame left
-/// is the function that asked for the memory. Err when no frame of the library is among
-/// the innermost native frames: the thread was not stopped in the handshake.
+/// of the allocation machinery. Those are:
+/// - every frame up to the outermost frame of our preload library (the library's own, and
+///   what it called: the futex or `sched_yield` system call, the vDSO's clock);
+/// - then the allocators' entry points right outside it (the C library's malloc family,
+///   CPython's `PyMem_*` / `PyObject_Malloc` family).
+///
+/// The innermost frame left is the function that asked for the memory. Err when no frame of
+/// the library is among the innermost native frames, which means the thread was not stopped
+/// in the handshake.
 pub(crate) fn without_machinery(stack: &[StackEntry]) -> Result<Vec<StackEntry>, MergeFailure> {
     let native_prefix = stack
         .iter()
@@ -146,9 +157,9 @@ impl NativeStacks {
         }
     }
 
-    /// Reads the process's modules, when not read yet: before the handshakes start (the
-    /// first parse of libpython takes a while; the program's first events wait for us at
-    /// startup anyway), and at a handshake after a failed read.
+    /// Reads the process's modules, when not read yet. It reads them before the handshakes
+    /// start (the first parse of libpython takes a while; the program's first events wait
+    /// for us at startup anyway), and at a handshake after a failed read.
     pub(crate) fn prepare(&mut self, proc: &PythonProcess) {
         if self.process.is_none() {
             self.read_modules(proc);
@@ -162,9 +173,9 @@ impl NativeStacks {
             .map(NativeProcess::without_lines);
     }
 
-    /// Stops the thread of event `e` (waiting in the handshake: call before answering it)
-    /// and copies what its native stack needs, with its Python stack. None: no Python
-    /// thread has its id. Err: why its native stack could not be taken.
+    /// Stops the thread of event `e` (waiting in the handshake; call before answering it)
+    /// and copies what its native stack needs, with its Python stack. None when no Python
+    /// thread has its id. Err says why its native stack could not be taken.
     pub(crate) fn take(
         &mut self,
         proc: &PythonProcess,
@@ -183,8 +194,8 @@ impl NativeStacks {
             .transpose()
     }
 
-    /// After the answer: the stack of `w` with its native frames, without the allocation
-    /// machinery's (see [`without_machinery`]), counted; Err(its Python frames alone) when
+    /// After the answer, the stack of `w` with its native frames, without the allocation
+    /// machinery's (see [`without_machinery`]), counted. Err(its Python frames alone) when
     /// its frames do not merge, also counted.
     pub(crate) fn finish(
         &mut self,
@@ -200,7 +211,7 @@ impl NativeStacks {
             .checked_at
             .is_none_or(|t| t.elapsed() >= RECHECK_INTERVAL);
         if view.has_unknown_code() && due {
-            // An extension imported since the modules were read: read them again and
+            // For an extension imported since the modules were read, read them again and
             // unwind the same copy again.
             self.checked_at = Some(Instant::now());
             if process.code_changed().unwrap_or(true) {
@@ -272,8 +283,8 @@ mod tests {
             .collect()
     }
 
-    /// A C extension's malloc: the futex call, the library's frames and libc's malloc go;
-    /// the extension's function is innermost.
+    /// With a C extension's malloc, the futex call, the library's frames and libc's malloc
+    /// go. The extension's function is innermost.
     #[test]
     fn the_library_its_callees_and_the_malloc_family_are_dropped() {
         let stack = [
@@ -293,8 +304,8 @@ mod tests {
         );
     }
 
-    /// An object of the interpreter's wrapped allocator: CPython's allocator API goes too,
-    /// the object's constructor stays; a `.cold` part counts as its function.
+    /// For an object of the interpreter's wrapped allocator, CPython's allocator API goes
+    /// too, and the object's constructor stays. A `.cold` part counts as its function.
     #[test]
     fn cpythons_allocator_api_is_dropped_its_callers_stay() {
         let stack = [
@@ -307,7 +318,7 @@ mod tests {
             python("main"),
         ];
         let kept = without_machinery(&stack).unwrap();
-        // Only the allocators right outside the library: a later `malloc` is a caller's.
+        // Only the allocators right outside the library go; a later `malloc` is a caller's.
         assert_eq!(names(&kept), ["list_resize", "malloc", "main"]);
     }
 

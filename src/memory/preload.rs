@@ -3,6 +3,7 @@
 //!
 //! Owns: [`PreloadFile`] (the written library, removed on drop) and the environment a
 //! profiled program gets ([`preload_env`]).
+//!
 //! Must not: replace the user's own LD_PRELOAD (ours is appended).
 
 use super::config::PythonAllocator;
@@ -109,11 +110,16 @@ fn ld_preload_value(user: Option<&str>, ours: &Path) -> String {
 }
 
 /// The environment variables a program profiled with memory accounting gets: our library,
-/// the ring's name, and how Python's objects are to be counted: by default
-/// `PYTHONMALLOC=malloc` and the request to wrap pymalloc instead where the interpreter
-/// allows it (the library then drops `PYTHONMALLOC` in that process; see its `pymem.rs`);
-/// `PYTHONMALLOC=malloc` alone; or nothing (pymalloc, counted by its arenas). A
-/// `PYTHONMALLOC` of the user's own (`user_pythonmalloc`) is theirs: it stays, unwrapped.
+/// the ring's name, and how Python's objects are to be counted. How they are counted is one
+/// of:
+/// - by default, `PYTHONMALLOC=malloc` and the request to wrap pymalloc instead where the
+///   interpreter allows it (the library then drops `PYTHONMALLOC` in that process; see its
+///   `pymem.rs`);
+/// - `PYTHONMALLOC=malloc` alone;
+/// - nothing (pymalloc, counted by its arenas).
+///
+/// A `PYTHONMALLOC` of the user's own (`user_pythonmalloc`) is theirs, so it stays,
+/// unwrapped.
 pub fn preload_env(
     user_ld_preload: Option<&str>,
     user_pythonmalloc: Option<&str>,

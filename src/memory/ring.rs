@@ -1,11 +1,15 @@
-//! The consumer side of the shared-memory ring: the profiler creates the ring file, the
+//! The consumer side of the shared-memory ring. The profiler creates the ring file, the
 //! preload library in the program claims it and writes events, and we read them here.
 //!
-//! Owns: [`Ring`] (create with O_EXCL and mode 0600 in a private place, map, read events
-//! in order, answer handshakes, remove the file), opening the rings the program's other
-//! processes make ([`Ring::open_child`], named by [`child_path`]), [`clean_stale`] (rings
-//! left by profilers that died). The format itself is `preload/src/layout.rs`, compiled
-//! into both sides.
+//! Owns:
+//! - [`Ring`] (create with O_EXCL and mode 0600 in a private place, map, read events in
+//!   order, answer handshakes, remove the file);
+//! - opening the rings the program's other processes make ([`Ring::open_child`], named by
+//!   [`child_path`]);
+//! - [`clean_stale`] (rings left by profilers that died).
+//!
+//! The format itself is `preload/src/layout.rs`, compiled into both sides.
+//!
 //! Must not: block the producer (a full ring is the producer's to drop), or trust the
 //! file's contents beyond bounds-checked slot indices.
 
@@ -40,9 +44,9 @@ impl PymemFlag {
 /// File name prefix of our rings; the rest is `<profiler pid>-<n>.ring`.
 const PREFIX: &str = "scalene-rs-ring-";
 
-/// Default number of slots (64 bytes each: 4 MiB).
+/// Default number of slots (64 bytes each, so 4 MiB).
 pub(crate) const DEFAULT_CAPACITY: u64 = 1 << 16;
-/// Slots of the rings the program's other processes make (1 MiB each): each has a reader
+/// Slots of the rings the program's other processes make (1 MiB each). Each has a reader
 /// of its own, so it needs less slack than the first process's ring, and a pool of many
 /// workers keeps its shared memory small.
 pub const CHILD_CAPACITY: u64 = 1 << 14;
@@ -62,15 +66,20 @@ pub struct Event {
 /// depends on the kind (the `EV_*` constants of the layout); they are decoded here, once.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum What {
-    /// A thread allocated a window's worth of bytes: `bytes` (the window's net allocation,
-    /// `window`, is the same today), `python` of them by the interpreter's own image; the
-    /// allocation that filled the window is watched for its free (None: the watch table
-    /// was full).
+    /// A thread allocated a window's worth of bytes.
+    /// - `bytes`: the bytes allocated (the window's net allocation, `window`, is the same
+    ///   today).
+    /// - `python`: how many of them the interpreter's own image allocated.
+    /// - The allocation that filled the window is watched for its free (None: the watch
+    ///   table was full).
+    /// - `large`: that allocation is at least a window by itself (its event had a handshake
+    ///   budget of its own, `EV_ALLOC_LARGE`).
     Alloc {
         bytes: u64,
         window: u64,
         python: u64,
         watched: Option<u64>,
+        large: bool,
     },
     /// A thread freed a window's worth of bytes.
     Free { bytes: u64 },
@@ -80,7 +89,7 @@ pub(crate) enum What {
     SampledFree { ptr: u64 },
     /// A watched allocation was moved by realloc from `from` to `to` (it stays watched).
     SampledMove { from: u64, to: u64 },
-    /// A kind this profiler does not know (a newer library): ignored.
+    /// A kind this profiler does not know (a newer library), which is ignored.
     Unknown { kind: u32 },
 }
 
@@ -88,11 +97,12 @@ impl What {
     /// Decodes a slot's kind and numbers.
     pub(crate) fn decode(kind: u32, a: u64, b: u64, c: u64, ptr: u64) -> What {
         match kind {
-            layout::EV_ALLOC => What::Alloc {
+            layout::EV_ALLOC | layout::EV_ALLOC_LARGE => What::Alloc {
                 bytes: a,
                 window: b,
                 python: c,
                 watched: (ptr != 0).then_some(ptr),
+                large: kind == layout::EV_ALLOC_LARGE,
             },
             layout::EV_FREE => What::Free { bytes: a },
             layout::EV_COPY => What::Copy { bytes: a },
@@ -107,13 +117,13 @@ impl What {
 /// (`attach`).
 pub struct Ring {
     path: PathBuf,
-    /// We created the file, or it is a ring of the program's made for us to read: we
-    /// remove it when done (if the name still holds this file: a process that `exec`s
-    /// replaces its old ring with a new one of the same name).
+    /// We created the file, or it is a ring of the program's made for us to read, so we
+    /// remove it when done. We do so only if the name still holds this file, because a
+    /// process that `exec`s replaces its old ring with a new one of the same name.
     owned: bool,
     /// The file's device and inode.
     id: (u64, u64),
-    /// We are its reader (made it, took it over, or were named its reader): when done,
+    /// We are its reader (made it, took it over, or were named its reader). When done,
     /// we tell its producer not to wait for us any more.
     reader: bool,
     map: std::sync::Arc<MmapMut>,
@@ -149,7 +159,7 @@ impl Ring {
         assert!(capacity.is_power_of_two());
         static COUNTER: AtomicU32 = AtomicU32::new(0);
         // A name taken already is a ring a killed profiler of the same pid left behind (pids
-        // come round again): the next one.
+        // come round again), so the next one is tried.
         let (path, file) = loop {
             let n = COUNTER.fetch_add(1, Ordering::Relaxed);
             let path = dir.join(format!("{PREFIX}{}-{n}.ring", std::process::id()));
@@ -170,8 +180,8 @@ impl Ring {
             let _ = std::fs::remove_file(&path);
             e
         };
-        // Its pages allocated now: a ring whose pages could not be had later (a full
-        // /dev/shm) would kill the program with SIGBUS at its next event.
+        // Its pages are allocated now, because a ring whose pages could not be had later (a
+        // full /dev/shm) would kill the program with SIGBUS at its next event.
         let bytes = layout::file_bytes(capacity) as libc::off_t;
         // SAFETY: fallocate on a descriptor of ours.
         if unsafe { libc::fallocate(file.as_raw_fd(), 0, 0, bytes) } != 0 {
@@ -203,7 +213,7 @@ impl Ring {
             .store(std::process::id() as i32, Ordering::Relaxed);
         h.window.store(window, Ordering::Relaxed);
         h.copy_window.store(copy_window, Ordering::Relaxed);
-        // The magic last: a producer that sees it sees a complete header.
+        // The magic goes last, so a producer that sees it sees a complete header.
         h.magic.store(layout::MAGIC, Ordering::Release);
         Ok(ring)
     }
@@ -234,8 +244,8 @@ impl Ring {
     }
 
     /// Opens the ring that process `producer` of the program we run made for us
-    /// ([`child_path`]): ours, private, well-formed, claimed by `producer`, and naming us
-    /// as its reader. We remove it when done. `Ok(None)`: there is none (yet).
+    /// ([`child_path`]). It must be ours, private, well-formed, claimed by `producer`, and
+    /// naming us as its reader. We remove it when done. `Ok(None)`: there is none (yet).
     pub(crate) fn open_child(path: &Path, producer: i32) -> Result<Option<Ring>, String> {
         match std::fs::symlink_metadata(path) {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
@@ -244,7 +254,7 @@ impl Ring {
         }
         let mut ring = match Ring::open_checked(path, producer) {
             Ok(r) => r,
-            // Being made (not sized, or its header not complete yet): look again later.
+            // It is being made (not sized, or its header not complete yet), so look again later.
             Err(_) if Ring::incomplete(path) => return Ok(None),
             Err(e) => return Err(e),
         };
@@ -317,10 +327,10 @@ impl Ring {
             || h.version.load(Ordering::Relaxed) != layout::LAYOUT_VERSION
             || h.slot_bytes.load(Ordering::Relaxed) as usize != std::mem::size_of::<Slot>()
             || !capacity.is_power_of_two()
-            // Slots inside the mapping, without computing `file_bytes(capacity)`: the
-            // header is the program's to write, and a capacity of 2^58 or more overflowed
-            // it (a panic with overflow checks; without them it wrapped to a size that
-            // passed, and the first event read failed `slot`'s assertion).
+            // Slots inside the mapping, checked without computing `file_bytes(capacity)`,
+            // because the header is the program's to write. A capacity of 2^58 or more
+            // overflowed it. With overflow checks that was a panic. Without them it wrapped to
+            // a size that passed, and the first event read failed `slot`'s assertion.
             || capacity > ((map.len() - layout::HEADER_BYTES) / std::mem::size_of::<Slot>()) as u64
         {
             return Err(format!(
@@ -337,9 +347,9 @@ impl Ring {
         Ok(capacity)
     }
 
-    /// A ring over a private copy of `bytes` (the file's contents: header, then slots),
+    /// A ring over a private copy of `bytes` (the file's contents, header then slots),
     /// checked as [`Ring::open_checked`] checks a file, claimed by whichever producer its
-    /// header names; neither owned nor read for anyone (dropping it touches no file). The
+    /// header names. It is neither owned nor read for anyone (dropping it touches no file). The
     /// fuzz target's way in to the header checks and [`Ring::next_event`].
     #[cfg(any(test, feature = "fuzzing"))]
     pub(crate) fn from_bytes(bytes: &[u8]) -> Result<Ring, String> {
@@ -362,7 +372,7 @@ impl Ring {
     }
 
     /// Says whether the program's other Python processes make rings of their own (see
-    /// [`child_path`]), and of how many slots (a power of two); set before the program
+    /// [`child_path`]), and of how many slots (a power of two). Set before the program
     /// starts.
     pub fn set_child_rings(&self, capacity: Option<u64>) {
         let cap = capacity.unwrap_or(0);
@@ -386,7 +396,7 @@ impl Ring {
     }
 
     fn slot(&self, ticket: u64) -> &Slot {
-        // Our own capacity, not the header's: the file is writable by the program.
+        // Our own capacity, not the header's, because the file is writable by the program.
         let i = (ticket & (self.capacity - 1)) as usize;
         let off = layout::HEADER_BYTES + i * std::mem::size_of::<Slot>();
         assert!(off + std::mem::size_of::<Slot>() <= self.map.len());
@@ -396,7 +406,7 @@ impl Ring {
     }
 
     /// `attach` with memory (a ring whose heartbeat was started): tells the library in the
-    /// process that we are still here; nothing for other rings.
+    /// process that we are still here. Does nothing for other rings.
     pub(crate) fn heartbeat(&self) {
         let h = self.header();
         if h.heartbeat_ns.load(Ordering::Relaxed) != 0 {
@@ -405,7 +415,7 @@ impl Ring {
     }
 
     /// `attach` with memory: tells the library to stop counting and put the program's
-    /// function pointers back; nothing for other rings.
+    /// function pointers back. Does nothing for other rings.
     pub(crate) fn detach_library(&self) {
         let h = self.header();
         if h.heartbeat_ns.load(Ordering::Relaxed) != 0 {
@@ -449,7 +459,7 @@ impl Ring {
             return None;
         }
         let Some(d) = self.slot(tail).read(tail) else {
-            // Reserved, not written yet: wait, but not forever.
+            // Reserved, not written yet, so wait, but not forever.
             let since = *self.stuck_since.get_or_insert_with(Instant::now);
             if since.elapsed() >= STUCK_SLOT {
                 self.stuck_since = None;
@@ -475,8 +485,8 @@ impl Ring {
         Some(e)
     }
 
-    /// The ticket of the next event to read, and the next ticket a producer will reserve:
-    /// the events written or being written are those between.
+    /// The ticket of the next event to read, and the next ticket a producer will reserve.
+    /// The events written or being written are those between.
     pub(crate) fn tickets(&self) -> (u64, u64) {
         let h = self.header();
         (
@@ -544,8 +554,8 @@ pub(crate) fn child_path(main: &Path, pid: i32) -> PathBuf {
 }
 
 /// Removes the rings processes of the program made beside `main` (`<main>.<pid>`) that
-/// are still there (processes we never read: they ended before we found them, or were
-/// never followed). Returns how many were removed.
+/// are still there (processes we never read, because they ended before we found them or
+/// were never followed). Returns how many were removed.
 pub(crate) fn remove_children_of(main: &Path) -> usize {
     let (Some(dir), Some(name)) = (main.parent(), main.file_name()) else {
         return 0;
@@ -628,7 +638,7 @@ pub(crate) fn clean_stale(dir: &Path) -> usize {
         if meta.uid() != uid || !meta.is_file() || crate::proc::process_exists(pid) {
             continue;
         }
-        // Its profiler is gone but its program may live on: `attach` can take the ring
+        // Its profiler is gone but its program may live on. `attach` can take the ring
         // over, so it stays until the program is gone too.
         if producer_of(&e.path()).is_some_and(|p| p > 0 && crate::proc::process_exists(p)) {
             continue;

@@ -1,11 +1,14 @@
 //! Where the function holding an address begins, from the image's unwind tables, for
 //! functions no symbol names.
 //!
-//! Owns: [`function_start`]. A stripped library's internal function has no symbol, yet its
-//! `.eh_frame` entry (FDE) gives the range of the function's code: samples anywhere in it
-//! are then one function, `libz.so.1+0x5f20`, not one "function" per instruction sampled.
-//! Also [`expression_row`]: the unwind row at an address when its CFA is computed by a
-//! DWARF expression (for the unwinder, which cannot follow such rows by itself).
+//! Owns:
+//! - [`function_start`]. A stripped library's internal function has no symbol, yet its
+//!   `.eh_frame` entry (FDE) gives the range of the function's code. Samples anywhere in
+//!   it are then one function, `libz.so.1+0x5f20`, not one "function" per instruction
+//!   sampled.
+//! - [`expression_row`]: the unwind row at an address when its CFA is computed by a DWARF
+//!   expression (for the unwinder, which cannot follow such rows by itself).
+//!
 //! Must not: name functions (an FDE has no name) or unwind.
 
 use super::image::{Image, Section};
@@ -55,9 +58,9 @@ pub(crate) enum Saved {
 }
 
 /// The unwind row at an address whose CFA is not the stack or frame pointer plus an
-/// offset: what GCC emits for a function that realigns its stack (AVX code keeping
+/// offset. GCC emits that for a function that realigns its stack (AVX code keeping
 /// 32- or 64-byte aligned locals: `CFA = *(rbp - 8)` from the body on, `r10` in the
-/// prologue), where framehop gives up and falls back to frame pointers, which reach the
+/// prologue). There framehop gives up and falls back to frame pointers, which reach the
 /// caller with the wrong stack pointer (the realignment's padding).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct ExprRow {
@@ -93,7 +96,7 @@ pub(crate) fn expression_row(image: &Image, svma: u64) -> Option<ExprRow> {
         };
         let saved = |reg: u16| -> Option<Saved> {
             Some(match row.register(gimli::Register(reg)) {
-                // No rule for the return address: where the call put it.
+                // No rule for the return address, so it is where the call put it.
                 None if reg == RA => Saved::AtCfa(-8),
                 None | Some(RegisterRule::SameValue) => Saved::Same,
                 Some(RegisterRule::Undefined) if reg == RA => Saved::Undefined,
@@ -143,10 +146,10 @@ fn with_fde<T>(
         .ok()?;
     let table = parsed.table()?;
     let frame = EhFrame::new(&eh_bytes[..], LittleEndian);
-    // gimli's `fde_for_address`, step by step: its `pointer_to_offset` subtracts the
-    // `.eh_frame` address from the table's entry unchecked, and an entry below it (a
-    // damaged table; the `elf` fuzz target's find, fuzz/regressions/elf/) overflowed: a
-    // panic with overflow checks, a huge offset that failed later without.
+    // gimli's `fde_for_address`, step by step. Its `pointer_to_offset` subtracts the
+    // `.eh_frame` address from the table's entry unchecked. An entry below it (a damaged
+    // table; the `elf` fuzz target's find, fuzz/regressions/elf/) overflowed. That was a
+    // panic with overflow checks, and a huge offset that failed later without.
     let fde_ptr = table.lookup(svma, &bases).ok()?.direct().ok()?;
     if fde_ptr < parsed.eh_frame_ptr().direct().ok()? {
         return None;
@@ -163,8 +166,8 @@ fn with_fde<T>(
     f(&frame, &bases, &fde)
 }
 
-/// Bytes of a pointer of DWARF encoding `enc` (its low four bits; the fixed-size formats
-/// only: ULEB128 and the others are not used by `.eh_frame_hdr` writers we know).
+/// Bytes of a pointer of DWARF encoding `enc` (its low four bits). Only the fixed-size
+/// formats, because ULEB128 and the others are not used by `.eh_frame_hdr` writers we know.
 fn encoded_size(enc: u8) -> Option<usize> {
     match enc & 0x0f {
         0x02 | 0x0a => Some(2),
@@ -174,11 +177,13 @@ fn encoded_size(enc: u8) -> Option<usize> {
     }
 }
 
-/// Whether `.eh_frame_hdr`'s search table holds as many entries as its header says: gimli
+/// Whether `.eh_frame_hdr`'s search table holds as many entries as its header says. gimli
 /// 0.33's binary search multiplies that count by the entry size unchecked (an absurd count
-/// overflows: the `elf` fuzz target's find), so a table that claims more than its section
-/// holds is not searched. Header: version, three encodings (pointer to `.eh_frame`, entry
-/// count, table), the pointer, the count, then the table of (start, FDE) pairs.
+/// overflows, the `elf` fuzz target's find). So a table that claims more than its section
+/// holds is not searched.
+///
+/// Header: version, three encodings (pointer to `.eh_frame`, entry count, table), the
+/// pointer, the count, then the table of (start, FDE) pairs.
 fn table_fits(hdr: &[u8]) -> bool {
     let (Some(ptr), Some(count), Some(entry)) = (
         hdr.get(1).copied().and_then(encoded_size),
@@ -223,7 +228,7 @@ mod tests {
         let mut h = hdr.clone();
         h.extend_from_slice(&(1u64 << 62).to_le_bytes());
         assert!(!super::table_fits(&h));
-        // A ULEB128 count (not fixed-size): not searched.
+        // A ULEB128 count (not fixed-size) is not searched.
         hdr[2] = 0x01;
         assert!(!super::table_fits(&with_count(&hdr, 1, 1)));
         assert!(!super::table_fits(&[1, 0x1b]));
@@ -232,7 +237,7 @@ mod tests {
     #[test]
     fn a_table_entry_below_eh_frame_gives_no_function_start() {
         // The `elf` fuzz target's find: a small library whose `.eh_frame_hdr` table has
-        // an entry below `.eh_frame`; every address of its text is asked about.
+        // an entry below `.eh_frame`. Every address of its text is asked about.
         let path = concat!(
             env!("CARGO_MANIFEST_DIR"),
             "/fuzz/regressions/elf/eh_frame_hdr_entry_below_eh_frame.so"

@@ -3,6 +3,7 @@
 //!
 //! Owns: cutting the fuzzer's bytes into an image or a [`Capture`], and asking of them
 //! what the profiler asks.
+//!
 //! Must not: parse or unwind in any way of its own (the readers are `image`, `symbols`,
 //! `fde`, `unwind`).
 
@@ -69,8 +70,8 @@ thread_local! {
     static OWN: RefCell<Option<NativeProcess>> = const { RefCell::new(None) };
 }
 
-/// A captured stack: bytes 0–1 pick a module of this process and bytes 2–5 an offset into
-/// it (the instruction pointer), bytes 6–13 the frame pointer; the rest is the stack,
+/// A captured stack. Bytes 0–1 pick a module of this process and bytes 2–5 an offset into
+/// it (the instruction pointer), bytes 6–13 the frame pointer. The rest is the stack,
 /// copied from a fixed stack pointer up. Unwound and named as a paused thread's is.
 pub(crate) fn fuzz_unwind(data: &[u8]) {
     OWN.with(|own| {

@@ -78,7 +78,7 @@ impl std::fmt::Debug for SectionBytes {
 }
 
 // SAFETY: `deref` points into the mapping or vector behind the `Arc`, which neither moves
-// nor changes while any `SectionBytes` holds it: moving a `SectionBytes` moves only the
+// nor changes while any `SectionBytes` holds it. Moving a `SectionBytes` moves only the
 // `Arc` pointer and the range.
 unsafe impl stable_deref_trait::StableDeref for SectionBytes {}
 // SAFETY: a clone shares the same `Arc` and range, so it derefs to the same address.
@@ -141,7 +141,7 @@ pub(crate) struct Image {
     name: String,
     bytes: Arc<Bytes>,
     pub(crate) build_id: Option<BuildId>,
-    /// SVMA and file offset of the first PT_LOAD segment, rounded down to its page: the
+    /// SVMA and file offset of the first PT_LOAD segment, rounded down to its page. The
     /// mapping of that file offset in the target gives the load bias.
     pub(crate) first_load_svma: u64,
     pub(crate) first_load_offset: u64,
@@ -153,8 +153,8 @@ pub(crate) struct Image {
     symbols: OnceLock<SymbolTable>,
     /// The `.debug_*` sections.
     debug: Vec<DebugSection>,
-    /// The line tables, made on first use (None: no usable DWARF). Behind a lock so that
-    /// an image can be shared: addr2line fills its caches as it is asked.
+    /// The line tables, made on first use (None: no usable DWARF). They are behind a lock so
+    /// that an image can be shared, because addr2line fills its caches as it is asked.
     lines: OnceLock<Option<std::sync::Mutex<addr2line::Context<DwarfReader>>>>,
     /// `.gnu_debugdata` (MiniDebugInfo), xz-compressed: its file range.
     mini_debuginfo: Option<Range<usize>>,
@@ -164,7 +164,7 @@ pub(crate) struct Image {
     debug_file: Option<Box<Image>>,
 }
 
-/// Little-endian 64-bit ELF: the only kind this profiler reads.
+/// Little-endian 64-bit ELF, the only kind this profiler reads.
 fn ctx() -> Ctx {
     Ctx::new(Container::Big, Endian::Little)
 }
@@ -179,7 +179,7 @@ impl Image {
     /// Maps an open file (read-only, private) and parses its headers.
     pub(crate) fn from_file(file: &std::fs::File, name: &Path) -> Result<Image> {
         // SAFETY: a read-only private mapping. A file changed in place while mapped could
-        // show other bytes or fault (SIGBUS) on a truncated page; libraries and executables
+        // show other bytes or fault (SIGBUS) on a truncated page. Libraries and executables
         // are replaced by rename, not rewritten, which is the case accepted here (as in
         // `elf::ElfFile::from_file`). The build id check in `native::modules` catches a
         // file that is not the one loaded.
@@ -190,9 +190,9 @@ impl Image {
 
     /// Maps and parses a separate debug file (see [`Image::parse_debug_file`]).
     pub(crate) fn debug_file_from(file: &std::fs::File, name: &Path) -> Result<Image> {
-        // SAFETY: as in `from_file`: a read-only private mapping of a file that is
-        // replaced, not rewritten; the build id or CRC32 check in `native::debuginfo`
-        // catches one that is not the module's.
+        // SAFETY: as in `from_file`, a read-only private mapping of a file that is replaced,
+        // not rewritten. The build id or CRC32 check in `native::debuginfo` catches one that
+        // is not the module's.
         let map = unsafe { memmap2::Mmap::map(file) }
             .map_err(|e| Error::io(format!("mapping {}", name.display()), e))?;
         Image::parse_debug_file(name.display().to_string(), Bytes::Mapped(map))
@@ -203,8 +203,8 @@ impl Image {
         Image::parse_as(name, bytes, false)
     }
 
-    /// Parses a file that only goes with an image: a separate debug file or the ELF file
-    /// MiniDebugInfo holds. Only its symbols, DWARF and build id are read; it need not
+    /// Parses a file that only goes with an image (a separate debug file or the ELF file
+    /// MiniDebugInfo holds). Only its symbols, DWARF and build id are read, and it need not
     /// have a loadable segment.
     pub(crate) fn parse_debug_file(name: String, bytes: Bytes) -> Result<Image> {
         Image::parse_as(name, bytes, true)
@@ -241,8 +241,8 @@ impl Image {
             data.get(start..start.checked_add(p.p_filesz as usize)?)
                 .and_then(build_id_in_notes)
         });
-        // Section headers: absent from the vDSO of some kernels and from stripped-to-the-
-        // bone files; the unwinder then has no rules (frame pointers only), and no symbols.
+        // Section headers are absent from the vDSO of some kernels and from stripped-to-the-
+        // bone files. The unwinder then has no rules (frame pointers only), and no symbols.
         let shdrs = if header.e_shoff != 0 && header.e_shnum != 0 {
             SectionHeader::parse(
                 data,
@@ -309,7 +309,7 @@ impl Image {
                         .get(sh.sh_link as usize)
                         .and_then(|s| file_range(data, s));
                     if let (Some(table), Some(strings)) = (file_range(data, sh), strings) {
-                        // .symtab first: it has the local (static) functions too.
+                        // .symtab first, because it has the local (static) functions too.
                         if n == b".symtab" {
                             tables.insert(0, (table, strings));
                             has_symtab = true;
@@ -339,8 +339,8 @@ impl Image {
         })
     }
 
-    /// Whether a separate debug file could add to what this image has: it lacks a
-    /// `.symtab` (the local functions' names) or DWARF (lines).
+    /// Whether a separate debug file could add to what this image has, that is, whether it
+    /// lacks a `.symtab` (the local functions' names) or DWARF (lines).
     pub(crate) fn wants_debug_file(&self) -> bool {
         !self.has_symtab || !self.has_dwarf()
     }
@@ -351,8 +351,8 @@ impl Image {
             .all(|want| self.debug.iter().any(|d| d.name == *want))
     }
 
-    /// Attaches the separate debug file found for this image (`native::debuginfo`): its
-    /// `.symtab` and DWARF, read when first needed.
+    /// Attaches the separate debug file found for this image (`native::debuginfo`). Its
+    /// `.symtab` and DWARF are read when first needed.
     pub(crate) fn set_debug_file(&mut self, debug: Image) {
         self.debug_file = Some(Box::new(debug));
     }
@@ -391,8 +391,8 @@ impl Image {
         }
     }
 
-    /// addr2line over this image's `.debug_*` sections; None when it has no line table.
-    /// A compressed section is decompressed here (bounded: one too large is left out).
+    /// addr2line over this image's `.debug_*` sections. None when it has no line table.
+    /// A compressed section is decompressed here (bounded, so one too large is left out).
     fn line_context(&self) -> Option<addr2line::Context<DwarfReader>> {
         if !self.has_dwarf() {
             return None;
@@ -401,7 +401,8 @@ impl Image {
             use gimli::SectionId::{DebugLoc, DebugLocLists, DebugMacinfo, DebugMacro};
             let found = self.debug.iter().find(|d| d.name == id.name());
             let bytes = match found {
-                // Location lists and macros: addr2line reads neither; not worth inflating.
+                // Location lists and macros are not worth inflating, because addr2line reads
+                // neither.
                 Some(d)
                     if d.compressed
                         && matches!(id, DebugLoc | DebugLocLists | DebugMacinfo | DebugMacro) =>
@@ -441,9 +442,12 @@ impl Image {
         })
     }
 
-    /// The symbols, parsed on first use: this file's `.symtab` and `.dynsym`, its debug
-    /// file's `.symtab`, and, when neither file has a `.symtab`, its MiniDebugInfo's
-    /// (decompressed now). Aliases of one range fold into one name (`symbols`).
+    /// The symbols, parsed on first use:
+    /// - this file's `.symtab` and `.dynsym`;
+    /// - its debug file's `.symtab`;
+    /// - when neither file has a `.symtab`, its MiniDebugInfo's (decompressed now).
+    ///
+    /// Aliases of one range fold into one name (`symbols`).
     pub(crate) fn symbols(&self) -> &Symbols {
         &self.symbol_table().symbols
     }
@@ -457,7 +461,7 @@ impl Image {
             let has_symtab =
                 self.has_symtab || self.debug_file.as_ref().is_some_and(|d| d.has_symtab);
             if !has_symtab {
-                // A damaged or oversized one adds nothing: .dynsym's names stay.
+                // A damaged or oversized one adds nothing, so .dynsym's names stay.
                 let mini = self
                     .mini_debuginfo
                     .clone()
@@ -525,7 +529,7 @@ const MAX_HEADERS: usize = 64 * 1024;
 
 /// The program headers of the image whose ELF header the target has mapped at `base` (the
 /// mapping of file offset 0), read from the target's memory, and the SVMA of its first
-/// loaded page: an SVMA `v` of the image is at AVMA `base + v − that`.
+/// loaded page. An SVMA `v` of the image is at AVMA `base + v − that`.
 fn loaded_headers(mem: &dyn ProcessMemory, base: u64) -> Option<(Vec<ProgramHeader>, u64)> {
     let mut head = [0u8; 64];
     mem.read(base, &mut head).ok()?;
@@ -548,9 +552,9 @@ fn loaded_headers(mem: &dyn ProcessMemory, base: u64) -> Option<(Vec<ProgramHead
 }
 
 /// The build id of the image whose ELF header the target has mapped at `base` (its first
-/// page: the mapping of file offset 0), read from the target's memory: the build id of
-/// what was loaded, whatever the file on disk holds now. None when the image has no build
-/// id note or it cannot be read.
+/// page, the mapping of file offset 0), read from the target's memory. It is the build id
+/// of what was loaded, whatever the file on disk holds now. None when the image has no
+/// build id note or it cannot be read.
 pub(crate) fn build_id_in_memory(mem: &dyn ProcessMemory, base: u64) -> Option<BuildId> {
     let (phdrs, first_svma) = loaded_headers(mem, base)?;
     // Notes are in a loaded segment.
@@ -568,8 +572,8 @@ const MAX_EH_FRAME: u64 = 32 << 20;
 
 /// An image with only the unwind rules of what the target loaded at `base`, read from its
 /// memory (`.eh_frame_hdr` through PT_GNU_EH_FRAME, and `.eh_frame` from where the header
-/// says up to the end of its segment): for a module whose file cannot be trusted (changed
-/// on disk since it was loaded) or read. No symbols. None when the image has no
+/// says up to the end of its segment). It is for a module whose file cannot be trusted
+/// (changed on disk since it was loaded) or read. No symbols. None when the image has no
 /// PT_GNU_EH_FRAME or it cannot be read.
 pub(crate) fn unwind_image_in_memory(mem: &dyn ProcessMemory, base: u64) -> Option<Image> {
     const PT_GNU_EH_FRAME: u32 = 0x6474_e550;
@@ -592,8 +596,8 @@ pub(crate) fn unwind_image_in_memory(mem: &dyn ProcessMemory, base: u64) -> Opti
         (1, 0x0b) => u64::try_from(field).ok()?,
         _ => return None,
     };
-    // The headers are the target's memory, anything at all: no sum of two of their fields
-    // may overflow (a segment at the top of the address space did: the `elf` fuzz
+    // The headers are the target's memory, anything at all. So no sum of two of their fields
+    // may overflow (a segment at the top of the address space did; it was the `elf` fuzz
     // target's find, fuzz/regressions/elf/).
     let segment = phdrs.iter().find(|p| {
         p.p_type == PT_LOAD && p.p_vaddr <= eh_frame_svma && eh_frame_svma - p.p_vaddr < p.p_memsz

@@ -1,17 +1,26 @@
-//! Native (C, C++, Rust) stacks of a live process: its modules, their unwind rules and
-//! symbols, and each stopped thread's stack unwound and named.
+//! Native (C, C++, Rust) stacks: a process's modules, their unwind rules and symbols, and
+//! each stopped thread's stack unwound and named. The process is live, or a core's
+//! (`from_saved`, files opened through `coredump::Files`).
 //!
-//! Owns: [`NativeProcess`] (one process's modules and unwinder, made before its threads
-//! are paused), [`NativeFrame`] (one named frame) and `NativeStack`; [`NativeCache`]
-//! (images by build id, shared across processes); the parts: `image` (an ELF file's
-//! sections, build id, symbols and line tables), `modules` (the files as the target sees
-//! them, checked by build id), `debuginfo` (separate debug files, found and checked),
-//! `sections` (MiniDebugInfo and compressed sections decompressed, within bounds; the
-//! `.gnu_debuglink` record), `symbols` (sized symbols, demangling), `unwind`
-//! (registers and the stack copy taken while a thread is stopped; framehop's unwinder over
-//! the copy).
-//! Must not: know about Python (the merge with Python frames is `python::native`), pause
-//! threads (the caller holds them), or format output.
+//! Owns:
+//! - [`NativeProcess`]: one process's modules and unwinder, made before its threads are
+//!   paused;
+//! - [`NativeFrame`] (one named frame) and `NativeStack`;
+//! - [`NativeCache`]: images by build id, shared across processes;
+//! - the parts:
+//!   - `image`: an ELF file's sections, build id, symbols and line tables;
+//!   - `modules`: the files as the target sees them, checked by build id;
+//!   - `debuginfo`: separate debug files, found and checked;
+//!   - `sections`: MiniDebugInfo and compressed sections decompressed, within bounds, and
+//!     the `.gnu_debuglink` record;
+//!   - `symbols`: sized symbols, demangling;
+//!   - `unwind`: the registers and stack copy taken while a thread is stopped, and
+//!     framehop's unwinder over the copy.
+//!
+//! Must not:
+//! - know about Python (the merge with Python frames is `python::native`);
+//! - pause threads (the caller holds them);
+//! - format output.
 //!
 //! Addresses follow the glossary in `elf`: AVMA (in the process), SVMA (in the ELF file),
 //! bias = AVMA − SVMA per loaded module.
@@ -35,6 +44,8 @@ pub use modules::NativeCache;
 use modules::{FileState, Modules};
 use std::collections::HashMap;
 use std::sync::Arc;
+#[cfg(target_arch = "x86_64")]
+pub(crate) use unwind::saved_capture;
 pub(crate) use unwind::Capture;
 pub use unwind::MAX_NATIVE_FRAMES;
 use unwind::{End, Unwinder};
@@ -59,7 +70,8 @@ pub struct NativeFrame {
     pub(crate) file: Option<Arc<str>>,
     pub(crate) line: Option<u32>,
     /// SVMA of the first instruction of the function holding the frame, from the module's
-    /// unwind table, when no symbol names it: what tells one unnamed function from another.
+    /// unwind table, when no symbol names it. That is what tells one unnamed function from
+    /// another.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) function_start: Option<u64>,
     /// Why the module's file was not used to name the frame (it changed on disk since it
@@ -95,7 +107,7 @@ pub(crate) type Captures = Vec<(i32, std::result::Result<Capture, String>)>;
 #[derive(Debug, Clone, Default)]
 pub(crate) struct NativeStack {
     pub(crate) frames: Vec<NativeFrame>,
-    /// Each frame's stack pointer (AVMA): frame `i`'s locals lie in `[sps[i], sps[i + 1])`.
+    /// Each frame's stack pointer (AVMA). Frame `i`'s locals lie in `[sps[i], sps[i + 1])`.
     pub(crate) sps: Vec<u64>,
     /// The thread's stack as copied: from its stack pointer to the end of its mapping.
     pub(crate) stack_range: std::ops::Range<u64>,
@@ -106,18 +118,18 @@ pub(crate) struct NativeStack {
     pub(crate) stopped: Option<String>,
 }
 
-/// One process's modules and unwinder: made before its threads are paused (reading
+/// One process's modules and unwinder. It is made before its threads are paused (reading
 /// /proc/PID/maps and opening files takes milliseconds), used while they are (capture)
 /// and after (unwinding and naming).
 pub struct NativeProcess {
     pid: i32,
-    /// How long the last [`NativeProcess::capture_all`] took: what `--native` adds to the
-    /// time the threads are stopped.
+    /// How long the last [`NativeProcess::capture_all`] took. That is what `--native` adds to
+    /// the time the threads are stopped.
     last_capture: std::time::Duration,
     maps: Vec<MapEntry>,
     modules: Modules,
     unwinder: Unwinder,
-    /// Frames named so far, by address and lookup address: a profile's samples name the
+    /// Frames named so far, by address and lookup address. A profile's samples name the
     /// same few thousand addresses again and again (symbol search, demangling and line
     /// tables once each).
     named: HashMap<(u64, u64), NativeFrame>,
@@ -125,6 +137,47 @@ pub struct NativeProcess {
     /// them, and a library's DWARF can take long to index the first time (the sampler
     /// would stall, and its next sample carry the stall's time).
     lines: bool,
+}
+
+/// The symbol covering `avma` in the ELF file at `host_path`, mapped in the process from
+/// `path` as `maps` say, demangled (None: no symbol covers it), and the address's SVMA.
+/// It is for an address of a process known from its core (the crash's). None when the
+/// file cannot be parsed or its first segment is not among `maps`.
+pub(crate) fn name_in_file(
+    host_path: &std::path::Path,
+    maps: &[MapEntry],
+    path: &str,
+    avma: u64,
+) -> Option<(Option<String>, u64)> {
+    let file = std::fs::File::open(host_path).ok()?;
+    let image = image::Image::from_file(&file, host_path).ok()?;
+    let head = maps
+        .iter()
+        .filter(|m| m.path.as_deref() == Some(path))
+        .find(|m| m.offset == image.first_load_offset)?;
+    let svma = avma.wrapping_sub(head.start.wrapping_sub(image.first_load_svma));
+    let name = image
+        .symbols()
+        .find(svma)
+        .map(|f| symbols::demangle(image.symbol_name(&f)).into_owned());
+    Some((name, svma))
+}
+
+/// Whether the bytes before `ret` in the process end with a call instruction (`e8 rel32`,
+/// or `ff /2` with any of its operand forms, 2 to 7 bytes long with prefixes). A return
+/// address follows one.
+fn follows_a_call(mem: &dyn ProcessMemory, ret: u64) -> bool {
+    let Some(from) = ret.checked_sub(7) else {
+        return false;
+    };
+    let Ok(b) = mem.read_vec(from, 7) else {
+        return false;
+    };
+    // b[7 - n] is the byte n before `ret`.
+    if b[2] == 0xe8 {
+        return true;
+    }
+    (2..=7).any(|n| b[7 - n] == 0xff && (b[8 - n] >> 3) & 7 == 2)
 }
 
 /// Most named frames a [`NativeProcess`] keeps (beyond, it starts afresh).
@@ -152,14 +205,36 @@ impl NativeProcess {
         })
     }
 
+    /// The modules of a process known from its core: `maps` its file mappings (with their
+    /// executable flags), `mem` its memory, `files` where its files are found.
+    pub(crate) fn from_saved(
+        pid: i32,
+        maps: Vec<MapEntry>,
+        mem: &dyn ProcessMemory,
+        files: &crate::coredump::Files,
+        cache: &mut NativeCache,
+    ) -> NativeProcess {
+        let modules = Modules::read_from(modules::Opener::Saved(files), &maps, mem, cache);
+        let unwinder = Unwinder::new(&modules);
+        NativeProcess {
+            pid,
+            last_capture: std::time::Duration::ZERO,
+            maps,
+            modules,
+            unwinder,
+            named: HashMap::new(),
+            lines: true,
+        }
+    }
+
     /// Cuts native stacks at `n` frames (at least 1; [`unwind::MAX_NATIVE_FRAMES`] unless
-    /// set): a cut stack is merged as far as it goes and says it was cut.
+    /// set). A cut stack is merged as far as it goes and says it was cut.
     pub fn set_max_frames(&mut self, n: usize) {
         self.unwinder.max_frames = n.max(1);
     }
 
     /// Takes the registers and stack of every thread `paused` holds (call it while they
-    /// are stopped): one capture, or why there is none, per thread.
+    /// are stopped). Gives one capture, or why there is none, per thread.
     pub(crate) fn capture_all(
         &mut self,
         paused: &PausedThreads,
@@ -175,13 +250,13 @@ impl NativeProcess {
         captures
     }
 
-    /// Names frames without their source file and line (for profiles: see the `lines` field).
+    /// Names frames without their source file and line (for profiles, see the `lines` field).
     pub(crate) fn without_lines(mut self) -> NativeProcess {
         self.lines = false;
         self
     }
 
-    /// Whether `pid`'s code has changed since its modules were read: a file-backed
+    /// Whether `pid`'s code has changed since its modules were read, that is, a file-backed
     /// executable mapping added, removed or moved (an extension imported, a library
     /// unloaded). Err: the map could not be read.
     pub(crate) fn code_changed(&self) -> Result<bool> {
@@ -199,6 +274,36 @@ impl NativeProcess {
     /// were stopped meanwhile).
     pub fn last_capture_time(&self) -> std::time::Duration {
         self.last_capture
+    }
+
+    /// Where the thread stopped with `regs` returns into code that `wanted` accepts (an
+    /// AVMA of the instruction the return address follows). It gives the innermost such
+    /// return address of its stack (unwound from a copy of at most `stack_bytes`, at most
+    /// `max_frames` deep) and the stack slot it is popped from, checked twice:
+    /// - the slot holds that address;
+    /// - the instruction before it is a call.
+    ///
+    /// None when no frame returns there (or the unwinding stopped first).
+    pub(crate) fn return_slot(
+        &mut self,
+        tid: i32,
+        regs: &libc::user_regs_struct,
+        mem: &dyn ProcessMemory,
+        (stack_bytes, max_frames): (usize, usize),
+        wanted: &dyn Fn(u64) -> bool,
+    ) -> Option<(u64, u64)> {
+        let cap = unwind::capture_registers(tid, regs, mem, &self.maps, stack_bytes).ok()?;
+        let keep = self.unwinder.max_frames;
+        self.unwinder.max_frames = max_frames.max(2);
+        let unwound = self.unwinder.unwind(&cap);
+        self.unwinder.max_frames = keep;
+        // Frame 0 is where the thread is, not a return.
+        let k =
+            (1..unwound.frames.len()).find(|&k| wanted(unwound.frames[k].address_for_lookup()))?;
+        let ret = unwound.frames[k].address();
+        // The caller's stack pointer after the return. The return address is just below.
+        let slot = unwound.sps[k].checked_sub(8)?;
+        (cap.word(slot) == Ok(ret) && follows_a_call(mem, ret)).then_some((slot, ret))
     }
 
     /// Unwinds a capture and names its frames.

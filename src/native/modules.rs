@@ -1,8 +1,9 @@
 //! The target's code modules. They are every file with executable code it has mapped (the
 //! executable, libpython, extension modules, the C library), and the vDSO.
 //!
-//! Owns: [`Modules`], built from /proc/PID/maps. For each module it keeps the address
-//! range, the load bias and the [`Image`].
+//! Owns: [`Modules`], built from /proc/PID/maps (or a core's `NT_FILE`, the files opened
+//! by an `Opener`). For each module it keeps the address range, the load bias and the
+//! [`Image`].
 //!
 //! The image's file is opened as the target sees it:
 //! - by /proc/PID/map_files/START-END, the very file mapped;
@@ -54,9 +55,9 @@ impl NativeCache {
 pub(crate) enum FileState {
     /// The file is the one loaded (same build id, or the mapped file itself).
     Loaded,
-    /// The file at the module's path was deleted or replaced since it was loaded; the file
+    /// The file at the module's path was deleted or replaced since it was loaded. The file
     /// read is the loaded one all the same (the mapped file itself, or an image of the
-    /// same build id): trusted, and the frames say so.
+    /// same build id), so it is trusted, and the frames say so.
     Replaced,
     /// The file on disk is not the one loaded (another build id, or replaced): why.
     Changed(String),
@@ -103,12 +104,22 @@ impl Modules {
         ns: Namespaces,
         cache: &mut NativeCache,
     ) -> Modules {
+        Modules::read_from(Opener::Live { pid, ns }, maps, mem, cache)
+    }
+
+    /// [`Modules::read`], the files opened by `opener`.
+    pub(crate) fn read_from(
+        opener: Opener,
+        maps: &[MapEntry],
+        mem: &dyn ProcessMemory,
+        cache: &mut NativeCache,
+    ) -> Modules {
         let mut list = Vec::new();
         for group in file_groups(maps) {
             if !group.iter().any(|m| m.executable) {
                 continue;
             }
-            list.push(open_module(pid, maps, group, mem, ns, cache));
+            list.push(open_module(opener, maps, group, mem, cache));
         }
         if let Some(vdso) = maps.iter().find(|m| m.vdso) {
             list.push(vdso_module(vdso, mem));
@@ -141,11 +152,10 @@ fn file_groups(maps: &[MapEntry]) -> Vec<&[MapEntry]> {
 /// One file's module: its image from the cache (by the build id in memory) or from its
 /// file, checked to be the file that was loaded.
 fn open_module(
-    pid: i32,
+    opener: Opener,
     maps: &[MapEntry],
     group: &[MapEntry],
     mem: &dyn ProcessMemory,
-    ns: Namespaces,
     cache: &mut NativeCache,
 ) -> Module {
     let path: &str = group[0].path.as_deref().unwrap_or("?");
@@ -158,12 +168,12 @@ fn open_module(
         .cloned();
     let (image, mut state) = match cached {
         Some(image) => (Some(image), FileState::Loaded),
-        None => match open_image(pid, maps, group, ns) {
+        None => match opener.open(maps, group) {
             Ok((mut image, exact)) => {
                 let state = judge(&image, in_memory.as_ref(), exact, group);
                 if state == FileState::Loaded {
                     if image.wants_debug_file() {
-                        if let Some(debug) = find_debug_file(pid, path, &image) {
+                        if let Some(debug) = opener.debug_file(path, &image) {
                             image.set_debug_file(debug);
                         }
                     }
@@ -179,8 +189,8 @@ fn open_module(
             Err(why) => (None, FileState::Unreadable(why)),
         },
     };
-    // A file that cannot be trusted or read: the unwind rules of what was loaded, from the
-    // target's memory (no names).
+    // A file that cannot be trusted or read gets the unwind rules of what was loaded, from
+    // the target's memory (no names).
     let image = image.or_else(|| {
         head.and_then(|h| unwind_image_in_memory(mem, h.start))
             .map(Arc::new)
@@ -210,6 +220,45 @@ fn open_module(
 /// Opens and parses the file of `group`: first the mapped file itself (map_files, which
 /// needs CAP_SYS_ADMIN), then by path as the target sees it. Also says whether the file is
 /// exactly the mapped one (map_files).
+/// Where the files of a process's modules are opened.
+#[derive(Clone, Copy)]
+pub(crate) enum Opener<'a> {
+    /// A live process's, as it sees them (/proc/PID/map_files, its root).
+    Live { pid: i32, ns: Namespaces },
+    /// A core's, found and checked by build id (`coredump::Files`).
+    Saved(&'a crate::coredump::Files),
+}
+
+impl Opener<'_> {
+    /// The image of the file of `group` (see [`open_image`]), and whether it is the very
+    /// file that was mapped.
+    fn open(&self, maps: &[MapEntry], group: &[MapEntry]) -> Result<(Image, bool), String> {
+        match *self {
+            Opener::Live { pid, ns } => open_image(pid, maps, group, ns),
+            Opener::Saved(files) => {
+                let path = group[0].path.as_deref().unwrap_or("?");
+                let found = files.open(path)?;
+                let file = std::fs::File::open(&found.host_path)
+                    .map_err(|e| format!("{}: {e}", found.host_path.display()))?;
+                let image = Image::from_file(&file, &found.host_path).map_err(|e| e.to_string())?;
+                // Checked by build id where the core holds one (else said in a warning).
+                Ok((image, true))
+            }
+        }
+    }
+
+    /// The separate debug file of `image`, the module mapped from `path`.
+    fn debug_file(&self, path: &str, image: &Image) -> Option<Image> {
+        match *self {
+            Opener::Live { pid, .. } => find_debug_file(pid, path, image),
+            Opener::Saved(files) => {
+                let root = files.root().unwrap_or(std::path::Path::new("/"));
+                super::debuginfo::find_debug_file_under(root, path, image)
+            }
+        }
+    }
+}
+
 fn open_image(
     pid: i32,
     maps: &[MapEntry],
@@ -225,7 +274,7 @@ fn open_image(
     }
     let path = first.path.as_deref().unwrap_or("?");
     let (file, name) = open_target_file(pid, path, maps, ns).map_err(|e| e.to_string())?;
-    // The file at that path now: the mapped one only if it is the same inode.
+    // The file at that path now is the mapped one only if it is the same inode.
     let same_inode = file
         .metadata()
         .is_ok_and(|m| m.ino() == first.inode && !first.deleted);
@@ -233,8 +282,9 @@ fn open_image(
     Ok((image, same_inode))
 }
 
-/// Whether the file read is the image that was loaded: by build id when the image in
-/// memory has one; else only the mapped file itself (or the same inode, not deleted) is.
+/// Whether the file read is the image that was loaded. That is judged by build id when
+/// the image in memory has one. Else only the mapped file itself (or the same inode, not
+/// deleted) is.
 fn judge(image: &Image, in_memory: Option<&BuildId>, exact: bool, group: &[MapEntry]) -> FileState {
     match (in_memory, &image.build_id) {
         (Some(loaded), Some(on_disk)) if loaded != on_disk => FileState::Changed(format!(
@@ -343,7 +393,7 @@ mod tests {
         assert!(
             matches!(judge(&image, Some(&other), true, &group), FileState::Changed(w) if w.contains("010203"))
         );
-        // No build id in memory: only the mapped file itself is trusted.
+        // No build id in memory, so only the mapped file itself is trusted.
         assert_eq!(judge(&image, None, true, &group), FileState::Loaded);
         assert!(matches!(
             judge(&image, None, false, &group),

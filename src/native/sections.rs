@@ -1,4 +1,4 @@
-//! The contents of an image's debug sections, decoded: no ELF parse of its own.
+//! The contents of an image's debug sections, decoded, with no ELF parse of its own.
 //!
 //! - MiniDebugInfo: Fedora's `.gnu_debugdata` section, an xz-compressed ELF file holding
 //!   the `.symtab` entries of the functions `.dynsym` lacks.
@@ -15,7 +15,7 @@
 use std::io::Read;
 
 /// Most bytes MiniDebugInfo may decompress to. Its `.symtab` holds only functions, some
-/// tens of bytes each with their names: a few MiB for the largest libraries. The xz
+/// tens of bytes each with their names, so a few MiB for the largest libraries. The xz
 /// decoder keeps a block whole before handing it over, so the peak is twice this.
 pub(crate) const MAX_MINI_DEBUGINFO: u64 = 128 << 20;
 
@@ -25,7 +25,7 @@ pub(crate) const MAX_INFLATED_SECTION: u64 = 256 << 20;
 
 /// The contents of a `.gnu_debuglink` section: the debug file's name (a file name, no
 /// directory), NUL-terminated and padded to 4 bytes, then the CRC32 of the whole debug
-/// file (little-endian: the only ELF files read here).
+/// file (little-endian, the only ELF files read here).
 pub(crate) fn parse_debuglink(section: &[u8]) -> Option<(String, u32)> {
     let len = section.iter().position(|&b| b == 0)?;
     let name = std::str::from_utf8(&section[..len]).ok()?;
@@ -59,9 +59,10 @@ impl std::io::Write for Bounded {
 }
 
 /// The number of bytes the first stream of the xz data `xz` decompresses to, read from
-/// its framing without decoding anything: the sum of the sizes its LZMA2 chunks declare
-/// (each chunk says how many bytes it holds, and a decoder stops there). Refuses a stream
-/// whose blocks have any filter but LZMA2 alone, and one that declares more than `limit`.
+/// its framing without decoding anything. It is the sum of the sizes its LZMA2 chunks
+/// declare (each chunk says how many bytes it holds, and a decoder stops there). Refuses
+/// a stream whose blocks have any filter but LZMA2 alone, and one that declares more than
+/// `limit`.
 pub(crate) fn xz_unpacked_size(xz: &[u8], limit: u64) -> Result<u64, String> {
     const MAGIC: &[u8] = b"\xfd7zXZ\0";
     const LZMA2: u64 = 0x21;
@@ -154,9 +155,9 @@ pub(crate) fn xz_unpacked_size(xz: &[u8], limit: u64) -> Result<u64, String> {
     }
 }
 
-/// Decompresses xz data (MiniDebugInfo) of at most `limit` bytes once decompressed: the
+/// Decompresses xz data (MiniDebugInfo) of at most `limit` bytes once decompressed. The
 /// size is read from the framing first ([`xz_unpacked_size`]), so that no more is ever
-/// decoded than that; the decoder checks the block checks and the index.
+/// decoded than that. The decoder checks the block checks and the index.
 pub(crate) fn unxz_bounded(xz: &[u8], limit: u64) -> Result<Vec<u8>, String> {
     let size = xz_unpacked_size(xz, limit)?;
     let mut out = Bounded {
@@ -169,7 +170,7 @@ pub(crate) fn unxz_bounded(xz: &[u8], limit: u64) -> Result<Vec<u8>, String> {
 }
 
 /// The bytes of an `SHF_COMPRESSED` section (`section`: its bytes in the file, an
-/// `Elf64_Chdr` then the compressed data): zlib only (what `objcopy
+/// `Elf64_Chdr` then the compressed data). Only zlib (what `objcopy
 /// --compress-debug-sections` writes by default and Debian's debug files have), at most
 /// `limit` bytes, and exactly as many as the header says.
 pub(crate) fn inflate_section(section: &[u8], limit: u64) -> Result<Vec<u8>, String> {
@@ -234,7 +235,7 @@ mod tests {
         let xz = XZ_OF_TEXT;
         assert_eq!(xz_unpacked_size(xz, u64::MAX), Ok(text.len() as u64));
         assert_eq!(unxz_bounded(xz, text.len() as u64).unwrap(), text);
-        // One byte short of what it declares: refused before anything is decoded.
+        // One byte short of what it declares, so refused before anything is decoded.
         let refused = unxz_bounded(xz, text.len() as u64 - 1).unwrap_err();
         assert!(refused.contains("more than"), "{refused}");
         // Not xz, truncated, damaged (in the compressed data, then in the check).
@@ -250,8 +251,8 @@ mod tests {
     #[test]
     fn a_tiny_xz_stream_that_declares_gigabytes_is_refused_unread() {
         // Stream header (no check), one block of LZMA2 alone whose chunks each declare the
-        // most a chunk can (2 MiB) with a 1-byte body: 10,000 of them declare ~20 GiB in
-        // 60 kB. Only the framing is read: the bodies are never decoded.
+        // most a chunk can (2 MiB) with a 1-byte body. 10,000 of them declare ~20 GiB in
+        // 60 kB. Only the framing is read, and the bodies are never decoded.
         let mut xz = b"\xfd7zXZ\0\0\0".to_vec();
         xz.extend_from_slice(&crc32fast::hash(&[0, 0]).to_le_bytes());
         let header = [2u8, 0x00, 0x21, 0x01, 0x16, 0, 0, 0];

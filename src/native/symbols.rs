@@ -1,12 +1,14 @@
 //! Function symbols of one image, by address, and the demangling of their names.
 //!
-//! Owns: [`Symbols`], built from the symbol tables of one or more files (an image's
-//! `.symtab` and `.dynsym`, its debug file's and its MiniDebugInfo's `.symtab`: functions
-//! with a size only), and [`demangle`] (C++ through `cpp_demangle`, Rust through
-//! `rustc-demangle`).
+//! Owns:
+//! - [`Symbols`], built from the symbol tables of one or more files (an image's `.symtab`
+//!   and `.dynsym`, its debug file's and its MiniDebugInfo's `.symtab`; functions with a
+//!   size only);
+//! - [`demangle`] (C++ through `cpp_demangle`, Rust through `rustc-demangle`).
+//!
 //! Must not: guess. An address outside every symbol's `[start, start + size)` has no name
-//! here (the caller shows it as `library+0xOFFSET`), never the nearest symbol below it:
-//! a stripped library's exported symbols are few, and the nearest one is most often
+//! here (the caller shows it as `library+0xOFFSET`), never the nearest symbol below it.
+//! A stripped library's exported symbols are few, and the nearest one is most often
 //! another function altogether.
 
 use std::borrow::Cow;
@@ -15,8 +17,8 @@ use std::ops::Range;
 /// Symbol tables of an image: (file range of the table, file range of its strings) each.
 pub(crate) type Tables = Vec<(Range<usize>, Range<usize>)>;
 
-/// One function: `[start, end)` in SVMAs, and where its name lies: in which file's bytes
-/// (the index of its source in [`Symbols::parse`]), and where there.
+/// One function, `[start, end)` in SVMAs, and where its name lies: which file's bytes hold
+/// it (the index of its source in [`Symbols::parse`]), and where there.
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct Sym {
     start: u64,
@@ -50,13 +52,14 @@ const STB_GLOBAL: u8 = 1;
 const STB_WEAK: u8 = 2;
 const SYM_SIZE: usize = 24;
 /// Symbols looked at below an address for one whose range covers it (nested or
-/// overlapping ranges are rare: a function and its alias of another size).
+/// overlapping ranges are rare, such as a function and its alias of another size).
 const LOOK_BACK: usize = 16;
 
 impl Symbols {
-    /// Reads the function symbols of each source: a file's bytes and its `tables`
-    /// ((symbol table, its strings) file ranges): 64-bit little-endian tables (`Image`
-    /// parses nothing else). The files must be of one image: their SVMAs are the same.
+    /// Reads the function symbols of each source, a file's bytes and its `tables`
+    /// ((symbol table, its strings) file ranges). The tables are 64-bit little-endian
+    /// (`Image` parses nothing else). The files must be of one image (their SVMAs are the
+    /// same).
     pub(crate) fn parse(sources: &[(&[u8], &Tables)]) -> Symbols {
         let mut syms = Vec::new();
         for (source, &(data, tables)) in sources.iter().enumerate() {
@@ -142,7 +145,7 @@ impl Symbols {
 }
 
 /// A symbol's name as people read it: C++ (`_Z…`) and Rust (`_R…`, and legacy `_ZN…E`
-/// with a hash) demangled, Rust's hash left out; anything else (C) as it is.
+/// with a hash) demangled, Rust's hash left out. Anything else (C) stays as it is.
 pub(crate) fn demangle(name: &str) -> Cow<'_, str> {
     if name.starts_with("_R") || is_legacy_rust(name) {
         if let Ok(d) = rustc_demangle::try_demangle(name) {
@@ -214,9 +217,9 @@ mod tests {
         let (data, tables) = table(&[
             ("first", global_func, 0x1000, 0x100),
             ("second", local_func, 0x1200, 0x10),
-            // An object, not a function: never a frame's name.
+            // An object, not a function, is never a frame's name.
             ("a_table", (STB_GLOBAL << 4) | 1, 0x1300, 0x100),
-            // No size: cannot say what it covers.
+            // No size, so it cannot say what it covers.
             ("unsized", global_func, 0x1500, 0),
         ]);
         let s = Symbols::parse(&[(&data, &tables)]);
@@ -306,7 +309,7 @@ mod tests {
             "core::ptr::drop_in_place"
         );
         assert_eq!(demangle("_RNvCs15kBYyAo9fc_7mycrate4main"), "mycrate::main");
-        // Not a mangled name after all: left alone.
+        // Not a mangled name after all, so left alone.
         assert_eq!(demangle("_Z"), "_Z");
         assert_eq!(demangle("_ZN3fooE."), "_ZN3fooE.");
     }

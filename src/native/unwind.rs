@@ -1,12 +1,15 @@
 //! A stopped thread's native stack: what is copied while it is stopped, and the unwinding
 //! of that copy into return addresses.
 //!
-//! Owns: [`Capture`] (the registers, from `PTRACE_GETREGS`, and the thread's stack from its
-//! stack pointer up to the end of its stack mapping, in one read) and [`Unwinder`]
-//! (framehop's x86-64 unwinder: DWARF CFI from `.eh_frame_hdr`/`.eh_frame` or
-//! `.debug_frame`, frame pointers where a module has no rule for an address). Unwinding
-//! reads only the copy, so it runs after the threads are let go: the pause lasts one
-//! system call for the registers and one for the stack, per thread.
+//! Owns:
+//! - [`Capture`]: the registers, from `PTRACE_GETREGS`, and the thread's stack from its
+//!   stack pointer up to the end of its stack mapping, in one read;
+//! - [`Unwinder`]: framehop's x86-64 unwinder (DWARF CFI from `.eh_frame_hdr`/`.eh_frame`
+//!   or `.debug_frame`, frame pointers where a module has no rule for an address).
+//!
+//! Unwinding reads only the copy, so it runs after the threads are let go. The pause lasts
+//! one system call for the registers and one for the stack, per thread.
+//!
 //! Must not: pause threads itself (the caller holds them: `ptrace::pause`), or name frames.
 
 use super::fde::{self, Cfa, ExprRow, Saved};
@@ -62,6 +65,18 @@ pub(crate) fn capture(
     let regs = paused
         .registers(pid, tid)
         .map_err(|e| format!("registers of thread {tid}: {e}"))?;
+    capture_registers(tid, &regs, mem, maps, MAX_STACK_BYTES)
+}
+
+/// [`capture`] of a thread stopped by other means, whose registers are `regs`. It takes at
+/// most `max_bytes` of its stack.
+pub(crate) fn capture_registers(
+    tid: i32,
+    regs: &libc::user_regs_struct,
+    mem: &dyn ProcessMemory,
+    maps: &[MapEntry],
+    max_bytes: usize,
+) -> Result<Capture, CaptureError> {
     let (ip, sp, bp) = (regs.rip, regs.rsp, regs.rbp);
     let r = &regs;
     let dwarf: DwarfRegs = [
@@ -72,11 +87,60 @@ pub(crate) fn capture(
         .iter()
         .find(|m| m.start <= sp && sp < m.end)
         .map_or(UNKNOWN_STACK_BYTES, |m| (m.end - sp) as usize)
-        .min(MAX_STACK_BYTES);
+        .min(max_bytes);
     let mut stack = vec![0u8; len];
     let got = mem
         .read_prefix(sp, &mut stack)
         .map_err(|e| format!("the stack of thread {tid} at {sp:#x}: {e}"))?;
+    stack.truncate(got);
+    Ok(Capture {
+        ip,
+        sp,
+        bp,
+        regs: Some(Box::new(dwarf)),
+        stack,
+    })
+}
+
+/// A thread's capture from its registers as a core saved them (x86-64's `pr_reg`, the
+/// order of `struct user_regs_struct`) and its stack read from `mem`, at most
+/// [`MAX_STACK_BYTES`]. Err: why there is none.
+#[cfg(target_arch = "x86_64")]
+pub(crate) fn saved_capture(
+    regs: &[u64],
+    mem: &dyn ProcessMemory,
+) -> Result<Capture, CaptureError> {
+    let r = |i: usize| {
+        regs.get(i)
+            .copied()
+            .ok_or("registers cut short in the core")
+    };
+    // user_regs_struct: r15 r14 r13 r12 rbp rbx r11 r10 r9 r8 rax rcx rdx rsi rdi
+    // orig_rax rip cs eflags rsp ...
+    let (ip, sp, bp) = (r(16)?, r(19)?, r(4)?);
+    let dwarf: DwarfRegs = [
+        r(10)?,
+        r(12)?,
+        r(11)?,
+        r(5)?,
+        r(13)?,
+        r(14)?,
+        bp,
+        sp,
+        r(9)?,
+        r(8)?,
+        r(7)?,
+        r(6)?,
+        r(3)?,
+        r(2)?,
+        r(1)?,
+        r(0)?,
+        ip,
+    ];
+    let mut stack = vec![0u8; UNKNOWN_STACK_BYTES.max(1 << 20)];
+    let got = mem
+        .read_prefix(sp, &mut stack)
+        .map_err(|e| format!("the stack at {sp:#x}: {e}"))?;
     stack.truncate(got);
     Ok(Capture {
         ip,
@@ -106,7 +170,7 @@ impl Capture {
     }
 
     /// The 8 bytes at `addr` of the copied stack.
-    fn word(&self, addr: u64) -> Result<u64, ()> {
+    pub(crate) fn word(&self, addr: u64) -> Result<u64, ()> {
         let off = addr.checked_sub(self.sp).ok_or(())? as usize;
         let bytes = self
             .stack
@@ -121,10 +185,10 @@ impl Capture {
 pub(crate) enum End {
     /// At the outermost frame (the unwind rules say the stack ends there).
     Complete,
-    /// At the unwinder's frame limit ([`MAX_NATIVE_FRAMES`] unless set): the stack was
-    /// cut.
+    /// The stack was cut at the unwinder's frame limit ([`MAX_NATIVE_FRAMES`] unless
+    /// set).
     Truncated,
-    /// Somewhere it could go no further: why (a frame without rules or frame pointer, a
+    /// Somewhere it could go no further, and why (a frame without rules or frame pointer, a
     /// stack read past the copy). The frames before it stand.
     Stopped(String),
 }
@@ -132,7 +196,7 @@ pub(crate) enum End {
 /// The return addresses of one stack, innermost (the instruction pointer) first.
 pub(crate) struct Unwound {
     pub(crate) frames: Vec<FrameAddress>,
-    /// Each frame's stack pointer: frame `i` occupies `[sps[i], sps[i + 1])` of the stack
+    /// Each frame's stack pointer. Frame `i` occupies `[sps[i], sps[i + 1])` of the stack
     /// (its locals, which is where the evaluation loop keeps the marks the merge with
     /// Python frames pairs it by).
     pub(crate) sps: Vec<u64>,
@@ -255,8 +319,8 @@ impl Unwinder {
 }
 
 /// Follows an expression row (see [`fde::ExprRow`]) from the frame `regs` stand in, as
-/// framehop's `unwind_frame` does: the caller's return address (None: the stack ends
-/// here), `regs` moved to the caller; Err: why it cannot.
+/// framehop's `unwind_frame` does. It gives the caller's return address (None: the stack
+/// ends here), with `regs` moved to the caller. Err: why it cannot.
 fn expression_step(
     row: &ExprRow,
     cap: &Capture,
@@ -329,7 +393,7 @@ fn step(row: &ExprRow, known: &[Option<u64>; 17], read: &dyn Fn(u64) -> Result<u
     };
     match restore(&row.rbp, reg(fde::RBP)) {
         Some(Some(bp)) => Step::Caller { ip, sp: cfa, bp },
-        // The caller's frame pointer is not known: a value no rule trusts.
+        // The caller's frame pointer is not known, so it takes a value no rule trusts.
         Some(None) => Step::Caller { ip, sp: cfa, bp: 0 },
         None => Step::Unknown,
     }
@@ -385,10 +449,13 @@ fn evaluate(
 mod tests {
     use super::*;
 
-    /// GCC's stack realignment with a DRAP register: after the prologue the CFA is
-    /// `*(rbp - 8)` (`DW_OP_breg6 -8; DW_OP_deref`), rbp is saved at `rbp` (`DW_OP_breg6
-    /// 0`), the return address at CFA − 8. The caller's registers come from the copy,
-    /// whatever padding the realignment left between the frame and its caller.
+    /// GCC's stack realignment with a DRAP register. After the prologue:
+    /// - the CFA is `*(rbp - 8)` (`DW_OP_breg6 -8; DW_OP_deref`);
+    /// - rbp is saved at `rbp` (`DW_OP_breg6 0`);
+    /// - the return address is at CFA − 8.
+    ///
+    /// The caller's registers come from the copy, whatever padding the realignment left
+    /// between the frame and its caller.
     #[test]
     fn a_realigned_frame_is_followed_by_its_dwarf_expressions() {
         let encoding = gimli::Encoding {
@@ -405,9 +472,10 @@ mod tests {
         };
         let base = 0x7ffc_0000_0000u64;
         let mut words = vec![0u64; 64];
-        // The frame: rbp at base + 0x40 holds the caller's rbp; the DRAP copy of the
-        // CFA at rbp − 8; the caller's frame (CFA) at base + 0x100, its return address
-        // below it.
+        // The frame:
+        // - rbp at base + 0x40 holds the caller's rbp;
+        // - the DRAP copy of the CFA is at rbp − 8;
+        // - the caller's frame (CFA) is at base + 0x100, its return address below it.
         let (rbp, cfa) = (base + 0x40, base + 0x100);
         let put = |w: &mut Vec<u64>, at: u64, v: u64| w[((at - base) / 8) as usize] = v;
         put(&mut words, rbp, 0x1111);

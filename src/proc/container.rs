@@ -2,7 +2,7 @@
 //!
 //! Owns: [`container_id`] and [`pod_uid`] of a live process, and [`parse_cgroup`], the
 //! pure reading of the file's text they use.
-//! - A container's id is the 64 hex digits its runtime names its cgroup after; the id is
+//! - A container's id is the 64 hex digits its runtime names its cgroup after. The id is
 //!   the last segment of the path that holds one, as each runtime writes it:
 //!   - Docker, cgroupfs driver: `/docker/<id>`;
 //!   - Docker, systemd driver: `/system.slice/docker-<id>.scope`;
@@ -13,8 +13,8 @@
 //!     `kubepods/besteffort/`;
 //!   - systemd: `kubepods-<qos>-pod<uid>.slice` or `kubepods-pod<uid>.slice`, the uid's
 //!     dashes written as underscores (given back with dashes).
-//! - cgroup v1 lines (`N:controllers:path`) and the v2 line (`0::path`) are read alike;
-//!   the first line that names a container answers.
+//! - cgroup v1 lines (`N:controllers:path`) and the v2 line (`0::path`) are read alike.
+//!   The first line that names a container answers.
 //!
 //! Must not: guess. A path that names no container gives None (a process of the host).
 
@@ -168,7 +168,7 @@ mod tests {
             "0::/user.slice/user-1000.slice/session-2.scope\n",
             "4:memory:/process_api/6911cc5fb375194db6aa687917079a7e\n0::/\n",
             "0::/system.slice/docker.service\n",
-            // One hex digit short, or upper case: not an id a runtime gives.
+            // One hex digit short, or upper case, is not an id a runtime gives.
             &format!("0::/docker/{}\n", &ID[1..]),
             &format!("0::/docker/{}\n", ID.to_uppercase()),
             "",

@@ -2,6 +2,7 @@
 //!
 //! Owns: [`MapEntry`], [`read_maps`] and the questions asked of a map (where a file is
 //! mapped, whether a library is loaded).
+//!
 //! Must not: open the mapped files (that is `elf::maps`).
 
 use crate::error::{Error, Result};
@@ -20,7 +21,7 @@ pub(crate) struct MapEntry {
     /// an anonymous mapping).
     pub(crate) dev: (i32, i32),
     pub(crate) inode: u64,
-    /// The kernel marked the file " (deleted)": removed or replaced since it was mapped.
+    /// The kernel marked the file " (deleted)", as removed or replaced since it was mapped.
     pub(crate) deleted: bool,
     /// The vDSO, the kernel's code mapped into every process (no file behind it).
     pub(crate) vdso: bool,
@@ -45,13 +46,16 @@ pub(crate) fn read_maps(pid: i32) -> Result<Vec<MapEntry>> {
 /// INODE PATH`, numbers in hex but the inode, the path padded with spaces and possibly
 /// empty.
 ///
-/// Ours, not procfs's, whose reader the fuzz target broke three ways: it fails the whole
-/// map on a path that is not UTF-8 (the kernel writes a file's name as its bytes: a process
-/// that had mapped one such file could not be profiled at all, "Data incomplete"); it
-/// slices pseudo-paths by byte (`[stack:…]`, `/SYSV…`), which panics on a short or
-/// non-ASCII one; and it reads smaps' attribute lines, whose size arithmetic overflowed.
+/// Ours, not procfs's, whose reader the fuzz target broke three ways:
+/// - It fails the whole map on a path that is not UTF-8. The kernel writes a file's name as
+///   its bytes, so a process that had mapped one such file could not be profiled at all
+///   ("Data incomplete").
+/// - It slices pseudo-paths by byte (`[stack:…]`, `/SYSV…`), which panics on a short or
+///   non-ASCII one.
+/// - It reads smaps' attribute lines, whose size arithmetic overflowed.
+///
 /// Here a path that is not UTF-8 reads with U+FFFD in place of the bad bytes (its file
-/// cannot be opened by it: its module has no names), and a malformed line is an error.
+/// cannot be opened by it, so its module has no names), and a malformed line is an error.
 pub(crate) fn parse_maps(text: &[u8]) -> std::result::Result<Vec<MapEntry>, String> {
     text.split(|&b| b == b'\n')
         .filter(|l| !l.is_empty())
@@ -84,7 +88,7 @@ fn parse_line(line: &str) -> Option<MapEntry> {
     }
     let name = fields.next().unwrap_or("").trim();
     // The kernel's own names are bracketed (`[heap]`, `[vdso]`, `[anon:…]`), and System V
-    // shared memory is `/SYSV` and its key in 8 hex digits: no file behind either.
+    // shared memory is `/SYSV` and its key in 8 hex digits. No file is behind either.
     let shm = name
         .strip_prefix("/SYSV")
         .is_some_and(|k| k.len() >= 8 && k.as_bytes()[..8].iter().all(u8::is_ascii_hexdigit));
@@ -190,7 +194,7 @@ mod tests {
 
     #[test]
     fn a_path_that_is_not_utf8_does_not_fail_the_map() {
-        // A process that had mapped /tmp/lib\xff.so could not be profiled: procfs's file
+        // A process that had mapped /tmp/lib\xff.so could not be profiled, because procfs's file
         // reader failed the whole map ("Data incomplete").
         let text = b"7f6ed2e7c000-7f6ed2e7d000 r--p 00000000 fe:00 10010771   /tmp/lib\xff.so\n\
                      7f6ed2e7d000-7f6ed2e7e000 r-xp 00001000 fe:00 10010771   /usr/lib/libc.so.6\n";
@@ -203,7 +207,7 @@ mod tests {
 
     #[test]
     fn an_smaps_attribute_with_an_absurd_size_is_refused_not_overflowed() {
-        // The fuzz target's find (fuzz/regressions/proc_maps/): procfs's whole-file reader
+        // The fuzz target's find (fuzz/regressions/proc_maps/). procfs's whole-file reader
         // multiplied such a size by 1024 unchecked (a panic with overflow checks).
         let text = b"560d36d7d000-560d36d7e021 r--p 00000002 fe:00 73263 /x\n\
                      S: 99999999999999999999 kB\n";
@@ -214,7 +218,7 @@ mod tests {
 
     #[test]
     fn pseudo_paths_that_procfs_sliced_by_byte_are_lines_like_any() {
-        // The fuzz target's finds (fuzz/regressions/proc_maps/): procfs panicked slicing
+        // The fuzz target's finds (fuzz/regressions/proc_maps/). procfs panicked slicing
         // these names by byte.
         let text = "7f00-7f01 rw-p 00000000 00:00 0   [stack:00 4   7.so.\u{fffd}]\n\
                     7f01-7f02 rw-s 00000000 00:01 5   /SYSV\n\

@@ -1,9 +1,15 @@
 //! What /proc says about a process: every read of /proc/PID outside memory itself.
 //!
-//! Owns: whether a process exists, its threads and their scheduler states and names, its
-//! parent, children and descendants, executable and image ([`image_of`]: what an exec
-//! changes), working directory ([`cwd`]: as the target sees it), its memory map
-//! ([`maps`]), its container ([`container`]), and why an OS call on it failed ([`access`]).
+//! Owns:
+//! - whether a process exists;
+//! - its threads and their scheduler states and names;
+//! - its parent, children and descendants;
+//! - executable and image ([`image_of`], what an exec changes);
+//! - working directory ([`cwd`], as the target sees it);
+//! - its memory map ([`maps`]);
+//! - its container ([`container`]);
+//! - why an OS call on it failed ([`access`]).
+//!
 //! Must not: read the target's memory (that is `ptrace`) or interpret what it maps (`elf`).
 
 pub(crate) mod access;
@@ -19,7 +25,7 @@ use crate::error::{Error, Result};
 /// Whether `/proc/PID` exists and the process is neither a zombie nor on its way out.
 ///
 /// A process that is exiting releases its memory and `/proc/PID/exe` before it becomes a
-/// zombie; in that window its state still reads 'R' or 'D' but its flags carry PF_EXITING,
+/// zombie. In that window its state still reads 'R' or 'D' but its flags carry PF_EXITING,
 /// and every read fails. We call such a process gone.
 pub fn process_exists(pid: i32) -> bool {
     const PF_EXITING: u64 = 0x4;
@@ -38,7 +44,7 @@ pub fn process_exists(pid: i32) -> bool {
     }
 }
 
-/// The fields of a /proc `stat` line from field 3 (the state) on: `.nth(n - 3)` is field
+/// The fields of a /proc `stat` line from field 3 (the state) on. `.nth(n - 3)` is field
 /// `n` as proc(5) numbers them. The command name (field 2) may hold spaces and parentheses,
 /// so the fields start after its last ')'.
 pub(crate) fn stat_fields(stat: &str) -> Option<std::str::SplitAsciiWhitespace<'_>> {
@@ -115,7 +121,7 @@ pub(crate) fn exe_path(pid: i32) -> Result<String> {
     Ok(s.strip_suffix(" (deleted)").unwrap_or(&s).to_string())
 }
 
-/// The id most recently given to a task (process or thread) in our PID namespace:
+/// The id most recently given to a task (process or thread) in our PID namespace,
 /// /proc/loadavg's last field. It changes whenever a task starts anywhere we can see
 /// (a task started in a namespace below ours takes an id in ours too), so while it holds
 /// still, no process has started. None where it cannot be read.
@@ -161,21 +167,28 @@ pub(crate) fn descendants(root: i32) -> Vec<i32> {
     out
 }
 
-/// What a process is running: its executable, plus what changes on every `exec` even into
-/// the same executable (Python exec'ing Python): where its stack and its arguments start
-/// (`stat` fields 28 and 48, placed afresh by each exec) and its command line. A child
-/// forked without an exec has its parent's. None when the process is gone.
+/// What a process is running:
+/// - its executable;
+/// - where its stack and its arguments start (`stat` fields 28 and 48, placed afresh by
+///   each exec);
+/// - its command line.
+///
+/// The last two change on every `exec`, even into the same executable (Python exec'ing
+/// Python). A child forked without an exec has its parent's.
+///
+/// None when the process is gone, or when it exec'd while being read.
+/// - The parts are three files, read one after the other. An `exec` between two reads
+///   mixes two images: one scan saw Debian's chrooted 3.15 as `unshare`'s executable with
+///   Python's stack, the next as Python's, and took it for a second process.
+/// - So the executable is read again last. Another executable means an exec came between,
+///   and the caller looks again at its next scan.
 pub(crate) fn image_of(pid: i32) -> Option<String> {
     let exe = exe_path(pid).ok()?;
     let stat = stat(pid)?;
     let fields: Vec<&str> = stat_fields(&stat)?.collect();
     let at = |n: usize| fields.get(n - 3).copied().unwrap_or("");
-    Some(format!(
-        "{exe}\0{}\0{}\0{}",
-        at(28),
-        at(48),
-        command_line(pid)
-    ))
+    let image = format!("{exe}\0{}\0{}\0{}", at(28), at(48), command_line(pid));
+    (exe_path(pid).ok()? == exe).then_some(image)
 }
 
 /// A process's command line, arguments joined by spaces.
@@ -206,8 +219,8 @@ pub(crate) fn owner(pid: i32) -> Option<(u32, u32)> {
     Some((field("Uid:")?, field("Gid:")?))
 }
 
-/// When process `pid` started, µs since the Unix epoch (whole-second precision: the boot
-/// time is in seconds).
+/// When process `pid` started, µs since the Unix epoch (whole-second precision, because the
+/// boot time is in seconds).
 pub(crate) fn start_time_us(pid: i32) -> Option<u64> {
     let stat = stat(pid)?;
     let ticks: u64 = stat_fields(&stat)?.nth(22 - 3)?.parse().ok()?;
@@ -249,7 +262,7 @@ pub(crate) fn environ_var(pid: i32, key: &str) -> Option<String> {
     })
 }
 
-/// The target's working directory as the target sees it: /proc/PID/cwd is written from our
+/// The target's working directory as the target sees it. /proc/PID/cwd is written from our
 /// root (or its namespace's), so a chrooted target's root directory is taken off its front.
 /// None when it cannot be read, or lies outside the target's root.
 pub(crate) fn cwd(pid: i32) -> Option<String> {

@@ -1,15 +1,19 @@
 //! Namespaces of a target process (containers): its files as it sees them, and its thread
 //! ids as we see them.
 //!
-//! Owns: telling whether a target lives in another mount or PID namespace than we do,
-//! mapping thread ids between its PID namespace and ours (`NSpid` in
-//! /proc/PID/task/TID/status), and opening the target's files from its own view:
-//! /proc/PID/root with its symbolic links resolved inside the target's root (openat2
-//! `RESOLVE_IN_ROOT`), and, where that cannot be used, a forked single-threaded helper that
-//! enters the target's mount namespace with `setns` (which fails with EINVAL in a
-//! multithreaded process such as ours) and passes the opened file back over a unix socket.
+//! Owns:
+//! - telling whether a target lives in another mount or PID namespace than we do;
+//! - mapping thread ids between its PID namespace and ours (`NSpid` in
+//!   /proc/PID/task/TID/status);
+//! - opening the target's files from its own view:
+//!   - /proc/PID/root, with its symbolic links resolved inside the target's root (openat2
+//!     `RESOLVE_IN_ROOT`);
+//!   - where that cannot be used, a forked single-threaded helper. It enters the target's
+//!     mount namespace with `setns` (which fails with EINVAL in a multithreaded process
+//!     such as ours) and passes the opened file back over a unix socket.
+//!
 //! Must not: fall back to the host's file of the same path when the target has its own
-//! view; know anything about Python or ELF.
+//! view, or know anything about Python or ELF.
 
 use std::collections::HashMap;
 use std::ffi::CString;
@@ -22,10 +26,10 @@ use std::sync::Mutex;
 /// Which of our namespaces the target shares.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Namespaces {
-    /// The target is in our mount namespace: the paths the kernel shows for its mappings
+    /// The target is in our mount namespace, so the paths the kernel shows for its mappings
     /// (/proc/PID/maps, /proc/PID/exe, written from our root) name the same files for us.
     pub(crate) same_mounts: bool,
-    /// Also from the same root directory: a path the target uses itself (a code object's
+    /// Also from the same root directory, so a path the target uses itself (a code object's
     /// file name) means the same file to it and to us.
     pub(crate) same_files: bool,
     /// The target's thread ids are ours (same PID namespace).
@@ -52,7 +56,18 @@ impl Namespaces {
         }
     }
 
-    /// Both namespaces shared: the common case of a process on the same host.
+    /// A process known only from what was saved of it (a core file). No namespace of
+    /// ours is known to be shared (its files are found by the caller, not through /proc),
+    /// and its thread ids are taken as saved (no /proc to translate them through).
+    pub(crate) fn saved() -> Namespaces {
+        Namespaces {
+            same_mounts: false,
+            same_files: false,
+            same_pids: true,
+        }
+    }
+
+    /// Both namespaces shared, the common case of a process on the same host.
     #[cfg(test)]
     pub(crate) fn host() -> Namespaces {
         Namespaces {
@@ -79,15 +94,15 @@ pub fn root_is_namespace_root(pid: i32) -> bool {
 /// Where the setns helper resolves a path from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Resolve {
-    /// The root of the target's mount namespace: for paths the kernel shows
+    /// The root of the target's mount namespace, for paths the kernel shows
     /// (/proc/PID/maps), which start there even when the target is chrooted.
     NamespaceRoot,
-    /// The target's own root directory: for paths the target uses itself.
+    /// The target's own root directory, for paths the target uses itself.
     ProcessRoot,
 }
 
-/// The id a thread has in its own (innermost) PID namespace: the last field of `NSpid` in
-/// /proc/PID/task/TID/status, where `tid` is its id in ours.
+/// The id a thread has in its own (innermost) PID namespace, which is the last field of
+/// `NSpid` in /proc/PID/task/TID/status, where `tid` is its id in ours.
 fn inner_tid(pid: i32, tid: i32) -> Option<i32> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/status")).ok()?;
     parse_nspid(&status)
@@ -106,10 +121,10 @@ fn parse_nspid(status: &str) -> Option<i32> {
 
 /// Maps thread ids of a target in another PID namespace to ours. Python's thread states
 /// (3.8+ `native_thread_id`) and glibc's `struct pthread` hold the id the thread has in its
-/// own namespace; /proc/PID/task and everything we read from /proc use ours.
+/// own namespace. /proc/PID/task and everything we read from /proc use ours.
 pub(crate) struct TidMap {
     pid: i32,
-    /// False when the target shares our PID namespace: every id maps to itself.
+    /// False when the target shares our PID namespace. Then every id maps to itself.
     translate: bool,
     /// Our id → its id, for the threads seen so far (an id never changes while its thread
     /// lives; ids of threads that are gone are dropped at each [`TidMap::inner_to_ours`]).
@@ -151,10 +166,11 @@ impl TidMap {
 }
 
 /// Opens `path` (absolute, as the target sees it) for reading, resolved inside the
-/// target's root directory: symbolic links that point to absolute paths stay inside it
+/// target's root directory. Symbolic links that point to absolute paths stay inside it
 /// (a plain open of /proc/PID/root/PATH would follow them into our own root and could
-/// silently read the host's file of the same name). Uses openat2 `RESOLVE_IN_ROOT`; where
-/// the kernel lacks it (before 5.6, or a seccomp filter refuses it), the setns helper.
+/// silently read the host's file of the same name). Uses openat2 `RESOLVE_IN_ROOT`. Where
+/// the kernel lacks it (before 5.6, or a seccomp filter refuses it), it uses the setns
+/// helper.
 pub fn open_in_root(pid: i32, path: &str) -> io::Result<File> {
     let rel = relative(path)?;
     let root = File::open(format!("/proc/{pid}/root"))?;
@@ -185,11 +201,14 @@ pub fn open_in_root(pid: i32, path: &str) -> io::Result<File> {
     }
 }
 
-/// Opens `path` in the target's mount namespace from a forked helper: the helper (single
-/// threaded, so `setns(CLONE_NEWNS)` is allowed) enters the namespace (which makes the
-/// namespace's root its root), for [`Resolve::ProcessRoot`] also makes the target's root
-/// directory its own (the target may be chrooted), opens the file and sends the descriptor
-/// back with SCM_RIGHTS. Needs CAP_SYS_ADMIN (and CAP_SYS_CHROOT for a process root).
+/// Opens `path` in the target's mount namespace from a forked helper. The helper is single
+/// threaded, so `setns(CLONE_NEWNS)` is allowed. It:
+/// - enters the namespace (which makes the namespace's root its root);
+/// - for [`Resolve::ProcessRoot`], also makes the target's root directory its own (the
+///   target may be chrooted);
+/// - opens the file and sends the descriptor back with SCM_RIGHTS.
+///
+/// Needs CAP_SYS_ADMIN (and CAP_SYS_CHROOT for a process root).
 pub fn open_via_setns(pid: i32, path: &str, from: Resolve) -> io::Result<File> {
     relative(path)?;
     let mnt = File::open(format!("/proc/{pid}/ns/mnt"))?;
@@ -227,7 +246,7 @@ pub fn open_via_setns(pid: i32, path: &str, from: Resolve) -> io::Result<File> {
 /// `path`, send the result on `sock`. Never returns.
 ///
 /// # Safety
-/// Call only in the child of a fork: it ends the process.
+/// Call only in the child of a fork, because it ends the process.
 unsafe fn helper(mnt: i32, root: i32, path: &CString, sock: i32) -> ! {
     let errno = || {
         io::Error::last_os_error()
@@ -306,7 +325,7 @@ fn receive_fd(sock: &OwnedFd) -> io::Result<File> {
         iov_len: std::mem::size_of::<i32>(),
     };
     let mut buf = CmsgBuf([0; 64]);
-    // SAFETY: as in `send_fd`: every pointer in `msg` refers to live buffers of this frame,
+    // SAFETY: as in `send_fd`, every pointer in `msg` refers to live buffers of this frame,
     // and the control data is read only inside the length the kernel reported.
     unsafe {
         let mut msg: libc::msghdr = std::mem::zeroed();
@@ -393,7 +412,7 @@ mod tests {
 
     #[test]
     fn both_ways_of_opening_read_our_own_file() {
-        // The target is ourselves: the file must be the one we see.
+        // The target is ourselves, so the file must be the one we see.
         let pid = std::process::id() as i32;
         let path = std::env::current_exe().unwrap();
         let want = std::fs::metadata(&path).unwrap();

@@ -7,7 +7,8 @@
 
 use super::{
     FileProfile, Frame, FunctionProfile, LineProfile, Name, NativeFunction, Profile, ProfileMeta,
-    Split, StackProfile, ThreadProfile, NATIVE_FUNCTIONS_PER_LINE, PROFILE_SCHEMA_VERSION,
+    Split, StackProfile, ThreadLabel, ThreadProfile, NATIVE_FUNCTIONS_PER_LINE,
+    PROFILE_SCHEMA_VERSION,
 };
 use crate::IdMap;
 use serde::{Deserialize, Serialize};
@@ -48,13 +49,13 @@ pub(crate) struct ThreadSample<'a> {
 type FunctionKey = (Name, Name);
 
 /// One full stack's samples and time, split, by the thread that saw it. A stack is seen by
-/// one thread or a few: a list is enough.
+/// one thread or a few, so a list is enough.
 type StackThreads = Vec<StackThread>;
 
 /// A stack's samples and time as one thread saw them.
 #[derive(Debug, Clone, Copy)]
 struct StackThread {
-    /// The thread's kernel id (None: not known).
+    /// The thread's kernel id (None when not known).
     thread: Option<i32>,
     samples: u64,
     split: Split,
@@ -79,7 +80,7 @@ fn add_to_stack(per: &mut StackThreads, thread: Option<i32>, n: u64, split: &Spl
 #[derive(Debug, Clone, Copy, Default)]
 struct FunctionAcc {
     split: Split,
-    /// None: no line seen yet.
+    /// None when no line was seen yet.
     first_line: Option<u32>,
 }
 
@@ -111,8 +112,11 @@ pub(crate) struct Aggregator {
     /// A full stack's samples and their time, split, by thread.
     stacks: IdMap<Vec<Frame>, StackThreads>,
     threads: IdMap<i32, ThreadAcc>,
+    /// What each thread is known by (its names, its interpreters), by kernel id, as the
+    /// recorder last said ([`Aggregator::label_thread`]).
+    labels: IdMap<i32, ThreadLabel>,
     /// Native seconds of a line by the native function they were spent in (function,
-    /// module): `--native` recordings only.
+    /// module), in `--native` recordings only.
     line_native: IdMap<(Name, u32), NativeSeconds>,
     /// Samples (thread observations) folded in.
     thread_samples: u64,
@@ -167,13 +171,13 @@ impl Aggregator {
             e.split.add(&split);
             e.first_line = first_of(e.first_line, f.line);
         }
-        // Look up by slice first: the stack is copied only the first time it is seen.
+        // Look up by slice first, so the stack is copied only the first time it is seen.
         let per = match self.stacks.get_mut(s.frames) {
             Some(per) => per,
             None => self.stacks.entry(s.frames.to_vec()).or_default(),
         };
-        // A stack counts every charge of time it gets (its CPU time, its time off the CPU:
-        // flame graphs weigh both); a thread and the profile count observations.
+        // A stack counts every charge of time it gets (its CPU time, its time off the CPU,
+        // as flame graphs weigh both). A thread and the profile count observations.
         add_to_stack(per, s.native_id, 1, &split);
         if let Some(tid) = s.native_id {
             let t = self.threads.entry(tid).or_insert_with(|| ThreadAcc {
@@ -185,7 +189,15 @@ impl Aggregator {
         }
     }
 
-    /// Adds everything `other` folded (another process of the same program): times are
+    /// Says what thread `tid` is known by (its names, the interpreters it ran in), for its
+    /// entry of the per-thread totals. The last said stands.
+    pub(crate) fn label_thread(&mut self, tid: i32, label: &ThreadLabel) {
+        if self.labels.get(&tid) != Some(label) {
+            self.labels.insert(tid, label.clone());
+        }
+    }
+
+    /// Adds everything `other` folded (another process of the same program). Times are
     /// seconds, so the sums are the program's totals.
     pub(crate) fn absorb(&mut self, other: &Aggregator) {
         for (k, v) in &other.lines {
@@ -216,12 +228,15 @@ impl Aggregator {
             e.split.add(&theirs.split);
             e.samples += theirs.samples;
         }
+        for (tid, label) in &other.labels {
+            self.label_thread(*tid, label);
+        }
         self.thread_samples += other.thread_samples;
     }
 
     /// Total seconds attributed.
     pub(crate) fn total_s(&self) -> f64 {
-        // Folded from +0.0: an empty f64 sum is -0.0, which prints as "-0".
+        // Folded from +0.0, because an empty f64 sum is -0.0, which prints as "-0".
         self.stacks
             .values()
             .flatten()
@@ -308,13 +323,20 @@ impl Aggregator {
         let mut threads: Vec<ThreadProfile> = self
             .threads
             .iter()
-            .map(|(tid, t)| ThreadProfile {
-                native_id: *tid,
-                name: t.name.clone(),
-                samples: t.samples,
-                cpu_python_pct: pct(t.split.python_s),
-                cpu_native_pct: pct(t.split.native_s),
-                cpu_system_pct: pct(t.split.system_s),
+            .map(|(tid, t)| {
+                let label = self.labels.get(tid);
+                ThreadProfile {
+                    native_id: *tid,
+                    name: label
+                        .and_then(|l| l.os_name.clone())
+                        .or_else(|| t.name.clone()),
+                    python_name: label.and_then(|l| l.python_name.clone()),
+                    interpreters: label.map(|l| l.interpreters.clone()).unwrap_or_default(),
+                    samples: t.samples,
+                    cpu_python_pct: pct(t.split.python_s),
+                    cpu_native_pct: pct(t.split.native_s),
+                    cpu_system_pct: pct(t.split.system_s),
+                }
             })
             .collect();
         threads.sort_by_key(|t| t.native_id);

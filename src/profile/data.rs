@@ -40,7 +40,7 @@ pub struct StackProfile {
     /// None in profiles written before the split was kept per stack.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub split: Option<Split>,
-    /// The kernel thread id (TID) of the thread that saw it: the same frames seen by two
+    /// The kernel thread id (TID) of the thread that saw it, so the same frames seen by two
     /// threads are two stacks. None when not known, and in profiles written before it was
     /// kept (their stacks merge every thread).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -51,11 +51,41 @@ pub struct StackProfile {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ThreadProfile {
     pub native_id: i32,
+    /// The OS's name of the thread (`/proc/PID/task/TID/comm`).
     pub name: Option<String>,
+    /// The name the program gave it (`threading.Thread(name=...)`), as last read; None
+    /// when not known (and in profiles written before it was kept).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub python_name: Option<String>,
+    /// The ids of the interpreters it was sampled in (0: the main one), ascending. Empty
+    /// when not known (profiles written before they were kept).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub interpreters: Vec<i64>,
     pub samples: u64,
     pub cpu_python_pct: f64,
     pub cpu_native_pct: f64,
     pub cpu_system_pct: f64,
+}
+
+impl ThreadProfile {
+    /// The thread as a report names it: the name the program gave it, then the OS's in
+    /// parentheses (`worker-3 (python3)`), either alone when the other is not known.
+    pub fn display_name(&self) -> Option<String> {
+        match (&self.python_name, &self.name) {
+            (Some(p), Some(o)) => Some(format!("{p} ({o})")),
+            (p, o) => p.clone().or_else(|| o.clone()),
+        }
+    }
+}
+
+/// What a thread is known by, kept while a recording runs (`Aggregator::label_thread`)
+/// and given to its [`ThreadProfile`] at the end.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub(crate) struct ThreadLabel {
+    pub(crate) os_name: Option<String>,
+    pub(crate) python_name: Option<String>,
+    /// Ascending, without repeats.
+    pub(crate) interpreters: Vec<i64>,
 }
 
 /// A finished profile.
@@ -84,7 +114,7 @@ pub struct Profile {
 
 impl Profile {
     /// Line `line` of `file`, added with no time (and its file with it) when the profile has
-    /// none; the second value is the file's index when the line was added (its source is then
+    /// none. The second value is the file's index when the line was added (its source is then
     /// to be read again: [`Profile::take_sources`]).
     pub(crate) fn line_mut(&mut self, file: &str, line: u32) -> (&mut LineProfile, Option<usize>) {
         let fi = match self.files.iter().position(|f| f.filename == file) {

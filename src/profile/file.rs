@@ -76,13 +76,13 @@ pub struct FileProfile {
     pub lines: Vec<LineProfile>,
     pub functions: Vec<FunctionProfile>,
     /// The source text of the lines within [`SOURCE_CONTEXT`] of a line of `lines` that are
-    /// not lines of `lines` themselves, ascending: a report shows them around its lines
+    /// not lines of `lines` themselves, ascending. A report shows them around its lines
     /// from the profile alone (the file may be gone, or another by now).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub context: Vec<SourceLine>,
     /// The file's whole text, line 1 first, when it has at most [`FULL_SOURCE_MAX_LINES`]
     /// lines and [`FULL_SOURCE_MAX_BYTES`] bytes (empty otherwise, and in profiles written
-    /// before it existed): the HTML report's "all lines" view shows it.
+    /// before it existed). The HTML report's "all lines" view shows it.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub full_source: Vec<String>,
 }
@@ -118,8 +118,8 @@ impl FileProfile {
         }
     }
 
-    /// Takes what the profile shows of the file's text `src` (its lines, first line first):
-    /// the source of each of its lines that has none yet, and of the lines around them
+    /// Takes what the profile shows of the file's text `src` (its lines, first line first).
+    /// That is the source of each of its lines that has none yet, and of the lines around them
     /// ([`FileProfile::context`], made anew).
     pub fn take_source(&mut self, src: &[String]) {
         let text = |n: u32| (n as usize).checked_sub(1).and_then(|i| src.get(i));
@@ -156,8 +156,8 @@ impl FileProfile {
         };
     }
 
-    /// The file's text as far as the profile knows it: line `n` at index `n - 1`, empty
-    /// where it carries nothing; None when it carries no text at all. Lines past
+    /// The file's text as far as the profile knows it, with line `n` at index `n - 1`, empty
+    /// where it carries nothing. None when it carries no text at all. Lines past
     /// [`KNOWN_SOURCE_MAX_LINE`] are left out (a damaged profile's line 4294967295 must not
     /// ask for a vector of four billion strings; the line's own `source` still shows).
     pub(crate) fn known_source(&self) -> Option<Vec<String>> {

@@ -71,11 +71,21 @@ pub struct MemorySummary {
     pub handshakes: u64,
     #[serde(default)]
     pub handshake_wait_ms: f64,
+    /// Allocations of at least a window in one block (a large buffer, an array), MB. Of
+    /// those, also the MB charged without a stack of their own, with how many events that
+    /// was. They went to the line of their thread's latest handshake. Such blocks came
+    /// faster than their own handshake budget, or the profiler answered too late.
+    #[serde(default)]
+    pub large_alloc_mb: f64,
+    #[serde(default)]
+    pub large_alloc_without_own_stack_mb: f64,
+    #[serde(default)]
+    pub large_allocs_without_own_stack: u64,
     /// Every distinct full stack that allocated, with its bytes (the allocation flame
     /// graph), most first.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub stacks: Vec<MemoryStack>,
-    /// `attach` loaded our library into the process: memory is counted from the attach on
+    /// `attach` loaded our library into the process, so memory is counted from the attach on
     /// (what it held before is not attributed to lines; the footprint starts at its C heap
     /// in use then).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]

@@ -29,7 +29,7 @@ pub struct ProfileMeta {
     #[serde(default)]
     pub thinned_samples: u64,
     /// The most sampling ticks a second that pause the target (above it, ticks are
-    /// thinned: `thinned_samples`); absent in profiles recorded before it was kept.
+    /// thinned, see `thinned_samples`). Absent in profiles recorded before it was kept.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub paused_max_hz: Option<f64>,
     pub rate_hz: f64,
@@ -42,30 +42,31 @@ pub struct ProfileMeta {
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub free_threaded: bool,
     /// Set when time could not be split into Python and native (no table of CALL opcodes
-    /// for the interpreter's version): why. Lines' time is then all in `cpu_python_pct`,
-    /// which means "Python or native" and is shown so.
+    /// for the interpreter's version), and says why. Lines' time is then all in
+    /// `cpu_python_pct`, which means "Python or native" and is shown so.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub split_unavailable: Option<String>,
     /// Thread samples of threads that had not run since their last read, and so were not
     /// read again (their stack is that read's).
     #[serde(default, skip_serializing_if = "is_zero")]
     pub unchanged_reads: u64,
-    /// Samples whose reading of CPU times read only the threads that ran lately: the
+    /// Samples whose reading of CPU times read only the threads that ran lately, because the
     /// process's CPU clock showed that no other thread had run (see how-it-works). The
     /// others read every thread's.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub short_cpu_reads: u64,
-    /// Thread samples left for a later sample: more threads ran than a sample walks (a
-    /// pool starting or ending at once; see how-it-works).
+    /// Thread samples left for a later sample, because more threads ran than a sample walks
+    /// (a pool starting or ending at once; see how-it-works).
     #[serde(default, skip_serializing_if = "is_zero")]
     pub deferred_reads: u64,
     /// The sampler gave way to the program (it ran under `SCHED_IDLE` while it read without
-    /// stopping it; see how-it-works): how often it took the normal policy back because
-    /// it could not run for a while (every CPU busy). Absent: it did not give way.
+    /// stopping it; see how-it-works). This counts how often it took the normal policy back
+    /// because it could not run for a while (every CPU busy). Absent when it did not give
+    /// way.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gave_way_boosts: Option<u64>,
-    /// Recorded with native frames (`--native`): how their merge with the Python frames
-    /// went.
+    /// For a recording with native frames (`--native`), how their merge with the Python
+    /// frames went.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub native: Option<NativeMeta>,
 }
@@ -75,7 +76,7 @@ fn is_zero(n: &u64) -> bool {
 }
 
 /// How a `--native` recording's thread samples merged their native frames with their
-/// Python frames. An unmerged sample keeps its Python frames (and its time): nothing is
+/// Python frames. An unmerged sample keeps its Python frames (and its time); nothing is
 /// guessed.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct NativeMeta {

@@ -5,7 +5,7 @@
 //! serializable result, whose JSON form is documented in docs/profile-json.md).
 //! Must not: read process memory or format output.
 //!
-//! Files (every item is re-exported here: callers name `crate::profile::X`):
+//! Files (every item is re-exported here, so callers name `crate::profile::X`):
 //! - `data`: [`Profile`] itself, its stacks, threads and processes, the time [`Split`].
 //! - `meta`: [`ProfileMeta`], the facts about the recording.
 //! - `file`: [`FileProfile`], its lines and functions, and the source text kept.
@@ -26,6 +26,7 @@ mod tests;
 mod window;
 
 pub(crate) use aggregate::{Activity, Aggregator, ThreadSample};
+pub(crate) use data::ThreadLabel;
 pub use data::{
     ProcessProfile, Profile, Split, StackProfile, ThreadProfile, PROFILE_SCHEMA_VERSION,
 };

@@ -58,8 +58,8 @@ impl Profile {
     }
 }
 
-/// Each line's copy rate over the window alone: what it copied by `now_s` (its rate × the
-/// recording's length then), less what it had copied by `before_s`, over the window.
+/// Each line's copy rate over the window alone. It is what it copied by `now_s` (its rate ×
+/// the recording's length then), less what it had copied by `before_s`, over the window.
 fn copy_rates_since(now: &mut [FileProfile], before: &[FileProfile], now_s: f64, before_s: f64) {
     let copied: HashMap<(&str, u32), f64> = before
         .iter()
@@ -258,7 +258,7 @@ mod tests {
             context: Vec::new(),
             full_source: Vec::new(),
         };
-        // 10 MB copied in the first 10 s; 18 MB by 12 s: 8 MB in the 2 s window.
+        // 10 MB copied in the first 10 s and 18 MB by 12 s make 8 MB in the 2 s window.
         let mut before = picture(10.0, 10, Vec::new());
         before.files = vec![file(1.0)];
         let mut now = picture(12.0, 12, Vec::new());

@@ -15,19 +15,22 @@ use crate::error::Result;
 
 /// Page size of the read cache.
 pub(crate) const CACHE_PAGE: u64 = 4096;
-/// Most pages one cache keeps: a walk touches a handful, a thread list one page or so per
-/// thread; this bounds a runaway walk (16 MiB).
+/// Most pages one cache keeps. A walk touches a handful, a thread list one page or so per
+/// thread. This bounds a runaway walk (16 MiB).
 const CACHE_MAX_PAGES: usize = 4096;
 
 /// A read-through cache of pages over another [`ProcessMemory`], for the reads of one
-/// snapshot: one system call costs about the same for a small read as for a page, and the
-/// structures one walk touches (frames in 3.11+'s frame stack, a frame and its neighbours,
-/// a code object and its name) often share pages. A page may hold only part of its bytes:
-/// a prefetch reads just the ranges asked for (copying whole pages costs the kernel time
-/// too), and a read outside what a page holds fetches the whole page. The cache also notes
-/// which bytes of each page were used ([`PageCache::used_ranges`]): the next snapshot's
-/// prefetch. Only valid while what it read cannot change (threads paused) or for one walk
-/// whose result is checked by other means; never keep one across samples.
+/// snapshot.
+/// - One system call costs about the same for a small read as for a page.
+/// - The structures one walk touches often share pages: frames in 3.11+'s frame stack, a
+///   frame and its neighbours, a code object and its name.
+/// - A page may hold only part of its bytes. A prefetch reads just the ranges asked for
+///   (copying whole pages costs the kernel time too). A read outside what a page holds
+///   fetches the whole page.
+/// - The cache notes which bytes of each page were used ([`PageCache::used_ranges`]), for
+///   the next snapshot's prefetch.
+/// - Only valid while what it read cannot change (threads paused), or for one walk whose
+///   result is checked by other means. Never keep one across samples.
 pub(crate) struct PageCache<'a> {
     inner: &'a dyn ProcessMemory,
     pages: std::cell::RefCell<Pages>,
@@ -39,7 +42,7 @@ pub(crate) struct PageCache<'a> {
 
 type Page = Box<[u8; CACHE_PAGE as usize]>;
 
-/// One page of a [`PageCache`]: the bytes `valid` hold what the process had; `used` are
+/// One page of a [`PageCache`]. The bytes `valid` hold what the process had. `used` are
 /// the bytes reads were served from (an empty range when `.0 >= .1`).
 struct CachedPage {
     addr: u64,
@@ -66,9 +69,11 @@ impl CachedPage {
     }
 }
 
-/// Whether the range `(addr, len)` goes through the cache: not empty, at most a page (larger
-/// reads go straight through), and not so near the top of the address space (a torn
-/// pointer may be anywhere) that page arithmetic would overflow.
+/// Whether the range `(addr, len)` goes through the cache. It does when it is:
+/// - not empty;
+/// - at most a page (larger reads go straight through);
+/// - not so near the top of the address space (a torn pointer may be anywhere) that page
+///   arithmetic would overflow.
 fn cacheable(addr: u64, len: usize) -> bool {
     len > 0 && len as u64 <= CACHE_PAGE && addr <= u64::MAX - 3 * CACHE_PAGE
 }
@@ -85,17 +90,17 @@ fn page_parts(addr: u64, len: usize) -> impl Iterator<Item = (u64, u32, u32)> {
     })
 }
 
-/// A cache's pages in the order they were fetched, found by address: by a look at each
-/// while they are few (a sample's walk touches a handful), through an index past
-/// [`Pages::FEW`] (a process with a thousand threads has a thousand thread states to read
-/// on as many pages).
+/// A cache's pages in the order they were fetched, found by address:
+/// - by a look at each while they are few (a sample's walk touches a handful);
+/// - through an index past [`Pages::FEW`] (a process with a thousand threads has a thousand
+///   thread states to read on as many pages).
 #[derive(Default)]
 struct Pages {
     list: Vec<CachedPage>,
     /// Built once the list outgrows [`Pages::FEW`] (making even an empty map costs a
     /// seeded hasher).
     index: Option<crate::IdMap<u64, usize>>,
-    /// The page found last: most reads follow one on the same page (a frame stack's frames).
+    /// The page found last. Most reads follow one on the same page (a frame stack's frames).
     last: std::cell::Cell<usize>,
 }
 
@@ -157,7 +162,7 @@ const WHOLE: (u32, u32) = (0, CACHE_PAGE as u32);
 const UNUSED: (u32, u32) = (u32::MAX, 0);
 
 thread_local! {
-    /// Page buffers of dropped caches, reused by the next ones: a sampler makes a few caches
+    /// Page buffers of dropped caches, reused by the next ones. A sampler makes a few caches
     /// per sample, thousands of times a second.
     static SPARE_PAGES: std::cell::RefCell<Vec<Page>> = const { std::cell::RefCell::new(Vec::new()) };
 }
@@ -228,11 +233,11 @@ impl<'a> PageCache<'a> {
     }
 
     /// [`ProcessMemory::prefetch`] of `ranges`, and in the same request, after them, the
-    /// ranges `again`: what they held a moment after the prefetch read everything else (the
-    /// kernel copies the ranges of one request in order). A walk served entirely from the
-    /// prefetch can be checked against that second look instead of a read made after the
-    /// walk: the two reads are microseconds apart instead of the walk's duration. A range
-    /// of `again` that could not be read is left out.
+    /// ranges `again`, which give what they held a moment after the prefetch read everything
+    /// else (the kernel copies the ranges of one request in order). A walk served entirely
+    /// from the prefetch can be checked against that second look instead of a read made
+    /// after the walk. The two reads are then microseconds apart instead of the walk's
+    /// duration. A range of `again` that could not be read is left out.
     pub(crate) fn prefetch_with_second_look(
         &'a self,
         ranges: &[(u64, usize)],
@@ -246,7 +251,7 @@ impl<'a> PageCache<'a> {
     }
 
     /// The bytes reads were served from, one range per page, in the order the pages were
-    /// fetched: what the next snapshot will most likely read, for its prefetch.
+    /// fetched. That is what the next snapshot will most likely read, for its prefetch.
     pub(crate) fn used_ranges(&self) -> Vec<(u64, usize)> {
         self.pages
             .borrow()
@@ -258,7 +263,7 @@ impl<'a> PageCache<'a> {
 
     /// Copies what `page` holds at `[from, from + out.len())` into `out`, reading the
     /// whole page first if the cache does not hold those bytes. False when the whole page
-    /// cannot be read (its end is not mapped, say): the caller then reads the exact range.
+    /// cannot be read (its end is not mapped, say). The caller then reads the exact range.
     fn copy_from_page(&self, page: u64, from: usize, out: &mut [u8]) -> bool {
         let (lo, hi) = (from as u32, (from + out.len()) as u32);
         let mut pages = self.pages.borrow_mut();
@@ -301,7 +306,7 @@ impl PageCache<'_> {
         // (page, from, to) to read: per page, the span covering every range on it (and
         // what the page already holds, so that it stays one span).
         let mut want: Vec<(u64, u32, u32)> = Vec::with_capacity(ranges.len());
-        // Where each page is in `want`: by a look at each while they are few.
+        // Where each page is in `want`, found by a look at each while they are few.
         let mut wanted: Option<crate::IdMap<u64, usize>> = None;
         {
             let pages = self.pages.borrow();
@@ -367,8 +372,8 @@ impl PageCache<'_> {
                 .zip(second.iter_mut())
                 .map(|(&(a, _), b)| (a, &mut b[..])),
         );
-        // The kernel stops at the first range it cannot read (memory unmapped since: a
-        // thread that ended freed its frame stack): the ranges after it are asked for
+        // The kernel stops at the first range it cannot read (memory unmapped since, as
+        // when a thread that ended freed its frame stack). The ranges after it are asked for
         // again, in order, up to [`MAX_SKIPS`] times (one bad range among a thousand
         // threads' frames left every thread after it to a system call of its own).
         const MAX_SKIPS: usize = 16;
@@ -428,12 +433,12 @@ impl ProcessMemory for PageCache<'_> {
     }
 
     /// Straight from the page when the cache holds the bytes (a walk's frames, every
-    /// sample): no zeroing, no copy in between.
+    /// sample), with no zeroing and no copy in between.
     fn read_append(&self, addr: u64, len: usize, out: &mut Vec<u8>) -> Result<()> {
         if cacheable(addr, len) {
             let page = addr & !(CACHE_PAGE - 1);
             let (lo, hi) = ((addr - page) as u32, (addr - page) as u32 + len as u32);
-            // On one page (a frame, nearly always): straight from it when it holds them.
+            // On one page (a frame, nearly always), straight from it when it holds them.
             if hi as u64 <= CACHE_PAGE {
                 let mut pages = self.pages.borrow_mut();
                 if let Some(p) = pages.position(page).map(|i| &mut pages[i]) {
@@ -517,7 +522,7 @@ mod tests {
             let got = c.read_vec(0x10000 + off, len).unwrap();
             assert_eq!(got, bytes[off as usize..off as usize + len], "{off}+{len}");
         }
-        // Past the end: an error, as from the memory itself; a range that ends exactly at
+        // Past the end is an error, as from the memory itself. A range that ends exactly at
         // the end of the memory reads even though the next page does not exist.
         assert!(c.read_vec(0x10000 + 3 * CACHE_PAGE - 4, 8).is_err());
         assert!(c.read_vec(0x10000 + 3 * CACHE_PAGE - 8, 8).is_ok());
@@ -532,8 +537,9 @@ mod tests {
         }
     }
 
-    /// A range that cannot be read (unmapped since: a thread that ended freed its frame
-    /// stack) costs only itself: the ranges after it in the same prefetch are read too.
+    /// A range that cannot be read (unmapped since, as when a thread that ended freed its
+    /// frame stack) costs only itself. The ranges after it in the same prefetch are read
+    /// too.
     #[test]
     fn a_prefetch_reads_past_a_range_it_cannot_read() {
         let page = CACHE_PAGE as usize;
@@ -609,7 +615,8 @@ mod tests {
             bytes: bytes.clone(),
         };
         let c = PageCache::new(&m);
-        // Two ranges on the first page and one across into the second: one span per page.
+        // Two ranges on the first page and one across into the second make one span per
+        // page.
         c.prefetch(&[(base + 100, 16), (base + 300, 8), (base + 4090, 12)]);
         {
             let pages = c.pages.borrow();
@@ -618,15 +625,15 @@ mod tests {
             assert_eq!(pages[1].valid, (0, 6));
         }
         assert!(c.used_ranges().is_empty(), "nothing served yet");
-        // Inside what was fetched: served as is.
+        // Inside what was fetched, served as is.
         assert_eq!(c.read_vec(base + 104, 8).unwrap(), bytes[104..112]);
         assert_eq!(c.pages.borrow()[0].valid, (100, 4096));
-        // Outside it on the same page: the whole page is fetched, the data still right.
+        // Outside it on the same page, the whole page is fetched, the data still right.
         assert_eq!(c.read_vec(base + 20, 8).unwrap(), bytes[20..28]);
         assert_eq!(c.pages.borrow()[0].valid, (0, CACHE_PAGE as u32));
         // Across the boundary.
         assert_eq!(c.read_vec(base + 4092, 8).unwrap(), bytes[4092..4100]);
-        // What was used, per page: the next prefetch.
+        // What was used, per page, is the next prefetch.
         assert_eq!(
             c.used_ranges(),
             vec![(base + 20, 4096 - 20), (base + 4096, 4)]
@@ -635,7 +642,7 @@ mod tests {
 
     #[test]
     fn a_cache_of_many_pages_finds_each_and_keeps_counts_only_what_it_holds() {
-        // More pages than are looked up one by one: the index takes over, and every page
+        // With more pages than are looked up one by one, the index takes over, and every page
         // (those before it was built too) is found, in a prefetch and in reads.
         let pages = 3 * Pages::FEW as u64;
         let bytes: Vec<u8> = (0..pages * CACHE_PAGE)
@@ -673,7 +680,7 @@ mod tests {
             .is_err());
         assert_eq!(out.len(), 17);
         // The same page twice in one prefetch, past the point where the prefetch indexes
-        // what it wants: one span.
+        // what it wants, makes one span.
         let c = PageCache::new(&m);
         let mut twice = ranges.clone();
         twice.push((base + 5 * CACHE_PAGE + 512, 16));

@@ -106,7 +106,7 @@ impl RemoteMemory {
 }
 
 /// Requests of at most this many ranges are described on the stack (a sample's prefetch
-/// is about ten): no vectors made for every sample.
+/// is about ten), so no vectors are made for every sample.
 const FEW_RANGES: usize = 16;
 
 impl RemoteMemory {
@@ -140,7 +140,7 @@ impl ProcessMemory for RemoteMemory {
         if self.mem_file.is_some() || reqs.len() < 2 {
             return read_each(self, reqs);
         }
-        // One process_vm_readv for all of them (the kernel takes up to 1024 ranges); it
+        // One process_vm_readv for all of them (the kernel takes up to 1024 ranges). It
         // stops at the first range it cannot read, so what it returns counts whole
         // leading buffers plus maybe part of the next.
         if reqs.len() <= FEW_RANGES {
@@ -177,7 +177,7 @@ impl ProcessMemory for RemoteMemory {
             return Ok(0);
         }
         let len = buf.len();
-        // One system call: process_vm_readv copies up to the first unreadable page and
+        // One system call. process_vm_readv copies up to the first unreadable page and
         // says how far it got; a read of /proc/PID/mem likewise.
         let got = match &self.mem_file {
             Some(f) => f.read_at(buf, addr),
@@ -238,7 +238,7 @@ mod tests {
             for (i, b) in bufs.iter().enumerate() {
                 assert_eq!(b[..], a[64 * i..64 * i + 16], "{n} ranges, range {i}");
             }
-            // An unmapped range in the middle: the ranges before it only.
+            // With an unmapped range in the middle, only the ranges before it are read.
             let mut bufs = vec![[0u8; 8]; n];
             let mut reqs: Vec<(u64, &mut [u8])> = bufs
                 .iter_mut()

@@ -6,6 +6,7 @@
 //! - `BufferMemory`, bytes that pretend to be an address space (tests, fuzzing).
 //!
 //! Stack walking is generic over the trait, so tests walk frames from byte buffers.
+//!
 //! Must not: make a system call (a live process is read in `live.rs`).
 
 #[cfg(any(test, feature = "fuzzing"))]
@@ -31,8 +32,8 @@ pub trait ProcessMemory {
         Ok(u32::from_le_bytes(b))
     }
 
-    /// Fills `buf` from `addr` as far as the memory is readable, in one go: the count of
-    /// bytes read, which stops short where the mapping ends (a thread's stack read up to
+    /// Fills `buf` from `addr` as far as the memory is readable, in one go. Returns the count
+    /// of bytes read, which stops short where the mapping ends (a thread's stack read up to
     /// its top). An error only when not even the first byte is readable.
     fn read_prefix(&self, addr: u64, buf: &mut [u8]) -> Result<usize> {
         self.read(addr, buf).map(|()| buf.len())
@@ -46,14 +47,14 @@ pub trait ProcessMemory {
     }
 
     /// Fills several buffers, each from its own address, in as few system calls as the
-    /// implementation can; returns how many of them, counted from the first, were filled
+    /// implementation can. Returns how many of them, counted from the first, were filled
     /// completely (the rest are left unspecified).
     fn read_many(&self, reqs: &mut [(u64, &mut [u8])]) -> usize {
         read_each(self, reqs)
     }
 
-    /// A hint that the ranges `(addr, len)` will be read soon: a caching implementation
-    /// fetches them together. Never fails; a range it cannot fetch is read when asked for.
+    /// A hint that the ranges `(addr, len)` will be read soon, so a caching implementation
+    /// fetches them together. Never fails. A range it cannot fetch is read when asked for.
     fn prefetch(&self, _ranges: &[(u64, usize)]) {}
 
     /// Whether [`ProcessMemory::prefetch`] does anything (callers skip the work of finding
@@ -68,11 +69,11 @@ pub trait ProcessMemory {
     }
 
     /// A hint that the range `(addr, len)` matters to the next snapshot although this one
-    /// did not read all of it: a caching implementation counts what it holds of it as used
+    /// did not read all of it. A caching implementation counts what it holds of it as used
     /// (so that the next prefetch fetches it again), and reads nothing.
     fn keep(&self, _addr: u64, _len: usize) {}
 
-    /// For memory that serves earlier copies (`SecondLook`): the process itself, for a
+    /// For memory that serves earlier copies (`SecondLook`), the process itself, for a
     /// read that must happen now. None: this memory reads the process when asked.
     fn live(&self) -> Option<&dyn ProcessMemory> {
         None
@@ -111,7 +112,7 @@ pub(super) fn read_each<M: ProcessMemory + ?Sized>(
 }
 
 /// Little-endian field accessors over a buffer read in one go (e.g. a whole struct).
-/// Out-of-range offsets read as zero: callers size buffers from the layout, and a zero
+/// Out-of-range offsets read as zero, because callers size buffers from the layout, and a zero
 /// pointer is treated as "end of chain" by every walker.
 pub(crate) fn field_u64(buf: &[u8], off: usize) -> u64 {
     buf.get(off..off + 8)

@@ -8,12 +8,13 @@
 //! A signal that arrives for a thread while it is stopped is handed back on detach.
 //!
 //! One profiler thread at a time holds threads stopped ([`with_turn`]): the sampler, or a
-//! memory reader stopping the one thread that waits in the handshake (`run --native`). A
-//! thread's ptrace stops are reported to a wait by *any* thread of the tracer's process, so
-//! a sampler's wait for the program's exit (or a reaping of dead threads) could take the
-//! stop report that another profiler thread's pause is waiting for, and that pause would
-//! wait forever with the target's thread stopped: waits on the program's threads take the
-//! same turn.
+//! memory reader stopping the one thread that waits in the handshake (`run --native`).
+//!
+//! A thread's ptrace stops are reported to a wait by *any* thread of the tracer's process.
+//! So a sampler's wait for the program's exit (or a reaping of dead threads) could take the
+//! stop report that another profiler thread's pause is waiting for. That pause would wait
+//! forever with the target's thread stopped. That is why waits on the program's threads
+//! take the same turn.
 //!
 //! Must not: be used from more than one OS thread of the profiler at once for the same
 //! pause (ptrace requests must come from the thread that attached).
@@ -46,7 +47,7 @@ pub(crate) struct PausedThreads {
 static TURN: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 thread_local! {
-    /// This thread's hold on [`TURN`] and how many [`Turn`]s share it: a thread that
+    /// This thread's hold on [`TURN`] and how many [`Turn`]s share it. A thread that
     /// holds the turn may take it again (a pause inside a wait's turn) without deadlock.
     static HELD: std::cell::RefCell<(usize, Option<std::sync::MutexGuard<'static, ()>>)> =
         const { std::cell::RefCell::new((0, None)) };
@@ -81,7 +82,7 @@ impl Drop for Turn {
     }
 }
 
-/// Runs `f` (a wait for, or a reaping of, the target's threads) in the profiler's turn:
+/// Runs `f` (a wait for, or a reaping of, the target's threads) in the profiler's turn, so
 /// no other profiler thread holds threads stopped meanwhile (see the module's doc).
 pub(crate) fn with_turn<T>(f: impl FnOnce() -> T) -> T {
     let _turn = Turn::take();
@@ -102,9 +103,9 @@ pub(crate) fn termination_signals() -> SigSet {
 }
 
 impl PausedThreads {
-    /// Stops exactly the threads `tids` of `pid` (threads that exit meanwhile are skipped):
-    /// for re-reading one thread's own stack, which only that thread changes. Other threads
-    /// run on, and the thread list is not read again.
+    /// Stops exactly the threads `tids` of `pid` (threads that exit meanwhile are skipped).
+    /// It is for re-reading one thread's own stack, which only that thread changes. Other
+    /// threads run on, and the thread list is not read again.
     pub(crate) fn pause_threads(pid: i32, tids: &[i32]) -> Result<PausedThreads> {
         let mut paused = PausedThreads::new_masked();
         for &tid in tids {
@@ -153,7 +154,7 @@ impl PausedThreads {
     }
 
     /// The general-purpose registers of `tid`, one of the threads this pause holds
-    /// (`PTRACE_GETREGS`): where it stands, for unwinding its native stack.
+    /// (`PTRACE_GETREGS`). They say where it stands, for unwinding its native stack.
     #[cfg(target_arch = "x86_64")]
     pub(crate) fn registers(&self, pid: i32, tid: i32) -> Result<libc::user_regs_struct> {
         if !self.seized.iter().any(|s| s.tid.as_raw() == tid) {
@@ -243,11 +244,11 @@ impl PausedThreads {
                 std::io::Error::from_raw_os_error(e as i32),
             ));
         }
-        // Wait until it is stopped. A signal-delivery-stop may come first: that thread is
-        // stopped as well; remember the signal so it is delivered when we detach.
+        // Wait until it is stopped. A signal-delivery-stop may come first, and then that thread
+        // is stopped as well. Remember the signal so it is delivered when we detach.
         loop {
-            // Peek first (WNOWAIT): if the thread exited, its exit belongs to whoever waits
-            // for the process (for `run`, our own child's status), so it must not be reaped
+            // Peek first (WNOWAIT). If the thread exited, its exit belongs to whoever waits
+            // for the process (for `run`, our own child's status). So it must not be reaped
             // here when it is the thread-group leader.
             match peek_exit(t) {
                 Ok(true) => {

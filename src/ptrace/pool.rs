@@ -1,11 +1,11 @@
 //! Byte buffers reused from one read to the next: [`take_buf`] and [`give_back_buf`].
 //!
 //! Owns: each thread's stock of spare buffers, bounded in count and in size.
-//! Must not: zero a buffer it hands out; the read that follows overwrites it.
+//! Must not: zero a buffer it hands out. The read that follows overwrites it.
 
 thread_local! {
-    /// Byte buffers of earlier reads (second looks, a walk's frames read again), reused:
-    /// zeroing kilobytes for every sample only to overwrite them was a visible part of a
+    /// Byte buffers of earlier reads (second looks, a walk's frames read again), reused.
+    /// Zeroing kilobytes for every sample only to overwrite them was a visible part of a
     /// sample's own work.
     static SPARE_BUFS: std::cell::RefCell<Vec<Vec<u8>>> = const { std::cell::RefCell::new(Vec::new()) };
 }
@@ -14,12 +14,12 @@ thread_local! {
 const SPARE_BUFS_MAX: usize = 64;
 const SPARE_BUF_MAX_BYTES: usize = 256 * 1024;
 
-/// A buffer of `len` bytes for a read to fill: a spare one when there is one. Its contents
+/// A buffer of `len` bytes for a read to fill, a spare one when there is one. Its contents
 /// are whatever it held (a read that fails leaves them, and such a buffer is never used for
 /// data).
 pub(crate) fn take_buf(len: usize) -> Vec<u8> {
-    // The same ranges are read sample after sample: one of that length first, else one at
-    // least as long, so that little is ever zeroed.
+    // The same ranges are read sample after sample. So take one of that length first, else
+    // one at least as long, so that little is ever zeroed.
     let mut b = SPARE_BUFS.with(|s| {
         let mut spare = s.borrow_mut();
         let pick = spare

@@ -1,46 +1,63 @@
-//! Calling a function inside the target: one of its threads, stopped where it holds no lock,
-//! is made to call a C function of ours choosing and then put back exactly as it was.
-//! `attach` with memory uses it to have the C library's `dlopen` load our library into a
-//! process that was started without it, and to call the library's attach entry point.
+//! Calling a function inside the target.
 //!
-//! Owns: [`Hijacked`] — the choice of a thread at a safe point, saving and restoring its
-//! registers *and* its vector state (XSAVE area: a called function clobbers xmm/ymm, which
-//! an interrupted thread may hold live), the call itself, and the detach.
+//! One of its threads, stopped where it holds no lock, is made to call a C function of our
+//! choosing. Then it is put back exactly as it was. `attach` with memory uses this twice:
+//! - to have the C library's `dlopen` load our library into a process started without it;
+//! - to call the library's attach entry point.
 //!
-//! Safe point: a thread blocked in a system call that waits without holding a C-library
-//! lock — a condition-variable / semaphore / join wait (futex `FUTEX_WAIT_BITSET`, which
-//! glibc uses for those and for the GIL, never for its internal locks, which wait with
-//! `FUTEX_WAIT`), sleep, poll/select/epoll, wait4, pause, sigsuspend, accept. A thread
-//! interrupted anywhere else may hold the allocator's arena lock or the loader's lock, and
-//! the call would deadlock the process for good. Only that thread is stopped: the others
-//! run on, so that a lock one of them holds is released while the call waits for it.
+//! Owns: [`Hijacked`], which is
+//! - the choice of a thread at a safe point;
+//! - saving and restoring its registers and its vector state (the XSAVE area, because a
+//!   called function clobbers xmm/ymm, which an interrupted thread may hold live);
+//! - the call itself, and the detach.
 //!
-//! Or, where no thread waits (one thread that only computes): that thread stopped while it
-//! runs code the caller names ([`Hijacked::in_code`]: the interpreter's own, where no
-//! C-library lock is held — `memory/inject.rs` says why), found there by stopping it with
-//! PTRACE_INTERRUPT now and then. Such a stop is no signal: a profiler that dies with the
-//! thread stopped, or between two stops, leaves it to run on. (Measured here, and why not a
-//! breakpoint: debug registers set with PTRACE_POKEUSER stay armed after the tracer
-//! detaches or dies — Linux 6.18: the thread died of SIGTRAP at its next pass — and a
-//! perf-event breakpoint, which goes with its descriptor, still stops the thread with a
-//! SIGTRAP that kills the process when its tracer dies before collecting the stop: the
-//! kill test hit that window.) Its way back is the trampoline's second listing, which puts
-//! every register back where the thread was, also in the middle of a function.
+//! A safe point is a thread blocked in a system call that waits without holding a C-library
+//! lock:
+//! - a condition-variable, semaphore or join wait (futex `FUTEX_WAIT_BITSET`; glibc uses it
+//!   for those and for the GIL, never for its internal locks, which wait with `FUTEX_WAIT`);
+//! - sleep, poll, select, epoll, wait4, pause, sigsuspend, accept.
 //!
-//! Also: the kernel restarts an interrupted system call by looking at the registers a
-//! thread resumes with; the call runs with `orig_rax = -1` so it does not.
+//! A thread interrupted anywhere else may hold the allocator's arena lock or the loader's
+//! lock. The call would then deadlock the process for good. Only the chosen thread is
+//! stopped. The others run on, so that a lock one of them holds is released while the call
+//! waits for it.
 //!
-//! The way back needs no tracer: the function returns into our trampoline
-//! (`trampoline.rs`), which puts every register and the vector state back and restarts the
-//! thread's wait (or resumes its code) by itself, so a profiler SIGKILLed mid-call (or
-//! giving up on a call that takes too long) leaves the thread as if nothing happened.
-//! Everything the way back needs is written before the thread is let run: from the moment
-//! its registers are ours, it returns by itself. Between two calls the thread is stopped
-//! again in its wait (or in the trampoline's short wait, and set back where it was).
+//! Where no thread waits (one thread that only computes), the thread is caught in code the
+//! caller names ([`Hijacked::in_code`]).
+//! - The caller names the interpreter's own code, where no C-library lock is held
+//!   (`memory/inject.rs` says why).
+//! - The thread is found there by stopping it with PTRACE_INTERRUPT now and then.
+//! - Such a stop is no signal. A profiler that dies with the thread stopped, or between two
+//!   stops, leaves it to run on.
+//! - Its way back is the trampoline's second listing. It puts every register back where
+//!   the thread was, also in the middle of a function.
 //!
-//! Must not: stop the target longer than the call takes, or leave a thread with anything
-//! of ours (registers, a pending signal swallowed); stack bytes are written only below the
-//! red zone (memory a thread does not own until it grows its stack there).
+//! Why not a breakpoint (measured here):
+//! - Debug registers set with PTRACE_POKEUSER stay armed after the tracer detaches or dies.
+//!   On Linux 6.18 the thread died of SIGTRAP at its next pass.
+//! - A perf-event breakpoint goes with its descriptor, but still stops the thread with a
+//!   SIGTRAP. That kills the process when its tracer dies before collecting the stop; the
+//!   kill test hit that window.
+//!
+//! The kernel restarts an interrupted system call by looking at the registers a thread
+//! resumes with. The call runs with `orig_rax = -1`, so that it does not.
+//!
+//! The way back needs no tracer. The function returns into our trampoline
+//! (`trampoline.rs`). It puts every register and the vector state back, and restarts the
+//! thread's wait (or resumes its code) by itself. So a profiler SIGKILLed mid-call, or one
+//! that gives up on a call that takes too long, leaves the thread as if nothing happened.
+//! - Everything the way back needs is written before the thread is let run. From the moment
+//!   its registers are ours, it returns by itself.
+//! - Between two calls the thread is stopped again in its wait (or in the trampoline's
+//!   short wait, and set back where it was).
+//!
+//! Must not:
+//! - stop the target longer than the call takes;
+//! - leave a thread with anything of ours (registers, a pending signal swallowed);
+//! - write stack bytes anywhere but below the red zone (memory a thread does not own until
+//!   it grows its stack there).
+
+mod catch;
 
 use crate::error::{Error, Result};
 use nix::sys::ptrace;
@@ -75,14 +92,18 @@ const RESTART_RESULTS: &[i64] = &[-4, -512, -513, -514, -516];
 const NT_X86_XSTATE: libc::c_int = 0x202;
 /// Room for the XSAVE area (11 KiB with AVX-512; the kernel says how much it filled).
 const XSTATE_BYTES: usize = 64 * 1024;
-/// Longest a call may take before we stop waiting for it (the thread comes back by itself
-/// whenever it returns: see the trampoline).
+/// Longest a call may take before we stop waiting for it. The thread comes back by itself
+/// whenever it returns (see the trampoline).
 const CALL_TIMEOUT: Duration = Duration::from_secs(30);
-/// `SCALENE_RS_TEST_STALL_CALL=stopped|before|after`: tests only. Stalls the profiler for a
-/// minute once a computing thread is stopped inside the interpreter (`stopped`), just before
-/// (the thread stopped with the call's registers set) or just after the thread is let run
-/// into a call, saying so on stderr, so that a test can kill it at the worst moment on
-/// purpose.
+/// `SCALENE_RS_TEST_STALL_CALL=patched|stopped|before|after`: tests only. Stalls the
+/// profiler for a minute, saying so on stderr, so that a test can kill it at the worst
+/// moment on purpose. It stalls:
+/// - `patched`: once a computing thread runs with a return address of its stack replaced
+///   (it goes on until its callee returns into our catch code);
+/// - `stopped`: once it is stopped inside the interpreter;
+/// - `before`: just before the thread is let run into a call (the thread stopped with the
+///   call's registers set);
+/// - `after`: just after the thread is let run into a call.
 const STALL_ENV: &str = "SCALENE_RS_TEST_STALL_CALL";
 
 /// Whether a thread blocked in system call `nr` with first two arguments `a0`, `a1` waits
@@ -101,9 +122,10 @@ pub(crate) fn waiting_thread(pid: i32) -> bool {
 }
 
 /// The thread of `pid` to stop inside the interpreter's code when none waits, at the
-/// `nth` look: the running threads in turn (the one holding the GIL among them, in a
-/// program of one computing thread; others may be running C code), the main thread first;
-/// the main thread when none runs now.
+/// `nth` look:
+/// - the running threads in turn, the main thread first (the one holding the GIL is among
+///   them, in a program of one computing thread; others may be running C code);
+/// - the main thread when none runs now.
 pub(crate) fn computing_thread(pid: i32, nth: usize) -> i32 {
     let mut tids = crate::proc::threads(pid).unwrap_or_default();
     tids.sort_by_key(|&t| t != pid);
@@ -117,6 +139,18 @@ pub(crate) fn computing_thread(pid: i32, nth: usize) -> i32 {
     running[nth % running.len()]
 }
 
+/// Whether thread `tid` of `pid` runs without a shadow stack (x86 CET), on which a
+/// replaced return address would fault. Its /proc status names the features it has
+/// enabled (a kernel without them says nothing, which reads as none).
+fn shadow_stack_off(pid: i32, tid: i32) -> bool {
+    let status =
+        std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/status")).unwrap_or_default();
+    !status
+        .lines()
+        .filter(|l| l.starts_with("x86_Thread_features:"))
+        .any(|l| l.split_whitespace().any(|w| w == "shstk"))
+}
+
 /// Whether thread `tid` of `pid` is blocked in one of [`SAFE_SYSCALLS`] now (from /proc).
 fn in_usable_wait(pid: i32, tid: i32) -> bool {
     crate::proc::blocked_syscall(pid, tid).is_some_and(|(nr, _)| SAFE_SYSCALLS.contains(&nr))
@@ -127,10 +161,10 @@ fn in_usable_wait(pid: i32, tid: i32) -> bool {
 enum State {
     /// Stopped in its safe wait; `regs` and `xstate` are its own.
     Parked,
-    /// Stopped inside a call that went wrong (a fault): `regs`/`xstate` are put back on drop.
+    /// Stopped inside a call that went wrong (a fault). `regs`/`xstate` are put back on drop.
     Faulted,
     /// Not usable: running on its own (back from a call and out of its wait, a call given
-    /// up on) or stopped where it cannot be used; let go on drop.
+    /// up on) or stopped where it cannot be used. Let go on drop.
     Released,
 }
 
@@ -152,23 +186,23 @@ pub(crate) struct Hijacked {
 /// Where a hijacked thread was stopped.
 #[derive(Debug, Clone, Copy, PartialEq)]
 enum Way {
-    /// In a system call that waits: put back by restarting it ([`super::trampoline::CODE`]).
+    /// In a system call that waits. Put back by restarting it ([`super::trampoline::CODE`]).
     Wait,
     /// Anywhere outside a system call (a computing thread, interrupted inside the
-    /// interpreter's code): put back with every register as it was
+    /// interpreter's code). Put back with every register as it was
     /// ([`super::trampoline::RESUME_CODE`]). Between two calls it is stopped in the
     /// trampoline's short wait and set back where it was.
     Running,
 }
 
 impl Hijacked {
-    /// Stops a thread of `pid` blocked at a safe point: one pass over its threads, without
-    /// waiting (the caller tries again later: it is the sampler's thread, which must not
-    /// stall). None when no thread is at a safe point now.
+    /// Stops a thread of `pid` blocked at a safe point, in one pass over its threads, without
+    /// waiting. The caller tries again later, because it is the sampler's thread, which must
+    /// not stall. None when no thread is at a safe point now.
     pub(crate) fn find(pid: i32) -> Result<Option<Hijacked>> {
         let mut tids = crate::proc::threads(pid)?;
-        // The main thread first: its waits are usually the program's own (a join, a sleep,
-        // a select loop).
+        // The main thread first, because its waits are usually the program's own (a join, a
+        // sleep, a select loop).
         tids.sort_by_key(|&t| t != pid);
         for tid in tids.into_iter().filter(|&t| in_usable_wait(pid, t)) {
             if let Some(h) = Hijacked::stop(pid, tid)? {
@@ -178,8 +212,8 @@ impl Hijacked {
         Ok(None)
     }
 
-    /// Seizes and stops `tid`; Some when it is stopped in a safe wait (checked again on its
-    /// registers: it may have left the wait before the stop), else it is let go.
+    /// Seizes and stops `tid`. Some when it is stopped in a safe wait (checked again on its
+    /// registers, because it may have left the wait before the stop); else it is let go.
     fn stop(pid: i32, tid: i32) -> Result<Option<Hijacked>> {
         let Some(mut h) = Hijacked::seize(pid, tid, Way::Wait)? else {
             return Ok(None);
@@ -187,7 +221,7 @@ impl Hijacked {
         Ok(h.park().then_some(h))
     }
 
-    /// Seizes `tid` without stopping it (None when it is gone): let go on drop.
+    /// Seizes `tid` without stopping it (None when it is gone). Let go on drop.
     fn seize(pid: i32, tid: i32, way: Way) -> Result<Option<Hijacked>> {
         let t = Pid::from_raw(tid);
         match ptrace::seize(t, ptrace::Options::empty()) {
@@ -220,22 +254,36 @@ impl Hijacked {
         }))
     }
 
-    /// Stops thread `tid` of `pid`, which computes, inside the interpreter's own code: one
-    /// of the `ranges` of code (AVMA start, length) where a thread holds no C-library lock
-    /// (the caller's choice). It is stopped with PTRACE_INTERRUPT now and then (no signal:
-    /// a profiler that dies meanwhile just lets it run on) until one stop finds it there,
-    /// outside a system call, for at most `wait`. None when none did (it runs on as it
-    /// was).
+    /// Stops thread `tid` of `pid`, which computes, inside the interpreter's own code. That is
+    /// one of the `ranges` of code (AVMA start, length) where a thread holds no C-library lock
+    /// (the caller's choice). It tries for at most `wait`. None when it could not be (it runs
+    /// on as it was).
+    ///
+    /// Two ways, both without a signal (a profiler that dies meanwhile just lets it run on):
+    /// - it is stopped with PTRACE_INTERRUPT now and then, until one stop finds it there,
+    ///   outside a system call;
+    /// - a stop that finds it elsewhere (the C library, the kernel) asks `returns` where its
+    ///   stack returns into that code. The caller unwinds it and gives the slot of the
+    ///   innermost such return address, and the address. That return address is replaced, so
+    ///   that the thread is caught on its way back (`catch.rs`). This is done once per call. A
+    ///   thread whose callee does not return within `wait` (from then) is put back as it was.
     pub(crate) fn in_code(
         pid: i32,
         tid: i32,
         ranges: &[(u64, u64)],
         wait: Duration,
+        returns: &mut dyn FnMut(&libc::user_regs_struct) -> Option<(u64, u64)>,
     ) -> Result<Option<Hijacked>> {
+        use catch::{Patch, Progress};
         let Some(mut h) = Hijacked::seize(pid, tid, Way::Running)? else {
             return Ok(None);
         };
-        let deadline = Instant::now() + wait;
+        let mut deadline = Instant::now() + wait;
+        let mut patch: Option<Patch> = None;
+        let mut patched_once = false;
+        // Tests only: a test that stalls us with a return address replaced has the thread
+        // caught that way, not stopped inside the code now and then.
+        let stops_count = std::env::var(STALL_ENV).map_or(true, |v| v != "patched");
         loop {
             if !h.interrupt() {
                 return Ok(None);
@@ -244,8 +292,36 @@ impl Hijacked {
             let inside = ranges
                 .iter()
                 .any(|&(at, len)| regs.rip.wrapping_sub(at) < len);
-            // Outside a system call (there orig_rax is the call's number).
-            if inside && regs.orig_rax as i64 == -1 {
+            let mut found = None;
+            match patch.as_ref().map(|p| p.progress(pid, &regs)) {
+                Some(Progress::Waiting) => {
+                    let p = patch.take().expect("a patch");
+                    found = p.caught(&mut h, &regs);
+                    if found.is_none() {
+                        // It goes on through the copy by itself.
+                        return Ok(None);
+                    }
+                }
+                Some(Progress::Gone) => {
+                    // Returned through the copy and on (we looked too late), or its
+                    // stack went elsewhere, so the copy is free again.
+                    patch.take().expect("a patch").undo(&h, &regs);
+                }
+                Some(Progress::OnItsWay | Progress::Leaving) => {}
+                // Outside a system call (there orig_rax is the call's number).
+                None if stops_count && inside && regs.orig_rax as i64 == -1 => found = Some(regs),
+                None if !patched_once && shadow_stack_off(pid, tid) => {
+                    patched_once = true;
+                    if let Some((slot, ret)) = returns(&regs) {
+                        patch = Patch::make(&mut h, slot, ret)?;
+                        // The callee gets the whole wait to return, from now (the unwinding
+                        // took some of it).
+                        deadline = deadline.max(Instant::now() + wait);
+                    }
+                }
+                None => {}
+            }
+            if let Some(regs) = found {
                 let Some(x) = get_xstate(h.tid) else {
                     return Ok(None);
                 };
@@ -256,16 +332,26 @@ impl Hijacked {
                 return Ok(Some(h));
             }
             if Instant::now() >= deadline {
-                // Let go from this stop (a detach needs the thread stopped).
+                // Put back as it was, and let go from this stop (a detach needs the thread
+                // stopped).
+                if let Some(p) = patch {
+                    p.undo(&h, &regs);
+                }
                 return Ok(None);
             }
             ptrace::cont(h.tid, None).map_err(|e| h.os("PTRACE_CONT", e))?;
-            // Not in step with anything the thread repeats.
-            std::thread::sleep(Duration::from_micros(300 + (regs.rip & 0x1ff)));
+            if patch.is_some() {
+                h.stall_for_tests("patched");
+                // Its callee returns within microseconds, usually (a memset, a page fault).
+                std::thread::sleep(Duration::from_micros(100));
+            } else {
+                // Not in step with anything the thread repeats.
+                std::thread::sleep(Duration::from_micros(300 + (regs.rip & 0x1ff)));
+            }
         }
     }
 
-    /// Stops the (seized, running) thread with PTRACE_INTERRUPT: true once it is stopped
+    /// Stops the (seized, running) thread with PTRACE_INTERRUPT. True once it is stopped
     /// there. A signal's delivery stop that comes first is let through with its signal and
     /// the interrupt's stop awaited.
     fn interrupt(&mut self) -> bool {
@@ -287,8 +373,9 @@ impl Hijacked {
     }
 
     /// Stops the (seized) thread and checks it is in a safe wait, its registers and vector
-    /// state saved: Parked. Else it is let go (with the signal it was stopping for, if any:
-    /// here; else on drop) and false.
+    /// state saved. Then it is Parked. Else it returns false, and the thread is let go:
+    /// - with the signal it was stopping for, if any, here;
+    /// - else on drop.
     fn park(&mut self) -> bool {
         let t = self.tid;
         self.state = State::Released;
@@ -296,7 +383,7 @@ impl Hijacked {
             return false;
         }
         // The interrupt's stop, or a signal's delivery stop first (then the thread is not
-        // where we want it: let it go with its signal).
+        // where we want it, so let it go with its signal).
         loop {
             match waitpid(t, Some(WaitPidFlag::__WALL)) {
                 Ok(WaitStatus::PtraceEvent(..)) => break,
@@ -325,16 +412,18 @@ impl Hijacked {
                 self.state = State::Parked;
                 true
             }
-            // Not in a usable wait: let go as it is (on drop, or at the next park).
+            // Not in a usable wait, so let go as it is (on drop, or at the next park).
             None => false,
         }
     }
 
     /// Calls `func(args...)` (at most 6 integer arguments) in the thread, with `data`
-    /// copied onto its stack first; `args` may name bytes of `data` as [`DATA`]` + offset`.
-    /// Returns the function's `rax`. The thread returns through our trampoline, which puts
-    /// it back in its wait; then it is stopped there again for the next call (an error if
-    /// it has left its wait meanwhile: [`Hijacked::released`]).
+    /// copied onto its stack first. `args` may name bytes of `data` as [`DATA`]` + offset`.
+    /// Returns the function's `rax`.
+    ///
+    /// The thread returns through our trampoline, which puts it back in its wait. Then it is
+    /// stopped there again for the next call. That is an error if it has left its wait
+    /// meanwhile ([`Hijacked::released`]).
     pub(crate) fn call(&mut self, func: u64, args: &[u64], data: &[u8]) -> Result<u64> {
         assert!(args.len() <= 6);
         let pid = self.pid;
@@ -347,7 +436,7 @@ impl Hijacked {
         };
         let running = self.way == Way::Running;
         // A wait the kernel would restart is restarted by the trampoline at its `syscall`
-        // instruction: it must be one.
+        // instruction, so it must be one.
         let restarts = !running && self.regs.rax as i64 != -(libc::EINTR as i64);
         if restarts {
             use crate::ptrace::ProcessMemory;
@@ -362,10 +451,13 @@ impl Hijacked {
                 });
             }
         }
-        // From the stack pointer down: the red zone (128 bytes a leaf function may use),
-        // (for a thread stopped while running: the resume address's slot, below the red
-        // zone), the data, the trampoline's block (64-byte aligned), the return address
-        // (into the trampoline; rsp ≡ 8 mod 16 at the function's entry, as after a `call`).
+        // From the stack pointer down:
+        // - the red zone (128 bytes a leaf function may use);
+        // - for a thread stopped while running, the resume address's slot, below the red zone;
+        // - the data;
+        // - the trampoline's block (64-byte aligned);
+        // - the return address (into the trampoline; rsp ≡ 8 mod 16 at the function's entry, as
+        //   after a `call`).
         use super::trampoline::{Block, RESUME_AT, RESUME_SLOT_BELOW};
         let (block, below, back) = if running {
             let b = Block::resume_bytes(&self.regs, &self.xstate);
@@ -417,11 +509,11 @@ impl Hijacked {
         self.stall_for_tests("after");
         let result = self.await_return(block_at)?;
         if running {
-            // Waiting in the trampoline for us: stopped there and set back where it was.
+            // Waiting in the trampoline for us. Stopped there and set back where it was.
             self.repark(trampoline + super::trampoline::RESUME_WAKE);
             return Ok(result);
         }
-        // Back in its wait (the trampoline's last instructions take nanoseconds): stopped
+        // Back in its wait (the trampoline's last instructions take nanoseconds), so stopped
         // there again for the next call.
         self.state = State::Released;
         std::thread::sleep(Duration::from_micros(500));
@@ -429,15 +521,15 @@ impl Hijacked {
         Ok(result)
     }
 
-    /// [`Way::Running`], after a call: the thread waits in the trampoline's `futex` at `wake`;
-    /// stopped there, it is set back where it was (every register, its vector state) and
-    /// Parked for the next call. Released if it is not there (its wait ended early: it goes
+    /// [`Way::Running`], after a call. The thread waits in the trampoline's `futex` at `wake`.
+    /// Stopped there, it is set back where it was (every register, its vector state) and
+    /// Parked for the next call. Released if it is not there (its wait ended early, so it goes
     /// on by itself).
     fn repark(&mut self, wake: u64) {
         use super::trampoline::RESUME_AT;
         self.state = State::Released;
         // The trampoline's first instructions (the done word written, the wait not yet
-        // begun) take nanoseconds: a stop there is let go and made again.
+        // begun) take nanoseconds, so a stop there is let go and made again.
         let before_wait = (wake - super::trampoline::RESUME_WAKE + RESUME_AT)..wake;
         let mut tries = 0;
         loop {
@@ -457,7 +549,7 @@ impl Hijacked {
             }
         }
         set_xstate(self.tid, &mut self.xstate);
-        // orig_rax -1 (saved outside a system call): the futex is not restarted.
+        // orig_rax -1 (saved outside a system call), so the futex is not restarted.
         if ptrace::setregs(self.tid, self.regs).is_ok() {
             self.state = State::Parked;
         }
@@ -497,7 +589,7 @@ impl Hijacked {
                 Ok(WaitStatus::Stopped(_, Signal::SIGSEGV)) => {
                     let now =
                         ptrace::getregs(self.tid).map_err(|e| self.os("PTRACE_GETREGS", e))?;
-                    // A real fault inside the function: the thread is put back (on drop)
+                    // A real fault inside the function. The thread is put back (on drop)
                     // rather than the fault delivered (the process would die of it).
                     return Err(Error::BadState {
                         pid,
@@ -505,7 +597,7 @@ impl Hijacked {
                     });
                 }
                 Ok(WaitStatus::Stopped(_, sig)) => {
-                    // Another signal for this thread meanwhile: delivered as it would be.
+                    // Another signal for this thread meanwhile, delivered as it would be.
                     ptrace::cont(self.tid, Some(sig)).map_err(|e| self.os("PTRACE_CONT", e))?;
                 }
                 Ok(WaitStatus::PtraceEvent(..)) | Ok(WaitStatus::PtraceSyscall(_)) => {
@@ -530,7 +622,7 @@ impl Hijacked {
         self.pid
     }
 
-    /// Whether the thread was stopped while running (not in a wait): see [`Hijacked::in_code`].
+    /// Whether the thread was stopped while running (not in a wait). See [`Hijacked::in_code`].
     pub(crate) fn stopped_running(&self) -> bool {
         self.way == Way::Running
     }
@@ -554,10 +646,10 @@ impl Hijacked {
 }
 
 /// An argument of [`Hijacked::call`] that stands for the address of `data` on the stack
-/// (plus an offset): an address no user-space pointer has.
+/// (plus an offset). It is an address no user-space pointer has.
 pub(crate) const DATA: u64 = 0xffff_ff00_0000_0000;
 
-/// Why a call was not made: the thread left its wait after the previous call.
+/// Why a call was not made. The thread left its wait after the previous call.
 const RELEASED: &str = "the thread left its wait between two calls";
 
 /// Under [`STALL_ENV`] (tests only): whether to stall at `at`, said on stderr.
@@ -580,8 +672,8 @@ impl Hijacked {
 
 impl Drop for Hijacked {
     fn drop(&mut self) {
-        // Stopped inside a call that faulted: put back as it was. Then let go (parked, it
-        // restarts its wait; released, a detach finds it running or gone: no harm).
+        // Stopped inside a call that faulted, so put back as it was. Then let go. Parked, it
+        // restarts its wait. Released, a detach finds it running or gone, which does no harm.
         if self.state == State::Faulted {
             if !self.xstate.is_empty() {
                 set_xstate(self.tid, &mut self.xstate);
@@ -677,11 +769,11 @@ mod tests {
         // A GIL / condition wait (FUTEX_WAIT_BITSET | PRIVATE) and a join (| CLOCK_REALTIME).
         assert!(safe_wait(202, 0x89));
         assert!(safe_wait(202, 0x189));
-        // A C-library lock's wait (FUTEX_WAIT | PRIVATE): the thread holds or wants a lock.
+        // A C-library lock's wait (FUTEX_WAIT | PRIVATE), so the thread holds or wants a lock.
         assert!(!safe_wait(202, 0x80));
         assert!(!safe_wait(202, 0));
         assert!(safe_wait(230, 0));
-        // read/openat/mmap: the loader itself does those under its lock.
+        // read/openat/mmap, because the loader itself does those under its lock.
         assert!(!safe_wait(0, 0));
         assert!(!safe_wait(257, 0));
         assert!(!safe_wait(9, 0));

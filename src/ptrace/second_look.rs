@@ -1,6 +1,7 @@
 //! What a prefetch read a second time, just after the rest: [`SecondLook`].
 //!
-//! Owns: serving the reads that copy covers; every other read goes to the process.
+//! Owns: serving the reads that copy covers. Every other read goes to the process.
+//!
 //! Must not: serve a request of several ranges partly from the copy (their order would not
 //! hold).
 
@@ -8,8 +9,8 @@ use super::memory::ProcessMemory;
 use super::pool::give_back_buf;
 use crate::error::Result;
 
-/// What [`PageCache::prefetch_with_second_look`] read the second time: reads it covers are
-/// served from it; any other read goes to the process (and so happens later). A request of
+/// What [`PageCache::prefetch_with_second_look`] read the second time. Reads it covers are
+/// served from it. Any other read goes to the process (and so happens later). A request of
 /// several ranges is served from it only when it covers them all, so that the order in
 /// which they were read (the caller's) holds.
 ///

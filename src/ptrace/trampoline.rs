@@ -113,6 +113,56 @@
 //!     mov    120(%rsp), %rsp      # the resume address's slot
 //!     ret    $136                 # resume, rsp back to the thread's own
 //! ```
+//!
+//! A computing thread is seldom stopped inside the interpreter's own code when it spends
+//! most of its time in the C library or the kernel (a loop of large buffers: memset, page
+//! faults). `remote.rs` then catches it on its way back into that code. The return address
+//! of its innermost call out of the interpreter is replaced, on its stack, by the address of
+//! a third listing, [`CATCH_CODE`]. There are [`CATCH_ENTRIES`] copies of it, [`CATCH_STRIDE`]
+//! bytes apart from [`CATCH_AT`]. Each copy is followed by its own slot, [`CATCH_ORIGINAL`]
+//! bytes from its start, that holds the return address it replaced (0: the copy is free).
+//! The called function returns into it with every register as the interpreter will see it:
+//! - it saves what it is about to change (flags and the registers of a `futex` call) on the
+//!   stack, below the stack pointer (the callee's frame, dead once it returned);
+//! - it waits on a zero word of its own, at most 50 ms. A profiler still there
+//!   stops it in that wait ([`CATCH_WAKE`]), sets every register to what it was at the
+//!   return, and uses the thread as one stopped in the interpreter's code;
+//! - without us, the wait ends by itself; it puts the registers back and jumps to the
+//!   original return address, read from its slot.
+//!
+//! A slot is set only while it is 0 and cleared only by the profiler that set it, once the
+//! thread's registers no longer lead through the copy. A profiler killed with a return
+//! address replaced leaves its copy's slot set for good, so no later profiler reuses it.
+//!
+//! The listing of [`CATCH_CODE`] (`rsp` points just past the replaced return address):
+//! ```text
+//!     pushfq
+//!     push   %rax
+//!     push   %rcx
+//!     push   %rdx
+//!     push   %rsi
+//!     push   %rdi
+//!     push   %r10
+//!     push   %r11
+//!     push   $50000000            # the wait's timespec: 50 ms...
+//!     push   $0                   # ...and 0 s, also the futex word
+//!     mov    %rsp, %rdi           # futex(&word, FUTEX_WAIT_PRIVATE, 0, &timeout)
+//!     mov    $128, %esi
+//!     xor    %edx, %edx
+//!     mov    %rsp, %r10
+//!     mov    $202, %eax
+//!     syscall                     # [CATCH_WAKE] after it
+//!     lea    16(%rsp), %rsp
+//!     pop    %r11
+//!     pop    %r10
+//!     pop    %rdi
+//!     pop    %rsi
+//!     pop    %rdx
+//!     pop    %rcx
+//!     pop    %rax
+//!     popfq
+//!     jmp    *6(%rip)             # the slot, 64 bytes from the start
+//! ```
 
 use crate::error::{Error, Result};
 
@@ -144,6 +194,44 @@ pub(crate) const RESUME_CODE: [u8; 162] = [
     0x88, 0x00,
 ];
 
+/// The third listing (see the module's doc).
+pub(crate) const CATCH_CODE: [u8; 58] = [
+    0x9c, 0x50, 0x51, 0x52, 0x56, 0x57, 0x41, 0x52, 0x41, 0x53, 0x68, 0x80, 0xf0, 0xfa, 0x02, 0x6a,
+    0x00, 0x48, 0x89, 0xe7, 0xbe, 0x80, 0x00, 0x00, 0x00, 0x31, 0xd2, 0x49, 0x89, 0xe2, 0xb8, 0xca,
+    0x00, 0x00, 0x00, 0x0f, 0x05, 0x48, 0x8d, 0x64, 0x24, 0x10, 0x41, 0x5b, 0x41, 0x5a, 0x5f, 0x5e,
+    0x5a, 0x59, 0x58, 0x9d, 0xff, 0x25, 0x06, 0x00, 0x00, 0x00,
+];
+/// Where the first copy of [`CATCH_CODE`] starts, from the cave's start.
+pub(crate) const CATCH_AT: u64 = 320;
+/// How many copies of [`CATCH_CODE`] the cave holds, and how far apart they are.
+pub(crate) const CATCH_ENTRIES: u64 = 2;
+pub(crate) const CATCH_STRIDE: u64 = 72;
+/// Where a copy's slot (the return address it replaced) is, from the copy's start.
+pub(crate) const CATCH_ORIGINAL: u64 = 64;
+/// Where a thread waiting in a copy's `futex` is (the instruction after its `syscall`),
+/// from the copy's start.
+pub(crate) const CATCH_WAKE: u64 = 37;
+/// How long a copy waits for the profiler to stop it, nanoseconds (its listing's `push`;
+/// the tests check the two agree).
+#[cfg(test)]
+pub(crate) const CATCH_PARK_NS: u64 = 50_000_000;
+
+/// Where [`CATCH_CODE`] saved the registers it uses, from the stack pointer of a thread
+/// waiting at [`CATCH_WAKE`]. The stack pointer at the return is [`Caught::RSP`] above it.
+pub(crate) struct Caught;
+
+impl Caught {
+    pub(crate) const R11: u64 = 16;
+    pub(crate) const R10: u64 = 24;
+    pub(crate) const RDI: u64 = 32;
+    pub(crate) const RSI: u64 = 40;
+    pub(crate) const RDX: u64 = 48;
+    pub(crate) const RCX: u64 = 56;
+    pub(crate) const RAX: u64 = 64;
+    pub(crate) const RFLAGS: u64 = 72;
+    pub(crate) const RSP: u64 = 80;
+}
+
 /// Where [`RESUME_CODE`] starts, from the cave's start.
 pub(crate) const RESUME_AT: u64 = 144;
 /// Where a thread waiting in [`RESUME_CODE`]'s `futex` is (the instruction after its
@@ -154,12 +242,12 @@ pub(crate) const RESUME_SLOT_BELOW: u64 = 144;
 /// How long [`RESUME_CODE`] waits for the profiler to stop it after a call, nanoseconds.
 pub(crate) const RESUME_PARK_NS: u64 = 200_000_000;
 
-/// Room the cave must have (both listings, rounded up).
-const CAVE_BYTES: u64 = 320;
+/// Room the cave must have (every listing, the copies of the third with their slots).
+const CAVE_BYTES: u64 = CATCH_AT + CATCH_ENTRIES * CATCH_STRIDE;
 
-/// The block the profiler writes on the thread's stack for [`CODE`]: offsets in bytes from
-/// its start, which must be 64-byte aligned (XRSTOR's rule) and is where `rsp` points when
-/// the called function returns.
+/// The block the profiler writes on the thread's stack for [`CODE`], as offsets in bytes from
+/// its start. The start must be 64-byte aligned (XRSTOR's rule) and is where `rsp` points
+/// when the called function returns.
 pub(crate) struct Block;
 
 impl Block {
@@ -195,11 +283,11 @@ impl Block {
     pub(crate) fn bytes(regs: &libc::user_regs_struct, xsave: &[u8]) -> Vec<u8> {
         let mut b = vec![0u8; Self::XSAVE + xsave.len()];
         let mut put = |at: usize, v: u64| b[at..at + 8].copy_from_slice(&v.to_le_bytes());
-        // -EINTR: the wait was to fail (the kernel would not restart it): it returns so.
+        // -EINTR: the wait was to fail (the kernel would not restart it), and it returns so.
         let (rax, resume) = if regs.rax as i64 == -(libc::EINTR as i64) {
             (regs.rax, regs.rip)
         } else {
-            // Restarted as the kernel would: the `syscall` instruction (2 bytes) again,
+            // Restarted as the kernel would, by the `syscall` instruction (2 bytes) again,
             // with its number.
             (regs.orig_rax, regs.rip - 2)
         };
@@ -228,9 +316,10 @@ impl Block {
         b
     }
 
-    /// The block's bytes for [`RESUME_CODE`]: a thread stopped with `regs` anywhere outside
-    /// a system call, put back with every register as it was; its stack pointer is the
-    /// resume address's slot ([`RESUME_SLOT_BELOW`] below its own), which the caller writes.
+    /// The block's bytes for [`RESUME_CODE`], for a thread stopped with `regs` anywhere
+    /// outside a system call and put back with every register as it was. Its stack pointer is
+    /// the resume address's slot ([`RESUME_SLOT_BELOW`] below its own), which the caller
+    /// writes.
     pub(crate) fn resume_bytes(regs: &libc::user_regs_struct, xsave: &[u8]) -> Vec<u8> {
         let mut b = vec![0u8; Self::XSAVE + xsave.len()];
         let mut put = |at: usize, v: u64| b[at..at + 8].copy_from_slice(&v.to_le_bytes());
@@ -270,8 +359,8 @@ struct Segment {
     executable: bool,
 }
 
-/// The program headers of the ELF file mapped at `base` in `pid` (read from its memory:
-/// the first page of a mapped ELF file holds its headers).
+/// The program headers of the ELF file mapped at `base` in `pid` (read from its memory,
+/// because the first page of a mapped ELF file holds its headers).
 fn segments(mem: &dyn crate::ptrace::ProcessMemory, base: u64) -> Option<Vec<Segment>> {
     let head = mem.read_vec(base, 64).ok()?;
     if &head[..4] != b"\x7fELF" || head[4] != 2 {
@@ -287,7 +376,7 @@ fn segments(mem: &dyn crate::ptrace::ProcessMemory, base: u64) -> Option<Vec<Seg
     if phentsize < 56 || phnum == 0 || phnum > 256 {
         return None;
     }
-    // The headers are the process's memory: any value at all.
+    // The headers are the process's memory, so they may hold any value at all.
     let table = mem
         .read_vec(base.checked_add(phoff)?, phentsize * phnum)
         .ok()?;
@@ -304,8 +393,8 @@ fn segments(mem: &dyn crate::ptrace::ProcessMemory, base: u64) -> Option<Vec<Seg
     )
 }
 
-/// Where [`CODE`] can go in `pid`: the end of the last page of an executable mapping of a
-/// file, past its segment's last byte, with room for the code.
+/// Where [`CODE`] can go in `pid`. That is the end of the last page of an executable mapping
+/// of a file, past its segment's last byte, with room for the code.
 fn find_cave(pid: i32) -> Result<u64> {
     let maps = crate::proc::read_maps(pid)?;
     let mem = crate::ptrace::RemoteMemory::new(pid)?;
@@ -333,11 +422,11 @@ fn find_cave(pid: i32) -> Result<u64> {
 }
 
 /// Where [`CODE`] can go in the executable mapping `m` of a file whose segments are
-/// `segs`: past the end of one that ends inside `m`, with room for the code.
+/// `segs`. That is past the end of one that ends inside `m`, with room for the code.
 fn cave_in(m: &crate::proc::MapEntry, segs: &[Segment]) -> Option<u64> {
     let map_end_offset = m.offset + (m.end - m.start);
     for s in segs.iter().filter(|s| s.executable) {
-        // Read from the process's memory: any value at all.
+        // Read from the process's memory, so it may hold any value at all.
         let Some(end) = s.offset.checked_add(s.filesz) else {
             continue;
         };
@@ -354,26 +443,80 @@ fn cave_in(m: &crate::proc::MapEntry, segs: &[Segment]) -> Option<u64> {
     None
 }
 
-/// Writes [`CODE`] and [`RESUME_CODE`] into a cave of `pid` (again: the bytes are the same
-/// every time) and returns the cave's address (where [`CODE`] starts).
+/// Writes every listing into a cave of `pid` (again, because the bytes are the same every time)
+/// and returns the cave's address (where [`CODE`] starts). The slots of [`CATCH_CODE`]'s
+/// copies are left as they are where the code was there already (a copy may be in use),
+/// else set to 0 (free).
 pub(crate) fn install(pid: i32) -> Result<u64> {
-    use std::os::unix::fs::FileExt;
     let at = find_cave(pid)?;
-    let io = |e: std::io::Error| crate::proc::os_error(pid, "writing into /proc/PID/mem", e);
-    let f = std::fs::OpenOptions::new()
+    let f = open_mem(pid)?;
+    let mut code = [0u8; CAVE_BYTES as usize];
+    code[..CODE.len()].copy_from_slice(&CODE);
+    code[RESUME_AT as usize..RESUME_AT as usize + RESUME_CODE.len()].copy_from_slice(&RESUME_CODE);
+    for i in 0..CATCH_ENTRIES as usize {
+        let start = CATCH_AT as usize + i * CATCH_STRIDE as usize;
+        code[start..start + CATCH_CODE.len()].copy_from_slice(&CATCH_CODE);
+    }
+    let mut now = [0u8; CAVE_BYTES as usize];
+    read_mem(pid, &f, at, &mut now)?;
+    // The slots are not code, so they are compared as they are.
+    let mut same = code;
+    for i in 0..CATCH_ENTRIES as usize {
+        let slot = (CATCH_AT + i as u64 * CATCH_STRIDE + CATCH_ORIGINAL) as usize;
+        same[slot..slot + 8].copy_from_slice(&now[slot..slot + 8]);
+    }
+    if now != same {
+        write_mem(pid, &f, at, &code)?;
+    }
+    Ok(at)
+}
+
+/// The slot of copy `i` of [`CATCH_CODE`] in the cave at `cave`: its value now.
+pub(crate) fn catch_slot(pid: i32, cave: u64, i: u64) -> Result<u64> {
+    let mut b = [0u8; 8];
+    read_mem(pid, &open_mem(pid)?, catch_slot_at(cave, i), &mut b)?;
+    Ok(u64::from_le_bytes(b))
+}
+
+/// Sets the slot of copy `i` of [`CATCH_CODE`] in the cave at `cave` to `value`.
+pub(crate) fn set_catch_slot(pid: i32, cave: u64, i: u64, value: u64) -> Result<()> {
+    write_mem(
+        pid,
+        &open_mem(pid)?,
+        catch_slot_at(cave, i),
+        &value.to_le_bytes(),
+    )
+}
+
+/// Where copy `i` of [`CATCH_CODE`] starts in the cave at `cave`.
+pub(crate) fn catch_entry(cave: u64, i: u64) -> u64 {
+    cave + CATCH_AT + i * CATCH_STRIDE
+}
+
+fn catch_slot_at(cave: u64, i: u64) -> u64 {
+    catch_entry(cave, i) + CATCH_ORIGINAL
+}
+
+/// The target's memory as a file. Writes reach its read-only private mappings too (the
+/// page copied, never the file).
+fn open_mem(pid: i32) -> Result<std::fs::File> {
+    std::fs::OpenOptions::new()
         .read(true)
         .write(true)
         .open(format!("/proc/{pid}/mem"))
-        .map_err(io)?;
-    let mut code = [0u8; (RESUME_AT as usize) + RESUME_CODE.len()];
-    code[..CODE.len()].copy_from_slice(&CODE);
-    code[RESUME_AT as usize..].copy_from_slice(&RESUME_CODE);
-    let mut now = [0u8; (RESUME_AT as usize) + RESUME_CODE.len()];
-    f.read_exact_at(&mut now, at).map_err(io)?;
-    if now != code {
-        f.write_all_at(&code, at).map_err(io)?;
-    }
-    Ok(at)
+        .map_err(|e| crate::proc::os_error(pid, "opening /proc/PID/mem", e))
+}
+
+fn read_mem(pid: i32, f: &std::fs::File, at: u64, buf: &mut [u8]) -> Result<()> {
+    use std::os::unix::fs::FileExt;
+    f.read_exact_at(buf, at)
+        .map_err(|e| crate::proc::os_error(pid, "reading /proc/PID/mem", e))
+}
+
+fn write_mem(pid: i32, f: &std::fs::File, at: u64, bytes: &[u8]) -> Result<()> {
+    use std::os::unix::fs::FileExt;
+    f.write_all_at(bytes, at)
+        .map_err(|e| crate::proc::os_error(pid, "writing into /proc/PID/mem", e))
 }
 
 #[cfg(test)]
@@ -385,8 +528,22 @@ mod tests {
     fn code_is_its_listing() {
         assemble_listing(0, &CODE);
         assemble_listing(1, &RESUME_CODE);
+        assemble_listing(2, &CATCH_CODE);
         let wake = (RESUME_WAKE - RESUME_AT) as usize;
         assert_eq!(RESUME_CODE[wake - 2..wake], [0x0f, 0x05]);
+        let wake = CATCH_WAKE as usize;
+        assert_eq!(CATCH_CODE[wake - 2..wake], [0x0f, 0x05]);
+        // The copies fit their stride with their slot, which the jump reads (rip-relative,
+        // from the end of its 6 bytes).
+        assert!(CATCH_ORIGINAL as usize >= CATCH_CODE.len() && CATCH_ORIGINAL + 8 <= CATCH_STRIDE);
+        let disp = i32::from_le_bytes(CATCH_CODE[CATCH_CODE.len() - 4..].try_into().unwrap());
+        assert_eq!(CATCH_CODE.len() as u64 + disp as u64, CATCH_ORIGINAL);
+        assert!(CATCH_AT >= RESUME_AT + RESUME_CODE.len() as u64);
+        // The timespec the listing pushes.
+        assert_eq!(
+            u32::from_le_bytes(CATCH_CODE[11..15].try_into().unwrap()) as u64,
+            CATCH_PARK_NS
+        );
     }
 
     fn assemble_listing(nth: usize, code: &[u8]) {
@@ -418,8 +575,8 @@ mod tests {
         let _ = std::fs::remove_dir_all(&dir);
     }
 
-    /// An ELF header and program headers as the process's memory holds them at `base`:
-    /// the program headers at `phoff`, one executable PT_LOAD of `offset` and `filesz`.
+    /// An ELF header and program headers as the process's memory holds them at `base`, with
+    /// the program headers at `phoff` and one executable PT_LOAD of `offset` and `filesz`.
     fn headers(base: u64, phoff: u64, offset: u64, filesz: u64) -> crate::ptrace::BufferMemory {
         let mut bytes = vec![0u8; 64 + 56];
         bytes[..5].copy_from_slice(b"\x7fELF\x02");
@@ -434,8 +591,8 @@ mod tests {
         crate::ptrace::BufferMemory { base, bytes }
     }
 
-    /// The program headers' place is read from the process: one past the top of the
-    /// address space is no table (it overflowed the sum before: a panic with overflow
+    /// The program headers' place is read from the process. One past the top of the
+    /// address space is no table (it overflowed the sum before, a panic with overflow
     /// checks).
     #[test]
     fn program_headers_past_the_top_of_the_address_space_are_none() {
@@ -446,8 +603,8 @@ mod tests {
         assert!(segments(&headers(base, u64::MAX - 0x10, 0, 0x123), base).is_none());
     }
 
-    /// A segment read from the process that ends past `u64::MAX` ends in no mapping: no
-    /// cave after it.
+    /// A segment read from the process that ends past `u64::MAX` ends in no mapping, so
+    /// there is no cave after it.
     #[test]
     fn a_segment_ending_past_the_top_has_no_cave() {
         let m = crate::proc::MapEntry {

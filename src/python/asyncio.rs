@@ -1,17 +1,21 @@
 //! Asyncio tasks of a live process: which task each thread's event loop runs, every task's
 //! coroutine stack, what it awaits and which tasks await it.
 //!
-//! CPython 3.14+ describes its tasks for outside readers: the `_asyncio` module carries the
-//! offsets of its task object and of the task lists in a section `.AsyncioDebug` (in
-//! `_asyncio`'s own shared object on 3.14, in the interpreter's binary on 3.15), every task
-//! of a thread is on a list that starts in that thread's state (those of threads that ended
-//! on one in the interpreter's state), and a task records who awaits it (`awaited_by`: one
-//! task or a set of them, kept by `Task`, `gather` and `TaskGroup`). A suspended coroutine's
-//! frame lives inside the coroutine object; what it awaits is the value on top of that
-//! frame's stack (one slot below the stack pointer on 3.14, two on 3.15).
+//! CPython 3.14+ describes its tasks for outside readers:
+//! - the `_asyncio` module carries the offsets of its task object and of the task lists in
+//!   a section `.AsyncioDebug` (in `_asyncio`'s own shared object on 3.14, in the
+//!   interpreter's binary on 3.15);
+//! - every task of a thread is on a list that starts in that thread's state (those of
+//!   threads that ended on one in the interpreter's state);
+//! - a task records who awaits it (`awaited_by`: one task or a set of them, kept by `Task`,
+//!   `gather` and `TaskGroup`).
+//!
+//! A suspended coroutine's frame lives inside the coroutine object. What it awaits is the
+//! value on top of that frame's stack (one slot below the stack pointer on 3.14, two on
+//! 3.15).
 //!
 //! 3.11–3.13 keep their tasks in containers of the `_asyncio` module instead, and record
-//! only what a task waits for: `asyncio_legacy` reads those into the same snapshot.
+//! only what a task waits for. `asyncio_legacy` reads those into the same snapshot.
 //!
 //! Owns: [`AsyncReader`] (finding the section, once it is loaded, and reading the graph).
 //! The snapshot it fills, [`AsyncSnapshot`] (what `dump --async` prints and what a sample
@@ -36,7 +40,7 @@ use tasks::{empty_loop, link, MAX_TASKS};
 pub use tasks::{AsyncSnapshot, LoopTasks, TaskInfo};
 
 /// Tasks read per thread list at most by a sample under `--wall` (each waiting task is
-/// charged its wait): what keeps a sample's time bounded with many thousands of tasks.
+/// charged its wait). It keeps a sample's time bounded with many thousands of tasks.
 pub(crate) const MAX_SAMPLED_TASKS: usize = 1_000;
 /// Pages of the last read prefetched by the next at most.
 const MAX_HINT_RANGES: usize = 128;
@@ -50,20 +54,20 @@ pub struct AsyncReader {
     /// Tasks read per list at most.
     limit: usize,
     offsets: Option<Offsets>,
-    /// The mapped files already searched for the section (the module is loaded late:
+    /// The mapped files already searched for the section (the module is loaded late, so
     /// files mapped since are searched at the next read).
     searched: HashSet<String>,
     /// When the process's map was last read for that (a sample of a program that has not
-    /// imported asyncio must not read its map every time): see [`RESCAN`].
+    /// imported asyncio must not read its map every time). See [`RESCAN`].
     scanned: Option<std::time::Instant>,
-    /// What the last read used, one range per page: the next read prefetches it.
+    /// What the last read used, one range per page. The next read prefetches it.
     hint: Vec<(u64, usize)>,
-    /// 3.11–3.13, whose tasks are found another way: see `asyncio_legacy`.
+    /// 3.11–3.13, whose tasks are found another way (see `asyncio_legacy`).
     legacy: super::asyncio_legacy::LegacyState,
 }
 
-/// How often the map of a process without `_asyncio` loaded is read again: soon while a
-/// thread runs asyncio's code (importing it, or running a loop), rarely otherwise.
+/// How often the map of a process without `_asyncio` loaded is read again. It is soon while
+/// a thread runs asyncio's code (importing it, or running a loop), rarely otherwise.
 const RESCAN: [std::time::Duration; 2] = [
     std::time::Duration::from_millis(5),
     std::time::Duration::from_secs(1),
@@ -77,7 +81,7 @@ impl AsyncReader {
         }
     }
 
-    /// A reader for samples: the running tasks and their awaiters only (see
+    /// A reader for samples. It reads the running tasks and their awaiters only (see
     /// [`AsyncReader::running_only`]), or with `waiting` (`--wall`) every task, up to
     /// [`MAX_SAMPLED_TASKS`] a thread.
     pub fn for_samples(waiting: bool) -> AsyncReader {
@@ -118,8 +122,8 @@ impl AsyncReader {
             }
             let (file, name) = maps::open_target_file(proc.pid, path, &maps, proc.namespaces)?;
             let elf = ElfFile::from_file(&file, &name)?;
-            // Searched once its section is read or known absent: a file that could not be
-            // opened, one the loader is still mapping (the module is being imported: its
+            // Searched once its section is read or known absent. A file that could not be
+            // opened, one the loader is still mapping (the module is being imported, and its
             // section's address shows other bytes, or none) or whose section could not be
             // read is tried again at the next scan.
             let (avma, size) = match maps::section_place(&maps, path, &elf, ".AsyncioDebug") {
@@ -151,7 +155,8 @@ impl AsyncReader {
         threads: &[(&RawThread, Option<&Walk>)],
     ) -> AsyncSnapshot {
         // The tasks, coroutines and names one sample reads are mostly where the last one
-        // found them: one request fetches them all (else each is a system call of its own).
+        // found them, so one request fetches them all (else each is a system call of its
+        // own).
         let cache = crate::ptrace::PageCache::new(mem);
         cache.prefetch(&self.hint);
         let out = self.read_through(proc, &cache, walker, threads);
@@ -201,7 +206,7 @@ impl AsyncReader {
         let mut interps = Vec::new();
         for &(raw, walk) in threads {
             let mut lt = read_thread(&o, mem, walker, raw, walk, self.running_only, self.limit);
-            // A sample reads no task of threads that ended: no interpreter's list.
+            // A sample reads no task of threads that ended, so no interpreter's list.
             if !self.running_only {
                 if let Ok(interp) = mem.read_u64(raw.tstate.wrapping_add(o.ts_interp)) {
                     if !interps.contains(&interp) {

@@ -1,26 +1,33 @@
 //! Asyncio tasks of CPython 3.11–3.13, which describe their tasks for no outside reader.
 //!
 //! There the C module `_asyncio` keeps its tasks in containers it also exports to
-//! `asyncio.tasks` (the very same objects): `_all_tasks` (3.11) / `_scheduled_tasks`
-//! (3.12+), a `WeakSet` of every task not yet done (its `data` attribute: a set of weak
-//! references), `_eager_tasks` (3.12+), a set of the tasks that run their first step eagerly
-//! right now, and `_current_tasks`, a dict from each event loop to the task it runs now. They
-//! are found from the interpreter's `sys.modules` → `_asyncio` → the module's dict, once, and
-//! checked (by their types) at every read.
+//! `asyncio.tasks` (the very same objects):
+//! - `_all_tasks` (3.11) / `_scheduled_tasks` (3.12+), a `WeakSet` of every task not yet
+//!   done (its `data` attribute is a set of weak references);
+//! - `_eager_tasks` (3.12+), a set of the tasks that run their first step eagerly right now;
+//! - `_current_tasks`, a dict from each event loop to the task it runs now.
 //!
-//! A task records what it waits for (`fut_waiter`), not who waits for it: a task awaits
+//! They are found from the interpreter's `sys.modules` → `_asyncio` → the module's dict,
+//! once, and checked (by their types) at every read.
+//!
+//! A task records what it waits for (`fut_waiter`), not who waits for it. A task awaits
 //! another when that one is its `fut_waiter`, or is one of the children of the
-//! `_GatheringFuture` it waits for (`gather`). Nothing else links tasks: the children of a
+//! `_GatheringFuture` it waits for (`gather`). Nothing else links tasks. The children of a
 //! `TaskGroup` are not linked to the task that waits in the group's `async with` (3.14 adds
-//! that), and no edge is made up for them. A task's event loop is its `_loop`; a loop runs in
-//! the thread whose id it keeps in `_thread_id` (`BaseEventLoop.run_forever`), or, when it
-//! has none, in the thread whose stack holds the coroutine of the task the loop runs now;
-//! tasks of a loop that runs in no thread go in an entry of their own (thread 0) that says so.
+//! that), and no edge is made up for them.
 //!
-//! The task object (`TaskObj` of `Modules/_asynciomodule.c`) is in no header: its layout
+//! A task's event loop is its `_loop`. A loop runs:
+//! - in the thread whose id it keeps in `_thread_id` (`BaseEventLoop.run_forever`);
+//! - or, when it has none, in the thread whose stack holds the coroutine of the task the
+//!   loop runs now.
+//!
+//! Tasks of a loop that runs in no thread go in an entry of their own (thread 0) that says
+//! so.
+//!
+//! The task object (`TaskObj` of `Modules/_asynciomodule.c`) is in no header. Its layout
 //! is taken from the sources' declarations (see [`TaskLayout::of`]) and checked against the
 //! `_asyncio.Task` type found in the module (its `tp_basicsize`, and on 3.11/3.12 its
-//! `tp_dictoffset`); every object is checked to be of that type (or a subclass) before it is
+//! `tp_dictoffset`). Every object is checked to be of that type (or a subclass) before it is
 //! read as a task. The other layouts are generated from the headers
 //! ([`LegacyAsyncLayout`](crate::python_bindings::LegacyAsyncLayout)).
 //!
@@ -46,8 +53,8 @@ mod objects;
 
 /// Nested `gather`s followed at most.
 const MAX_GATHER_DEPTH: usize = 8;
-/// How often `sys.modules` is read again while `_asyncio` is not found: soon while a thread
-/// runs asyncio's code, rarely otherwise (a sample must not read it every time).
+/// How often `sys.modules` is read again while `_asyncio` is not found. It is soon while a
+/// thread runs asyncio's code, rarely otherwise (a sample must not read it every time).
 const RESCAN: [Duration; 2] = [Duration::from_millis(5), Duration::from_secs(1)];
 
 /// What was found in the process, kept while its objects keep their types.
@@ -154,7 +161,8 @@ fn locate(
     let interp = rd
         .mem
         .read_u64(raw.tstate.wrapping_add(proc.layout.thread.interp as u64))?;
-    // 3.13 says where `sys.modules` is in its debug offsets: that wins over the headers'.
+    // 3.13 says where `sys.modules` is in its debug offsets, and that wins over the
+    // headers'.
     let mut modules_at = l.interp_modules;
     if let Some(rt) = proc.addrs.runtime.filter(|_| l.version >= (3, 13)) {
         if let Ok(bytes) = rd.mem.read_vec(rt, super::process::DEBUG_OFFSETS_READ) {
@@ -264,7 +272,7 @@ fn read_found(
     }
     let by_task: HashMap<u64, usize> = heads.iter().enumerate().map(|(i, h)| (h.task, i)).collect();
     let awaiters = awaiters(rd, f, walker, &heads, &by_task);
-    // Where each running task runs: the thread whose stack holds its coroutine's frame.
+    // Each running task runs in the thread whose stack holds its coroutine's frame.
     let on_thread = |coro: u64| {
         let frame = coro.wrapping_add_signed(rd.l.gi_iframe);
         threads
@@ -299,7 +307,7 @@ fn read_found(
         }
         return Ok(out);
     }
-    // Each loop's thread: its `_thread_id`, else where its running task runs.
+    // Each loop's thread is its `_thread_id`, else where its running task runs.
     let mut loop_thread: HashMap<u64, Option<usize>> = HashMap::new();
     for ev in heads
         .iter()
@@ -393,7 +401,7 @@ fn all_tasks(rd: &mut Rd, f: &Found, walker: &StackWalker) -> Result<(Vec<u64>, 
     let mut seen = HashSet::new();
     let mut weakref_type = None;
     for r in rd.set_items(f.all)? {
-        // A set's deleted slots hold a dummy key: only weak references count.
+        // A set's deleted slots hold a dummy key, so only weak references count.
         let Ok(ty) = rd.ty(r) else { continue };
         if weakref_type != Some(ty) {
             if weakref_type.is_some()
@@ -555,9 +563,12 @@ fn task_name(rd: &Rd, walker: &StackWalker, name: u64) -> Result<String> {
 /// What a task awaits when that is not a coroutine: its type's name and address.
 type Awaited = (String, u64);
 
-/// The object a suspended coroutine awaits (`_PyGen_yf`): 3.13, in the state "suspended in
-/// yield from"; 3.11/3.12, suspended with its next instruction a RESUME (or a form of it)
-/// whose argument is 2 or more (after `yield from` / `await`). It is on top of its stack.
+/// The object a suspended coroutine awaits (`_PyGen_yf`):
+/// - 3.13: in the state "suspended in yield from";
+/// - 3.11/3.12: suspended with its next instruction a RESUME (or a form of it) whose
+///   argument is 2 or more (after `yield from` / `await`).
+///
+/// It is on top of its stack.
 fn awaited_by_frame(rd: &Rd, frame: u64, buf: &[u8], state: i64) -> Result<Option<u64>> {
     let l = rd.l;
     let yield_from = match l.frame_suspended_yield_from {
@@ -630,7 +641,7 @@ fn coro_chain(
         let mut target = awaited;
         if what == "_asyncio.FutureIter" {
             // `await future` awaits the future's iterator, which holds the future right
-            // after its object header: the future is what the user awaited.
+            // after its object header. The future is what the user awaited.
             let future = rd.word(awaited, l.object_size)?;
             if future != 0 {
                 what = rd.type_name(rd.ty(future)?)?;

@@ -8,13 +8,13 @@
 use std::collections::HashSet;
 use std::sync::{Mutex, OnceLock};
 
-/// A function's or a file's name in a frame: the text, kept once for the whole run
+/// A function's or a file's name in a frame. The text is kept once for the whole run
 /// (interned), so that a frame is copied, compared and hashed by address and never touches
 /// a reference count. A busy sample builds and drops a frame for every level of the stack
-/// thousands of times a second; with a counted `Arc<str>` per name, the atomic increments
+/// thousands of times a second. With a counted `Arc<str>` per name, the atomic increments
 /// and decrements were a tenth of such a sample's time.
 ///
-/// The texts are never freed: they are the names of the code the program ran (and of its
+/// The texts are never freed. They are the names of the code the program ran (and of its
 /// tasks and native functions), each kept once, which a profile keeps anyway for its
 /// report.
 #[derive(Clone, Copy)]
@@ -58,7 +58,7 @@ impl AsRef<str> for Name {
     }
 }
 
-/// Equal texts are the same name (one address): compared by address.
+/// Equal texts are the same name (one address), so names are compared by address.
 impl PartialEq for Name {
     fn eq(&self, other: &Name) -> bool {
         std::ptr::eq(self.0, other.0)
@@ -150,26 +150,26 @@ impl<'de> serde::Deserialize<'de> for Name {
 )]
 pub struct Frame {
     /// Qualified name on 3.11+ (`Class.method`, `outer.<locals>.inner`), `co_name` before.
-    /// Shared with the code-object cache: cloning a frame copies no text.
+    /// Shared with the code-object cache, so cloning a frame copies no text.
     pub function: Name,
     /// `co_filename`, as the interpreter has it.
     pub filename: Name,
     /// Current line; None when the instruction has no line (3.10+ artificial code), and
     /// for a native frame.
     pub line: Option<u32>,
-    /// A native (C, C++, Rust) frame of a `--native` recording: `function` is its symbol
+    /// A native (C, C++, Rust) frame of a `--native` recording. `function` is its symbol
     /// (or `module+0xOFFSET`), `filename` its module (`libz.so.1`). Never charged for
-    /// time or memory: the Python frame above it is.
+    /// time or memory; the Python frame above it is.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub native: bool,
 }
 
-/// The file of an asyncio task's frame (`--async`): the task, named, between the
-/// coroutines it runs and those of the task that awaits it.
+/// The file of an asyncio task's frame (`--async`). The frame is the task, named, between
+/// the coroutines it runs and those of the task that awaits it.
 pub(crate) const TASK_FILE: &str = "<asyncio>";
 
 impl Frame {
-    /// An asyncio task as a frame of a stack (`task NAME`): never charged for time or
+    /// An asyncio task as a frame of a stack (`task NAME`), never charged for time or
     /// memory (the coroutine frames around it are).
     pub(crate) fn of_task(name: &str) -> Frame {
         Frame {

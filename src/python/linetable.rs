@@ -35,13 +35,12 @@
 //! never panics. It stops at the first malformed entry and keeps what came before.
 //!
 //! Must not: read memory or know about frames.
-//! Must not: read memory or know about frames.
 
 use crate::python_bindings::LineTableFormat;
 
 /// A decoded line table: sorted, non-overlapping byte ranges of the bytecode with their line.
 ///
-/// The ranges are contiguous from offset 0 to [`LineTable::end`]; adjacent ranges with the
+/// The ranges are contiguous from offset 0 to [`LineTable::end`]. Adjacent ranges with the
 /// same line are merged, zero-length ranges are dropped.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct LineTable {
@@ -53,7 +52,7 @@ pub struct LineTable {
     end: u64,
 }
 
-/// Offsets are u32: nothing may start at or beyond this.
+/// Offsets are u32, so nothing may start at or beyond this.
 const OFFSET_LIMIT: u64 = u32::MAX as u64 + 1;
 
 impl LineTable {
@@ -112,7 +111,7 @@ impl LineTable {
     }
 
     /// Appends a range of `len` bytes after the current end. Returns false (and appends
-    /// nothing) when the range would start past the addressable offsets: decoding stops.
+    /// nothing) when the range would start past the addressable offsets. Decoding then stops.
     fn push(&mut self, len: u64, line: Option<i64>) -> bool {
         if len == 0 {
             return true;
@@ -120,7 +119,7 @@ impl LineTable {
         if self.end >= OFFSET_LIMIT {
             return false;
         }
-        // A negative or huge running line only comes from a corrupt table: no line.
+        // A negative or huge running line only comes from a corrupt table, so it gets no line.
         let line = line.and_then(|l| u32::try_from(l).ok());
         let start = self.end as u32; // < OFFSET_LIMIT, checked above
         self.end = self.end.saturating_add(len);
@@ -493,7 +492,7 @@ mod tests {
 
     #[test]
     fn locations_rejects_missing_start_bit_and_high_payload() {
-        // Second entry lacks bit 7: stop after the first.
+        // Second entry lacks bit 7, so stop after the first.
         let lt = LineTable::decode(Locations311, &[head(13, 1), 2, 0x12, 0], 1);
         assert_eq!(lt.end(), 2);
         assert_eq!(lt.line_at(0), Some(2));
@@ -556,7 +555,7 @@ mod tests {
     #[test]
     fn huge_lnotab_stays_addressable() {
         // 17M pairs of 255 bytes would pass u32::MAX; decode a prefix large enough to
-        // check the limit logic without allocating that much: push directly.
+        // check the limit logic without allocating that much, by pushing directly.
         let mut lt = LineTable::default();
         assert!(lt.push(u64::from(u32::MAX), Some(1)));
         assert!(lt.push(1, Some(2)));

@@ -6,7 +6,8 @@
 //! [`Snapshot`] (`snapshot.rs`), read as [`SnapshotOptions`] says.
 //!
 //! The files:
-//! - `process.rs` finds the interpreter, its version, layout and addresses.
+//! - `process.rs` finds the interpreter, its version, layout and addresses; `postmortem.rs`
+//!   finds it in a core file (no /proc).
 //! - `read/` takes one read of every thread (paused, unpaused and verified, re-read
 //!   paused). It holds the live-process parts around the pure walker: thread ids from
 //!   /proc, idle detection, torn stacks detected and retried.
@@ -16,6 +17,10 @@
 //! - `frame.rs` holds [`Frame`] and [`Name`], what a walk yields.
 //! - `native.rs` and `native_view.rs` merge native frames with the Python ones.
 //! - `asyncio.rs` and `asyncio_legacy.rs` read every event loop's tasks.
+//! - `greenlets.rs` reads every greenlet's stack (gevent's), found on the collector's
+//!   lists.
+//! - `thread_names.rs` reads the names the program gave its threads, through the object
+//!   reader of `objects.rs` (dicts, attributes, ints and strs of every version).
 //! - `thread_reader.rs` reads one thread's stack at a time, for the memory recorder.
 //!
 //! Must not: format output.
@@ -23,9 +28,13 @@
 mod asyncio;
 mod asyncio_legacy;
 mod frame;
+mod greenlets;
 pub mod linetable;
+pub mod locals;
 mod native;
 mod native_view;
+mod objects;
+mod postmortem;
 mod process;
 mod read;
 mod reader;
@@ -33,8 +42,9 @@ mod rest;
 mod snapshot;
 mod stack;
 mod strings;
+mod thread_names;
 mod thread_reader;
-mod tids;
+pub(crate) mod tids;
 pub(crate) mod version;
 
 #[cfg(feature = "fuzzing")]
@@ -45,10 +55,12 @@ pub use asyncio::{
 #[cfg(test)]
 pub(crate) use frame::test_frame;
 pub use frame::{Frame, Name};
+pub use greenlets::{GreenletInfo, GreenletSnapshot, GreenletState};
 pub use native::{check_can_stop, native_process};
 pub(crate) use native::{MergeCounts, MergeFailure};
 pub(crate) use native_view::{NativeView, StackEntry};
 pub use process::{LocateOptions, PythonProcess};
+pub(crate) use read::still::SavedThread;
 pub use reader::PythonReader;
 pub(crate) use rest::{LastRead, Listing};
 pub use rest::{RestTracker, ReuseDelta};

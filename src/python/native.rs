@@ -1,22 +1,33 @@
 //! Native frames merged with Python's: each call of the evaluation loop among a thread's
 //! native frames is replaced by the Python frames it runs.
 //!
-//! Owns: [`merge`] (the rule, per version), [`attach`] (every thread of a snapshot given
-//! its merged stack, and the threads with no Python thread state their native one),
-//! [`view_of`] (one thread's merged stack), the process's modules for a reader
-//! ([`native_process`], [`check_can_stop`]), and reading 3.11's `_PyCFrame` chain
-//! ([`cframe_anchors`]). What a snapshot carries of it is `native_view`'s; a native
-//! snapshot is taken by `PythonReader`.
+//! Owns:
+//! - [`merge`]: the rule, per version;
+//! - [`attach`]: every thread of a snapshot given its merged stack, and the threads with no
+//!   Python thread state their native one;
+//! - [`view_of`]: one thread's merged stack;
+//! - the process's modules for a reader ([`native_process`], [`check_can_stop`]);
+//! - reading 3.11's `_PyCFrame` chain ([`cframe_anchors`]).
 //!
-//! The walker says how many Python frames each call of the loop runs (`Walk::evals`: one
-//! each on ≤3.10; up to the `is_entry` frame on 3.11; up to an entry frame on 3.12+). Which
-//! native frame is which call: on 3.11+ the call's own C frame holds a mark the Python
-//! stack points to (3.12+: the entry frame, a local of `_PyEval_EvalFrameDefault`; 3.11:
-//! its `_PyCFrame`), so the native frame whose stack range holds the mark is that call's,
-//! symbols or not (Debian's 3.13+ do not export the loop's symbol); on ≤3.10 the frames of
-//! `_PyEval_EvalFrameDefault` (`PyEval_EvalFrameEx` on 2.7), by symbol. When the calls do
-//! not pair up one to one nothing is guessed: the thread is marked unmerged, shows its
-//! Python frames alone, and is counted.
+//! What a snapshot carries of it is `native_view`'s; a native snapshot is taken by
+//! `PythonReader`.
+//!
+//! The walker says how many Python frames each call of the loop runs (`Walk::evals`):
+//! - ≤3.10: one each;
+//! - 3.11: up to the `is_entry` frame;
+//! - 3.12+: up to an entry frame.
+//!
+//! Which native frame is which call:
+//! - 3.11+: the call's own C frame holds a mark the Python stack points to (3.12+: the
+//!   entry frame, a local of `_PyEval_EvalFrameDefault`; 3.11: its `_PyCFrame`). The
+//!   native frame whose stack range holds the mark is that call's, symbols or not
+//!   (Debian's 3.13+ do not export the loop's symbol).
+//! - ≤3.10: the frames of `_PyEval_EvalFrameDefault` (`PyEval_EvalFrameEx` on 2.7), by
+//!   symbol.
+//!
+//! When the calls do not pair up one to one, nothing is guessed. The thread is marked
+//! unmerged, shows its Python frames alone, and is counted.
+//!
 //! Must not: unwind or name native frames (`native` does), or format output.
 
 use super::frame::Frame;
@@ -38,16 +49,17 @@ pub fn native_process(proc: &PythonProcess, cache: &mut NativeCache) -> Result<N
     NativeProcess::new(proc.pid, &proc.mem, proc.namespaces, cache)
 }
 
-/// Whether the profiler may stop `proc`'s threads, as `--native` must at every sample:
-/// stops its main thread once and lets it go (Err: why not, e.g. the permission missing),
-/// so that a recording that could never read a native frame is refused before it starts.
+/// Whether the profiler may stop `proc`'s threads, as `--native` must at every sample. It
+/// stops its main thread once and lets it go (Err says why not, e.g. the permission
+/// missing), so that a recording that could never read a native frame is refused before it
+/// starts.
 pub fn check_can_stop(proc: &PythonProcess) -> Result<()> {
     crate::ptrace::pause::PausedThreads::pause_threads(proc.pid, &[proc.pid]).map(drop)
 }
 
 /// 3.11: the thread's `_PyCFrame`s, innermost first, without the root one (in the
-/// thread state): one per call of the evaluation loop, each a local of that call's C
-/// frame (see `Walk::anchors`). Empty on other versions (3.12 has them too, but marks its
+/// thread state). There is one per call of the evaluation loop, each a local of that call's
+/// C frame (see `Walk::anchors`). Empty on other versions (3.12 has them too, but marks its
 /// calls by their entry frames).
 pub(crate) fn cframe_anchors(
     walker: &StackWalker,
@@ -63,9 +75,9 @@ pub(crate) fn cframe_anchors(
 /// What a native frame is to the merge.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Role {
-    /// A call of the evaluation loop: replaced by the Python frames it runs.
+    /// A call of the evaluation loop, replaced by the Python frames it runs.
     Eval,
-    /// A handler of the tail-call interpreter (3.14+ built with clang, `_TAIL_CALL_*`):
+    /// A handler of the tail-call interpreter (3.14+ built with clang, `_TAIL_CALL_*`),
     /// part of the evaluation loop's call below it.
     TailCall,
     Other,
@@ -107,15 +119,15 @@ pub(crate) struct PythonSide<'a> {
     pub(crate) open: u32,
     /// The Python walk was cut at its depth limit.
     pub(crate) truncated: bool,
-    /// 3.11+: an address in each call's own C frame, innermost first (`Walk::anchors`):
-    /// the native frame whose stack holds it is that call's. None (≤3.10): the calls are
-    /// the frames of the evaluation loop's symbol.
+    /// 3.11+: an address in each call's own C frame, innermost first (`Walk::anchors`).
+    /// The native frame whose stack holds it is that call's. With None (≤3.10), the calls
+    /// are the frames of the evaluation loop's symbol.
     pub(crate) anchors: Option<&'a [u64]>,
 }
 
-/// Merges a thread's native frames (innermost first) with its Python frames: the native
+/// Merges a thread's native frames (innermost first) with its Python frames. The native
 /// frame of each call of the evaluation loop is replaced by the Python frames of that call,
-/// innermost first; tail-call handlers right above it go with it. Err(why) when the calls
+/// innermost first. Tail-call handlers right above it go with it. Err(why) when the calls
 /// do not pair up one to one. A Python stack cut at its depth limit merges as far as it
 /// goes and is cut there.
 pub(crate) fn merge(
@@ -131,8 +143,8 @@ pub(crate) fn merge(
     let (mut evals, mut anchors) = (py.evals, py.anchors);
     if let (Some(marks @ [.., last]), [.., 0]) = (anchors, evals) {
         // 3.15+ ends every thread's chain with a sentinel frame in the thread state
-        // (`base_frame`), owned like an entry frame: a call of the loop has its entry frame
-        // among its locals on the C stack, the sentinel never does, and runs no frame.
+        // (`base_frame`), owned like an entry frame. A call of the loop has its entry frame
+        // among its locals on the C stack; the sentinel never does, and runs no frame.
         if !py.truncated && evals.len() == marks.len() && !native.stack_range.contains(last) {
             evals = &evals[..evals.len() - 1];
             anchors = Some(&marks[..marks.len() - 1]);
@@ -141,12 +153,12 @@ pub(crate) fn merge(
     let want = evals.len();
     if let Some(marks @ [first, rest @ ..]) = anchors {
         // 3.11 marks each call by its `_PyCFrame`, which a call pushes (`tstate->cframe`)
-        // a few instructions before it links its first frame: caught between the two, the
-        // thread has one mark more than calls with frames, the innermost, in a native frame
-        // inner to the next mark's (or the only mark: the thread's first call of the loop,
-        // a main thread starting its module, with no Python frame at all yet). That call
-        // runs no Python frame yet: its frame of the loop is shown as it is, like any call
-        // of the loop starting (see below).
+        // a few instructions before it links its first frame. Caught between the two, the
+        // thread has one mark more than calls with frames. That mark is the innermost, in a
+        // native frame inner to the next mark's (or the only mark: the thread's first call
+        // of the loop, a main thread starting its module, with no Python frame at all yet).
+        // That call runs no Python frame yet, so its frame of the loop is shown as it is,
+        // like any call of the loop starting (see below).
         let frame_of = |a: u64| native.sps.partition_point(|&sp| sp <= a);
         if !py.truncated
             && marks.len() == want + 1
@@ -165,15 +177,15 @@ pub(crate) fn merge(
             .collect(),
     };
     // The innermost call of the loop may be starting (its frame not linked into the
-    // thread's Python stack yet) or ending (unlinked already): a frame of the loop with no
-    // Python frame of its own, shown as it is. Only the innermost: every other call is in
-    // the middle of running its frames.
+    // thread's Python stack yet) or ending (unlinked already). Either way it is a frame of
+    // the loop with no Python frame of its own, shown as it is. This holds only for the
+    // innermost, because every other call is in the middle of running its frames.
     match anchors {
         None if !py.truncated && calls.len() == want + 1 && py.open == 0 => {
             calls.remove(0);
         }
         Some(_) => {
-            // By mark, the loop's frames known by symbol that hold no mark: at most the
+            // By mark, the loop's frames known by symbol that hold no mark are at most the
             // innermost one. (Past the last call found, in a stack cut on either side, the
             // calls are not known.)
             let cut = py.truncated || native.truncated;
@@ -188,12 +200,13 @@ pub(crate) fn merge(
         }
         None => {}
     }
-    // Cut inside a call: that call's frame is the next one, when the calls are known by
-    // symbol; by anchor, only the complete calls are known, and the stack is cut after them.
+    // Cut inside a call:
+    // - when the calls are known by symbol, that call's frame is the next one;
+    // - by anchor, only the complete calls are known, and the stack is cut after them.
     let open_call = py.truncated && py.open > 0 && anchors.is_none();
     let needed = want + usize::from(open_call);
-    // The native stack cut at its depth limit before the Python one ends: the calls found
-    // are the innermost ones (those past the cut are not unwound), and the merged stack
+    // When the native stack is cut at its depth limit before the Python one ends, the calls
+    // found are the innermost ones (those past the cut are not unwound), and the merged stack
     // ends where the native frames do.
     let cut_short = native.truncated && calls.len() < needed;
     let pairs = if cut_short {
@@ -246,10 +259,10 @@ pub(crate) fn merge(
         stack.push(StackEntry::Native(f.clone()));
     }
     if py.truncated {
-        // Found by symbol, the frames of the call cut off part way go where its frame is;
-        // by anchor, where that call's frame is is not known: the stack ends with the last
-        // complete call, exact as far as it goes. (Cut short natively, where the call
-        // cut off part way is is not known either.)
+        // - Found by symbol, the frames of the call cut off part way go where its frame is.
+        // - By anchor, where that call's frame is is not known, so the stack ends with the
+        //   last complete call, exact as far as it goes.
+        // (Cut short natively, where the call cut off part way is is not known either.)
         if anchors.is_none() && !cut_short {
             stack.extend(py.frames[at..].iter().cloned().map(StackEntry::Python));
         }
@@ -259,11 +272,14 @@ pub(crate) fn merge(
 }
 
 /// The native frames that hold each of the first `want` anchors (see
-/// [`PythonSide::anchors`]), innermost first. Err when one lies in no frame unwound, two
-/// share a frame, or a frame named by its symbol is not the evaluation loop's (a tail-call
-/// handler's included). A native
-/// stack cut at its depth limit holds only the innermost calls: the list stops at the
-/// first anchor past its outermost frame (whose end is not known).
+/// [`PythonSide::anchors`]), innermost first. Err when:
+/// - one lies in no frame unwound;
+/// - two share a frame;
+/// - a frame named by its symbol is not the evaluation loop's (a tail-call handler's
+///   included).
+///
+/// A native stack cut at its depth limit holds only the innermost calls, so the list stops
+/// at the first anchor past its outermost frame (whose end is not known).
 fn anchored_calls(
     native: &NativeStack,
     roles: &[Role],
@@ -296,7 +312,7 @@ fn anchored_calls(
             return Err(MergeFailure::TwoCallsInOneFrame);
         }
         // Named, it must be the loop's (a tail-call handler runs on a C frame of its own,
-        // above the call's: the mark is never among its locals).
+        // above the call's, so the mark is never among its locals).
         if let (Some(name), Role::Other | Role::TailCall) = (&native.frames[i].symbol, roles[i]) {
             return Err(MergeFailure::MarkInOtherFunction {
                 function: name.clone(),
@@ -320,15 +336,47 @@ pub(crate) fn attach(
     let mut by_tid: HashMap<i32, &std::result::Result<Capture, String>> =
         captures.iter().map(|(tid, c)| (*tid, c)).collect();
     let mut summary = NativeSummary::default();
-    for t in &mut snap.threads {
-        let capture = t.native_id.and_then(|tid| by_tid.remove(&tid));
-        let view = view_of(t, native, capture, version);
-        if view.merged {
-            summary.merged += 1;
-        } else {
-            summary.unmerged += 1;
+    // Thread states that share one kernel thread (nested subinterpreters) have one native
+    // stack, shared out among them.
+    let mut states_of: HashMap<i32, Vec<usize>> = HashMap::new();
+    for (i, t) in snap.threads.iter().enumerate() {
+        if let Some(tid) = t.native_id {
+            states_of.entry(tid).or_default().push(i);
         }
-        t.native = Some(view);
+    }
+    for i in 0..snap.threads.len() {
+        if snap.threads[i].native.is_some() {
+            continue;
+        }
+        let shared = snap.threads[i]
+            .native_id
+            .and_then(|tid| states_of.get(&tid))
+            .filter(|states| states.len() > 1)
+            .cloned();
+        let views = match shared {
+            Some(states) => {
+                let capture = snap.threads[i]
+                    .native_id
+                    .and_then(|tid| by_tid.remove(&tid));
+                let ts: Vec<&ThreadSnapshot> = states.iter().map(|&j| &snap.threads[j]).collect();
+                let views = views_of_one_thread(&ts, native, capture, version);
+                states.into_iter().zip(views).collect::<Vec<_>>()
+            }
+            None => {
+                let capture = snap.threads[i]
+                    .native_id
+                    .and_then(|tid| by_tid.remove(&tid));
+                vec![(i, view_of(&snap.threads[i], native, capture, version))]
+            }
+        };
+        for (j, view) in views {
+            if view.merged {
+                summary.merged += 1;
+            } else {
+                summary.unmerged += 1;
+            }
+            snap.threads[j].native = Some(view);
+        }
     }
     let mut others: Vec<_> = by_tid.into_iter().collect();
     others.sort_by_key(|(tid, _)| *tid);
@@ -398,6 +446,142 @@ pub(super) fn view_of(
         },
         Err(why) => python_alone(why, stack.frames, stack.stopped),
     }
+}
+
+/// The native views of thread states that one kernel thread runs (an interpreter entered
+/// from a frame of another, i.e. nested subinterpreters), in `states`' order. One native
+/// stack holds the evaluation loop's calls of them all, innermost interpreter first:
+/// - the states are put innermost first. The innermost is found by their first mark on the
+///   C stack (3.11+, the lowest address is the innermost), else it is the interpreter
+///   entered last (highest id);
+/// - their Python frames, joined in that order, are merged with the stack as one thread's;
+/// - each state shows its part, which is its Python frames and the native frames inner to
+///   them up to the next state's (the C code through which its frame runs the next
+///   interpreter). The outermost also shows the frames outer to all (`main`, the thread's
+///   start).
+///
+/// Where they cannot be joined (a state not read, cut at its depth, or with frames outside
+/// any call) or the joined frames do not pair up, each state says why.
+pub(super) fn views_of_one_thread(
+    states: &[&ThreadSnapshot],
+    native: &mut NativeProcess,
+    capture: Option<&std::result::Result<Capture, String>>,
+    version: (u32, u32),
+) -> Vec<NativeView> {
+    let alone = |t: &ThreadSnapshot, why: MergeFailure, stack: &NativeStack| NativeView {
+        merged: false,
+        stack: t.frames.iter().cloned().map(StackEntry::Python).collect(),
+        truncated: t.truncated,
+        unmerged: Some(why),
+        native_frames: stack.frames.clone(),
+        unwind_stopped: stack.stopped.clone(),
+    };
+    let stack = match capture {
+        Some(Ok(c)) => native.stack(c),
+        Some(Err(e)) => {
+            let why = MergeFailure::NoNativeStack(e.clone());
+            let none = NativeStack::default();
+            return states
+                .iter()
+                .map(|t| alone(t, why.clone(), &none))
+                .collect();
+        }
+        None => {
+            let none = NativeStack::default();
+            let why = MergeFailure::UnknownKernelId;
+            return states
+                .iter()
+                .map(|t| alone(t, why.clone(), &none))
+                .collect();
+        }
+    };
+    let anchored = version >= (3, 11);
+    let mut order: Vec<usize> = (0..states.len()).collect();
+    if anchored && states.iter().all(|t| !t.anchors.is_empty()) {
+        order.sort_by_key(|&i| states[i].anchors[0]);
+    } else {
+        order.sort_by_key(|&i| std::cmp::Reverse(states[i].interpreter));
+    }
+    let joinable = |t: &ThreadSnapshot| t.error.is_none() && !t.truncated && t.evals_open == 0;
+    if let Some(t) = states.iter().find(|t| !joinable(t)) {
+        let why = match &t.error {
+            Some(e) => MergeFailure::PythonNotRead(e.to_string()),
+            None => MergeFailure::Ungrouped,
+        };
+        return states
+            .iter()
+            .map(|t| alone(t, why.clone(), &stack))
+            .collect();
+    }
+    let (mut frames, mut evals, mut anchors) = (Vec::new(), Vec::new(), Vec::new());
+    for (k, &i) in order.iter().enumerate() {
+        let t = states[i];
+        let (mut e, mut a) = (&t.evals[..], &t.anchors[..]);
+        // 3.15+: every chain but the outermost ends in its thread state's sentinel frame
+        // (a call with no frames, no mark on the stack). Only the last is for `merge`.
+        if k + 1 < order.len() {
+            if let ([.., 0], [.., last]) = (e, a) {
+                if e.len() == a.len() && !stack.stack_range.contains(last) {
+                    e = &e[..e.len() - 1];
+                    a = &a[..a.len() - 1];
+                }
+            }
+        }
+        frames.extend(t.frames.iter().cloned());
+        evals.extend_from_slice(e);
+        anchors.extend_from_slice(a);
+    }
+    let side = PythonSide {
+        frames: &frames,
+        evals: &evals,
+        open: 0,
+        truncated: false,
+        anchors: anchored.then_some(anchors.as_slice()),
+    };
+    let merged = match merge(&stack, &side, version.0) {
+        Ok(m) => m,
+        Err(why) => {
+            return states
+                .iter()
+                .map(|t| alone(t, why.clone(), &stack))
+                .collect()
+        }
+    };
+    // Shares the merged entries out. A native entry goes with the Python frame outer to
+    // it; the ones past the last Python frame go with the outermost state.
+    let mut parts: Vec<Vec<StackEntry>> = vec![Vec::new(); states.len()];
+    let mut owner_of_frame = Vec::with_capacity(frames.len());
+    for &i in &order {
+        owner_of_frame.extend(std::iter::repeat_n(i, states[i].frames.len()));
+    }
+    let mut pending = Vec::new();
+    let mut seen = 0usize;
+    for e in merged.stack {
+        match e {
+            StackEntry::Python(_) => {
+                let owner = owner_of_frame[seen];
+                seen += 1;
+                parts[owner].append(&mut pending);
+                parts[owner].push(e);
+            }
+            StackEntry::Native(_) => pending.push(e),
+        }
+    }
+    if let Some(&outermost) = order.last() {
+        parts[outermost].append(&mut pending);
+    }
+    parts
+        .into_iter()
+        .enumerate()
+        .map(|(i, part)| NativeView {
+            merged: true,
+            stack: part,
+            truncated: merged.truncated && Some(&i) == order.last(),
+            unmerged: None,
+            native_frames: Vec::new(),
+            unwind_stopped: stack.stopped.clone().filter(|_| Some(&i) == order.last()),
+        })
+        .collect()
 }
 
 #[cfg(test)]

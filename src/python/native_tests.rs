@@ -134,7 +134,7 @@ fn counts_that_disagree_are_never_merged() {
         why.contains("1 evaluation-loop calls") && why.contains("2 in the Python"),
         "{why}"
     );
-    // Stopped early: said so.
+    // Stopped early, the error says so.
     let mut stopped = native.clone();
     stopped.stopped = Some("Could not read stack memory at 0x10".into());
     let why = merge(&stopped, &side, 3).unwrap_err().to_string();
@@ -168,10 +168,10 @@ fn tail_call_handlers_go_with_their_call() {
     );
 }
 
-/// A 3.14+ interpreter built with the tail-call interpreter (clang, `--with-tail-call-interp`):
+/// A 3.14+ interpreter built with the tail-call interpreter (clang, `--with-tail-call-interp`).
 /// `_PyEval_EvalFrameDefault` keeps the entry frame among its locals and calls the first
-/// handler (`_TAIL_CALL_start_frame`), each handler tail-calls the next, so one handler at a
-/// time sits right above each call of the loop: the one running the current instruction.
+/// handler (`_TAIL_CALL_start_frame`), and each handler tail-calls the next. So one handler at
+/// a time sits right above each call of the loop, the one running the current instruction.
 #[test]
 fn tail_call_handlers_go_with_the_call_whose_mark_their_caller_holds() {
     let native = stack(&[
@@ -227,7 +227,7 @@ fn tail_call_handlers_go_with_the_call_whose_mark_their_caller_holds() {
 
 #[test]
 fn a_tail_call_handler_is_hidden_only_right_above_a_call_of_the_loop() {
-    // The innermost call is ending (its entry frame unlinked already, so no mark): its
+    // The innermost call is ending (its entry frame unlinked already, so no mark). Its
     // loop frame is shown as it is, and so is the handler running its last instruction.
     let native = stack(&[
         "_TAIL_CALL_INTERPRETER_EXIT",
@@ -259,7 +259,7 @@ fn a_tail_call_handler_is_hidden_only_right_above_a_call_of_the_loop() {
         words(&merge(&native, &side, 3).unwrap()),
         ["_TAIL_CALL_CALL", "call", "py:f", "main"]
     );
-    // A handler holds no call's mark: a mark found in one is not paired with it.
+    // A handler holds no call's mark, so a mark found in one is not paired with it.
     let native = stack(&["_TAIL_CALL_CALL", EVAL, "main"]);
     let side = PythonSide {
         anchors: Some(&[inside(0)]),
@@ -271,7 +271,7 @@ fn a_tail_call_handler_is_hidden_only_right_above_a_call_of_the_loop() {
 
 #[test]
 fn from_3_11_calls_are_found_by_their_marks_on_the_c_stack_without_symbols() {
-    // A stripped interpreter: the loop's frames have no name.
+    // A stripped interpreter, where the loop's frames have no name.
     let native = stack(&["spin", "?", "?", "?", "?", "main"]);
     let frames = [py("inner"), py("caller"), py("<module>")];
     // Two calls: inner+caller run in frame 2, <module> in frame 4.
@@ -295,7 +295,7 @@ fn from_3_11_calls_are_found_by_their_marks_on_the_c_stack_without_symbols() {
         ]
     );
     // A mark above the innermost frame's stack pointer, or in the outermost frame (whose
-    // end is not known): no merge.
+    // end is not known), means no merge.
     for bad in [[0x800, inside(4)], [inside(2), inside(5)]] {
         let side = PythonSide {
             anchors: Some(&bad),
@@ -303,17 +303,17 @@ fn from_3_11_calls_are_found_by_their_marks_on_the_c_stack_without_symbols() {
         };
         assert!(merge(&native, &side, 3).is_err(), "{bad:x?}");
     }
-    // Two marks in one frame: no merge.
+    // Two marks in one frame mean no merge.
     let side2 = PythonSide {
         anchors: Some(&[inside(2), inside(2) + 8]),
         ..side
     };
     assert!(merge(&native, &side2, 3).is_err());
-    // A mark in a frame whose symbol is another function: no merge.
+    // A mark in a frame whose symbol is another function means no merge.
     let named = stack(&["spin", "?", "list_sort", "?", "?", "main"]);
     let why = merge(&named, &side, 3).unwrap_err().to_string();
     assert!(why.contains("list_sort"), "{why}");
-    // More or fewer marks than calls: no merge.
+    // More or fewer marks than calls mean no merge.
     let side3 = PythonSide {
         anchors: Some(&[inside(2)]),
         ..side
@@ -355,7 +355,7 @@ fn the_3_15_sentinel_frame_in_the_thread_state_is_no_call() {
 fn a_python_stack_cut_at_its_depth_limit_merges_as_far_as_it_goes() {
     let native = stack(&["c", EVAL, "call", EVAL, "call", EVAL, "main"]);
     let frames = [py("f1"), py("f2")];
-    // Cut inside the second call (found by symbol): its frames, then the cut.
+    // Cut inside the second call (found by symbol), the stack has its frames, then the cut.
     let side = PythonSide {
         frames: &frames,
         evals: &[1],
@@ -366,7 +366,7 @@ fn a_python_stack_cut_at_its_depth_limit_merges_as_far_as_it_goes() {
     let m = merge(&native, &side, 3).unwrap();
     assert_eq!(words(&m), ["c", "py:f1", "call", "py:f2"]);
     assert!(m.truncated);
-    // By marks: only complete calls are known; the stack ends with the last one (f2's
+    // By marks, only complete calls are known, and the stack ends with the last one (f2's
     // call, with the C frames before it, is past the cut).
     let anchored = stack(&["c", "?", "call", "?", "call", "?", "main"]);
     let side = PythonSide {
@@ -381,7 +381,8 @@ fn a_python_stack_cut_at_its_depth_limit_merges_as_far_as_it_goes() {
 #[test]
 fn a_native_stack_cut_at_its_depth_limit_merges_as_far_as_it_goes() {
     // Three calls of the loop, the native stack cut inside the third (its frame not
-    // unwound): the two innermost calls merge, the stack ends with the last frame unwound.
+    // unwound). The two innermost calls merge, and the stack ends with the last frame
+    // unwound.
     let mut native = stack(&["c", EVAL, "call", EVAL, "call"]);
     native.truncated = true;
     let frames = [py("f1"), py("f2"), py("<module>")];
@@ -395,8 +396,8 @@ fn a_native_stack_cut_at_its_depth_limit_merges_as_far_as_it_goes() {
     let m = merge(&native, &side, 3).unwrap();
     assert_eq!(words(&m), ["c", "py:f1", "call", "py:f2", "call"]);
     assert!(m.truncated);
-    // By marks: the third lies past the outermost frame unwound (or in it, whose end is
-    // not known): the same.
+    // By marks, the third lies past the outermost frame unwound (or in it, whose end is
+    // not known), and the result is the same.
     let mut anchored = stack(&["c", "?", "call", "?", "call"]);
     anchored.truncated = true;
     for third in [inside(4), inside(9)] {
@@ -412,7 +413,7 @@ fn a_native_stack_cut_at_its_depth_limit_merges_as_far_as_it_goes() {
         );
         assert!(m.truncated);
     }
-    // Both cut, the native stack first: it decides where the merged stack ends (the
+    // Both cut, the native stack first. It decides where the merged stack ends (the
     // Python frames of the call cut off part way have no place).
     let side = PythonSide {
         frames: &frames,
@@ -423,7 +424,7 @@ fn a_native_stack_cut_at_its_depth_limit_merges_as_far_as_it_goes() {
     };
     let m = merge(&native, &side, 3).unwrap();
     assert_eq!(words(&m), ["c", "py:f1", "call", "py:f2", "call"]);
-    // Not cut, the same frames do not pair up: never merged.
+    // Not cut, the same frames do not pair up, so they are never merged.
     native.truncated = false;
     let side = PythonSide {
         frames: &frames,
@@ -443,7 +444,7 @@ fn a_native_stack_cut_at_its_depth_limit_merges_as_far_as_it_goes() {
 
 #[test]
 fn only_the_innermost_call_of_the_loop_may_have_no_python_frame_yet() {
-    // Up to 3.10, by symbol: one loop frame more than Python frames, the innermost one
+    // Up to 3.10, by symbol, with one loop frame more than Python frames, the innermost one,
     // starting (or ending) its call, is shown as it is.
     let native = stack(&[EVAL, "call", EVAL, "main"]);
     let frames = [py("f1")];
@@ -456,7 +457,7 @@ fn only_the_innermost_call_of_the_loop_may_have_no_python_frame_yet() {
     };
     let m = merge(&native, &side, 3).unwrap();
     assert_eq!(words(&m), [EVAL, "call", "py:f1", "main"]);
-    // By mark: the same, the innermost loop frame holding no mark.
+    // By mark, the same holds, the innermost loop frame holding no mark.
     let native = stack(&["spin", EVAL, "call", EVAL, "main"]);
     let side = PythonSide {
         anchors: Some(&[inside(3)]),
@@ -464,9 +465,9 @@ fn only_the_innermost_call_of_the_loop_may_have_no_python_frame_yet() {
     };
     let m = merge(&native, &side, 3).unwrap();
     assert_eq!(words(&m), ["spin", EVAL, "call", "py:f1", "main"]);
-    // Loop frames further out with no mark: the Python stack was read in a moment when
-    // it did not show them (3.12's new `_PyCFrame` linked before its frame is): never
-    // merged, however few Python frames there are.
+    // Loop frames further out with no mark mean the Python stack was read in a moment when
+    // it did not show them (3.12's new `_PyCFrame` linked before its frame is). Such a stack
+    // is never merged, however few Python frames there are.
     let native = stack(&[EVAL, "call", EVAL, "call", EVAL, "main"]);
     let side = PythonSide {
         frames: &[],
@@ -490,7 +491,7 @@ fn only_the_innermost_call_of_the_loop_may_have_no_python_frame_yet() {
 #[test]
 fn a_3_11_call_caught_before_it_links_its_first_frame_merges() {
     // The innermost call of the loop (frame 1) has pushed its `_PyCFrame` (a mark) but not
-    // linked a Python frame: three marks, two calls with frames.
+    // linked a Python frame. So there are three marks and two calls with frames.
     let native = stack(&["callee", EVAL, "call", EVAL, "call", EVAL, "main"]);
     let frames = [py("f"), py("<module>")];
     let side = PythonSide {
@@ -512,7 +513,8 @@ fn a_3_11_call_caught_before_it_links_its_first_frame_merges() {
             "main"
         ]
     );
-    // The extra mark not inner to the others' frames (or outside the stack): no guess.
+    // With the extra mark not inner to the others' frames (or outside the stack), nothing
+    // is guessed.
     let side = PythonSide {
         anchors: Some(&[inside(5), inside(3), inside(1)]),
         ..side
@@ -542,7 +544,8 @@ fn a_3_11_first_call_caught_before_it_links_its_first_frame_merges() {
         words(&merge(&native, &side, 3).unwrap()),
         [EVAL, "PyEval_EvalCode", "run_mod", "main"]
     );
-    // The mark outside the thread's stack, or a Python frame outside any call: no guess.
+    // With the mark outside the thread's stack, or a Python frame outside any call, nothing
+    // is guessed.
     let off = PythonSide {
         anchors: Some(&[0x20000]),
         ..side
@@ -588,14 +591,14 @@ fn extension_code_above_the_innermost_python_frame_is_native_time() {
         at("_PyObject_Malloc", "libpython3.11.so.1.0"),
         at("_PyEval_EvalFrameDefault", "python3.11"),
         StackEntry::Python(py("main")),
-        // An extension below the Python frame called it: not what runs now.
+        // An extension below the Python frame called it, and is not what runs now.
         at("call_back", "ext.so"),
     ]);
     assert_eq!(interpreter.runs_extension_code(), None);
     let mut unmerged = blas.clone();
     unmerged.merged = false;
     assert_eq!(unmerged.runs_extension_code(), None);
-    // No Python frame at all: nothing to charge.
+    // With no Python frame at all, there is nothing to charge.
     assert_eq!(
         view(vec![at("worker", "ext.so")]).runs_extension_code(),
         None

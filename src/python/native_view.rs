@@ -1,9 +1,11 @@
 //! What a snapshot carries of native frames (`dump --native`, `--native` samples).
 //!
-//! Owns: a thread's merged stack ([`NativeView`], its entries [`StackEntry`]), the threads
-//! with no Python thread state ([`OtherThread`]), the snapshot's native side
-//! ([`NativeSummary`]), and which modules hold code of their own
-//! ([`is_extension_module`]).
+//! Owns:
+//! - a thread's merged stack ([`NativeView`], its entries [`StackEntry`]);
+//! - the threads with no Python thread state ([`OtherThread`]);
+//! - the snapshot's native side ([`NativeSummary`]);
+//! - which modules hold code of their own ([`is_extension_module`]).
+//!
 //! Must not: unwind or merge (`native` and `python::native` do), or format output.
 
 use super::frame::Frame;
@@ -26,7 +28,7 @@ pub(crate) struct NativeView {
     /// Innermost first: native and Python frames merged; when not merged, the thread's
     /// Python frames alone.
     pub(crate) stack: Vec<StackEntry>,
-    /// The merged stack was cut: at the Python walk's depth limit, or the native stack's.
+    /// The merged stack was cut, at the Python walk's depth limit or the native stack's.
     pub(crate) truncated: bool,
     /// Why the frames were not merged.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -58,18 +60,18 @@ impl NativeView {
     }
 
     /// Whether the merged stack shows the thread running an extension's or a library's
-    /// code for its innermost Python frame: a native frame above that frame lies in a
-    /// module that is neither the interpreter's own (its executable, `libpython`) nor a
-    /// system library the interpreter calls for itself (the C library, the loader, our
-    /// memory library). Then the sample's time is native whatever instruction the
-    /// Python frame is at: `a @ a` runs BLAS from a `BINARY_OP`, not a call. None when
+    /// code for its innermost Python frame. That is when a native frame above that frame
+    /// lies in a module that is neither the interpreter's own (its executable, `libpython`)
+    /// nor a system library the interpreter calls for itself (the C library, the loader, our
+    /// memory library). Then the sample's time is native whatever instruction the Python
+    /// frame is at. For example, `a @ a` runs BLAS from a `BINARY_OP`, not a call. None when
     /// not merged, or when the stack shows only the interpreter's own code there (the
     /// instruction decides, as without `--native`).
     pub(crate) fn runs_extension_code(&self) -> Option<bool> {
         if !self.merged {
             return None;
         }
-        // No Python frame at all: nothing to charge.
+        // No Python frame at all, so nothing to charge.
         let innermost_python = self
             .stack
             .iter()
@@ -96,7 +98,7 @@ impl NativeView {
     }
 
     /// The thread's native stack could not be taken (a thread started since the map was
-    /// read: its stack is not in it).
+    /// read, so its stack is not in it).
     pub(crate) fn has_no_stack(&self) -> bool {
         self.unmerged
             .as_ref()
@@ -115,7 +117,7 @@ pub(crate) struct OtherThread {
     pub(crate) truncated: bool,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) unwind_stopped: Option<String>,
-    /// Its stack could not be taken: why (then `frames` is empty).
+    /// Its stack could not be taken, and why (then `frames` is empty).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) error: Option<String>,
 }

@@ -1,10 +1,16 @@
 //! Finding the CPython interpreter inside a process.
 //!
-//! Owns: choosing the binary that holds the interpreter (libpython for shared builds, the
-//! executable for static ones), computing its load bias, detecting the version (and saying
-//! how), choosing the layout (generated table, or `_Py_DebugOffsets` for 3.13+), and the
-//! addresses the stack walker starts from. Files are opened as the target sees them
-//! (`elf::maps::open_target_file`), never as the host sees the same path.
+//! Owns:
+//! - choosing the binary that holds the interpreter (libpython for shared builds, the
+//!   executable for static ones);
+//! - computing its load bias;
+//! - detecting the version (and saying how);
+//! - choosing the layout (generated table, or `_Py_DebugOffsets` for 3.13+);
+//! - the addresses the stack walker starts from.
+//!
+//! Files are opened as the target sees them (`elf::maps::open_target_file`), never as the
+//! host sees the same path.
+//!
 //! Must not: walk threads or frames (that is `stack.rs`).
 
 use super::strings::TypeAddrs;
@@ -14,7 +20,7 @@ use crate::elf::ElfFile;
 use crate::error::{Error, Result};
 use crate::proc::ns::{Namespaces, TidMap};
 use crate::proc::{self, MapEntry};
-use crate::ptrace::{ProcessMemory, RemoteMemory};
+use crate::ptrace::{ProcessMemory, RemoteMemory, TargetMemory};
 use crate::python_bindings::{self, debug_offsets, Layout};
 
 /// What the caller may force.
@@ -33,19 +39,21 @@ pub struct Addresses {
     interp_head: Option<u64>,
     /// `_PyThreadState_Current` (2.7, 3.6): the thread holding the GIL.
     pub(crate) tstate_current: Option<u64>,
+    /// `_PyGC_generation0` (2.7, 3.6): the address of the collector's first list head.
+    pub(crate) gc_generation0: Option<u64>,
     /// Type objects, to validate what we read.
     pub types: TypeAddrs,
     /// The interpreter's own code where a computing thread spends its time
-    /// ([`INTERPRETER_CODE`]: AVMA and length; (0, 0) where absent): `attach` loads our
+    /// ([`INTERPRETER_CODE`]: AVMA and length; (0, 0) where absent). `attach` loads our
     /// library into a thread that never waits once it is stopped there (see
     /// `memory/inject.rs`).
     pub(crate) interpreter_code: [(u64, u64); 6],
 }
 
 /// The functions of [`Addresses::interpreter_code`]: the bytecode loop (3.6+, and 2.7's),
-/// and the C-API functions it calls most when a loop makes, drops or adds objects
-/// (measured on every build of the matrix: a link-time-optimised build inlines most of them
-/// into the loop, another calls them).
+/// and the C-API functions it calls most when a loop makes, drops or adds objects.
+/// Measured on every build of the matrix: a link-time-optimised build inlines most of
+/// them into the loop, another calls them.
 pub(crate) const INTERPRETER_CODE: [&str; 6] = [
     "_PyEval_EvalFrameDefault",
     "PyEval_EvalFrameEx",
@@ -58,13 +66,13 @@ pub(crate) const INTERPRETER_CODE: [&str; 6] = [
 /// A process with a CPython interpreter we know how to read.
 pub struct PythonProcess {
     pub(crate) pid: i32,
-    pub mem: RemoteMemory,
+    pub mem: TargetMemory,
     pub(crate) version: Version,
     /// `version` as text, made once (every snapshot carries it).
     pub(crate) version_text: std::sync::Arc<str>,
     pub(crate) version_source: VersionSource,
     /// True when no layout of ours was generated for this version (3.14+ read through
-    /// `_Py_DebugOffsets`): it should work, but we have not tested it.
+    /// `_Py_DebugOffsets`). It should work, but we have not tested it.
     pub untested: bool,
     pub layout: Layout,
     /// The executable, as the target sees it.
@@ -78,7 +86,7 @@ pub struct PythonProcess {
     pub(crate) tids: TidMap,
 }
 
-fn libpython_candidate(maps: &[MapEntry]) -> Option<String> {
+pub(super) fn libpython_candidate(maps: &[MapEntry]) -> Option<String> {
     maps.iter()
         .filter_map(|m| m.path.as_deref())
         .find(|p| {
@@ -88,35 +96,41 @@ fn libpython_candidate(maps: &[MapEntry]) -> Option<String> {
         .map(str::to_string)
 }
 
-fn has_python_symbols(elf: &ElfFile) -> bool {
+pub(super) fn has_python_symbols(elf: &ElfFile) -> bool {
     ["_PyRuntime", "interp_head", "Py_Version", "PyCode_Type"]
         .iter()
         .any(|s| elf.symbol(s).is_some())
 }
 
+/// `r`, or [`Error::ProcessExited`] where it failed and process `pid` is gone.
+/// - An exiting process loses its mappings and memory before it is gone.
+/// - What looks like "not Python", a failed read or an interpreter not initialized is then
+///   the process ending, and says so.
+pub(crate) fn exited_if_gone<T>(pid: i32, r: Result<T>) -> Result<T> {
+    match r {
+        Err(e) if !e.is_process_gone() && !crate::proc::process_exists(pid) => {
+            Err(Error::ProcessExited(pid))
+        }
+        r => r,
+    }
+}
+
 impl PythonProcess {
-    /// A second handle on the same process, with its own memory handle, for another thread
-    /// (no ELF parsing again: what `locate` found is copied).
+    /// A second handle on the same process, with its own memory handle, for another thread.
+    /// There is no ELF parsing again, because what `locate` found is copied.
     pub(crate) fn reopen(&self) -> Result<PythonProcess> {
         self.forked(self.pid)
     }
 
     /// Finds the interpreter in process `pid`.
     pub fn locate(pid: i32, opts: &LocateOptions) -> Result<PythonProcess> {
-        match Self::locate_once(pid, opts) {
-            // An exiting process loses its mappings and memory before it is gone: what looks
-            // like "not Python" or a failed read is then the process ending, and says so.
-            Err(e) if !e.is_process_gone() && !crate::proc::process_exists(pid) => {
-                Err(Error::ProcessExited(pid))
-            }
-            r => r,
-        }
+        exited_if_gone(pid, Self::locate_once(pid, opts))
     }
 
-    /// One attempt at locating the interpreter. Long (about 100 lines) on purpose: it is
-    /// the one sequence of steps, each using the last one's results (maps → the image that
-    /// holds Python → its ELF file and load bias → the version → the layout → the
-    /// addresses), with the error of each step said where it happens.
+    /// One attempt at locating the interpreter. Long (about 100 lines) on purpose, because
+    /// it is the one sequence of steps, each using the last one's results (maps → the image
+    /// that holds Python → its ELF file and load bias → the version → the layout → the
+    /// addresses). The error of each step is said where it happens.
     fn locate_once(pid: i32, opts: &LocateOptions) -> Result<PythonProcess> {
         let mut mem = RemoteMemory::new(pid)?;
         let maps = proc::read_maps(pid)?;
@@ -169,67 +183,12 @@ impl PythonProcess {
         if let Some(addr) = avma("PyCode_Type") {
             mem.read_u64(addr)?;
         }
-
-        let base = maps::basename(&binary).to_string();
-        let (version, version_source) = detect_version(pid, &mem, &elf, &base, &avma, opts)?;
-        let (layout, untested) = choose_layout(pid, &mem, &version, avma("_PyRuntime"))?;
-
-        let addrs = Addresses {
-            runtime: avma("_PyRuntime"),
-            interp_head: avma("interp_head"),
-            tstate_current: avma("_PyThreadState_Current"),
-            types: TypeAddrs {
-                code: avma("PyCode_Type").unwrap_or(0),
-                frame: avma("PyFrame_Type").unwrap_or(0),
-                unicode: if version.major == 2 {
-                    0
-                } else {
-                    avma("PyUnicode_Type").unwrap_or(0)
-                },
-                bytes: if version.major == 2 {
-                    avma("PyString_Type").unwrap_or(0)
-                } else {
-                    avma("PyBytes_Type").unwrap_or(0)
-                },
-            },
-            interpreter_code: INTERPRETER_CODE.map(|n| {
-                elf.symbol_range(n)
-                    .filter(|&(_, len)| len > 0)
-                    .map_or((0, 0), |(at, len)| (at.wrapping_add(bias), len))
-            }),
-        };
-        if layout.runtime.interpreters_head.is_some() && addrs.runtime.is_none() {
-            return Err(Error::BadState {
-                pid,
-                why: format!("{binary} has no _PyRuntime symbol"),
-            });
-        }
-        if layout.runtime.interpreters_head.is_none() && addrs.interp_head.is_none() {
-            return Err(Error::BadState {
-                pid,
-                why: format!(
-                    "{binary} has no interp_head symbol (a stripped Python {version} build?)"
-                ),
-            });
-        }
-        Ok(PythonProcess {
-            pid,
-            mem,
-            version_text: version.to_string().into(),
-            version,
-            version_source,
-            untested,
-            layout,
-            executable: executable.into(),
-            binary,
-            addrs,
-            namespaces,
-            tids: TidMap::new(pid, namespaces),
-        })
+        let found = interpreter_in(pid, &mem, &elf, &binary, bias, None, opts)?;
+        Ok(found.process(pid, TargetMemory::Live(mem), executable, binary, namespaces))
     }
 
     /// The same interpreter in `pid`, a child forked from this process without an exec
-    /// since: a fork copies the address space, so every address and the layout are the
+    /// since. A fork copies the address space, so every address and the layout are the
     /// parent's (no ELF file to parse again, which matters when a pool forks workers that
     /// live a second).
     pub(crate) fn forked(&self, pid: i32) -> Result<PythonProcess> {
@@ -239,7 +198,7 @@ impl PythonProcess {
         }
         Ok(PythonProcess {
             pid,
-            mem,
+            mem: TargetMemory::Live(mem),
             version: self.version.clone(),
             version_text: self.version_text.clone(),
             version_source: self.version_source,
@@ -255,8 +214,8 @@ impl PythonProcess {
     }
 
     /// `--gil` (sample only the thread holding the GIL) cannot be followed in a
-    /// free-threaded build, nor `--async` (`tasks`) where tasks are not read: an error that
-    /// says so.
+    /// free-threaded build, nor `--async` (`tasks`) where tasks are not read. This gives an
+    /// error that says so.
     pub(crate) fn check_request(&self, gil_only: bool, tasks: bool) -> Result<()> {
         if gil_only && self.layout.free_threaded {
             return Err(Error::NoGil {
@@ -307,7 +266,7 @@ impl PythonProcess {
         };
         PythonProcess {
             pid,
-            mem: RemoteMemory::new(pid).expect("our own memory"),
+            mem: TargetMemory::Live(RemoteMemory::new(pid).expect("our own memory")),
             version_text: version.to_string().into(),
             version,
             version_source: VersionSource::Override,
@@ -325,9 +284,125 @@ impl PythonProcess {
     }
 }
 
+/// What [`interpreter_in`] finds: the interpreter's version, layout and addresses.
+pub(super) struct Found {
+    version: Version,
+    version_source: VersionSource,
+    untested: bool,
+    layout: Layout,
+    pub(super) addrs: Addresses,
+}
+
+impl Found {
+    /// The process of pid `pid` read through `mem`, with this interpreter.
+    pub(super) fn process(
+        self,
+        pid: i32,
+        mem: TargetMemory,
+        executable: String,
+        binary: String,
+        namespaces: Namespaces,
+    ) -> PythonProcess {
+        PythonProcess {
+            pid,
+            mem,
+            version_text: self.version.to_string().into(),
+            version: self.version,
+            version_source: self.version_source,
+            untested: self.untested,
+            layout: self.layout,
+            executable: executable.into(),
+            binary,
+            addrs: self.addrs,
+            namespaces,
+            tids: TidMap::new(pid, namespaces),
+        }
+    }
+}
+
+/// The interpreter in `elf`, the file `binary` loaded with bias `bias` in the process of
+/// pid `pid` (for messages), read through `mem`. It gives its version, its layout, and
+/// the addresses the walker starts from. `runtime_found`: where `_PyRuntime` is when
+/// neither its symbol nor its section says (a core's `_Py_DebugOffsets` cookie, found by
+/// a scan).
+pub(super) fn interpreter_in(
+    pid: i32,
+    mem: &dyn ProcessMemory,
+    elf: &ElfFile,
+    binary: &str,
+    bias: u64,
+    runtime_found: Option<u64>,
+    opts: &LocateOptions,
+) -> Result<Found> {
+    let avma = |name: &str| elf.symbol(name).map(|s| s.wrapping_add(bias));
+    // `_PyRuntime`: its symbol; else its section (3.12+), else where the caller found
+    // `_Py_DebugOffsets`' cookie (a core).
+    let runtime = avma("_PyRuntime")
+        .or_else(|| {
+            elf.section(".PyRuntime")
+                .map(|(svma, _)| svma.wrapping_add(bias))
+        })
+        .or(runtime_found);
+    let base = maps::basename(binary).to_string();
+    let (version, version_source) = detect_version(pid, mem, elf, &base, &avma, opts)?;
+    let (layout, untested) = choose_layout(pid, mem, &version, runtime)?;
+
+    let addrs = Addresses {
+        runtime,
+        interp_head: avma("interp_head"),
+        tstate_current: avma("_PyThreadState_Current"),
+        gc_generation0: avma("_PyGC_generation0"),
+        types: TypeAddrs {
+            code: avma("PyCode_Type").unwrap_or(0),
+            frame: avma("PyFrame_Type").unwrap_or(0),
+            unicode: if version.major == 2 {
+                0
+            } else {
+                avma("PyUnicode_Type").unwrap_or(0)
+            },
+            bytes: if version.major == 2 {
+                avma("PyString_Type").unwrap_or(0)
+            } else {
+                avma("PyBytes_Type").unwrap_or(0)
+            },
+            dict: avma("PyDict_Type").unwrap_or(0),
+            module: avma("PyModule_Type").unwrap_or(0),
+            int: if version.major == 2 {
+                avma("PyInt_Type").unwrap_or(0)
+            } else {
+                avma("PyLong_Type").unwrap_or(0)
+            },
+        },
+        interpreter_code: INTERPRETER_CODE.map(|n| {
+            elf.symbol_range(n)
+                .filter(|&(_, len)| len > 0)
+                .map_or((0, 0), |(at, len)| (at.wrapping_add(bias), len))
+        }),
+    };
+    if layout.runtime.interpreters_head.is_some() && addrs.runtime.is_none() {
+        return Err(Error::BadState {
+            pid,
+            why: format!("{binary} has no _PyRuntime symbol"),
+        });
+    }
+    if layout.runtime.interpreters_head.is_none() && addrs.interp_head.is_none() {
+        return Err(Error::BadState {
+            pid,
+            why: format!("{binary} has no interp_head symbol (a stripped Python {version} build?)"),
+        });
+    }
+    Ok(Found {
+        version,
+        version_source,
+        untested,
+        layout,
+        addrs,
+    })
+}
+
 fn detect_version(
     pid: i32,
-    mem: &RemoteMemory,
+    mem: &dyn ProcessMemory,
     elf: &ElfFile,
     base: &str,
     avma: &dyn Fn(&str) -> Option<u64>,
@@ -394,7 +469,7 @@ fn detect_version(
 
 /// The version at the start of `Py_GetVersion`'s static buffer ("3.8.18 (default, ...").
 fn version_buffer(
-    mem: &RemoteMemory,
+    mem: &dyn ProcessMemory,
     elf: &ElfFile,
     avma: &dyn Fn(&str) -> Option<u64>,
 ) -> Option<Version> {
@@ -414,7 +489,7 @@ pub(crate) const DEBUG_OFFSETS_READ: usize = 4096;
 
 fn choose_layout(
     pid: i32,
-    mem: &RemoteMemory,
+    mem: &dyn ProcessMemory,
     version: &Version,
     runtime: Option<u64>,
 ) -> Result<(Layout, bool)> {

@@ -1,8 +1,8 @@
 //! The one way in to reading a live interpreter's threads.
 //!
 //! Owns: [`PythonReader`], which holds what one process's reads share (the process, its
-//! stack walker, the native modules, the asyncio reader), and its one read,
-//! [`PythonReader::snapshot`].
+//! stack walker, the native modules, the asyncio reader, where the threads' names are),
+//! and its one read, [`PythonReader::snapshot`].
 //! Must not: list threads, keep what is known of threads at rest (its caller passes a
 //! [`RestTracker`]), or format output.
 
@@ -10,9 +10,11 @@ use super::asyncio::AsyncReader;
 use super::native;
 use super::process::PythonProcess;
 use super::read;
+use super::read::still::SavedThread;
 use super::rest::RestTracker;
 use super::snapshot::{ReadMode, Snapshot, SnapshotOptions};
 use super::stack::StackWalker;
+use super::thread_names::{NamesRead, ThreadNames};
 use crate::error::Result;
 use crate::native::{Captures, NativeProcess};
 
@@ -35,6 +37,8 @@ pub struct PythonReader {
     /// [`PythonReader::attach_native_again`]).
     captures: Captures,
     tasks: Option<AsyncReader>,
+    /// Where each interpreter's `threading` keeps its threads, as last found.
+    names: ThreadNames,
 }
 
 impl PythonReader {
@@ -47,6 +51,7 @@ impl PythonReader {
             native: None,
             captures: Vec::new(),
             tasks: None,
+            names: ThreadNames::default(),
         }
     }
 
@@ -56,7 +61,7 @@ impl PythonReader {
         self
     }
 
-    /// Reads native frames too, with `modules` (see [`native_process`]); None: no more.
+    /// Reads native frames too, with `modules` (see [`native_process`]); with None, no more.
     /// The modules replace those held before.
     ///
     /// [`native_process`]: super::native::native_process
@@ -91,7 +96,7 @@ impl PythonReader {
 
     /// Reads the stacks of every thread, as `opts` says and with what the reader holds.
     ///
-    /// With native modules: the threads are paused, each one's registers and stack copied
+    /// With native modules, the threads are paused, each one's registers and stack copied
     /// in the same pause, and once they run again each stack is unwound and merged with
     /// its Python frames. The copies are kept until the next snapshot (to be unwound again
     /// with modules read anew, `attach_native_again`).
@@ -99,7 +104,30 @@ impl PythonReader {
         self.snapshot_resting(opts, &mut RestTracker::default())
     }
 
-    /// [`PythonReader::snapshot`], for a caller that reads again and again: threads that
+    /// The names the program gave the threads `wanted` ((interpreter address, thread id)
+    /// each), read from each interpreter's `threading` module while the target runs. It
+    /// costs a few reads per thread, and a look through `sys.modules` when where `threading`
+    /// keeps them is not known yet. Not for every sample, only when the threads change, and
+    /// now and then for renames.
+    pub(crate) fn python_names(&mut self, wanted: &[(u64, u64)]) -> NamesRead {
+        self.names.read(&self.proc, &self.proc.mem, wanted)
+    }
+
+    /// Fills each thread's `python_name` (`opts.python_names`), after the read.
+    fn name_threads(&mut self, snap: &mut Snapshot) {
+        let wanted: Vec<(u64, u64)> = snap
+            .threads
+            .iter()
+            .map(|t| (t.interp_addr, t.thread_id))
+            .collect();
+        let mut read = self.python_names(&wanted);
+        for t in &mut snap.threads {
+            t.python_name = read.names.remove(&(t.interp_addr, t.thread_id));
+        }
+        snap.python_names_unavailable = read.unavailable;
+    }
+
+    /// [`PythonReader::snapshot`], for a caller that reads again and again. Threads that
     /// `rest` says have not run since their last read are not walked again (see
     /// [`RestTracker`]), and what this read finds is left in it.
     pub fn snapshot_resting(
@@ -108,14 +136,18 @@ impl PythonReader {
         rest: &mut RestTracker,
     ) -> Result<Snapshot> {
         let Some(process) = self.native.as_mut() else {
-            return read::snapshot(
+            let mut snap = read::snapshot(
                 &self.proc,
                 &mut self.walker,
                 opts,
                 rest,
                 None,
                 self.tasks.as_mut(),
-            );
+            )?;
+            if opts.python_names {
+                self.name_threads(&mut snap);
+            }
+            return Ok(snap);
         };
         let opts = SnapshotOptions {
             mode: ReadMode::Paused,
@@ -141,11 +173,44 @@ impl PythonReader {
             (self.proc.version.major, self.proc.version.minor),
             opts.thread_names,
         );
+        if opts.python_names {
+            self.name_threads(&mut snap);
+        }
+        Ok(snap)
+    }
+
+    /// Reads the stacks of every thread of a saved process (a core's; see
+    /// [`PythonProcess::from_core`]), `threads` as saved, with the Python names of
+    /// threads when `opts.python_names` asks and each frame's locals when `opts.locals`
+    /// does (the rest of `opts` is for live processes).
+    /// With native modules ([`PythonReader::set_native`]), `captures` (each thread's
+    /// registers and stack, as saved) are unwound and merged with the Python frames.
+    pub(crate) fn snapshot_saved(
+        &mut self,
+        threads: &[SavedThread],
+        opts: &SnapshotOptions,
+        captures: Captures,
+    ) -> Result<Snapshot> {
+        let native = self.native.is_some();
+        let anchors = std::mem::replace(&mut self.walker.want_anchors, native);
+        let snap =
+            read::still::snapshot(&self.proc, &mut self.walker, threads, opts.locals.as_ref());
+        self.walker.want_anchors = anchors;
+        let mut snap = snap?;
+        if let Some(process) = self.native.as_mut() {
+            self.captures = captures;
+            let version = (self.proc.version.major, self.proc.version.minor);
+            // No thread names from /proc, because the process is gone.
+            native::attach(&mut snap, process, &self.captures, version, false);
+        }
+        if opts.python_names {
+            self.name_threads(&mut snap);
+        }
         Ok(snap)
     }
 
     /// Merges the last native snapshot's stacks into `snap` again, unwound with the
-    /// modules held now: after the modules were read again ([`PythonReader::set_native`])
+    /// modules held now, after the modules were read again ([`PythonReader::set_native`])
     /// because the stacks met code outside them (an extension mapped since).
     pub(crate) fn attach_native_again(&mut self, snap: &mut Snapshot, thread_names: bool) {
         if let Some(process) = self.native.as_mut() {

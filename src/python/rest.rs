@@ -14,14 +14,14 @@
 //! CPU times and scheduler states); this module only keeps what follows from it.
 //!
 //! The walker's own cache of the thread list's memory (`stack::KnownStates`) is not kept
-//! here: it caches bytes of the target, checked against [`ReuseDelta::epoch`], and holds
-//! no decision about rest.
+//! here, because it caches bytes of the target, checked against [`ReuseDelta::epoch`], and
+//! holds no decision about rest.
 
 use super::frame::Frame;
 use super::snapshot::Snapshot;
 use crate::{IdMap, IdSet};
 
-/// What changed in the resting map since the caller's snapshot before: the `thread_id`s
+/// What changed in the resting map since the caller's snapshot before, as the `thread_id`s
 /// whose entry was added, removed or changed.
 ///
 /// `epoch` counts the caller's snapshots (one more than that of the map before). A snapshot
@@ -54,7 +54,7 @@ pub(crate) enum Listing {
 
 /// Everything known of the threads at rest, passed by `&mut` to
 /// [`super::PythonReader::snapshot_resting`]. An empty tracker (`default()`) knows
-/// nothing: every thread is walked, as `dump` wants.
+/// nothing, so every thread is walked, as `dump` wants.
 #[derive(Debug, Default)]
 pub struct RestTracker {
     /// Threads that did not run since their last read, by `thread_id` (their `pthread_t`,
@@ -62,9 +62,9 @@ pub struct RestTracker {
     /// that read found. One whose thread state still names that frame, and that does not
     /// hold the GIL, is not walked again (`ThreadSnapshot::unchanged`).
     pub(super) reuse: IdMap<u64, u64>,
-    /// The kernel ids (ours) of the threads of `reuse`: a paused read does not pause them.
+    /// The kernel ids (ours) of the threads of `reuse`. A paused read does not pause them.
     /// One that turns out to have changed (its top frame moved, or it holds the GIL) cannot
-    /// be read unpaused: the process is then paused whole and read again. So a thousand
+    /// be read unpaused. The process is then paused whole and read again. So a thousand
     /// parked threads cost a paused read nothing.
     pub(super) unpaused: IdSet<i32>,
     /// Kernel ids (ours) by `thread_id`, as an earlier snapshot matched them. Before 3.11 a
@@ -75,15 +75,15 @@ pub struct RestTracker {
     /// last reads and needs nothing of them this time (CPU time only) saves an entry per
     /// thread of a pool at rest at every sample.
     pub(super) omit_unchanged: bool,
-    /// Read every thread state of the list, those at rest too. A thread left: the state
+    /// Read every thread state of the list, those at rest too. When a thread left, the state
     /// before its own still links to it.
     pub(super) list_whole: bool,
     /// Under `omit_unchanged`, the most threads walked (the GIL holder aside). The others
     /// that need a walk are left out (counted in `walker.deferred`), and the next snapshot
     /// starts where this one stopped.
     pub(super) max_walks: Option<usize>,
-    /// What changed in `reuse` since the last snapshot, for this one. None: not known (the
-    /// map was made anew).
+    /// What changed in `reuse` since the last snapshot, for this one. None when not known
+    /// (the map was made anew).
     pub(super) delta: Option<ReuseDelta>,
     /// Each thread's last read (not of a thread holding the GIL), by kernel id.
     last_read: IdMap<i32, LastRead>,
@@ -93,7 +93,7 @@ pub struct RestTracker {
     reuse_kept: bool,
     /// The threads the last sample read (to be looked at again).
     touched: Vec<i32>,
-    /// The `thread_id`s taken out of or put into `reuse` since the last snapshot (None:
+    /// The `thread_id`s taken out of or put into `reuse` since the last snapshot (None when
     /// made anew), and the snapshots taken so far.
     changes: Option<Vec<u64>>,
     epoch: u64,
@@ -102,13 +102,14 @@ pub struct RestTracker {
 }
 
 impl RestTracker {
-    /// Decides which threads the next snapshot may leave unread: those `still` says did
-    /// not run since their last read (and were not running then), whose last read is kept.
+    /// Decides which threads the next snapshot may leave unread. They are those `still` says
+    /// did not run since their last read (and were not running then), whose last read is
+    /// kept.
     ///
     /// - `moved`: the threads whose CPU time changed since the last sample, when the caller
     ///   knows (the process clock). With the same listing as last time, only those and the
-    ///   threads the last sample read are looked at again: a thousand threads at rest cost
-    ///   nothing here.
+    ///   threads the last sample read are looked at again, so a thousand threads at rest
+    ///   cost nothing here.
     /// - Otherwise (a new listing, no such knowledge), every kept thread is looked at.
     pub(crate) fn plan(
         &mut self,
@@ -178,8 +179,8 @@ impl RestTracker {
     ///
     /// - `omit_unchanged`: they are left out of it, at most `max_walks` others walked.
     /// - `listing`: a thread left, so the list is read whole.
-    /// - `kernel_ids`: thread states do not record their kernel ids (before 3.8): the last
-    ///   snapshot's matches of the threads `listed` are given to it.
+    /// - `kernel_ids`: thread states do not record their kernel ids (before 3.8), so the
+    ///   last snapshot's matches of the threads `listed` are given to it.
     pub(crate) fn prepare(
         &mut self,
         omit_unchanged: bool,
@@ -208,11 +209,13 @@ impl RestTracker {
             .map(|threads| ReuseDelta { epoch, threads });
     }
 
-    /// Takes what a snapshot found: the room of this snapshot's delta back, each thread's
-    /// kernel id (`tids`: the listing, ascending; `listed_anew`: it changed since the last
-    /// sample), and which threads were read.
+    /// Takes what a snapshot found:
+    /// - the room of this snapshot's delta back;
+    /// - each thread's kernel id (`tids`: the listing, ascending; `listed_anew`: it changed
+    ///   since the last sample);
+    /// - which threads were read.
     pub(crate) fn absorb(&mut self, snap: &Snapshot, tids: &[i32], listed_anew: bool) {
-        // Nothing changed `reuse` since `prepare`: the delta's room is the next one's.
+        // Nothing changed `reuse` since `prepare`, so the delta's room is the next one's.
         if let Some(mut d) = self.delta.take() {
             d.threads.clear();
             self.changes = Some(d.threads);

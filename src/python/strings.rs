@@ -17,6 +17,15 @@ fn bad(addr: u64, why: &'static str) -> Error {
     Error::Inconsistent { addr, why }
 }
 
+/// A C string of the target at `at` (a type's `tp_name`, say), of at most `N` bytes. It is cut
+/// there when it is longer or has no NUL, and cut where the readable memory ends.
+pub(crate) fn read_c_str<const N: usize>(mem: &dyn ProcessMemory, at: u64) -> Result<String> {
+    let mut buf = [0u8; N];
+    let n = mem.read_prefix(at, &mut buf)?;
+    let end = buf[..n].iter().position(|&b| b == 0).unwrap_or(n);
+    Ok(String::from_utf8_lossy(&buf[..end]).into_owned())
+}
+
 /// Type objects used to validate what we read; 0 = unknown (not checked).
 #[derive(Debug, Clone, Copy, Default)]
 pub struct TypeAddrs {
@@ -24,6 +33,10 @@ pub struct TypeAddrs {
     pub(crate) frame: u64,
     pub(crate) unicode: u64,
     pub(crate) bytes: u64,
+    /// `dict`, `module` and `int` (2.7: `PyInt_Type`), for the object reader.
+    pub(crate) dict: u64,
+    pub(crate) module: u64,
+    pub(crate) int: u64,
 }
 
 fn check_type(
@@ -68,7 +81,7 @@ fn read_unicode(
     types: &TypeAddrs,
     addr: u64,
 ) -> Result<String> {
-    // Only the PyASCIIObject header: a short compact string may end right after it.
+    // Only the PyASCIIObject header, because a short compact string may end right after it.
     let header = mem.read_vec(addr, layout.ascii_size)?;
     if types.unicode != 0 && field_u64(&header, layout.ob_type) != types.unicode {
         return Err(bad(addr, "not a str"));

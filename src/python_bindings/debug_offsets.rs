@@ -6,9 +6,9 @@
 //! Reading it, rather than trusting a table built into this binary, is what keeps us right
 //! across patch releases and lets a minor version we have no generated table for work.
 //!
-//! The struct is only stable within a minor version: 3.14 inserts fields in the middle of
+//! The struct is only stable within a minor version. 3.14 inserts fields in the middle of
 //! several sections. So its field order is data, one [`OffsetsTable`] per minor version
-//! ([`TABLES`]), chosen by the version in the header; a minor version with no table is
+//! ([`TABLES`]), chosen by the version in the header. A minor version with no table is
 //! refused by name ([`DebugOffsetsError::UnsupportedVersion`]). As a second line of defence
 //! the values are checked against structural invariants (every offset inside its struct,
 //! sizes plausible), so a table that does not fit the bytes is refused instead of producing
@@ -190,14 +190,14 @@ impl Fields<'_> {
 }
 
 /// Builds a [`Layout`] from the first bytes of `_PyRuntime` (at least the whole
-/// `_Py_DebugOffsets`). Fields the debug offsets do not carry (the compact unicode size, the
-/// legacy unicode data offset, the `state` bit positions) come from `fallback` (see
-/// [`fallback_for`]), the newest
-/// generated table; `co_code` and `_co_firsttraceable` do not exist in 3.13+ and are `None`.
+/// `_Py_DebugOffsets`). Fields the debug offsets do not carry (the compact unicode size,
+/// the legacy unicode data offset, the `state` bit positions) come from `fallback` (see
+/// [`fallback_for`]), the newest generated table. `co_code` and `_co_firsttraceable` do
+/// not exist in 3.13+ and are `None`.
 ///
-/// Long (about 120 lines) on purpose: most of it is the one `Layout` literal, a field per
-/// line, each named by the debug-offsets field it comes from; split, the mapping from one to
-/// the other would no longer read in one place.
+/// Long (about 120 lines) on purpose. Most of it is the one `Layout` literal, a field per
+/// line, each named by the debug-offsets field it comes from. Split, the mapping from one
+/// to the other would no longer read in one place.
 pub fn parse(bytes: &[u8], fallback: &Layout) -> Result<Layout, DebugOffsetsError> {
     if bytes.len() < HEADER {
         if bytes.len() >= 8 && &bytes[..8] != COOKIE {
@@ -247,7 +247,7 @@ pub fn parse(bytes: &[u8], fallback: &Layout) -> Result<Layout, DebugOffsetsErro
     // `ceval.gil` points to (which is the start of a `_gil_runtime_state`).
     let gil_base = f.get("interpreter_state.gil_runtime_state");
     // A free-threaded build has the same GIL state, unused (never locked) unless the GIL is
-    // turned on at run time (PYTHON_GIL=1): reading it gives no holder, or the real one.
+    // turned on at run time (PYTHON_GIL=1). So reading it gives no holder, or the real one.
     let gil = |name: &str| Some((f.get(name) - gil_base) as usize);
     Ok(Layout {
         version: (3, minor),
@@ -259,6 +259,7 @@ pub fn parse(bytes: &[u8], fallback: &Layout) -> Result<Layout, DebugOffsetsErro
         interp: InterpLayout {
             next: f.us("interpreter_state.next"),
             tstate_head: f.us("interpreter_state.threads_head"),
+            id: Some(f.us("interpreter_state.id")),
             ceval_gil: Some(f.us("interpreter_state.ceval_gil")),
             gil_locked: gil("interpreter_state.gil_runtime_state_locked"),
             gil_last_holder: gil("interpreter_state.gil_runtime_state_holder"),
@@ -665,7 +666,7 @@ mod tests {
             parse(&b, &fallback()),
             Err(DebugOffsetsError::UnknownLayout(..))
         ));
-        // 3.13 bytes labelled 3.14: the 3.14 order reads them at the wrong slots.
+        // 3.13 bytes labelled 3.14, which the 3.14 order reads at the wrong slots.
         let mut b = sample();
         b[8..16].copy_from_slice(&0x030e00f0u64.to_le_bytes());
         b.resize(HEADER + FIELDS_3_14.len() * 8, 0);

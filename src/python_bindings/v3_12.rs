@@ -12,6 +12,7 @@ pub(crate) const LAYOUT: Layout = Layout {
     interp: InterpLayout {
         next: 0,
         tstate_head: 72,
+        id: Some(8),
         ceval_gil: Some(384),
         gil_locked: Some(16),
         gil_last_holder: Some(8),

@@ -12,6 +12,7 @@ pub(crate) const LAYOUT: Layout = Layout {
     interp: InterpLayout {
         next: 7264,
         tstate_head: 7336,
+        id: Some(7272),
         ceval_gil: Some(16),
         gil_locked: Some(16),
         gil_last_holder: Some(8),

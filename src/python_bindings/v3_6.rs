@@ -12,6 +12,7 @@ pub(crate) const LAYOUT: Layout = Layout {
     interp: InterpLayout {
         next: 0,
         tstate_head: 8,
+        id: None,
         ceval_gil: None,
         gil_locked: None,
         gil_last_holder: None,

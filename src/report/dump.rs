@@ -1,13 +1,16 @@
-//! Rendering a [`Snapshot`] for `scalene-rs dump`: a debugger-style backtrace, or JSON
-//! (a process tree's, `dump --subprocesses`: `tree.rs`).
+//! Rendering a [`Snapshot`] for `scalene-rs dump`, as a debugger-style backtrace or as JSON
+//! (a process tree's, for `dump --subprocesses`, is in `tree.rs`).
 //!
 //! Must not: read process memory.
 
 use crate::native::NativeFrame;
 use crate::python::{Frame, Snapshot, StackEntry};
 
+mod core;
+mod greenlets;
 mod tasks;
 mod tree;
+pub use self::core::{core_to_json_string, core_to_text};
 use std::fmt::Write;
 pub use tree::{tree_to_json_string, tree_to_text};
 
@@ -54,6 +57,11 @@ pub fn to_text(s: &Snapshot) -> String {
 /// What follows a process's first line: its Python, then every thread's stack (and the
 /// tasks).
 fn details(out: &mut String, s: &Snapshot) {
+    details_marking(out, s, None)
+}
+
+/// [`details`], with the thread of kernel id `crashed` (a core's) marked `crashed`.
+fn details_marking(out: &mut String, s: &Snapshot, crashed: Option<i32>) {
     let _ = write!(
         out,
         "Python {} (version from {})",
@@ -83,6 +91,14 @@ fn details(out: &mut String, s: &Snapshot) {
             }
         );
     }
+    for id in &s.stale_ids {
+        let _ = writeln!(
+            out,
+            "A thread state records thread {}, which is not a thread of this process (forked \
+             without PyOS_AfterFork_Child, as uWSGI's workers are by default): it is thread {}",
+            id.recorded, id.actual
+        );
+    }
     for t in &s.threads {
         out.push('\n');
         let mut state = Vec::new();
@@ -93,23 +109,29 @@ fn details(out: &mut String, s: &Snapshot) {
         if t.holds_gil {
             state.push("holds the GIL");
         }
+        let interpreter = format!("interpreter {}", t.interpreter);
         if t.interpreter != 0 {
-            state.push("subinterpreter");
+            state.push(&interpreter);
+        }
+        if crashed.is_some() && t.native_id == crashed {
+            state.push("crashed");
         }
         let _ = write!(
             out,
-            "Thread {} ",
+            "Thread {}",
             t.native_id
                 .map(|n| n.to_string())
                 .unwrap_or_else(|| format!("{:#x}", t.thread_id))
         );
         if let Some(inner) = t.ns_native_id {
-            let _ = write!(out, "[{inner} in its PID namespace] ");
+            let _ = write!(out, " [{inner} in its PID namespace]");
         }
-        if let Some(name) = &t.name {
-            let _ = write!(out, "\"{name}\" ");
-        }
-        let _ = writeln!(out, "({})", state.join(", "));
+        let _ = writeln!(
+            out,
+            "{}: {}",
+            names(t.python_name.as_deref(), t.name.as_deref()),
+            state.join(", ")
+        );
         if let Some(err) = &t.error {
             let _ = writeln!(out, "    <stack not read: {err}>");
             continue;
@@ -144,6 +166,23 @@ fn details(out: &mut String, s: &Snapshot) {
         }
         for (i, f) in t.frames.iter().enumerate() {
             python_line(out, i, f);
+            match t.locals.get(i) {
+                Some(Ok(locals)) => {
+                    for l in locals {
+                        let _ = writeln!(
+                            out,
+                            "         {:<5} {} = {}",
+                            l.kind.as_str(),
+                            l.name,
+                            l.repr
+                        );
+                    }
+                }
+                Some(Err(why)) => {
+                    let _ = writeln!(out, "         <locals not read: {why}>");
+                }
+                None => {}
+            }
         }
         if t.truncated {
             let _ = writeln!(
@@ -155,11 +194,12 @@ fn details(out: &mut String, s: &Snapshot) {
     }
     for t in s.native.iter().flat_map(|n| &n.other_threads) {
         out.push('\n');
-        let _ = write!(out, "Thread {} ", t.native_id);
-        if let Some(name) = &t.name {
-            let _ = write!(out, "\"{name}\" ");
-        }
-        let _ = writeln!(out, "(no Python thread state)");
+        let _ = writeln!(
+            out,
+            "Thread {}{}: no Python thread state",
+            t.native_id,
+            names(None, t.name.as_deref())
+        );
         if let Some(err) = &t.error {
             let _ = writeln!(out, "    <stack not read: {err}>");
         }
@@ -177,9 +217,29 @@ fn details(out: &mut String, s: &Snapshot) {
             let _ = writeln!(out, "    <native unwinding stopped: {why}>");
         }
     }
+    if let Some(why) = &s.python_names_unavailable {
+        let _ = writeln!(out, "\n<Python names of threads not read: {why}>");
+    }
     if let Some(a) = &s.asyncio {
         tasks::to_text(out, a, s);
     }
+    if let Some(g) = &s.greenlets {
+        greenlets::to_text(out, g);
+    }
+}
+
+/// What a thread header says of its names, each after a space: the name the program gave
+/// it in quotes, then the OS's in parentheses (` "worker-3" (python3)`). Empty when neither
+/// is known.
+fn names(python: Option<&str>, os: Option<&str>) -> String {
+    let mut s = String::new();
+    if let Some(p) = python {
+        let _ = write!(s, " \"{p}\"");
+    }
+    if let Some(o) = os {
+        let _ = write!(s, " ({o})");
+    }
+    s
 }
 
 /// `    #3   function (file:line)`.
@@ -218,10 +278,12 @@ mod tests {
             free_threaded: false,
             executable: "/usr/bin/python3.12".into(),
             threads: vec![ThreadSnapshot {
+                locals: Vec::new(),
                 thread_id: 0x7f00,
                 native_id: Some(42),
                 ns_native_id: None,
                 name: Some("python3.12".into()),
+                python_name: Some("MainThread".into()),
                 holds_gil: true,
                 idle: false,
                 in_native: Some(false),
@@ -242,6 +304,7 @@ mod tests {
                 truncated: false,
                 error: None,
                 interpreter: 0,
+                interp_addr: 0,
                 read_paused: false,
                 evals: vec![1, 1],
                 evals_open: 0,
@@ -252,8 +315,11 @@ mod tests {
             }],
             native: None,
             asyncio: None,
+            greenlets: None,
+            python_names_unavailable: None,
             left_out: 0,
             woken: Vec::new(),
+            stale_ids: Vec::new(),
         }
     }
 
@@ -265,10 +331,81 @@ mod tests {
             "Process 42: /usr/bin/python3.12\n\
              Python 3.12.1 (version from the Py_Version symbol)\n\
              \n\
-             Thread 42 \"python3.12\" (active, holds the GIL)\n    \
+             Thread 42 \"MainThread\" (python3.12): active, holds the GIL\n    \
              #0   inner (/tmp/a.py:3)\n    \
              #1   <module> (/tmp/a.py:10)\n"
         );
+    }
+
+    /// The sample with `dump --locals`' reads: two locals of the first frame, and the
+    /// second frame's error.
+    fn with_locals() -> Snapshot {
+        use crate::python::locals::{Local, LocalKind};
+        let mut s = sample();
+        s.threads[0].locals = vec![
+            Ok(vec![
+                Local {
+                    name: "n".into(),
+                    kind: LocalKind::Arg,
+                    type_name: Some("int".into()),
+                    repr: "42".into(),
+                    address: 0x7f00_0010,
+                },
+                Local {
+                    name: "seen".into(),
+                    kind: LocalKind::Cell,
+                    type_name: Some("list".into()),
+                    repr: "[1, 2, … (3 items)]".into(),
+                    address: 0x7f00_0020,
+                },
+            ]),
+            Err("no layout of the objects of Python 3.16".into()),
+        ];
+        s
+    }
+
+    #[test]
+    fn locals_follow_their_frame_in_text() {
+        let text = to_text(&with_locals());
+        assert!(
+            text.ends_with(
+                "    #0   inner (/tmp/a.py:3)\n\
+                 \x20        arg   n = 42\n\
+                 \x20        cell  seen = [1, 2, … (3 items)]\n\
+                 \x20   #1   <module> (/tmp/a.py:10)\n\
+                 \x20        <locals not read: no layout of the objects of Python 3.16>\n"
+            ),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn locals_are_each_frames_in_json() {
+        let v = to_json(&with_locals());
+        let frames = &v["threads"][0]["frames"];
+        assert_eq!(frames[0]["function"], "inner");
+        assert_eq!(
+            frames[0]["locals"][1],
+            serde_json::json!({
+                "name": "seen",
+                "kind": "cell",
+                "type": "list",
+                "repr": "[1, 2, … (3 items)]",
+                "address": "0x7f000020",
+            })
+        );
+        assert!(frames[0].get("locals_error").is_none());
+        assert_eq!(
+            frames[1]["locals_error"],
+            "no layout of the objects of Python 3.16"
+        );
+        assert!(frames[1].get("locals").is_none());
+        // Without --locals, frames have neither.
+        let plain = to_json(&sample());
+        assert!(plain["threads"][0]["frames"][0].get("locals").is_none());
+        assert!(plain["threads"][0]["frames"][0]
+            .get("locals_error")
+            .is_none());
     }
 
     #[test]

@@ -1,7 +1,7 @@
 //! Flame graphs (interactive SVG), drawn by the `inferno` crate from the collapsed stacks.
 //!
-//! Box widths are sample counts, as in [`super::collapsed`]. The output is deterministic:
-//! colours come from a hash of each frame's name (inferno's `deterministic` mode) rather
+//! Box widths are sample counts, as in [`super::collapsed`]. The output is deterministic.
+//! Colours come from a hash of each frame's name (inferno's `deterministic` mode) rather
 //! than from its random palette, and nothing depends on the time or the machine.
 //!
 //! Must not: read process memory or files.
@@ -38,7 +38,7 @@ fn subtitle(p: &Profile) -> String {
     parts.join(", ")
 }
 
-/// The options used for every graph: fixed, so the same profile gives the same bytes.
+/// The options used for every graph, fixed so the same profile gives the same bytes.
 fn options(p: &Profile) -> Options<'static> {
     let mut o = Options::default();
     o.title = title(p);
@@ -65,7 +65,7 @@ fn write<W: Write>(p: &Profile, w: W) -> io::Result<()> {
     inferno_fg::from_lines(&mut opts, lines.iter().map(String::as_str), w)
 }
 
-/// The allocation flame graph (`--memory`): widths are KiB allocated. Fails (with
+/// The allocation flame graph (`--memory`), whose widths are KiB allocated. Fails (with
 /// `InvalidData`) when the profile has no memory data or no allocation to draw.
 pub fn render_memory(p: &Profile) -> io::Result<Vec<u8>> {
     let lines = collapsed::memory_lines(p).ok_or_else(|| {

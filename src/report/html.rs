@@ -3,7 +3,7 @@
 //! The page is the profile's data as compact JSON inside a `<script type="application/json">`
 //! element, plus inline CSS and JavaScript (ours, `html/report.css` and `html/report.js`)
 //! that build the DOM from it, lazily (a file's table when it is opened, a flame graph's
-//! boxes for the frames wide enough to see). Nothing is fetched: a Content-Security-Policy
+//! boxes for the frames wide enough to see). Nothing is fetched. A Content-Security-Policy
 //! forbids every network request, and the page carries no web font, image or script
 //! from elsewhere.
 //!
@@ -18,8 +18,8 @@
 //! proportions of the line it was charged to (its innermost frame with a line in the line
 //! table), and a box is coloured by the mix of Python / native / system of the stacks under
 //! it (grey: stacks whose line has no split). Memory boxes are coloured by the Python share
-//! of the allocating line (grey where unknown). Boxes smaller than [`PRUNE_FRACTION`] of the whole are left out
-//! (their parent's width still counts them).
+//! of the allocating line (grey where unknown). Boxes smaller than [`PRUNE_FRACTION`] of the
+//! whole are left out (their parent's width still counts them).
 //!
 //! Must not: read files; everything comes from the profile.
 
@@ -73,7 +73,7 @@ pub fn html_escape(s: &str) -> String {
     out
 }
 
-/// JSON made safe inside a `<script>` element: the characters that could end it or start
+/// JSON made safe inside a `<script>` element. The characters that could end it or start
 /// markup are `\u` escapes (valid only inside JSON strings, the only place they can occur).
 fn script_safe(json: &str) -> String {
     let mut out = String::with_capacity(json.len());
@@ -122,7 +122,7 @@ impl Interner {
         self.index.insert(s.to_string(), self.names.len() - 1);
         self.names.len() - 1
     }
-    /// A frame's index; the frames table is flat: name, file, line (0: none) per frame.
+    /// A frame's index. The frames table is flat: name, file, line (0: none) per frame.
     fn frame(&mut self, f: &Frame) -> usize {
         if let Some(&i) = self.frame_index.get(f) {
             return i;
@@ -267,7 +267,7 @@ fn data(p: &Profile) -> Value {
                             l.memory.as_ref().map_or(-1.0, |m| m.mem_python_pct),
                         ),
                     );
-                    // The text once: left out here when the file's whole text has it.
+                    // The text once, so it is left out here when the file's whole text has it.
                     let in_full = (l.line as usize)
                         .checked_sub(1)
                         .and_then(|i| f.full_source.get(i))
@@ -473,7 +473,7 @@ fn data(p: &Profile) -> Value {
             .map(|t| {
                 json!([
                     t.native_id,
-                    t.name,
+                    t.display_name(),
                     t.samples,
                     num(t.cpu_python_pct, 2),
                     num(t.cpu_native_pct, 2),

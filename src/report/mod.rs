@@ -1,6 +1,6 @@
 //! Renderers: turn snapshots and profiles into text, JSON and the other formats.
 //!
-//! Must not: read process memory or sample; data flows in only.
+//! Must not: read process memory or sample. Data flows in only.
 
 pub mod collapsed;
 pub mod dump;
@@ -104,7 +104,8 @@ pub fn render(profile: &Profile, format: Format, opts: &RenderOptions) -> std::i
                 context: crate::profile::SOURCE_CONTEXT,
                 threads: opts.threads,
             };
-            // The profile's own text only: the files may be gone, or other files by now.
+            // The profile's own text only, because the files may be gone, or other files by
+            // now.
             terminal::render(profile, &t, &mut |file| {
                 profile
                     .files
@@ -132,7 +133,7 @@ pub fn render(profile: &Profile, format: Format, opts: &RenderOptions) -> std::i
         }
         Format::Speedscope => speedscope::render(profile).into_bytes(),
         Format::Collapsed => collapsed::render(profile).into_bytes(),
-        // Time and, when recorded, memory are both in it (sample types): --memory changes
+        // Time and, when recorded, memory are both in it (sample types), so --memory changes
         // nothing.
         Format::Pprof => pprof::render(profile)?,
         Format::Html => html::render(profile),

@@ -4,11 +4,11 @@
 //! One sample per distinct stack of the profile (innermost frame first, as pprof wants its
 //! location ids), and with memory one more per distinct allocating stack. Every Python
 //! frame is a location with one line (its function and line number; there is no inlining
-//! and no address); functions and locations are deduplicated, and every text is in the
+//! and no address). Functions and locations are deduplicated, and every text is in the
 //! string table once, index 0 being "".
 //!
-//! The time split is carried as values, not labels: a stack's time is partly Python,
-//! partly native and partly system, and a label names one thing per sample, so splitting
+//! The time split is carried as values, not labels. A stack's time is partly Python,
+//! partly native and partly system, and a label names one thing per sample. So splitting
 //! by labels would mean up to three samples per stack whose sample counts could not be
 //! split the same way. As values, every view of pprof (`-sample_index=native`) shows each
 //! kind, and they add up to the time value.
@@ -178,8 +178,8 @@ impl Tables {
         let id = self.functions.len() as u64 + 1;
         let name = self.string(if name.is_empty() { "?" } else { name });
         let filename = self.string(filename);
-        // No system name: pprof readers demangle a function whose system name is its name,
-        // and Go's takes `<module>` for C++ template arguments and strips it.
+        // No system name, because pprof readers demangle a function whose system name is its
+        // name, and Go's takes `<module>` for C++ template arguments and strips it.
         self.functions.push(proto::Function {
             id,
             name,
@@ -238,7 +238,7 @@ fn nanos(s: f64) -> i64 {
     }
 }
 
-/// The lowest line seen of each function (file, name), in any stack, time or memory: the
+/// The lowest line seen of each function (file, name), in any stack, time or memory. The
 /// profile keeps no function's first line, and pprof wants one (so does OTLP's encoder).
 pub(crate) fn start_lines(p: &Profile) -> HashMap<(&str, &str), u32> {
     let mut out: HashMap<(&str, &str), u32> = HashMap::new();
@@ -280,9 +280,9 @@ fn stack_locations(
         .collect()
 }
 
-/// One sample per stack of time: its samples, its time (split into Python, native and
-/// system when `split`), zeros for the other values (`n_values` in all); labelled with
-/// `common`, its thread's id and name.
+/// One sample per stack of time, with its samples, its time (split into Python, native
+/// and system when `split`), and zeros for the other values (`n_values` in all). Each is
+/// labelled with `common`, its thread's id and name.
 fn time_samples(
     p: &Profile,
     t: &mut Tables,
@@ -291,10 +291,16 @@ fn time_samples(
     n_values: usize,
     common: &[proto::Label],
 ) -> Vec<proto::Sample> {
+    // The name the program gave a thread, else the OS's.
     let names: HashMap<i32, &str> = p
         .threads
         .iter()
-        .filter_map(|th| Some((th.native_id, th.name.as_deref()?)))
+        .filter_map(|th| {
+            Some((
+                th.native_id,
+                th.python_name.as_deref().or(th.name.as_deref())?,
+            ))
+        })
         .collect();
     // A stack's thread is its own; stacks saved before they kept one merge every thread,
     // and have one only when the program had one.
@@ -356,8 +362,8 @@ fn comments(t: &mut Tables, m: &ProfileMeta) -> Vec<i64> {
 pub(crate) fn to_proto(p: &Profile) -> proto::Profile {
     let mut t = Tables::new();
     let starts = start_lines(p);
-    // The split is written when every stack has it (profiles written before it was kept per
-    // stack have none: their pprof has the time value only).
+    // The split is written when every stack has it. Profiles written before it was kept per
+    // stack have none, so their pprof has the time value only.
     let split = p.stacks.iter().all(|s| s.split.is_some());
     let time_kind = match p.meta.mode {
         TimeMode::Cpu => "cpu",
@@ -383,7 +389,7 @@ pub(crate) fn to_proto(p: &Profile) -> proto::Profile {
     }
     let n_values = sample_type.len();
 
-    // The process, when the profile is of one (the root, or the one listed): several
+    // The process, when the profile is of one (the root, or the one listed). Several
     // processes' stacks are merged, so no pid can be told then.
     let mut common = Vec::new();
     let pid = match p.processes.as_slice() {
@@ -460,8 +466,8 @@ pub(crate) fn render(p: &Profile) -> io::Result<Vec<u8>> {
     gzip(&to_proto(p))
 }
 
-/// One window of a recording (`--push`), as [`render`] makes it: `p` is the window's own
-/// profile, which began at `start_ns` (Unix time); `note` goes among the comments.
+/// One window of a recording (`--push`), as [`render`] makes it. `p` is the window's own
+/// profile, which began at `start_ns` (Unix time). `note` goes among the comments.
 pub(crate) fn render_window(p: &Profile, start_ns: i64, note: Option<&str>) -> io::Result<Vec<u8>> {
     let mut proto = to_proto(p);
     proto.time_nanos = start_ns;
@@ -481,301 +487,5 @@ fn gzip(proto: &proto::Profile) -> io::Result<Vec<u8>> {
 }
 
 #[cfg(test)]
-pub(crate) mod tests {
-    use super::*;
-    use crate::profile::{MemoryStack, MemorySummary, ProfileMeta, Split, StackProfile};
-    use prost::Message;
-    use std::io::Read;
-
-    fn frame(function: &str, line: u32) -> Frame {
-        Frame {
-            function: function.into(),
-            filename: "/app/main.py".into(),
-            line: Some(line),
-            native: false,
-        }
-    }
-
-    fn stack(frames: Vec<Frame>, samples: u64, py: f64, native: f64, sys: f64) -> StackProfile {
-        let split = Split {
-            python_s: py,
-            native_s: native,
-            system_s: sys,
-        };
-        StackProfile {
-            frames,
-            samples,
-            seconds: split.total(),
-            split: Some(split),
-            native_id: None,
-        }
-    }
-
-    pub(crate) fn profile() -> Profile {
-        let main = frame("<module>", 20);
-        Profile {
-            schema_version: crate::profile::PROFILE_SCHEMA_VERSION,
-            meta: ProfileMeta {
-                program: "python main.py".into(),
-                pid: 42,
-                duration_s: 1.5,
-                rate_hz: 100.0,
-                ..Default::default()
-            },
-            total_s: 0.6,
-            files: Vec::new(),
-            stacks: vec![
-                stack(vec![frame("f", 3), main.clone()], 30, 0.2, 0.1, 0.0),
-                stack(vec![frame("f", 4), main.clone()], 20, 0.0, 0.0, 0.2),
-                stack(vec![frame("g", 9), main.clone()], 10, 0.1, 0.0, 0.0),
-                stack(Vec::new(), 1, 0.0, 0.0, 0.0),
-            ],
-            threads: Vec::new(),
-            processes: Vec::new(),
-            memory: None,
-            gpu: None,
-        }
-    }
-
-    fn decode(bytes: &[u8]) -> proto::Profile {
-        let mut raw = Vec::new();
-        flate2::read::GzDecoder::new(bytes)
-            .read_to_end(&mut raw)
-            .expect("the output is gzip");
-        proto::Profile::decode(&raw[..]).expect("the output is a Profile message")
-    }
-
-    fn types(p: &proto::Profile) -> Vec<String> {
-        let s = |i: i64| p.string_table[i as usize].clone();
-        p.sample_type
-            .iter()
-            .map(|v| format!("{}/{}", s(v.r#type), s(v.unit)))
-            .collect()
-    }
-
-    #[test]
-    fn round_trips_with_values_that_add_up() {
-        let p = profile();
-        let d = decode(&render(&p).unwrap());
-        assert_eq!(d, to_proto(&p));
-        assert_eq!(d.string_table[0], "");
-        assert_eq!(
-            types(&d),
-            [
-                "samples/count",
-                "cpu/nanoseconds",
-                "python/nanoseconds",
-                "native/nanoseconds",
-                "system/nanoseconds"
-            ]
-        );
-        assert_eq!(d.string_table[d.default_sample_type as usize], "cpu");
-        assert_eq!(d.sample.len(), 4);
-        let sum = |i: usize| d.sample.iter().map(|s| s.value[i]).sum::<i64>();
-        assert_eq!(sum(0), 61);
-        assert_eq!(sum(1), 600_000_000);
-        assert_eq!(
-            (sum(2), sum(3), sum(4)),
-            (300_000_000, 100_000_000, 200_000_000)
-        );
-        for s in &d.sample {
-            assert_eq!(s.value[1], s.value[2] + s.value[3] + s.value[4]);
-        }
-        assert_eq!(d.duration_nanos, 1_500_000_000);
-        assert_eq!(d.period, 10_000_000);
-        assert_eq!(d.time_nanos, 0);
-        // The pid label, and no thread label (the profile has no thread).
-        let pid = d.string_table.iter().position(|s| s == "pid").unwrap() as i64;
-        assert!(d
-            .sample
-            .iter()
-            .all(|s| s.label.len() == 1 && s.label[0].key == pid && s.label[0].num == 42));
-    }
-
-    #[test]
-    fn functions_locations_and_strings_are_made_once() {
-        let d = to_proto(&profile());
-        // f, g, <module> and the no-frames stand-in; f:3, f:4, g:9, <module>:20, no frames.
-        assert_eq!(d.function.len(), 4);
-        assert_eq!(d.location.len(), 5);
-        let mut strings = d.string_table.clone();
-        strings.sort();
-        strings.dedup();
-        assert_eq!(strings.len(), d.string_table.len(), "a string twice");
-        let name = |id: u64| {
-            let f = &d.function[id as usize - 1];
-            assert_eq!(f.id, id);
-            d.string_table[f.name as usize].as_str()
-        };
-        // Ids are 1-based indices, every location one line; f starts at its lowest line.
-        for (i, l) in d.location.iter().enumerate() {
-            assert_eq!(l.id, i as u64 + 1);
-            assert_eq!(l.line.len(), 1);
-        }
-        let f = d
-            .function
-            .iter()
-            .find(|f| d.string_table[f.name as usize] == "f")
-            .unwrap();
-        assert_eq!(f.start_line, 3);
-        assert_eq!(d.string_table[f.filename as usize], "/app/main.py");
-        // Both stacks through <module>:20 share its location, outermost last.
-        let outer: Vec<u64> = d.sample[..3]
-            .iter()
-            .map(|s| *s.location_id.last().unwrap())
-            .collect();
-        assert!(outer.iter().all(|&l| l == outer[0]));
-        let first = &d.location[d.sample[0].location_id[0] as usize - 1].line[0];
-        assert_eq!((name(first.function_id), first.line), ("f", 3));
-        let none = &d.location[d.sample[3].location_id[0] as usize - 1].line[0];
-        assert_eq!(name(none.function_id), NO_FRAMES);
-    }
-
-    /// `p` with one allocating stack: 3 KiB at f:2 under <module>:20.
-    fn with_memory(mut p: Profile) -> Profile {
-        p.memory = Some(MemorySummary {
-            stacks: vec![MemoryStack {
-                frames: vec![frame("alloc", 2), frame("<module>", 20)],
-                alloc_kib: 3,
-            }],
-            ..Default::default()
-        });
-        p
-    }
-
-    #[test]
-    fn memory_is_a_value_of_its_own_samples() {
-        let p = with_memory(profile());
-        let d = to_proto(&p);
-        assert_eq!(types(&d).last().unwrap(), "alloc_space/bytes");
-        let last = d.sample.last().unwrap();
-        assert_eq!(last.value, [0, 0, 0, 0, 0, 3072]);
-        assert!(d.sample[..4].iter().all(|s| s.value[5] == 0));
-        // <module>:20 is the same location in time and memory stacks.
-        assert_eq!(last.location_id[1], d.sample[0].location_id[1]);
-    }
-
-    #[test]
-    fn gpu_time_is_a_value_of_its_own_samples() {
-        use crate::profile::{GpuStack, GpuSummary};
-        let mut p = with_memory(profile());
-        p.gpu = Some(GpuSummary {
-            gpu_s: 0.5,
-            stacks: vec![GpuStack {
-                frames: vec![frame("f", 3), frame("<module>", 20)],
-                native_id: Some(7),
-                gpu_ms: 500.0,
-            }],
-            ..Default::default()
-        });
-        let d = to_proto(&p);
-        let ty = types(&d);
-        assert_eq!(
-            &ty[ty.len() - 2..],
-            ["alloc_space/bytes", "gpu/nanoseconds"]
-        );
-        let last = d.sample.last().unwrap();
-        assert_eq!(last.value, [0, 0, 0, 0, 0, 0, 500_000_000]);
-        let mem = &d.sample[d.sample.len() - 2];
-        assert_eq!(mem.value, [0, 0, 0, 0, 0, 3072, 0]);
-        // f:3 under <module>:20 is the same location as the time stack's.
-        assert_eq!(last.location_id, d.sample[0].location_id);
-        // No GPU figures (why not is said in the profile): no gpu value.
-        p.gpu = Some(GpuSummary {
-            unavailable: Some("NVML found no GPU".into()),
-            ..Default::default()
-        });
-        assert_eq!(types(&to_proto(&p)).last().unwrap(), "alloc_space/bytes");
-    }
-
-    #[test]
-    fn profiles_without_a_split_per_stack_have_time_only() {
-        let mut p = profile();
-        for s in &mut p.stacks {
-            s.split = None;
-        }
-        p.meta.mode = TimeMode::Wall;
-        let d = to_proto(&p);
-        assert_eq!(types(&d), ["samples/count", "wall/nanoseconds"]);
-        assert_eq!(d.sample[0].value, [30, 300_000_000]);
-    }
-
-    #[test]
-    fn an_empty_profile_is_a_valid_empty_pprof() {
-        let mut p = profile();
-        p.stacks.clear();
-        p.meta.rate_hz = 0.0;
-        let d = decode(&render(&p).unwrap());
-        assert!(d.sample.is_empty() && d.function.is_empty() && d.location.is_empty());
-        assert_eq!(d.string_table[0], "");
-        assert_eq!(d.period, 0);
-        assert_eq!(types(&d).len(), 5);
-    }
-
-    #[test]
-    fn a_stacks_thread_is_a_label() {
-        let mut p = profile();
-        p.stacks[0].native_id = Some(5);
-        p.stacks[1].native_id = Some(6);
-        p.threads = [(5, Some("main")), (6, None)]
-            .into_iter()
-            .map(|(native_id, name)| crate::profile::ThreadProfile {
-                native_id,
-                name: name.map(String::from),
-                samples: 1,
-                cpu_python_pct: 0.0,
-                cpu_native_pct: 0.0,
-                cpu_system_pct: 0.0,
-            })
-            .collect();
-        let d = to_proto(&p);
-        let s = |i: i64| d.string_table[i as usize].as_str();
-        let labels = |i: usize| -> Vec<(&str, i64, &str)> {
-            d.sample[i]
-                .label
-                .iter()
-                .map(|l| (s(l.key), l.num, s(l.str)))
-                .collect()
-        };
-        assert_eq!(
-            labels(0),
-            [
-                ("pid", 42, ""),
-                ("thread_id", 5, ""),
-                ("thread_name", 0, "main")
-            ]
-        );
-        assert_eq!(labels(1), [("pid", 42, ""), ("thread_id", 6, "")]);
-        // No thread of its own and several in the program: none.
-        assert_eq!(labels(2), [("pid", 42, "")]);
-    }
-
-    /// A profile saved before stacks kept their thread: the program's only thread.
-    #[test]
-    fn one_thread_is_a_label() {
-        let mut p = profile();
-        p.threads = vec![crate::profile::ThreadProfile {
-            native_id: 7,
-            name: Some("worker".into()),
-            samples: 61,
-            cpu_python_pct: 0.0,
-            cpu_native_pct: 0.0,
-            cpu_system_pct: 0.0,
-        }];
-        let d = to_proto(&p);
-        let s = |i: i64| d.string_table[i as usize].as_str();
-        let labels: Vec<(&str, i64, &str)> = d.sample[0]
-            .label
-            .iter()
-            .map(|l| (s(l.key), l.num, s(l.str)))
-            .collect();
-        assert_eq!(
-            labels,
-            [
-                ("pid", 42, ""),
-                ("thread_id", 7, ""),
-                ("thread_name", 0, "worker")
-            ]
-        );
-    }
-}
+#[path = "pprof_tests.rs"]
+pub(crate) mod tests;

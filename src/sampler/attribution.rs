@@ -1,26 +1,30 @@
 //! Where a thread's time goes, sample after sample: a state machine over observations.
 //!
-//! Owns: [`Attribution`]. The CPU time a thread used since its last sample is charged where
-//! the thread is now when it is running, else where it was last seen running: a thread that
-//! went to sleep used that CPU before it slept, not on the line it sleeps on. Time off the
-//! CPU (wall mode) is charged where the thread waits now.
+//! Owns: [`Attribution`]. Where the CPU time a thread used since its last sample goes:
+//! - a thread running now: where it is now;
+//! - else where it was last seen running. A thread that went to sleep used that CPU before
+//!   it slept, not on the line it sleeps on.
+//! - Time off the CPU (wall mode): where the thread waits now.
 //!
-//! A running thread's CPU time shows late: the kernel brings a thread's total up to date at
-//! its scheduler tick (every 4 ms at HZ=250) and when it is switched out, not when another
-//! process reads it. At 1 kHz a busy thread's samples see 0, 0, 0, then 4 ms; charged as
-//! seen, the whole 4 ms went to the stack of the fourth sample, and a profile at 10 kHz
-//! weighed one stack in forty (the statistical worth of 250 samples a second). So the
-//! stacks of samples that found the thread running but saw none of its CPU time yet are
-//! held, and the CPU time that shows next is shared among them and the sample it shows at,
-//! each by the wall time of its interval: a thread running all along used that much of it
-//! in each.
+//! A running thread's CPU time shows late.
+//! - The kernel brings a thread's total up to date at its scheduler tick (every 4 ms at
+//!   HZ=250) and when it is switched out, not when another process reads it.
+//! - At 1 kHz a busy thread's samples see 0, 0, 0, then 4 ms. Charged as seen, the whole
+//!   4 ms would go to the stack of the fourth sample. A profile at 10 kHz weighed one stack
+//!   in forty (the statistical worth of 250 samples a second).
+//! - So the stacks of samples that found the thread running, but saw none of its CPU time
+//!   yet, are held. The CPU time that shows next is shared among them and the sample it
+//!   shows at, each by the wall time of its interval. A thread running all along used that
+//!   much of it in each.
 //!
-//! An observation may so give several charges (its CPU time where the thread ran, its
-//! time off the CPU where it waits; a share to each held stack), but it counts as one
-//! sample of its thread: the first of its charges that carries time says so
-//! ([`Charge::counts`]), so that a thread's samples never exceed the ticks that saw it
-//! (under `--wall` each was counted twice before: 639 samples of a thread in 336 ticks).
-//! Must not: read the target or /proc: its input is an [`Observation`], a plain value, so
+//! An observation may so give several charges: its CPU time where the thread ran, its time
+//! off the CPU where it waits, a share to each held stack. It still counts as one sample of
+//! its thread.
+//! - The first of its charges that carries time says so ([`Charge::counts`]).
+//! - So a thread's samples never exceed the ticks that saw it. Under `--wall` each was
+//!   counted twice before: 639 samples of a thread in 336 ticks.
+//!
+//! Must not: read the target or /proc. Its input is an [`Observation`], a plain value, so
 //! that it can be tested over recorded observations.
 
 use crate::profile::{Activity, Frame};
@@ -43,8 +47,8 @@ pub(crate) struct Observation {
     pub(crate) system_s: f64,
     /// Time off the CPU since its previous sample (wall mode; 0 otherwise), seconds.
     pub(crate) idle_s: f64,
-    /// Wall time since the previous sample, seconds: the weight of this sample's stack in
-    /// CPU time that shows later (see the module's text).
+    /// Wall time since the previous sample, seconds. It is the weight of this sample's stack
+    /// in CPU time that shows later (see the module's text).
     pub(crate) wall_s: f64,
 }
 
@@ -57,7 +61,7 @@ pub(crate) struct Charge<'a> {
     pub(crate) user_s: f64,
     pub(crate) system_s: f64,
     pub(crate) idle_s: f64,
-    /// This charge stands for its observation in the thread's sample count: true for
+    /// This charge stands for its observation in the thread's sample count. True for
     /// exactly one charge of each observation whose time is charged (the first with time).
     pub(crate) counts: bool,
 }
@@ -76,9 +80,9 @@ fn emit(charge: &mut dyn FnMut(Charge<'_>), mut c: Charge<'_>, counted: &mut boo
     charge(c);
 }
 
-/// Most stacks held for one thread (at 20 kHz, two scheduler ticks' worth at HZ=250):
-/// past it the oldest give way (CPU time that long overdue is not coming: a thread that
-/// holds the GIL while it blocks, say).
+/// Most stacks held for one thread (at 20 kHz, two scheduler ticks' worth at HZ=250).
+/// Past it the oldest give way, because CPU time that long overdue is not coming (a thread
+/// that holds the GIL while it blocks, say).
 const MOST_HELD: usize = 160;
 
 /// A stack held for CPU time to come, with the wall time of its interval and whether its
@@ -103,7 +107,7 @@ impl Attribution {
 
     /// Takes one observation and says what to charge where: the CPU time first, then the
     /// time off the CPU. A charge may carry no time (the caller drops those). The stacks
-    /// are moved, not copied: this runs for every thread of every sample.
+    /// are moved, not copied, because this runs for every thread of every sample.
     pub(crate) fn observe(&mut self, o: Observation, charge: &mut dyn FnMut(Charge<'_>)) {
         let cpu_s = o.user_s + o.system_s;
         // Whether this observation's sample was counted (see the module's text).
@@ -122,7 +126,7 @@ impl Attribution {
         };
         let mut held = self.held.remove(&o.tid).unwrap_or_default();
         if o.running && cpu_s <= 0.0 && o.wall_s > 0.0 {
-            // Running, its CPU time not shown yet: held for the time to come.
+            // Running, its CPU time not shown yet, so it is held for the time to come.
             idle(charge, &o, &mut counted);
             self.last_running.remove(&o.tid);
             if held.len() >= MOST_HELD {
@@ -161,7 +165,7 @@ impl Attribution {
             return;
         }
         if cpu_s <= 0.0 {
-            // Not running now, and its CPU time still not shown: the held stacks wait on.
+            // Not running now, and its CPU time still not shown, so the held stacks wait on.
             idle(charge, &o, &mut counted);
             self.held.insert(o.tid, held);
             return;
@@ -172,7 +176,7 @@ impl Attribution {
         let share = |w: f64| if weight > 0.0 { w / weight } else { 0.0 };
         for (frames, activity, w, was_counted) in &held {
             let k = share(*w);
-            // Each held stack is an earlier observation: counted once, now unless then.
+            // Each held stack is an earlier observation. It is counted once, now unless then.
             let mut its_own = *was_counted;
             let c = Charge {
                 tid: o.tid,
@@ -208,7 +212,7 @@ impl Attribution {
 
     /// Forgets the threads that are gone (not in `tids`, ascending).
     pub(crate) fn retain(&mut self, tids: &[i32]) {
-        // The same listing as at the last call: nobody to forget (a thread pool at rest
+        // The same listing as at the last call, so nobody to forget (a thread pool at rest
         // keeps hundreds of entries here, and a search of the listing for each was most
         // of a sample's own work beside a thousand threads).
         if self.retained_for == tids {
@@ -268,9 +272,9 @@ mod tests {
             &mut a,
             vec![
                 obs(1, 10, true, 0.01, 0.0),
-                // Asleep on line 20 now: its CPU since was used on line 10.
+                // Asleep on line 20 now. Its CPU since was used on line 10.
                 obs(1, 20, false, 0.004, 0.006),
-                // Still asleep: no CPU, the wait is line 20's.
+                // Still asleep, so no CPU; the wait is line 20's.
                 obs(1, 20, false, 0.0, 0.01),
                 // Running on line 30.
                 obs(1, 30, true, 0.01, 0.0),
@@ -289,7 +293,7 @@ mod tests {
     }
 
     /// A busy thread alternating between lines 10 and 20 at every 1 ms sample, its CPU
-    /// time showing 4 ms at a time at every fourth sample (always on line 20): each line
+    /// time showing 4 ms at a time at every fourth sample (always on line 20). Each line
     /// gets half. (Charged as seen, line 20 got all of it.)
     #[test]
     fn cpu_time_that_shows_late_is_shared_by_the_samples_it_was_used_in() {
@@ -327,11 +331,11 @@ mod tests {
             vec![
                 first,
                 second,
-                // Asleep on line 20, nothing shown yet: the held stacks wait on.
+                // Asleep on line 20, nothing shown yet, so the held stacks wait on.
                 obs(1, 20, false, 0.0, 0.0),
                 // Shown now: 4 ms, 3 to line 10 and 1 to line 11.
                 obs(1, 20, false, 4e-3, 0.0),
-                // More CPU while asleep goes where it last ran: line 11.
+                // More CPU while asleep goes where it last ran, line 11.
                 obs(1, 20, false, 1e-3, 0.0),
             ],
         );

@@ -1,11 +1,30 @@
-//! Per-thread CPU time of another process, from /proc.
+//! Per-thread CPU time of another process, from /proc, and of our own threads.
 //!
-//! Owns: reading a thread's precise CPU time (`schedstat`, nanoseconds) and its user/system
-//! tick counts (`stat`), and turning successive readings into per-interval deltas.
-//! Kernel time is measured here, never guessed: `stime` ticks are what the kernel charged to
-//! the thread while it ran in kernel mode.
+//! Owns:
+//! - reading a thread's precise CPU time (`schedstat`, nanoseconds) and its user/system
+//!   tick counts (`stat`);
+//! - turning successive readings into per-interval deltas;
+//! - [`own_thread_cpu`] (what a piece of our own work costs).
+//!
+//! Kernel time is measured here, never guessed. `stime` ticks are what the kernel charged
+//! to the thread while it ran in kernel mode.
 
 use crate::IdMap;
+
+/// The CPU time the calling thread has used (`CLOCK_THREAD_CPUTIME_ID`). That is what our
+/// own work costs, where wall time would count the while another program had the CPU.
+pub(crate) fn own_thread_cpu() -> std::time::Duration {
+    let mut t = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes one timespec through a valid pointer.
+    let r = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut t) };
+    if r != 0 {
+        return std::time::Duration::ZERO;
+    }
+    std::time::Duration::new(t.tv_sec as u64, t.tv_nsec as u32)
+}
 
 /// One reading of one thread.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -48,7 +67,7 @@ fn parse_stat(stat: &str) -> Option<(char, u64, u64)> {
     Some((state, utime, stime))
 }
 
-/// Reads threads' `stat` and `schedstat` through files kept open between samples: a read
+/// Reads threads' `stat` and `schedstat` through files kept open between samples. A read
 /// at offset 0 of an open /proc file gives fresh values, and saves the open and close (the
 /// costly part) on every sample.
 #[derive(Debug, Default)]
@@ -91,14 +110,14 @@ impl ThreadFiles {
         })
     }
 
-    /// A thread's total CPU time in nanoseconds from `schedstat` (the cheap file: about a
-    /// quarter of the cost of `stat` here); 0 when the kernel has no schedstat. None when
+    /// A thread's total CPU time in nanoseconds from `schedstat` (the cheap file, about a
+    /// quarter of the cost of `stat` here). 0 when the kernel has no schedstat. None when
     /// the thread is gone (its files are then closed).
     pub fn read_sched(&mut self, pid: i32, tid: i32) -> Option<u64> {
         let mut buf = [0u8; 128];
         let (stat, sched) = self.files(pid, tid)?;
         let Some(sched) = sched else {
-            // No schedstat: the stat file tells whether the thread is still there.
+            // No schedstat, so the stat file tells whether the thread is still there.
             let alive = Self::read_at0(stat, &mut [0u8; 1024]).is_some();
             if !alive {
                 self.open.remove(&tid);
@@ -161,14 +180,16 @@ impl CpuTracker {
     }
 
     /// `--wall`: the seconds `tid` spent off the CPU in an interval of `wall_s` in which
-    /// its CPU time moved by `cpu_s`. A running thread's schedstat total moves only at the
-    /// scheduler's tick (every 4 ms at HZ=250) and at context switches, so at 1 kHz a busy
-    /// thread's intervals read 0, 0, 0, then 4 ms: taken one by one, the first three were
-    /// charged as time off the CPU and the fourth was not made up for (a busy thread's wall
-    /// time came to 128% of the time elapsed). CPU seen beyond an interval's wall time is
-    /// kept and taken off the thread's time off the CPU in the intervals that follow: over
-    /// a run, CPU and time off it add up to the time elapsed (plus at most the CPU still
-    /// kept).
+    /// its CPU time moved by `cpu_s`.
+    /// - A running thread's schedstat total moves only at the scheduler's tick (every 4 ms
+    ///   at HZ=250) and at context switches.
+    /// - So at 1 kHz a busy thread's intervals read 0, 0, 0, then 4 ms. Taken one by one,
+    ///   the first three were charged as time off the CPU and the fourth was not made up
+    ///   for. A busy thread's wall time came to 128% of the time elapsed.
+    /// - CPU seen beyond an interval's wall time is kept, and taken off the thread's time
+    ///   off the CPU in the intervals that follow.
+    /// - Over a run, CPU and time off it add up to the time elapsed (plus at most the CPU
+    ///   still kept).
     pub(crate) fn off_cpu_s(&mut self, tid: i32, wall_s: f64, cpu_s: f64) -> f64 {
         let ahead = self.ahead.entry(tid).or_insert(0.0);
         let gap = wall_s - cpu_s;
@@ -191,8 +212,8 @@ impl CpuTracker {
 
     /// Whether `tid` used no CPU since its last reading (`run_ns`: its schedstat total
     /// now). False for a thread not read before, and without schedstat (0: nothing to tell
-    /// by). The total moves at the scheduler's ticks and at context switches, so a thread
-    /// that woke and has run less than a tick may still look unchanged: the CPU it used
+    /// by). The total moves at the scheduler's ticks and at context switches. So a thread
+    /// that woke and has run less than a tick may still look unchanged, and the CPU it used
     /// shows at a later sample.
     pub(crate) fn unchanged(&self, tid: i32, run_ns: u64) -> bool {
         run_ns != 0
@@ -213,17 +234,19 @@ impl CpuTracker {
     /// The time `tid` spent since its last reading. The first reading of a thread yields
     /// zero (we do not know when its interval began).
     ///
-    /// Total CPU time comes from `schedstat` (nanoseconds); the kernel part from `stime`
-    /// ticks, at most the interval's total, with any excess carried to the thread's next
-    /// interval (ticks arrive in 10 ms steps, so one interval may see two ticks and the next
-    /// none: dropping the excess would bias system time down); the rest is user time.
+    /// - Total CPU time comes from `schedstat` (nanoseconds).
+    /// - The kernel part comes from `stime` ticks, at most the interval's total, with any
+    ///   excess carried to the thread's next interval. Ticks arrive in 10 ms steps, so one
+    ///   interval may see two ticks and the next none. Dropping the excess would bias system
+    ///   time down.
+    /// - The rest is user time.
     pub(crate) fn delta(&mut self, tid: i32, now: CpuReading) -> CpuDelta {
         let mut pending = 0.0;
         let d = match self.last.get(&tid) {
             Some(&(prev, carried)) => {
                 let total = now.run_ns.saturating_sub(prev.run_ns) as f64 * 1e-9;
                 let total = if now.run_ns == 0 {
-                    // No schedstat (kernel without it): fall back to ticks.
+                    // No schedstat (kernel without it), so fall back to ticks.
                     (now.utime + now.stime).saturating_sub(prev.utime + prev.stime) as f64
                         * self.tick_s
                 } else {
@@ -262,7 +285,7 @@ mod tests {
         assert_eq!(parse_stat("garbage"), None);
     }
 
-    /// A busy thread whose CPU time shows a tick late: intervals of 1 ms reading 0, 0, 0
+    /// A busy thread whose CPU time shows a tick late, in intervals of 1 ms reading 0, 0, 0
     /// and 4 ms, over and over. After the first three (nothing to make up for yet), no
     /// interval is charged time off the CPU, and CPU plus time off it is the time elapsed
     /// plus what is still kept. A thread that then sleeps is charged its sleep, less what
@@ -316,7 +339,7 @@ mod tests {
         let tid = unsafe { libc::syscall(libc::SYS_gettid) } as i32;
         let mut files = ThreadFiles::new();
         let a = files.read(pid, tid).expect("this thread");
-        // Burn some CPU: the same open files must show it.
+        // Burn some CPU. The same open files must show it.
         let start = std::time::Instant::now();
         let mut x = 0u64;
         while start.elapsed() < std::time::Duration::from_millis(30) {

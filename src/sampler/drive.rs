@@ -28,17 +28,20 @@ pub(crate) trait Ticker {
     fn stats_mut(&mut self) -> &mut Stats;
 }
 
-/// Ticks are this much closer together than `1 / rate`. At exactly the period asked for
-/// (1 ms, 10 ms), every tick falls at the same few phases of the kernel's clock tick (4 ms
-/// at HZ=250), and the kernel charges CPU time by what a thread is doing at its tick: a
-/// paused read at 1 kHz on fixtures/cpu/flip.py (`--blocking`, system-3.11) reported the
-/// CPU-bound line 51% and 64% system time in 2 runs of 20 and 0.0% in 15 (the pauses' own
-/// kernel time, ~1-3%, either always or never caught). 97/98 of the period is on no
-/// kernel's tick grid (HZ 100, 250, 300, 1000): the phase sweeps the whole tick within
-/// ~100 ticks, with every interval equal (random intervals would add variance to the
-/// CPU-time weights). The achieved rate is reported as such: 1% over the rate asked, so
-/// that a sampler that keeps up takes at least the rate asked (98/97, the other side of
-/// the period, capped every run at 99% of it).
+/// Ticks are this much closer together than `1 / rate`.
+///
+/// - At exactly the period asked for (1 ms, 10 ms), every tick falls at the same few
+///   phases of the kernel's clock tick (4 ms at HZ=250).
+/// - The kernel charges CPU time by what a thread is doing at its tick.
+/// - Measured: a paused read at 1 kHz of fixtures/cpu/flip.py (`--blocking`, system-3.11)
+///   reported 51% and 64% system time for the CPU-bound line in 2 runs of 20, and 0.0% in
+///   15. The pauses' own kernel time (~1-3%) was either always or never caught.
+/// - 97/98 of the period is on no kernel's tick grid (HZ 100, 250, 300, 1000). The phase
+///   sweeps the whole tick within ~100 ticks, with every interval equal. Random intervals
+///   would add variance to the CPU-time weights.
+/// - The achieved rate is reported as such, 1% over the rate asked. A sampler that keeps
+///   up thus takes at least the rate asked (98/97, the other side of the period, capped
+///   every run at 99% of it).
 const OFF_GRID: f64 = 97.0 / 98.0;
 
 /// Ticks `t` at `rate_hz` until `stop()` says so or `t` has nothing left to sample.
@@ -67,9 +70,11 @@ pub(crate) fn drive(
     pauses: bool,
 ) -> Result<()> {
     let mut exit = ends.and_then(ExitWatch::open);
-    let courtesy = courteous.then(crate::courtesy::Courtesy::begin).flatten();
     let period = Duration::from_secs_f64(1.0 / rate_hz.max(0.001)).mul_f64(OFF_GRID);
-    // Sleeps of tens of microseconds: the default timer slack (50 µs) would stretch
+    let courtesy = courteous
+        .then(|| crate::courtesy::Courtesy::begin(period))
+        .flatten();
+    // Sleeps are of tens of microseconds, and the default timer slack (50 µs) would stretch
     // each one by up to that much, halving a 20 kHz rate.
     // SAFETY: PR_SET_TIMERSLACK only changes this thread's timer slack.
     unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, 1 as libc::c_ulong, 0, 0, 0) };
@@ -78,8 +83,8 @@ pub(crate) fn drive(
     let mut last_progress = start;
     let mut last_stop_check: Option<Instant> = None;
     loop {
-        // `stop` costs system calls (a wait for the program, say): at most once a
-        // millisecond, whatever the rate.
+        // `stop` costs system calls (a wait for the program, say), so it is called at most
+        // once a millisecond, whatever the rate.
         if last_stop_check.is_none_or(|t| t.elapsed() >= Duration::from_millis(1)) {
             last_stop_check = Some(Instant::now());
             if stop() {
@@ -95,7 +100,8 @@ pub(crate) fn drive(
         }
         next += period;
         let now = Instant::now();
-        // The earliest the next tick may come: at once, or after a paused one as long again.
+        // The earliest the next tick may come is at once, or after a paused one as long
+        // again.
         let ready = if pauses {
             now + now.duration_since(began)
         } else {
@@ -103,11 +109,12 @@ pub(crate) fn drive(
         };
         let fell_behind = ready > next;
         if fell_behind {
-            // Fell behind. Ticks stay on their schedule (start + k·period): every tick
-            // whose successor is also already due is missed and counted; the latest due
-            // one is taken as soon as it may be. (Restarting the schedule from `now` would
-            // drop the fraction of a period lost on every late sample: a sampler needing
-            // 130 µs at 10 kHz would take 7.7 kHz while counting almost nothing as missed.)
+            // Fell behind. Ticks stay on their schedule (start + k·period):
+            // - every tick whose successor is also already due is missed and counted;
+            // - the latest due one is taken as soon as it may be.
+            // (Restarting the schedule from `now` would drop the fraction of a period lost
+            // on every late sample. A sampler needing 130 µs at 10 kHz would take 7.7 kHz
+            // while counting almost nothing as missed.)
             let behind = ready.duration_since(next).as_secs_f64() / period.as_secs_f64();
             let skipped = behind.floor() as u64;
             t.stats_mut().missed += skipped;
@@ -122,9 +129,9 @@ pub(crate) fn drive(
             // The latest tick due is taken at once.
         } else if let Some(e) = &exit {
             if e.wait(at) {
-                // It exited: `stop` says so now (a tick would find it gone). Watched no
-                // more: a process that stays a zombie (its parent not ours, not waiting)
-                // would end every wait at once.
+                // It exited, so `stop` says so now (a tick would find it gone). It is
+                // watched no more, because a process that stays a zombie (its parent not
+                // ours, not waiting) would end every wait at once.
                 last_stop_check = None;
                 exit = None;
             }
@@ -158,7 +165,7 @@ impl ExitWatch {
         (fd >= 0).then(|| ExitWatch(unsafe { std::os::fd::OwnedFd::from_raw_fd(fd as i32) }))
     }
 
-    /// Sleeps until `until`, or until the process exits: true when it has.
+    /// Sleeps until `until`, or until the process exits. True when it has.
     fn wait(&self, until: Instant) -> bool {
         use std::os::fd::AsRawFd;
         let mut fds = [libc::pollfd {
@@ -209,7 +216,7 @@ mod tests {
     }
 
     /// At 1 kHz the ticks fall at every phase of a 4 ms grid (the kernel's clock tick at
-    /// HZ=250), not at the same four: their offsets from the first tick, modulo 4 ms, fill
+    /// HZ=250), not at the same four. Their offsets from the first tick, modulo 4 ms, fill
     /// most of its forty 0.1 ms bins. (Exact 1 ms ticks fill four, and a few beside them
     /// by wake-up delay.)
     #[test]
@@ -258,7 +265,7 @@ mod tests {
     }
 
     /// Ticks that stop the program (`pauses`) and take longer than the period (2 ms at
-    /// 1 kHz) are not taken back to back: after each, the program has at least as long
+    /// 1 kHz) are not taken back to back. After each, the program has at least as long
     /// again, and the ticks that fall in it are counted as missed. Without `pauses` the
     /// latest tick due is taken at once.
     #[test]
@@ -288,7 +295,7 @@ mod tests {
                 for (i, g) in gaps.iter().enumerate() {
                     assert!(*g >= held(i), "tick {i}: {g:?} to run after {:?}", held(i));
                 }
-                // 50 ticks of ~4 ms where 1 ms ones were asked: ~3 missed each.
+                // 50 ticks of ~4 ms where 1 ms ones were asked, so ~3 missed each.
                 assert!(s.stats.missed >= 100, "missed {}", s.stats.missed);
             } else {
                 let short = gaps

@@ -1,19 +1,27 @@
 //! The sampling loop: every thread of a Python process, at a steady rate, from outside.
 //!
-//! Owns: [`Sampler`] — timing (deadline-based, missed ticks counted, never invented), the
-//! per-thread CPU time (the scheduler's count: from a BPF program's records where one may be
-//! loaded, see [`bpf`], else /proc; user vs system measured by the kernel), the Python-vs-native
-//! tag (the innermost frame's current instruction is a CALL of some form), idle and GIL state,
-//! folding library frames into the user's calling line, and feeding the [`Aggregator`].
+//! Owns: [`Sampler`], which is
+//! - timing (deadline-based, missed ticks counted, never invented);
+//! - the per-thread CPU time. It is the scheduler's count, from a BPF program's records where
+//!   one may be loaded (see [`bpf`]), else /proc. User vs system is measured by the kernel.
+//! - the Python-vs-native tag (the innermost frame's current instruction is a CALL of some
+//!   form);
+//! - idle and GIL state;
+//! - folding library frames into the user's calling line;
+//! - feeding the [`Aggregator`].
+//!
 //! Must not: format output, or keep samples one by one (memory stays bounded).
 //!
 //! The files:
 //! - `mod.rs`: [`Sampler`], its configuration and totals, and one sample's charges.
 //! - `observe.rs`: what one sample sees (listing, CPU times, the snapshot, observations).
-//! - `drive.rs`: the schedule of ticks; `charge.rs`: a charge folded into the aggregate.
-//! - `meta.rs`: the profile's head; `tree.rs`: a process and its children.
+//! - `drive.rs`: the schedule of ticks.
+//! - `charge.rs`: a charge folded into the aggregate.
+//! - `meta.rs`: the profile's head.
+//! - `tree.rs`: a process and its children.
 //! - `attribution.rs`, `cputime.rs`, `ran.rs`, `bpf.rs`, `pauses.rs`, `native.rs`: the
 //!   rules and readings each names.
+//! - `labels.rs`: what the report calls each thread.
 //! - What is known of threads at rest is kept by [`python::RestTracker`], not here.
 
 mod attribution;
@@ -21,6 +29,7 @@ pub(crate) mod bpf;
 mod charge;
 pub mod cputime;
 mod drive;
+mod labels;
 mod meta;
 pub(crate) mod native;
 mod observe;
@@ -57,11 +66,11 @@ pub struct SamplerConfig {
     pub mode: ReadMode,
     /// Keep stdlib / site-packages lines instead of charging them to the calling user line.
     pub profile_all: bool,
-    /// The memory ring file (see `memory`): a thread blocked in a futex on it is waiting for
+    /// The memory ring file (see `memory`). A thread blocked in a futex on it is waiting for
     /// us to read its stack (the allocation handshake), not sleeping in the program, so its
     /// CPU time is charged to where it is.
     pub handshake_file: Option<std::path::PathBuf>,
-    /// Read native frames too (`--native`): every sample pauses the threads, and their
+    /// Read native frames too (`--native`). Every sample then pauses the threads, and their
     /// stacks are merged native and Python frames.
     pub native: bool,
     /// Charge a thread that runs an asyncio task to the task's stack joined to those of
@@ -70,15 +79,15 @@ pub struct SamplerConfig {
 }
 
 impl SamplerConfig {
-    /// Whether the sampler may give way to the program (see [`crate::courtesy`]): it reads
-    /// without stopping the program as a rule (not `--blocking`, not `--native`), and no
-    /// memory handshake makes the program wait for it (`memory`: whether this recording
-    /// reads a memory ring, whose consumer runs in the sampler's ticks).
+    /// Whether the sampler may give way to the program (see [`crate::courtesy`]). It may when
+    /// it reads without stopping the program as a rule (not `--blocking`, not `--native`),
+    /// and no memory handshake makes the program wait for it. `memory`: whether this
+    /// recording reads a memory ring, whose consumer runs in the sampler's ticks.
     pub(crate) fn courteous(&self, memory: bool) -> bool {
         !memory && !self.native && self.handshake_file.is_none() && self.mode != ReadMode::Paused
     }
 
-    /// Whether every sample stops the threads that ran (`--blocking`, `--native`): then a
+    /// Whether every sample stops the threads that ran (`--blocking`, `--native`). Then a
     /// sample is followed by at least as long with the program running (see [`drive()`]).
     pub(crate) fn pauses_every_tick(&self) -> bool {
         self.native || self.mode == ReadMode::Paused
@@ -117,8 +126,8 @@ pub struct Stats {
     /// Ticks left without a sample to keep pauses at most [`PAUSED_MAX_HZ`] a second
     /// (default mode, while stacks change too fast to be read without pausing).
     pub thinned: u64,
-    /// Thread samples of threads that had not run since their last read: not read again
-    /// (their stack is that read's).
+    /// Thread samples of threads that had not run since their last read, which are not read
+    /// again (their stack is that read's).
     pub unchanged: u64,
     /// Samples that read the CPU time of only the threads that ran lately, the process's
     /// CPU clock showing that no other thread ran (see `ran`).
@@ -128,12 +137,13 @@ pub struct Stats {
     pub deferred: u64,
     pub elapsed: Duration,
     /// Samples that could see a GIL (not of a free-threaded build), and those of them in
-    /// which some thread held it: the GIL's share of the time (a live view's header).
+    /// which some thread held it. Together they give the GIL's share of the time (a live
+    /// view's header).
     pub gil_samples: u64,
     pub gil_held: u64,
     /// The sampler gave way to the program (ran under `SCHED_IDLE` while reading without
-    /// stopping it, see `courtesy`): how often it took the normal policy back because it
-    /// could not run (a machine whose CPUs were all busy). None: it did not give way.
+    /// stopping it, see `courtesy`). This counts how often it took the normal policy back
+    /// because it could not run (a machine whose CPUs were all busy). None: it did not give way.
     pub gave_way: Option<u64>,
     /// Where per-thread CPU time came from (the first process's; said once).
     pub cpu_times_from: Option<String>,
@@ -167,7 +177,7 @@ pub struct Sampler {
     sources: IdMap<String, Option<Vec<String>>>,
     /// The last listing of the target's threads and when it was taken.
     tids_listed: Option<(Instant, Vec<i32>)>,
-    /// /proc/PID/task, open: its link count tells how many threads the process has (see
+    /// /proc/PID/task, open. Its link count tells how many threads the process has (see
     /// [`Sampler::thread_list`]). None until first needed, or when it cannot be opened.
     task_dir: Option<std::fs::File>,
     /// Each thread's last `stat` reading: when, state, user and system ticks.
@@ -185,25 +195,27 @@ pub struct Sampler {
     /// may leave unwalked (see [`python::RestTracker`]).
     rest: python::RestTracker,
     /// Paused reads (`--blocking`, `--native`): CPU seconds of each thread that our own
-    /// pauses account for. A pause wakes a waiting thread for a moment (it leaves its wait
-    /// and enters it again, whenever the scheduler lets it: maybe after the next sample):
-    /// its CPU time moves by that much, which is ours, not a sign that it ran. Each pause
-    /// that stops a thread in a wait (`Snapshot::woken`) adds [`observe::WOKEN_S`] (at most three
-    /// pauses' worth are kept); CPU time it covers is spent from it. A thread stopped while
-    /// it ran gets none: at 10 kHz it runs less than [`observe::WOKEN_S`] between two paused
-    /// samples, and all its time went as wake-ups (the profile's total was 1% of the CPU
-    /// time the program used).
+    /// pauses account for.
+    /// - A pause wakes a waiting thread for a moment. It leaves its wait and enters it
+    ///   again whenever the scheduler lets it, maybe after the next sample.
+    /// - Its CPU time moves by that much, which is ours, not a sign that it ran.
+    /// - Each pause that stops a thread in a wait (`Snapshot::woken`) adds
+    ///   [`observe::WOKEN_S`]. At most three pauses' worth are kept. CPU time it covers is
+    ///   spent from it.
+    /// - A thread stopped while it ran gets none. At 10 kHz it runs less than
+    ///   [`observe::WOKEN_S`] between two paused samples, and all its time went as wake-ups
+    ///   (the profile's total was 1% of the CPU time the program used).
     wake_credit: IdMap<i32, f64>,
-    /// The threads listed by the last sample (ascending): while they stay the same,
+    /// The threads listed by the last sample (ascending). While they stay the same,
     /// nothing kept per thread needs forgetting.
     alive_list: Vec<i32>,
-    /// Each listed thread's CPU time (nanoseconds), as the last sample read it: kept from
-    /// one sample to the next, where only the threads that ran change (see `ran`).
+    /// Each listed thread's CPU time (nanoseconds), as the last sample read it. It is kept
+    /// from one sample to the next, where only the threads that ran change (see `ran`).
     run_ns: IdMap<i32, u64>,
     /// The outcome of a sample's reads, for [`PauseSchedule::update`] (room kept likewise).
     outcome: Vec<(u64, bool)>,
-    /// Whether the last CPU reading was a short one (see `ran`): no thread outside the
-    /// listing ran.
+    /// Whether the last CPU reading was a short one (see `ran`), meaning no thread outside
+    /// the listing ran.
     cpu_short: bool,
     /// The Python threads (by `thread_id`) that ran since a live view last asked, and how
     /// many the last snapshot had (see [`Sampler::take_threads`]).
@@ -212,6 +224,10 @@ pub struct Sampler {
     /// Whether the last snapshot had a Python thread without a kernel id (before 3.11 a
     /// new thread's is found through the listing, so one is due soon).
     unmapped: bool,
+    /// Thread states found to record a stale kernel id, said once each (a note in `stats`).
+    stale_said: Vec<u64>,
+    /// What the per-thread report calls each thread (names, interpreters).
+    labels: labels::ThreadLabels,
 }
 
 impl Sampler {
@@ -223,7 +239,7 @@ impl Sampler {
         }
         let pid = reader.process().pid;
         let cwd = crate::proc::cwd(pid);
-        // Opt-in (`SCALENE_RS_BPF=1`) until its gain is measured on a quiet machine: it
+        // Opt-in (`SCALENE_RS_BPF=1`) until its gain is measured on a quiet machine. It
         // costs the profiler ~20% less CPU with 1,000 parked threads, but the overhead
         // figures so far were drowned in noise, and every test of the suite runs through it.
         let (bpf, cpu_times_from) = if std::env::var_os("SCALENE_RS_BPF").is_some_and(|v| v == "1")
@@ -277,8 +293,10 @@ impl Sampler {
             outcome: Vec::new(),
             cpu_short: false,
             unmapped: false,
+            stale_said: Vec::new(),
             threads_ran: IdSet::default(),
             threads_seen: 0,
+            labels: labels::ThreadLabels::default(),
         }
         .with_handshake_range()
     }
@@ -290,7 +308,7 @@ impl Sampler {
     }
 
     /// Takes one sample of every thread. Errors that lose only this sample are counted, not
-    /// returned; an error is returned only when the process is gone.
+    /// returned. An error is returned only when the process is gone.
     pub fn sample_once(&mut self) -> Result<()> {
         let now = Instant::now();
         let auto = self.cfg.mode == ReadMode::Auto;
@@ -386,7 +404,7 @@ impl Sampler {
     }
 
     /// Whether thread `tid` is blocked in the memory handshake (a futex wait on the ring
-    /// mapping, from /proc/PID/task/TID/syscall): it is then waiting for us, on its way
+    /// mapping, from /proc/PID/task/TID/syscall). It is then waiting for us, on its way
     /// through an allocation of the line it is on.
     fn in_handshake(&self, tid: i32) -> bool {
         let Some((lo, hi)) = self.handshake_range else {

@@ -1,10 +1,13 @@
 //! `run --native` / `attach --native`: every sample's threads read with their native
 //! frames merged with the Python ones.
 //!
-//! Owns: [`NativeSampling`] — when one process's modules are read (again, and the sample
-//! unwound again, when a sample meets code mapped since; otherwise at most once a second;
-//! the reader holds them), the cache of images shared by the processes of a run, and
-//! counting merged and unmerged thread samples with the reasons (in a [`MergeCounts`]).
+//! Owns: [`NativeSampling`], which covers:
+//! - when one process's modules are read (again, and the sample unwound again, when a
+//!   sample meets code mapped since; otherwise at most once a second; the reader holds
+//!   them);
+//! - the cache of images shared by the processes of a run;
+//! - counting merged and unmerged thread samples with the reasons (in a [`MergeCounts`]).
+//!
 //! Must not: unwind, name or merge frames (`native`, `python::native` do), or charge time.
 
 use crate::native::NativeCache;
@@ -18,16 +21,16 @@ use std::time::{Duration, Instant};
 pub(crate) type SharedCache = Arc<Mutex<NativeCache>>;
 
 /// The shortest time between two looks at a process's map after a sample met an address
-/// in no known module or unwinding that stopped early: when its code mappings changed (an
+/// in no known module or unwinding that stopped early. When its code mappings changed (an
 /// extension imported since), its modules are read again and the sample unwound again.
 /// Code in no module at all (ctypes' closures, a JIT) costs one read of the map per
 /// interval, no more (a map of a few hundred lines reads in about 100 µs).
 const RECHECK_INTERVAL: Duration = Duration::from_millis(20);
 
 /// After such a sample, or one of a thread with no native stack, the modules are read
-/// again anyway when they are this old: what else changed (a new thread's stack mapping,
-/// which bounds the copy of its stack) is caught within this time, at a cost of one reading
-/// a second at most.
+/// again anyway when they are this old. So what else changed (a new thread's stack
+/// mapping, which bounds the copy of its stack) is caught within this time, at a cost of
+/// one reading a second at most.
 const REREAD_INTERVAL: Duration = Duration::from_secs(1);
 
 /// One process's native side of sampling.
@@ -36,10 +39,10 @@ pub(crate) struct NativeSampling {
     /// When the reader's modules were read; None until the first sample (the reader holds
     /// none until then; when reading them fails, it is tried again at the next sample).
     read_at: Option<Instant>,
-    /// A sample met code outside the modules read: look at the map again when allowed.
+    /// A sample met code outside the modules read, so look at the map again when allowed.
     stale: bool,
     /// A thread had no native stack (one started since the map was read, whose stack
-    /// mapping is not in it): read the modules again when allowed.
+    /// mapping is not in it), so read the modules again when allowed.
     missing_stack: bool,
     /// When the map was last looked at.
     checked_at: Option<Instant>,
@@ -59,8 +62,8 @@ impl NativeSampling {
     /// One snapshot of every thread of `opts.threads` with its native frames (the threads
     /// are paused for it whatever `opts.mode` says). When its stacks meet code outside the
     /// modules known and the process's code mappings changed (an extension imported since
-    /// they were read), the modules are read again and the same captures unwound again: a
-    /// new extension's first samples merge too.
+    /// they were read), the modules are read again and the same captures unwound again. So
+    /// a new extension's first samples merge too.
     pub(crate) fn snapshot(
         &mut self,
         reader: &mut PythonReader,

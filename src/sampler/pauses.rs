@@ -27,24 +27,27 @@ use std::time::{Duration, Instant};
 const UNSETTLED_LIMIT: f64 = 0.05;
 /// Weight of one sample in a thread's share of failed reads (a moving average).
 const UNSETTLED_WEIGHT: f64 = 1.0 / 64.0;
-/// A thread's first samples start no stretch: the moving average is a share of nothing
-/// before it has seen about `1 / UNSETTLED_WEIGHT` samples (from 0, four failed reads in a
-/// row pass the limit), and a new thread's first reads often fail for a moment (julia's
-/// main thread, importing: 13 failed reads in its first 14 ms; a burst that outlasts the
-/// warm-up starts a short stretch, see [`PAUSED_FOR_FIRST`]). Those reads are still each
-/// read paused.
+/// A thread's first samples start no stretch, because:
+/// - the moving average is a share of nothing before it has seen about
+///   `1 / UNSETTLED_WEIGHT` samples (from 0, four failed reads in a row pass the limit);
+/// - a new thread's first reads often fail for a moment (julia's main thread, importing,
+///   had 13 failed reads in its first 14 ms). A burst that outlasts the warm-up starts a
+///   short stretch (see [`PAUSED_FOR_FIRST`]).
+///
+/// Those reads are still each read paused.
 const WARM_AFTER: u32 = 64;
 /// How long a thread's samples are taken paused once [`UNSETTLED_LIMIT`] is passed, before
-/// trying again without: [`PAUSED_FOR_FIRST`], doubled for each stretch that starts
-/// within [`PAUSED_FOR_MAX`] of the last one's end, up to that. A time, not a count of
-/// samples: a fixed 400 samples were 2 s at 10 kHz (paused samples are thinned to
-/// [`PAUSED_MAX_HZ`]) and 4 s at 100 Hz, so that a burst of failed reads of a few
-/// milliseconds (julia's start-up, say) took half of a 4-second run's samples at 10 kHz
-/// away; a thread that keeps failing (bm_mdp's generators) starts a new stretch within a
-/// few samples of each probe, and soon spends its stretches at the longest.
+/// trying again without. It is [`PAUSED_FOR_FIRST`], doubled for each stretch that starts
+/// within [`PAUSED_FOR_MAX`] of the last one's end, up to that.
+///
+/// It is a time, not a count of samples. A fixed 400 samples were 2 s at 10 kHz (paused
+/// samples are thinned to [`PAUSED_MAX_HZ`]) and 4 s at 100 Hz. So a burst of failed reads
+/// of a few milliseconds (julia's start-up, say) took half of a 4-second run's samples at
+/// 10 kHz away. A thread that keeps failing (bm_mdp's generators) starts a new stretch
+/// within a few samples of each probe, and soon spends its stretches at the longest.
 const PAUSED_FOR_FIRST: Duration = Duration::from_millis(20);
 const PAUSED_FOR_MAX: Duration = Duration::from_millis(320);
-/// At most this many paused samples a second in such a stretch: a pause costs the target
+/// At most this many paused samples a second in such a stretch, because a pause costs the target
 /// tens of microseconds (see docs/benchmarks.md). The ticks between take no sample; the
 /// CPU time of those ticks goes to the next sample, as at a lower rate.
 pub const PAUSED_MAX_HZ: f64 = 200.0;
@@ -76,7 +79,7 @@ pub(crate) struct PauseSchedule {
     threads: IdMap<u64, Unsettled>,
     /// When the last sample with a thread in a paused stretch was taken.
     last_paused: Option<Instant>,
-    /// The latest end of a stretch so far: past it no thread is in one, and a sample
+    /// The latest end of a stretch so far. Past it no thread is in one, and a sample
     /// looks at none of the records (a thousand threads at rest have one each).
     stretches_end: Option<Instant>,
 }
@@ -98,8 +101,8 @@ impl PauseSchedule {
             .collect()
     }
 
-    /// Whether the tick at `now` takes no sample: it would pause (`pausing`) sooner than
-    /// [`PAUSED_MAX_HZ`] allows after the last one that did.
+    /// Whether the tick at `now` takes no sample. It takes none when it would pause
+    /// (`pausing`) sooner than [`PAUSED_MAX_HZ`] allows after the last one that did.
     pub(crate) fn thin(&self, pausing: bool, now: Instant) -> bool {
         pausing
             && self
@@ -206,7 +209,7 @@ mod tests {
             assert_eq!(now - started, Duration::from_millis(ms + 1));
         }
         assert_eq!(lengths, [39, 79, 159, 319, 319, 319]);
-        // Readable again for longer than the longest stretch: the next one is short.
+        // Readable again for longer than the longest stretch, so the next one is short.
         for _ in 0..400 {
             s.update(&[(1, false), (2, false)], now);
             now += tick;
@@ -240,7 +243,7 @@ mod tests {
         for i in 0..10_000u32 {
             let now = Instant::now();
             s.update(&[(1, i.is_multiple_of(50))], now);
-            // One in 50 (2%): the moving average peaks near 2.9%, under the 5% limit.
+            // One in 50 (2%). The moving average peaks near 2.9%, under the 5% limit.
             assert!(s.pause_these(now).is_empty(), "sample {i}");
         }
     }

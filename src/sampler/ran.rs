@@ -36,12 +36,12 @@ use crate::IdMap;
 use std::time::{Duration, Instant};
 
 /// A thread whose time has not changed for this long is left out of the threads read at
-/// each sample (it is still seen running: the sums tell). The kernel adds a running
-/// thread's time up at each scheduler tick (every 1 to 10 ms): this is several ticks, so
+/// each sample. It is still seen running, because the sums tell. The kernel adds a running
+/// thread's time up at each scheduler tick (every 1 to 10 ms). This is several ticks, so
 /// that a busy thread sampled faster than the ticks stays among those read.
 const QUIET_FOR: Duration = Duration::from_millis(50);
 
-/// Below this many threads every thread's time is read without the clock: a reading of it
+/// Below this many threads every thread's time is read without the clock. A reading of it
 /// costs about one `schedstat` read, so with one or two threads it saves nothing (and a
 /// sample of a single busy thread, the most common target, paid them for nothing).
 pub(crate) const CLOCK_FROM_THREADS: usize = 3;
@@ -51,27 +51,30 @@ enum Short {
     /// The clock proves that the threads read are the only ones that ran.
     Proven,
     /// Every thread that ran lately was read (at the time given), but the clock's sum
-    /// disagrees: another may have run.
+    /// disagrees, so another may have run.
     Unproven(Instant),
     /// It could not read them all, or the listing lost a thread, or the exited part is
     /// unknown.
     Failed,
 }
 
-/// While the sums fail (threads starting or ending in numbers: a pool of a thousand
-/// starting takes a hundred milliseconds, every thread it starts breaks the sum of the
-/// sample it runs in, and each thread that ends loses the exited part), at most one read
-/// of every thread in this long: the samples between read the threads that ran lately and
-/// the new ones, and keep the other threads' last readings unproven. A thread at rest that
-/// ran meanwhile is seen at the next full read, this much later at most (its CPU time is
-/// not lost: it is charged then, as to a thread sampled at that rate), instead of every
-/// sample reading a thousand threads (as much work as the rest of such a sample).
+/// While the sums fail, at most one read of every thread in this long. The sums fail while
+/// threads start or end in numbers:
+/// - a pool of a thousand starting takes a hundred milliseconds;
+/// - every thread it starts breaks the sum of the sample it runs in;
+/// - each thread that ends loses the exited part.
+///
+/// The samples between read the threads that ran lately and the new ones, and keep the
+/// other threads' last readings unproven. A thread at rest that ran meanwhile is seen at
+/// the next full read, this much later at most. Its CPU time is not lost, because it is
+/// charged then, as to a thread sampled at that rate. This is instead of every sample
+/// reading a thousand threads (as much work as the rest of such a sample).
 const FULL_READ_EVERY: Duration = Duration::from_millis(50);
 
 /// The target's process CPU clock, and since when each thread has had the CPU time of its
 /// last reading (the times themselves are in the caller's map, see [`ProcessClock::times`]).
-/// A short read costs in the threads that ran lately only, not in the threads there are:
-/// what a thousand threads at rest add up to is kept, not summed again.
+/// A short read costs in the threads that ran lately only, not in the threads there are.
+/// What a thousand threads at rest add up to is kept, not summed again.
 pub(crate) struct ProcessClock {
     pid: i32,
     clock: libc::clockid_t,
@@ -87,7 +90,7 @@ pub(crate) struct ProcessClock {
     quiet_ns: u64,
     /// A reading's (position in `tids`, time) pairs (room kept from one to the next).
     read: Vec<(usize, u64)>,
-    /// The threads whose time the last reading changed; None: any may have (a full read).
+    /// The threads whose time the last reading changed. None: any may have (a full read).
     moved: Option<Vec<i32>>,
     /// When the last full read was.
     last_full: Option<Instant>,
@@ -99,8 +102,8 @@ pub(crate) struct ProcessClock {
 }
 
 impl ProcessClock {
-    /// The clock of process `pid` (one that cannot be read makes every sample read every
-    /// thread: see [`ProcessClock::works`]).
+    /// The clock of process `pid`. One that cannot be read makes every sample read every
+    /// thread (see [`ProcessClock::works`]).
     pub(crate) fn new(pid: i32) -> ProcessClock {
         ProcessClock {
             pid,
@@ -136,11 +139,13 @@ impl ProcessClock {
         (rc == 0).then(|| ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64)
     }
 
-    /// Sets `times` to every thread of `tids` (ascending) with its CPU time in nanoseconds
-    /// (a thread that could not be read, gone meanwhile, is missing), reading `schedstat`
-    /// through `files` only for the threads that ran lately when the process clock shows
-    /// that no other thread ran: then only their entries change. `times` must be the map
-    /// this clock filled last (it holds the other threads' times).
+    /// Sets `times` to every thread of `tids` (ascending) with its CPU time in nanoseconds (a
+    /// thread that could not be read, gone meanwhile, is missing).
+    ///
+    /// When the process clock shows that no other thread ran, it reads `schedstat` through
+    /// `files` only for the threads that ran lately. Then only their entries change.
+    ///
+    /// `times` must be the map this clock filled last (it holds the other threads' times).
     pub(crate) fn times(
         &mut self,
         tids: &[i32],
@@ -158,7 +163,7 @@ impl ProcessClock {
                 .is_some_and(|t| t.elapsed() < FULL_READ_EVERY)
             {
                 match short {
-                    // What was read holds (only unproven): taken as it is.
+                    // What was read holds (only unproven), so it is taken as it is.
                     Short::Unproven(now) => self.take_read(tids, times, now),
                     _ => self.partial_read(tids, files, times),
                 }
@@ -169,7 +174,7 @@ impl ProcessClock {
         self.full_reads += 1;
         self.moved = None;
         self.last_full = Some(Instant::now());
-        // No thread of the last reading gone: none exited since.
+        // No thread of the last reading gone, so none exited since.
         let none_left = times.len() == self.tids.len() && includes(tids, &self.tids);
         // With a thread or two the clock is not used, but the exited part is measured
         // while unknown (two clock readings), so that it is known when a pool starts.
@@ -186,11 +191,11 @@ impl ProcessClock {
             (Some(b), Some(a)) if a == b && all_read => b.checked_sub(sum),
             _ => None,
         };
-        // Else, while no thread exited, the exited part is still the one measured last (a
-        // busy thread, or a pool starting, moves the clock during most full reads: each
-        // would leave the next sample a full read too). A thread that started and ended
-        // unlisted meanwhile adds to it unseen: the sums then come out short of the clock,
-        // never over it, and fail (read every thread) until a read measures it again.
+        // Else, while no thread exited, the exited part is still the one measured last. A busy
+        // thread, or a pool starting, moves the clock during most full reads, so each would
+        // leave the next sample a full read too. A thread that started and ended unlisted
+        // meanwhile adds to it unseen. The sums then come out short of the clock, never over
+        // it, and fail (read every thread) until a read measures it again.
         self.exited_ns = measured.or(self.exited_ns.filter(|_| none_left && all_read));
     }
 
@@ -209,7 +214,7 @@ impl ProcessClock {
             match files.read_sched(self.pid, tids[i]) {
                 Some(ns) => self.read.push((i, ns)),
                 None => {
-                    // Gone meanwhile (the next listing will say): out of the map.
+                    // Gone meanwhile (the next listing will say), so out of the map.
                     if times.remove(&tids[i]).is_some() {
                         lost.push(tids[i]);
                     }
@@ -223,14 +228,14 @@ impl ProcessClock {
     }
 
     /// The threads whose entry the last [`ProcessClock::times`] changed in the map (a new
-    /// time, or none: it could not be read), when it read only the threads that ran
-    /// lately; None after a read of every thread.
+    /// time, or none because it could not be read), when it read only the threads that ran
+    /// lately. None after a read of every thread.
     pub(crate) fn moved(&self) -> Option<&[i32]> {
         self.moved.as_deref()
     }
 
     /// Reads every thread of `tids` into `times`, and takes the readings as each one's
-    /// last: which ran lately, and what the others add up to.
+    /// last, noting which ran lately and what the others add up to.
     fn read_all(&mut self, tids: &[i32], files: &mut ThreadFiles, times: &mut IdMap<i32, u64>) {
         let now = Instant::now();
         let mut since = Vec::with_capacity(tids.len());
@@ -266,7 +271,7 @@ impl ProcessClock {
         }
     }
 
-    /// The short read: None when it cannot tell exactly that only the threads read ran.
+    /// The short read. None when it cannot tell exactly that only the threads read ran.
     fn short_read(
         &mut self,
         tids: &[i32],
@@ -292,7 +297,7 @@ impl ProcessClock {
             }
         }
         // One reading of the clock, after the threads' (each costs a walk of the process's
-        // threads in the kernel). Every term only grows: when the clock equals the sum of
+        // threads in the kernel). Every term only grows. So when the clock equals the sum of
         // what was read before it, each term still had the value read (any later CPU
         // would make the clock larger), and the threads not read had not run.
         let read_sum: u64 = self.read.iter().map(|&(_, ns)| ns).sum();
@@ -339,20 +344,21 @@ impl ProcessClock {
         self.quiet_ns = quiet_ns;
     }
 
-    /// Takes `tids` (ascending) as the threads, when they are the last reading's and
-    /// more: the new ones join those read at each sample (a thread pool starting up is
-    /// read in the threads it adds, not in all it has). None when a thread of the last
-    /// reading is not among them (it exited: what it used went into the exited part,
-    /// unknown until a full read).
+    /// Takes `tids` (ascending) as the threads, when they are the last reading's and more.
+    /// The new ones join those read at each sample (a thread pool starting up is read in the
+    /// threads it adds, not in all it has). None when a thread of the last reading is not
+    /// among them. It exited, so what it used went into the exited part, unknown until a
+    /// full read.
     fn add_new(&mut self, tids: &[i32], now: Instant) -> Option<()> {
         self.take_listing(tids, now, false, &mut IdMap::default())
     }
 
-    /// Takes `tids` (ascending) as the threads: those of the last reading keep their
-    /// places in `lately` and their `since`, new ones join `lately` (since `now`). A thread
-    /// of the last reading not among them exited: with `gone_ok` it is forgotten (its
-    /// entry in `times`, its part of the quiet sum, and the exited part); without, the
-    /// listing is refused (None) and nothing changes.
+    /// Takes `tids` (ascending) as the threads:
+    /// - those of the last reading keep their places in `lately` and their `since`;
+    /// - new ones join `lately` (since `now`);
+    /// - a thread of the last reading not among them exited. With `gone_ok` it is forgotten
+    ///   (its entry in `times`, its part of the quiet sum, and the exited part). Without, the
+    ///   listing is refused (None) and nothing changes.
     fn take_listing(
         &mut self,
         tids: &[i32],
@@ -360,7 +366,7 @@ impl ProcessClock {
         gone_ok: bool,
         times: &mut IdMap<i32, u64>,
     ) -> Option<()> {
-        // Both ascending: one merge. `at[j]`: where the last reading's thread `j` is now
+        // Both ascending, so one merge. `at[j]`: where the last reading's thread `j` is now
         // (None: gone).
         let mut at: Vec<Option<usize>> = Vec::with_capacity(self.tids.len());
         let mut since = Vec::with_capacity(tids.len());
@@ -414,8 +420,8 @@ fn includes(all: &[i32], some: &[i32]) -> bool {
     some.iter().all(|t| rest.any(|a| a == t))
 }
 
-/// The clock id of process `pid`'s CPU time (what `clock_getcpuclockid` returns: the pid,
-/// complemented, above the clock kind; kind 2 is the scheduler's precise sum).
+/// The clock id of process `pid`'s CPU time. It is what `clock_getcpuclockid` returns: the
+/// pid, complemented, above the clock kind. Kind 2 is the scheduler's precise sum.
 fn process_clock_id(pid: i32) -> libc::clockid_t {
     ((!pid) << 3) | 2
 }
@@ -426,9 +432,9 @@ mod tests {
     use std::process::{Command, Stdio};
     use std::time::Duration;
 
-    /// New threads join the last reading's (those read at each sample, since now), the
-    /// others keep their places in it; a listing without one of the last reading's threads
-    /// is not taken (it exited: a full read is due).
+    /// New threads join the last reading's (those read at each sample, since now), and the
+    /// others keep their places in it. A listing without one of the last reading's threads
+    /// is not taken (it exited, so a full read is due).
     #[test]
     fn new_threads_join_the_last_reading() {
         let t0 = Instant::now();
@@ -453,9 +459,11 @@ mod tests {
         assert_eq!((c.tids.clone(), c.since.clone(), c.lately.clone()), kept);
     }
 
-    /// Between full reads: a thread that left is forgotten (its part of the quiet sum
-    /// too, and the exited part with it), a new one is read with those that ran lately,
-    /// one that cannot be read is left out of the times.
+    /// Between full reads:
+    /// - a thread that left is forgotten (its part of the quiet sum too, and the exited part
+    ///   with it);
+    /// - a new one is read with those that ran lately;
+    /// - one that cannot be read is left out of the times.
     #[test]
     fn a_partial_read_takes_the_new_listing() {
         let me = nix::unistd::gettid().as_raw();
@@ -484,7 +492,8 @@ mod tests {
             "{times:?}"
         );
         assert_eq!(c.moved(), Some(&[me][..]));
-        // A thread that ran lately and cannot be read any more leaves the map: moved.
+        // A thread that ran lately and cannot be read any more leaves the map, which counts as
+        // moved.
         let mut again: IdMap<i32, u64> = [(me, times[&me]), (gone, 9)].into_iter().collect();
         c.tids = vec![me, gone];
         c.since = vec![t0, Instant::now()];
@@ -498,10 +507,10 @@ mod tests {
         );
     }
 
-    /// A child with a busy thread and parked ones: the process clock is the sum of its
-    /// threads' schedstat times (no thread exited), and once the parked threads have been
-    /// quiet, samples read only the busy thread (and the main one while it ran) — while a
-    /// parked thread that wakes to compute is seen at the next sample.
+    /// A child with a busy thread and parked ones. The process clock is the sum of its
+    /// threads' schedstat times (no thread exited). Once the parked threads have been quiet,
+    /// samples read only the busy thread (and the main one while it ran). Still, a parked
+    /// thread that wakes to compute is seen at the next sample.
     #[test]
     fn the_sums_tell_which_threads_ran() {
         let code = "import threading, sys, time\n\
@@ -546,7 +555,7 @@ mod tests {
             "{short} short reads of 40 ({} full)",
             clock.full_reads
         );
-        // The parked threads compute for a while: seen, each, at the next samples.
+        // The parked threads compute for a while, and each is seen at the next samples.
         let quiet: Vec<(i32, u64)> = {
             clock.times(&tids, &mut files, &mut t);
             tids.iter().map(|&tid| (tid, t[&tid])).collect()

@@ -1,12 +1,15 @@
 //! Following a program's processes: every Python process among a root process and its
 //! descendants, each with its own [`Sampler`], merged into one profile.
 //!
-//! Owns: [`ProcessTree`] — finding descendants (/proc/PID/task/TID/children), locating the
-//! interpreter of each new process (and again after an `exec`), sampling them all on one
-//! schedule, and merging their aggregates (times are seconds, so sums are the program's);
-//! telling whoever records more per process (memory) which images of which processes are
-//! sampled and which are over ([`ProcessTree::sampling`], [`ProcessTree::take_retired`]),
-//! each image by a serial number of its own.
+//! Owns: [`ProcessTree`], with:
+//! - finding descendants (/proc/PID/task/TID/children);
+//! - locating the interpreter of each new process (and again after an `exec`);
+//! - sampling them all on one schedule;
+//! - merging their aggregates (times are seconds, so sums are the program's);
+//! - telling whoever records more per process (memory) which images of which processes are
+//!   sampled and which are over ([`ProcessTree::sampling`], [`ProcessTree::take_retired`]),
+//!   each image by a serial number of its own.
+//!
 //! Must not: start or wait for processes (the session does), or format output.
 
 use super::{Sampler, SamplerConfig, Stats, Ticker};
@@ -16,17 +19,17 @@ use crate::python::{LocateOptions, PythonProcess};
 use std::collections::{BTreeMap, HashMap};
 use std::time::{Duration, Instant};
 
-/// How often the process tree is listed again: a worker that lives a second is found
+/// How often the process tree is listed again. A worker that lives a second is found
 /// within a few hundredths of it.
 const SCAN_INTERVAL: Duration = Duration::from_millis(20);
 /// A scan reads one file per thread of every process followed (a fork's child hangs off
-/// the thread that forked): with a thousand threads, a few milliseconds. The next scan
-/// waits at least this many times as long as the last took, so that scanning costs at most
-/// about 2% of a CPU however many threads there are.
+/// the thread that forked). With a thousand threads, that takes a few milliseconds. The next
+/// scan waits at least this many times as long as the last took, so that scanning costs at
+/// most about 2% of a CPU however many threads there are.
 const SCAN_COST_FACTOR: u32 = 50;
 /// While no task has started anywhere (see [`crate::proc::last_pid`]), a scan takes the
 /// last listing of the descendants (less those gone) instead of reading every thread's
-/// children again; at least this often it reads them all (a process whose parent exited
+/// children again. At least this often it reads them all (a process whose parent exited
 /// leaves the tree without any task starting).
 const RELIST_EVERY: Duration = Duration::from_secs(1);
 /// The longest wait before a process that is not Python (yet) is looked at again when its
@@ -38,11 +41,11 @@ const REFUSAL_TRIES: u32 = 5;
 /// A process whose interpreter was found but not yet initialized is looked at this often.
 const STARTING_RETRY: Duration = Duration::from_millis(2);
 
-/// `exe` fields hold a process's image identity ([`crate::proc::image_of`]): a change
+/// `exe` fields hold a process's image identity ([`crate::proc::image_of`]). A change
 /// means an exec.
 enum Tracked {
     /// Not (yet) a Python process we can sample; `tries` so far (the wait between tries
-    /// grows: a process just exec'd may not have mapped libpython yet).
+    /// grows, because a process just exec'd may not have mapped libpython yet).
     Other {
         exe: String,
         next_try: Instant,
@@ -71,7 +74,7 @@ pub(crate) struct ProcessTree {
     locate: LocateOptions,
     tracked: BTreeMap<i32, Tracked>,
     done: Vec<Done>,
-    /// When the next scan is due: `scan_every` after the last, or later when listing
+    /// When the next scan is due. It is `scan_every` after the last, or later when listing
     /// the processes was costly (see [`SCAN_COST_FACTOR`]).
     next_scan: Option<Instant>,
     /// [`SCAN_INTERVAL`], unless the caller looks for processes itself
@@ -94,8 +97,8 @@ pub(crate) struct ProcessTree {
     pub(crate) stats: Stats,
     /// Why a process could not be profiled (unsupported version, permission), by pid.
     pub(crate) notes: BTreeMap<i32, String>,
-    /// The first of those refusals, as it came: what a caller that found nothing else to
-    /// profile answers with ([`ProcessTree::take_first_refusal`]).
+    /// The first of those refusals, as it came. A caller that found nothing else to profile
+    /// answers with it ([`ProcessTree::take_first_refusal`]).
     first_refusal: Option<Error>,
     /// Samplers keep where each thread is at each tick (for the GPU ledger).
     positions: bool,
@@ -142,8 +145,8 @@ impl ProcessTree {
     }
 
     /// Scans (for an exec, for children when following) every `every` instead of
-    /// [`SCAN_INTERVAL`]: the agent, which finds processes itself, follows no children
-    /// and needs to see an exec only about as soon as it sees a new process.
+    /// [`SCAN_INTERVAL`]. This is for the agent, which finds processes itself, follows no
+    /// children and needs to see an exec only about as soon as it sees a new process.
     pub(crate) fn scanning_every(mut self, every: Duration) -> Self {
         self.scan_every = every;
         self
@@ -211,7 +214,7 @@ impl ProcessTree {
         std::mem::replace(&mut self.scanned, false)
     }
 
-    /// Where process `pid`'s memory ring is mapped from: a thread of it blocked in a futex
+    /// Where process `pid`'s memory ring is mapped from. A thread of it blocked in a futex
     /// there waits for us (see [`SamplerConfig::handshake_file`]).
     pub(crate) fn set_handshake_file(&mut self, pid: i32, file: std::path::PathBuf) {
         if let Some(Tracked::Sampling { sampler, .. }) = self.tracked.get_mut(&pid) {
@@ -263,7 +266,7 @@ impl ProcessTree {
             .fold((0, 0), |(a, i), (a2, i2)| (a + a2, i + i2))
     }
 
-    /// Ends every image (the recording is over): see [`ProcessTree::take_retired`].
+    /// Ends every image (the recording is over). See [`ProcessTree::take_retired`].
     pub(crate) fn retire_all(&mut self) {
         let pids: Vec<i32> = self.tracked.keys().copied().collect();
         for pid in pids {
@@ -305,11 +308,13 @@ impl ProcessTree {
         }
     }
 
-    /// The root and its descendants: the last listing less the processes gone while no
-    /// task has started since (no process can have joined the tree: a thousand threads at
-    /// rest cost a scan no read each), else read again.
+    /// The root and its descendants:
+    /// - the last listing less the processes gone, while no task has started since (no
+    ///   process can have joined the tree; a thousand threads at rest cost a scan no read
+    ///   each);
+    /// - else read again.
     fn descendants(&mut self, now: Instant) -> Vec<i32> {
-        // Read before the listing: a task that starts during it changes the id.
+        // Read before the listing, because a task that starts during it changes the id.
         let last = crate::proc::last_pid();
         if let (Some(l), Some((was, at, pids))) = (last, &self.listed) {
             if l == *was && now.duration_since(*at) < RELIST_EVERY {
@@ -334,7 +339,7 @@ impl ProcessTree {
         } else {
             vec![self.root]
         };
-        // Locating a new process's interpreter is not counted: it happens once.
+        // Locating a new process's interpreter is not counted, because it happens once.
         self.next_scan = Some(now + self.scan_every.max(now.elapsed() * SCAN_COST_FACTOR));
         let gone: Vec<i32> = self
             .tracked
@@ -350,8 +355,8 @@ impl ProcessTree {
             let Some(exe) = crate::proc::image_of(pid) else {
                 continue;
             };
-            // Forked by us and not yet exec'd: nothing to look at (and our own binary is
-            // large to parse).
+            // Forked by us and not yet exec'd, so there is nothing to look at (and our own
+            // binary is large to parse).
             if own
                 .as_ref()
                 .is_some_and(|o| exe.starts_with(&format!("{o}\0")))
@@ -360,7 +365,7 @@ impl ProcessTree {
             }
             match self.tracked.get(&pid) {
                 Some(Tracked::Sampling { exe: e, .. }) if *e == exe => continue,
-                // It exec'd: what it was is finished; what it is now is a new process.
+                // It exec'd. What it was is finished; what it is now is a new process.
                 Some(Tracked::Sampling { .. }) => self.retire(pid),
                 Some(Tracked::Other {
                     exe: e, next_try, ..
@@ -371,8 +376,8 @@ impl ProcessTree {
                 Some(Tracked::Other { exe: e, tries, .. }) if *e == exe => tries + 1,
                 _ => 0,
             };
-            // A child forked without an exec has its parent's image: same interpreter,
-            // same addresses.
+            // A child forked without an exec has its parent's image, with the same
+            // interpreter and the same addresses.
             let parent = self.tracked.values().find_map(|t| match t {
                 Tracked::Sampling {
                     sampler, exe: e, ..
@@ -394,10 +399,10 @@ impl ProcessTree {
                     continue;
                 }
                 Ok(_) => now + STARTING_RETRY,
-                // A refusal is final only when it holds a few tries in a row: a process
-                // caught mid-exec or still starting may look unreadable for a moment, and a
-                // refused process's memory ring is removed as soon as it makes one (CI saw
-                // a subprocess of Debian's 3.15 lose its ring so).
+                // A refusal is final only when it holds a few tries in a row, because a
+                // process caught mid-exec or still starting may look unreadable for a moment,
+                // and a refused process's memory ring is removed as soon as it makes one (CI
+                // saw a subprocess of Debian's 3.15 lose its ring so).
                 Err(
                     e @ (Error::UnsupportedVersion { .. }
                     | Error::PermissionDenied { .. }
@@ -408,8 +413,8 @@ impl ProcessTree {
                     self.first_refusal.get_or_insert(e);
                     now + Duration::from_secs(3600)
                 }
-                // Not Python, or not yet (libpython not mapped yet), or mid-exec or
-                // exiting: look again, less and less often.
+                // When it is not Python, or not yet (libpython not mapped yet), or mid-exec
+                // or exiting, look again, less and less often.
                 Err(_) => now + backoff,
             };
             self.tracked.insert(
@@ -438,7 +443,13 @@ impl ProcessTree {
             Tracked::Sampling { sampler, .. } => Some(&sampler.stats),
             Tracked::Other { .. } => None,
         });
+        let mut notes: Vec<String> = Vec::new();
         for st in live.chain(self.done.iter().map(|d| &d.sampler.stats)) {
+            for n in &st.notes {
+                if !notes.contains(n) {
+                    notes.push(n.clone());
+                }
+            }
             if self.stats.cpu_times_from.is_none() {
                 self.stats.cpu_times_from.clone_from(&st.cpu_times_from);
             }
@@ -465,6 +476,7 @@ impl ProcessTree {
         self.stats.deferred = deferred;
         self.stats.error_kinds = kinds;
         self.stats.native = native;
+        self.stats.notes = notes;
     }
 
     /// One tick: a scan when due, then one sample of every Python process. False once
@@ -527,7 +539,7 @@ impl ProcessTree {
 
     /// The merged profile of every process sampled so far, finished or running (a live
     /// view's, while the recording goes on). `sources` keeps the files' text from one call
-    /// to the next: each file is read once.
+    /// to the next, so each file is read once.
     pub(crate) fn profile_so_far(
         &self,
         program: String,
@@ -583,7 +595,7 @@ impl ProcessTree {
                 .clone()
         });
         // Listed when there are several, or when the one is not the root (a shell
-        // script's Python, a launcher's): the profile says which process it is of.
+        // script's Python, a launcher's), so the profile says which process it is of.
         if processes.len() > 1 || processes.iter().any(|p| p.pid != self.root) {
             processes.sort_by_key(|p| p.pid);
             profile.processes = processes;
@@ -606,7 +618,7 @@ mod tests {
     use super::*;
 
     /// A kept listing still loses the processes that ended and gains the ones that started
-    /// since (a start gives out a new task id: the tree is listed again).
+    /// since (a start gives out a new task id, so the tree is listed again).
     #[test]
     fn a_kept_listing_follows_processes_that_end_and_start() {
         // sh → sleep 30 and sleep 0.4 at once; a second sleep 30 once the short one ends.

@@ -5,8 +5,8 @@
 //! - the checks before anything starts (no such process, not Python, `--gil` / `--async`
 //!   asked of a build that cannot answer, `--native` without the right to stop it);
 //! - a root that is not Python (a shell script, a PyInstaller bootloader, a supervisor)
-//!   under `--subprocesses`: watched for its Python descendants, said in one line, an
-//!   error at the end when none was profiled;
+//!   under `--subprocesses`, which is watched for its Python descendants, said in one line,
+//!   and an error at the end when none was profiled;
 //! - when `--duration` counts from ([`Clock`]): the target's memory settled, or its first
 //!   Python descendant found.
 //!
@@ -43,11 +43,11 @@ pub struct AttachConfig {
     /// Python is then a root to watch, not an error.
     pub follow_children: bool,
     /// Read the memory ring when the process has one (started under `run`, whose
-    /// profiler is gone); None: do not.
+    /// profiler is gone); None means do not.
     pub memory: Option<MemoryConfig>,
     /// GPU watching through NVML; None with `--no-gpu`.
     pub gpu: Option<GpuConfig>,
-    /// A live view watches (`top`): see [`super::RunConfig::live`].
+    /// A live view watches (`top`); see [`super::RunConfig::live`].
     pub live: Option<LiveLink>,
     /// `--push`: see [`super::RunConfig::push`].
     pub push: Option<crate::export::PushConfig>,
@@ -56,11 +56,11 @@ pub struct AttachConfig {
 /// When `--duration` counts from, told by the recording's ticks (which see the
 /// processes) to the stop check.
 pub(super) struct Clock {
-    /// The root when it is Python; None: it is not, and its first Python descendant
-    /// sampled stands for it.
+    /// The root when it is Python. None when it is not; its first Python descendant
+    /// sampled then stands for it.
     root: Option<i32>,
-    /// The duration counts from here: that process's memory settled (counted, or refused
-    /// with its reason), or, without memory, its sampling begun.
+    /// The duration counts from here. It marks that process's memory settled (counted, or
+    /// refused with its reason), or, without memory, its sampling begun.
     settled: Cell<Option<Instant>>,
     /// When a first Python process was sampled.
     found: Cell<Option<Instant>>,
@@ -88,8 +88,8 @@ impl Clock {
             None => tree.sampling().next(),
         };
         let settled = match (target, fleet) {
-            // A Python root no longer sampled (it exited): nothing to wait for. No
-            // Python descendant yet: the duration has not begun.
+            // For a Python root no longer sampled (it exited), there is nothing to wait for.
+            // With no Python descendant yet, the duration has not begun.
             (None, _) => self.root.is_some(),
             (Some(_), None) => true,
             (Some((_, serial, _)), Some(f)) => f.settled(serial),
@@ -103,7 +103,7 @@ impl Clock {
     fn over(&self, d: Duration, start: Instant) -> bool {
         match (self.settled.get(), self.found.get()) {
             (Some(t), _) => t.elapsed() >= d,
-            // Its memory not settled yet: at most [`MEMORY_SETTLE_MAX`] more.
+            // With its memory not settled yet, wait at most [`MEMORY_SETTLE_MAX`] more.
             (None, Some(f)) => f.elapsed() >= d + MEMORY_SETTLE_MAX,
             // A Python root is sampled from the first tick on; a root that is not Python
             // and never had a Python descendant ends at the duration.
@@ -117,7 +117,7 @@ impl Clock {
 enum Root {
     /// A Python process, located and ready to be sampled.
     Python(Box<PythonProcess>),
-    /// Not Python, under `--subprocesses`: a root to watch (its executable, to name it).
+    /// Not Python, under `--subprocesses`, so a root to watch (its executable, to name it).
     Watched { exe: String },
 }
 
@@ -155,14 +155,14 @@ pub(super) fn check(cfg: &AttachConfig) -> Result<()> {
 /// under `nohup`), the duration, or its exit.
 /// The target is never stopped longer than one sample's read and is left as it was.
 ///
-/// With `follow_children`, a process that is not Python is watched instead: its Python
+/// With `follow_children`, a process that is not Python is watched instead. Its Python
 /// descendants, those running and those that start, are profiled until it exits (or
-/// Ctrl-C, or the duration: counted from when the first one is found). When none was,
+/// Ctrl-C, or the duration, counted from when the first one is found). When none was,
 /// the answer is [`Error::NotPython`] (or why the ones found could not be profiled).
 pub fn attach(cfg: &AttachConfig, progress: &mut dyn FnMut(&Stats)) -> Result<(Profile, Stats)> {
     let located = locate_root(cfg)?;
     let program = command_line(cfg.pid);
-    // A root that is not Python: said in one line (in a live view's header).
+    // A root that is not Python is said in one line (in a live view's header).
     let watched_exe = match &located {
         Root::Python(_) => None,
         Root::Watched { exe } => Some(exe.clone()),
@@ -180,7 +180,7 @@ pub fn attach(cfg: &AttachConfig, progress: &mut dyn FnMut(&Stats)) -> Result<(P
         )
     });
     // SIGINT and SIGTERM ask us to stop, also where a script started us with them ignored
-    // (a background job: its `kill -INT` stops us as it always did); a hang-up under `nohup`
+    // (a background job, whose `kill -INT` stops us as it always did); a hang-up under `nohup`
     // does not.
     if cfg.live.is_none() {
         catch(
@@ -256,8 +256,8 @@ pub fn attach(cfg: &AttachConfig, progress: &mut dyn FnMut(&Stats)) -> Result<(P
         }
     }
     let mut why_not = None;
-    // Another process of the program whose memory cannot be recorded: said once each (its
-    // figures would read as a process that allocated nothing).
+    // Another process of the program whose memory cannot be recorded is said once each,
+    // because its figures would read as a process that allocated nothing.
     for (pid, why) in fleet.iter().flat_map(|f| f.first_note_per_process()) {
         if pid == cfg.pid {
             why_not = Some(why.to_string());
@@ -269,7 +269,8 @@ pub fn attach(cfg: &AttachConfig, progress: &mut dyn FnMut(&Stats)) -> Result<(P
     let gpu = gpu.map(|g| g.finish(&mut tree));
     let memory = finish_memory(&mut tree, fleet);
     result?;
-    // Nothing Python under a root that is not: the error, once the recording is over.
+    // With nothing Python under a root that is not, the error comes once the recording is
+    // over.
     let nothing = (!root_is_python && tree.profiled() == 0).then(|| {
         tree.take_first_refusal().unwrap_or_else(|| {
             let when = if !crate::proc::process_exists(cfg.pid) {
@@ -307,6 +308,6 @@ pub fn attach(cfg: &AttachConfig, progress: &mut dyn FnMut(&Stats)) -> Result<(P
     if let Some(e) = nothing {
         return Err(e);
     }
-    stats.notes = notes;
+    stats.notes.extend(notes);
     Ok((profile, stats))
 }

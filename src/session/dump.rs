@@ -1,8 +1,8 @@
 //! `dump`: one snapshot of every thread of a running process ([`dump`]), or of every
 //! Python process of a process tree ([`dump_tree`], `--subprocesses`).
 //!
-//! Owns: [`DumpConfig`], the reader each read needs (native modules, asyncio), and which
-//! processes of a tree are read:
+//! Owns: [`DumpConfig`], the reader each read needs (native modules, asyncio), whether
+//! greenlets that were required were read, and which processes of a tree are read:
 //! - every process among the root and its descendants that runs Python, parents first;
 //! - a process that is not Python (a shell, `sleep`, a PyInstaller bootloader) is left
 //!   out, and so is one that ends before it is read;
@@ -21,15 +21,19 @@ use crate::python::{
 /// What `dump` reads.
 pub struct DumpConfig {
     pub pid: i32,
-    /// Native frames too (`--native`): the threads are paused whatever `snapshot.mode` says.
+    /// Native frames too (`--native`), so the threads are paused whatever `snapshot.mode`
+    /// says.
     pub native: bool,
     /// Every event loop's asyncio tasks too (`--async`; not with `native`).
     pub tasks: bool,
+    /// `--greenlets`: every greenlet must be read (an error where greenlet is not imported
+    /// or cannot be read). Whether they are read at all is `snapshot.greenlets`.
+    pub greenlets_required: bool,
     pub locate: LocateOptions,
     pub snapshot: SnapshotOptions,
     /// Python frames per stack at most.
     pub max_depth: usize,
-    /// With `native`: native frames per stack at most.
+    /// With `native`, native frames per stack at most.
     pub max_native_depth: usize,
 }
 
@@ -62,14 +66,28 @@ fn read(
         reader = reader.with_tasks(python::AsyncReader::new());
     }
     let snapshot = reader.snapshot(&cfg.snapshot)?;
+    if cfg.greenlets_required {
+        match &snapshot.greenlets {
+            None => return Err(Error::GreenletNotImported(pid)),
+            Some(g) if g.greenlets.is_empty() => {
+                if let Some(why) = &g.error {
+                    let why = why.clone();
+                    return Err(Error::NoGreenlets { pid, why });
+                }
+            }
+            Some(_) => {}
+        }
+    }
     Ok((snapshot, reader))
 }
 
 /// `dump --subprocesses`: a snapshot of each Python process among `cfg.pid` and its
 /// descendants (see the module's doc for which). The root need not be Python.
 ///
-/// An error only when there is nothing to show: no such process; no Python process in the
-/// tree ([`Error::NotPython`]); or none that could be read (the first one's error).
+/// An error only when there is nothing to show:
+/// - no such process;
+/// - no Python process in the tree ([`Error::NotPython`]);
+/// - or none that could be read (the first one's error).
 pub fn dump_tree(cfg: &DumpConfig) -> Result<TreeSnapshot> {
     if cfg.pid <= 0 || !crate::proc::process_exists(cfg.pid) {
         return Err(Error::NoSuchProcess(cfg.pid));
@@ -77,7 +95,7 @@ pub fn dump_tree(cfg: &DumpConfig) -> Result<TreeSnapshot> {
     let pids = crate::proc::descendants(cfg.pid);
     let others = pids.len() - 1;
     let mut cache = NativeCache::new();
-    // Readers of the processes read, by image: a child forked without an exec is its
+    // Readers of the processes read, by image, because a child forked without an exec is its
     // parent's interpreter at the same addresses (no ELF file parsed again per worker).
     let mut located: Vec<(String, PythonReader)> = Vec::new();
     let mut processes = Vec::new();
@@ -85,7 +103,7 @@ pub fn dump_tree(cfg: &DumpConfig) -> Result<TreeSnapshot> {
     let mut first_error = None;
     let mut root_gone = None;
     for pid in pids {
-        // Gone since the listing.
+        // Gone since the listing, or caught mid-exec.
         let Some(image) = crate::proc::image_of(pid) else {
             continue;
         };

@@ -12,7 +12,7 @@ use crate::sampler::tree::ProcessTree;
 use std::collections::HashMap;
 use std::time::Duration;
 
-/// How long the end of a recording waits for the NVML poller's last poll: a call into the
+/// How long the end of a recording waits for the NVML poller's last poll. A call into the
 /// driver that never returns must not hang us.
 const GPU_STOP_WAIT: Duration = Duration::from_secs(1);
 
@@ -20,7 +20,7 @@ const GPU_STOP_WAIT: Duration = Duration::from_secs(1);
 pub(super) struct GpuRecording {
     monitor: Monitor,
     ledger: Ledger,
-    /// GPU figures were asked for: no driver is then said ([`GpuConfig::asked`]).
+    /// GPU figures were asked for, so no driver is then said ([`GpuConfig::asked`]).
     asked: bool,
     /// The program's GPU use at the last poll (a live view's header).
     pub(super) now: Option<crate::report::live::LiveGpu>,

@@ -1,15 +1,17 @@
 //! The recording's side of a live view (`top`): pictures of the profile so far, taken
 //! between ticks and handed to the view down a channel.
 //!
-//! Owns: [`LiveLink`] (what a recording shares with its view: the channel, the refresh
-//! period, the stop asked for, the command's pid) and [`Publisher`], which takes a picture
-//! ([`LiveFrame`]) once per refresh.
+//! Owns:
+//! - [`LiveLink`] (what a recording shares with its view: the channel, the refresh period,
+//!   the stop asked for, the command's pid);
+//! - [`Publisher`], which takes a picture ([`LiveFrame`]) once per refresh.
+//!
 //! Must not: draw, or wait on the view. A full channel drops the picture (the view shows
 //! the newest one anyway), so a terminal that is slow to draw never slows the sampling.
 
 use crate::memory::fleet::Fleet;
 use crate::profile::Profile;
-use crate::report::live::{LiveFrame, LiveGpu, LiveHeader, LiveProcess};
+use crate::report::live::{LiveFrame, LiveGpu, LiveHeader, LiveProcess, Wake};
 use crate::sampler::tree::ProcessTree;
 use crate::sampler::Stats;
 use std::collections::{HashMap, VecDeque};
@@ -18,14 +20,14 @@ use std::sync::mpsc::SyncSender;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-/// Footprint points kept for the header's sparkline: two minutes at the default refresh.
+/// Footprint points kept for the header's sparkline, two minutes at the default refresh.
 const FOOTPRINT_POINTS: usize = 120;
 
-/// The header's processes: one per pid, as the view's shares are kept by pid.
+/// The header's processes, one per pid, as the view's shares are kept by pid.
 ///
 /// A pid that exec'd has an image before and after (a forked child sampled before its
-/// `exec`, as `subprocess` does on 3.8): the row says what it runs now (the later image:
-/// the tree lists a pid's earlier image first) and adds the shares of both.
+/// `exec`, as `subprocess` does on 3.8). The row says what it runs now (the later image,
+/// because the tree lists a pid's earlier image first) and adds the shares of both.
 fn one_row_per_pid(images: &[crate::profile::ProcessProfile]) -> Vec<LiveProcess> {
     let mut rows: Vec<LiveProcess> = Vec::with_capacity(images.len());
     for p in images {
@@ -49,8 +51,10 @@ fn one_row_per_pid(images: &[crate::profile::ProcessProfile]) -> Vec<LiveProcess
 /// What a recording shares with the live view that watches it.
 #[derive(Debug, Clone)]
 pub struct LiveLink {
-    /// Where pictures go (bounded: a full channel drops the picture).
+    /// Where pictures go (bounded, so a full channel drops the picture).
     pub frames: SyncSender<LiveFrame>,
+    /// Rung after each picture sent, so the view draws it at once.
+    pub wake: Wake,
     /// How often a picture is taken, milliseconds (the view's `+` / `-` change it).
     pub refresh_ms: Arc<AtomicU64>,
     /// Set by the view's side: the recording is to end now.
@@ -60,10 +64,11 @@ pub struct LiveLink {
 }
 
 impl LiveLink {
-    /// A link whose pictures go to `frames`, taken every `refresh`.
-    pub fn new(frames: SyncSender<LiveFrame>, refresh: Duration) -> LiveLink {
+    /// A link whose pictures go to `frames` (ringing `wake`), taken every `refresh`.
+    pub fn new(frames: SyncSender<LiveFrame>, wake: Wake, refresh: Duration) -> LiveLink {
         LiveLink {
             frames,
+            wake,
             refresh_ms: Arc::new(AtomicU64::new(refresh.as_millis().max(1) as u64)),
             stop: Arc::new(AtomicBool::new(false)),
             child: Arc::new(AtomicI32::new(0)),
@@ -146,7 +151,7 @@ impl Publisher {
         }
     }
 
-    /// A line the recording would print: shown in the header instead (the view has the
+    /// A line the recording would print, shown in the header instead (the view has the
     /// terminal).
     pub(crate) fn say(&mut self, line: String) {
         self.said = Some(line);
@@ -220,10 +225,12 @@ impl Publisher {
         }
     }
 
-    /// Hands `frame` over. A full channel drops it (the view shows the newest anyway); a
+    /// Hands `frame` over. A full channel drops it (the view shows the newest anyway). A
     /// view gone drops it too (the recording goes on until told to stop).
     fn send(&self, frame: LiveFrame) {
-        let _ = self.link.frames.try_send(frame);
+        if self.link.frames.try_send(frame).is_ok() {
+            self.link.wake.ring();
+        }
     }
 }
 

@@ -1,12 +1,19 @@
-//! Sessions: `run` (start a program and profile it to its end), `attach` (profile a
-//! running process for a while: `attach.rs`), `top` (either, watched live: `top.rs`,
-//! `live.rs`), `agent` (every Python process of the host, continuously: `agent/`) and
-//! `dump` (read a running process's stacks once, or a process tree's: `dump.rs`).
+//! Sessions:
+//! - `run`: start a program and profile it to its end.
+//! - `attach`: profile a running process for a while (`attach.rs`).
+//! - `top`: either, watched live (`top.rs`, `live.rs`).
+//! - `agent`: every Python process of the host, continuously (`agent/`).
+//! - `dump`: read a running process's stacks once, or a process tree's (`dump.rs`), or a
+//!   dead process's from its core file (`postmortem.rs`).
 //!
-//! Owns: starting the command with its stdio untouched (under `top`, sent to a file),
-//! waiting for its Python interpreter to come up, forwarding termination signals to it,
-//! passing its exit status back; what `run` and `attach` record alike ([`Recording`]: the
-//! process tree, its memory, the GPU, a live view, `--push`, ticked together).
+//! Owns:
+//! - starting the command with its stdio untouched (under `top`, sent to a file);
+//! - waiting for its Python interpreter to come up;
+//! - forwarding termination signals to it;
+//! - passing its exit status back;
+//! - what `run` and `attach` record alike ([`Recording`]: the process tree, its memory, the
+//!   GPU, a live view, `--push`, ticked together).
+//!
 //! Must not: render reports (the caller does) or change anything in the target.
 
 mod agent;
@@ -14,6 +21,7 @@ mod attach;
 mod dump;
 mod gpu;
 mod live;
+mod postmortem;
 mod push;
 mod signals;
 mod top;
@@ -22,6 +30,7 @@ pub use agent::{agent, AgentConfig, AgentOutcome, Selection};
 pub use attach::{attach, AttachConfig};
 pub use dump::{dump, dump_tree, DumpConfig};
 pub use live::LiveLink;
+pub use postmortem::{dump_core, CoreDump, CoreDumpConfig};
 use signals::{catch, take_pending};
 pub use top::{top, TopConfig, TopOutcome, TopTarget};
 
@@ -57,7 +66,7 @@ pub struct RunConfig {
     pub memory: Option<MemoryConfig>,
     /// GPU watching through NVML; None with `--no-gpu`.
     pub gpu: Option<GpuConfig>,
-    /// A live view watches (`top`): pictures go to it, it says when to stop, and it owns
+    /// A live view watches (`top`). Pictures go to it, it says when to stop, and it owns
     /// the signals (none are caught here).
     pub live: Option<LiveLink>,
     /// The command's stdout and stderr go to this file instead of ours, its stdin is
@@ -87,11 +96,11 @@ pub fn exit_code(status: &ExitStatus) -> i32 {
 }
 
 /// Starts `cfg.command` and profiles it until it exits. Its stdin, stdout and stderr are
-/// ours, untouched. SIGTERM, SIGHUP, SIGUSR1 and SIGUSR2 sent to us are forwarded to it;
+/// ours, untouched. SIGTERM, SIGHUP, SIGUSR1 and SIGUSR2 sent to us are forwarded to it.
 /// SIGINT and SIGQUIT (which a terminal sends to the whole foreground group, so the program
-/// gets them anyway) do not stop us: we report when the program has exited. A signal
-/// ignored when we were started stays ignored, for us and for the program, and the program
-/// gets our signal mask: its signal state is the one it would have without us.
+/// gets them anyway) do not stop us, and we report when the program has exited. A signal
+/// ignored when we were started stays ignored, for us and for the program. The program gets
+/// our signal mask, so its signal state is the one it would have without us.
 pub fn run(cfg: &RunConfig, progress: &mut dyn FnMut(&Stats)) -> Result<RunOutcome> {
     let all = [
         Signal::SIGINT,
@@ -124,7 +133,7 @@ pub fn run(cfg: &RunConfig, progress: &mut dyn FnMut(&Stats)) -> Result<RunOutco
             ))
         }
         Awaited::Unprofilable(e) => {
-            // Cannot profile it: let it run to its end unprofiled, and say why.
+            // Cannot profile it, so let it run to its end unprofiled, and say why.
             if let Some(m) = &memory {
                 m.ring.set_handshake(false);
             }
@@ -156,8 +165,8 @@ fn start(cfg: &RunConfig) -> Result<(Child, Option<MemorySetup>)> {
     // The program gets the signal mask we were given, set in the child explicitly (the
     // standard library does not promise it). The closure also makes the standard library
     // fork and exec instead of calling glibc's posix_spawn, which left signal 33 (glibc's
-    // SIGSETXID) ignored in the program. Signals ignored stay ignored by themselves: see
-    // `catch`.
+    // SIGSETXID) ignored in the program. Signals ignored stay ignored by themselves (see
+    // `catch`).
     // SAFETY: `sigset_t` is plain data; all zeroes is the empty set (kept if the call fails).
     let mut mask: libc::sigset_t = unsafe { std::mem::zeroed() };
     // SAFETY: with a null new set, pthread_sigmask only writes this thread's mask into
@@ -196,7 +205,7 @@ fn start(cfg: &RunConfig) -> Result<(Child, Option<MemorySetup>)> {
     Ok((child, memory))
 }
 
-/// Signals we caught, passed on to the program (not SIGINT and SIGQUIT: see [`run`]).
+/// Signals we caught, passed on to the program (not SIGINT and SIGQUIT; see [`run`]).
 fn forward_signals(child_pid: i32) {
     for s in take_pending() {
         if matches!(s, Signal::SIGINT | Signal::SIGQUIT) {
@@ -217,11 +226,11 @@ enum Awaited {
     Unprofilable(Error),
 }
 
-/// Waits for the command's own interpreter: it may be a launcher that execs Python.
-/// Locating (parsing ELF files) happens once per executable; until the interpreter is
+/// Waits for the command's own interpreter. The command may be a launcher that execs Python.
+/// Locating (parsing ELF files) happens once per executable. Until the interpreter is
 /// initialized only one pointer is polled, so sampling starts as soon as Python runs.
 /// Following children, a command that stays something else (a shell script) is not waited
-/// for: the process tree finds the Pythons it starts.
+/// for. The process tree finds the Pythons it starts.
 fn await_interpreter(
     cfg: &RunConfig,
     child: &mut Child,
@@ -234,7 +243,7 @@ fn await_interpreter(
         forward_signals(pid);
         // The ring was claimed by a Python process that is not the one we follow (the
         // command forked it, e.g. `sh -c 'python app.py; true'`, and we do not follow
-        // children): we will never read its stacks, so it must not wait for us.
+        // children). We will never read its stacks, so it must not wait for us.
         if let Some(m) = memory.filter(|_| !cfg.follow_children) {
             let producer = m.ring.producer_pid();
             if producer != 0 && producer != pid {
@@ -291,8 +300,10 @@ fn await_interpreter(
 }
 
 /// Records the program from its first interpreter (`proc`, when the command is one) to its
-/// end: the process tree sampled on its schedule, each process's memory read from its
-/// ring, then the profile with its memory merged in.
+/// end:
+/// - the process tree sampled on its schedule;
+/// - each process's memory read from its ring;
+/// - then the profile with its memory merged in.
 fn record(
     cfg: &RunConfig,
     mut child: Child,
@@ -426,8 +437,8 @@ fn record(
     })
 }
 
-/// The process tree, sampled on its schedule, and the memory consumers of its processes:
-/// after each scan, a process the tree found gets its ring read once it has one, and the
+/// The process tree, sampled on its schedule, and the memory consumers of its processes.
+/// After each scan, a process the tree found gets its ring read once it has one, and the
 /// ring of a process that ended (or exec'd) is read to its end.
 struct Recording<'a> {
     tree: &'a mut ProcessTree,
@@ -450,7 +461,7 @@ impl Ticker for Recording<'_> {
         if let Some(fleet) = self.fleet.as_deref_mut() {
             sync_memory(self.tree, fleet);
             for line in fleet.take_announcements() {
-                // A live view has the terminal: the line goes to its header.
+                // A live view has the terminal, so the line goes to its header.
                 match self.live.as_deref_mut() {
                     Some(p) => p.say(line),
                     None => eprintln!("scalene-rs: {line}"),
@@ -512,7 +523,7 @@ fn sync_memory(tree: &mut ProcessTree, fleet: &mut Fleet) {
 }
 
 /// Puts the program's memory into `profile` (sources read as the root process `pid` sees
-/// them); a process whose ring was never read (it allocated less than a window) allocated
+/// them). A process whose ring was never read (it allocated less than a window) allocated
 /// nothing we saw.
 fn merge_memory(
     profile: &mut Profile,
@@ -546,10 +557,10 @@ fn finish_memory(
     fleet.finish()
 }
 
-/// The program's exit status if it has ended, without blocking. Not `Child::try_wait`: we
-/// also trace the program's threads while sampling, and a tracer's wait reports their
-/// ptrace stops too (a signal arriving during a pause, say); std would take such a stop for
-/// the end of the program. Only an exit or a death by signal counts here.
+/// The program's exit status if it has ended, without blocking. Not `Child::try_wait`,
+/// because we also trace the program's threads while sampling, and a tracer's wait reports
+/// their ptrace stops too (a signal arriving during a pause, say). std would take such a
+/// stop for the end of the program. Only an exit or a death by signal counts here.
 fn try_wait_exit(child: &std::process::Child) -> std::io::Result<Option<ExitStatus>> {
     use std::os::unix::process::ExitStatusExt;
     let pid = child.id() as libc::pid_t;
@@ -574,7 +585,7 @@ fn try_wait_exit(child: &std::process::Child) -> std::io::Result<Option<ExitStat
         if libc::WIFEXITED(status) || libc::WIFSIGNALED(status) {
             return Ok(Some(ExitStatus::from_raw(status)));
         }
-        // A stop or continue report: not the end; look again for a pending exit.
+        // A stop or continue report is not the end, so look again for a pending exit.
     }
 }
 

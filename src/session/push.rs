@@ -2,15 +2,15 @@
 //! exporter as they close.
 //!
 //! Owns: [`Pusher`].
-//! - Windows end at wall-clock multiples of `--window` (as Pyroscope expects: the first
-//!   one is shorter, from the start to the first multiple).
+//! - Windows end at wall-clock multiples of `--window`, as Pyroscope expects. The first
+//!   one is shorter, from the start to the first multiple.
 //! - A window is the difference of two pictures ([`Profile::since`]), cut between ticks.
 //! - The last window, open when the recording ends (the program's exit, Ctrl-C,
 //!   SIGTERM), is cut from the finished profile and sent before we exit (bounded wait).
 //! - What the exporter could not deliver is said on one line, once, and counted in the
 //!   next window's comments.
-//! - The exporter is the recording's own, or shared by many (the agent's processes, each a
-//!   `Pusher` of its own: [`Pusher::sharing`]); the last `Pusher` to finish ends it.
+//! - The exporter is the recording's own, or shared by many (the agent's processes, each
+//!   a `Pusher` of its own: [`Pusher::sharing`]). The last `Pusher` to finish ends it.
 //!
 //! Must not: wait on the backend (the exporter's thread does) or print while a live view
 //! has the terminal (`quiet`).
@@ -64,7 +64,7 @@ fn next_multiple(t_ns: i64, window: Duration) -> i64 {
 }
 
 impl Pusher {
-    /// `program` and `pid` name the recording (see [`Camera`]); `quiet`: a live view has
+    /// `program` and `pid` name the recording (see [`Camera`]). `quiet`: a live view has
     /// the terminal.
     pub(crate) fn new(cfg: &PushConfig, program: String, pid: i32, quiet: bool) -> Pusher {
         let exporter = cfg.start_exporter();
@@ -106,14 +106,18 @@ impl Pusher {
         }
     }
 
-    /// After a tick: the open window is cut when its end has come.
+    /// After a tick, the open window is cut when its end has come.
     pub(crate) fn tick(&mut self, tree: &ProcessTree, fleet: Option<&Fleet>) {
         let now = now_ns();
         if now < self.end_ns {
             return;
         }
         let picture = self.camera.picture(tree, fleet);
-        self.cut(picture, now);
+        // Nothing recorded yet (a pusher made just before a window's end): no window of
+        // no length, which would begin where the next one does.
+        if self.before.is_some() || picture.meta.duration_s > 0.0 {
+            self.cut(picture, now);
+        }
         self.end_ns = next_multiple(now, self.window);
         self.say_failures();
     }
@@ -124,6 +128,13 @@ impl Pusher {
             Some(b) => picture.since(b),
             None => picture.clone(),
         };
+        if self.before.is_none() {
+            // The first window begins with the recording, up to ~150 ms after this pusher
+            // was made (its length is the recording's). Sent from its creation, it covered
+            // time it did not have and left a gap before the second.
+            let began = now.saturating_sub(export::nanos(window.meta.duration_s));
+            self.start_ns = self.start_ns.max(began);
+        }
         let dropped = self.exporter.stats().dropped;
         let encoded = match self.format {
             PushFormat::Pyroscope => {
@@ -168,7 +179,7 @@ impl Pusher {
         }
     }
 
-    /// The recording ended with `profile`: its last window is queued. The last pusher of
+    /// The recording ended with `profile`, so its last window is queued. The last pusher of
     /// an exporter then sends what waits, for at most [`FLUSH_WAIT`]. Gives what became of
     /// the windows (so far, while others share the exporter).
     pub(crate) fn finish(mut self, profile: &Profile) -> ExporterStats {
@@ -179,7 +190,7 @@ impl Pusher {
         }
     }
 
-    /// The recording ended and its last window was cut from the tree's pictures: see
+    /// The recording ended and its last window was cut from the tree's pictures. See
     /// [`Pusher::finish`].
     pub(crate) fn finish_tree(mut self, tree: &ProcessTree) -> ExporterStats {
         let picture = self.camera.picture(tree, None);

@@ -1,4 +1,4 @@
-//! The signals `run` and `attach` catch: noted in a bit set, handled between ticks.
+//! The signals `run` and `attach` catch, noted in a bit set and handled between ticks.
 //!
 //! Owns: [`catch`] (the handlers, leaving alone what was ignored when we started) and
 //! [`take_pending`].
@@ -25,11 +25,11 @@ pub(super) fn take_pending() -> Vec<Signal> {
 }
 
 /// Catches `signals` with [`note_signal`], except those in `unless_ignored` that are ignored
-/// now (as we were started): what the user ignored stays ignored, for us and for the
-/// program `run` starts, which inherits it as it would without us (`nohup` ignores SIGHUP,
-/// a script's background job SIGINT and SIGQUIT; a handler of ours in their place would
-/// reach the program as the default action: under `nohup` a hang-up would have killed it,
-/// and Python installs its KeyboardInterrupt handler only where SIGINT is not ignored).
+/// now (as we were started). What the user ignored stays ignored, for us and for the
+/// program `run` starts, which inherits it as it would without us. `nohup` ignores SIGHUP,
+/// and a script's background job SIGINT and SIGQUIT. A handler of ours in their place would
+/// reach the program as the default action. Under `nohup` a hang-up would have killed it,
+/// and Python installs its KeyboardInterrupt handler only where SIGINT is not ignored.
 pub(super) fn catch(signals: &[Signal], unless_ignored: &[Signal]) {
     let action = SigAction::new(
         SigHandler::Handler(note_signal),

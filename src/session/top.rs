@@ -24,7 +24,7 @@ use std::time::{Duration, Instant};
 /// (SIGINT, as Ctrl-C would have sent it; then SIGTERM; then SIGKILL).
 const END_GRACE: Duration = Duration::from_secs(3);
 
-/// Pictures waiting for the view at most: the view takes the newest, so a slow one only
+/// Pictures waiting for the view at most. The view takes the newest, so a slow one only
 /// makes the recording drop pictures, never wait.
 const FRAMES_QUEUED: usize = 2;
 
@@ -65,7 +65,7 @@ enum Recorded {
     Run(Result<super::RunOutcome>),
 }
 
-/// Runs `top`: see the module's doc. The caller has checked that stdout is a terminal.
+/// Runs `top` (see the module's doc). The caller has checked that stdout is a terminal.
 pub fn top(cfg: TopConfig) -> Result<TopOutcome> {
     if let TopTarget::Pid(a) = &cfg.target {
         // The usual one-line errors (no such process, not Python without
@@ -74,7 +74,8 @@ pub fn top(cfg: TopConfig) -> Result<TopOutcome> {
     }
     let quit = live::quit_on_signals().map_err(|e| Error::io("catching signals", e))?;
     let (tx, rx) = std::sync::mpsc::sync_channel(FRAMES_QUEUED);
-    let link = LiveLink::new(tx, cfg.refresh);
+    let wake = live::Wake::new().map_err(|e| Error::io("making the view's wake-up", e))?;
+    let link = LiveLink::new(tx, wake.clone(), cfg.refresh);
     let (stop, child, refresh_ms) = (
         link.stop.clone(),
         link.child.clone(),
@@ -82,17 +83,28 @@ pub fn top(cfg: TopConfig) -> Result<TopOutcome> {
     );
     let is_command = matches!(cfg.target, TopTarget::Command(_));
     let target = cfg.target.clone();
+    let ended = wake.clone();
     let worker = std::thread::Builder::new()
         .name("recording".into())
-        .spawn(move || match target {
-            TopTarget::Pid(mut a) => {
-                a.live = Some(link);
-                Recorded::Attach(super::attach(&a, &mut |_| {}))
-            }
-            TopTarget::Command(mut r) => {
-                r.live = Some(link);
-                Recorded::Run(super::run(&r, &mut |_| {}))
-            }
+        .spawn(move || {
+            let recorded = match target {
+                TopTarget::Pid(mut a) => {
+                    a.live = Some(link);
+                    let r = super::attach(&a, &mut |_| {});
+                    drop(a);
+                    Recorded::Attach(r)
+                }
+                TopTarget::Command(mut r) => {
+                    r.live = Some(link);
+                    let out = super::run(&r, &mut |_| {});
+                    drop(r);
+                    Recorded::Run(out)
+                }
+            };
+            // Every sender is gone with the config that held the link. So the view sees
+            // the channel hang up now, not at the end of its poll.
+            ended.ring();
+            recorded
         })
         .map_err(|e| Error::io("starting the recording thread", e))?;
     let opts = LiveOptions {
@@ -101,6 +113,7 @@ pub fn top(cfg: TopConfig) -> Result<TopOutcome> {
     };
     let shown = live::run(
         rx,
+        wake,
         opts,
         &mut |d| refresh_ms.store(d.as_millis().max(1) as u64, Ordering::Relaxed),
         quit,

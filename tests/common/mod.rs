@@ -11,6 +11,7 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+pub mod cores;
 pub mod spinext;
 pub mod users;
 
@@ -314,6 +315,18 @@ pub fn setup_setting(name: &str) -> Option<String> {
         .map(|v| v.trim().to_string())
 }
 
+/// A setting of the test run that lists interpreters ([`setup_setting`]: labels separated
+/// by commas, e.g. those tools/setup.sh installed numpy or gevent for). Empty when unset.
+pub fn setup_labels(name: &str) -> Vec<String> {
+    setup_setting(name)
+        .unwrap_or_default()
+        .split(',')
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .map(String::from)
+        .collect()
+}
+
 /// The repository root (where Cargo.toml is).
 pub fn repo_root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -414,6 +427,32 @@ pub fn start_fixture<S: AsRef<std::ffi::OsStr>>(
         lines,
         stderr,
     })
+}
+
+impl Fixture {
+    /// The lines it prints before the line `ready`, waited for at most `within`.
+    pub fn lines_until_ready(&self, within: std::time::Duration) -> Result<Vec<String>, String> {
+        let deadline = std::time::Instant::now() + within;
+        let mut lines = Vec::new();
+        loop {
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            match self.lines.recv_timeout(left) {
+                Ok(l) if l == "ready" => return Ok(lines),
+                Ok(l) => lines.push(l),
+                Err(_) => return Err(format!("no `ready` in {within:?}; printed {lines:?}")),
+            }
+        }
+    }
+}
+
+/// A [`Fixture`] killed and reaped when dropped: a failed check leaves nothing behind.
+pub struct Killed(pub Fixture);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.child.kill();
+        let _ = self.0.child.wait();
+    }
 }
 
 /// Reads all of `r` on a thread of its own (a child's pipe, so that it never blocks on a
@@ -812,4 +851,22 @@ pub fn split_truth_between(stdout: &str, from: f64, to: f64) -> Option<f64> {
     let ((p0, n0), (p1, n1)) = (at(from), at(to));
     let (p, n) = (p1 - p0, n1 - n0);
     (p + n > 0.0).then(|| 100.0 * p / (p + n))
+}
+
+/// CPU seconds process `pid` used so far (user + system, /proc/PID/stat); 0 when it cannot
+/// be read.
+#[allow(dead_code)]
+pub fn cpu_s(pid: i32) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    let fields: Vec<&str> = stat
+        .rsplit(')')
+        .next()
+        .unwrap_or("")
+        .split_whitespace()
+        .collect();
+    // After the command's closing parenthesis: state is field 3, utime 14, stime 15.
+    let ticks = |i: usize| fields.get(i - 3).and_then(|v| v.parse::<f64>().ok());
+    // SAFETY: sysconf reads a configuration value; no memory is passed.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
+    (ticks(14).unwrap_or(0.0) + ticks(15).unwrap_or(0.0)) / hz
 }

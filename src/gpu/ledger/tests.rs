@@ -186,7 +186,7 @@ fn a_thread_that_wakes_now_and_then_gets_its_cpu_share_only() {
 
 #[test]
 fn a_gap_between_samples_is_not_smeared_over() {
-    // One sample at 1 s after none since 0.2 s: it stands for one period, not 0.8 s.
+    // One sample at 1 s after none since 0.2 s, so it stands for one period, not 0.8 s.
     let mut l = line_10_then_20(1000, 1000);
     l.take(vec![poll(201, &[(7, 200, 100)], &[])]);
     l.take(vec![poll(401, &[(7, 400, 100)], &[])]);
@@ -240,7 +240,7 @@ fn why_there_are_no_figures() {
         "{why}"
     );
 
-    // Failed mid-run: the figures up to then stay, with a note.
+    // Failed mid-run, so the figures up to then stay, with a note.
     let mut l = Ledger::new(T0);
     l.add_ours([(7, Some(T0))]);
     two_phases(&mut l);
@@ -304,7 +304,7 @@ fn memory_read_just_after_a_line_changed_goes_to_the_new_line() {
     // Line 10 until 2000 ms, then line 20, which allocates at once.
     let mut l = line_10_then_20(2000, 3000);
     l.take(vec![poll(1900, &[], &[(7, 512.0)])]);
-    // Read 1 ms after the last position on line 10: the memory was there by then.
+    // Read 1 ms after the last position on line 10. The memory was there by then.
     l.take(vec![poll(2001, &[], &[(7, 4096.0)])]);
     let r = l.finish(T0 + 3000 * MS, true);
     let m = |line: u32| r.lines[&(crate::profile::Name::new("/app.py"), line)].gpu_mem_peak_mb;
@@ -330,10 +330,10 @@ fn a_clock_behind_ours_is_corrected_too() {
     assert!((r.summary.gpu_s - 1.0).abs() < 0.01, "{}", r.summary.gpu_s);
 }
 
-/// What an H200 (driver 580) answered for a process just started: its first sample carries
-/// the time of the device's previous sample, 8 s before the process existed; the next ones
-/// come every 200 ms. Nothing is charged to the lines before the GPU work, and the clock is
-/// right.
+/// What an H200 (driver 580) answered for a process just started. Its first sample
+/// carries the time of the device's previous sample, 8 s before the process existed. The
+/// next ones come every 200 ms. Nothing is charged to the lines before the GPU work, and
+/// the clock is right.
 #[test]
 fn a_new_process_s_first_sample_from_before_it_existed_is_passed_over() {
     let mut l = line_10_then_20(3000, 6000);
@@ -388,7 +388,7 @@ fn gpu_time_before_the_first_position_goes_where_the_program_went_next() {
         "{}",
         r.summary.unattributed_s
     );
-    // No position within a second after the first two windows: no line for them.
+    // No position within a second after the first two windows, so no line for them.
     let mut l = Ledger::new(T0);
     l.take(vec![started()]);
     l.add_ours([(7, Some(T0))]);

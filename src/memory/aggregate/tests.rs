@@ -248,3 +248,25 @@ fn ring_counters_near_the_top_add_up_without_overflow() {
         (u64::MAX, u64::MAX, u64::MAX)
     );
 }
+
+/// Blocks of at least a window (`EV_ALLOC_LARGE`) are summed, with those charged without
+/// a stack of their own apart; other events are not counted there.
+#[test]
+fn large_blocks_without_their_own_stack_are_said() {
+    use crate::memory::ring::layout::EV_ALLOC_LARGE;
+    let mut agg = MemoryAggregator::new();
+    for i in 0..4u64 {
+        let e = ev(EV_ALLOC_LARGE, 8 * M, 8 * M, 8 * M, 0, i);
+        agg.add(&e, key(3));
+        agg.note_stack_of_large(&e, i != 2);
+    }
+    let small = ev(EV_ALLOC, M, M, M, 0, 9);
+    agg.add(&small, key(5));
+    agg.note_stack_of_large(&small, false);
+    let mut p = profile();
+    agg.merge_into(&mut p, RingTotals::default(), &mut |_| None);
+    let m = p.memory.unwrap();
+    assert_eq!(m.large_alloc_mb, 32.0);
+    assert_eq!(m.large_alloc_without_own_stack_mb, 8.0);
+    assert_eq!(m.large_allocs_without_own_stack, 1);
+}

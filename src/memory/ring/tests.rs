@@ -1,4 +1,4 @@
-//! Ring tests: the producer protocol is the library's own (`layout.rs`), driven here from
+//! Ring tests. The producer protocol is the library's own (`layout.rs`), driven here from
 //! threads of the test process.
 
 use super::*;
@@ -91,7 +91,7 @@ fn an_event_waiting_for_its_answer_keeps_its_slot() {
     assert!(produce(&r, 2, false));
     let e = r.next_event().unwrap();
     assert!(e.wants_ack);
-    // Not answered: the same event again, and its slot is not free.
+    // Not answered, so the same event comes again, and its slot is not free.
     assert_eq!(r.next_event().map(|e| e.ticket), Some(e.ticket));
     assert_eq!(r.header().tail.load(Ordering::Relaxed), 0);
     r.ack(&e);
@@ -167,7 +167,7 @@ fn stale_rings_of_dead_profilers_are_removed() {
     for f in [&dead, &live, &other] {
         std::fs::write(f, b"x").unwrap();
     }
-    // A dead profiler's ring whose program (its producer, here: us) still runs: `attach`
+    // A dead profiler's ring whose program (its producer, here us) still runs. `attach`
     // may take it over, so it stays. The same ring of a dead program goes.
     let header = |producer: i32| {
         let mut h = vec![0u8; std::mem::size_of::<Header>()];
@@ -190,8 +190,8 @@ fn stale_rings_of_dead_profilers_are_removed() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
-/// A ring as a process of the program makes it for itself (the library's `make_own_ring`):
-/// the profiler's header fields, claimed by `producer`, read by `reader`.
+/// A ring as a process of the program makes it for itself (the library's `make_own_ring`),
+/// with the profiler's header fields, claimed by `producer`, read by `reader`.
 fn child_ring(path: &Path, producer: i32, reader: i32, mode: u32) {
     let cap = 16u64;
     let file = std::fs::OpenOptions::new()
@@ -232,7 +232,7 @@ fn rings_of_the_programs_processes_are_found_checked_and_removed() {
             main.path().file_name().unwrap().to_string_lossy()
         )
     );
-    // Not there yet, then being made (no header yet): looked at again later.
+    // Not there yet, then being made (no header yet), so looked at again later.
     assert!(Ring::open_child(&path, 4242).unwrap().is_none());
     std::fs::File::create(&path).unwrap();
     assert!(Ring::open_child(&path, 4242).unwrap().is_none());
@@ -254,7 +254,7 @@ fn rings_of_the_programs_processes_are_found_checked_and_removed() {
     drop(r);
     assert!(!path.exists());
     // ... unless the name holds another file by then (the process exec'd and made a new
-    // ring): that one stays for its reader.
+    // ring). That one stays for its reader.
     child_ring(&path, 4242, me, 0o600);
     let r = Ring::open_child(&path, 4242).unwrap().unwrap();
     std::fs::remove_file(&path).unwrap();
@@ -274,7 +274,7 @@ fn rings_of_the_programs_processes_are_found_checked_and_removed() {
 fn a_failed_take_over_leaves_the_ring_alone() {
     let r = ring(8);
     r.set_handshake(true);
-    // Claimed by us as the producer, read by us (alive): taking it over fails, and the
+    // Claimed by us as the producer, read by us (alive). Taking it over fails, and the
     // failed attempt must not tell the producer to stop waiting for its reader.
     let me = std::process::id() as i32;
     r.header().producer_pid.store(me, Ordering::Relaxed);
@@ -297,8 +297,8 @@ fn seq(e: &Event) -> u64 {
 #[test]
 fn a_header_whose_capacity_overflows_the_ring_size_is_refused() {
     // The `ring` fuzz target's find (fuzz/regressions/ring/): magic, version 1, 64-byte
-    // slots, a capacity of 2^63. `file_bytes(capacity)` overflowed: a panic with overflow
-    // checks, and without them a size that wrapped below the file's and passed.
+    // slots, a capacity of 2^63. `file_bytes(capacity)` overflowed. With overflow checks
+    // that was a panic, and without them a size that wrapped below the file's and passed.
     let found: [u8; 26] = [
         0x53, 0x43, 0x4c, 0x4e, 0x52, 0x49, 0x4e, 0x47, 0x01, 0x00, 0x00, 0x00, 0x40, 0x00, 0x00,
         0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x80, 0x00, 0x00,
@@ -321,7 +321,7 @@ fn a_header_whose_capacity_overflows_the_ring_size_is_refused() {
 
 #[test]
 fn tickets_wrap_at_the_end_of_the_counter() {
-    // The `ring` fuzz target's find (fuzz/regressions/ring/): a header whose tail is
+    // The `ring` fuzz target's find (fuzz/regressions/ring/). A header whose tail is
     // u64::MAX overflowed `ticket + 1` in the reader (a panic with overflow checks).
     let mut bytes = vec![0u8; layout::file_bytes(4)];
     bytes[..8].copy_from_slice(&layout::MAGIC.to_ne_bytes());
@@ -330,7 +330,7 @@ fn tickets_wrap_at_the_end_of_the_counter() {
     bytes[16..24].copy_from_slice(&4u64.to_ne_bytes());
     let tail = std::mem::offset_of!(layout::Header, tail);
     bytes[tail..tail + 8].copy_from_slice(&u64::MAX.to_ne_bytes());
-    // The slot of ticket u64::MAX (index 3) is written: its seq is u64::MAX + 1 = 0.
+    // The slot of ticket u64::MAX (index 3) is written, and its seq is u64::MAX + 1 = 0.
     let slot = layout::HEADER_BYTES + 3 * 64;
     bytes[slot + 8..slot + 12].copy_from_slice(&layout::EV_FREE.to_ne_bytes());
     bytes[slot + 16..slot + 24].copy_from_slice(&4096u64.to_ne_bytes());

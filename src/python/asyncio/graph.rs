@@ -1,6 +1,8 @@
-//! Reading the task graph of CPython 3.14+ from its memory: the offsets of `.AsyncioDebug`
-//! and `_Py_DebugOffsets` checked ([`offsets`]), a thread's running loop and task, its task
-//! list, each task's name, coroutine chain and awaiters.
+//! Reading the task graph of CPython 3.14+ from its memory:
+//! - the offsets of `.AsyncioDebug` and `_Py_DebugOffsets` checked ([`offsets`]);
+//! - a thread's running loop and task;
+//! - its task list;
+//! - each task's name, coroutine chain and awaiters.
 //!
 //! Owns: the memory layout of tasks, coroutines and their awaited objects per version.
 //! Must not: decide which tasks to read (the reader in `asyncio.rs` does), or format.
@@ -53,7 +55,7 @@ pub(super) struct Offsets {
 /// A generator frame's states, numbered per version.
 #[derive(Debug, Clone, Copy)]
 struct FrameStates {
-    /// Suspended in a `yield from` / `await`: the awaited object is on its stack.
+    /// Suspended in a `yield from` / `await`, with the awaited object on its stack.
     yield_from: &'static [i8],
     cleared: i8,
     /// Bytes below the frame's stack pointer where the awaited object is.
@@ -116,7 +118,8 @@ pub(super) fn offsets(
     if s(3) >= task_size || s(4) >= task_size {
         return Err("the task's flags lie outside it".into());
     }
-    // The section is the target's memory: any value at all (a sum must not overflow).
+    // The section is the target's memory and may hold any value at all (a sum must not
+    // overflow).
     if s(8).saturating_add(16) > interp_size
         || [s(10), s(11), s(12)]
             .iter()
@@ -341,7 +344,7 @@ fn read_task(
     info
 }
 
-/// A task's name: a `str`, or an `int` (a task named by its number, `Task-N`: then true).
+/// A task's name: a `str`, or an `int` (a task named by its number, `Task-N`; then true).
 fn task_name(
     o: &Offsets,
     mem: &dyn ProcessMemory,
@@ -394,7 +397,7 @@ fn small_int(o: &Offsets, mem: &dyn ProcessMemory, addr: u64) -> Result<i64> {
 }
 
 /// What a task awaits: its type's name and address. `await future` awaits the future's
-/// iterator (`_asyncio.FutureIter`, which holds the future after its object header): the
+/// iterator (`_asyncio.FutureIter`, which holds the future after its object header). The
 /// future itself is what the user awaited.
 type Awaited = (String, u64);
 
@@ -439,7 +442,7 @@ fn coro_chain(
         if sp == 0 {
             break;
         }
-        // A stack reference: the low bits are tags; 0b11 tags an int, never awaited.
+        // A stack reference, whose low bits are tags. 0b11 tags an int, never awaited.
         let value = mem.read_u64(sp.wrapping_sub(o.states.await_slot))?;
         if value & 3 == 3 || value & !7 == 0 {
             break;
@@ -493,8 +496,8 @@ fn set_items(o: &Offsets, mem: &dyn ProcessMemory, set: u64) -> Result<Vec<u64>>
             why: "a set of implausible size",
         });
     }
-    // Each slot: the key, then its hash. A deleted key's slot keeps the set's dummy
-    // object with hash -1 (no object hashes to -1): not an awaiter, and a sample that
+    // Each slot holds the key, then its hash. A deleted key's slot keeps the set's dummy
+    // object with hash -1 (no object hashes to -1). It is not an awaiter, and a sample that
     // follows the first awaiter must not take it for one.
     let slots = mem.read_vec(table, ((mask + 1) * 16) as usize)?;
     Ok(slots
@@ -515,10 +518,13 @@ fn type_name(o: &Offsets, mem: &dyn ProcessMemory, ty: u64) -> Result<String> {
 }
 
 /// The task-graph reader over the fuzzer's bytes (`fuzz/fuzz_targets/async_tasks.rs`):
-/// bytes 0–23 are the offsets (of `.AsyncioDebug`'s and those taken from the debug
-/// offsets, each small), bytes 24–25 the thread state's place; the rest is the address
-/// space at `base`. Reads the thread's list (every task) and its running task's awaiters,
-/// links them, builds the samples' stacks; returns what a dump would render.
+/// - bytes 0–23 are the offsets (of `.AsyncioDebug`'s and those taken from the debug
+///   offsets, each small);
+/// - bytes 24–25 the thread state's place;
+/// - the rest is the address space at `base`.
+///
+/// Reads the thread's list (every task) and its running task's awaiters, links them, and
+/// builds the samples' stacks. Returns what a dump would render.
 #[cfg(any(test, feature = "fuzzing"))]
 pub(crate) fn fuzz_tasks(data: &[u8], base: u64, walker: &mut StackWalker) -> Vec<LoopTasks> {
     use crate::ptrace::BufferMemory;
@@ -565,7 +571,8 @@ pub(crate) fn fuzz_tasks(data: &[u8], base: u64, walker: &mut StackWalker) -> Ve
         thread_id: 1,
         native_id: Some(1),
         top_frame: 0,
-        interp_index: 0,
+        interp: 0,
+        interp_id: 0,
         holds_gil: false,
         rested: false,
     };

@@ -1,9 +1,12 @@
 //! The tasks of a snapshot, as both readers fill them (3.14+'s graph, 3.11–3.13's
 //! containers in `asyncio_legacy`).
 //!
-//! Owns: [`AsyncSnapshot`], [`LoopTasks`] and [`TaskInfo`]; the links between tasks
-//! ([`link`]: awaits, awaiters and cycles); the stack a sample is charged to
-//! ([`LoopTasks::task_stack`]); and the limits both readers keep.
+//! Owns:
+//! - [`AsyncSnapshot`], [`LoopTasks`] and [`TaskInfo`];
+//! - the links between tasks ([`link`]: awaits, awaiters and cycles);
+//! - the stack a sample is charged to ([`LoopTasks::task_stack`]);
+//! - the limits both readers keep.
+//!
 //! Must not: read the target (the readers do) or format output.
 
 use crate::python::frame::Frame;
@@ -38,7 +41,7 @@ pub struct LoopTasks {
     /// The task the loop is running now (its id), if any.
     pub(crate) running_task: Option<u64>,
     pub(crate) tasks: Vec<TaskInfo>,
-    /// The list held more than [`MAX_TASKS`] tasks: the rest were not read.
+    /// The list held more than [`MAX_TASKS`] tasks, so the rest were not read.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub(crate) truncated: bool,
     /// Cycles of tasks awaiting each other (each a list of ids, in await order).
@@ -52,10 +55,10 @@ pub struct LoopTasks {
 /// One task.
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct TaskInfo {
-    /// The task object's address: unique while the task lives.
+    /// The task object's address, unique while the task lives.
     pub(crate) id: u64,
     pub(crate) name: String,
-    /// Named by its number (asyncio's default, `Task-N`): a sample names it `Task-*`, so
+    /// Named by its number (asyncio's default, `Task-N`). A sample names it `Task-*`, so
     /// that the stacks of a thousand short tasks of one kind add up.
     #[serde(skip)]
     pub(crate) numbered: bool,
@@ -73,7 +76,7 @@ pub struct TaskInfo {
     pub(crate) awaiting_id: Option<u64>,
     /// Tasks that await this one (ids).
     pub(crate) awaited_by: Vec<u64>,
-    /// Tasks this one awaits (ids): the inverse of `awaited_by`.
+    /// Tasks this one awaits (ids), the inverse of `awaited_by`.
     pub(crate) awaits: Vec<u64>,
     /// Why its stack or name could not be read whole.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -94,10 +97,13 @@ pub(in crate::python) fn empty_loop(thread_id: u64, native_id: Option<i32>) -> L
 }
 
 impl LoopTasks {
-    /// The stack a sample of this thread is charged to under `--async`: the running task's
-    /// frames (the thread's, down to the task's coroutine: not the event loop's), its name
-    /// as a frame, then each awaiting task's coroutines and name, to the root task;
-    /// innermost first. None when the thread runs no task.
+    /// The stack a sample of this thread is charged to under `--async`, innermost first:
+    /// - the running task's frames (the thread's, down to the task's coroutine, not the
+    ///   event loop's);
+    /// - its name as a frame;
+    /// - then each awaiting task's coroutines and name, to the root task.
+    ///
+    /// None when the thread runs no task.
     pub(crate) fn task_stack(&self) -> Option<Vec<Frame>> {
         let index = self.index();
         self.stack_from(self.running_task?, &index)
@@ -136,9 +142,9 @@ impl LoopTasks {
     }
 }
 
-/// The running task's stack as its thread's walk has it: the frames from the innermost
-/// down to `frame`, the task's own coroutine's (the frames below are the event loop's);
-/// None when `frame` is not on the chain (the task is starting or ending).
+/// The running task's stack as its thread's walk has it. That is the frames from the
+/// innermost down to `frame`, the task's own coroutine's (the frames below are the event
+/// loop's). None when `frame` is not on the chain (the task is starting or ending).
 pub(in crate::python) fn frames_down_to(walk: &Walk, frame: u64) -> Option<Vec<Frame>> {
     let mut shown = 0;
     for (i, &addr) in walk.chain.iter().enumerate() {

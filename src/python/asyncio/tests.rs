@@ -48,7 +48,7 @@ fn reports_each_cycle_once() {
 }
 
 /// Bytes for [`fuzz_tasks`] (after the fuzz target's layout byte) holding a thread that
-/// runs task B (`Task-7`), awaited by task A (`Task-5`): both on its list.
+/// runs task B (`Task-7`), awaited by task A (`Task-5`), both on its list.
 /// Where the fuzz target's memory lies (`fuzzing::STACK_BASE`).
 const BASE: u64 = 0x5500_0000_0000;
 
@@ -179,9 +179,9 @@ fn says_which_versions_have_no_tasks_to_read() {
     assert!(unsupported((3, 15)).is_none());
 }
 
-/// `.AsyncioDebug` and `_Py_DebugOffsets` are the target's memory, any value at all: an
-/// offset near `u64::MAX` is refused as outside its object, not summed past the top (a
-/// panic with overflow checks).
+/// `.AsyncioDebug` and `_Py_DebugOffsets` are the target's memory and may hold any value at
+/// all. An offset near `u64::MAX` is refused as outside its object, not summed past the top
+/// (a panic with overflow checks).
 #[test]
 fn offsets_near_the_top_of_the_range_are_refused() {
     use crate::python_bindings::debug_offsets::{runtime_3_14_for_tests, set_3_14_field};
@@ -198,7 +198,7 @@ fn offsets_near_the_top_of_the_range_are_refused() {
         torn[i] = u64::MAX - 3;
         assert!(offsets(&proc, mem, &section(&torn)).is_err(), "field {i}");
     }
-    // `proc` reads `runtime` where it is: in place.
+    // `proc` reads `runtime` where it is, in place.
     set_3_14_field(&mut runtime, "interpreter_frame.stackpointer", u64::MAX - 3);
     let err = offsets(&proc, mem, &section(&good)).expect_err("a stack pointer past the frame");
     assert!(err.contains("stack pointer"), "{err}");

@@ -3,8 +3,9 @@
 //! dict and values), small ints, and the task object itself ([`TaskLayout`]).
 //!
 //! Owns: [`Rd`] (one version's layouts over one process's memory, with type caches).
-//! Must not: know about tasks' graph or threads (the parent module does). Every size read is
-//! bounded before it is used.
+//! Must not: know about tasks' graph or threads (the parent module does).
+//!
+//! Every size read is bounded before it is used.
 
 use crate::error::{Error, Result};
 use crate::ptrace::{field_u64, ProcessMemory};
@@ -36,11 +37,13 @@ pub(super) struct TaskLayout {
 
 impl TaskLayout {
     /// From the declarations of `FutureObj_HEAD` and `TaskObj` (3.13: read in the 3.13.15
-    /// sources; 3.11/3.12: as the builds' own types and objects show it, field by field):
-    /// after the object header, `loop` and nine more object pointers (3.11/3.12: eight, then
-    /// the state and two int flags, `dict`, the weak reference list, `cancelled_exc`; 3.13:
-    /// nine, then the state, a word of bit flags and an int), then `fut_waiter`, `coro`,
-    /// `name`, `context` and (3.11/3.12) three ints.
+    /// sources; 3.11/3.12: as the builds' own types and objects show it, field by field).
+    /// After the object header come:
+    /// - `loop` and nine more object pointers:
+    ///   - 3.11/3.12: eight, then the state and two int flags, `dict`, the weak reference
+    ///     list, `cancelled_exc`;
+    ///   - 3.13: nine, then the state, a word of bit flags and an int;
+    /// - then `fut_waiter`, `coro`, `name`, `context` and (3.11/3.12) three ints.
     pub(super) fn of(l: &LegacyAsyncLayout) -> TaskLayout {
         let h = l.object_size as u64;
         if l.version.1 <= 12 {
@@ -118,15 +121,12 @@ impl Rd<'_> {
             return Ok(n.clone());
         }
         let at = self.word(ty, self.l.tp_name)?;
-        let mut buf = [0u8; 96];
-        let n = self.mem.read_prefix(at, &mut buf)?;
-        let end = buf[..n].iter().position(|&b| b == 0).unwrap_or(n);
-        let name = String::from_utf8_lossy(&buf[..end]).into_owned();
+        let name = crate::python::strings::read_c_str::<96>(self.mem, at)?;
         self.names.insert(ty, name.clone());
         Ok(name)
     }
 
-    /// `obj` is a task: of `_asyncio.Task` or a subclass.
+    /// `obj` is a task, of `_asyncio.Task` or a subclass.
     pub(super) fn is_task(&mut self, task_type: u64, obj: u64) -> bool {
         let Ok(ty) = self.ty(obj) else { return false };
         if let Some(&yes) = self.task_types.get(&ty) {
@@ -266,8 +266,8 @@ impl Rd<'_> {
                         return Err(bad(ty, "a type of implausible size"));
                     }
                     values = obj.wrapping_add_signed(size);
-                    // Inline values say whether they hold the attributes (`valid`; only
-                    // they set it: values a dict allocated leave it unset).
+                    // Inline values say whether they hold the attributes (`valid`). Only
+                    // they set it, and values a dict allocated leave it unset.
                     let valid = l.values_valid.expect("3.13 has valid");
                     if self.byte(values, valid)? == 0 {
                         return Ok(None);
@@ -295,7 +295,7 @@ impl Rd<'_> {
         Ok(self.find(walker, &items, name))
     }
 
-    /// The keys of set `set` (dummies of deleted keys included: the caller checks types).
+    /// The keys of set `set` (dummies of deleted keys included, so the caller checks types).
     pub(super) fn set_items(&self, set: u64) -> Result<Vec<u64>> {
         let l = self.l;
         let mask = self.word(set, l.set_mask)?;

@@ -1,8 +1,11 @@
 //! Why a thread's native frames did not merge with its Python frames, and the counts.
 //!
-//! Owns: [`MergeFailure`] (one variant per reason; its `Display` is the text shown in
-//! `dump --native` and counted in a profile) and [`MergeCounts`] (merged and unmerged
-//! samples, by reason: the sampler's and the memory reader's).
+//! Owns:
+//! - [`MergeFailure`] (one variant per reason; its `Display` is the text shown in
+//!   `dump --native` and counted in a profile);
+//! - [`MergeCounts`] (merged and unmerged samples, by reason: the sampler's and the memory
+//!   reader's).
+//!
 //! Must not: merge frames (`merge` in the parent does) or decide what a reason means to
 //! the caller beyond its variant.
 //!
@@ -72,7 +75,7 @@ pub(crate) enum MergeFailure {
 
 impl MergeFailure {
     /// The thread's native stack could not be taken (a thread started since the map was
-    /// read: its stack is not in it).
+    /// read, so its stack is not in it).
     pub(crate) fn is_no_stack(&self) -> bool {
         matches!(
             self,
@@ -81,7 +84,7 @@ impl MergeFailure {
     }
 }
 
-/// `why` with each hexadecimal address replaced by `…`: reasons that differ only by an
+/// `why` with each hexadecimal address replaced by `…`, so reasons that differ only by an
 /// address count as one.
 fn without_addresses(why: &str) -> String {
     let mut out = String::with_capacity(why.len());

@@ -1,9 +1,11 @@
 //! One read of every thread of a live interpreter, in the way [`SnapshotOptions`] asks.
 //!
-//! Owns: [`snapshot`] (the scheduler states first, then the read proper, retried once when
-//! the interpreter is starting or finalizing, then each thread's ids and state), and what
-//! every way of reading shares: the interpreter's head and GIL holder, the CALL tag, the
-//! page hints from one snapshot to the next, and the threads at rest left unread.
+//! Owns:
+//! - [`snapshot`] (the scheduler states first, then the read proper, retried once when the
+//!   interpreter is starting or finalizing, then each thread's ids and state);
+//! - what every way of reading shares: the interpreter's head and GIL holder, the CALL tag,
+//!   the page hints from one snapshot to the next, and the threads at rest left unread.
+//!
 //! The ways of reading, one module each:
 //! - `paused`: every thread stopped for the read (`--blocking`, `dump`, `--native`).
 //! - `unpaused`: without pausing, each stack verified by a second look.
@@ -11,21 +13,23 @@
 //!   with their threads stopped.
 //!
 //! Its one caller is `PythonReader`; `thread_reader` shares its helpers.
+//!
 //! Must not: keep state between snapshots (the walker does), or format output.
 
 mod paused;
 mod reread;
+pub(super) mod still;
 mod unpaused;
 
 use crate::error::{Error, Result};
 use crate::native::{Captures, NativeProcess};
 use crate::ptrace::{self, ProcessMemory};
 use crate::python::asyncio::{AsyncReader, AsyncSnapshot};
-use crate::python::process::PythonProcess;
+use crate::python::process::{self, PythonProcess};
 use crate::python::rest::RestTracker;
 use crate::python::snapshot::{ReadMode, Snapshot, SnapshotOptions, ThreadResult, ThreadSnapshot};
 use crate::python::stack::{self, StackWalker};
-use crate::python::tids::pthread_to_tid;
+use crate::python::tids::{self, pthread_to_tid};
 use paused::{read_blocking, PausedReads};
 use reread::reread_paused;
 use std::collections::HashMap;
@@ -50,9 +54,9 @@ pub(super) fn snapshot(
 ) -> Result<Snapshot> {
     let pid = proc.pid;
     let known_tids = opts.threads.as_deref();
-    // Scheduler states first: pausing turns every thread into 't'. A caller that lists
+    // Scheduler states first, because pausing turns every thread into 't'. A caller that lists
     // the threads itself (the sampler) does not need them (only `idle` tells them).
-    // Sorted: a paused read looks threads up in it.
+    // Sorted, because a paused read looks threads up in it.
     let mut tids: Vec<i32> = match known_tids {
         Some(t) => t.to_vec(),
         None => crate::proc::threads(pid)?,
@@ -71,6 +75,7 @@ pub(super) fn snapshot(
     walker.strict = nonblocking;
     let mut threads = None;
     let mut async_tasks = None;
+    let mut greenlets = None;
     let mut woken = Vec::new();
     for attempt in 0..2 {
         let read = if nonblocking {
@@ -82,30 +87,44 @@ pub(super) fn snapshot(
                 if let Some(reader) = tasks.as_deref_mut() {
                     async_tasks = Some(read_tasks(reader, proc, &proc.mem, walker, &t));
                 }
+                if opts.greenlets {
+                    greenlets = read_greenlets(proc, &proc.mem, &proc.mem, walker, &t);
+                }
                 Ok(t)
             })
         } else {
             let extra = PausedReads {
                 native: native.as_mut(),
                 tasks: tasks.as_deref_mut().map(|r| (r, &mut async_tasks)),
+                greenlets: opts.greenlets.then_some(&mut greenlets),
                 woken: &mut woken,
+                locals: opts.locals.as_ref(),
             };
             read_blocking(proc, walker, &tids, rest, opcodes, extra)
         };
         match read {
-            // Python is starting up or shutting down (no interpreter yet, or no more).
+            // Python is starting up or shutting down (no interpreter yet, or no more): wait
+            // for it to come up or for the process to go.
             Err(Error::BadState { .. }) if attempt == 0 && matches!(proc.interp_head(), Ok(0)) => {
                 settle_uninitialized(proc)?;
             }
+            // A process that went during the read exited; it did not fail. A CI run saw a
+            // 3.9 finishing 32 ms after start: its head NULL, then unreadable.
             r => {
-                threads = Some(r?);
+                threads = Some(process::exited_if_gone(pid, r)?);
                 break;
             }
         }
     }
-    let threads = threads.expect("the second attempt always ends the loop");
+    let mut threads = threads.expect("the second attempt always ends the loop");
+    correct_stale_ids(proc, walker, &tids, &mut threads);
 
-    let threads = thread_snapshots(proc, &tids, &states, threads, opts.thread_names);
+    let os_name = |t: i32| {
+        opts.thread_names
+            .then(|| crate::proc::thread_name(pid, t))
+            .flatten()
+    };
+    let threads = thread_snapshots(proc, &tids, &states, threads, &os_name);
     if let Some(a) = async_tasks.as_mut() {
         // Kernel ids as the snapshot has them (ours, where the target's PID namespace differs).
         for lt in &mut a.threads {
@@ -125,9 +144,58 @@ pub(super) fn snapshot(
         threads,
         native: None,
         asyncio: async_tasks,
+        greenlets,
+        python_names_unavailable: None,
         left_out: walker.left_out,
         woken,
+        stale_ids: walker.stale_ids.clone(),
     })
+}
+
+/// Gives each thread state that records a kernel id no thread of the process has the
+/// thread it is ([`tids::stale_ids`]), and keeps the answer in the walker for the reads
+/// that follow. States gone from the list are forgotten (when no thread was left out).
+/// - One look per thread when none is stale: a search of the sorted listing.
+/// - Before 3.8 no state records an id (it comes from `struct pthread`), so there is nothing
+///   to do.
+pub(super) fn correct_stale_ids(
+    proc: &PythonProcess,
+    walker: &mut StackWalker,
+    tids: &[i32],
+    threads: &mut [ThreadResult],
+) {
+    if proc.layout.thread.native_thread_id.is_none() {
+        return;
+    }
+    let translated: Vec<i32>;
+    let inner: &[i32] = if proc.tids.translates() {
+        let mut v: Vec<i32> = proc.tids.inner_to_ours(tids).into_keys().collect();
+        v.sort_unstable();
+        translated = v;
+        &translated
+    } else {
+        tids
+    };
+    if walker.left_out == 0 && !walker.stale_ids.is_empty() {
+        walker
+            .stale_ids
+            .retain(|s| threads.iter().any(|(t, _, _)| t.tstate == s.tstate));
+    }
+    let listed = |n: i32| inner.binary_search(&n).is_ok();
+    if !threads
+        .iter()
+        .any(|(t, _, _)| t.native_id.is_some_and(|n| !listed(n)))
+    {
+        return;
+    }
+    let raws: Vec<&stack::RawThread> = threads.iter().map(|(t, _, _)| t).collect();
+    let found = tids::stale_ids(&proc.mem, inner, &raws);
+    for (t, _, _) in threads.iter_mut() {
+        if let Some(s) = found.iter().find(|s| s.tstate == t.tstate) {
+            t.native_id = Some(s.actual);
+        }
+    }
+    walker.stale_ids.extend(found);
 }
 
 /// The tasks of every thread of `threads`.
@@ -145,18 +213,37 @@ fn read_tasks(
     reader.read(proc, mem, walker, &views)
 }
 
-/// The threads of a snapshot as reported: each with its id in our PID namespace (and in
-/// the target's, when they differ), its state, its stack or why there is none.
+/// Every greenlet of the interpreters of `threads` (None: none has imported greenlet),
+/// read through `mem`, the collector's lists through `lists`.
+fn read_greenlets(
+    proc: &PythonProcess,
+    mem: &dyn ProcessMemory,
+    lists: &dyn ProcessMemory,
+    walker: &mut StackWalker,
+    threads: &[ThreadResult],
+) -> Option<crate::python::GreenletSnapshot> {
+    let mut interps: Vec<u64> = threads.iter().map(|(raw, _, _)| raw.interp).collect();
+    interps.sort_unstable();
+    interps.dedup();
+    if interps.is_empty() {
+        // No thread state: the main interpreter, from the runtime.
+        interps.extend(proc.interp_head_via(mem).ok().filter(|&i| i != 0));
+    }
+    crate::python::greenlets::read(proc, mem, lists, walker, &interps)
+}
+
+/// The threads of a snapshot as reported, each with its id in our PID namespace (and in
+/// the target's, when they differ), its state, its stack or why there is none, and the
+/// name `os_name` gives its kernel id.
 fn thread_snapshots(
     proc: &PythonProcess,
     tids: &[i32],
     states: &crate::IdMap<i32, char>,
     threads: Vec<ThreadResult>,
-    thread_names: bool,
+    os_name: &dyn Fn(i32) -> Option<String>,
 ) -> Vec<ThreadSnapshot> {
-    let pid = proc.pid;
     // Thread states (3.8+ `native_thread_id`) and glibc's `struct pthread` hold the id a
-    // thread has in the target's own PID namespace; /proc (`tids`, `states`) has ours.
+    // thread has in the target's own PID namespace. /proc (`tids`, `states`) has ours.
     let translate = proc.tids.translates();
     let inner_to_ours = if translate {
         proc.tids.inner_to_ours(tids)
@@ -196,16 +283,17 @@ fn thread_snapshots(
                 thread_id: raw.thread_id,
                 native_id,
                 ns_native_id: inner_id.filter(|_| translate),
-                name: native_id
-                    .filter(|_| thread_names)
-                    .and_then(|t| crate::proc::thread_name(pid, t)),
+                name: native_id.and_then(os_name),
+                python_name: None,
                 holds_gil: raw.holds_gil,
                 idle: !running && !raw.holds_gil,
                 in_native,
                 frames: w.frames,
+                locals: w.locals,
                 truncated: w.truncated,
                 error,
-                interpreter: raw.interp_index,
+                interpreter: raw.interp_id,
+                interp_addr: raw.interp,
                 read_paused: w.paused,
                 evals: w.evals,
                 evals_open: w.evals_open,
@@ -252,9 +340,11 @@ pub(super) fn gil_current(proc: &PythonProcess, mem: &dyn ProcessMemory) -> Resu
     Ok(None)
 }
 
-/// The interpreter pointer is NULL: Python is starting up or shutting down. Waits (with the
-/// target running, never while paused) up to 200 ms: Ok when it comes up, "exited" when the
-/// process goes away meanwhile (a finishing program), else the not-initialized error.
+/// The interpreter pointer is NULL, so Python is starting up or shutting down. Waits (with
+/// the target running, never while paused) up to 200 ms. Returns:
+/// - Ok when it comes up;
+/// - "exited" when the process goes away meanwhile (a finishing program);
+/// - else the not-initialized error.
 fn settle_uninitialized(proc: &PythonProcess) -> Result<()> {
     let until = std::time::Instant::now() + std::time::Duration::from_millis(200);
     loop {
@@ -282,9 +372,12 @@ pub(super) fn interp_head_checked(proc: &PythonProcess, mem: &dyn ProcessMemory)
     Ok(head)
 }
 
-/// Whether thread `t` is one [`RestTracker`]'s `reuse` lets go unread: it did not run
-/// since its last read, its thread state still names the frame that read started from, and
-/// it does not hold the GIL (a thread that holds it is about to run, if it is not running).
+/// Whether thread `t` is one [`RestTracker`]'s `reuse` lets go unread:
+/// - it did not run since its last read;
+/// - its thread state still names the frame that read started from;
+/// - it does not hold the GIL (a thread that holds it is about to run, if it is not
+///   running).
+///
 /// A thread the list took as it was ([`stack::RawThread::rested`]) is one, without a look.
 fn is_unchanged(t: &stack::RawThread, reuse: &crate::IdMap<u64, u64>) -> bool {
     t.rested || (!t.holds_gil && reuse.get(&t.thread_id) == Some(&t.top_frame))
@@ -305,12 +398,12 @@ fn keep_unchanged(
     }
 }
 
-/// Most pages a snapshot's prefetch asks for: a thousand thread states on as many pages,
-/// each thread's frames besides (two requests of 1,024 ranges; one page's span each).
+/// Most pages a snapshot's prefetch asks for. That covers a thousand thread states on as many
+/// pages, each thread's frames besides (two requests of 1,024 ranges, one page's span each).
 const MAX_HINT_PAGES: usize = 2048;
 
-/// What is worth fetching up front next time: the bytes `cache` served this time, one
-/// range per page (bounded).
+/// What is worth fetching up front next time. That is the bytes `cache` served this time,
+/// one range per page (bounded).
 pub(super) fn hint_from(cache: &ptrace::PageCache) -> Vec<(u64, usize)> {
     let mut ranges = cache.used_ranges();
     ranges.truncate(MAX_HINT_PAGES);

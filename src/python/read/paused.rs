@@ -9,13 +9,14 @@
 //! is an error of its own).
 
 use super::{
-    gil_current, hint_from, interp_head_checked, is_unchanged, keep_unchanged, read_tasks,
-    tag_native,
+    gil_current, hint_from, interp_head_checked, is_unchanged, keep_unchanged, read_greenlets,
+    read_tasks, tag_native,
 };
 use crate::error::Result;
 use crate::native::{Captures, NativeProcess};
 use crate::ptrace::{self, pause::PausedThreads, ProcessMemory};
 use crate::python::asyncio::{AsyncReader, AsyncSnapshot};
+use crate::python::locals::{self, LocalsLayout, LocalsOptions};
 use crate::python::native;
 use crate::python::process::PythonProcess;
 use crate::python::rest::RestTracker;
@@ -23,16 +24,17 @@ use crate::python::snapshot::{ThreadError, ThreadResult, Unread};
 use crate::python::stack::{self, StackWalker};
 use crate::python::tids::KernelIds;
 
-/// Whether `tid`, held stopped by `paused`, was stopped in the middle of a wait: a system
-/// call that had blocked (a lock, a sleep, a read that waits), which the stop interrupts
-/// and the thread restarts when let go. Such a thread was woken by the pause; one stopped
-/// while it ran its own code, or between a quick system call's entry and exit, was not.
+/// Whether `tid`, held stopped by `paused`, was stopped in the middle of a wait. A wait here
+/// is a system call that had blocked (a lock, a sleep, a read that waits), which the stop
+/// interrupts and the thread restarts when let go. Such a thread was woken by the pause. One
+/// stopped while it ran its own code, or between a quick system call's entry and exit, was
+/// not.
 pub(super) fn woke_from_wait(paused: &PausedThreads, pid: i32, tid: i32) -> bool {
     #[cfg(target_arch = "x86_64")]
     {
         // Interrupted in a system call that had blocked, the thread stops with the call's
         // number in `orig_rax` and one of the kernel's "restart" codes in `rax` (they are
-        // replaced only after the stop, to restart the call); in its own code, `orig_rax`
+        // replaced only after the stop, to restart the call). In its own code, `orig_rax`
         // is -1, and after a quick call `rax` holds the call's result.
         const RESTART_CODES: std::ops::RangeInclusive<i64> = -516..=-512;
         paused
@@ -51,10 +53,14 @@ pub(super) fn woke_from_wait(paused: &PausedThreads, pid: i32, tid: i32) -> bool
 pub(super) struct PausedReads<'a, 'b> {
     pub(super) native: Option<&'a mut (&'b mut NativeProcess, &'b mut Captures)>,
     pub(super) tasks: Option<(&'a mut AsyncReader, &'a mut Option<AsyncSnapshot>)>,
+    /// Where every greenlet goes, when they are asked for.
+    pub(super) greenlets: Option<&'a mut Option<crate::python::GreenletSnapshot>>,
     /// The threads the pause found waiting (see [`Snapshot::woken`]).
     ///
     /// [`Snapshot::woken`]: crate::python::Snapshot::woken
     pub(super) woken: &'a mut Vec<i32>,
+    /// Each shown frame's locals (`dump --locals`), kept in its thread's walk.
+    pub(super) locals: Option<&'a LocalsOptions>,
 }
 
 /// How many times a blocking snapshot pauses the process at most (see [`read_blocking`]).
@@ -64,16 +70,21 @@ const BLOCKING_PAUSES: usize = 3;
 /// threads it could not read to run (see [`read_blocking`]).
 const RUN_AGAIN_WAIT: std::time::Duration = std::time::Duration::from_millis(20);
 
-/// Pauses every thread and reads them all. A thread can be stopped where its own frame
-/// pointers are half written: 3.11's evaluation loop stores `tstate->cframe` (pointing at
-/// its new C frame) eight instructions before it fills that C frame's `current_frame` and
-/// `previous` (seen in Debian's static 3.11 under load: one dump in ~1,500 read a stale
-/// stack word as a frame), and no memory says where the stack was then. Such a thread has
-/// no stack to report at that instant, so the process runs again and is paused anew, up to
-/// [`BLOCKING_PAUSES`] times in all; what still fails after that is reported as the thread's
-/// error. The first pause leaves out the threads of [`RestTracker`]'s `unpaused`; one that
-/// turns out to have changed is an error of this kind, and the next pause takes every thread.
-/// `tids` is sorted.
+/// Pauses every thread and reads them all. `tids` is sorted.
+///
+/// A thread can be stopped where its own frame pointers are half written:
+/// - 3.11's evaluation loop stores `tstate->cframe` (pointing at its new C frame) eight
+///   instructions before it fills that C frame's `current_frame` and `previous`;
+/// - seen in Debian's static 3.11 under load: one dump in ~1,500 read a stale stack word
+///   as a frame;
+/// - no memory says where the stack was then.
+///
+/// Such a thread has no stack to report at that instant. So the process runs again and is
+/// paused anew, up to [`BLOCKING_PAUSES`] times in all. What still fails after that is
+/// reported as the thread's error.
+///
+/// The first pause leaves out the threads of [`RestTracker`]'s `unpaused`. One that turns
+/// out to have changed is an error of this kind, and the next pause takes every thread.
 pub(super) fn read_blocking(
     proc: &PythonProcess,
     walker: &mut StackWalker,
@@ -94,9 +105,9 @@ pub(super) fn read_blocking(
         } else {
             tids.to_vec()
         };
-        // A thread left running: one of `unpaused`, or one not listed (it appeared since).
-        // (By our kernel id: the one a thread state records is the target's, which in a
-        // PID namespace of its own is another.)
+        // A thread left running is one of `unpaused`, or one not listed (it appeared since).
+        // (By our kernel id, because the one a thread state records is the target's, which
+        // in a PID namespace of its own is another.)
         let ids = KernelIds::new(proc, tids, &rest.tids_by_thread);
         let not_paused = |t: &stack::RawThread| -> bool {
             leave_out
@@ -106,30 +117,39 @@ pub(super) fn read_blocking(
         };
         let read = {
             // Left out, the threads expected unchanged are not stopped, nor is any thread
-            // that appears meanwhile (read unpaused, it is an error of its own); when none
+            // that appears meanwhile (read unpaused, it is an error of its own). When none
             // is left to stop, the read is made with none stopped.
             let _paused = match (leave_out, paused_tids.is_empty()) {
                 (false, _) => Some(PausedThreads::pause_from(proc.pid, &paused_tids)?),
                 (true, false) => Some(PausedThreads::pause_threads(proc.pid, &paused_tids)?),
                 (true, true) => None,
             };
-            // Nothing changes while paused: one page cache serves the whole snapshot,
+            // Nothing changes while paused, so one page cache serves the whole snapshot,
             // starting with the pages the last snapshot needed, fetched in one request.
             let cache = ptrace::PageCache::new(&proc.mem);
             if let Some(states) = walker.list_hint(rest.list_whole) {
                 cache.prefetch(&states);
             }
             cache.prefetch(&walker.page_hint);
-            let read = read_all(proc, &cache, walker, rest, &not_paused).map(|mut t| {
+            let mut read = read_all(proc, &cache, walker, rest, &not_paused).map(|mut t| {
                 tag_native(&cache, opcodes, &mut t);
                 t
             });
             walker.page_hint = hint_from(&cache);
+            if let (Some(opts), Ok(t)) = (extra.locals, &mut read) {
+                read_locals(proc, &cache, opts, t);
+            }
             if let (Some((reader, out)), Ok(t)) = (extra.tasks.as_mut(), &read) {
                 **out = Some(read_tasks(reader, proc, &cache, walker, t));
             }
-            // Which of the threads stopped were waiting: the pause woke them (each pause
-            // of a snapshot that pauses again does).
+            // `sys.modules` through the snapshot's cache (a look per dump, greenlet or
+            // not); the collector's lists through a cache of their own (they visit many
+            // more pages than the snapshot's keeps).
+            if let (Some(out), Ok(t)) = (extra.greenlets.as_mut(), &read) {
+                **out = read_greenlets(proc, &cache, &proc.mem, walker, t);
+            }
+            // Which of the threads stopped were waiting, and so were woken by the pause
+            // (each pause of a snapshot that pauses again does).
             if let Some(p) = &_paused {
                 let waited = |&tid: &i32| woke_from_wait(p, proc.pid, tid);
                 extra.woken.extend(p.tids().iter().filter(|t| waited(t)));
@@ -157,13 +177,13 @@ pub(super) fn read_blocking(
             .filter_map(|tid| Some((tid, crate::proc::thread_run_ns(proc.pid, tid)?)))
             .collect();
             (read, torn)
-            // `_paused` drops here: every thread runs again before we do anything else.
+            // `_paused` drops here, so every thread runs again before we do anything else.
         };
         match read {
             (Ok(t), torn) if pauses < BLOCKING_PAUSES && t.iter().any(|(_, w, _)| w.is_err()) => {
                 leave_out = false;
                 // Caught mid-way (a frame half linked), a thread needs to run a few
-                // instructions before it can be read: on a loaded machine it may wait for a
+                // instructions before it can be read. On a loaded machine it may wait for a
                 // CPU longer than we take to pause again (seen: three pauses in a row found
                 // the same thread at the same instant).
                 crate::proc::wait_until_ran(proc.pid, &torn, RUN_AGAIN_WAIT);
@@ -173,8 +193,9 @@ pub(super) fn read_blocking(
     }
 }
 
-/// Reads everything while the threads are paused (one pause).
-fn read_all(
+/// Reads everything while the threads are paused (one pause), or in memory that cannot
+/// change (a core's, with `still`).
+pub(super) fn read_all(
     proc: &PythonProcess,
     mem: &dyn ProcessMemory,
     walker: &mut StackWalker,
@@ -192,7 +213,8 @@ fn read_all(
             continue;
         }
         if not_paused(&t) {
-            // Expected unchanged, left running, yet it moved: not to be walked unpaused.
+            // Expected unchanged, left running, yet it moved, so it is not to be walked
+            // unpaused.
             let e = ThreadError::new(Unread::Changed, "it ran while it was not paused");
             out.push((t, Err(e), None));
             continue;
@@ -212,4 +234,42 @@ fn read_all(
         out.push((t, walk, None));
     }
     Ok(out)
+}
+
+/// Every shown frame's locals of each thread read, through `mem` (the pause's page cache),
+/// under one budget for the whole snapshot.
+pub(super) fn read_locals(
+    proc: &PythonProcess,
+    mem: &dyn ProcessMemory,
+    opts: &LocalsOptions,
+    threads: &mut [ThreadResult],
+) {
+    let (major, minor) = proc.layout.version;
+    let objects = crate::python_bindings::object_layout(major, minor, proc.layout.free_threaded);
+    let budgeted = locals::Budgeted::new(mem, opts.budget);
+    for (_, walk, _) in threads.iter_mut() {
+        let Ok(w) = walk else { continue };
+        let frames: Vec<u64> = w
+            .chain
+            .iter()
+            .zip(&w.shown)
+            .filter(|(_, &shown)| shown)
+            .map(|(&a, _)| a)
+            .take(w.frames.len())
+            .collect();
+        w.locals = match objects {
+            Some(o) => {
+                let l = LocalsLayout {
+                    layout: &proc.layout,
+                    objects: o,
+                    types: &proc.addrs.types,
+                };
+                locals::read_frames(&l, &budgeted, &frames, opts.bounds)
+            }
+            None => {
+                let why = format!("no layout of the objects of Python {major}.{minor}");
+                frames.iter().map(|_| Err(why.clone())).collect()
+            }
+        };
+    }
 }

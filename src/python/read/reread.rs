@@ -15,7 +15,7 @@ use crate::python::stack::{self, StackWalker};
 use crate::python::tids::KernelIds;
 use std::collections::HashMap;
 
-/// Most threads a snapshot re-reads paused (see [`reread_paused`]): a pool whose threads
+/// Most threads a snapshot re-reads paused (see [`reread_paused`]). A pool whose threads
 /// all wake at once (to end, say) fails hundreds of reads without pausing in one sample,
 /// and pausing each would cost the target and us a millisecond per twenty. The others
 /// are lost (counted) for that sample.
@@ -25,10 +25,10 @@ const MAX_REREADS: usize = 16;
 const REREAD_PREFETCH_PAGES: usize = 64;
 
 /// Reads again, with the threads paused, the stacks that a read without pausing could not
-/// validate (they kept changing). Paused, nothing is torn: the strict checks (meant to catch
-/// torn reads) are off, as in `--blocking` — they would reject the transitional states a
-/// thread can be stopped in (a generator marked suspended one instruction before its frame
-/// leaves the chain). A failure to pause leaves the results as they were (unreadable).
+/// validate (they kept changing). Paused, nothing is torn, so the strict checks (meant to
+/// catch torn reads) are off, as in `--blocking`. They would reject the transitional states
+/// a thread can be stopped in (a generator marked suspended one instruction before its
+/// frame leaves the chain). A failure to pause leaves the results as they were (unreadable).
 pub(super) fn reread_paused(
     proc: &PythonProcess,
     walker: &mut StackWalker,
@@ -36,12 +36,12 @@ pub(super) fn reread_paused(
     tids_by_thread: &crate::IdMap<u64, i32>,
     threads: &mut [ThreadResult],
 ) -> Result<()> {
-    // Only a thread itself changes its stack: pausing the threads to re-read is enough,
+    // Only a thread itself changes its stack, so pausing the threads to re-read is enough
     // when their kernel ids are known (recorded in the thread state on 3.11+, else as an
-    // earlier snapshot matched them); else every thread is paused.
+    // earlier snapshot matched them). Else every thread is paused.
     //
-    // 3.11+ records every thread's kernel id once it runs: a thread state without one
-    // (0) belongs to a thread not started yet (or ending), with no frame to read; it is
+    // 3.11+ records every thread's kernel id once it runs. A thread state without one
+    // (0) belongs to a thread not started yet (or ending), with no frame to read. It is
     // left unread rather than pausing every thread for it (a thousand threads starting
     // would each cost a pause of them all).
     let reread = |t: &stack::RawThread, w: &std::result::Result<stack::Walk, ThreadError>| {
@@ -53,14 +53,15 @@ pub(super) fn reread_paused(
     }
     let ids = KernelIds::new(proc, tids, tids_by_thread);
     // A kernel id read from the target's memory is paused only when it is one of the
-    // target's threads: listed (`tids` is sorted), or new since and in its task list.
+    // target's threads, that is, listed (`tids` is sorted), or new since and in its task
+    // list.
     let of_target = |t: &i32| {
         tids.binary_search(t).is_ok()
             || std::path::Path::new(&format!("/proc/{}/task/{t}", proc.pid)).exists()
     };
-    // Whose kernel id is known but no longer the target's has exited: nothing to read (a
-    // pool of threads ending together once paused every thread for it, a thousand at a
-    // time). Past [`MAX_REREADS`] the others are left unread too.
+    // A thread whose kernel id is known but no longer the target's has exited, so there is
+    // nothing to read (a pool of threads ending together once paused every thread for it, a
+    // thousand at a time). Past [`MAX_REREADS`] the others are left unread too.
     let mut only = Some(Vec::new());
     let mut kept = 0;
     for ((t, _, _), m) in threads.iter().zip(marks.iter_mut()).filter(|(_, m)| **m) {
@@ -82,8 +83,9 @@ pub(super) fn reread_paused(
     if kept == 0 {
         return Ok(());
     }
-    // Two thread states can name one thread: 3.11 starts a new thread's state with the id
-    // of the thread that creates it, until the new thread runs. A thread is paused once.
+    // Two thread states can name one thread, because 3.11 starts a new thread's state with
+    // the id of the thread that creates it, until the new thread runs. A thread is paused
+    // once.
     let only = only.map(|mut ours| {
         ours.sort_unstable();
         ours.dedup();
@@ -98,8 +100,8 @@ pub(super) fn reread_paused(
         Err(e) if e.is_process_gone() => return Err(e),
         Err(_) => return Ok(()),
     };
-    // What the reads without pausing needed, fetched in one request — unless that is
-    // mostly other threads' (a thread list of hundreds): then the few threads re-read
+    // What the reads without pausing needed is fetched in one request, unless that is
+    // mostly other threads' (a thread list of hundreds). Then the few threads re-read
     // fetch their pages as they go.
     let cache = ptrace::PageCache::new(&proc.mem);
     let earlier = std::mem::take(&mut walker.reread_hint);
@@ -111,10 +113,10 @@ pub(super) fn reread_paused(
     let result = reread_each(walker, &cache, threads, &marks);
     walker.strict = strict;
     drop(_paused);
-    // The next snapshot's prefetch: what this paused read used as well as what the read
-    // without pausing did (which, for a thread read paused without a try, is only the
-    // thread list: the next paused read would fetch every frame page on its own, one
-    // system call each, while the thread waits). What neither used is left out.
+    // The next snapshot's prefetch is what this paused read used as well as what the read
+    // without pausing did. For a thread read paused without a try, the latter is only the
+    // thread list, and the next paused read would fetch every frame page on its own, one
+    // system call each, while the thread waits. What neither used is left out.
     let kept = std::mem::take(&mut walker.page_hint);
     walker.page_hint = with_hint(hint_from(&cache), kept);
     result

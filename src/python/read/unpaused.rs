@@ -1,9 +1,12 @@
-//! The read without pausing: nothing is stopped, and a stack is kept only when a second
+//! The read without pausing. Nothing is stopped, and a stack is kept only when a second
 //! look at its frames, right after the walk, finds them the same.
 //!
-//! Owns: [`read_nonblocking`] (the thread list, every walk from one pre-filled page cache,
-//! each walk verified), [`thread_list`] (the list, retried afresh when it tears) and
-//! [`Recheck`] (what the next snapshot's second look reads).
+//! Owns:
+//! - [`read_nonblocking`] (the thread list, every walk from one pre-filled page cache, each
+//!   walk verified);
+//! - [`thread_list`] (the list, retried afresh when it tears);
+//! - [`Recheck`] (what the next snapshot's second look reads).
+//!
 //! Must not: pause a thread (a stack that fails verification is retried, or left for
 //! `reread`), or guess a stack it could not verify.
 
@@ -16,9 +19,11 @@ use crate::python::snapshot::{ReadMode, SnapshotOptions, ThreadError, ThreadResu
 use crate::python::stack::{self, StackWalker, Walk};
 
 /// The interpreter's threads, read without pausing from `cache` first, then afresh, in up to
-/// `tries` tries; and whether the first try found everything in the cache (then `verify`
-/// may check a walk against the cache's second look), and how many threads at rest were
-/// left out (under `omit_unchanged`, see [`StackWalker::threads_in_sample`]).
+/// `tries` tries. With them:
+/// - whether the first try found everything in the cache (then `verify` may check a walk
+///   against the cache's second look);
+/// - how many threads at rest were left out (under `omit_unchanged`, see
+///   [`StackWalker::threads_in_sample`]).
 fn thread_list(
     proc: &PythonProcess,
     walker: &mut StackWalker,
@@ -30,7 +35,7 @@ fn thread_list(
     let mut last_err = None;
     for attempt in 0..opts.retries.max(1) {
         let fresh = ptrace::PageCache::new(&proc.mem);
-        // A try after a failed one reads every state (see `stack::KnownStates`): the
+        // A try after a failed one reads every state (see `stack::KnownStates`), the
         // states as last found, in one request (not one system call each).
         if attempt > 0 {
             if let Some(states) = walker.list_hint(true) {
@@ -51,13 +56,15 @@ fn thread_list(
     Err(last_err.expect("at least one try"))
 }
 
-/// Reads without pausing: a thread's stack is accepted only when, after the walk, every
-/// frame of its chain read again (in one request) gives the same frame, line and link, and
-/// then the thread's innermost frame is still the one the walk started from — what a second
-/// walk would show, at the cost of one system call. (An unchanged top pointer alone proves
-/// nothing: ≤3.10 reuses a function's frame object at the same address for its next call,
-/// and 3.11+ reuses the same slots of the frame stack.) Otherwise it is read again, and
-/// after `retries` tries reported as unreadable; never guessed.
+/// Reads without pausing. A thread's stack is accepted only when, after the walk:
+/// - every frame of its chain read again (in one request) gives the same frame, line and
+///   link;
+/// - then the thread's innermost frame is still the one the walk started from.
+///
+/// That is what a second walk would show, at the cost of one system call. (An unchanged top
+/// pointer alone proves nothing. ≤3.10 reuses a function's frame object at the same address
+/// for its next call, and 3.11+ reuses the same slots of the frame stack.) Otherwise it is
+/// read again, and after `retries` tries reported as unreadable. It is never guessed.
 pub(super) fn read_nonblocking(
     proc: &PythonProcess,
     walker: &mut StackWalker,
@@ -65,12 +72,12 @@ pub(super) fn read_nonblocking(
     rest: &RestTracker,
 ) -> Result<Vec<ThreadResult>> {
     // One page cache for the thread list and every thread's first walk, filled at once
-    // with the pages the last snapshot needed: what it holds is checked by `verify`. The
+    // with the pages the last snapshot needed. What it holds is checked by `verify`. The
     // same request reads the last snapshot's frames and top-frame fields a second time
-    // (`second`): a first walk that found everything in the cache is verified against that,
+    // (`second`). A first walk that found everything in the cache is verified against that,
     // microseconds after what it read, without another system call.
     let cache = ptrace::PageCache::new(&proc.mem);
-    // A whole read of the thread list is due: the states of the threads at rest come in
+    // A whole read of the thread list is due. The states of the threads at rest come in
     // one request (once a second; no hint has them).
     if let Some(states) = walker
         .list_hint(rest.list_whole)
@@ -91,7 +98,7 @@ pub(super) fn read_nonblocking(
         _ => 0,
     };
     raw.rotate_left(start);
-    // The innermost frames of the threads to walk, in one request: those of threads new
+    // The innermost frames of the threads to walk, in one request. Those of threads new
     // or back from a rest are in no hint (one system call each otherwise; a pool of a
     // thousand threads starting, or woken at once, has hundreds of them in a sample).
     let fetched = cache.fetches();
@@ -108,7 +115,7 @@ pub(super) fn read_nonblocking(
         .map(|t| walker.top_span(t.top_frame))
         .collect();
     cache.prefetch(&tops);
-    // That request came after the second look: a walk may hold bytes read after it, and
+    // That request came after the second look. A walk may hold bytes read after it, and
     // is then verified by a read of its own.
     let late = cache.fetches() > fetched;
     let mut recheck = Recheck::default();
@@ -154,12 +161,12 @@ pub(super) fn read_nonblocking(
                 }
             }
             let tries = attempt + 1;
-            // A retry reads afresh: the shared cache may hold what changed.
+            // A retry reads afresh, because the shared cache may hold what changed.
             let fresh = ptrace::PageCache::new(&proc.mem);
             let mem = first_then_fresh(attempt, &cache, &fresh);
             let misses = cache.misses();
             let walk = walker.walk(mem, t.top_frame).and_then(|mut w| {
-                // Everything this walk read came from the prefetch: the second look, taken
+                // Everything this walk read came from the prefetch, so the second look, taken
                 // after it, can verify it. Otherwise (a miss was read after the second look)
                 // the process is read again now.
                 let early = attempt == 0 && clean && !late && cache.misses() == misses;
@@ -193,9 +200,9 @@ pub(super) fn read_nonblocking(
         out.push((t, result, None));
     }
     walker.walk_cursor = stopped_at.unwrap_or(0);
-    // A thread left to be read paused used nothing here: the pages it needs are in the
-    // last hint, kept for that read, right after (and only for it: merged into the next
-    // hint, the pages of threads read once would stay in every hint after).
+    // A thread left to be read paused used nothing here. The pages it needs are in the
+    // last hint, kept for that read, right after. They are kept only for it, because merged
+    // into the next hint, the pages of threads read once would stay in every hint after.
     let hint = hint_from(&cache);
     let last = std::mem::replace(&mut walker.page_hint, hint);
     walker.reread_hint = if skipped { last } else { Vec::new() };
@@ -220,7 +227,7 @@ impl Recheck {
     fn add(&mut self, walker: &StackWalker, tstate: u64, w: &Walk) {
         let l = &walker.layout;
         let size = l.frame.size as u64;
-        // 3.11+ keeps frames side by side in a frame stack that grows upwards: a little
+        // 3.11+ keeps frames side by side in a frame stack that grows upwards. A little
         // room above the innermost one covers a stack one or two calls deeper next time.
         let room = if matches!(
             l.frame.model,
@@ -258,7 +265,7 @@ impl Recheck {
 }
 
 /// The shared, pre-filled cache for a first attempt; an empty one for a retry (the shared
-/// one may hold what changed). An unused cache costs nothing: pages are read on demand.
+/// one may hold what changed). An unused cache costs nothing, because pages are read on demand.
 fn first_then_fresh<'a>(
     attempt: usize,
     shared: &'a ptrace::PageCache<'a>,

@@ -27,7 +27,7 @@ pub(super) struct CodeInfo {
     pub(super) firsttraceable: Option<u32>,
     /// `co_flags` (0 when the layout does not know where they are).
     flags: u32,
-    /// Pointer fields this was decoded from: a changed fingerprint means a new object.
+    /// Pointer fields this was decoded from. A changed fingerprint means a new object.
     fingerprint: [u64; 4],
 }
 
@@ -36,7 +36,7 @@ const CODE_CACHE_LIMIT: usize = 100_000;
 
 impl StackWalker {
     /// Whether the code object at `code_addr` (already cached by the walk) is a generator,
-    /// coroutine or async generator: such a frame is always entered from a Python frame, so
+    /// coroutine or async generator. Such a frame is always entered from a Python frame, so
     /// a chain that ends there was cut by a concurrent change.
     pub(super) fn outermost_is_generator(&self, code_addr: u64) -> bool {
         const CO_GENERATOR: u32 = 0x20;
@@ -83,7 +83,7 @@ impl StackWalker {
             }
         }
         let c = self.layout.code;
-        // The header of a code object is small: read it into the stack when it fits.
+        // The header of a code object is small, so read it into the stack when it fits.
         let mut small = [0u8; 512];
         let mut large = Vec::new();
         let buf: &mut [u8] = if c.size <= small.len() {
@@ -120,7 +120,7 @@ impl StackWalker {
         let function = strings::read_text(mem, s, &self.types, fingerprint[0])?;
         let filename = strings::read_text(mem, s, &self.types, fingerprint[1])?;
         let table_bytes = strings::read_bytes(mem, s, &self.types, fingerprint[2])?;
-        // ≤3.10: the bytecode is a separate bytes object; note where its payload starts.
+        // ≤3.10: the bytecode is a separate bytes object. Note where its payload starts.
         let (bytecode, bytecode_len) = match (c.code_adaptive, c.co_code) {
             (Some(o), _) => (addr.wrapping_add(o as u64), u32::MAX),
             (None, Some(o)) => {

@@ -13,11 +13,12 @@ pub(super) struct Decoded {
     /// Where the frame is.
     addr: u64,
     /// The memo entry of the frame it linked to when a walk last went through both
-    /// (`usize::MAX`: none yet): the next frame's entry without a lookup by address.
+    /// (`usize::MAX` when none yet). It gives the next frame's entry without a lookup by
+    /// address.
     next: std::cell::Cell<usize>,
     bytes: Vec<u8>,
     pub(super) step: FrameStep,
-    /// The checks its decoding made: see [`StackWalker::checks`].
+    /// The checks its decoding made (see [`StackWalker::checks`]).
     checks: u8,
 }
 
@@ -34,13 +35,15 @@ impl StackWalker {
     }
 
     /// [`StackWalker::step`] for a walk, without decoding again a frame that reads byte for
-    /// byte as one an earlier walk decoded at the same address: the frames under a busy
-    /// thread's innermost ones wait in calls and do not change from one sample to the next,
-    /// and decoding them (code object, line table) was most of a sample's own work. Same
-    /// bytes are the same link, code object (which the frame holds a reference to, so it
-    /// is still that object) and instruction, so the same result, with two exceptions that
-    /// are decoded every time: a generator's frame (whether it is executing is not in its
-    /// bytes) and a frame whose earlier decoding skipped a check this one needs.
+    /// byte as one an earlier walk decoded at the same address. The frames under a busy
+    /// thread's innermost ones wait in calls and do not change from one sample to the next.
+    /// Decoding them (code object, line table) was most of a sample's own work.
+    ///
+    /// Same bytes are the same link, code object (which the frame holds a reference to, so
+    /// it is still that object) and instruction, so the same result. Two exceptions are
+    /// decoded every time:
+    /// - a generator's frame (whether it is executing is not in its bytes);
+    /// - a frame whose earlier decoding skipped a check this one needs.
     pub(super) fn step_memo(
         &mut self,
         mem: &dyn ProcessMemory,
@@ -68,8 +71,8 @@ impl StackWalker {
         if self.generator_frame(buf) {
             return Ok(step);
         }
-        // (The memo starts afresh past its limit between walks, in `walk`: indices into it
-        // stay put during one.)
+        // (The memo starts afresh past its limit between walks, in `walk`, so indices into
+        // it stay put during one.)
         match self.memo.get(&addr) {
             Some(&k) => {
                 let d = &mut self.memo_frames[k];
@@ -93,8 +96,8 @@ impl StackWalker {
     }
 
     /// What [`StackWalker::step_memo`] knows of the frame at `addr` whose bytes are `buf`,
-    /// without decoding it. (Never a generator's frame: none is kept, and equal bytes have
-    /// the same owner.)
+    /// without decoding it. (Never a generator's frame, because none is kept, and equal
+    /// bytes have the same owner.)
     fn known(&self, addr: u64, buf: &[u8], innermost: bool) -> Option<usize> {
         self.known_at(*self.memo.get(&addr)?, buf, innermost)
     }
@@ -106,8 +109,10 @@ impl StackWalker {
     }
 
     /// [`StackWalker::known`] of the frame at `addr` that the frame of memo entry `prev`
-    /// links to: through `prev`'s note of its next frame when it names `addr` (the same
-    /// chain as last time: no lookup by address), else by address, noting the result.
+    /// links to:
+    /// - through `prev`'s note of its next frame when it names `addr` (the same chain as
+    ///   last time, so no lookup by address);
+    /// - else by address, noting the result.
     pub(super) fn known_after(
         &self,
         prev: Option<usize>,
@@ -120,7 +125,7 @@ impl StackWalker {
         };
         let next = self.memo_frames[p].next.get();
         if self.memo_frames.get(next).is_some_and(|d| d.addr == addr) {
-            // The memo holds one entry per address: this is the one a lookup would find.
+            // The memo holds one entry per address, so this is the one a lookup would find.
             return self.known_at(next, buf, innermost);
         }
         let k = self.known(addr, buf, innermost);
@@ -130,9 +135,10 @@ impl StackWalker {
         k
     }
 
-    /// The checks [`StackWalker::step`] makes of a frame's bytes, in increasing order: none
-    /// beyond its type (0), a strict walk's (1: a frame object freed meanwhile), and those
-    /// of a frame reached through a link in a strict walk (2: it is executing).
+    /// The checks [`StackWalker::step`] makes of a frame's bytes, in increasing order:
+    /// - none beyond its type (0);
+    /// - a strict walk's (1: a frame object freed meanwhile);
+    /// - those of a frame reached through a link in a strict walk (2: it is executing).
     fn checks(&self, innermost: bool) -> u8 {
         u8::from(self.strict) + u8::from(self.strict && !innermost)
     }

@@ -7,7 +7,7 @@
 //! Must not: touch /proc or ptrace (the caller pauses threads and maps thread ids), or
 //! format output.
 //!
-//! Everything read is validated (type pointers, chain cycles, sizes); a failed check is an
+//! Everything read is validated (type pointers, chain cycles, sizes). A failed check is an
 //! error, never a made-up frame. Code objects are immutable while alive, so their decoded
 //! names and line tables are cached by address and revalidated by a fingerprint of the
 //! fields they came from.
@@ -46,7 +46,7 @@ use std::sync::Arc;
 use threads::KnownStates;
 
 pub(crate) use crate::python::frame::Frame;
-pub(crate) use threads::RawThread;
+pub(crate) use threads::{RawThread, StaleId};
 
 /// The result of walking one thread's frames.
 #[derive(Debug, Clone, Default)]
@@ -62,10 +62,10 @@ pub struct Walk {
     pub(crate) top_op: Option<u8>,
     /// Addresses of every frame the walk went through (hidden ones too), innermost first.
     pub(crate) chain: Vec<u64>,
-    /// For each entry of `chain`: whether it gave one of `frames` (hidden frames do not).
+    /// For each entry of `chain`, whether it gave one of `frames` (hidden frames do not).
     pub(crate) shown: Vec<bool>,
     /// The bytes the walk decoded, `layout.frame.size` for each entry of `chain`, one after
-    /// another: [`StackWalker::verify`] compares a second read with them.
+    /// another. [`StackWalker::verify`] compares a second read with them.
     pub(crate) bytes: Vec<u8>,
     /// Read with the thread paused after reads without pausing kept failing validation.
     pub(crate) paused: bool,
@@ -73,24 +73,29 @@ pub struct Walk {
     /// (3.11/3.12: the address of the current `_PyCFrame`).
     pub(crate) top_field: Option<u64>,
     /// For each call of the evaluation loop (a C frame of `_PyEval_EvalFrameDefault`,
-    /// `PyEval_EvalFrameEx` on 2.7), innermost first, how many of `frames` it runs: one each
-    /// on ≤3.10; on 3.11 up to the frame marked `is_entry`; on 3.12+ up to an entry frame
-    /// (owned by the C stack). What the merge with native frames pairs them by.
+    /// `PyEval_EvalFrameEx` on 2.7), innermost first, how many of `frames` it runs:
+    /// - on ≤3.10, one each;
+    /// - on 3.11, up to the frame marked `is_entry`;
+    /// - on 3.12+, up to an entry frame (owned by the C stack).
+    ///
+    /// It is what the merge with native frames pairs them by.
     pub(crate) evals: Vec<u32>,
-    /// Frames of `frames` after the last of `evals` (the outermost ones): none in a whole
-    /// stack; in a truncated one, the part of a call cut off.
+    /// Frames of `frames` after the last of `evals` (the outermost ones). There are none in
+    /// a whole stack; in a truncated one, they are the part of a call cut off.
     pub(crate) evals_open: u32,
-    /// 3.11+: for each of `evals`, an address inside that call's own C stack frame: its
-    /// entry frame (3.12+, a local of `_PyEval_EvalFrameDefault`), or its `_PyCFrame`
+    /// 3.11+: for each of `evals`, an address inside that call's own C stack frame. It is
+    /// its entry frame (3.12+, a local of `_PyEval_EvalFrameDefault`), or its `_PyCFrame`
     /// (3.11, read by `python::native::cframe_anchors`). Empty before 3.11.
     pub(crate) anchors: Vec<u64>,
-    /// Not walked: the thread did not run since its last read (see
-    /// `RestTracker`'s `reuse`); everything else is empty.
+    /// Not walked, because the thread did not run since its last read (see
+    /// `RestTracker`'s `reuse`). Everything else is empty.
     pub(crate) unchanged: bool,
     /// The ranges [`StackWalker::verify`] read `chain` again in
-    /// ([`spans`](verify::spans) of it): the next sample's second look reads them (empty
+    /// ([`spans`](verify::spans) of it). The next sample's second look reads them (empty
     /// until verified).
     pub(crate) spans: Vec<(u64, u64)>,
+    /// With `dump --locals`, each of `frames`' locals, read in the same pause.
+    pub(crate) locals: Vec<crate::python::locals::FrameLocals>,
 }
 
 impl Walk {
@@ -110,17 +115,17 @@ pub struct StackWalker {
     /// Deepest stack returned; deeper ones are truncated (and say so).
     pub max_depth: usize,
     /// Check that every frame on the chain is executing (a chain read without pausing may
-    /// run through a generator frame that was suspended meanwhile: that read is torn).
+    /// run through a generator frame that was suspended meanwhile, and that read is torn).
     pub(crate) strict: bool,
     code_cache: crate::IdMap<u64, Arc<CodeInfo>>,
     /// What the last snapshot read, one range per page (see
-    /// [`crate::ptrace::PageCache::used_ranges`]): the next one prefetches it.
+    /// [`crate::ptrace::PageCache::used_ranges`]). The next one prefetches it.
     pub page_hint: Vec<(u64, usize)>,
     /// The hint of the snapshot before, while a read without pausing left threads to be
     /// read paused right after (their pages are there, not in `page_hint`); else empty.
     pub(crate) reread_hint: Vec<(u64, usize)>,
     /// What the last snapshot's verification read (each thread's frames, then its
-    /// top-frame fields): the next one reads it a second time right after its prefetch.
+    /// top-frame fields). The next one reads it a second time right after its prefetch.
     pub recheck_hint: Vec<(u64, usize)>,
     /// Read each thread's [`Walk::anchors`] on 3.11 too (its `_PyCFrame` chain), for the
     /// merge with native frames.
@@ -128,12 +133,13 @@ pub struct StackWalker {
     /// Code objects already validated during the current walk (a recursive function's
     /// code is checked once, not once per frame). Empty outside a walk.
     validated: Vec<u64>,
-    /// Frames decoded by earlier walks, by address (where in `memo_frames`): see
+    /// Frames decoded by earlier walks, by address (where in `memo_frames`). See
     /// [`StackWalker::step_memo`].
     memo: crate::IdMap<u64, usize>,
     /// What `memo` points into. A walk refers to its entries by index, which stay put
     /// until the memo starts afresh, between walks (taking a reference to each frame's
-    /// code object instead was a visible part of a busy sample: atomic increments).
+    /// code object instead, with its atomic increments, was a visible part of a busy
+    /// sample).
     memo_frames: Vec<Decoded>,
     /// Frames on the chain of the last whole walk.
     last_depth: usize,
@@ -153,11 +159,16 @@ pub struct StackWalker {
     /// in the thread list the next one starts.
     pub(crate) deferred: usize,
     pub(crate) walk_cursor: usize,
+    /// Thread states whose recorded kernel id is no thread of the process, with the thread
+    /// each is (found by a snapshot, see [`crate::python::tids::stale_ids`]). Each read of
+    /// such a state gives the thread's id instead, while the state still records the stale
+    /// one.
+    pub(crate) stale_ids: Vec<StaleId>,
 }
 
-/// Catches a list or chain that loops (torn memory: the interpreters, a thread list, the
-/// frames, the C frames), in constant work and memory per step (Brent's): the element
-/// `lap` steps back is kept, and a new one taken each time `lap` doubles; a list that loops
+/// Catches a list or chain that loops (torn memory, in the interpreters, a thread list, the
+/// frames, the C frames), in constant work and memory per step (Brent's). The element
+/// `lap` steps back is kept, and a new one taken each time `lap` doubles. A list that loops
 /// meets the kept element within three times its length. (A set of every element met cost
 /// a seeded hasher and an allocation per list at every sample; a search of the elements
 /// met was quadratic.)
@@ -221,6 +232,7 @@ impl StackWalker {
             left_out: 0,
             deferred: 0,
             walk_cursor: 0,
+            stale_ids: Vec::new(),
         }
     }
 }

@@ -1,7 +1,10 @@
 //! Read-ahead: what a walk will read, fetched before it reads it.
 //!
-//! Owns: [`Ahead`] (the chain followed once, with its frames' bytes), the fetch of the code
-//! objects it needs, and the span a top frame's prefetch reads.
+//! Owns:
+//! - [`Ahead`] (the chain followed once, with its frames' bytes);
+//! - the fetch of the code objects it needs;
+//! - the span a top frame's prefetch reads.
+//!
 //! Must not: report errors (they only end the look ahead; the walk proper reports them).
 
 use super::StackWalker;
@@ -31,11 +34,11 @@ impl Ahead {
 }
 
 impl StackWalker {
-    /// What a walk from innermost frame `top` reads first, for a prefetch: that frame, and
-    /// on 3.11+ (frames side by side in the thread's frame stack, callers below) the bytes
+    /// What a walk from innermost frame `top` reads first, for a prefetch. That is the frame,
+    /// and on 3.11+ (frames side by side in the thread's frame stack, callers below) the bytes
     /// below it on its page, where its callers most likely are. `top` was read without
-    /// stopping the thread and may be torn (anywhere, up to `u64::MAX`): the span ends at the
-    /// top of the address space rather than past it.
+    /// stopping the thread and may be torn (anywhere, up to `u64::MAX`). So the span ends at
+    /// the top of the address space rather than past it.
     pub(crate) fn top_span(&self, top: u64) -> (u64, usize) {
         const BELOW: u64 = 2048;
         let size = self.layout.frame.size as u64;
@@ -49,10 +52,10 @@ impl StackWalker {
     }
 
     /// Follows the chain from `top` once, keeping each frame's bytes and what the memo
-    /// already knows of it (see [`StackWalker::step_memo`]), and asks `mem` (a page cache)
-    /// to fetch the code objects of the other frames all at once: the walk proper then finds
+    /// already knows of it (see [`StackWalker::step_memo`]). It asks `mem` (a page cache)
+    /// to fetch the code objects of the other frames all at once. The walk proper then finds
     /// frames and code objects in the cache instead of reading each with its own system
-    /// call, and does not read the frames again. Errors here only end the look ahead; the
+    /// call, and does not read the frames again. Errors here only end the look ahead, and the
     /// walk proper reports them.
     pub(super) fn read_ahead(&self, mem: &dyn ProcessMemory, top: u64, ahead: &mut Ahead) {
         let f = self.layout.frame;
@@ -72,7 +75,7 @@ impl StackWalker {
             if known.is_some() && innermost {
                 // Its code object was not read this time (the frame is known), but the next
                 // sample will most likely find the innermost frame on another instruction
-                // and read it: keep it in the next prefetch instead of a request of its own.
+                // and read it. So keep it in the next prefetch instead of a request of its own.
                 mem.keep(code, self.layout.code.size);
             }
             if known.is_none() {

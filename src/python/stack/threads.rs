@@ -19,26 +19,51 @@ pub(crate) struct RawThread {
     pub(crate) native_id: Option<i32>,
     /// Address of the innermost frame when we read the thread state.
     pub(crate) top_frame: u64,
-    /// Index of the interpreter (0 = main).
-    pub(crate) interp_index: usize,
+    /// Address of its `PyInterpreterState`.
+    pub(crate) interp: u64,
+    /// The interpreter's own id (`PyInterpreterState.id`; 0 = main). On 2.7 and 3.6, which
+    /// record none, it is its place counted from the end of the list (the main interpreter is
+    /// the last, because a new one goes in at the head).
+    pub(crate) interp_id: i64,
     /// Whether this thread holds its interpreter's GIL.
     pub(crate) holds_gil: bool,
-    /// Taken as the last read found it, unread: the thread is in the `reuse` map the list
+    /// Taken as the last read found it, unread. The thread is in the `reuse` map the list
     /// was read with, with this innermost frame, and does not hold the GIL (see
     /// [`KnownStates`]). Saves the callers a look-up of that map per thread.
     pub(crate) rested: bool,
 }
 
-/// The thread states as reads of the thread list found them, by address: a thread that has
-/// not run since its state was read left that state as it was (its innermost frame, its
-/// ids), and its link to the next state changes only when the next thread leaves the list
-/// (a new thread goes in at the head). So a list of a thousand threads of which two ran is
-/// read in three states (the two and the head), not a thousand: each state is a request's
-/// range and a page the kernel pins, at every sample.
+/// A thread state whose recorded kernel id (3.8+ `native_thread_id`) is no thread of its
+/// process, and the thread it is.
+/// - Cause: a process forked without `PyOS_AfterFork_Child` (uWSGI's workers by default)
+///   keeps the parent's thread states, ids and all. The child's one thread is the forking
+///   one under a new id.
+/// - Found by the state's `pthread_t`, because fork keeps the forking thread's
+///   `struct pthread` where it was and glibc writes the new id into it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub struct StaleId {
+    /// The id the thread state records (in the target's PID namespace).
+    pub(crate) recorded: i32,
+    /// The thread it is (in the target's PID namespace, as `recorded`).
+    pub(crate) actual: i32,
+    /// The thread state.
+    #[serde(skip)]
+    pub(crate) tstate: u64,
+}
+
+/// The thread states as reads of the thread list found them, by address.
+/// - A thread that has not run since its state was read left that state as it was (its
+///   innermost frame, its ids).
+/// - Its link to the next state changes only when the next thread leaves the list (a new
+///   thread goes in at the head).
+///
+/// So a list of a thousand threads of which two ran is read in three states (the two and
+/// the head), not a thousand. Each state is a request's range and a page the kernel pins,
+/// at every sample.
 ///
 /// A thread that leaves the list while its neighbour rests would be found again through
 /// the neighbour's old link (it is read, as a thread that changed, until the list is read
-/// whole): every [`FULL_LIST_EVERY`], and after a read that failed, every state is read.
+/// whole). So every [`FULL_LIST_EVERY`], and after a read that failed, every state is read.
 #[derive(Default)]
 pub(super) struct KnownStates {
     by_addr: crate::IdMap<u64, KnownState>,
@@ -53,14 +78,15 @@ pub(super) struct KnownStates {
 }
 
 /// The thread list of one interpreter as a sample's read found it, against the caller's
-/// map of threads at rest (`reuse`) as of `epoch`: the next sample, given what changed in
-/// that map since ([`crate::python::ReuseDelta`]), reads the states of the threads that
-/// did not rest and those whose entry changed, and counts the others, instead of
+/// map of threads at rest (`reuse`) as of `epoch`. The next sample is given what changed
+/// in that map since ([`crate::python::ReuseDelta`]). It reads the states of the threads
+/// that did not rest and those whose entry changed, and counts the others, instead of
 /// following a thousand links and looking each thread up.
 struct Shape {
-    /// The interpreter (the only one) and its first thread state (a new thread goes in at
-    /// the head).
+    /// The interpreter (the only one), its id and its first thread state (a new thread
+    /// goes in at the head).
     interp: u64,
+    interp_id: i64,
     head: u64,
     /// States on the list.
     len: usize,
@@ -85,7 +111,7 @@ struct KnownState {
 }
 
 impl KnownState {
-    /// `reuse` names its thread with the innermost frame it was last read with: it has not
+    /// `reuse` names its thread with the innermost frame it was last read with, so it has not
     /// run since (the GIL aside, which the caller checks).
     fn rests_in(&self, reuse: &crate::IdMap<u64, u64>) -> bool {
         reuse.get(&self.raw.thread_id) == Some(&self.raw.top_frame)
@@ -105,7 +131,7 @@ impl KnownStates {
         self.whole(asked)
     }
 
-    /// A read of the list ended: states it did not meet are forgotten.
+    /// A read of the list ended. States it did not meet are forgotten.
     fn end(&mut self, read: &Result<Vec<RawThread>>, whole: bool) {
         match read {
             Ok(list) => {
@@ -126,7 +152,7 @@ impl Shape {
     /// The shape of `list` as a read of interpreter `interp` found it, against the map of
     /// `epoch`; None for a list that spans interpreters or names a thread twice.
     fn of(list: &[RawThread], interp: u64, epoch: u64) -> Option<Shape> {
-        if list.iter().any(|t| t.interp_index != 0) {
+        if list.iter().any(|t| t.interp != interp) {
             return None;
         }
         let mut by_thread = crate::IdMap::default();
@@ -137,6 +163,7 @@ impl Shape {
         }
         Some(Shape {
             interp,
+            interp_id: list.first().map_or(0, |t| t.interp_id),
             head: list.first().map_or(0, |t| t.tstate),
             len: list.len(),
             unrested: list
@@ -151,12 +178,15 @@ impl Shape {
 }
 
 /// How often a sample reads every thread state of the list, whatever the threads did
-/// (see [`KnownStates`]): a bound on how long a list changed behind a resting thread goes
-/// unseen; a read of a thousand states once a second is a few hundred microseconds.
+/// (see [`KnownStates`]). It bounds how long a list changed behind a resting thread goes
+/// unseen. A read of a thousand states once a second is a few hundred microseconds.
 const FULL_LIST_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// Limits that stop a walk of corrupt or torn memory from running forever.
 const MAX_INTERPRETERS: usize = 4096;
+/// The largest interpreter id taken as read right (CPython counts them from 0, one per
+/// interpreter made).
+const MAX_INTERP_ID: u64 = 1 << 32;
 const MAX_THREADS: usize = 1 << 16;
 
 impl StackWalker {
@@ -193,14 +223,20 @@ impl StackWalker {
         (read, whole)
     }
 
-    /// A sample's read of the thread list: [`StackWalker::threads`], or, when `delta` says
-    /// how `reuse` changed since the last sample's read and that read found one
-    /// interpreter, only the threads that did not rest (the states of threads whose entry
-    /// in `reuse` changed, of those that ran last time, and of the GIL holder; each read as
-    /// `threads` reads it), with the number of threads at rest left out: what `threads`
-    /// would give, the threads taken as they were aside. The list is read the whole way
-    /// (every link followed) when its head moved (a thread started), a state read shows
-    /// another link or another thread than last time, or every [`FULL_LIST_EVERY`].
+    /// A sample's read of the thread list. It is [`StackWalker::threads`], or only the threads
+    /// that did not rest when `delta` says how `reuse` changed since the last sample's read
+    /// and that read found one interpreter. Then it reads the states of:
+    /// - threads whose entry in `reuse` changed;
+    /// - those that ran last time;
+    /// - the GIL holder.
+    ///
+    /// Each is read as `threads` reads it. The result comes with the number of threads at
+    /// rest left out. It is what `threads` would give, the threads taken as they were aside.
+    ///
+    /// The list is read the whole way (every link followed) when:
+    /// - its head moved (a thread started);
+    /// - a state read shows another link or another thread than last time;
+    /// - or every [`FULL_LIST_EVERY`].
     pub(crate) fn threads_in_sample(
         &mut self,
         mem: &dyn ProcessMemory,
@@ -228,7 +264,7 @@ impl StackWalker {
         }
         let (list, whole) = self.read_threads(mem, interp_head, gil_tstate_current, reuse);
         let list = list?;
-        // A whole read takes no thread as it was: not a shape to go on from.
+        // A whole read takes no thread as it was, so it is not a shape to go on from.
         if let (false, Some(_), Some(delta)) = (whole, reuse, delta) {
             self.known_states.shape = Shape::of(&list, interp_head, delta.epoch);
         }
@@ -267,15 +303,15 @@ impl StackWalker {
             }
         }
         if holder != 0 {
-            // A state not on the list holds the GIL: the list changed.
+            // A state not on the list holds the GIL, so the list changed.
             let Some(h) = at(holder) else { return Ok(None) };
             look.push(h);
         }
         look.sort_unstable();
         look.dedup();
         // Every state left unlooked at is one the way through the links would take as it
-        // was (checked at every sample of the debug build's tests: a change of the map
-        // missing from `delta` would leave a thread that ran unread).
+        // was. This is checked at every sample of the debug build's tests, because a change of
+        // the map missing from `delta` would leave a thread that ran unread.
         #[cfg(debug_assertions)]
         for (addr, k) in &self.known_states.by_addr {
             if !look.iter().any(|&(_, t)| t == *addr) {
@@ -293,11 +329,11 @@ impl StackWalker {
                 return Ok(None);
             };
             if !holds_gil && k.rests_in(reuse) {
-                // At rest: taken as it was, left out.
+                // At rest, so taken as it was and left out.
                 continue;
             }
             let (was_thread, was_next) = (k.raw.thread_id, k.next);
-            let (t, next, frame_field) = self.read_thread(mem, tstate, interp)?;
+            let (t, next, frame_field) = self.read_thread(mem, tstate, interp, shape.interp_id)?;
             if next != was_next || t.thread_id != was_thread {
                 return Ok(None);
             }
@@ -315,9 +351,9 @@ impl StackWalker {
     }
 
     /// What the next read of the thread list will read of the states as last found, when
-    /// it is to be a whole one (`asked`, or due): each state's fields and on 3.11/3.12 its
-    /// `_PyCFrame`'s, for the caller's prefetch (read one at a time, a thousand resting
-    /// states cost a thousand system calls once a second). None otherwise.
+    /// it is to be a whole one (`asked`, or due). That is each state's fields and on
+    /// 3.11/3.12 its `_PyCFrame`'s, for the caller's prefetch. Read one at a time, a thousand
+    /// resting states cost a thousand system calls once a second. None otherwise.
     pub(crate) fn list_hint(&self, asked: bool) -> Option<Vec<(u64, usize)>> {
         let known = &self.known_states;
         if known.by_addr.is_empty() || !known.whole(asked) {
@@ -327,8 +363,8 @@ impl StackWalker {
     }
 
     /// What the next read of the thread list will read of the states as last found when
-    /// it is not a whole one, for the caller's prefetch: the states of the threads not in
-    /// `reuse` (they ran) — when there are more than a few (a pool waking at once has
+    /// it is not a whole one, for the caller's prefetch. That is the states of the threads
+    /// not in `reuse` (they ran), when there are more than a few (a pool waking at once has
     /// hundreds, each a system call of its own otherwise). None otherwise, without a look
     /// at every state.
     pub(crate) fn ran_hint(&self, reuse: &crate::IdMap<u64, u64>) -> Option<Vec<(u64, usize)>> {
@@ -390,6 +426,8 @@ impl StackWalker {
             if !interps.step(interp) || interps.steps > MAX_INTERPRETERS {
                 return Err(torn(interp, "the interpreter list loops"));
             }
+            // The place in the list for now. The ids are given once the list is known.
+            let interp_id = index;
             let holder = match gil {
                 Some(h) => h,
                 None => self.gil_holder_312(mem, interp)?,
@@ -418,7 +456,8 @@ impl StackWalker {
                 let (t, next) = match rested {
                     Some(known) => known,
                     None => {
-                        let (t, next, frame_field) = self.read_thread(mem, tstate, interp)?;
+                        let (t, next, frame_field) =
+                            self.read_thread(mem, tstate, interp, interp_id)?;
                         let k = KnownState {
                             raw: t.clone(),
                             interp,
@@ -432,7 +471,8 @@ impl StackWalker {
                     }
                 };
                 out.push(RawThread {
-                    interp_index: index,
+                    interp,
+                    interp_id,
                     holds_gil,
                     ..t
                 });
@@ -441,10 +481,51 @@ impl StackWalker {
             interp = mem.read_u64(interp.wrapping_add(l.interp.next as u64))?;
             index += 1;
         }
+        self.name_interpreters(mem, &mut out, index)?;
         Ok(out)
     }
 
-    /// 3.12+: the GIL lives in the interpreter (`ceval.gil`); the holder is `last_holder`
+    /// Gives the threads of a list of `count` interpreters (each `interp_id` its place in
+    /// the list) their interpreters' ids.
+    /// - One interpreter is the main one (id 0), without a read. The other ids are read only
+    ///   where there are subinterpreters.
+    /// - Where the version records none (2.7, 3.6), the id is the place counted from the end
+    ///   (the main interpreter is the last, because a new one goes in at the head).
+    fn name_interpreters(
+        &self,
+        mem: &dyn ProcessMemory,
+        threads: &mut [RawThread],
+        count: i64,
+    ) -> Result<()> {
+        if count <= 1 {
+            for t in threads.iter_mut() {
+                t.interp_id = 0;
+            }
+            return Ok(());
+        }
+        let Some(off) = self.layout.interp.id else {
+            for t in threads.iter_mut() {
+                t.interp_id = count - 1 - t.interp_id;
+            }
+            return Ok(());
+        };
+        let mut ids: Vec<(u64, i64)> = Vec::new();
+        for t in threads.iter_mut() {
+            if let Some(&(_, id)) = ids.iter().find(|(i, _)| *i == t.interp) {
+                t.interp_id = id;
+                continue;
+            }
+            let id = mem.read_u64(t.interp.wrapping_add(off as u64))?;
+            if id >= MAX_INTERP_ID {
+                return Err(torn(t.interp, "an interpreter id out of range"));
+            }
+            ids.push((t.interp, id as i64));
+            t.interp_id = id as i64;
+        }
+        Ok(())
+    }
+
+    /// 3.12+: the GIL lives in the interpreter (`ceval.gil`). The holder is `last_holder`
     /// while `locked` is set. Returns 0 when nobody holds it or the layout lacks it.
     fn gil_holder_312(&self, mem: &dyn ProcessMemory, interp: u64) -> Result<u64> {
         let i = &self.layout.interp;
@@ -463,16 +544,18 @@ impl StackWalker {
         mem.read_u64(gil.wrapping_add(holder as u64))
     }
 
-    /// The thread state at `tstate`, and its `next` and `frame` fields.
+    /// The thread state at `tstate` of interpreter `interp` (whose id is `interp_id`), and
+    /// its `next` and `frame` fields.
     fn read_thread(
         &self,
         mem: &dyn ProcessMemory,
         tstate: u64,
         interp: u64,
+        interp_id: i64,
     ) -> Result<(RawThread, u64, u64)> {
         let t = &self.layout.thread;
         let size = self.state_size();
-        // On the stack: a thread state's first fields are a few hundred bytes.
+        // On the stack, because a thread state's first fields are a few hundred bytes.
         let mut small = [0u8; 512];
         let large;
         let buf: &[u8] = if size <= small.len() {
@@ -496,13 +579,24 @@ impl StackWalker {
             native_id: t
                 .native_thread_id
                 .map(|o| field_u64(buf, o) as i32)
-                .filter(|&n| n > 0),
+                .filter(|&n| n > 0)
+                .map(|n| self.corrected_id(tstate, n)),
             top_frame,
-            interp_index: 0,
+            interp,
+            interp_id,
             holds_gil: false,
             rested: false,
         };
         Ok((raw, field_u64(buf, t.next), frame_field))
+    }
+
+    /// The kernel id of thread state `tstate`, which records `recorded`: the thread it is
+    /// when a snapshot found `recorded` stale (see [`StackWalker::stale_ids`]).
+    fn corrected_id(&self, tstate: u64, recorded: i32) -> i32 {
+        self.stale_ids
+            .iter()
+            .find(|s| s.tstate == tstate && s.recorded == recorded)
+            .map_or(recorded, |s| s.actual)
     }
 
     /// The innermost frame address from the thread state's `frame` field value

@@ -17,8 +17,8 @@ const MAX_JOIN_LINKS: usize = 3;
 pub(crate) fn spans(addrs: &[u64], size: u64) -> Vec<(u64, u64)> {
     const JOIN: u64 = 4096;
     // A chain of 3.11+'s frame stack comes innermost first, at falling addresses, with
-    // a few frames elsewhere (3.12+'s entry frames on the C stack, generators' frames):
-    // reversed, it is nearly sorted, and an insertion sort does little more than look.
+    // a few frames elsewhere (3.12+'s entry frames on the C stack, generators' frames).
+    // Reversed, it is nearly sorted, and an insertion sort does little more than look.
     let mut sorted: Vec<u64> = addrs.iter().rev().copied().collect();
     if sorted.len() <= 256 {
         for i in 1..sorted.len() {
@@ -81,17 +81,21 @@ impl ReadAgain {
 }
 
 impl StackWalker {
-    /// Checks, after a walk without pausing, that the walk's stack is one the thread had:
-    /// every frame of the chain is read again (all in one request, after the walk), then
-    /// the thread's innermost frame; the thread's stack must now be a part of the walk's,
-    /// from some frame down to the outermost, unchanged (that frame's line aside), with
-    /// whatever returned, yielded or was pushed above it since. This is what a second walk
-    /// would establish, without following the chain again: the addresses are known, so one
-    /// `read_many` fetches them all. Also reads the opcode at the innermost instruction
-    /// (into `w.top_op`) in the same request, or, with `op_mem`, from there afterwards (an
-    /// instruction's opcode does not depend on when it is read: the walk's own cache
-    /// serves it without another system call).
-    /// Ok(false): the stack changed; Err: a read failed.
+    /// Checks, after a walk without pausing, that the walk's stack is one the thread had.
+    ///
+    /// - Every frame of the chain is read again, all in one request after the walk, then
+    ///   the thread's innermost frame.
+    /// - The thread's stack must now be a part of the walk's, from some frame down to the
+    ///   outermost, unchanged (that frame's line aside). Whatever returned, yielded or was
+    ///   pushed above it since does not matter.
+    /// - This is what a second walk would establish, without following the chain again.
+    ///   The addresses are known, so one `read_many` fetches them all.
+    /// - The opcode at the innermost instruction goes into `w.top_op`, read in the same
+    ///   request. With `op_mem` it is read from there afterwards, because an instruction's
+    ///   opcode does not depend on when it is read, and the walk's own cache serves it
+    ///   without another system call.
+    ///
+    /// Ok(false) when the stack changed. Err when a read failed.
     pub(crate) fn verify(
         &mut self,
         mem: &dyn ProcessMemory,
@@ -152,8 +156,8 @@ impl StackWalker {
             if w.shown[i] {
                 at += 1;
             }
-            // A frame that reads byte for byte as the walk read it is as the walk saw it:
-            // same link, code and instruction. Only the others are decoded, and a
+            // A frame that reads byte for byte as the walk read it is as the walk saw it,
+            // with the same link, code and instruction. Only the others are decoded, and a
             // generator's frame (whether it still executes is not in its bytes).
             let now_bytes = locate(addr);
             if !now_bytes.is_empty()
@@ -165,7 +169,7 @@ impl StackWalker {
                 continue;
             }
             // Frames above the thread's innermost one may be anything now (suspended,
-            // freed): an error reading one only means it changed.
+            // freed), so an error reading one only means it changed.
             let innermost = k.map_or(i == 0, |k| i == k);
             let step = match self.step(mem, addr, now_bytes, true, innermost) {
                 Ok(s) => s,
@@ -196,19 +200,21 @@ impl StackWalker {
         while j > 0 && steady[j - 1] && (j == n || same_line[j]) {
             j -= 1;
         }
-        // Where the thread's stack now joins the walk's: `now` itself, or (a frame pushed
-        // since) the first of the walk's frames that the links from `now` reach, read
-        // from the process now, a few links at most (3.12+ puts a C-stack entry frame
-        // between a generator resumed from C and its caller). A part of the walk's chain
-        // that reads as unchanged proves nothing unless the thread's stack runs through
-        // it: a dead generator's frames hold still too.
+        // Where the thread's stack now joins the walk's:
+        // - `now` itself;
+        // - or (a frame pushed since) the first of the walk's frames that the links from
+        //   `now` reach, read from the process now, a few links at most (3.12+ puts a
+        //   C-stack entry frame between a generator resumed from C and its caller).
+        //
+        // A part of the walk's chain that reads as unchanged proves nothing unless the
+        // thread's stack runs through it, because a dead generator's frames hold still too.
         let joined = match k {
             Some(k) => Some(k),
             None => self.join_below(mem.live().unwrap_or(mem), now, &w.chain)?,
         };
         if joined.is_none_or(|m| j > m) {
             // The thread's stack does not run through a part of the walk's that held
-            // still: the walk may be torn.
+            // still, so the walk may be torn.
             return Ok(false);
         }
         if w.top_instr.is_some() {
@@ -219,8 +225,8 @@ impl StackWalker {
     }
 
     /// Reads the walk's frames again in one request (frames that lie close together, as
-    /// 3.11+'s frame stack keeps them, as one range: the kernel pins and copies each range
-    /// separately), the opcode at the innermost instruction (from `op_mem` when given),
+    /// 3.11+'s frame stack keeps them, as one range, because the kernel pins and copies each
+    /// range separately), the opcode at the innermost instruction (from `op_mem` when given),
     /// and last the thread state's top-frame field, after every frame.
     fn read_again(
         &mut self,
@@ -230,7 +236,8 @@ impl StackWalker {
         op_mem: Option<&dyn ProcessMemory>,
     ) -> Result<ReadAgain> {
         let size = self.layout.frame.size;
-        // A busy thread's chain is most often the one verified last time: its ranges too.
+        // A busy thread's chain is most often the one verified last time, and its ranges are
+        // too.
         if self.spans_of != w.chain {
             self.spans_of.clone_from(&w.chain);
             self.spans_last = spans(&w.chain, size as u64);
@@ -265,9 +272,9 @@ impl StackWalker {
         }
         if let (Some(at), Some(m)) = (w.top_instr, op_mem) {
             m.read(at, &mut again.op)?;
-            // The instructions around it count as used: the next sample's prefetch brings
+            // The instructions around it count as used, so the next sample's prefetch brings
             // them, where a busy thread most likely is by then (the opcode alone missed
-            // whenever the thread had moved on: one request more).
+            // whenever the thread had moved on, costing one request more).
             const AROUND: u64 = 64;
             let lo = at.saturating_sub(AROUND);
             m.keep(lo, (at.saturating_add(AROUND) - lo) as usize);

@@ -4,9 +4,13 @@
 //!
 //! Each test builds a thread running `outer → middle → inner`, walks it, changes the
 //! memory the way the thread could have between the walk and the verification, and checks
-//! what `verify` makes of it: the thread's stack now must be a part of the walk's, from
-//! some frame down to the outermost, unchanged (that frame's line aside), with whatever
-//! returned or was pushed above it since; Ok(false) when not; Err when a read fails.
+//! what `verify` makes of it. The thread's stack now must be a part of the walk's:
+//! - from some frame down to the outermost;
+//! - unchanged (that frame's line aside);
+//! - with whatever returned or was pushed above it since.
+//!
+//! `verify` gives Ok(false) when not, and Err when a read fails.
+//!
 //! And the thread list's reads ([`StackWalker::threads`]) with threads at rest.
 
 use super::{StackWalker, Walk};
@@ -18,12 +22,15 @@ use crate::python_bindings::{FrameModel, Layout, LineTableFormat, StringModel, G
 /// Where the fake address space starts, and its size.
 const BASE: u64 = 0x5500_0000_0000;
 const SPACE: usize = 0x8000;
-/// Type objects (never read: only compared with objects' `ob_type`).
+/// Type objects (never read, only compared with objects' `ob_type`).
 const TYPES: TypeAddrs = TypeAddrs {
     code: 0x7000_0010,
     frame: 0x7000_0020,
     unicode: 0x7000_0030,
     bytes: 0x7000_0040,
+    dict: 0,
+    module: 0,
+    int: 0,
 };
 /// Code units of every fake code object. Unit `u` is on line `firstlineno + u`, and its
 /// opcode byte is `OPCODE + 2 * u`.
@@ -227,8 +234,9 @@ impl Space {
         gen + iframe
     }
 
-    /// Marks a frame executing, or suspended (a generator that yielded): ≤3.10 in the frame
-    /// object, 3.11/3.12 in the generator that owns the frame (other frames always execute).
+    /// Marks a frame executing, or suspended (a generator that yielded):
+    /// - ≤3.10 in the frame object;
+    /// - 3.11/3.12 in the generator that owns the frame (other frames always execute).
     fn set_executing(&mut self, frame: u64, executing: bool) {
         let f = self.l.frame;
         // FRAME_EXECUTING, or FRAME_SUSPENDED (-1).
@@ -365,7 +373,7 @@ fn functions(w: &Walk) -> Vec<(&str, Option<u32>)> {
 }
 
 /// How a test walks: the walker's settings, and whether `middle` is a generator's frame
-/// (where the layout has generator-owned frames: 3.11/3.12).
+/// (where the layout has generator-owned frames, on 3.11/3.12).
 #[derive(Debug, Clone, Copy)]
 struct How {
     strict: bool,
@@ -486,7 +494,7 @@ fn frames_that_returned_since_are_accepted() {
             let at = st.frames[0] + l.frame.code as u64;
             st.s.put(at, NOWHERE);
         });
-        // The thread's frame went on to another line: the walk's stands.
+        // The thread's frame went on to another line, so the walk's stands.
         expect(l, "inner returned, middle went on", true, |st| {
             st.set_top(st.frames[1]);
             st.s.set_unit(st.frames[1], 6);
@@ -562,7 +570,7 @@ fn a_kept_frame_with_another_code_object_is_rejected() {
             st.set_other_code(2);
         });
         // The thread's frame is at inner's address but is not inner (it returned, and
-        // another call took its place): not the walk's stack, as far as verify can tell.
+        // another call took its place). So it is not the walk's stack, as far as verify can tell.
         expect(l, "another frame at inner's address", false, |st| {
             st.set_other_code(0)
         });
@@ -640,7 +648,7 @@ fn an_unreadable_thread_state_or_frame_is_an_error() {
             assert!(got.is_err(), "{}: {what} unreadable: {got:?}", name(l));
             assert_eq!(w.top_op, None);
         }
-        // A top frame pointer to nowhere: following its link fails.
+        // A top frame pointer to nowhere, so following its link fails.
         let (got, _) = verify_after(l, |st| st.set_top(NOWHERE));
         assert!(got.is_err(), "{}: a top frame nowhere: {got:?}", name(l));
     }
@@ -662,7 +670,7 @@ fn a_truncated_walk_is_not_checked_past_its_cut() {
             .ok()
         };
         assert_eq!(cut(|_| {}), Some(true), "{}: unchanged", name(l));
-        // Middle, the last frame walked, links elsewhere: beyond the cut, not checked.
+        // Middle, the last frame walked, links elsewhere. That is beyond the cut, so not checked.
         assert_eq!(
             cut(|st| st.set_back(1, 0)),
             Some(true),
@@ -680,9 +688,10 @@ fn a_truncated_walk_is_not_checked_past_its_cut() {
 }
 
 /// A strict walker checks that every frame reached through a link is executing, but not
-/// the thread's own frame: a generator that yielded between the walk and the second read
-/// still names a stack the thread had. ≤3.10: frame objects' executing flag; 3.11/3.12:
-/// the state of the generator that owns `middle`.
+/// the thread's own frame. A generator that yielded between the walk and the second read
+/// still names a stack the thread had. What it checks:
+/// - ≤3.10: frame objects' executing flag;
+/// - 3.11/3.12: the state of the generator that owns `middle`.
 #[test]
 fn a_strict_walk_excuses_only_the_thread_s_frame_from_executing() {
     let generator = How {
@@ -722,12 +731,16 @@ fn a_strict_walk_excuses_only_the_thread_s_frame_from_executing() {
 }
 
 /// 3.11/3.12: a thread caught entering the evaluation loop, its new `_PyCFrame` installed
-/// and its `current_frame` not written yet, the slot holding what an earlier call left
-/// there: the frame of a generator suspended since (its link cleared), which reads as a
-/// whole stack of one frame. The thread's two C frames against the walk's one call (3.11:
-/// `outer` marked `is_entry`; 3.12: an entry frame below `outer`) say so, and the still
-/// walk reads the caller's C frame: `inner → middle → outer`. Settled (the new C frame's
-/// `current_frame` written), the walk is the thread's as it is.
+/// and its `current_frame` not written yet. The slot holds what an earlier call left there,
+/// the frame of a generator suspended since (its link cleared), which reads as a whole
+/// stack of one frame.
+///
+/// The thread's two C frames against the walk's one call say so:
+/// - 3.11: `outer` marked `is_entry`;
+/// - 3.12: an entry frame below `outer`.
+///
+/// And the still walk reads the caller's C frame: `inner → middle → outer`. Settled (the
+/// new C frame's `current_frame` written), the walk is the thread's as it is.
 #[test]
 fn a_stale_generator_frame_in_a_c_frame_being_installed_is_not_the_stack() {
     let mut tried = 0;
@@ -759,7 +772,7 @@ fn a_stale_generator_frame_in_a_c_frame_being_installed_is_not_the_stack() {
         let first = st.s.alloc(cur.max(prev) + 8);
         st.s.put(first + prev as u64, root);
         st.s.put(first + cur as u64, st.s.get(root + cur as u64));
-        // A generator, suspended: its frame links nowhere.
+        // A generator, suspended, so its frame links nowhere.
         let code = st.s.code("squares", 60);
         let stale = st.s.generator_frame(code, 0, 1);
         st.s.set_executing(stale, false);
@@ -796,8 +809,8 @@ fn a_stale_generator_frame_in_a_c_frame_being_installed_is_not_the_stack() {
 }
 
 /// Writes the seeds of the `stack_walk` fuzz target (fuzz/corpus/stack_walk/, see
-/// `crate::fuzzing::stack_walk` for the format): the test thread of every layout, its
-/// address space cut after the last object. Run by hand when the layouts change:
+/// `crate::fuzzing::stack_walk` for the format). They are the test thread of every layout,
+/// its address space cut after the last object. Run by hand when the layouts change:
 /// `cargo test --lib write_stack_walk_seeds -- --ignored`.
 #[test]
 #[ignore]
@@ -949,7 +962,7 @@ fn resting_threads_states_are_not_read_again() {
         let rested = |v: &[super::RawThread]| v.iter().map(|r| r.rested).collect::<Vec<_>>();
         assert_eq!(rested(&again), [false, true, false, true], "{}", name(l));
         assert_eq!(rested(&first), [false; 4], "{}", name(l));
-        // `c` holds the GIL: read, and said to hold it.
+        // `c` holds the GIL, so it is read, and said to hold it.
         let held = sw
             .threads(&noted, interp, Some(states[3]), Some(&rest))
             .unwrap();
@@ -981,7 +994,7 @@ fn resting_threads_states_are_not_read_again() {
             "{}",
             name(l)
         );
-        // `b` leaves the list while `a`, before it, rests: `a`'s kept link still leads to
+        // `b` leaves the list while `a`, before it, rests. `a`'s kept link still leads to
         // `b` (what `RestTracker`'s `list_whole` is for) until every state is read again.
         let mut gone = st.s.mem();
         let a_next = (states[1] + t.next as u64 - BASE) as usize;
@@ -1028,7 +1041,7 @@ fn a_sample_reads_only_the_states_of_threads_that_did_not_rest() {
             .into_iter()
             .map(|i| (first[i].thread_id, first[i].top_frame))
             .collect();
-        // The first read was a whole one (as every first is): the next follows the links
+        // The first read was a whole one (as every first is). The next follows the links
         // (taking `a` and `c` as they were) and notes the shape of the list.
         let (two, left) = sw
             .threads_in_sample(
@@ -1058,7 +1071,7 @@ fn a_sample_reads_only_the_states_of_threads_that_did_not_rest() {
             let read = noted.touched(s, state_size);
             assert_eq!(read, i == 0 || i == 2, "{} state {i}", name(l));
         }
-        // `c` holds the GIL: read, and said to hold it.
+        // `c` holds the GIL, so it is read, and said to hold it.
         let (four, left) = sw
             .threads_in_sample(
                 &noted,
@@ -1073,7 +1086,8 @@ fn a_sample_reads_only_the_states_of_threads_that_did_not_rest() {
             (vec![states[0], states[2], states[3]], 1)
         );
         assert!(four[2].holds_gil && !four[0].holds_gil, "{}", name(l));
-        // `a` ran (its entry went): read again; `c`, no longer holding the GIL, left out.
+        // `a` ran (its entry went), so it is read again. `c`, no longer holding the GIL, is left
+        // out.
         rest.remove(&ta);
         noted.forget();
         let (five, left) = sw
@@ -1084,7 +1098,8 @@ fn a_sample_reads_only_the_states_of_threads_that_did_not_rest() {
             (vec![states[0], states[1], states[2]], 1)
         );
         assert!(noted.touched(states[1], state_size) && !noted.touched(states[3], state_size));
-        // A sample missed (epoch 7 after 5): the whole way, as `threads` reads it.
+        // A sample missed (epoch 7 after 5), so the read goes the whole way, as `threads` reads
+        // it.
         let (six, left) = sw
             .threads_in_sample(&noted, interp, Some(0), Some(&rest), Some(&delta(7, &[])))
             .unwrap();
@@ -1097,7 +1112,8 @@ fn a_sample_reads_only_the_states_of_threads_that_did_not_rest() {
             .threads_in_sample(&noted, interp, Some(0), Some(&rest), Some(&delta(8, &[])))
             .unwrap();
         assert_eq!(left, 1, "{}: back to the threads that ran", name(l));
-        // `c` leaves behind `b` (which ran): `b`'s link moved: the whole way (`c` gone).
+        // `c` leaves behind `b` (which ran), so `b`'s link moved. The read goes the whole way
+        // (`c` gone).
         let b_next = (states[2] + t.next as u64 - BASE) as usize;
         let mut gone = st.s.mem();
         gone.bytes[b_next..b_next + 8].copy_from_slice(&0u64.to_le_bytes());
@@ -1105,7 +1121,8 @@ fn a_sample_reads_only_the_states_of_threads_that_did_not_rest() {
             .threads_in_sample(&gone, interp, Some(0), Some(&rest), Some(&delta(9, &[])))
             .unwrap();
         assert_eq!((at(&nine), left), (states[..3].to_vec(), 0), "{}", name(l));
-        // A thread starts: a state at the head of the list: the whole way, the new one in.
+        // A thread starts, with a state at the head of the list. The read goes the whole way, the
+        // new one in.
         let new = st.s.thread(st.frames[0]);
         st.s.alloc(state_size as usize);
         st.s.put(new + t.interp as u64, interp);

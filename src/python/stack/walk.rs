@@ -69,7 +69,7 @@ impl StackWalker {
         // For frames the look ahead did not read (allocated on first need).
         let mut buf = Vec::new();
         // `w.bytes` is the look ahead's, copied at once at the end, while every frame so
-        // far came from it; from the first that did not, it is kept frame by frame.
+        // far came from it. From the first that did not, it is kept frame by frame.
         let mut own_bytes = false;
         let mut addr = top;
         while addr != 0 {
@@ -145,7 +145,7 @@ impl StackWalker {
         self.last_depth = w.chain.len();
         if self.strict && w.frames.is_empty() && !w.chain.is_empty() {
             // A thread has no frame but C-stack entry frames only for an instant (starting
-            // or ending); a read without pausing that sees that was most likely misled by
+            // or ending). A read without pausing that sees that was most likely misled by
             // an entry frame already gone from the C stack, its memory reused (seen on
             // 3.14). The paused read that follows says what the thread really has.
             return Err(torn(
@@ -162,8 +162,8 @@ impl StackWalker {
     }
 
     /// The frame at `addr` alone, as a walk would show it (None for a frame CPython hides),
-    /// and its bytes (`layout.frame.size` of them): for a suspended coroutine's frame, which
-    /// lives inside its coroutine object and is on no thread's chain.
+    /// and its bytes (`layout.frame.size` of them). It is for a suspended coroutine's frame,
+    /// which lives inside its coroutine object and is on no thread's chain.
     pub(crate) fn frame_at(
         &mut self,
         mem: &dyn ProcessMemory,
@@ -191,13 +191,14 @@ impl StackWalker {
     }
 
     /// Decodes one frame from its bytes `buf` (read at `addr`): its link, its code object
-    /// and, when it is a Python frame of the program, the frame itself. `trust_cache`: use a
-    /// cached code object without reading its header again (only right after a walk that
-    /// validated it). `innermost`: the frame the thread's top-frame pointer named; it was
-    /// executing when that pointer was read, so the strict "is it executing" checks (meant
-    /// for frames reached through links) do not apply to it: a generator that yields between
-    /// the two reads would otherwise fail the sample exactly when Python code was running,
-    /// and biased the profile towards native time.
+    /// and, when it is a Python frame of the program, the frame itself.
+    /// - `trust_cache`: use a cached code object without reading its header again (only
+    ///   right after a walk that validated it).
+    /// - `innermost`: the frame the thread's top-frame pointer named. It was executing when
+    ///   that pointer was read, so the strict "is it executing" checks (meant for frames
+    ///   reached through links) do not apply to it. A generator that yields between the two
+    ///   reads would otherwise fail the sample exactly when Python code was running, and
+    ///   biased the profile towards native time.
     pub(super) fn step(
         &mut self,
         mem: &dyn ProcessMemory,
@@ -210,7 +211,7 @@ impl StackWalker {
         let f = self.layout.frame;
         let back = field_u64(buf, f.back);
         let code_addr = match f.model {
-            // 3.14+ holds `f_executable` as a tagged `_PyStackRef`: objects are at least
+            // 3.14+ holds `f_executable` as a tagged `_PyStackRef`. Objects are at least
             // 8-byte aligned, so the low bits are tags (and always 0 before 3.14).
             FrameModel::Interpreter => field_u64(buf, f.code) & !7,
             FrameModel::Object { .. } => field_u64(buf, f.code),
@@ -282,7 +283,7 @@ impl StackWalker {
     /// [`FrameStep::entry`]).
     fn is_entry(&self, buf: &[u8]) -> bool {
         /// 3.12–3.15: the owner of the entry frame `_PyEval_EvalFrameDefault` pushes
-        /// (`FRAME_OWNED_BY_CSTACK` on 3.12/3.13, `FRAME_OWNED_BY_INTERPRETER` on 3.14+:
+        /// (`FRAME_OWNED_BY_CSTACK` on 3.12/3.13, `FRAME_OWNED_BY_INTERPRETER` on 3.14+,
         /// both 3; 3.14's `FRAME_OWNED_BY_CSTACK`, 4, is not such a frame).
         const ENTRY_FRAME_OWNER: u8 = 3;
         let f = &self.layout.frame;
@@ -315,8 +316,8 @@ impl StackWalker {
             return Err(torn(addr, "not a frame object"));
         }
         // A freed frame object (a code's zombie frame or one on the free list)
-        // keeps its type and a stale `f_back`, but its reference count is 0:
-        // a chain read without pausing that runs through one is torn.
+        // keeps its type and a stale `f_back`, but its reference count is 0.
+        // A chain read without pausing that runs through one is torn.
         if self.strict && field_u64(buf, 0) == 0 {
             return Err(torn(addr, "a frame on the chain was freed"));
         }
@@ -378,7 +379,7 @@ impl StackWalker {
             };
         };
         let instr = field_u64(buf, self.layout.frame.lasti);
-        // Incomplete frames (3.11/3.12): still before the first traceable instruction.
+        // Incomplete frames (3.11/3.12) are still before the first traceable instruction.
         if let Some(first) = code.firsttraceable {
             if owner != Some(FRAME_OWNED_BY_GENERATOR)
                 && instr < code.bytecode.wrapping_add(first as u64 * 2)
@@ -387,12 +388,13 @@ impl StackWalker {
             }
         }
         // CPython's generated shims (3.13's `__init__` cleanup trampoline) have first line 0
-        // and no line for any instruction: not Python code of the program, so not shown.
+        // and no line for any instruction. They are not Python code of the program, so not
+        // shown.
         if code.firstlineno == 0 && code.table.line_at(0).is_none() {
             return Ok(None);
         }
         // Nor is any code of the file `<shim>` (3.12's `<interpreter trampoline>`, the code
-        // of every entry frame): a paused read knows such a frame by its owner; a read
+        // of every entry frame). A paused read knows such a frame by its owner. A read
         // without pausing can catch an entry frame being pushed, its owner byte not written
         // yet (CI saw it once in 3,200 `dump --nonblocking` of 3.12).
         if &*code.filename == "<shim>" {

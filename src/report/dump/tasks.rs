@@ -39,19 +39,16 @@ fn header(out: &mut String, lt: &LoopTasks, s: &Snapshot) {
     if lt.thread_id == 0 {
         let _ = writeln!(out, "Tasks of threads that ended ({tasks})");
     } else {
-        let name = s
-            .threads
-            .iter()
-            .find(|t| t.thread_id == lt.thread_id)
-            .and_then(|t| t.name.as_deref());
+        let thread = s.threads.iter().find(|t| t.thread_id == lt.thread_id);
         let id = lt
             .native_id
             .map(|n| n.to_string())
             .unwrap_or_else(|| format!("{:#x}", lt.thread_id));
-        let _ = write!(out, "Thread {id} ");
-        if let Some(name) = name {
-            let _ = write!(out, "\"{name}\" ");
-        }
+        let named = super::names(
+            thread.and_then(|t| t.python_name.as_deref()),
+            thread.and_then(|t| t.name.as_deref()),
+        );
+        let _ = write!(out, "Thread {id}{named}: ");
         let running = lt
             .running_task
             .and_then(|r| lt.tasks.iter().find(|t| t.id == r))
@@ -62,7 +59,7 @@ fn header(out: &mut String, lt: &LoopTasks, s: &Snapshot) {
         } else {
             "no event loop running"
         };
-        let _ = writeln!(out, "({lp}; {tasks}{running})");
+        let _ = writeln!(out, "{lp}; {tasks}{running}");
     }
     if lt.truncated {
         let _ = writeln!(

@@ -147,7 +147,7 @@ mod tests {
     #[test]
     fn text_puts_each_process_under_its_heading() {
         let text = tree_to_text(&tree());
-        let thread = "Thread 42 \"python3.12\" (active, holds the GIL)\n    \
+        let thread = "Thread 42 \"MainThread\" (python3.12): active, holds the GIL\n    \
                       #0   inner (/tmp/a.py:3)\n    \
                       #1   <module> (/tmp/a.py:10)\n";
         let python = "Python 3.12.1 (version from the Py_Version symbol)\n";

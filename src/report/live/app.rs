@@ -3,7 +3,8 @@
 //! Owns: [`App`] (frames in with [`App::update`], keys in with [`App::key`], the screen
 //! out with [`App::draw`], written in `screen`), [`LiveOptions`], [`Action`] and
 //! [`WindowKind`].
-//! Must not: read the terminal, wait, or sample: the loop (`run`) feeds it, and tests
+//!
+//! Must not: read the terminal, wait, or sample. The loop (`run`) feeds it, and tests
 //! drive it with frames and keys alone.
 //!
 //! Frames:
@@ -11,7 +12,7 @@
 //!   is their difference.
 //! - Paused, frames still come in, but the frames shown stay those of the moment of the
 //!   pause.
-//! - A reset takes the frame shown as the baseline: every window then starts there at the
+//! - A reset takes the frame shown as the baseline, so every window then starts there at the
 //!   earliest.
 
 use super::columns::{columns_of, Extras};
@@ -47,7 +48,7 @@ impl Default for LiveOptions {
 pub enum Action {
     /// Nothing changed.
     None,
-    /// The screen changed: draw it.
+    /// The screen changed, so draw it.
     Redraw,
     /// Leave (`q`, Ctrl-C, or any key once the COMMAND exited).
     Quit,
@@ -150,7 +151,21 @@ impl App {
             header: frame.header,
             info,
         });
-        self.before = self.latest.replace(snap);
+        // The frame that says the COMMAND exited comes at once, often a few milliseconds
+        // after the one before: its interval alone is a sliver, with nothing sampled. The
+        // last interval is then the one before it and the sliver, so the last screen shows
+        // what the program last did.
+        let ends = snap.header.exited.is_some()
+            && self.before.is_some()
+            && self
+                .latest
+                .as_ref()
+                .is_some_and(|l| l.header.exited.is_none());
+        if ends {
+            self.latest = Some(snap);
+        } else {
+            self.before = self.latest.replace(snap);
+        }
         if !self.paused {
             self.show_latest();
         }
@@ -224,7 +239,7 @@ impl App {
             .collect()
     }
 
-    /// After the view or thread changed: a sort the view lacks becomes the total.
+    /// After the view or thread changed, a sort the view lacks becomes the total.
     fn keep_sort_valid(&mut self) {
         if !self.sorts().contains(&self.query.sort) {
             self.query.sort = SortKey::Total;
@@ -263,7 +278,7 @@ impl App {
             return Action::Redraw;
         }
         if self.exited().is_some() {
-            // The COMMAND is gone: any key leaves the last screen.
+            // The COMMAND is gone, so any key leaves the last screen.
             return Action::Quit;
         }
         if self.help {

@@ -3,6 +3,7 @@
 //! Owns: [`Column`], the columns of each view ([`columns_of`]) and [`fit`], which drops
 //! columns that do not fit (in [`DROP_ORDER`]) instead of wrapping, then shares out the
 //! room left.
+//!
 //! Must not: know the rows' figures (it is handed their widths) or draw.
 
 use super::model::{SortKey, View};
@@ -31,7 +32,7 @@ pub(crate) enum Column {
     Source,
 }
 
-/// The order columns go in when the width is short: the first goes first. Location and
+/// The order columns go in when the width is short. The first goes first. Location and
 /// Total always stay.
 pub(crate) const DROP_ORDER: [Column; 10] = [
     Column::Source,
@@ -138,7 +139,7 @@ impl Column {
         })
     }
 
-    /// (fewest, most) characters a column takes; text columns grow from the first to the
+    /// (fewest, most) characters a column takes. Text columns grow from the first to the
     /// second as their text asks and the room allows. A figure column holds its heading
     /// and the sort mark.
     pub(crate) fn bounds(self, view: View, x: Extras) -> (usize, usize) {
@@ -157,9 +158,9 @@ impl Column {
 /// The columns of `wanted` that fit `width`, with their widths. `natural(c)` is how wide a
 /// text column's text is (its widest cell, heading included).
 /// - Columns go in [`DROP_ORDER`] while the fewest characters of those left exceed the
-///   width; Location and Total are never dropped (Location is cut instead).
+///   width. Location and Total are never dropped (Location is cut instead).
 /// - The room left goes to the text columns, left to right, up to their text's width and
-///   their most; the source column takes what remains.
+///   their most. The source column takes what remains.
 pub(crate) fn fit(
     wanted: &[Column],
     view: View,
@@ -191,10 +192,10 @@ pub(crate) fn fit(
     if let Some((_, w)) = out.iter_mut().find(|(c, _)| *c == Column::Source) {
         *w += spare;
     } else if let Some((_, w)) = out.iter_mut().find(|(c, _)| *c == Column::Location) {
-        // No source: a long path may take what is left.
+        // No source, so a long path may take what is left.
         *w += spare.min(natural(Column::Location).saturating_sub(*w));
     }
-    // A terminal narrower than the two columns kept: Location shrinks to what there is.
+    // On a terminal narrower than the two columns kept, Location shrinks to what there is.
     let used: usize = out.iter().map(|(_, w)| w).sum::<usize>() + GAP * out.len().saturating_sub(1);
     if used > width {
         if let Some((_, w)) = out.iter_mut().find(|(c, _)| *c == Column::Location) {

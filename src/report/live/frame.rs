@@ -3,8 +3,10 @@
 //! Owns: [`LiveFrame`] and its header ([`LiveHeader`], [`LiveProcess`], [`LiveGpu`]), the
 //! contract between the session (which takes the pictures) and the live view (which shows
 //! them).
-//! Must not: compute anything. Every figure here is since start; the view cuts windows
-//! out of two frames itself (`tally`).
+//! Must not: compute anything.
+//!
+//! Every figure here is since start. The view cuts windows out of two frames itself
+//! (`tally`).
 
 use std::time::Duration;
 
@@ -13,7 +15,7 @@ use std::time::Duration;
 #[derive(Debug, Clone)]
 pub struct LiveFrame {
     /// Since start: the profile the aggregate makes at this moment (as --json would write
-    /// it). Its `total_s` is the 100% of the since-start window; lines, functions, stacks
+    /// it). Its `total_s` is the 100% of the since-start window. Lines, functions, stacks
     /// and memory are all since start.
     pub profile: crate::profile::Profile,
     pub header: LiveHeader,
@@ -55,7 +57,7 @@ pub struct LiveProcess {
     pub command: String,
     pub python_version: String,
     /// Its share of the program's time since start, percent (as
-    /// [`ProcessProfile::cpu_pct`](crate::profile::ProcessProfile::cpu_pct)): the view
+    /// [`ProcessProfile::cpu_pct`](crate::profile::ProcessProfile::cpu_pct)). The view
     /// turns it into seconds with the profile's `total_s` to cut windows.
     pub cpu_pct: f64,
 }

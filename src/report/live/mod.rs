@@ -3,8 +3,9 @@
 //!
 //! Owns: the screen and the keys, from frames the session hands over ([`LiveFrame`]) to
 //! the terminal, and [`run`], the loop that joins them.
+//!
 //! Must not: sample, read a process or wait on the sampler. The session takes frames on
-//! its side and sends them down a channel; the loop takes the newest without blocking,
+//! its side and sends them down a channel. The loop takes the newest without blocking,
 //! so a slow terminal never slows a tick.
 //!
 //! Files:
@@ -15,6 +16,7 @@
 //! - `app`: [`App`], the state and the keys.
 //! - `header`, `screen`, `cells`: what the screen shows, and where.
 //! - `terminal`: the terminal taken over and given back; the quit signals.
+//! - `wake`: [`Wake`], rung with each frame so the loop sees it at once.
 
 mod app;
 mod cells;
@@ -25,12 +27,14 @@ mod model;
 mod screen;
 mod tally;
 mod terminal;
+mod wake;
 
 pub use app::{Action, App, LiveOptions};
 pub use frame::{LiveFrame, LiveGpu, LiveHeader, LiveProcess};
 pub use terminal::{
     enter_sequence, is_terminal, quit_on_signals, restore_sequence, restore_terminal, TerminalGuard,
 };
+pub use wake::Wake;
 
 use crossterm::event::{Event, KeyEventKind};
 use ratatui::backend::{Backend, CrosstermBackend};
@@ -40,8 +44,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{Receiver, TryRecvError};
 use std::time::Duration;
 
-/// How long the loop waits for a key before it looks at the channel and the quit flag
-/// again: a frame or a signal is seen within this.
+/// How long the loop waits for a key or a frame's [`Wake`] before it looks at the quit
+/// flag again, so a signal is seen within this.
 const POLL: Duration = Duration::from_millis(50);
 
 /// Why [`run`] returned.
@@ -63,16 +67,18 @@ pub(crate) trait Events {
     fn next(&mut self, timeout: Duration) -> io::Result<Option<Event>>;
 }
 
-/// The terminal's events, through crossterm.
-struct TerminalEvents;
+/// The terminal's events, through crossterm; a ring of `wake` ends the wait too.
+struct TerminalEvents {
+    wake: Wake,
+}
 
 impl Events for TerminalEvents {
-    /// Waits on stdin ourselves, and asks crossterm only with a zero timeout: crossterm's
-    /// reader spins on a terminal that hung up (135,000 reads in 2 s, seen), so it must
+    /// Waits on stdin ourselves, and asks crossterm only with a zero timeout, because
+    /// crossterm's reader spins on a terminal that hung up (135,000 reads in 2 s, seen), so it must
     /// never be the one waiting when the terminal goes away.
     fn next(&mut self, timeout: Duration) -> io::Result<Option<Event>> {
         let gone = || io::Error::new(io::ErrorKind::BrokenPipe, "the terminal hung up");
-        if hung_up(0) {
+        if hung_up(0, None) {
             return Err(gone());
         }
         // Events crossterm holds already (a key read with another, a resize).
@@ -80,7 +86,7 @@ impl Events for TerminalEvents {
             return crossterm::event::read().map(Some);
         }
         let ms = timeout.as_millis().min(i32::MAX as u128) as i32;
-        if hung_up(ms) {
+        if hung_up(ms, Some(&self.wake)) {
             return Err(gone());
         }
         if crossterm::event::poll(Duration::ZERO)? {
@@ -91,26 +97,37 @@ impl Events for TerminalEvents {
 }
 
 /// Whether the terminal on stdin hung up (its window closed, its tmux server killed). A
-/// hung-up terminal is always ready to read: without this check the loop spun at a full
+/// hung-up terminal is always ready to read. Without this check the loop spun at a full
 /// core's worth of polls, found running an hour after its terminal went away.
 ///
-/// Waits up to `ms` milliseconds for stdin to be readable; true when it hung up.
-fn hung_up(ms: i32) -> bool {
-    let mut fds = [libc::pollfd {
-        fd: libc::STDIN_FILENO,
+/// Waits up to `ms` milliseconds for stdin to be readable or `wake` to ring (its rings are
+/// taken); true when stdin hung up.
+fn hung_up(ms: i32, wake: Option<&Wake>) -> bool {
+    let pollfd = |fd| libc::pollfd {
+        fd,
         events: libc::POLLIN,
         revents: 0,
-    }];
-    // SAFETY: one pollfd we own; a bounded timeout.
-    let n = unsafe { libc::poll(fds.as_mut_ptr(), 1, ms) };
+    };
+    let mut fds = [
+        pollfd(libc::STDIN_FILENO),
+        pollfd(wake.map_or(-1, Wake::raw_fd)),
+    ];
+    // SAFETY: two pollfds we own (a negative fd is ignored by poll); a bounded timeout.
+    let n = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, ms) };
+    if fds[1].revents & libc::POLLIN != 0 {
+        if let Some(w) = wake {
+            w.drain();
+        }
+    }
     n > 0 && fds[0].revents & (libc::POLLHUP | libc::POLLERR | libc::POLLNVAL) != 0
 }
 
 /// Shows the live view on this terminal until the user quits, `quit` is set, or the
 /// COMMAND exits (at once with `opts.exit_on_end`, else at the next key).
-/// - Frames come from `rx`, about one per refresh. The loop never blocks on it: it takes
+/// - Frames come from `rx`, about one per refresh. The loop never blocks on it. It takes
 ///   what has come, keeps the newest, and draws.
-/// - `+` and `-` change the refresh period: `on_refresh` is told the new one, for the
+/// - The sender rings `wake` with each frame, and the loop's wait on the terminal ends then.
+/// - `+` and `-` change the refresh period. `on_refresh` is told the new one, for the
 ///   sender to follow.
 /// - The terminal is given back on every return, on error and on panic
 ///   ([`TerminalGuard`]).
@@ -118,6 +135,7 @@ fn hung_up(ms: i32) -> bool {
 /// Errors: the terminal could not be taken over or written to.
 pub fn run(
     rx: Receiver<LiveFrame>,
+    wake: Wake,
     opts: LiveOptions,
     on_refresh: &mut dyn FnMut(Duration),
     quit: &AtomicBool,
@@ -129,7 +147,7 @@ pub fn run(
         &mut terminal,
         &mut app,
         &rx,
-        &mut TerminalEvents,
+        &mut TerminalEvents { wake },
         on_refresh,
         quit,
     );
@@ -183,7 +201,7 @@ where
         let event = match events.next(POLL) {
             Ok(e) => e,
             Err(e) if e.kind() == io::ErrorKind::Interrupted => None,
-            // Nobody to show it to: as a hang-up signal would have said.
+            // Nobody to show it to, as a hang-up signal would have said.
             Err(e) if e.kind() == io::ErrorKind::BrokenPipe => return Ok(Exit::Signal),
             Err(e) => return Err(e),
         };

@@ -5,7 +5,7 @@
 //! Must not: lay out or draw (`columns`, `screen`), or hold state between frames (`app`).
 //!
 //! Every share is of one denominator, the window's `total_s` (all threads, all
-//! processes), whatever the view or the thread shown: shares of rows add up to at most
+//! processes), whatever the view or the thread shown, so shares of rows add up to at most
 //! 100%.
 
 use super::tally::{is_some_time, Tally, ThreadTally};
@@ -183,7 +183,7 @@ fn add(a: &mut Split, b: &Split) {
     a.system_s += b.system_s;
 }
 
-/// The key with the most amount of a map (ties: the first name).
+/// The key with the most amount of a map (on ties, the first name).
 fn top(by: Option<&BTreeMap<String, f64>>) -> Option<String> {
     by?.iter()
         .filter(|(_, v)| **v > 0.0)
@@ -197,7 +197,7 @@ fn per_second(mb: f64, elapsed_s: f64) -> Option<f64> {
 }
 
 /// The rows of window `w` that `q` asks for, sorted. `w` is a window made by
-/// [`Tally::since`]; a row is shown when it has time in the window, or (all threads)
+/// [`Tally::since`]. A row is shown when it has time in the window, or (all threads)
 /// allocated or copied in it.
 pub fn rows(w: &Tally, q: &Query) -> Vec<Row> {
     let mut rows = match q.view {
@@ -228,7 +228,7 @@ pub(crate) fn sort(rows: &mut [Row], k: SortKey) {
 
 fn line_rows(w: &Tally, thread: Option<i32>) -> Vec<Row> {
     let mut out = Vec::new();
-    // One thread: its own lines' time and native functions (from the stacks), and no
+    // One thread shows its own lines' time and native functions (from the stacks), and no
     // memory (it is not per thread).
     let own: Option<Option<&ThreadTally>> = thread.map(|t| w.threads.get(&t));
     for (key, l) in &w.lines {

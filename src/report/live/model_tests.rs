@@ -34,9 +34,9 @@ fn stack(tid: i32, frames: Vec<Frame>, secs: [f64; 3]) -> S {
     S { tid, frames, secs }
 }
 
-/// A since-start frame at `elapsed_s` made of `stacks`, as the aggregator would make it:
-/// lines, functions and the total from the stacks' charged frames (here, their innermost
-/// Python frame: no library files).
+/// A since-start frame at `elapsed_s` made of `stacks`, as the aggregator would make it. It
+/// has lines, functions and the total from the stacks' charged frames (here, their innermost
+/// Python frame, since there are no library files).
 fn frame_of(elapsed_s: f64, stacks: &[S]) -> LiveFrame {
     let total: f64 = stacks.iter().map(|s| s.secs.iter().sum::<f64>()).sum();
     let pct = |s: f64| 100.0 * s / total;
@@ -158,7 +158,8 @@ fn interval_shares_are_the_difference_of_two_frames() {
     assert!((interval.total_s - 2.0).abs() < 1e-9);
     assert!((interval.elapsed_s - 1.0).abs() < 1e-9);
     let r = lines(&interval);
-    // Only A had time in the interval: all of it, 1.5 s Python and 0.5 s native of 2 s.
+    // Only A had time in the interval, so it has all of it, 1.5 s Python and 0.5 s native of
+    // 2 s.
     assert_eq!(r.len(), 1, "{r:?}");
     assert_eq!((r[0].file.as_str(), r[0].line), (A, Some(10)));
     assert!((r[0].total_pct - 100.0).abs() < 1e-9);
@@ -180,7 +181,7 @@ fn interval_shares_are_the_difference_of_two_frames() {
 
 #[test]
 fn no_share_exceeds_100_with_8_threads() {
-    // 8 threads, each busy all the time on a line of its own: 8 CPU-s each second.
+    // 8 threads, each busy all the time on a line of its own, make 8 CPU-s each second.
     let at = |t: f64| {
         let stacks: Vec<S> = (0..8)
             .map(|i| stack(100 + i, vec![py("work", A, 10 + i as u32)], [t, 0.0, 0.0]))
@@ -246,7 +247,7 @@ fn filter_and_thread_view_select_the_right_rows() {
         vec![("/app/Render.py".into(), Some(3)), (A.into(), Some(10))]
     );
     assert!(rows(&w, &q(None, "nothing like it")).is_empty());
-    // Thread 2: its own two lines, with its own seconds of the shared line.
+    // Thread 2 shows its own two lines, with its own seconds of the shared line.
     let t2 = rows(&w, &q(Some(2), ""));
     assert_eq!(
         place(&t2),
@@ -419,6 +420,22 @@ fn paused_keeps_the_frames_shown_but_sees_the_exit() {
     app.update(last);
     assert!((app.window.as_ref().unwrap().elapsed_s - 1.0).abs() < 1e-9);
     assert_eq!(app.exited(), Some(3));
+}
+
+#[test]
+fn the_exit_frame_ends_the_last_interval_instead_of_being_one() {
+    let at = |t: f64| frame_of(t, &[stack(1, vec![py("f", A, 1)], [t, 0.0, 0.0])]);
+    let mut app = App::new(LiveOptions::default());
+    app.update(at(1.0));
+    app.update(at(2.0));
+    // The exit comes 10 ms after the last frame, with nothing sampled since.
+    let mut last = frame_of(2.01, &[stack(1, vec![py("f", A, 1)], [2.0, 0.0, 0.0])]);
+    last.header.exited = Some(0);
+    app.update(last);
+    let w = app.window.clone().unwrap();
+    assert!((w.elapsed_s - 1.01).abs() < 1e-9, "{}", w.elapsed_s);
+    assert!(!app.rows().is_empty());
+    assert_eq!(app.exited(), Some(0));
 }
 
 #[test]

@@ -2,6 +2,7 @@
 //!
 //! Owns: where each part goes on the terminal, the table's heading and cells (with the
 //! columns that fit, `columns::fit`), the footer's keys or prompt, and the help text.
+//!
 //! Must not: change the app's state or compute figures.
 //!
 //! Layout, top to bottom: the title (one line), the header (`header`), the table's
@@ -60,7 +61,7 @@ fn draw(app: &App, f: &mut ratatui::Frame) {
     );
     let rows = app.rows();
     if app.help {
-        // Wrapped: a narrow terminal still reads every key.
+        // Wrapped, so a narrow terminal still reads every key.
         f.render_widget(Paragraph::new(help(app)).wrap(Wrap { trim: false }), body);
     } else {
         f.render_widget(Paragraph::new(table(app, &rows, body)), body);

@@ -5,8 +5,8 @@
 //! Must not: choose rows or lay anything out (`model` and `screen` do).
 //!
 //! Why amounts: a profile's shares are percentages of its own total, and the total grows.
-//! Shares of an interval come from the difference of seconds, never of percentages:
-//! a line's seconds are `pct / 100 × total_s`.
+//! So shares of an interval come from the difference of seconds, never of percentages.
+//! A line's seconds are `pct / 100 × total_s`.
 
 use super::LiveFrame;
 use crate::profile::{charged_frame, Profile, Split};
@@ -36,7 +36,7 @@ pub(crate) struct LineTally {
 pub(crate) struct LineMemory {
     pub(crate) alloc_mb: f64,
     pub(crate) copy_mb: f64,
-    /// Since start in every window: a peak does not subtract.
+    /// Since start in every window, because a peak does not subtract.
     pub(crate) peak_mb: f64,
 }
 
@@ -54,8 +54,8 @@ pub(crate) struct ThreadTally {
     pub(crate) split: Split,
     pub(crate) lines: BTreeMap<LineKey, Split>,
     pub(crate) functions: BTreeMap<FunctionKey, Split>,
-    /// Native seconds of its lines by native function (`name (module)`): the innermost
-    /// frame of its stacks, when native (as the aggregator counts a line's native
+    /// Native seconds of its lines by native function (`name (module)`). The function is the
+    /// innermost frame of its stacks, when native (as the aggregator counts a line's native
     /// functions).
     pub(crate) line_native: BTreeMap<LineKey, BTreeMap<String, f64>>,
 }
@@ -63,7 +63,7 @@ pub(crate) struct ThreadTally {
 /// What one frame says, since start (or, made by [`Tally::since`], within a window).
 #[derive(Debug, Clone, Default, PartialEq)]
 pub(crate) struct Tally {
-    /// Seconds attributed: the 100% of every share.
+    /// Seconds attributed, the 100% of every share.
     pub(crate) total_s: f64,
     /// Seconds of the recording (of the window).
     pub(crate) elapsed_s: f64,
@@ -77,7 +77,7 @@ pub(crate) struct Tally {
     /// Seconds of each line by asyncio task (`--async`), from the stacks.
     pub(crate) line_tasks: BTreeMap<LineKey, BTreeMap<String, f64>>,
     /// Seconds of each line by the function its stacks name there, since start in every
-    /// window: the name of a line is not windowed.
+    /// window, because the name of a line is not windowed.
     pub(crate) line_functions: BTreeMap<LineKey, BTreeMap<String, f64>>,
     /// Seconds of each process, by pid.
     pub(crate) processes: BTreeMap<i32, f64>,
@@ -196,7 +196,7 @@ impl Tally {
         }
         t.stacks(p);
         for th in &p.threads {
-            t.threads.entry(th.native_id).or_default().name = th.name.clone();
+            t.threads.entry(th.native_id).or_default().name = th.display_name();
         }
         if h.processes.is_empty() {
             for pr in &p.processes {
@@ -211,7 +211,7 @@ impl Tally {
     }
 
     /// What the stacks say: each thread's lines and functions, the tasks and function
-    /// names of lines. A stack's time goes where the aggregator put it: to its charged
+    /// names of lines. A stack's time goes where the aggregator put it, to its charged
     /// frame (`profile::charged_frame`).
     fn stacks(&mut self, p: &Profile) {
         for s in &p.stacks {
@@ -269,8 +269,8 @@ impl Tally {
         }
     }
 
-    /// The window from `base` to `self` (`base` an earlier tally of the same recording):
-    /// every amount is this one's less `base`'s. Peaks and the names of lines stay this
+    /// The window from `base` to `self` (`base` an earlier tally of the same recording).
+    /// Every amount is this one's less `base`'s. Peaks and the names of lines stay this
     /// one's. No `base`: the window is since start, this tally itself.
     pub(crate) fn since(&self, base: Option<&Tally>) -> Tally {
         let Some(b) = base else {

@@ -38,7 +38,7 @@ pub fn enter_sequence(w: &mut impl Write) -> io::Result<()> {
 }
 
 /// Writes what gives the screen back: attributes reset, cursor shown, the normal screen.
-/// Raw mode is not bytes: [`restore_terminal`] leaves it too.
+/// Raw mode is not bytes, so [`restore_terminal`] leaves it too.
 pub fn restore_sequence(w: &mut impl Write) -> io::Result<()> {
     crossterm::queue!(
         w,
@@ -49,7 +49,7 @@ pub fn restore_sequence(w: &mut impl Write) -> io::Result<()> {
     w.flush()
 }
 
-/// Gives the terminal back if it was taken over: the screen ([`restore_sequence`]) and
+/// Gives the terminal back if it was taken over, both the screen ([`restore_sequence`]) and
 /// the input mode. Does nothing the second time, so the guard, the panic hook and a
 /// caller may all call it.
 pub fn restore_terminal() {
@@ -66,7 +66,7 @@ pub struct TerminalGuard {
 }
 
 impl TerminalGuard {
-    /// Takes the terminal over: raw mode, the alternate screen, cursor hidden; installs
+    /// Takes the terminal over (raw mode, the alternate screen, cursor hidden) and installs
     /// the panic hook that gives it back.
     /// Errors: stdout is no terminal, or the terminal refused a mode (all undone then).
     pub fn enter() -> io::Result<TerminalGuard> {
@@ -102,7 +102,7 @@ extern "C" fn on_quit_signal(_: libc::c_int) {
     QUIT.store(true, Ordering::SeqCst);
 }
 
-/// Catches SIGTERM, SIGHUP and SIGINT: each sets the flag returned, which
+/// Catches SIGTERM, SIGHUP and SIGINT. Each sets the flag returned, which
 /// [`run`](super::run) reads between polls (so the terminal is restored by the guard,
 /// never from the handler). The handlers stay for the rest of the process.
 /// Errors: a handler could not be installed.

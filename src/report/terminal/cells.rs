@@ -103,8 +103,8 @@ pub(super) fn seconds(s: f64) -> String {
     format!("{s:.2} s")
 }
 
-/// `name (location)` in at most `max` characters: the location loses its start first (it is
-/// a path); when too little of it would be left, only the name is shown, cut if need be.
+/// `name (location)` in at most `max` characters. The location loses its start first (it is
+/// a path). When too little of it would be left, only the name is shown, cut if need be.
 pub(super) fn format_function(name: &str, loc: &str, max: usize) -> String {
     let full = format!("{name} ({loc})");
     if full.chars().count() <= max {

@@ -18,26 +18,26 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
 impl Renderer<'_> {
-    /// Whether the file tables show the GPU columns: a GPU was used and the terminal is
-    /// wide enough.
+    /// Whether the file tables show the GPU columns (a GPU was used and the terminal is
+    /// wide enough).
     pub(super) fn gpu_columns(&self) -> bool {
         let extra = if self.memory_columns() { MEM_PREFIX } else { 0 };
         self.p.gpu.as_ref().is_some_and(|g| g.has_data())
             && self.width >= PREFIX + extra + GPU.width() + MIN_TEXT
     }
 
-    /// Whether a line matters for the GPU: a share of its busy time.
+    /// Whether a line matters for the GPU (a share of its busy time).
     fn gpu_matters(&self, l: &LineProfile) -> bool {
         l.gpu.as_ref().is_some_and(|g| g.gpu_pct >= MATTER_PCT)
     }
 
-    /// Whether the file tables show the memory columns: memory was recorded and the
-    /// terminal is wide enough for them and some source text.
+    /// Whether the file tables show the memory columns (memory was recorded and the
+    /// terminal is wide enough for them and some source text).
     pub(super) fn memory_columns(&self) -> bool {
         self.p.memory.is_some() && self.width >= PREFIX + MEM_PREFIX + MIN_TEXT
     }
 
-    /// Whether a line matters for memory: a share of the allocations or copies.
+    /// Whether a line matters for memory (a share of the allocations or copies).
     fn memory_matters(&self, l: &LineProfile) -> bool {
         let (Some(m), Some(lm)) = (&self.p.memory, &l.memory) else {
             return false;
@@ -161,7 +161,7 @@ impl Renderer<'_> {
             let line = by_line.get(&n).copied();
             let row = self.line_row(f, n, line, text, (mem, gpu), text_width);
             let _ = writeln!(out, "{}", row.trim_end());
-            // Under the line number, across the whole width: names are long.
+            // Under the line number, across the whole width, because names are long.
             let note_width = self.width.saturating_sub(NOTE_INDENT).max(MIN_TEXT);
             if let Some(note) = line.and_then(|l| native_note(l, note_width)) {
                 let _ = writeln!(out, "{}{}", " ".repeat(NOTE_INDENT), self.paint(DIM, &note));
@@ -172,8 +172,9 @@ impl Renderer<'_> {
         }
     }
 
-    /// The numbers of the lines a file's table shows, ascending: the lines that matter (or
-    /// every line with data, when none does), each with its context lines that exist.
+    /// The numbers of the lines a file's table shows, ascending. They are the lines that
+    /// matter (or every line with data, when none does), each with its context lines that
+    /// exist.
     fn shown_lines(&self, f: &FileProfile, text: Option<&[String]>) -> Vec<u32> {
         // Lines that anchor context: those that matter, or every sampled one if none does.
         let mut anchors: Vec<u32> = f

@@ -24,7 +24,7 @@ pub struct HeaderField {
 }
 
 /// The report's heading (`scalene-rs: program`) and header fields, worded as the terminal
-/// report words them, unwrapped: for other renderers (HTML) that lay them out themselves.
+/// report words them, unwrapped, for other renderers (HTML) that lay them out themselves.
 pub fn header_fields(p: &Profile) -> (String, Vec<HeaderField>) {
     let o = TerminalOptions {
         width: usize::MAX / 4,
@@ -328,6 +328,19 @@ impl Renderer<'_> {
                         "{} memory events dropped (ring full), {} allocations not tied to \
                          their line in time",
                         m.dropped_events, m.handshake_timeouts
+                    ),
+                    Some(BOLD),
+                );
+            }
+            if m.large_allocs_without_own_stack > 0 {
+                self.field(
+                    out,
+                    "",
+                    &format!(
+                        "{:.1} MB of {:.1} MB allocated in blocks of at least a window ({}                          events) charged without a stack of their own (to their thread's                          latest handshake's line)",
+                        m.large_alloc_without_own_stack_mb,
+                        m.large_alloc_mb,
+                        m.large_allocs_without_own_stack
                     ),
                     Some(BOLD),
                 );

@@ -54,7 +54,7 @@ const MIN_WIDTH: usize = 72;
 /// How to render.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TerminalOptions {
-    /// Highlight with ANSI escapes (bold, colour). Off: plain text only.
+    /// Highlight with ANSI escapes (bold, colour). Off means plain text only.
     pub color: bool,
     /// Columns available; long source lines are cut to fit.
     pub width: usize,
@@ -107,7 +107,7 @@ pub fn render(p: &Profile, o: &TerminalOptions, source: SourceProvider) -> Strin
     out
 }
 
-/// The report from the profile alone: only sampled lines carry source text, so context
+/// The report from the profile alone. Only sampled lines carry source text, so context
 /// lines that were not sampled are left out and the gap marked `...`.
 pub fn render_without_source(p: &Profile, o: &TerminalOptions) -> String {
     render(p, o, &mut |_| None)

@@ -1,7 +1,7 @@
 //! The rows under a line recorded with `--native`: its native functions and allocations.
 //!
 //! Owns: the short form of a native function's name for such a row.
-//! Must not: shorten a name anywhere else; the JSON keeps every name whole.
+//! Must not: shorten a name anywhere else. The JSON keeps every name whole.
 
 use super::cells::{mb_cell, pct_text, truncate_end};
 use crate::profile::LineProfile;
@@ -12,8 +12,8 @@ const NATIVE_SHOWN: usize = 3;
 pub(super) const NOTE_INDENT: usize = 7;
 
 /// The row under a line with native time recorded with `--native`: the native functions
-/// it was spent in, `↳ native: deflate 28%, libz.so.1+0x5d80 11%, …`, cut to `width`; None
-/// when the line has none worth a tenth of a percent.
+/// it was spent in, `↳ native: deflate 28%, libz.so.1+0x5d80 11%, …`, cut to `width`.
+/// None when the line has none worth a tenth of a percent.
 pub(super) fn native_note(l: &LineProfile, width: usize) -> Option<String> {
     let shown: Vec<String> = l
         .native_functions
@@ -36,7 +36,7 @@ pub(super) fn native_note(l: &LineProfile, width: usize) -> Option<String> {
 
 /// The row under a line whose allocations were recorded with `--native`: the native
 /// functions they came from, `↳ allocated in: alloc_big 40M, PyList_New 2.1M, …`, cut to
-/// `width`; None when the line has none worth a cell (0.05 MB).
+/// `width`. None when the line has none worth a cell (0.05 MB).
 pub(super) fn allocated_note(l: &LineProfile, width: usize) -> Option<String> {
     let all = l
         .memory
@@ -60,11 +60,11 @@ pub(super) fn allocated_note(l: &LineProfile, width: usize) -> Option<String> {
 /// Template arguments longer than this are shown as `<…>` in a row under a line.
 const TEMPLATE_SHOWN: usize = 16;
 
-/// A native function's name as short as a row under a line wants it: a demangled C++
-/// name without its return type, parameter list, `[clone …]` suffix and long template
-/// arguments: `unsigned long partition<zmm_vector<double>, Cmp<…>, 8, double>(double*,
-/// …) [clone .constprop.0]` is `partition<…>`. C names and `module+0xSTART` stay as they
-/// are; the JSON keeps every name whole.
+/// A native function's name as short as a row under a line wants it. That is a demangled
+/// C++ name without its return type, parameter list, `[clone …]` suffix and long template
+/// arguments. So `unsigned long partition<zmm_vector<double>, Cmp<…>, 8,
+/// double>(double*, …) [clone .constprop.0]` is `partition<…>`. C names and
+/// `module+0xSTART` stay as they are. The JSON keeps every name whole.
 fn short_function(name: &str) -> std::borrow::Cow<'_, str> {
     if !name.contains(['(', '<', ' ']) {
         return name.into();
@@ -73,7 +73,7 @@ fn short_function(name: &str) -> std::borrow::Cow<'_, str> {
     while let Some(i) = name.rfind(" [clone ") {
         name = &name[..i];
     }
-    // The parameter list: the first '(' outside template arguments; the return type:
+    // The parameter list is the first '(' outside template arguments. The return type is
     // up to the last space outside them before it.
     let (mut depth, mut start, mut end) = (0usize, 0usize, name.len());
     for (i, c) in name.char_indices() {
@@ -121,7 +121,7 @@ fn short_function(name: &str) -> std::borrow::Cow<'_, str> {
         }
     }
     if depth > 0 {
-        // Unbalanced: not a name we understand.
+        // Unbalanced, so not a name we understand.
         return name.into();
     }
     out.into()

@@ -85,14 +85,32 @@ impl Renderer<'_> {
         ];
         let _ = writeln!(out, "{} name", THREADS.row(&head));
         let _ = writeln!(out, "{}", self.rule(&THREADS.rule_cells(true)));
-        // TID, samples and the four shares come first, the name takes what is left.
+        // The interpreters each thread ran in are said where some thread ran outside the
+        // main one.
+        let interp = self
+            .p
+            .threads
+            .iter()
+            .any(|t| t.interpreters.iter().any(|&i| i != 0));
+        // TID, samples and the four shares come first, the name takes what is left (the
+        // interpreters after it are kept whole when the name is cut).
         let name_w = self.width.saturating_sub(THREADS.width());
         for t in &self.p.threads {
-            let name = t.name.as_deref().map(clean_source).unwrap_or_default();
-            let name = if name.is_empty() {
-                "-".to_string()
+            let mut name = thread_name(t);
+            if name.is_empty() {
+                name = "-".to_string();
+            }
+            let suffix = if interp && !t.interpreters.is_empty() {
+                let ids: Vec<String> = t.interpreters.iter().map(i64::to_string).collect();
+                format!(" · interp {}", ids.join(","))
             } else {
-                truncate_end(&name, name_w)
+                String::new()
+            };
+            let room = name_w.saturating_sub(suffix.chars().count());
+            let name = if room >= MIN_NAME {
+                format!("{}{suffix}", truncate_end(&name, room))
+            } else {
+                truncate_end(&format!("{name}{suffix}"), name_w)
             };
             let cells = [
                 t.native_id.to_string(),
@@ -106,4 +124,15 @@ impl Renderer<'_> {
             let _ = writeln!(out, "{}", row.trim_end());
         }
     }
+}
+
+/// Narrowest a thread's name is cut to before its interpreters are cut too.
+const MIN_NAME: usize = 8;
+
+/// A thread's name cell (see [`crate::profile::ThreadProfile::display_name`]).
+fn thread_name(t: &crate::profile::ThreadProfile) -> String {
+    t.display_name()
+        .as_deref()
+        .map(clean_source)
+        .unwrap_or_default()
 }

@@ -1,9 +1,11 @@
 //! The few field offsets of the kernel's own structures the BPF program reads, from the
-//! kernel's BTF (/sys/kernel/btf/vmlinux): the kernel describes its types there, so the
+//! kernel's BTF (/sys/kernel/btf/vmlinux). The kernel describes its types there, so the
 //! program needs no compiler and no headers of this kernel.
 //!
 //! Owns: walking the BTF type section far enough to find a struct by name and a member's
-//! byte offset. Must not: interpret anything else (a malformed or unknown file is None).
+//! byte offset.
+//!
+//! Must not: interpret anything else (a malformed or unknown file is None).
 
 /// Byte offsets in `struct task_struct` the program reads.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -12,7 +14,7 @@ pub(crate) struct TaskOffsets {
     pub(crate) pid: u32,
     /// `task_struct.tgid` (its process's id).
     pub(crate) tgid: u32,
-    /// `task_struct.se.sum_exec_runtime`: the total `/proc/.../schedstat` shows first.
+    /// `task_struct.se.sum_exec_runtime`, the total `/proc/.../schedstat` shows first.
     pub(crate) sum_exec_runtime: u32,
 }
 
@@ -24,8 +26,8 @@ struct Struct {
     members: Vec<(u32, u32)>,
 }
 
-/// Reads the offsets from this kernel's BTF (once a run: the file is megabytes); None when
-/// it is missing or unreadable.
+/// Reads the offsets from this kernel's BTF (once a run, because the file is megabytes).
+/// None when it is missing or unreadable.
 pub(crate) fn task_offsets() -> Option<TaskOffsets> {
     static OFFSETS: std::sync::OnceLock<Option<TaskOffsets>> = std::sync::OnceLock::new();
     *OFFSETS.get_or_init(|| {
@@ -126,7 +128,7 @@ mod tests {
             eprintln!("no kernel BTF here: skipped");
             return;
         };
-        // pid and tgid are neighbours (pid_t each); the scheduler entity is elsewhere.
+        // pid and tgid are neighbours (pid_t each). The scheduler entity is elsewhere.
         assert_eq!(o.tgid, o.pid + 4, "{o:?}");
         assert_ne!(o.sum_exec_runtime, o.pid);
     }

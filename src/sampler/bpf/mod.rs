@@ -1,13 +1,14 @@
-//! Per-thread CPU time from the scheduler itself: a BPF program on `sched_switch` writes a
+//! Per-thread CPU time from the scheduler itself. A BPF program on `sched_switch` writes a
 //! record each time one of the target's threads takes or leaves a CPU (with its total CPU
-//! time then), into a ring buffer mapped into our memory. A sample drains the ring: a
+//! time then), into a ring buffer mapped into our memory. A sample drains the ring. A
 //! thread with no record since the last sample did not run, and costs nothing, where the
 //! /proc path reads one `schedstat` per thread per sample.
 //!
 //! Owns: loading and attaching the program ([`BpfCpu::attach`]), and each thread's total as
 //! its records tell it. A thread we have no record of (it has not been switched since we
-//! attached) is the caller's to read from /proc once; when it is off a CPU then, its total
+//! attached) is the caller's to read from /proc once. When it is off a CPU then, its total
 //! holds until its next switch-in, which the program records ([`BpfCpu::anchor`]).
+//!
 //! Must not: change anything in the target (the program only reads), or outlive its fds
 //! (closing them, as on our exit or kill, detaches it).
 
@@ -19,7 +20,7 @@ use crate::IdMap;
 use std::os::fd::OwnedFd;
 
 /// The ring's size: 43,690 records of 16 bytes (and their 8-byte headers), far more than the
-/// switches of 10 ms of a busy program; if it fills anyway, records are counted as lost and
+/// switches of 10 ms of a busy program. If it fills anyway, records are counted as lost and
 /// every thread is read from /proc again once.
 const RING_BYTES: usize = 1 << 20;
 
@@ -28,13 +29,13 @@ const RING_BYTES: usize = 1 << 20;
 struct Known {
     /// Its total CPU time at its last record (or when read from /proc).
     run_ns: u64,
-    /// Its last record was a switch-in: it is on a CPU (or was, a moment ago).
+    /// Its last record was a switch-in, so it is on a CPU (or was, a moment ago).
     on_cpu: bool,
 }
 
 /// The loaded program and what its records told so far.
 pub(crate) struct BpfCpu {
-    // Field order is drop order: detach first.
+    // Field order is drop order, so detach first.
     _link: OwnedFd,
     _prog: OwnedFd,
     ring: sys::Ring,
@@ -51,7 +52,7 @@ impl std::fmt::Debug for BpfCpu {
     }
 }
 
-/// Whether we are in the initial PID namespace: the program sees the kernel's ids there
+/// Whether we are in the initial PID namespace. The program sees the kernel's ids there
 /// (`task_struct.tgid`), which are ours only then.
 fn in_initial_pid_namespace() -> bool {
     std::fs::read_to_string("/proc/self/status").is_ok_and(|s| {
@@ -92,7 +93,7 @@ impl BpfCpu {
     }
 
     /// Takes in the records written since the last call. False when some were lost (the
-    /// ring was full): every thread is then unknown again (read from /proc once more).
+    /// ring was full). Every thread is then unknown again (read from /proc once more).
     pub(crate) fn drain(&mut self) -> bool {
         let threads = &mut self.threads;
         self.ring.consume(|b| {
@@ -114,7 +115,7 @@ impl BpfCpu {
         }
     }
 
-    /// `tid`, read from /proc off a CPU with no record of it: its total holds until it
+    /// `tid`, read from /proc off a CPU with no record of it. Its total holds until it
     /// is switched in (recorded). Records that come later replace this.
     pub(crate) fn anchor(&mut self, tid: i32, run_ns: u64) {
         self.threads.entry(tid).or_insert(Known {
@@ -123,10 +124,12 @@ impl BpfCpu {
         });
     }
 
-    /// `tid`'s total CPU time now: from its last record when it is off a CPU; from /proc
-    /// (`files`) when it is on one (its total moves: at most one such thread a CPU) or
-    /// when no record of it came (a thread found off a CPU then is anchored). None when
-    /// it is gone.
+    /// `tid`'s total CPU time now:
+    /// - from its last record when it is off a CPU;
+    /// - from /proc (`files`) when it is on one (its total moves: at most one such thread a
+    ///   CPU) or when no record of it came (a thread found off a CPU then is anchored).
+    ///
+    /// None when it is gone.
     pub(crate) fn total(
         &mut self,
         pid: i32,
@@ -139,7 +142,7 @@ impl BpfCpu {
             None => {}
         }
         let ns = files.read_sched(pid, tid)?;
-        // Its state after its total: off a CPU then, the total was already final (a switch
+        // Its state after its total. Off a CPU then, the total was already final (a switch
         // in between is recorded, and its record replaces the anchor).
         if files
             .read_stat(pid, tid)

@@ -1,8 +1,9 @@
-//! The BPF program, written as instructions (no BPF compiler at build time): a raw
+//! The BPF program, written as instructions (no BPF compiler at build time). It is a raw
 //! tracepoint on `sched_switch` that, for each of the target's threads leaving or taking a
 //! CPU, writes one [`Record`] to a ring buffer.
 //!
-//! Owns: the instruction encoding and the program. Must not: load anything (see `sys`).
+//! Owns: the instruction encoding and the program.
+//! Must not: load anything (see `sys`).
 
 use super::btf::TaskOffsets;
 
@@ -11,7 +12,7 @@ use super::btf::TaskOffsets;
 pub(crate) struct Record {
     /// The thread's kernel id.
     pub(crate) tid: i32,
-    /// True: it takes a CPU; false: it leaves one.
+    /// True when it takes a CPU, false when it leaves one.
     pub(crate) switch_in: bool,
     /// Its total CPU time then (`se.sum_exec_runtime`, what schedstat shows).
     pub(crate) run_ns: u64,
@@ -158,7 +159,7 @@ impl Asm {
         self.op(MOV64_IMM, R4, 0, 0, 0);
         self.call(RINGBUF_OUTPUT);
         self.skip_if(JEQ_IMM, R0, 0);
-        // The ring was full: count the lost record.
+        // The ring was full, so count the lost record.
         self.op(ST_W, FP, 0, KEY, 0);
         self.map_fd(R1, fds.1);
         self.op(MOV64_REG, R2, FP, 0, 0);
@@ -171,7 +172,7 @@ impl Asm {
     }
 }
 
-/// The program: `ring` is the ring buffer's map fd, `drops` a one-entry array of u64
+/// The program. `ring` is the ring buffer's map fd, `drops` a one-entry array of u64
 /// counting records the full ring refused. Its context is the tracepoint's arguments
 /// (`preempt, prev, next, ...`, each a u64).
 pub(crate) fn switch_program(o: &TaskOffsets, tgid: i32, ring: i32, drops: i32) -> Vec<Insn> {

@@ -1,10 +1,11 @@
 //! The `bpf(2)` system call and what it hands back: maps, the loaded program, its
 //! attachment to the tracepoint, and the ring buffer's consumer side (mapped into our
-//! memory: reading it costs no system call).
+//! memory, so reading it costs no system call).
 //!
 //! Owns: every `unsafe` of the BPF source. Everything is released on drop (file
 //! descriptors and mappings; the kernel detaches the program when its last fd closes,
-//! also when the profiler is killed). Must not: know what the records mean.
+//! also when the profiler is killed).
+//! Must not: know what the records mean.
 
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
@@ -20,7 +21,7 @@ const MAP_TYPE_ARRAY: u32 = 2;
 const MAP_TYPE_RINGBUF: u32 = 27;
 const PROG_TYPE_RAW_TRACEPOINT: u32 = 17;
 
-/// `union bpf_attr`, as bytes: each command reads its own fields at fixed offsets.
+/// `union bpf_attr`, as bytes. Each command reads its own fields at fixed offsets.
 #[repr(C, align(8))]
 struct Attr([u8; 128]);
 
@@ -40,7 +41,7 @@ impl Attr {
 
 /// `bpf(cmd, attr)`; the attribute's pointers must be valid for the call.
 fn bpf(cmd: libc::c_long, attr: &mut Attr) -> io::Result<libc::c_long> {
-    // SAFETY: `attr` is a live, writable buffer of the size passed; the pointers stored in
+    // SAFETY: `attr` is a live, writable buffer of the size passed. The pointers stored in
     // it (set by the callers below) point at buffers that outlive this call.
     let r = unsafe {
         libc::syscall(
@@ -87,8 +88,9 @@ pub(crate) fn read_counter(map: &OwnedFd) -> io::Result<u64> {
     Ok(value)
 }
 
-/// Loads a raw tracepoint program; the error carries the end of the verifier's log (the
-/// load is tried again with a log only when it failed: a log too small fails a load).
+/// Loads a raw tracepoint program. The error carries the end of the verifier's log. The
+/// load is tried again with a log only when it failed, because a log too small fails a
+/// load.
 pub(crate) fn load_raw_tracepoint(insns: &[Insn]) -> io::Result<OwnedFd> {
     let code: Vec<u8> = insns.iter().flat_map(|i| i.to_bytes()).collect();
     let license = b"GPL\0";
@@ -128,8 +130,9 @@ pub(crate) fn attach_raw_tracepoint(name: &str, prog: &OwnedFd) -> io::Result<Ow
 }
 
 /// A ring buffer map of `size` bytes (a power of two, a multiple of the page size), mapped:
-/// the consumer position (ours to write) and the producer position and data (read-only,
-/// the data mapped twice in a row so a record that wraps reads contiguously).
+/// - the consumer position (ours to write);
+/// - the producer position and data (read-only, the data mapped twice in a row so a record
+///   that wraps reads contiguously).
 pub(crate) struct Ring {
     map: OwnedFd,
     consumer: *mut u8,
@@ -145,7 +148,7 @@ impl Ring {
         let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) } as usize;
         let mapping = |len: usize, prot, off: usize| -> io::Result<*mut u8> {
             // SAFETY: a new shared mapping of the map's fd chosen by the kernel (null
-            // hint); the kernel checks the length and offset against the ring's layout.
+            // hint). The kernel checks the length and offset against the ring's layout.
             let p = unsafe {
                 libc::mmap(
                     std::ptr::null_mut(),
@@ -190,7 +193,7 @@ impl Ring {
         const BUSY: u32 = 1 << 31;
         const DISCARD: u32 = 1 << 30;
         // SAFETY: both positions are the first u64 of their page, mapped for the ring's
-        // life, 8-aligned (page-aligned); the kernel updates them concurrently, hence the
+        // life, 8-aligned (page-aligned). The kernel updates them concurrently, hence the
         // atomics (acquire on the producer's, release on ours, as the kernel expects).
         let (cons_pos, prod_pos) = unsafe {
             (
@@ -204,14 +207,14 @@ impl Ring {
         while cons < prod {
             let at = (cons as usize) & (self.size - 1);
             // SAFETY: `at` < size, and the header (8 bytes, 8-aligned) lies in the first
-            // copy of the data; the kernel writes the length last, with release ordering.
+            // copy of the data. The kernel writes the length last, with release ordering.
             let hdr = unsafe { &*(data.add(at) as *const AtomicU32) }.load(Ordering::Acquire);
             if hdr & BUSY != 0 {
                 break;
             }
             let len = (hdr & !(BUSY | DISCARD)) as usize;
             if hdr & DISCARD == 0 && len <= self.size {
-                // SAFETY: the record (committed: not busy) follows its header; with the
+                // SAFETY: the record (committed, not busy) follows its header. With the
                 // data mapped twice it is contiguous even when it wraps (len <= size).
                 let rec = unsafe { std::slice::from_raw_parts(data.add(at + 8), len) };
                 each(rec);
@@ -237,6 +240,6 @@ impl Drop for Ring {
 }
 
 // SAFETY: the mappings are owned by the Ring alone (no aliasing handles), and the kernel
-// side is synchronised through the atomic positions: moving the Ring to another thread is
-// sound.
+// side is synchronised through the atomic positions. So moving the Ring to another thread
+// is sound.
 unsafe impl Send for Ring {}

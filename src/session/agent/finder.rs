@@ -3,10 +3,12 @@
 //! Owns: [`Finder`], which lists /proc at each scan and says which processes are new
 //! Python processes, located and initialized, that `--match` / `--exclude` let through.
 //! - A process is looked at when it is first seen and again when its executable changes
-//!   (an `exec`): one `readlink` per known process per scan, nothing more.
+//!   (an `exec`). That costs one `readlink` per known process per scan, nothing more.
 //! - Only a process whose executable is named `python*`, or that maps a `libpython`
-//!   (uwsgi, a frozen application), is located (its ELF files parsed): the other
-//!   processes of a host cost one read of their maps, once.
+//!   (uwsgi, a frozen application), is located (its ELF files parsed). The other
+//!   processes of a host cost one read of their maps, once. A process younger than
+//!   [`YOUNG`] (a PyInstaller one-file app's child maps libpython only once it has
+//!   unpacked it, without an exec) costs up to [`WAIT_TRIES`] reads, the wait doubling.
 //! - A Python that is not ready yet (libpython not mapped, the interpreter not
 //!   initialized) is looked at again at the next scans, [`WAIT_TRIES`] times at most,
 //!   the wait doubling.
@@ -28,16 +30,16 @@ const WAIT_TRIES: u32 = 6;
 
 /// What is known of one pid.
 struct Seen {
-    /// Its executable when last looked at ("" when it cannot be read: a kernel thread, a
-    /// process of another user; never looked at again).
+    /// Its executable when last looked at ("" when it cannot be read, as for a kernel thread
+    /// or a process of another user; never looked at again).
     exe: String,
     state: State,
 }
 
 enum State {
-    /// Being profiled (the agent says when it stops: [`Finder::released`]).
+    /// Being profiled (the agent says when it stops, through [`Finder::released`]).
     Taken,
-    /// A Python not ready yet: looked at again at `next`.
+    /// A Python not ready yet, looked at again at `next`.
     Waiting { next: Instant, tries: u32 },
     /// Not to be profiled while it runs this executable.
     Left,
@@ -74,20 +76,9 @@ pub(super) struct Found {
     pub(super) argv: Vec<String>,
 }
 
-/// The CPU time this thread has used: what a look at the host costs us (wall time would
-/// count the while another program had the CPU).
-pub(super) fn thread_cpu() -> Duration {
-    let mut t = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: clock_gettime writes one timespec through a valid pointer.
-    let r = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut t) };
-    if r != 0 {
-        return Duration::ZERO;
-    }
-    Duration::new(t.tv_sec as u64, t.tv_nsec as u32)
-}
+/// The CPU time this thread has used, which is what a look at the host costs us (wall time
+/// would count the while another program had the CPU).
+pub(super) use crate::sampler::cputime::own_thread_cpu as thread_cpu;
 
 /// The pids /proc lists now.
 fn list_pids() -> Vec<i32> {
@@ -112,6 +103,16 @@ fn may_be_python(pid: i32, exe: &str) -> bool {
         .is_ok_and(|m| m.windows(9).any(|w| w == b"libpython"))
 }
 
+/// A process that started less than [`YOUNG`] ago may still load libpython.
+const YOUNG: Duration = Duration::from_secs(60);
+
+/// Whether process `pid` started less than [`YOUNG`] ago.
+fn young(pid: i32) -> bool {
+    let now = crate::timeline::now_us();
+    crate::proc::start_time_us(pid)
+        .is_some_and(|t| now.saturating_sub(t) < YOUNG.as_micros() as u64)
+}
+
 impl Finder {
     pub(super) fn new(select: Selection, retry: Duration) -> Finder {
         Finder {
@@ -122,7 +123,7 @@ impl Finder {
         }
     }
 
-    /// Process `pid` is no longer profiled: looked at again only when it execs.
+    /// Process `pid` is no longer profiled. It is looked at again only when it execs.
     pub(super) fn released(&mut self, pid: i32) {
         if let Some(s) = self.known.get_mut(&pid) {
             s.state = State::Left;
@@ -132,7 +133,7 @@ impl Finder {
 
     /// One look at the host: the new Python processes to profile, what is to be said
     /// (once per process), and how much of the look's CPU time went to locating
-    /// interpreters (once a process: not the look's own cost).
+    /// interpreters (once a process, so not the look's own cost).
     pub(super) fn scan(
         &mut self,
         now: Instant,
@@ -161,7 +162,7 @@ impl Finder {
                     if !self.known.contains_key(&pid)
                         && e.kind() == std::io::ErrorKind::PermissionDenied
                     {
-                        // Said only of a Python the selection asks for: a process
+                        // Said only of a Python the selection asks for, because a process
                         // `--match` leaves out is none of the agent's business.
                         let argv = crate::proc::arguments(pid);
                         if argv.first().is_some_and(|a| a.contains("python"))
@@ -221,13 +222,22 @@ impl Finder {
     ) -> (State, Option<Found>) {
         let argv = crate::proc::arguments(pid);
         // No command line: a kernel thread, or a process on its way out.
-        if argv.is_empty() || !self.select.admits(&argv.join(" ")) || !may_be_python(pid, exe) {
+        if argv.is_empty() || !self.select.admits(&argv.join(" ")) {
             return (State::Left, None);
         }
         let wait = || State::Waiting {
             next: now + self.retry * 2u32.saturating_pow(tries),
             tries,
         };
+        if !may_be_python(pid, exe) {
+            // A young process may load libpython later without an exec (a PyInstaller
+            // one-file app's child unpacks it first), so it is looked at again while young.
+            return if tries + 1 < WAIT_TRIES && young(pid) {
+                (wait(), None)
+            } else {
+                (State::Left, None)
+            };
+        }
         let began = thread_cpu();
         let located = PythonProcess::locate(pid, &LocateOptions::default());
         *locating += thread_cpu().saturating_sub(began);

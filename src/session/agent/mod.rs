@@ -2,24 +2,24 @@
 //!
 //! Owns: [`AgentConfig`] and [`agent`], the orchestrator beside `run` and `attach`:
 //! - one thread samples every target on one schedule (each target a [`ProcessTree`] of
-//!   its one process, children not followed: a worker is a target of its own, its own
+//!   its one process, children not followed, so a worker is a target of its own, its own
 //!   series), CPU only (nothing is loaded into a target);
 //! - a target that used under [`MIN_CPU_NS`] of CPU since its last sample (its CPU
 //!   clock says, in one call) is not read at that tick, for at most
-//!   [`READ_AT_REST_EVERY`]: most of a host's processes wait most of the time;
+//!   [`READ_AT_REST_EVERY`], because most of a host's processes wait most of the time;
 //! - the host is looked at every [`AgentConfig::scan_every`] ([`finder::Finder`]), or
 //!   less often when a look costs more than 1% of that while;
 //! - each target's windows are cut by a [`Pusher`] of its own, labelled with its pid,
 //!   service and container, and all go through one [`Exporter`] (one queue, one bound
 //!   for all, one sending thread);
-//! - a target that exits, execs into something else, or fails to be read is let go: its
+//! - a target that exits, execs into something else, or fails to be read is let go. Its
 //!   last window is sent, and it is said once;
-//! - SIGTERM, SIGINT (and SIGHUP, unless ignored) end the agent: every open window is
+//! - SIGTERM, SIGINT (and SIGHUP, unless ignored) end the agent. Every open window is
 //!   sent, waiting at most 5 s for the backend, and [`agent`] returns.
 //!
 //! Must not: harm a target (no memory injection, no signal; the reads are those of
-//! `attach`), print (lines go to the caller's `say`), or grow with the host: at most
-//! [`AgentConfig::max_processes`] targets, each holding its own profile only.
+//! `attach`), print (lines go to the caller's `say`), or grow with the host (at most
+//! [`AgentConfig::max_processes`] targets, each holding its own profile only).
 
 mod finder;
 
@@ -38,17 +38,18 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// How often each target's tree looks whether its process exec'd (three reads of /proc
-/// each: a fifth of the agent's CPU beside 50 processes when it was every second).
+/// each, which took a fifth of the agent's CPU beside 50 processes when it was every
+/// second).
 const EXEC_LOOK_EVERY: Duration = Duration::from_secs(5);
 
 /// A look at the host may take at most 1/this of the time until the next one (in CPU
-/// time: 1% of a core for the look, however many processes the host runs).
+/// time, 1% of a core for the look, however many processes the host runs).
 const SCAN_COST_FACTOR: u32 = 100;
 
 /// What `agent` does.
 #[derive(Debug, Clone)]
 pub struct AgentConfig {
-    /// Where windows go (`service` is not used: each process is named by its own).
+    /// Where windows go (`service` is not used, because each process is named by its own).
     pub push: PushConfig,
     /// One service name for every process, instead of each one's own.
     pub service: Option<String>,
@@ -83,23 +84,25 @@ struct Target {
     tree: ProcessTree,
     pusher: Pusher,
     service: String,
-    /// When it was found: its recording's clock (the windows' durations).
+    /// When it was found, its recording's clock (the windows' durations).
     since: Instant,
-    /// Its CPU clock (`clock_getcpuclockid`): all its threads' CPU time, in one call.
+    /// Its CPU clock (`clock_getcpuclockid`), which gives all its threads' CPU time in one
+    /// call.
     clock: Option<libc::clockid_t>,
     /// Its CPU time at its last sample (ns), and when.
     last: Option<(u64, Instant)>,
 }
 
 impl Target {
-    /// Whether the process must be sampled now: it used [`MIN_CPU_NS`] of CPU since its
-    /// last sample, or its clock cannot be read (it is gone: the tree must see it end), or
-    /// it has rested [`READ_AT_REST_EVERY`].
+    /// Whether the process must be sampled now. It must when:
+    /// - it used [`MIN_CPU_NS`] of CPU since its last sample;
+    /// - or its clock cannot be read (it is gone, and the tree must see it end);
+    /// - or it has rested [`READ_AT_REST_EVERY`].
     ///
-    /// A sample left out costs the profile no time: the next one reads each thread's CPU
+    /// A sample left out costs the profile no time. The next one reads each thread's CPU
     /// time since the last (in nanoseconds) and charges all of it, as a sample at a lower
     /// rate would. A process is so read at least once per millisecond of CPU it uses, or
-    /// per second: never fewer samples per CPU-second than a busy process gets.
+    /// per second. So it never gets fewer samples per CPU-second than a busy process gets.
     fn due(&mut self, now: Instant) -> bool {
         let Some(ns) = self.clock.and_then(process_cpu_ns) else {
             return true;
@@ -128,7 +131,7 @@ fn cpu_clock(pid: i32) -> Option<libc::clockid_t> {
 }
 
 /// The CPU time of every thread of a process, ns, from its CPU clock (one system call,
-/// no file: cheaper than its stat line by far); None once it is gone.
+/// no file, so cheaper than its stat line by far). None once it is gone.
 fn process_cpu_ns(clock: libc::clockid_t) -> Option<u64> {
     let mut t = libc::timespec {
         tv_sec: 0,
@@ -174,9 +177,9 @@ pub fn agent(cfg: &AgentConfig, say: &mut dyn FnMut(&str)) -> Result<AgentOutcom
         profiled: 0,
         said_full: false,
     };
-    // Not the courtesy of `crate::courtesy`: its watchdog wakes 200 times a second, which
-    // cost the agent more (7% of its CPU beside 50 processes) than the rare hand-over at
-    // 19 Hz that it saves a program.
+    // Not the courtesy of `crate::courtesy`, because its watchdog wakes 200 times a second,
+    // which cost the agent more (7% of its CPU beside 50 processes) than the rare hand-over
+    // at 19 Hz that it saves a program.
     let result = crate::sampler::drive(
         &mut a,
         cfg.sampler.rate_hz,
@@ -204,9 +207,12 @@ pub fn agent(cfg: &AgentConfig, say: &mut dyn FnMut(&str)) -> Result<AgentOutcom
 }
 
 impl Agent<'_> {
-    /// The service process `pid` is named by: `--service`, else its OTEL_SERVICE_NAME,
-    /// else a multiprocessing worker started by `spawn` or `forkserver` (a `python -c` of
-    /// multiprocessing's) takes its parent's, else its script or module.
+    /// The service process `pid` is named by:
+    /// - `--service`;
+    /// - else its OTEL_SERVICE_NAME;
+    /// - else, for a multiprocessing worker started by `spawn` or `forkserver` (a
+    ///   `python -c` of multiprocessing's), its parent's;
+    /// - else its script or module.
     fn service_of(&self, pid: i32, argv: &[String]) -> String {
         if let Some(s) = &self.cfg.service {
             return s.clone();
@@ -297,7 +303,7 @@ impl Agent<'_> {
         );
     }
 
-    /// Lets target `pid` go: its last window is sent; `why` says why when it did not end.
+    /// Lets target `pid` go. Its last window is sent; `why` says why when it did not end.
     fn release(&mut self, pid: i32, why: Option<String>) {
         let Some(mut t) = self.targets.remove(&pid) else {
             return;
@@ -331,8 +337,8 @@ impl Agent<'_> {
     }
 }
 
-/// `found` with each process after its parent, when both are in it: a worker found with
-/// its parent may take its parent's name (see [`Agent::service_of`]).
+/// `found` with each process after its parent, when both are in it, because a worker found
+/// with its parent may take its parent's name (see [`Agent::service_of`]).
 fn parents_first(mut found: Vec<finder::Found>) -> Vec<finder::Found> {
     let mut out = Vec::with_capacity(found.len());
     while !found.is_empty() {
@@ -367,7 +373,7 @@ impl Ticker for Agent<'_> {
         }
         let mut ended = Vec::new();
         for (&pid, t) in &mut self.targets {
-            // The schedule's clock is the agent's: each recording's runs from its find.
+            // The schedule's clock is the agent's; each recording's runs from its find.
             t.tree.stats.elapsed = t.since.elapsed();
             if !t.due(now) {
                 t.pusher.tick(&t.tree, None);
