@@ -120,7 +120,7 @@ fn parse_nspid(status: &str) -> Option<i32> {
 }
 
 /// Maps thread ids of a target in another PID namespace to ours. Python's thread states
-/// (3.8+ `native_thread_id`) and glibc's `struct pthread` hold the id the thread has in its
+/// (3.11+ `native_thread_id`) and glibc's `struct pthread` hold the id the thread has in its
 /// own namespace. /proc/PID/task and everything we read from /proc use ours.
 pub(crate) struct TidMap {
     pid: i32,

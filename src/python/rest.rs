@@ -5,7 +5,7 @@
 //! - Which threads a snapshot may leave unwalked (by `thread_id`, with the frame their last
 //!   read started from), and their kernel ids, which a paused read leaves running.
 //! - Each resting thread's last read (its frames), what it is charged to meanwhile.
-//! - Each thread's kernel id as the last snapshot matched it (before 3.8 a thread state
+//! - Each thread's kernel id as the last snapshot matched it (before 3.11 a thread state
 //!   does not record it).
 //! - What changed in that map since the last snapshot ([`ReuseDelta`]), so the thread list
 //!   is read only for the threads that did not rest.
@@ -179,7 +179,7 @@ impl RestTracker {
     ///
     /// - `omit_unchanged`: they are left out of it, at most `max_walks` others walked.
     /// - `listing`: a thread left, so the list is read whole.
-    /// - `kernel_ids`: thread states do not record their kernel ids (before 3.8), so the
+    /// - `kernel_ids`: thread states do not record their kernel ids (before 3.11), so the
     ///   last snapshot's matches of the threads `listed` are given to it.
     pub(crate) fn prepare(
         &mut self,

@@ -1,7 +1,7 @@
 //! Which kernel thread each thread state is, in our PID namespace.
 //!
 //! Owns:
-//! - [`KernelIds`], a thread state's kernel id (recorded by 3.8+, translated when the
+//! - [`KernelIds`], a thread state's kernel id (recorded by 3.11+, translated when the
 //!   target lives in another PID namespace, else as an earlier snapshot matched it);
 //! - [`pthread_to_tid`] (≤3.7: the kernel id found in glibc's `struct pthread`).
 //!
@@ -80,7 +80,7 @@ fn pthreads_to_tids(
 
 /// Our kernel ids of thread states (of threads listed in `tids`), None when unknown. Each
 /// is:
-/// - the id a thread state records (3.8+), translated when the target lives in another PID
+/// - the id a thread state records (3.11+), translated when the target lives in another PID
 ///   namespace (the map made once, when first needed);
 /// - else the one an earlier snapshot matched (`by_thread`).
 pub(super) struct KernelIds<'a> {

@@ -39,7 +39,7 @@ const STAT_REFRESH: Duration = Duration::from_millis(10);
 pub(super) const WOKEN_S: f64 = 100e-6;
 
 /// How long a listing of the target's threads is reused, at least. Threads that Python
-/// knows are matched by their kernel id at once (3.8+); this bounds how late another new
+/// knows are matched by their kernel id at once (3.11+); this bounds how late another new
 /// thread's CPU time starts being read.
 const RELIST_INTERVAL: Duration = Duration::from_millis(50);
 /// At rates under 60 Hz, a listing is reused for this many samples instead. At 19 Hz (the
@@ -109,7 +109,7 @@ impl Sampler {
             && self.positions.is_none()
             && !self.reader.reads_tasks()
             && self.native.is_none();
-        // Before 3.8 a thread state lacks the kernel id: the last snapshot's matches.
+        // Before 3.11 a thread state lacks the kernel id: the last snapshot's matches.
         let kernel_ids = self
             .reader
             .process()

@@ -156,7 +156,7 @@ pub(super) fn snapshot(
 /// thread it is ([`tids::stale_ids`]), and keeps the answer in the walker for the reads
 /// that follow. States gone from the list are forgotten (when no thread was left out).
 /// - One look per thread when none is stale: a search of the sorted listing.
-/// - Before 3.8 no state records an id (it comes from `struct pthread`), so there is nothing
+/// - Before 3.11 no state records an id (it comes from `struct pthread`), so there is nothing
 ///   to do.
 pub(super) fn correct_stale_ids(
     proc: &PythonProcess,
@@ -242,7 +242,7 @@ fn thread_snapshots(
     threads: Vec<ThreadResult>,
     os_name: &dyn Fn(i32) -> Option<String>,
 ) -> Vec<ThreadSnapshot> {
-    // Thread states (3.8+ `native_thread_id`) and glibc's `struct pthread` hold the id a
+    // Thread states (3.11+ `native_thread_id`) and glibc's `struct pthread` hold the id a
     // thread has in the target's own PID namespace. /proc (`tids`, `states`) has ours.
     let translate = proc.tids.translates();
     let inner_to_ours = if translate {

@@ -15,7 +15,7 @@ pub(crate) struct RawThread {
     pub(crate) tstate: u64,
     /// `thread_id`: the thread's `pthread_t`.
     pub(crate) thread_id: u64,
-    /// Kernel TID when the version records it (3.8+).
+    /// Kernel TID when the version records it (3.11+).
     pub(crate) native_id: Option<i32>,
     /// Address of the innermost frame when we read the thread state.
     pub(crate) top_frame: u64,
@@ -33,7 +33,7 @@ pub(crate) struct RawThread {
     pub(crate) rested: bool,
 }
 
-/// A thread state whose recorded kernel id (3.8+ `native_thread_id`) is no thread of its
+/// A thread state whose recorded kernel id (3.11+ `native_thread_id`) is no thread of its
 /// process, and the thread it is.
 /// - Cause: a process forked without `PyOS_AfterFork_Child` (uWSGI's workers by default)
 ///   keeps the parent's thread states, ids and all. The child's one thread is the forking
