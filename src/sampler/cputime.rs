@@ -339,11 +339,17 @@ mod tests {
         let tid = unsafe { libc::syscall(libc::SYS_gettid) } as i32;
         let mut files = ThreadFiles::new();
         let a = files.read(pid, tid).expect("this thread");
-        // Burn some CPU. The same open files must show it.
-        let start = std::time::Instant::now();
+        // Burn 30 ms of this thread's CPU time (its own clock, not the wall's: beside other
+        // tests a 30 ms wall-clock loop got 7 ms of CPU). The same open files must show it.
+        let cpu_start = own_thread_cpu();
+        let wall_start = std::time::Instant::now();
         let mut x = 0u64;
-        while start.elapsed() < std::time::Duration::from_millis(30) {
+        while own_thread_cpu() < cpu_start + std::time::Duration::from_millis(30) {
             x = std::hint::black_box(x.wrapping_mul(31).wrapping_add(7));
+            assert!(
+                wall_start.elapsed() < std::time::Duration::from_secs(30),
+                "30 ms of CPU time took over 30 s"
+            );
         }
         let b = files.read(pid, tid).expect("this thread");
         assert!(b.run_ns > a.run_ns + 10_000_000, "{a:?} then {b:?}");
