@@ -2,12 +2,15 @@
 //! functions no symbol names.
 //!
 //! Owns:
-//! - [`function_start`]. A stripped library's internal function has no symbol, yet its
+//! - [`function_start`] and [`function_range`]. A stripped library's internal function has no symbol, yet its
 //!   `.eh_frame` entry (FDE) gives the range of the function's code. Samples anywhere in
 //!   it are then one function, `libz.so.1+0x5f20`, not one "function" per instruction
 //!   sampled.
 //! - [`expression_row`]: the unwind row at an address when its CFA is computed by a DWARF
 //!   expression (for the unwinder, which cannot follow such rows by itself).
+//!
+//! - [`jump_targets`]: where a function's code jumps outside itself, which is how the
+//!   parts of a function split by the compiler are found.
 //!
 //! Must not: name functions (an FDE has no name) or unwind.
 
@@ -22,6 +25,49 @@ use gimli::{
 /// covers the address.
 pub(crate) fn function_start(image: &Image, svma: u64) -> Option<u64> {
     with_fde(image, svma, |_, _, fde| Some(fde.initial_address()))
+}
+
+/// SVMA range of the code the FDE covering SVMA `svma` describes (one function, or one
+/// part of a function the compiler split); None as for [`function_start`].
+pub(crate) fn function_range(image: &Image, svma: u64) -> Option<std::ops::Range<u64>> {
+    with_fde(image, svma, |_, _, fde| {
+        let start = fde.initial_address();
+        Some(start..start.checked_add(fde.len())?)
+    })
+}
+
+/// The targets of the direct jumps (`jmp rel32`, `jcc rel32`) in `code`, the bytes of a
+/// function at AVMA `at`, that land outside it.
+///
+/// Why: GCC's hot/cold partitioning (`-freorder-blocks-and-partition`, with PGO) moves part
+/// of a function into code of its own, with an FDE of its own and no symbol. Debian's
+/// static Python 3.15 keeps 844 bytes under `_PyEval_EvalFrameDefault`; the bytecode loop
+/// itself (82 KB) is such a part, reached by `jmp`.
+///
+/// The bytes are not decoded instruction by instruction: every offset is tried. An offset
+/// inside another instruction may read as a jump to anywhere, so the caller keeps only
+/// targets that an FDE covers and no symbol names.
+pub(crate) fn jump_targets(code: &[u8], at: u64) -> Vec<u64> {
+    let end = at.saturating_add(code.len() as u64);
+    let mut out = Vec::new();
+    let rel32 = |i: usize| -> Option<i64> {
+        let b = code.get(i..i + 4)?;
+        Some(i32::from_le_bytes([b[0], b[1], b[2], b[3]]) as i64)
+    };
+    for i in 0..code.len() {
+        // jmp rel32 (E9 cd): 5 bytes; jcc rel32 (0F 80..8F cd): 6 bytes.
+        let (len, rel) = match (code[i], code.get(i + 1)) {
+            (0xe9, _) => (5, rel32(i + 1)),
+            (0x0f, Some(&op)) if (0x80..=0x8f).contains(&op) => (6, rel32(i + 2)),
+            _ => continue,
+        };
+        let Some(rel) = rel else { continue };
+        let target = (at + i as u64 + len).wrapping_add_signed(rel);
+        if !(at..end).contains(&target) && !out.contains(&target) {
+            out.push(target);
+        }
+    }
+    out
 }
 
 /// x86-64 DWARF register numbers: the frame pointer, the stack pointer, the return address.
@@ -248,5 +294,19 @@ mod tests {
         for svma in 0..0x3000 {
             let _ = function_start(&image, svma);
         }
+    }
+
+    #[test]
+    fn jumps_out_of_a_function_are_its_targets() {
+        // The tail of Debian 3.15's `_PyEval_EvalFrameDefault` at 0x5c6f77 (`jmp` into its
+        // split-off loop at 0x44291a), a `jne rel32` back into itself, and a `jmp rel8`.
+        let at = 0x5c6f77;
+        let mut code = vec![0xe9, 0x9e, 0xb9, 0xe7, 0xff];
+        code.extend([0x0f, 0x85, 0xf6, 0xff, 0xff, 0xff]); // jne back to `at + 1`
+        code.extend([0xeb, 0xb4]);
+        assert_eq!(super::jump_targets(&code, at), vec![0x44291a]);
+        // Cut short, a jump's displacement is not read past the end.
+        assert!(super::jump_targets(&[0xe9, 0x00, 0x01], at).is_empty());
+        assert!(super::jump_targets(&[], at).is_empty());
     }
 }

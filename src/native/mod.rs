@@ -50,6 +50,11 @@ pub(crate) use unwind::Capture;
 pub use unwind::MAX_NATIVE_FRAMES;
 use unwind::{End, Unwinder};
 
+/// Most bytes of a function scanned for its jumps ([`NativeProcess::split_parts`]).
+const MAX_SPLIT_SCAN: u64 = 64 << 10;
+/// Most split-off parts kept for a function (GCC makes one).
+const MAX_SPLIT_PARTS: usize = 4;
+
 /// One native frame, named as well as the module's file allows.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct NativeFrame {
@@ -304,6 +309,61 @@ impl NativeProcess {
         // The caller's stack pointer after the return. The return address is just below.
         let slot = unwound.sps[k].checked_sub(8)?;
         (cap.word(slot) == Ok(ret) && follows_a_call(mem, ret)).then_some((slot, ret))
+    }
+
+    /// The parts of the function at `at` (AVMA, `len` bytes) that the compiler split off
+    /// into code of their own, as AVMA ranges (see [`fde::jump_targets`]). A part is code
+    /// that the function jumps to, that an FDE of the same module covers, that no symbol
+    /// names, that lies in `.text`, and that is not the function itself. At most [`MAX_SPLIT_PARTS`].
+    pub(crate) fn split_parts(
+        &self,
+        mem: &dyn ProcessMemory,
+        at: u64,
+        len: u64,
+    ) -> Vec<(u64, u64)> {
+        let Some(m) = self.modules.find(at) else {
+            return Vec::new();
+        };
+        let Some(image) = &m.image else {
+            return Vec::new();
+        };
+        let mut code = vec![0u8; len.min(MAX_SPLIT_SCAN) as usize];
+        if mem.read(at, &mut code).is_err() {
+            return Vec::new();
+        }
+        let mut parts: Vec<(u64, u64)> = Vec::new();
+        for target in fde::jump_targets(&code, at) {
+            if !m.avma.contains(&target) || parts.iter().any(|&(a, l)| target.wrapping_sub(a) < l) {
+                continue;
+            }
+            let svma = target.wrapping_sub(m.bias);
+            if image.symbols().find(svma).is_some() {
+                continue;
+            }
+            let Some(range) = fde::function_range(image, svma) else {
+                continue;
+            };
+            // Inside `.text` (a tail call into a `.plt` stub is no part of the function).
+            let in_text = image
+                .sections
+                .text
+                .as_ref()
+                .is_some_and(|t| t.svma.start <= range.start && range.end <= t.svma.end);
+            if !in_text {
+                continue;
+            }
+            let start = range.start.wrapping_add(m.bias);
+            let part_len = range.end - range.start;
+            // Not the function itself, nor a part that overlaps it.
+            if start < at + len && at < start + part_len {
+                continue;
+            }
+            parts.push((start, part_len));
+            if parts.len() == MAX_SPLIT_PARTS {
+                break;
+            }
+        }
+        parts
     }
 
     /// Unwinds a capture and names its frames.
