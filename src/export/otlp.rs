@@ -274,21 +274,22 @@ impl Kind {
 }
 
 /// The encoded `ExportProfilesServiceRequest` of one window, `window` (the window's own
-/// profile, [`Profile::since`]), that began at `start_ns` (Unix time), of the process
-/// `resource` names ([`process_resource`]). `dropped` earlier windows were dropped.
+/// profile, [`Profile::since`]), that began at `span.0` and ended at `span.1` (Unix ns),
+/// of the process `resource` names ([`process_resource`]). `dropped` earlier windows were
+/// dropped.
 pub fn profiles_request(
     window: &Profile,
-    start_ns: i64,
+    span: (i64, i64),
     resource: &[(String, AttrValue)],
     dropped: u64,
 ) -> Vec<u8> {
     use prost::Message;
-    request(window, start_ns, resource, dropped).encode_to_vec()
+    request(window, span, resource, dropped).encode_to_vec()
 }
 
 fn request(
     p: &Profile,
-    start_ns: i64,
+    (start_ns, end_ns): (i64, i64),
     resource: &[(String, AttrValue)],
     dropped: u64,
 ) -> ExportProfilesServiceRequest {
@@ -369,7 +370,7 @@ fn request(
             sample_type: Some(d.value_type(k.name, k.unit)),
             samples: k.samples,
             time_unix_nano: start_ns.max(0) as u64,
-            duration_nano: nanos(p.meta.duration_s) as u64,
+            duration_nano: end_ns.saturating_sub(start_ns).max(0) as u64,
             period_type: Some(d.value_type(time_kind, "nanoseconds")),
             period,
             attribute_indices: profile_attrs.clone(),

@@ -9,7 +9,11 @@ fn decode(p: &Profile, dropped: u64) -> ExportProfilesServiceRequest {
         ("service.name".to_string(), AttrValue::Str("svc".into())),
         ("process.pid".to_string(), AttrValue::Int(42)),
     ];
-    let bytes = profiles_request(p, 1_700_000_000_000_000_000, &resource, dropped);
+    // The window's span: its start and its profile's duration (what the pusher gives the
+    // last window).
+    let start = 1_700_000_000_000_000_000;
+    let end = start + nanos(p.meta.duration_s);
+    let bytes = profiles_request(p, (start, end), &resource, dropped);
     ExportProfilesServiceRequest::decode(bytes.as_slice()).expect("a request")
 }
 

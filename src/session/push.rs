@@ -116,18 +116,32 @@ impl Pusher {
         // Nothing recorded yet (a pusher made just before a window's end): no window of
         // no length, which would begin where the next one does.
         if self.before.is_some() || picture.meta.duration_s > 0.0 {
-            self.cut(picture, now);
+            self.cut(picture, Some(now));
         }
         self.end_ns = next_multiple(now, self.window);
         self.say_failures();
     }
 
-    /// Sends the window from the last cut to `picture`, taken at `now`.
-    fn cut(&mut self, picture: Profile, now: i64) {
+    /// Sends the window from the last cut to `picture`, taken at `now` (Unix ns), or at the
+    /// end of the recording (None).
+    ///
+    /// Each window ends where the next begins, at the cut's `now`, so that they tile the
+    /// wall clock. Its length is not its profile's duration, which is the recording's own
+    /// clock, read before the tick that cuts:
+    /// - a tick that stalls (reading a process under load) delays `now`, not that clock;
+    /// - windows measured by it left gaps of 100+ ms between one another under the test
+    ///   suite's load, with no sample lost.
+    ///
+    /// The last window ends with its profile's duration (the recording is over; `now` then
+    /// counts the time spent finishing it).
+    fn cut(&mut self, picture: Profile, now: Option<i64>) {
         let window = match &self.before {
             Some(b) => picture.since(b),
             None => picture.clone(),
         };
+        let now = now.unwrap_or_else(|| {
+            (self.start_ns + export::nanos(window.meta.duration_s)).min(now_ns())
+        });
         if self.before.is_none() {
             // The first window begins with the recording, up to ~150 ms after this pusher
             // was made (its length is the recording's). Sent from its creation, it covered
@@ -148,7 +162,7 @@ impl Pusher {
                 }
                 Ok(export::profiles_request(
                     &window,
-                    self.start_ns,
+                    (self.start_ns, now),
                     &self.resource,
                     dropped,
                 ))
@@ -183,7 +197,7 @@ impl Pusher {
     /// an exporter then sends what waits, for at most [`FLUSH_WAIT`]. Gives what became of
     /// the windows (so far, while others share the exporter).
     pub(crate) fn finish(mut self, profile: &Profile) -> ExporterStats {
-        self.cut(profile.clone(), now_ns());
+        self.cut(profile.clone(), None);
         match Arc::try_unwrap(self.exporter) {
             Ok(own) => own.finish(FLUSH_WAIT),
             Err(shared) => shared.stats(),
