@@ -43,10 +43,13 @@ const MIN_MERGE_PCT: f64 = 99.5;
 /// Allowed distance, in points, between burn_alpha's measured and true share.
 const SHARE_TOLERANCE: f64 = 10.0;
 
-/// The fixture's `truth` line: burn_alpha's share of the two functions' time, percent.
+/// burn_alpha's share of the two functions' time, percent: the fixture's last `truth` line.
+/// Under `run` that is the loop's own (printed at its end); for an attach, the one before
+/// "ready".
 fn truth(stdout: &str) -> Result<f64, String> {
     stdout
         .lines()
+        .rev()
         .find_map(|l| l.strip_prefix("truth "))
         .and_then(|t| t.trim().parse::<f64>().ok())
         .map(|t| 100.0 * t)
@@ -145,6 +148,9 @@ fn leaf_samples(p: &Value, native_line: u64) -> (u64, u64, u64) {
         {
             Some((Some("burn_alpha"), Some(true))) => alpha += n,
             Some((Some("burn_beta"), Some(true))) => beta += n,
+            // burn's own timing of its two parts (the thread's CPU clock): about 6% of the
+            // line's samples at 200 Hz, the stops meeting it in its system call.
+            Some((Some("clock_gettime" | "__vdso_clock_gettime"), Some(true))) => {}
             _ => other += n,
         }
     }
