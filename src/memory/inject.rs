@@ -176,28 +176,43 @@ const RETURN_SEARCH: (usize, usize) = (1 << 20, 64);
 /// (reading them takes milliseconds), to unwind a stopped thread's stack to its return
 /// into the interpreter's code (see [`hijack`]).
 #[cfg(target_arch = "x86_64")]
-struct ReturnFinder(std::sync::MutexGuard<'static, Option<(i32, crate::native::NativeProcess)>>);
+struct ReturnFinder(std::sync::MutexGuard<'static, Option<Modules>>);
+
+/// What [`ReturnFinder`] keeps of one process.
+#[cfg(target_arch = "x86_64")]
+struct Modules {
+    pid: i32,
+    native: crate::native::NativeProcess,
+    /// The interpreter's code with its split-off parts, once found
+    /// ([`ReturnFinder::with_split_parts`]).
+    code: Option<Vec<(u64, u64)>>,
+}
 
 #[cfg(target_arch = "x86_64")]
 impl ReturnFinder {
     fn lock() -> ReturnFinder {
-        static MODULES: std::sync::Mutex<Option<(i32, crate::native::NativeProcess)>> =
-            std::sync::Mutex::new(None);
+        static MODULES: std::sync::Mutex<Option<Modules>> = std::sync::Mutex::new(None);
         ReturnFinder(MODULES.lock().unwrap_or_else(|e| e.into_inner()))
     }
 
     /// `code` and the parts of its functions that the compiler split off (a stripped
-    /// binary names none of them). Debian's static 3.15 has its bytecode loop in such a
-    /// part: without it, 1 attach in 3 found no thread in 2 s under the test suite's load,
-    /// the stops catching the thread only on its rare returns into the allocator.
+    /// binary names none of them), found once per process and its modules. Debian's static
+    /// 3.15 has its bytecode loop in such a part: without it, 1 attach in 3 found no thread
+    /// in 2 s under the test suite's load, the stops catching the thread only on its rare
+    /// returns into the allocator.
     fn with_split_parts(&mut self, proc: &PythonProcess, code: &[(u64, u64)]) -> Vec<(u64, u64)> {
-        let mut all = code.to_vec();
-        if let Some(native) = self.native(proc) {
-            for &(at, len) in code {
-                all.extend(native.split_parts(&proc.mem, at, len));
-            }
-        }
-        all
+        let Some(m) = self.modules(proc) else {
+            return code.to_vec();
+        };
+        m.code
+            .get_or_insert_with(|| {
+                let mut all = code.to_vec();
+                for &(at, len) in code {
+                    all.extend(m.native.split_parts(&proc.mem, at, len));
+                }
+                all
+            })
+            .clone()
     }
 
     /// The slot and value of the innermost return address into `code` of thread `tid` of
@@ -209,16 +224,17 @@ impl ReturnFinder {
         regs: &libc::user_regs_struct,
         code: &[(u64, u64)],
     ) -> Option<(u64, u64)> {
-        let native = self.native(proc)?;
+        let m = self.modules(proc)?;
         let wanted = |avma: u64| code.iter().any(|&(at, len)| avma.wrapping_sub(at) < len);
-        native.return_slot(tid, regs, &proc.mem, RETURN_SEARCH, &wanted)
+        m.native
+            .return_slot(tid, regs, &proc.mem, RETURN_SEARCH, &wanted)
     }
 
     /// The modules of `proc`, read again when they are another process's or changed.
-    fn native(&mut self, proc: &PythonProcess) -> Option<&mut crate::native::NativeProcess> {
+    fn modules(&mut self, proc: &PythonProcess) -> Option<&mut Modules> {
         let pid = proc.pid;
         let stale = match &*self.0 {
-            Some((p, n)) => *p != pid || n.code_changed().unwrap_or(true),
+            Some(m) => m.pid != pid || m.native.code_changed().unwrap_or(true),
             None => true,
         };
         if stale {
@@ -226,9 +242,13 @@ impl ReturnFinder {
             *self.0 =
                 crate::native::NativeProcess::new(pid, &proc.mem, proc.namespaces, &mut cache)
                     .ok()
-                    .map(|n| (pid, n));
+                    .map(|native| Modules {
+                        pid,
+                        native,
+                        code: None,
+                    });
         }
-        self.0.as_mut().map(|(_, native)| native)
+        self.0.as_mut()
     }
 }
 

@@ -2,13 +2,12 @@
 //! functions no symbol names.
 //!
 //! Owns:
-//! - [`function_start`] and [`function_range`]. A stripped library's internal function has no symbol, yet its
-//!   `.eh_frame` entry (FDE) gives the range of the function's code. Samples anywhere in
-//!   it are then one function, `libz.so.1+0x5f20`, not one "function" per instruction
-//!   sampled.
+//! - [`function_start`] and [`function_range`]. A stripped library's internal function
+//!   has no symbol, yet its `.eh_frame` entry (FDE) gives the range of the function's
+//!   code. Samples anywhere in it are then one function, `libz.so.1+0x5f20`, not one
+//!   "function" per instruction sampled.
 //! - [`expression_row`]: the unwind row at an address when its CFA is computed by a DWARF
 //!   expression (for the unwinder, which cannot follow such rows by itself).
-//!
 //! - [`jump_targets`]: where a function's code jumps outside itself, which is how the
 //!   parts of a function split by the compiler are found.
 //!
@@ -37,7 +36,7 @@ pub(crate) fn function_range(image: &Image, svma: u64) -> Option<std::ops::Range
 }
 
 /// The targets of the direct jumps (`jmp rel32`, `jcc rel32`) in `code`, the bytes of a
-/// function at AVMA `at`, that land outside it.
+/// function at AVMA `at`, that land outside it, each once, in address order.
 ///
 /// Why: GCC's hot/cold partitioning (`-freorder-blocks-and-partition`, with PGO) moves part
 /// of a function into code of its own, with an FDE of its own and no symbol. Debian's
@@ -63,10 +62,13 @@ pub(crate) fn jump_targets(code: &[u8], at: u64) -> Vec<u64> {
         };
         let Some(rel) = rel else { continue };
         let target = (at + i as u64 + len).wrapping_add_signed(rel);
-        if !(at..end).contains(&target) && !out.contains(&target) {
+        if !(at..end).contains(&target) {
             out.push(target);
         }
     }
+    // Each once, in address order.
+    out.sort_unstable();
+    out.dedup();
     out
 }
 

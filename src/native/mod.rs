@@ -314,7 +314,8 @@ impl NativeProcess {
     /// The parts of the function at `at` (AVMA, `len` bytes) that the compiler split off
     /// into code of their own, as AVMA ranges (see [`fde::jump_targets`]). A part is code
     /// that the function jumps to, that an FDE of the same module covers, that no symbol
-    /// names, that lies in `.text`, and that is not the function itself. At most [`MAX_SPLIT_PARTS`].
+    /// names, that lies in `.text`, and that is not the function itself. At most
+    /// [`MAX_SPLIT_PARTS`].
     pub(crate) fn split_parts(
         &self,
         mem: &dyn ProcessMemory,
